@@ -1,0 +1,182 @@
+"""Stage 3: configure and build one platform and build variant with CMake and Ninja.
+
+One build directory per platform and variant (``base``: upstream as pinned,
+``fork``: base plus the patch series).  Each build is keyed on the base
+commit, the series digest (fork only), the CMake options and the targets;
+when the key and the outputs are unchanged, neither configure nor build runs.
+Every step writes its own log and exit code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+#: Bumped when the way builds are configured changes, so old build dirs are not reused.
+BUILD_SCHEME = 1
+
+
+class BuildError(Exception):
+    """A build could not even be attempted (e.g. cmake or ninja missing)."""
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """What to build: ``source_dir`` into ``build_dir`` with ``cmake_options`` and ``targets``."""
+
+    platform: str
+    variant: str
+    source_dir: Path
+    build_dir: Path
+    cmake_options: Mapping[str, str]
+    targets: tuple[str, ...]
+    key_parts: Mapping[str, str] = field(default_factory=dict)
+    jobs: int | None = None
+
+    def key(self) -> str:
+        """sha256 over base commit, series digest, CMake options, targets and BUILD_SCHEME (hex, 16 chars)."""
+        blob = json.dumps({"scheme": BUILD_SCHEME, "platform": self.platform, "variant": self.variant,
+                           "options": dict(sorted(self.cmake_options.items())),
+                           "targets": sorted(self.targets), **dict(self.key_parts)}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass
+class BuildResult:
+    """Outcome of one build: status passed/failed/error, seconds, logs and the bin dir."""
+
+    platform: str
+    variant: str
+    status: str
+    key: str
+    build_dir: Path
+    seconds: float
+    up_to_date: bool
+    detail: str = ""
+    logs: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def bin_dir(self) -> Path:
+        """Directory holding the built executables."""
+        return self.build_dir / "bin"
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name)
+    if not found:
+        raise BuildError(f"{name} not found on PATH; install the project's requirements "
+                         f"(pip install -r requirements.txt)")
+    return found
+
+
+def compiler_launcher_options() -> dict[str, str]:
+    """CMake launcher options for ccache when it is on PATH (CUDA too), else {}."""
+    ccache = shutil.which("ccache")
+    if not ccache:
+        return {}
+    return {"CMAKE_C_COMPILER_LAUNCHER": ccache, "CMAKE_CXX_COMPILER_LAUNCHER": ccache,
+            "CMAKE_CUDA_COMPILER_LAUNCHER": ccache}
+
+
+def _run_step(argv: Sequence[str], log: Path, cwd: Path | None = None) -> tuple[int, float]:
+    """Run ``argv`` with stdout+stderr into ``log`` and the exit code into ``log``.rc; return (rc, seconds)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with open(log, "wb") as fh:
+        fh.write(("$ " + " ".join(argv) + "\n").encode())
+        fh.flush()
+        proc = subprocess.run(list(argv), cwd=cwd, stdout=fh, stderr=subprocess.STDOUT)
+    seconds = time.monotonic() - start
+    log.with_suffix(".rc").write_text(f"{proc.returncode}\n")
+    return proc.returncode, seconds
+
+
+def first_error_line(log: Path) -> str:
+    """The first line of a build log that reads like a compiler/linker/CMake error ('' if none)."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        low = line.lower()
+        if "error:" in low or "error " in low[:12] or "cmake error" in low or "undefined reference" in low:
+            return line.strip()[:300]
+    return ""
+
+
+def outputs_exist(req: BuildRequest) -> bool:
+    """True when every requested target's executable is in the build's bin dir."""
+    bin_dir = req.build_dir / "bin"
+    exe = ".exe" if os.name == "nt" else ""
+    return all((bin_dir / (t + exe)).exists() for t in req.targets)
+
+
+def build(req: BuildRequest, logs_dir: Path) -> BuildResult:
+    """Configure (if needed) and build ``req``; logs go to ``logs_dir`` (configure.log, build.log).
+
+    Returns a BuildResult whose status is ``passed`` (up to date or built),
+    ``failed`` (configure or build exited non-zero; ``detail`` holds the first
+    error line) or ``error`` (the build could not be started).  Never raises
+    for a failing build, so other platforms and variants still run.
+    """
+    key = req.key()
+    stamp = req.build_dir / "harness-build.json"
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    result = BuildResult(req.platform, req.variant, "passed", key, req.build_dir, 0.0, False)
+    if stamp.exists() and json.loads(stamp.read_text()).get("key") == key and outputs_exist(req):
+        result.up_to_date = True
+        result.detail = f"up to date (key {key})"
+        (logs_dir / "build.log").write_text(f"up to date: key {key}, {req.build_dir}\n")
+        result.logs["build"] = logs_dir / "build.log"
+        return result
+    try:
+        cmake, ninja = _tool("cmake"), _tool("ninja")
+    except BuildError as exc:
+        result.status, result.detail = "error", str(exc)
+        return result
+    stamp.unlink(missing_ok=True)
+    req.build_dir.mkdir(parents=True, exist_ok=True)
+    defs = [f"-D{k}={v}" for k, v in sorted(req.cmake_options.items())]
+    configure = [cmake, "-S", str(req.source_dir), "-B", str(req.build_dir), "-G", "Ninja",
+                 f"-DCMAKE_MAKE_PROGRAM={ninja}", *defs]
+    rc, secs = _run_step(configure, logs_dir / "configure.log")
+    result.logs["configure"] = logs_dir / "configure.log"
+    result.seconds += secs
+    if rc != 0:
+        result.status = "failed"
+        result.detail = "configure failed: " + (first_error_line(logs_dir / "configure.log") or f"exit {rc}")
+        return result
+    jobs = ["-j", str(req.jobs)] if req.jobs else []
+    rc, secs = _run_step([cmake, "--build", str(req.build_dir), *jobs, "--target", *req.targets],
+                         logs_dir / "build.log")
+    result.logs["build"] = logs_dir / "build.log"
+    result.seconds += secs
+    if rc != 0:
+        result.status = "failed"
+        result.detail = "build failed: " + (first_error_line(logs_dir / "build.log") or f"exit {rc}")
+        return result
+    stamp.write_text(json.dumps({"key": key, "targets": list(req.targets),
+                                 "options": dict(req.cmake_options)}, indent=2))
+    result.detail = f"built in {result.seconds:.0f} s (key {key})"
+    return result
+
+
+def cuda_architectures_from_nvidia_smi() -> str | None:
+    """CMake CUDA architectures for the GPUs present, from ``nvidia-smi`` compute capability (e.g. "90").
+
+    Returns None when nvidia-smi is missing or reports no GPU.
+    """
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    proc = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                          capture_output=True, text=True)
+    caps = sorted({c.strip().replace(".", "") for c in proc.stdout.splitlines() if c.strip()})
+    return ";".join(caps) or None

@@ -1,0 +1,220 @@
+"""Command line: ``python -m harness STAGE [STAGE ...] [options]`` and the tool commands.
+
+Stages: ``build``, ``test``, ``compare-outputs`` (any of them, in that order).
+Tools: ``patches apply|export|check``, ``source fetch|export-mirror``,
+``models``, ``ci-matrix``, ``check-windows``, ``triage``, ``bisect``, ``report``.
+The nox sessions call exactly these commands and pass ``session.posargs`` through.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .config import MatrixError, load_matrix
+
+STAGES = ("build", "test", "compare-outputs")
+
+
+def _add_common(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), help="matrix file (default: matrix.yaml)")
+    ap.add_argument("--patches-dir", type=Path, default=Path("patches"), help="patch series directory")
+    ap.add_argument("--work-dir", type=Path, default=Path(".harness"),
+                    help="work trees and build directories (default: .harness)")
+
+
+def _stage_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m harness build|test|compare-outputs ...",
+                                 description="Build the fork, run its native tests and greedy comparisons.")
+    _add_common(ap)
+    ap.add_argument("--platform", action="append", default=[],
+                    help="platform from matrix.yaml (repeatable or comma separated; default: all, "
+                         "those this machine cannot run reported as skipped)")
+    ap.add_argument("--results-dir", type=Path, default=Path("results"))
+    ap.add_argument("--run-id", default=None, help="continue this run (default: $HARNESS_RUN_ID or a new run)")
+    ap.add_argument("--cuda-arch", default=None, help="CMAKE_CUDA_ARCHITECTURES (default: from nvidia-smi)")
+    ap.add_argument("-j", "--jobs", type=int, default=None, help="build jobs (default: Ninja's)")
+    ap.add_argument("--sanitize", choices=("memcheck", "racecheck", "initcheck", "synccheck"), default=None,
+                    help="also run the native tests under compute-sanitizer with this tool")
+    ap.add_argument("--model", action="append", default=[], help="only these models (repeatable)")
+    ap.add_argument("--group", action="append", default=[], help="only these comparison groups (repeatable)")
+    ap.add_argument("--n-predict", type=int, default=None, help="tokens per generation (default: matrix)")
+    ap.add_argument("--repeats", type=int, default=None, help="runs per configuration (default: matrix)")
+    ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE",
+                    help="extra CMake cache option passed through to every configure")
+    return ap
+
+
+def _split(values: Sequence[str]) -> list[str]:
+    return [v for item in values for v in item.split(",") if v]
+
+
+def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
+    """``python -m harness build test ...``: run the stages; exit 0 when everything passed."""
+    from .pipeline import Options, run_stages
+    from .results import Run
+    args = _stage_parser().parse_args(argv)
+    matrix = load_matrix(args.matrix)
+    defines = {}
+    for d in args.defines:
+        if "=" not in d:
+            raise SystemExit(f"error: -D {d}: expected VAR=VALUE")
+        k, v = d.split("=", 1)
+        defines[k] = v
+    platforms = _split(args.platform)
+    for name in platforms:
+        matrix.platform(name)  # unknown names fail before anything runs
+    for name in _split(args.model):
+        if name not in matrix.models:
+            raise MatrixError([f"{matrix.path}: unknown model {name!r} (known: {', '.join(sorted(matrix.models))})"])
+    for name in _split(args.group):
+        if name not in matrix.groups:
+            raise MatrixError([f"{matrix.path}: unknown group {name!r} (known: {', '.join(sorted(matrix.groups))})"])
+    opts = Options(platforms=platforms, cmake_defines=defines, cuda_arch=args.cuda_arch, jobs=args.jobs,
+                   sanitize=args.sanitize, models=_split(args.model), groups=_split(args.group),
+                   n_predict=args.n_predict, repeats=args.repeats, work_dir=args.work_dir,
+                   patches_dir=args.patches_dir)
+    run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
+    order = [s for s in STAGES if s in stages]
+    return run_stages(matrix, run, opts, order)
+
+
+def patches_cmd(argv: Sequence[str]) -> int:
+    """``python -m harness patches apply|export|check``."""
+    from .patches import check_series, export_series, read_series, series_digest, apply_series
+    from .source import obtain_base, prepare_fork_tree, scratch_tree
+    ap = argparse.ArgumentParser(prog="python -m harness patches")
+    ap.add_argument("action", choices=("apply", "export", "check"))
+    _add_common(ap)
+    args = ap.parse_args(argv)
+    matrix = load_matrix(args.matrix)
+    base = obtain_base(matrix)
+    work = args.work_dir.resolve()
+    if args.action == "apply":
+        patches = read_series(args.patches_dir)
+        (work / "fork.series").unlink(missing_ok=True)
+        tree = prepare_fork_tree(base, work, series_digest(patches),
+                                 lambda repo, rev: apply_series(repo, rev, patches))
+        print(f"applied {len(patches)} patches onto {base.commit[:12]} in {tree}")
+        print("edit and commit there, then run: nox -s patches -- export")
+        return 0
+    if args.action == "export":
+        tree = work / "fork"
+        if not tree.exists():
+            raise SystemExit(f"error: no work tree at {tree}; run `nox -s patches -- apply` first")
+        written = export_series(tree, base.git_rev, args.patches_dir)
+        (work / "fork.series").unlink(missing_ok=True)
+        for p in written:
+            print(f"exported {p.name}  sha256 {p.sha256[:12]}")
+        return 0
+    scratch = scratch_tree(base)
+    try:
+        problems = check_series(scratch, base.git_rev, args.patches_dir)
+    finally:
+        shutil.rmtree(scratch.parent, ignore_errors=True)
+    if problems:
+        print("patches/ is not what export would write:")
+        for p in problems:
+            print("  " + p.replace("\n", "\n  "))
+        return 1
+    print(f"patches/ is up to date ({len(read_series(args.patches_dir))} patches)")
+    return 0
+
+
+def source_cmd(argv: Sequence[str]) -> int:
+    """``python -m harness source fetch|export-mirror [--out PATH]``."""
+    from .source import export_mirror, obtain_base
+    ap = argparse.ArgumentParser(prog="python -m harness source")
+    ap.add_argument("action", choices=("fetch", "export-mirror"))
+    ap.add_argument("--out", type=Path, default=None,
+                    help="mirror archive path (default: mirror/llama.cpp-<commit12>.tar.gz)")
+    _add_common(ap)
+    args = ap.parse_args(argv)
+    matrix = load_matrix(args.matrix)
+    log: list[str] = []
+    base = obtain_base(matrix, log=log)
+    for line in log:
+        print(line)
+    print(f"base {base.commit} at {base.path} (from {base.source})")
+    if args.action == "export-mirror":
+        out = args.out or Path("mirror") / f"llama.cpp-{base.commit[:12]}.tar.gz"
+        path, digest = export_mirror(base, out)
+        print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB), sha256 {digest}")
+    return 0
+
+
+def models_cmd(argv: Sequence[str]) -> int:
+    """``python -m harness models [NAME ...]``: assemble or generate models and print their paths."""
+    from .pipeline import Options, Pipeline
+    from .results import Run
+    ap = argparse.ArgumentParser(prog="python -m harness models")
+    ap.add_argument("names", nargs="*")
+    _add_common(ap)
+    args = ap.parse_args(argv)
+    matrix = load_matrix(args.matrix)
+    pipe = Pipeline(matrix, Run(Path("/nonexistent"), "none", create=False), Options(patches_dir=args.patches_dir))
+    rc = 0
+    for name in args.names or list(matrix.models):
+        if name not in matrix.models:
+            print(f"error: unknown model {name!r} (known: {', '.join(sorted(matrix.models))})")
+            rc = 2
+            continue
+        try:
+            print(f"{name}: {pipe.model_path(name)}")
+        except Exception as exc:
+            print(f"{name}: error: {exc}")
+            rc = 1
+    return rc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit code (2 for bad input, 1 for failures found)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    stages = []
+    while argv and argv[0] in STAGES:
+        stages.append(argv.pop(0))
+    try:
+        if stages:
+            return run_stages_cmd(stages, argv)
+        if not argv or argv[0] in ("-h", "--help"):
+            print(__doc__)
+            return 0
+        cmd, rest = argv[0], argv[1:]
+        commands = {"patches": patches_cmd, "source": source_cmd, "models": models_cmd}
+        try:
+            from . import ci_matrix, windows_check
+            commands["ci-matrix"] = ci_matrix.main
+            commands["check-windows"] = windows_check.main
+        except ImportError:
+            pass
+        try:
+            from . import triage
+            commands.update({"triage": triage.main, "bisect": triage.bisect_main, "report": triage.report_main})
+        except ImportError:
+            pass
+        if cmd not in commands:
+            print(f"error: unknown command {cmd!r}; expected one of: {', '.join([*STAGES, *commands])}",
+                  file=sys.stderr)
+            return 2
+        return commands[cmd](rest)
+    except MatrixError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        from .patches import PatchError
+        from .source import SourceError
+        if isinstance(exc, (PatchError, SourceError)):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""Stage 4: run the fork's native test binaries through ctest, by label.
+
+ctest is asked for the platform's labels (``-L``) restricted to the test
+targets that were built (``-R``), writes JUnit XML (``--output-junit``), and
+the XML is read back into one record per test binary.  Test targets the
+platform lists but ctest does not know (e.g. a CUDA test in a CPU build) are
+recorded as skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+
+@dataclass
+class TestCase:
+    """One native test binary's outcome: passed, failed or skipped, with seconds and a message."""
+
+    name: str
+    status: str
+    seconds: float = 0.0
+    message: str = ""
+
+
+@dataclass
+class TestRun:
+    """All tests of one build: overall status, cases, JUnit and log paths."""
+
+    status: str
+    cases: list[TestCase] = field(default_factory=list)
+    junit: Path | None = None
+    log: Path | None = None
+    seconds: float = 0.0
+    detail: str = ""
+
+    def counts(self) -> dict[str, int]:
+        """Number of cases per status."""
+        out = {"passed": 0, "failed": 0, "skipped": 0}
+        for c in self.cases:
+            out[c.status] = out.get(c.status, 0) + 1
+        return out
+
+
+def parse_junit(path: Path) -> list[TestCase]:
+    """Read ctest's JUnit XML at ``path`` into TestCase records (testcase elements, any nesting).
+
+    Raises ET.ParseError for malformed XML.
+    """
+    root = ET.parse(path).getroot()
+    cases = []
+    for tc in root.iter("testcase"):
+        name = tc.get("name", "?")
+        seconds = float(tc.get("time") or 0.0)
+        status, message = "passed", ""
+        if tc.find("failure") is not None or tc.find("error") is not None:
+            node = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
+            status, message = "failed", (node.get("message") or "").strip()
+        elif tc.find("skipped") is not None or tc.get("status") in ("notrun", "disabled"):
+            node = tc.find("skipped")
+            status = "skipped"
+            message = ((node.get("message") if node is not None else None) or tc.get("status") or "").strip()
+        cases.append(TestCase(name, status, seconds, message))
+    return cases
+
+
+def list_tests(build_dir: Path, labels: Sequence[str]) -> list[str]:
+    """Names of ctest tests in ``build_dir`` carrying any of ``labels`` (``ctest -N``)."""
+    ctest = shutil.which("ctest") or "ctest"
+    argv = [ctest, "--test-dir", str(build_dir), "-N"]
+    if labels:
+        argv += ["-L", "|".join(f"^{re.escape(lab)}$" for lab in labels)]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    return re.findall(r"^\s*Test\s+#\d+:\s+(\S+)", proc.stdout, flags=re.M)
+
+
+def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], out_dir: Path, *,
+              timeout_s: float = 900, env: Mapping[str, str] | None = None,
+              wrapper: Sequence[str] = ()) -> TestRun:
+    """Run the tests of ``build_dir`` with any of ``labels`` whose names are in ``targets``.
+
+    Writes ``out_dir/ctest.log`` and ``out_dir/junit.xml``.  ``wrapper`` (e.g.
+    compute-sanitizer's argv) is prefixed to each test command by running the
+    test binaries directly instead of through ctest.  Returns a TestRun whose
+    status is passed (all passed or skipped, at least one passed), failed, or
+    skipped (nothing to run); per-test ``timeout_s`` seconds.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log, junit = out_dir / "ctest.log", out_dir / "junit.xml"
+    known = list_tests(build_dir, labels)
+    selected = [t for t in targets if t in known]
+    missing = [t for t in targets if t not in known]
+    run = TestRun(status="skipped", junit=junit, log=log)
+    for name in missing:
+        run.cases.append(TestCase(name, "skipped", 0.0, "not registered with ctest for this build "
+                                                       f"(labels {', '.join(labels)})"))
+    if not selected:
+        run.detail = "no test selected"
+        log.write_text(run.detail + "\n")
+        return run
+    ctest = shutil.which("ctest") or "ctest"
+    argv = [ctest, "--test-dir", str(build_dir), "--output-on-failure", "--no-tests=error",
+            "--timeout", str(int(timeout_s)), "--output-junit", str(junit),
+            "-L", "|".join(f"^{re.escape(lab)}$" for lab in labels),
+            "-R", "^(" + "|".join(re.escape(t) for t in selected) + ")$"]
+    start = time.monotonic()
+    if wrapper:
+        return _run_wrapped(build_dir, selected, wrapper, out_dir, run, timeout_s, env)
+    with open(log, "wb") as fh:
+        fh.write(("$ " + " ".join(argv) + "\n").encode())
+        fh.flush()
+        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    run.seconds = time.monotonic() - start
+    (out_dir / "ctest.rc").write_text(f"{proc.returncode}\n")
+    try:
+        run.cases += parse_junit(junit)
+    except (OSError, ET.ParseError) as exc:
+        run.status, run.detail = "error", f"ctest wrote no readable JUnit XML ({exc}); exit {proc.returncode}"
+        return run
+    counts = run.counts()
+    if counts["failed"] or (proc.returncode != 0 and not counts["failed"]):
+        run.status = "failed"
+        failed = [c.name for c in run.cases if c.status == "failed"]
+        run.detail = f"failed: {', '.join(failed)}" if failed else f"ctest exit {proc.returncode}"
+    elif counts["passed"]:
+        run.status = "passed"
+        run.detail = f"{counts['passed']} passed, {counts['skipped']} skipped"
+    else:
+        run.detail = "every test skipped"
+    return run
+
+
+def _run_wrapped(build_dir: Path, selected: Sequence[str], wrapper: Sequence[str], out_dir: Path,
+                 run: TestRun, timeout_s: float, env: Mapping[str, str] | None) -> TestRun:
+    """Run each selected test binary under ``wrapper`` and write a JUnit file of our own."""
+    exe = ".exe" if os.name == "nt" else ""
+    suite = ET.Element("testsuite", name="native-tests-wrapped")
+    start_all = time.monotonic()
+    with open(out_dir / "ctest.log", "wb") as fh:
+        for name in selected:
+            argv = [*wrapper, str(build_dir / "bin" / (name + exe))]
+            fh.write(("$ " + " ".join(argv) + "\n").encode())
+            fh.flush()
+            start = time.monotonic()
+            try:
+                proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      timeout=timeout_s, env={**os.environ, **(env or {})})
+                output, rc = proc.stdout, proc.returncode
+            except subprocess.TimeoutExpired as exc:
+                output, rc = exc.output or b"", None
+            secs = time.monotonic() - start
+            fh.write(output)
+            (out_dir / f"{name}.log").write_bytes(output)
+            tc = ET.SubElement(suite, "testcase", name=name, time=f"{secs:.3f}")
+            if rc == 0:
+                run.cases.append(TestCase(name, "passed", secs))
+            elif rc == 77:
+                ET.SubElement(tc, "skipped", message="exit 77")
+                run.cases.append(TestCase(name, "skipped", secs, "exit 77"))
+            else:
+                msg = "timeout" if rc is None else f"exit {rc}"
+                ET.SubElement(tc, "failure", message=msg)
+                run.cases.append(TestCase(name, "failed", secs, msg))
+    ET.ElementTree(suite).write(out_dir / "junit.xml", encoding="utf-8", xml_declaration=True)
+    run.seconds = time.monotonic() - start_all
+    counts = run.counts()
+    run.status = "failed" if counts["failed"] else ("passed" if counts["passed"] else "skipped")
+    run.detail = f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+    return run

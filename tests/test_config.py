@@ -1,0 +1,114 @@
+"""matrix.yaml validation: every error names the file, the line and the key."""
+
+from pathlib import Path
+
+import pytest
+
+from harness.config import MatrixError, load_matrix
+
+ROOT = Path(__file__).resolve().parents[1]
+MATRIX = (ROOT / "matrix.yaml").read_text(encoding="utf-8")
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def line_of(text: str, needle: str, nth: int = 1) -> int:
+    """1-based line number of the nth line containing ``needle``."""
+    hits = [i + 1 for i, line in enumerate(text.splitlines()) if needle in line]
+    return hits[nth - 1]
+
+
+def problems(path: Path) -> list[str]:
+    with pytest.raises(MatrixError) as exc:
+        load_matrix(path)
+    return exc.value.problems
+
+
+def test_shipped_matrix_loads_with_the_three_platforms():
+    m = load_matrix(ROOT / "matrix.yaml")
+    assert {"linux-x86_64-cpu", "linux-x86_64-cuda", "windows-x86_64-cuda"} <= set(m.platforms)
+    assert m.base_commit == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+    assert [s.kind for s in m.sources][-1] == "pypi-sdist"
+    assert m.generation.n_predict == 120 and m.generation.repeats == 2
+    assert any("\n" in p.text and any(ord(ch) > 127 for ch in p.text) for p in m.prompts.values())
+    cpu = m.platforms["linux-x86_64-cpu"]
+    assert cpu.gpu == "none" and "llama-completion" in cpu.targets
+    assert m.groups["base-vs-fork"].reference == "base"
+
+
+def test_wrong_type_names_file_line_and_key(tmp_path):
+    text = MATRIX.replace('GGML_CUDA: "OFF"', "GGML_CUDA: 1", 1)
+    path = write(tmp_path, text)
+    [msg] = problems(path)
+    assert msg.startswith(f"{path}:{line_of(text, 'GGML_CUDA: 1')}: ")
+    assert "platforms.linux-x86_64-cpu.cmake.GGML_CUDA" in msg and "string" in msg
+
+
+def test_unknown_key_is_reported_at_its_own_line(tmp_path):
+    text = MATRIX.replace("    hardware: {gpu: none}", "    hardware: {gpu: none}\n    colour: blue", 1)
+    path = write(tmp_path, text)
+    [msg] = problems(path)
+    assert msg.startswith(f"{path}:{line_of(text, 'colour: blue')}: platforms.linux-x86_64-cpu.colour: unknown key")
+
+
+def test_unknown_key_inside_a_kind_discriminated_entry(tmp_path):
+    text = MATRIX.replace("      package: llama-cpp-python", "      package: llama-cpp-python\n      mirror: yes", 1)
+    path = write(tmp_path, text)
+    [msg] = problems(path)
+    assert msg.startswith(f"{path}:{line_of(text, 'mirror: yes')}: base.sources[3].mirror: unknown key")
+
+
+def test_unknown_source_kind(tmp_path):
+    text = MATRIX.replace("    - kind: git ", "    - kind: svn ", 1)
+    path = write(tmp_path, text)
+    [msg] = problems(path)
+    assert "base.sources[2].kind: unknown kind 'svn'" in msg
+    assert msg.startswith(f"{path}:{line_of(text, 'kind: svn')}:")
+
+
+def test_short_commit_is_rejected(tmp_path):
+    text = MATRIX.replace("commit: 0c1e57098bba43ac29e6e3b677cdceebdd22334f", "commit: 0c1e570", 1)
+    path = write(tmp_path, text)
+    [msg] = problems(path)
+    assert "base.commit" in msg and f":{line_of(text, 'commit: 0c1e570')}:" in msg
+
+
+def test_dangling_references_are_all_reported(tmp_path):
+    text = MATRIX.replace("candidates: [fork]", "candidates: [forrk]", 1).replace(
+        "models: [gemma3-270m, moe-small]", "models: [gemma3-270m, moe-tiny]", 1)
+    path = write(tmp_path, text)
+    msgs = problems(path)
+    assert any("groups.base-vs-fork.candidates[0]: unknown config 'forrk'" in m for m in msgs)
+    assert any("groups.base-vs-fork.models[1]: unknown model 'moe-tiny'" in m for m in msgs)
+    assert len(msgs) == 2
+
+
+def test_duplicate_key_is_an_error(tmp_path):
+    text = MATRIX.replace("  fork:\n    build: fork\n", "  fork:\n    build: fork\n    build: base\n", 1)
+    path = write(tmp_path, text)
+    msgs = problems(path)
+    assert any("configs.fork.build: duplicate key" in m for m in msgs)
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path):
+    text = MATRIX.replace("platforms:\n", "platforms:\n  bad: [unclosed\n", 1)
+    path = write(tmp_path, text)
+    [msg] = problems(path)
+    assert msg.startswith(f"{path}:") and "YAML syntax error" in msg
+
+
+def test_unknown_platform_name_is_a_clear_error():
+    m = load_matrix(ROOT / "matrix.yaml")
+    with pytest.raises(MatrixError) as exc:
+        m.platform("linux-riscv-cpu")
+    assert "unknown platform 'linux-riscv-cpu'" in str(exc.value)
+    assert "linux-x86_64-cpu" in str(exc.value)
+
+
+def test_missing_file():
+    with pytest.raises(FileNotFoundError, match="matrix file not found"):
+        load_matrix("/nonexistent/matrix.yaml")

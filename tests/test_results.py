@@ -1,0 +1,105 @@
+"""Results layout, summary contents, JUnit parsing and log parsers."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness import gpu
+from harness.native_tests import parse_junit
+from harness.results import ComparisonRecord, Run, StepRecord, new_run_id
+
+
+def test_runs_never_overwrite_and_latest_points_at_the_newest(tmp_path):
+    a = Run.open(tmp_path, new_run_id())
+    a.record_step(StepRecord("linux-x86_64-cpu", "fork", "build", "passed", 1.0, "built"))
+    b = Run.open(tmp_path, new_run_id())
+    assert a.dir != b.dir and a.dir.exists() and b.dir.exists()
+    assert (tmp_path / "latest").resolve() == b.dir.resolve()
+    assert json.loads((a.dir / "summary.json").read_text())["configurations"][0]["step"] == "build"
+
+
+def test_run_id_collision_is_refused(tmp_path):
+    (tmp_path / "20260101T000000Z-abcd").mkdir()
+    run = Run(tmp_path, "20260101T000000Z-abcd")  # an existing run is continued, never recreated
+    run.record_step(StepRecord("p", "c", "build", "passed"))
+    assert (tmp_path / "20260101T000000Z-abcd" / "summary.json").exists()
+
+
+def test_summary_has_the_documented_shape(tmp_path):
+    run = Run.open(tmp_path, "r1")
+    run.record_step(StepRecord("linux-x86_64-cpu", "fork", "test", "failed", 2.0, "failed: test-x"))
+    run.record_comparisons([ComparisonRecord(
+        "linux-x86_64-cpu", "base-vs-fork", "gemma3-270m", "story", "base", "fork", "diverged",
+        {"index": 17, "reference": {"id": 278, "piece": " the"}, "candidate": {"id": 263, "piece": " a"}},
+        "diverged at token 17")])
+    data = json.loads((run.dir / "summary.json").read_text())
+    assert data["overall"] == "failed"
+    assert set(data["configurations"][0]) >= {"platform", "config", "step", "status"}
+    cmp = data["comparisons"][0]
+    assert set(cmp) >= {"platform", "group", "model", "prompt", "reference", "candidate", "status",
+                        "first_divergence"}
+    assert cmp["first_divergence"]["index"] == 17
+    md = (run.dir / "summary.md").read_text()
+    assert "#17: ' the' vs ' a'" in md and "failed: test-x" in md
+
+
+def test_summary_is_kept_across_stages_of_one_run(tmp_path):
+    run = Run.open(tmp_path, "r2")
+    run.record_step(StepRecord("p", "fork", "build", "passed"))
+    again = Run.open(tmp_path, "r2")  # a later stage (another process) continues the run
+    again.record_step(StepRecord("p", "fork", "test", "passed"))
+    steps = json.loads((run.dir / "summary.json").read_text())["configurations"]
+    assert [s["step"] for s in steps] == ["build", "test"]
+    assert again.overall() == "passed"
+
+
+def test_bad_statuses_are_refused():
+    with pytest.raises(ValueError):
+        StepRecord("p", "c", "build", "ok")
+    with pytest.raises(ValueError):
+        ComparisonRecord("p", "g", "m", "x", "r", "c", "same")
+
+
+def test_parse_junit_reads_ctest_statuses(tmp_path):
+    xml = tmp_path / "junit.xml"
+    xml.write_text("""<?xml version="1.0" encoding="UTF-8"?>
+<testsuite name="x" tests="3" failures="1" skipped="1">
+  <testcase name="test-moe-pin-layers" classname="test-moe-pin-layers" time="0.05" status="run"/>
+  <testcase name="test-gguf" classname="test-gguf" time="1.5" status="fail">
+    <failure message="Failed"/>
+  </testcase>
+  <testcase name="test-cuda-pin-ladder" classname="x" time="0" status="notrun">
+    <skipped message="Skipped"/>
+  </testcase>
+</testsuite>""")
+    cases = {c.name: c for c in parse_junit(xml)}
+    assert cases["test-moe-pin-layers"].status == "passed"
+    assert cases["test-gguf"].status == "failed" and cases["test-gguf"].seconds == 1.5
+    assert cases["test-cuda-pin-ladder"].status == "skipped"
+
+
+def test_ladder_lines_parse_into_numbers():
+    log = "\n".join([
+        "load_tensors: something else",
+        "ggml_cuda_host_malloc: pin ladder: requested=6442450944 granted=2147483648 segments=4 seconds=0.731",
+        "ggml_cuda_host_malloc: pin ladder: partial pin: requested=6442450944 granted=2147483648 segments=4 "
+        "error=cudaErrorMemoryAllocation",
+        "ggml_cuda_host_malloc: pin ladder: no pin: requested=100 granted=0 segments=0 error=cudaErrorInvalidValue",
+    ])
+    recs = gpu.parse_ladder_lines(log)
+    assert [r["kind"] for r in recs] == ["ladder", "partial", "none"]
+    assert recs[0]["requested"] == 6442450944 and recs[0]["granted"] == 2147483648
+    assert recs[0]["segments"] == 4 and recs[0]["seconds"] == pytest.approx(0.731)
+    assert recs[1]["error"] == "cudaErrorMemoryAllocation"
+    totals = gpu.ladder_totals(recs)
+    assert totals == {"allocations": 1, "requested": 6442450944, "granted": 2147483648, "segments": 4,
+                      "seconds": 0.731, "warnings": 2}
+
+
+def test_sanitizer_summary(tmp_path):
+    log = tmp_path / "ctest.log"
+    log.write_text("========= COMPUTE-SANITIZER\nok\n========= ERROR SUMMARY: 0 errors\n"
+                   "========= ERROR SUMMARY: 2 errors\n")
+    assert gpu.sanitizer_summary(log) == "compute-sanitizer: 2 run(s), 2 error(s)"
+    assert gpu.sanitizer_summary(tmp_path / "missing.log") == ""
