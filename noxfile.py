@@ -57,7 +57,43 @@ def models(session: nox.Session) -> None:
     session.run("python", "-m", "harness", "models", *session.posargs)
 
 
+@nox.session(name="ci-matrix")
+def ci_matrix(session: nox.Session) -> None:
+    """The CI job matrix from matrix.yaml as JSON: ``nox -s ci-matrix [-- --platform P --github-output]``."""
+    session.run("python", "-m", "harness", "ci-matrix", *session.posargs)
+
+
+@nox.session(name="check-windows")
+def check_windows(session: nox.Session) -> None:
+    """The Windows checks of ``python -m harness check-windows``: ``nox -s check-windows [-- ...]``."""
+    session.run("python", "-m", "harness", "check-windows", *session.posargs)
+
+
 @nox.session
 def pytest(session: nox.Session) -> None:
     """The project's own pytest suite (including the end-to-end build on the real llama.cpp)."""
     session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session
+def triage(session: nox.Session) -> None:
+    """What changed between two runs: ``nox -s triage -- [A B] [--json]``; exit 1 on a regression."""
+    session.run("python", "-m", "harness", "triage", *session.posargs)
+
+
+@nox.session
+def bisect(session: nox.Session) -> None:
+    """First patch of the series that turns a check from pass to fail: ``nox -s bisect -- --platform P --check ...``."""
+    session.run("python", "-m", "harness", "bisect", *session.posargs)
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """Self-contained ``results/<run-id>/report.html``: ``nox -s report -- [RUN] [--markdown]``."""
+    session.run("python", "-m", "harness", "report", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Pin-ladder benchmark on a CUDA machine: ``nox -s bench -- --build-dir DIR [--model GGUF]``."""
+    session.run("python", "-m", "harness", "bench", *session.posargs)

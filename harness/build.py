@@ -39,6 +39,7 @@ class BuildRequest:
     targets: tuple[str, ...]
     key_parts: Mapping[str, str] = field(default_factory=dict)
     jobs: int | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def key(self) -> str:
         """sha256 over base commit, series digest, CMake options, targets and BUILD_SCHEME (hex, 16 chars)."""
@@ -85,14 +86,17 @@ def compiler_launcher_options() -> dict[str, str]:
             "CMAKE_CUDA_COMPILER_LAUNCHER": ccache}
 
 
-def _run_step(argv: Sequence[str], log: Path, cwd: Path | None = None) -> tuple[int, float]:
-    """Run ``argv`` with stdout+stderr into ``log`` and the exit code into ``log``.rc; return (rc, seconds)."""
+def _run_step(argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> tuple[int, float]:
+    """Run ``argv`` (extra ``env`` added) with stdout+stderr into ``log`` and the exit code into ``log``.rc.
+
+    Returns (exit code, seconds).
+    """
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with open(log, "wb") as fh:
         fh.write(("$ " + " ".join(argv) + "\n").encode())
         fh.flush()
-        proc = subprocess.run(list(argv), cwd=cwd, stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.run(list(argv), stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     seconds = time.monotonic() - start
     log.with_suffix(".rc").write_text(f"{proc.returncode}\n")
     return proc.returncode, seconds
@@ -146,7 +150,7 @@ def build(req: BuildRequest, logs_dir: Path) -> BuildResult:
     defs = [f"-D{k}={v}" for k, v in sorted(req.cmake_options.items())]
     configure = [cmake, "-S", str(req.source_dir), "-B", str(req.build_dir), "-G", "Ninja",
                  f"-DCMAKE_MAKE_PROGRAM={ninja}", *defs]
-    rc, secs = _run_step(configure, logs_dir / "configure.log")
+    rc, secs = _run_step(configure, logs_dir / "configure.log", req.env)
     result.logs["configure"] = logs_dir / "configure.log"
     result.seconds += secs
     if rc != 0:
@@ -155,7 +159,7 @@ def build(req: BuildRequest, logs_dir: Path) -> BuildResult:
         return result
     jobs = ["-j", str(req.jobs)] if req.jobs else []
     rc, secs = _run_step([cmake, "--build", str(req.build_dir), *jobs, "--target", *req.targets],
-                         logs_dir / "build.log")
+                         logs_dir / "build.log", req.env)
     result.logs["build"] = logs_dir / "build.log"
     result.seconds += secs
     if rc != 0:

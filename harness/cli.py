@@ -9,7 +9,7 @@ The nox sessions call exactly these commands and pass ``session.posargs`` throug
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import shutil
 import sys
 from pathlib import Path
@@ -86,7 +86,7 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
 def patches_cmd(argv: Sequence[str]) -> int:
     """``python -m harness patches apply|export|check``."""
     from .patches import check_series, export_series, read_series, series_digest, apply_series
-    from .source import obtain_base, prepare_fork_tree, scratch_tree
+    from .source import obtain_base, prepare_tree, scratch_tree
     ap = argparse.ArgumentParser(prog="python -m harness patches")
     ap.add_argument("action", choices=("apply", "export", "check"))
     _add_common(ap)
@@ -96,18 +96,18 @@ def patches_cmd(argv: Sequence[str]) -> int:
     work = args.work_dir.resolve()
     if args.action == "apply":
         patches = read_series(args.patches_dir)
-        (work / "fork.series").unlink(missing_ok=True)
-        tree = prepare_fork_tree(base, work, series_digest(patches),
-                                 lambda repo, rev: apply_series(repo, rev, patches))
+        (work / "fork" / "tree.stamp").unlink(missing_ok=True)
+        tree = prepare_tree(base, work, "fork", series_digest(patches),
+                            lambda repo, rev: apply_series(repo, rev, patches))
         print(f"applied {len(patches)} patches onto {base.commit[:12]} in {tree}")
         print("edit and commit there, then run: nox -s patches -- export")
         return 0
     if args.action == "export":
-        tree = work / "fork"
+        tree = work / "fork" / "llama.cpp"
         if not tree.exists():
             raise SystemExit(f"error: no work tree at {tree}; run `nox -s patches -- apply` first")
         written = export_series(tree, base.git_rev, args.patches_dir)
-        (work / "fork.series").unlink(missing_ok=True)
+        (work / "fork" / "tree.stamp").unlink(missing_ok=True)
         for p in written:
             print(f"exported {p.name}  sha256 {p.sha256[:12]}")
         return 0
@@ -185,17 +185,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         cmd, rest = argv[0], argv[1:]
         commands = {"patches": patches_cmd, "source": source_cmd, "models": models_cmd}
-        try:
-            from . import ci_matrix, windows_check
-            commands["ci-matrix"] = ci_matrix.main
-            commands["check-windows"] = windows_check.main
-        except ImportError:
-            pass
-        try:
-            from . import triage
-            commands.update({"triage": triage.main, "bisect": triage.bisect_main, "report": triage.report_main})
-        except ImportError:
-            pass
+        for module, entries in (("ci_matrix", {"ci-matrix": "main"}),
+                                ("windows_check", {"check-windows": "main"}),
+                                ("bench", {"bench": "main"}),
+                                ("triage", {"triage": "main", "bisect": "bisect_main"}),
+                                ("report", {"report": "report_main"})):
+            try:
+                mod = importlib.import_module(f"harness.{module}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"harness.{module}":
+                    raise
+                continue
+            for name, attr in entries.items():
+                commands[name] = getattr(mod, attr)
         if cmd not in commands:
             print(f"error: unknown command {cmd!r}; expected one of: {', '.join([*STAGES, *commands])}",
                   file=sys.stderr)

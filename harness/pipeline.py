@@ -24,7 +24,7 @@ from .models import MoeParams, PypiChunkedModel, assemble_pypi_chunks, generate_
 from .native_tests import run_ctest
 from .patches import Patch, apply_series, read_series, series_digest, series_env_summary
 from .results import ComparisonRecord, Run, StepRecord, write_json
-from .source import BaseTree, cache_dir, obtain_base, prepare_fork_tree
+from .source import BaseTree, cache_dir, obtain_base, prepare_tree
 
 SANITIZERS = ("memcheck", "racecheck", "initcheck", "synccheck")
 
@@ -175,18 +175,19 @@ class Pipeline:
         start = time.monotonic()
         try:
             base = self.base()
+            work = self.opts.work_dir.resolve()
             if variant == "fork":
                 patches = self.patches()
-                source = prepare_fork_tree(base, self.opts.work_dir.resolve(), series_digest(patches),
-                                           lambda repo, rev: apply_series(repo, rev, patches,
-                                                                          log=logs / "patches.log"))
+                source = prepare_tree(base, work, "fork", series_digest(patches),
+                                      lambda repo, rev: apply_series(repo, rev, patches, log=logs / "patches.log"))
                 key_parts = {"base": base.commit, "series": series_digest(patches)}
             else:
-                source = base.path
+                source = prepare_tree(base, work, "base")
                 key_parts = {"base": base.commit}
             targets = p.targets + (p.test_targets if variant == "fork" else ())
-            req = BuildRequest(p.name, variant, source, self.opts.work_dir.resolve() / "build" / p.name / variant,
-                               self.cmake_options(p, variant), tuple(targets), key_parts, self.opts.jobs)
+            req = BuildRequest(p.name, variant, source, work / variant / f"build-{p.name}",
+                               self.cmake_options(p, variant), tuple(targets), key_parts, self.opts.jobs,
+                               env={"CCACHE_BASEDIR": str(work), "CCACHE_NOHASHDIR": "1"})
             result = build(req, logs)
         except Exception as exc:  # a broken input must not stop other platforms: record it
             result = BuildResult(p.name, variant, "error", "", Path(), time.monotonic() - start, False,

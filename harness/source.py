@@ -25,7 +25,7 @@ import tarfile
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .config import Matrix, Source
 
@@ -336,24 +336,33 @@ def export_mirror(base: BaseTree, out: Path) -> tuple[Path, str]:
     return out, digest
 
 
-def prepare_fork_tree(base: BaseTree, work: Path, series_digest: str, apply) -> Path:
-    """Return a work tree ``work/fork`` holding the base plus the patch series.
+def prepare_tree(base: BaseTree, work: Path, variant: str, series_digest: str | None = None,
+                 apply: Callable[[Path, str], object] | None = None) -> Path:
+    """Return the source tree ``work/<variant>/llama.cpp`` for a build variant.
 
-    ``apply(repo, base_rev)`` imports the series (see harness.patches).  The
-    tree is recreated only when ``series_digest`` changed since the last
-    apply, so an unchanged series leaves every file's mtime alone and a
-    rebuild stays a no-op.  Returns the work tree path.
+    ``base``: a clone of the base repository at ``base.git_rev``.  ``fork``:
+    the same plus the patch series, imported by ``apply(repo, base_rev)``
+    (see harness.patches).  A tree is recreated only when the base or
+    ``series_digest`` changed since it was made, so an unchanged series
+    leaves every file's mtime alone and a rebuild stays a no-op.  Both
+    variants sit at the same depth under ``work`` so their build commands
+    differ only in the variant directory, which ccache's base_dir removes.
     """
-    tree = work / "fork"
-    stamp = work / "fork.series"
-    if tree.exists() and stamp.exists() and stamp.read_text().strip() == f"{base.git_rev} {series_digest}":
+    tree = work / variant / "llama.cpp"
+    stamp = work / variant / "tree.stamp"
+    wanted = f"{base.git_rev} {series_digest or '-'}"
+    if tree.exists() and stamp.exists() and stamp.read_text().strip() == wanted:
         return tree
-    if not tree.exists():
-        work.mkdir(parents=True, exist_ok=True)
+    if not (tree / ".git").exists():
+        shutil.rmtree(tree, ignore_errors=True)
+        tree.parent.mkdir(parents=True, exist_ok=True)
         git(["clone", "--quiet", "--no-checkout", str(base.path), str(tree)])
     stamp.unlink(missing_ok=True)
-    apply(tree, base.git_rev)
-    stamp.write_text(f"{base.git_rev} {series_digest}\n")
+    if apply is None:
+        git(["checkout", "--quiet", "--force", "--detach", base.git_rev], tree)
+    else:
+        apply(tree, base.git_rev)
+    stamp.write_text(wanted + "\n")
     return tree
 
 

@@ -1,0 +1,108 @@
+"""End to end on the real llama.cpp: base source, patch series, CPU build, native tests, comparisons.
+
+Builds upstream at the pinned commit and the patched fork for linux-x86_64-cpu
+(about 10 minutes on 2 cores the first time; ccache and the build key make
+reruns fast), runs the native tests and every CPU comparison group on both
+models, and checks the results a user would read.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CPU platform is Linux")]
+
+
+def harness(*args: str, results: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_RUN_ID"}
+    env["PYTHONUNBUFFERED"] = "1"
+    return subprocess.run([sys.executable, "-m", "harness", *args, "--results-dir", str(results)],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def main_job(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    proc = harness("build", "test", "compare-outputs", results=results)
+    (results / "harness-output.txt").write_text(proc.stdout + proc.stderr)
+    return proc, results
+
+
+def summary(results: Path) -> dict:
+    return json.loads((results / "latest" / "summary.json").read_text())
+
+
+def test_main_job_passes_and_every_cpu_comparison_is_identical(main_job):
+    proc, results = main_job
+    data = summary(results)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert data["overall"] == "passed"
+    cmps = [c for c in data["comparisons"] if c["platform"] == "linux-x86_64-cpu"]
+    groups = {(c["group"], c["model"]) for c in cmps}
+    assert groups == {(g, m) for g in ("base-vs-fork", "mmap-vs-load-mode-none")
+                      for m in ("gemma3-270m", "moe-small")}
+    assert len(cmps) == 2 * 2 * 4
+    assert all(c["status"] == "identical" for c in cmps), [c for c in cmps if c["status"] != "identical"]
+
+
+def test_platforms_this_machine_cannot_run_are_skipped_with_a_reason(main_job):
+    _, results = main_job
+    data = summary(results)
+    skipped = data["skipped_platforms"]
+    assert "nvidia" in skipped["linux-x86_64-cuda"].lower() or "nvcc" in skipped["linux-x86_64-cuda"]
+    assert "windows" in skipped["windows-x86_64-cuda"]
+    for step in data["configurations"]:
+        if step["platform"] in skipped:
+            assert step["status"] == "skipped"
+
+
+def test_native_tests_ran_through_ctest_with_junit(main_job):
+    _, results = main_job
+    run = results / "latest" / "linux-x86_64-cpu"
+    junit = (run / "tests" / "junit.xml").read_text()
+    assert 'name="test-moe-pin-layers"' in junit
+    tests = json.loads((run / "tests" / "tests.json").read_text())
+    by_name = {c["name"]: c["status"] for c in tests["cases"]}
+    assert by_name["test-moe-pin-layers"] == "passed"
+    assert tests["status"] == "passed"
+
+
+def test_results_hold_logs_environment_and_per_config_outputs(main_job):
+    _, results = main_job
+    run = results / "latest" / "linux-x86_64-cpu"
+    env = json.loads((run / "environment.json").read_text())
+    assert env["base_commit"] == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+    assert env["patches"] and all(len(p["sha256"]) == 64 for p in env["patches"])
+    for variant in ("base", "fork"):
+        assert (run / f"build-{variant}" / "build.log").exists()
+    gen = run / "fork-load-none" / "gen" / "gemma3-270m"
+    stdout = (gen / "umlaut-newline.r1.stdout").read_bytes()
+    assert stdout.strip(), "the generation produced no text"
+    assert (gen / "umlaut-newline.r2.stderr").exists()
+    compare = json.loads((run / "fork" / "compare.json").read_text())
+    assert {c["group"] for c in compare} == {"base-vs-fork"}
+    assert (results / "latest" / "summary.md").read_text().count("identical") >= 16
+
+
+def test_fork_binary_names_the_applied_series(main_job):
+    _, results = main_job
+    build_json = json.loads((ROOT / ".harness" / "fork" / "build-linux-x86_64-cpu" / "harness-build.json").read_text())
+    series = build_json["options"]["LLAMA_FORK_SERIES"]
+    exe = ROOT / ".harness" / "fork" / "build-linux-x86_64-cpu" / "bin" / "llama-completion"
+    out = subprocess.run([str(exe), "--version"], capture_output=True, text=True)
+    assert f"fork series: {series}" in out.stdout + out.stderr
+
+
+def test_second_build_with_nothing_changed_does_not_rebuild(main_job, tmp_path):
+    proc = harness("build", "--platform", "linux-x86_64-cpu", results=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    steps = [s for s in summary(tmp_path)["configurations"] if s["step"] == "build"]
+    assert {s["config"] for s in steps} == {"base", "fork"}
+    assert all(s["detail"].startswith("up to date") for s in steps), steps
