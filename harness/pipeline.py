@@ -24,6 +24,8 @@ from .models import MoeParams, PypiChunkedModel, assemble_pypi_chunks, generate_
 from .native_tests import run_ctest
 from .patches import Patch, apply_series, read_series, series_digest, series_env_summary
 from .results import ComparisonRecord, Run, StepRecord, write_json
+from .report import write_report
+from .signatures import classify_run
 from .source import BaseTree, cache_dir, obtain_base, prepare_tree
 
 SANITIZERS = ("memcheck", "racecheck", "initcheck", "synccheck")
@@ -392,5 +394,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
     for stage in stages:
         {"build": pipe.stage_build, "test": pipe.stage_test, "compare-outputs": pipe.stage_compare}[stage]()
     run.write_summary()
-    say(f"results: {run.dir} — {run.overall()}")
+    classify_run(run.dir)
+    report = write_report(run.dir)
+    say(f"results: {run.dir} — {run.overall()} (report: {report})")
     return 0 if run.overall() == "passed" else 1

@@ -1,0 +1,765 @@
+"""Failure signatures: every failed step of a run, classified from its logs.
+
+A signature names *what* failed in a form that stays the same from run to run,
+so that triage can tell a failure already known from a new one.  Its ``kind``
+is one of :data:`KINDS`; its ``key`` is built only from stable facts: source
+paths relative to the source or build tree (no home or temporary directories),
+no line numbers, no hex addresses, no timestamps, durations or process ids.
+
+Kinds and what the key holds:
+
+``configure_error``
+    the CMake file and command of the first ``CMake Error`` and its first message line.
+``compile_error``
+    the source file and message of the first compiler error (GCC/Clang, nvcc, MSVC).
+``link_error``
+    the undefined or duplicate symbol, or the missing library.
+``test_assertion``
+    ``GGML_ASSERT(cond) failed`` with its file, a C ``assert`` condition, or a
+    test's ``FAIL`` line, prefixed by the test name.
+``signal``
+    the signal (SIGSEGV, SIGABRT, ...) and the test or program it ended; read from
+    "Segmentation fault"-style messages, ctest's ``SEGFAULT``/``Subprocess aborted``,
+    exit codes 128+N, negative return codes and the step detail.
+``cuda_error``
+    the CUDA error message and the API call where it surfaced.  ggml's
+    ``ggml_cuda_error`` (ggml/src/ggml-cuda/ggml-cuda.cu) prints::
+
+        CUDA error: an illegal memory access was encountered
+          current device: 0, in function ggml_cuda_op_mul_mat at .../ggml-cuda.cu:1234
+          cudaFuncSetAttribute(...)
+
+    A CUDA error is sticky: it is reported by whichever later call checks first,
+    so the function and line of that check are innocent and kept out of the key;
+    the pair (error message, API call) is the signature.
+``sanitizer_report``
+    compute-sanitizer's first report header (``Invalid __global__ read of size 4
+    bytes``, ``Program hit cudaError...``) and the kernel or API call it names;
+    a bare ``ERROR SUMMARY: n errors`` with n > 0 gives the tool name.
+``timeout``
+    the test or program that ran out of time.
+``output_mismatch``
+    a diverged greedy comparison: group, model, prompt, candidate and reference.
+``other``
+    a failure none of the rules recognise; the key is the normalised detail.
+
+:func:`classify_run` writes ``signatures.json`` into the run directory so later
+runs are matched against stored keys even when the old logs are gone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal as _signal
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from .results import write_json
+
+KINDS = ("configure_error", "compile_error", "link_error", "test_assertion", "signal", "cuda_error",
+         "sanitizer_report", "timeout", "output_mismatch", "other")
+
+#: Which signature of a step with several failures (tests, generations) is kept: the most
+#: specific first.  A CUDA error ends in an abort (SIGABRT) and an assertion too, so those
+#: rank above ``signal``.
+KIND_RANK = {"sanitizer_report": 0, "cuda_error": 1, "test_assertion": 2, "configure_error": 3,
+             "link_error": 3, "compile_error": 3, "timeout": 4, "signal": 5, "output_mismatch": 6, "other": 7}
+
+#: File written into the run directory by :func:`classify_run`.
+SIGNATURES_FILE = "signatures.json"
+
+#: Longest key and summary, in characters (keys are compared, not read; they stay short).
+KEY_MAX_CHARS = 240
+SUMMARY_MAX_CHARS = 200
+#: Most evidence lines kept per signature.
+EVIDENCE_MAX_LINES = 6
+
+#: Top-level directories of the llama.cpp tree; a path is cut to start at one of them when
+#: the source and build roots are unknown (e.g. ``/home/u/x/ggml/src/ggml.c`` -> ``ggml/src/ggml.c``).
+SOURCE_TOP_DIRS = ("ggml", "src", "common", "tools", "tests", "examples", "include", "vendor", "pocs")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A failure's stable identity.
+
+    ``kind`` is one of KINDS; ``key`` is stable across runs and machines (no
+    addresses, timestamps, absolute paths or innocent line numbers) and is what
+    runs are matched by; ``summary`` is one line for people; ``evidence`` the log
+    line(s) it was read from, as logged.
+    """
+
+    kind: str
+    key: str
+    summary: str
+    evidence: str
+
+
+# --------------------------------------------------------------------------- normalisation
+
+_ABS_PATH = re.compile(
+    r"(?<![\w.\\/])(?:[A-Za-z]:[\\/]|/)(?:[\w.+@~-]+[\\/])*[\w.+@~-]+"
+    r"(?P<pos>(?::\d+){1,2}\b|\(\d+(?:,\d+)?\))?")
+_REL_POS = re.compile(r"(?<=[\w.])(?::\d+){1,2}(?=:)")
+_HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
+_TIMESTAMP = re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?"
+                        r"|\b\d{8}T\d{6}Z(?:-[0-9a-f]{4})?\b|\b\d\d:\d\d:\d\d(?:\.\d+)?\b")
+_DURATION = re.compile(r"\b\d+(?:\.\d+)?\s*(?:ms|us|µs|ns|s|sec|secs|seconds)\b")
+_LONG_NUMBER = re.compile(r"\b\d{6,}\b")
+_SPACES = re.compile(r"\s+")
+
+
+def relative_path(path: str, roots: Sequence[str] = ()) -> str:
+    """``path`` made machine independent: relative to the longest matching root, else cut at a
+    llama.cpp top-level directory (:data:`SOURCE_TOP_DIRS`, keeping a leading ``ggml/``),
+    else only its file name.  Backslashes become slashes.  Returns the new path (str).
+    """
+    p = path.replace("\\", "/")
+    if not re.match(r"^(?:[A-Za-z]:)?/", p):
+        return re.sub(r"^(?:\.\.?/)+", "", p)
+    for root in sorted((r.replace("\\", "/").rstrip("/") for r in roots if r), key=len, reverse=True):
+        if p.startswith(root + "/"):
+            return p[len(root) + 1:]
+    parts = [x for x in p.split("/") if x]
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] in SOURCE_TOP_DIRS:
+            if i > 0 and parts[i - 1] == "ggml" and parts[i] != "ggml":
+                i -= 1
+            return "/".join(parts[i:])
+    return parts[-1] if parts else p
+
+
+def normalise(text: str, roots: Sequence[str] = ()) -> str:
+    """``text`` with everything that changes between runs removed, for use in keys.
+
+    Timestamps become ``<time>``; absolute paths become relative (see :func:`relative_path`)
+    and lose ``:line:col`` / ``(line)`` suffixes, as do relative ``file:line:`` positions;
+    hex numbers become ``0x?``; durations ``<t>``; numbers of six or more digits
+    (addresses, process ids, byte counts of a run) ``<n>``; whitespace is collapsed.
+    """
+    text = _TIMESTAMP.sub("<time>", text)
+    text = _ABS_PATH.sub(lambda m: relative_path(m.group(0)[:len(m.group(0)) - len(m.group("pos") or "")],
+                                                 roots), text)
+    text = _REL_POS.sub("", text)
+    text = _HEX.sub("0x?", text)
+    text = _DURATION.sub("<t>", text)
+    text = _LONG_NUMBER.sub("<n>", text)
+    return _SPACES.sub(" ", text).strip()
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _sig(kind: str, key: str, summary: str, evidence: Iterable[str]) -> Signature:
+    lines = [line.rstrip() for line in evidence if line and line.strip()]
+    return Signature(kind, _clip(key, KEY_MAX_CHARS), _clip(summary, SUMMARY_MAX_CHARS),
+                     "\n".join(lines[:EVIDENCE_MAX_LINES]))
+
+
+# --------------------------------------------------------------------------- signals and exit codes
+
+#: Windows NTSTATUS exit codes that mean the process was killed by the equivalent of a signal.
+WINDOWS_STATUS = {0xC0000005: "SIGSEGV", 0xC000001D: "SIGILL", 0xC0000094: "SIGFPE",
+                  0xC00000FD: "SIGSEGV", 0xC0000409: "SIGABRT"}
+
+#: Messages of shells, ctest and the C runtime that name the signal that ended a process.
+_SIGNAL_TEXT = [
+    (re.compile(r"Segmentation fault|\bSEGFAULT\b|Exception: SegFault|\bSIGSEGV\b"), "SIGSEGV"),
+    (re.compile(r"Subprocess aborted|Child aborted|^Aborted\b|\bAborted \(core dumped\)|\bSIGABRT\b", re.M),
+     "SIGABRT"),
+    (re.compile(r"Illegal instruction|\bILLEGAL\b|Exception: Illegal|\bSIGILL\b"), "SIGILL"),
+    (re.compile(r"Bus error|\bSIGBUS\b"), "SIGBUS"),
+    (re.compile(r"Floating point exception|Exception: Numerical|\bSIGFPE\b"), "SIGFPE"),
+    (re.compile(r"^Killed$|\bSIGKILL\b", re.M), "SIGKILL"),
+]
+
+
+def signal_from_exit(code: int | None) -> str | None:
+    """The signal a process exit status stands for, or None.
+
+    Negative return codes are Python's ``-N`` for "killed by signal N"; 129..192 are a
+    shell's ``128 + N``; Windows NTSTATUS crash codes are in :data:`WINDOWS_STATUS`.
+    """
+    if code is None:
+        return None
+    number = -code if code < 0 else (code - 128 if 128 < code <= 192 else None)
+    if number is not None:
+        try:
+            return _signal.Signals(number).name
+        except ValueError:
+            return f"signal {number}"
+    return WINDOWS_STATUS.get(code & 0xFFFFFFFF)
+
+
+def _signal_in_text(text: str) -> tuple[str, str] | None:
+    for pattern, name in _SIGNAL_TEXT:
+        m = pattern.search(text)
+        if m:
+            return name, _line_at(text, m.start())
+    return None
+
+
+def _line_at(text: str, pos: int) -> str:
+    """The whole line of ``text`` holding character ``pos``, stripped."""
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    return text[start:].strip() if end < 0 else text[start:end].strip()
+
+
+# --------------------------------------------------------------------------- text rules
+
+_CUDA_ERROR = re.compile(r"\b(?:CUDA|HIP|MUSA) error: (?P<msg>\S.*?)\s*$")
+_CUDA_WHERE = re.compile(r"current device: -?\d+, in function (?P<func>\S+) at (?P<file>.+?):\d+\s*$")
+_API_CALL = re.compile(r"^\s*(?P<api>[A-Za-z_][\w:]*)\s*\(")
+_GGML_ASSERT = re.compile(r"(?P<file>\S+?):\d+: (?P<what>GGML_ASSERT\((?P<cond>.*)\) failed)")
+_C_ASSERT = re.compile(r"(?P<file>[^\s:]+):\d+: (?P<func>[^:]+?): Assertion [`'](?P<cond>.+)' failed")
+_MSVC_ASSERT = re.compile(r"Assertion failed: (?P<cond>.+?), file (?P<file>.+?), line \d+")
+_ASSERT_LINE = re.compile(r"\bassert(?:ion)? failed\b.*", re.I)
+_FAIL_LINE = re.compile(r"^\s*(?:\[\s*FAIL(?:ED)?\s*\]|FAIL(?:ED)?\b[:!]?)\s*(?P<what>.*)$", re.M)
+_TIMEOUT_TEXT = re.compile(r"\*\*\*Timeout|\btimed out\b", re.I)
+_SAN_LINE = re.compile(r"^=+ (?P<msg>\S.*?)\s*$")
+_SAN_DETAIL = re.compile(r"^=+ {2,}(?P<msg>\S.*?)\s*$")
+_SAN_SUMMARY = re.compile(r"=+ ERROR SUMMARY: (\d+) errors?")
+_SAN_NOT_A_REPORT = re.compile(r"^(?:COMPUTE-SANITIZER|ERROR SUMMARY|Target application returned|"
+                               r"LEAK SUMMARY|This tool|Saved host backtrace|Host Frame|Error: process didn't)")
+_SAN_AT = re.compile(r"^at (?:(?P<fn1>.+?)\+0x[0-9a-fA-F]+ in .*|0x[0-9a-fA-F]+ in (?:\S+?:\d+:)?(?P<fn2>.+))$")
+
+
+def _sanitizer(text: str, context: str, roots: Sequence[str], tool: str = "") -> Signature | None:
+    counts = [int(n) for n in _SAN_SUMMARY.findall(text)]
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _SAN_LINE.match(line)
+        if not m or _SAN_DETAIL.match(line) or _SAN_NOT_A_REPORT.match(m.group("msg")):
+            continue
+        msg = m.group("msg")
+        where = ""
+        evidence = [line]
+        for follow in lines[i + 1:i + 8]:
+            d = _SAN_DETAIL.match(follow)
+            if not d:
+                break
+            evidence.append(follow)
+            at = _SAN_AT.match(d.group("msg"))
+            if at and not where:
+                where = (at.group("fn1") or at.group("fn2") or "").strip()
+        label = f"{tool}: " if tool else ""
+        key = f"{label}{normalise(msg, roots)}" + (f" in {normalise(where, roots)}" if where else "")
+        if context:
+            key = f"{context}: {key}"
+        return _sig("sanitizer_report", key, f"compute-sanitizer{' ' + tool if tool else ''}: {msg}"
+                    + (f" in {where}" if where else "") + (f" ({context})" if context else ""), evidence)
+    if counts and sum(counts):
+        key = f"{context + ': ' if context else ''}{tool or 'compute-sanitizer'} reported errors"
+        return _sig("sanitizer_report", key, f"compute-sanitizer{' ' + tool if tool else ''}: "
+                    f"{sum(counts)} error(s)" + (f" in {context}" if context else ""),
+                    [m.group(0) for m in _SAN_SUMMARY.finditer(text)])
+    return None
+
+
+def _cuda(text: str, roots: Sequence[str]) -> Signature | None:
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _CUDA_ERROR.search(line)
+        if not m:
+            continue
+        msg = m.group("msg")
+        func, api, evidence = "", "", [line]
+        for j in range(i + 1, min(i + 3, len(lines))):
+            w = _CUDA_WHERE.search(lines[j])
+            if w:
+                func = w.group("func")
+                evidence.append(lines[j])
+                if j + 1 < len(lines):
+                    a = _API_CALL.match(lines[j + 1])
+                    if a:
+                        api = a.group("api")
+                        evidence.append(lines[j + 1])
+                break
+        key = f"{normalise(msg, roots).lower()} at {api or 'unknown call'}"
+        summary = f"CUDA error: {msg} at {api or 'an unknown call'}" + (f" (in {func})" if func else "")
+        return _sig("cuda_error", key, summary, evidence)
+    return None
+
+
+def _assertion(text: str, context: str, roots: Sequence[str]) -> Signature | None:
+    prefix = f"{context}: " if context else ""
+    for pattern in (_GGML_ASSERT, _C_ASSERT, _MSVC_ASSERT):
+        m = pattern.search(text)
+        if m:
+            what = m.group("what") if "what" in pattern.groupindex else f"assertion `{m.group('cond')}' failed"
+            file = relative_path(m.group("file"), roots)
+            line = _line_at(text, m.start())
+            return _sig("test_assertion", f"{prefix}{normalise(what, roots)} in {file}",
+                        f"{what} in {file}" + (f" ({context})" if context else ""), [line])
+    m = _ASSERT_LINE.search(text)
+    if m:
+        return _sig("test_assertion", prefix + normalise(m.group(0), roots),
+                    f"{m.group(0).strip()}" + (f" ({context})" if context else ""), [m.group(0)])
+    m = _FAIL_LINE.search(text)
+    if m:
+        what = m.group("what").strip() or "FAIL"
+        return _sig("test_assertion", prefix + "FAIL " + normalise(what, roots),
+                    f"FAIL {what}" + (f" ({context})" if context else ""), [m.group(0)])
+    return None
+
+
+def classify_text(text: str, context: str = "", roots: Sequence[str] = (), *, tool: str = "") -> Signature | None:
+    """The signature a failing program's output shows, or None when no rule matches.
+
+    ``text``: the program's output; ``context``: the test or program name put into the key
+    (e.g. ``test-moe-pin-layers``, ``llama-completion``); ``roots``: source/build directories
+    paths are made relative to; ``tool``: the compute-sanitizer tool, when it ran under one.
+    Rules in order: sanitizer report, CUDA error, assertion or FAIL line, timeout, signal.
+    """
+    for found in (_sanitizer(text, context, roots, tool), _cuda(text, roots), _assertion(text, context, roots)):
+        if found:
+            return found
+    m = _TIMEOUT_TEXT.search(text)
+    if m:
+        line = _line_at(text, m.start())
+        return _sig("timeout", f"timeout in {context or 'program'}", f"{context or 'program'} timed out", [line])
+    sig = _signal_in_text(text)
+    if sig:
+        name, line = sig
+        return signal_signature(name, context, line)
+    return None
+
+
+def signal_signature(name: str, context: str, evidence: str = "") -> Signature:
+    """A ``signal`` signature for signal ``name`` (e.g. SIGSEGV) ending ``context`` (a test or program)."""
+    where = context or "program"
+    return _sig("signal", f"{name} in {where}", f"{where} killed by {name}", [evidence])
+
+
+# --------------------------------------------------------------------------- build steps
+
+_CMAKE_ERROR = re.compile(r"^CMake Error(?: at (?P<file>.+?)(?::\d+)? \((?P<cmd>\w+)\))?:?\s*(?P<rest>.*)$")
+_GCC_ERROR = re.compile(r"^(?P<file>(?:[A-Za-z]:)?[^\s:][^:\n]*?):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.+)$")
+_NVCC_ERROR = re.compile(r"^(?P<file>(?:[A-Za-z]:)?[^\s(][^(\n]*?)\((?P<line>\d+)(?:,\s*\d+)?\)\s*:\s*"
+                         r"(?:fatal |catastrophic )?error(?: (?P<code>#?[A-Z]*\d+(?:-[A-Z])?))?\s*:\s*(?P<msg>.+)$")
+_LINK_RULES = [
+    re.compile(r"undefined reference to [`'‘](?P<sym>[^'’]+)['’]"),
+    re.compile(r"undefined symbol: (?P<sym>.+)$"),
+    re.compile(r"multiple definition of [`'‘](?P<sym>[^'’]+)['’]"),
+    re.compile(r"error LNK\d+: .*?symbol (?P<sym>\S+)"),
+    re.compile(r"ld(?:\.\w+)?: (?:error: )?cannot find (?P<sym>-l\S+)"),
+    re.compile(r"error LNK\d+: (?P<sym>.+)$"),
+    re.compile(r"(?P<sym>collect2|ld(?:\.\w+)?): error: ld returned \d+ exit status"),
+]
+_NINJA_FAILED = re.compile(r"^FAILED: (?:\[code=\d+\] )?(?P<out>\S+)")
+_COMMAND_ROOTS = re.compile(r"(?:^|\s)(?:-S|-B|--build)\s+(?P<dir>\S+)")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _rc(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _roots_from_logs(*texts: str) -> list[str]:
+    roots: list[str] = []
+    for text in texts:
+        first = text.split("\n", 1)[0]
+        if first.startswith("$ "):
+            roots += [m.group("dir") for m in _COMMAND_ROOTS.finditer(first)]
+    return roots
+
+
+def _configure_error(text: str, roots: Sequence[str]) -> Signature | None:
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _CMAKE_ERROR.match(line)
+        if not m:
+            continue
+        message = m.group("rest").strip()
+        evidence = [line]
+        for follow in lines[i + 1:i + 4]:
+            if not message and follow.strip():
+                message = follow.strip()
+            if follow.strip():
+                evidence.append(follow)
+                if len(evidence) >= 3:
+                    break
+        where = ""
+        if m.group("file"):
+            where = f"{relative_path(m.group('file'), roots)} ({m.group('cmd')})"
+        key = f"{where}: {normalise(message, roots)}" if where else normalise(message, roots)
+        return _sig("configure_error", key, f"CMake Error{' at ' + where if where else ''}: {message}", evidence)
+    return None
+
+
+def _link_error(text: str, roots: Sequence[str]) -> Signature | None:
+    lines = text.splitlines()
+    for rule in _LINK_RULES:
+        for index, line in enumerate(lines):
+            m = rule.search(line)
+            if not m:
+                continue
+            target = ""
+            for prev in lines[:index]:
+                f = _NINJA_FAILED.match(prev)
+                if f:
+                    target = relative_path(f.group("out"), roots)
+            what = normalise(m.group(0).strip(), roots)
+            key = what + (f" linking {target}" if target else "")
+            return _sig("link_error", key, f"link error: {what}" + (f" (linking {target})" if target else ""),
+                        [line])
+    return None
+
+
+def _compile_error(text: str, roots: Sequence[str]) -> Signature | None:
+    for line in text.splitlines():
+        m = _GCC_ERROR.match(line.strip()) or _NVCC_ERROR.match(line.strip())
+        if not m:
+            continue
+        file = relative_path(m.group("file"), roots)
+        msg = m.group("msg").strip()
+        code = m.groupdict().get("code") or ""
+        key = f"{file}: error{' ' + code if code else ''}: {normalise(msg, roots)}"
+        return _sig("compile_error", key, f"compile error in {file}:{m.group('line')}: {msg}", [line])
+    return None
+
+
+def _classify_build(run_dir: Path, step: dict) -> Signature:
+    logs = run_dir / step["platform"] / f"build-{step['config']}"
+    configure, build = _read(logs / "configure.log"), _read(logs / "build.log")
+    roots = _roots_from_logs(configure, build)
+    configure_rc, build_rc = _rc(logs / "configure.rc"), _rc(logs / "build.rc")
+    if configure_rc not in (None, 0) or (configure and not build and "CMake Error" in configure):
+        found = _configure_error(configure, roots)
+        if found:
+            return found
+        return _sig("configure_error", f"cmake exit {configure_rc}", f"configure failed (exit {configure_rc})",
+                    configure.splitlines()[-3:])
+    if build:
+        for rule in (_link_error, _compile_error):
+            found = rule(build, roots)
+            if found:
+                return found
+    error_log = _read(logs / "error.log").strip()
+    detail = step.get("detail") or error_log or f"build exit {build_rc}"
+    return _other(detail, roots, error_log.splitlines()[:3] or [detail])
+
+
+def _other(detail: str, roots: Sequence[str], evidence: Iterable[str]) -> Signature:
+    return _sig("other", normalise(detail, roots) or "failed", detail.split("\n", 1)[0], evidence)
+
+
+# --------------------------------------------------------------------------- test steps
+
+_CTEST_RESULT = re.compile(r"^\s*\d+/\d+ Test\s+#\d+: (?P<name>\S+) \.*\s*(?P<status>.*?)\s+[\d.]+ sec\s*$")
+_CTEST_START = re.compile(r"^\s*(?:Start\s+\d+: |\d+/\d+ Test\s+#\d+: |\d+% tests passed)")
+_CTEST_FAILED_ITEM = re.compile(r"^\s*\d+ - (?P<name>\S+) \((?P<why>[^)]+)\)")
+_EXIT_MESSAGE = re.compile(r"exit (-?\d+)")
+
+
+def _ctest_blocks(text: str) -> dict[str, str]:
+    """Per test name, ctest's result line plus the output --output-on-failure printed after it."""
+    blocks: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        m = _CTEST_RESULT.match(line)
+        if m:
+            current = blocks.setdefault(m.group("name"), [])
+            current.append(line)
+            continue
+        if _CTEST_START.match(line) or line.startswith("The following tests"):
+            current = None
+            continue
+        if current is not None:
+            current.append(line)
+    return {k: "\n".join(v) for k, v in blocks.items()}
+
+
+def _failed_tests(test_dir: Path) -> list[tuple[str, str]]:
+    """(name, message) of the failed tests, from tests.json, else junit.xml, else ctest.log."""
+    try:
+        data = json.loads((test_dir / "tests.json").read_text(encoding="utf-8"))
+        return [(c["name"], c.get("message", "")) for c in data.get("cases", []) if c.get("status") == "failed"]
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass
+    try:
+        root = ET.parse(test_dir / "junit.xml").getroot()
+        out = []
+        for tc in root.iter("testcase"):
+            node = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
+            if node is not None:
+                out.append((tc.get("name", "?"), node.get("message") or ""))
+        return out
+    except (OSError, ET.ParseError):
+        pass
+    return [(m.group("name"), m.group("why")) for m in _CTEST_FAILED_ITEM.finditer(_read(test_dir / "ctest.log"))]
+
+
+def _test_dir(run_dir: Path, step: dict) -> Path:
+    """``tests/`` for step ``test``, ``tests-<tool>/`` for step ``test-<tool>`` (see harness.pipeline)."""
+    name = step["step"]
+    sub = f"tests-{name[len('test-'):]}" if name.startswith("test-") else "tests"
+    return run_dir / step["platform"] / sub
+
+
+def _classify_test(run_dir: Path, step: dict) -> Signature:
+    test_dir = _test_dir(run_dir, step)
+    ctest_log = _read(test_dir / "ctest.log")
+    tool = ""
+    if (test_dir / "sanitizer.json").exists():
+        try:
+            tool = json.loads((test_dir / "sanitizer.json").read_text()).get("tool") or ""
+        except ValueError:
+            tool = ""
+    blocks = _ctest_blocks(ctest_log)
+    why = {m.group("name"): m.group("why") for m in _CTEST_FAILED_ITEM.finditer(ctest_log)}
+    candidates: list[Signature] = []
+    for name, message in _failed_tests(test_dir):
+        own_log = test_dir / f"{name}.log"
+        text = _read(own_log) if own_log.exists() else blocks.get(name, "")
+        found = classify_text(text, name, tool=tool)
+        if not found:
+            code = _EXIT_MESSAGE.search(message or "")
+            sig_name = signal_from_exit(int(code.group(1))) if code else None
+            reason = (why.get(name, "") + " " + (message or "")).strip()
+            named = _signal_in_text(reason)
+            if sig_name:
+                found = signal_signature(sig_name, name, message)
+            elif "timeout" in reason.lower():
+                found = _sig("timeout", f"timeout in {name}", f"{name} timed out", [reason])
+            elif named:
+                found = signal_signature(named[0], name, reason)
+            else:
+                tail = [ln for ln in text.splitlines() if ln.strip()][-3:]
+                found = _sig("other", f"{name} failed", f"{name} failed" + (f": {message}" if message else ""),
+                             tail or [message])
+        candidates.append(found)
+    if tool and not candidates:
+        found = _sanitizer(ctest_log, "", (), tool)
+        if found:
+            candidates.append(found)
+    if candidates:
+        best = min(candidates, key=lambda s: KIND_RANK.get(s.kind, 99))
+        if len(candidates) > 1:
+            best = Signature(best.kind, best.key,
+                             _clip(f"{best.summary} (+{len(candidates) - 1} more failing test(s))", SUMMARY_MAX_CHARS),
+                             best.evidence)
+        return best
+    return _other(step.get("detail") or "tests failed", (), ctest_log.splitlines()[-3:])
+
+
+# --------------------------------------------------------------------------- generate steps
+
+_GEN_PROBLEM = re.compile(r"^(?P<model>[^/\s:]+)/(?P<prompt>[^:\s]+): (?P<status>crashed|timeout)"
+                          r"(?: (?P<signal>SIG[A-Z0-9]+|signal \d+))?(?: (?P<line>.*))?$")
+
+
+def _gen_roots(cmd_files: Iterable[Path]) -> list[str]:
+    roots = []
+    for cmd in cmd_files:
+        try:
+            argv0 = json.loads(cmd.read_text())["argv"][0]
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            continue
+        binary = Path(argv0)
+        if binary.parent.name == "bin":
+            roots.append(str(binary.parent.parent))
+        break
+    return roots
+
+
+def _program_name(cmd_files: Sequence[Path]) -> str:
+    for cmd in cmd_files:
+        try:
+            name = Path(json.loads(cmd.read_text())["argv"][0]).name
+            return name[:-4] if name.endswith(".exe") else name
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            continue
+    return "llama-completion"
+
+
+def _classify_generate(run_dir: Path, step: dict) -> Signature:
+    gen_dir = run_dir / step["platform"] / step["config"] / "gen"
+    detail = step.get("detail") or ""
+    problems = [p.strip() for p in detail.split("; ") if p.strip()]
+    cmd_files = sorted(gen_dir.glob("*/*.cmd")) if gen_dir.is_dir() else []
+    roots = _gen_roots(cmd_files)
+    program = _program_name(cmd_files)
+    candidates: list[Signature] = []
+    parsed = [(p, _GEN_PROBLEM.match(p)) for p in problems]
+    for text, m in parsed:
+        if not m:
+            candidates.append(_other(text, roots, [text]))
+            continue
+        stderr_files = sorted((gen_dir / m.group("model")).glob(f"{m.group('prompt')}.r*.stderr"))
+        found = None
+        for path in stderr_files:
+            found = classify_text(_read(path), program, roots)
+            if found:
+                break
+        if not found and m.group("status") == "timeout":
+            found = _sig("timeout", f"timeout in {program}", f"{program} timed out ({m.group('model')}/"
+                         f"{m.group('prompt')})", [text])
+        if not found and m.group("signal"):
+            found = signal_signature(m.group("signal"), program, text)
+        if not found and m.group("line"):
+            code = re.search(r"exit code (-?\d+)", m.group("line"))
+            sig_name = signal_from_exit(int(code.group(1))) if code else None
+            found = signal_signature(sig_name, program, text) if sig_name else _other(m.group("line"), roots, [text])
+        candidates.append(found or _other(text, roots, [text]))
+    if not candidates and gen_dir.is_dir():
+        for path in sorted(gen_dir.glob("*/*.stderr")):
+            found = classify_text(_read(path), program, roots)
+            if found:
+                candidates.append(found)
+                break
+    if candidates:
+        return min(candidates, key=lambda s: KIND_RANK.get(s.kind, 99))
+    return _other(detail or "generation failed", roots, [detail])
+
+
+# --------------------------------------------------------------------------- steps and runs
+
+def classify_step(run_dir: Path, step: dict) -> Signature | None:
+    """The signature of one step record of ``run_dir``'s summary, or None when it did not fail.
+
+    ``step`` is a summary.json ``configurations`` entry (platform, config, step, status,
+    detail, log).  Steps named ``build`` are read from ``<platform>/build-<config>/``
+    (configure.log, build.log, their .rc files, error.log); ``test`` and ``test-<tool>``
+    from ``<platform>/tests[-<tool>]/`` (tests.json, junit.xml, ctest.log, per-test logs,
+    sanitizer.json); ``generate`` from the .stderr/.cmd files under
+    ``<platform>/<config>/gen/`` named by the step detail.  A step with several failures
+    gets the most specific one (:data:`KIND_RANK`).  Missing logs give an ``other``
+    signature from the detail; this never raises for absent or unreadable logs.
+    """
+    if step.get("status") not in ("failed", "error"):
+        return None
+    name = step.get("step", "")
+    if name == "build":
+        return _classify_build(run_dir, step)
+    if name == "test" or name.startswith("test-"):
+        return _classify_test(run_dir, step)
+    if name == "generate":
+        return _classify_generate(run_dir, step)
+    detail = step.get("detail") or f"{name} {step.get('status')}"
+    found = classify_text(detail)
+    return found or _other(detail, (), [detail])
+
+
+def comparison_signature(cmp: dict) -> Signature | None:
+    """The ``output_mismatch`` signature of a diverged summary.json comparison, else None.
+
+    The key names the comparison (group/model/prompt, candidate vs reference), not the
+    token index: a divergence that moves is the same failure; triage reports the move.
+    """
+    if cmp.get("status") != "diverged":
+        return None
+    where = f"{cmp.get('group')}/{cmp.get('model')}/{cmp.get('prompt')}: {cmp.get('candidate')} vs {cmp.get('reference')}"
+    div = cmp.get("first_divergence") or {}
+    if div:
+        ref, cand = div.get("reference") or {}, div.get("candidate") or {}
+        at = (f"token {div.get('index')}: {ref.get('piece', 'end of output')!r} vs "
+              f"{cand.get('piece', 'end of output')!r}")
+    else:
+        at = cmp.get("detail") or "diverged"
+    return _sig("output_mismatch", where, f"{where} diverged at {at}", [cmp.get("detail") or at])
+
+
+def step_logs(run_dir: Path, step: dict) -> list[Path]:
+    """The log files that show why ``step`` failed (existing files only, most telling first).
+
+    build: build.log when the build ran (else configure.log) and error.log; test: the
+    per-test logs of failed tests, then ctest.log; generate: the .stderr files of the
+    generations named in the detail (all .stderr files when the detail names none).
+    """
+    platform = run_dir / step.get("platform", "")
+    name = step.get("step", "")
+    found: list[Path] = []
+    if name == "build":
+        logs = platform / f"build-{step.get('config')}"
+        if _rc(logs / "configure.rc") not in (None, 0) or not (logs / "build.log").exists():
+            found.append(logs / "configure.log")
+        else:
+            found.append(logs / "build.log")
+        found.append(logs / "error.log")
+    elif name == "test" or name.startswith("test-"):
+        test_dir = _test_dir(run_dir, step)
+        found += [test_dir / f"{n}.log" for n, _ in _failed_tests(test_dir)]
+        found.append(test_dir / "ctest.log")
+    elif name == "generate":
+        gen_dir = platform / step.get("config", "") / "gen"
+        for problem in (step.get("detail") or "").split("; "):
+            m = _GEN_PROBLEM.match(problem.strip())
+            if m:
+                found += sorted((gen_dir / m.group("model")).glob(f"{m.group('prompt')}.r*.stderr"))
+        if not found and gen_dir.is_dir():
+            found += sorted(gen_dir.glob("*/*.stderr"))
+    if step.get("log"):
+        found.append(run_dir / step["log"])
+    seen: list[Path] = []
+    for path in found:
+        if path.is_file() and path not in seen and path.suffix != ".xml":
+            seen.append(path)
+    return seen
+
+
+def _summary(run_dir: Path) -> dict:
+    path = run_dir / "summary.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no summary.json; is {run_dir} a results run directory?") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def classify_run(run_dir: Path, *, write: bool = True) -> list[dict]:
+    """Classify every failed step and diverged comparison of the run in ``run_dir``.
+
+    Returns a list of ``{platform, config, step, signature: {kind, key, summary, evidence}}``
+    (comparisons have step ``compare``, config = the candidate, and also group, model,
+    prompt, reference) in summary order, and writes it to ``run_dir/signatures.json``
+    unless ``write`` is False.  Raises FileNotFoundError when there is no summary.json
+    and ValueError when it is not JSON.
+    """
+    data = _summary(run_dir)
+    entries: list[dict[str, Any]] = []
+    for step in data.get("configurations", []):
+        sig = classify_step(run_dir, step)
+        if sig:
+            entries.append({"platform": step.get("platform"), "config": step.get("config"),
+                            "step": step.get("step"), "signature": asdict(sig)})
+    for cmp in data.get("comparisons", []):
+        sig = comparison_signature(cmp)
+        if sig:
+            entries.append({"platform": cmp.get("platform"), "config": cmp.get("candidate"), "step": "compare",
+                            "group": cmp.get("group"), "model": cmp.get("model"), "prompt": cmp.get("prompt"),
+                            "reference": cmp.get("reference"), "signature": asdict(sig)})
+    if write:
+        write_json(run_dir / SIGNATURES_FILE, entries)
+    return entries
+
+
+def load_signatures(run_dir: Path) -> list[dict]:
+    """The run's signatures: ``signatures.json`` when the run has one, else computed (not written).
+
+    Same shape as :func:`classify_run`; an unreadable signatures.json is recomputed.
+    """
+    path = run_dir / SIGNATURES_FILE
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(data, list):
+                return data
+        except ValueError:
+            pass
+    return classify_run(run_dir, write=False)

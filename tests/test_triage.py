@@ -1,0 +1,580 @@
+"""Failure signatures, run triage and patch-series bisection, on synthetic result runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import signatures, triage
+from harness.patches import export_series, read_series
+from harness.results import ComparisonRecord, Run, StepRecord, write_json
+from harness.signatures import classify_run, classify_step, classify_text, normalise
+from harness.source import BaseTree
+from harness.triage import (BisectError, SeriesBisector, TestCheck, bisect_first_bad, diff_runs,
+                            previous_run, resolve_run)
+
+CPU, CUDA, WIN = "linux-x86_64-cpu", "linux-x86_64-cuda", "windows-x86_64-cuda"
+GIB = 2**30
+
+# --------------------------------------------------------------------------- synthetic logs
+
+
+def cuda_crash_stderr(device: int, address: str, line: int, func: str, prefix: str) -> str:
+    """llama-completion's stderr when a sticky CUDA error surfaces at cudaFuncSetAttribute."""
+    return (
+        "llama_model_loader: loaded meta data with 31 key-value pairs\n"
+        f"ggml_cuda_host_malloc: pin ladder: requested={4 * GIB} granted={2 * GIB} segments=2 seconds=0.412\n"
+        "CUDA error: an illegal memory access was encountered\n"
+        f"  current device: {device}, in function {func} at {prefix}/ggml/src/ggml-cuda/ggml-cuda.cu:{line}\n"
+        "  cudaFuncSetAttribute(mul_mat_q<GGML_TYPE_Q4_K, 64, false>, "
+        "cudaFuncAttributeMaxDynamicSharedMemorySize, nbytes_shared)\n"
+        f"{prefix}/ggml/src/ggml-cuda/ggml-cuda.cu:{line - 2000}: CUDA error\n"
+        f"[New LWP {address[-5:]}]\n"
+        f"{address} in __GI___wait4 () from /lib/x86_64-linux-gnu/libc.so.6\n"
+        f"#1  {address} in ggml_print_backtrace ()\n"
+    )
+
+
+def compile_log(prefix: str, line: int) -> str:
+    """A Windows nvcc build log failing in the fork's pin ladder code."""
+    return (
+        f"$ cmake --build {prefix}\\build\\windows-x86_64-cuda\\fork --target llama-completion\n"
+        "[12/240] Building CUDA object ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/ggml-cuda.cu.obj\n"
+        "FAILED: ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/ggml-cuda.cu.obj\n"
+        f"{prefix}\\fork\\ggml\\src\\ggml-cuda\\ggml-cuda.cu({line}): error: identifier "
+        "\"cudaHostRegisterReadOnlyFlag\" is undefined\n"
+        f"{prefix}\\fork\\ggml\\src\\ggml-cuda\\ggml-cuda.cu({line + 40}): error: too few arguments in function call\n"
+        "2 errors detected in the compilation of \"ggml-cuda.cu\".\n"
+        "ninja: build stopped: subcommand failed.\n"
+    )
+
+
+def ladder(granted: list[int], requested: int = 4 * GIB) -> list[dict]:
+    return [{"kind": "ladder", "requested": requested, "granted": g, "segments": 2, "seconds": 0.4,
+             "line": f"pin ladder: requested={requested} granted={g} segments=2 seconds=0.4"} for g in granted]
+
+
+def write_gen(run: Run, platform: str, config: str, model: str, prompt: str, *, stderr: str = "",
+              pin: list[dict] | None = None, binary: str = "/work/.harness/build/x/fork/bin/llama-completion") -> None:
+    gen = run.platform_dir(platform) / config / "gen" / model
+    gen.mkdir(parents=True, exist_ok=True)
+    (gen / f"{prompt}.r1.stdout").write_text("text\n\n")
+    (gen / f"{prompt}.r1.stderr").write_text(stderr or "llama_model_loader: loaded\n")
+    (gen / f"{prompt}.r1.cmd").write_text(json.dumps({"argv": [binary, "-m", "m.gguf"], "env": {}, "timeout_s": 300}))
+    if pin is not None:
+        write_json(gen / f"{prompt}.r1.pin-ladder.json", pin)
+
+
+def diverged(index: int, ref: str, cand: str) -> dict:
+    return {"index": index, "reference": {"id": 100 + index, "piece": ref}, "candidate": {"id": 200 + index, "piece": cand}}
+
+
+def make_run(root: Path, run_id: str, *, regressed: bool, variant: int = 0, platforms=(CPU, CUDA, WIN)) -> Run:
+    """A complete synthetic run.  ``regressed``: the CPU story comparison diverges, the CUDA
+    cuda-pin-all generation crashes with a CUDA error, and the Windows fork build fails to
+    compile.  ``variant`` changes addresses, line numbers, paths and token index, not the failures.
+    """
+    run = Run.open(root, run_id)
+    prefix = ["/work/.harness/fork", "/home/ci/runner-7/_work/llama/.harness/fork"][variant]
+    if CPU in platforms:
+        run.record_step(StepRecord(CPU, "base", "build", "passed", 130.0 if regressed else 100.0, "built in 130 s"))
+        run.record_step(StepRecord(CPU, "fork", "build", "passed", 95.0 if regressed else 90.0, "built in 90 s"))
+        run.record_step(StepRecord(CPU, "fork", "test", "passed", 6.0 if regressed else 2.0, "5 passed, 0 skipped",
+                                   f"{CPU}/tests/junit.xml"))
+        for config in ("base", "fork", "fork-load-none"):
+            for prompt in ("story", "code"):
+                write_gen(run, CPU, config, "gemma3-270m", prompt)
+            run.record_step(StepRecord(CPU, config, "generate", "passed", detail="all generations ran"))
+        story = "diverged" if regressed else "identical"
+        div = diverged(5 + 2 * variant, " the", " a") if regressed else None
+        run.record_comparisons([
+            ComparisonRecord(CPU, "base-vs-fork", "gemma3-270m", "story", "base", "fork", story, div,
+                             f"diverged at token {5 + 2 * variant}" if regressed else "identical"),
+            ComparisonRecord(CPU, "base-vs-fork", "gemma3-270m", "code", "base", "fork", "identical", None, "identical"),
+            ComparisonRecord(CPU, "mmap-vs-load-mode-none", "gemma3-270m", "story", "fork", "fork-load-none",
+                             "identical", None, "identical"),
+        ])
+    if CUDA in platforms:
+        run.record_step(StepRecord(CUDA, "fork", "build", "passed", 400.0, "built in 400 s"))
+        run.record_step(StepRecord(CUDA, "fork", "test", "passed", 30.0, "2 passed, 0 skipped"))
+        for prompt in ("long-prefill", "story"):
+            write_gen(run, CUDA, "cuda-nopin", "moe-large", prompt)
+        crash = cuda_crash_stderr(device=variant, address=["0x00007f3a2b1c4d5e", "0x00007ffd00aa1234"][variant],
+                                  line=[2741, 2790][variant], func=["ggml_backend_cuda_synchronize",
+                                                                    "ggml_cuda_op_mul_mat"][variant], prefix=prefix)
+        write_gen(run, CUDA, "cuda-pin-all", "moe-large", "long-prefill", stderr=crash if regressed else "",
+                  pin=ladder([2 * GIB] if regressed else [4 * GIB]))
+        write_gen(run, CUDA, "cuda-pin-all", "moe-large", "story", pin=ladder([2 * GIB] if regressed else [4 * GIB]))
+        run.record_step(StepRecord(CUDA, "cuda-nopin", "generate", "passed", detail="all generations ran"))
+        if regressed:
+            run.record_step(StepRecord(CUDA, "cuda-pin-all", "generate", "failed",
+                                       detail=f"moe-large/long-prefill: crashed SIGABRT {prefix}/ggml/src/ggml-cuda/"
+                                              f"ggml-cuda.cu:88: CUDA error"))
+        else:
+            run.record_step(StepRecord(CUDA, "cuda-pin-all", "generate", "passed", detail="all generations ran"))
+        run.record_comparisons([
+            ComparisonRecord(CUDA, "cuda-pin-routes", "moe-large", "long-prefill", "cuda-nopin", "cuda-pin-all",
+                             "crashed" if regressed else "identical", None,
+                             "candidate crashed: SIGABRT: CUDA error" if regressed else "identical"),
+            ComparisonRecord(CUDA, "cuda-pin-routes", "moe-large", "story", "cuda-nopin", "cuda-pin-all",
+                             "identical", None, "identical"),
+        ])
+    if WIN in platforms:
+        logs = run.platform_dir(WIN) / "build-fork"
+        logs.mkdir(parents=True, exist_ok=True)
+        win_prefix = ["C:\\work\\.harness", "D:\\a\\_work\\llama\\.harness"][variant]
+        (logs / "configure.log").write_text(f"$ cmake -S {win_prefix}\\fork -B {win_prefix}\\build\\{WIN}\\fork\n")
+        (logs / "configure.rc").write_text("0\n")
+        if regressed:
+            (logs / "build.log").write_text(compile_log(win_prefix, [512, 530][variant]))
+            (logs / "build.rc").write_text("1\n")
+            run.record_step(StepRecord(WIN, "fork", "build", "failed", 61.0,
+                                       "build failed: " + compile_log(win_prefix, 512).splitlines()[3],
+                                       f"{WIN}/build-fork/build.log"))
+        else:
+            (logs / "build.log").write_text("[240/240] Linking CXX executable bin\\llama-completion.exe\n")
+            (logs / "build.rc").write_text("0\n")
+            run.record_step(StepRecord(WIN, "fork", "build", "passed", 900.0, "built in 900 s",
+                                       f"{WIN}/build-fork/build.log"))
+        run.record_step(StepRecord(WIN, "-", "test", "skipped", detail="needs an NVIDIA GPU; nvidia-smi reports none"))
+    return run
+
+
+@pytest.fixture()
+def runs(tmp_path):
+    """Runs a (all good), b (regressed three ways), q (CPU only, good), c (b's failures, other noise)."""
+    root = tmp_path / "results"
+    a = make_run(root, "20260101T000000Z-aaaa", regressed=False)
+    b = make_run(root, "20260102T000000Z-bbbb", regressed=True)
+    q = make_run(root, "20260102T120000Z-qqqq", regressed=False, platforms=(CPU,))
+    c = make_run(root, "20260103T000000Z-cccc", regressed=True, variant=1)
+    return root, a, b, q, c
+
+
+# --------------------------------------------------------------------------- signatures
+
+
+def test_cuda_error_signature_is_error_and_api_call_not_the_call_site(runs):
+    root, a, b, q, c = runs
+    step = {"platform": CUDA, "config": "cuda-pin-all", "step": "generate", "status": "failed"}
+    sig_b = classify_step(b.dir, {**step, "detail": _detail(b, CUDA, "cuda-pin-all")})
+    sig_c = classify_step(c.dir, {**step, "detail": _detail(c, CUDA, "cuda-pin-all")})
+    assert sig_b.kind == "cuda_error"
+    assert sig_b.key == "an illegal memory access was encountered at cudaFuncSetAttribute"
+    assert sig_b.key == sig_c.key  # other device, address, line, function, machine: same failure
+    assert sig_b.evidence != sig_c.evidence  # ... while the evidence is what each log said
+    assert "cudaFuncSetAttribute(" in sig_b.evidence
+
+
+def _detail(run: Run, platform: str, config: str) -> str:
+    return next(s.detail for s in run.steps if (s.platform, s.config, s.step) == (platform, config, "generate"))
+
+
+def test_compile_error_signature_keeps_file_and_message_without_paths_or_lines(runs):
+    root, a, b, q, c = runs
+    step = {"platform": WIN, "config": "fork", "step": "build", "status": "failed", "detail": "build failed"}
+    sig_b, sig_c = classify_step(b.dir, step), classify_step(c.dir, step)
+    assert sig_b.kind == "compile_error"
+    assert sig_b.key == 'ggml/src/ggml-cuda/ggml-cuda.cu: error: identifier "cudaHostRegisterReadOnlyFlag" is undefined'
+    assert sig_c.key == sig_b.key
+    assert "ggml-cuda.cu:512" in sig_b.summary and "ggml-cuda.cu:530" in sig_c.summary
+    assert classify_step(a.dir, {**step, "status": "passed"}) is None
+
+
+@pytest.mark.parametrize("log, kind, key", [
+    ("/w/src/llama-model.cpp:88:5: error: 'foo' was not declared in this scope\n", "compile_error",
+     "src/llama-model.cpp: error: 'foo' was not declared in this scope"),
+    ("FAILED: bin/llama-completion\n/usr/bin/ld: common.o: in function `x':\n"
+     "common.cpp:(.text+0x1f): undefined reference to `ggml_cuda_pin_layers(int)'\n"
+     "collect2: error: ld returned 1 exit status\n", "link_error",
+     "undefined reference to `ggml_cuda_pin_layers(int)' linking bin/llama-completion"),
+    ("C:\\w\\fork\\src\\llama.cpp(77,3): error C2065: 'n_pinned': undeclared identifier\n", "compile_error",
+     "src/llama.cpp: error C2065: 'n_pinned': undeclared identifier"),
+])
+def test_build_log_rules(tmp_path, log, kind, key):
+    run = Run.open(tmp_path, "r1")
+    logs = run.platform_dir(CPU) / "build-fork"
+    logs.mkdir()
+    (logs / "configure.rc").write_text("0\n")
+    (logs / "build.log").write_text(f"$ cmake --build /w/build --target all\n{log}")
+    (logs / "build.rc").write_text("1\n")
+    sig = classify_step(run.dir, {"platform": CPU, "config": "fork", "step": "build", "status": "failed"})
+    assert (sig.kind, sig.key) == (kind, key)
+
+
+def test_configure_error(tmp_path):
+    run = Run.open(tmp_path, "r1")
+    logs = run.platform_dir(CPU) / "build-base"
+    logs.mkdir()
+    (logs / "configure.log").write_text(
+        "$ cmake -S /tmp/x/src -B /tmp/x/build -G Ninja\n-- The C compiler identification is GNU 12.2.0\n"
+        "CMake Error at /tmp/x/src/ggml/src/ggml-cuda/CMakeLists.txt:40 (message):\n"
+        "  CUDA Toolkit not found\n\n-- Configuring incomplete, errors occurred!\n")
+    (logs / "configure.rc").write_text("1\n")
+    sig = classify_step(run.dir, {"platform": CPU, "config": "base", "step": "build", "status": "failed"})
+    assert sig.kind == "configure_error"
+    assert sig.key == "ggml/src/ggml-cuda/CMakeLists.txt (message): CUDA Toolkit not found"
+
+
+def _write_tests(run: Run, ctest_log: str, cases: list[dict], sub: str = "tests", tool: str | None = None) -> None:
+    out = run.platform_dir(CUDA) / sub
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ctest.log").write_text(ctest_log)
+    write_json(out / "tests.json", {"status": "failed", "cases": cases})
+    if tool:
+        write_json(out / "sanitizer.json", {"tool": tool, "summary": "compute-sanitizer: 1 run(s), 1 error(s)"})
+
+
+def test_test_step_assertion_signal_and_sanitizer(tmp_path):
+    run = Run.open(tmp_path, "r1")
+    _write_tests(run, (
+        "$ ctest --test-dir /b --output-on-failure\n"
+        "    Start 1: test-moe-pin-layers\n"
+        "1/2 Test #1: test-moe-pin-layers ..............***Failed    0.05 sec\n"
+        "/home/u/llama.cpp/ggml/src/ggml-cuda/ggml-cuda.cu:1456: GGML_ASSERT(n_pinned <= n_layer) failed\n"
+        "    Start 2: test-cuda-pin-ladder\n"
+        "2/2 Test #2: test-cuda-pin-ladder .............***Exception: SegFault  0.12 sec\n"
+        "The following tests FAILED:\n\t  1 - test-moe-pin-layers (Subprocess aborted)\n"
+        "\t  2 - test-cuda-pin-ladder (SEGFAULT)\n"),
+        [{"name": "test-moe-pin-layers", "status": "failed", "message": "Failed"},
+         {"name": "test-cuda-pin-ladder", "status": "failed", "message": "Failed"}])
+    sig = classify_step(run.dir, {"platform": CUDA, "config": "fork", "step": "test", "status": "failed"})
+    assert sig.kind == "test_assertion"  # ranks above the other test's SIGSEGV
+    assert sig.key == "test-moe-pin-layers: GGML_ASSERT(n_pinned <= n_layer) failed in ggml/src/ggml-cuda/ggml-cuda.cu"
+    assert "+1 more failing test" in sig.summary
+
+    _write_tests(run, "", [{"name": "test-cuda-pin-ladder", "status": "failed", "message": "exit 139"}],
+                 sub="tests-memcheck", tool="memcheck")
+    (run.platform_dir(CUDA) / "tests-memcheck" / "test-cuda-pin-ladder.log").write_text(
+        "========= COMPUTE-SANITIZER\n"
+        "========= Invalid __global__ read of size 4 bytes\n"
+        "=========     at k_copy_pinned(const float *, float *, int)+0x1b0 in /x/ggml/src/ggml-cuda/cpy.cu:41\n"
+        "=========     by thread (255,0,0) in block (12,0,0)\n"
+        "=========     Address 0x7f5e3c000400 is out of bounds\n"
+        "========= ERROR SUMMARY: 1 error\n")
+    sig = classify_step(run.dir, {"platform": CUDA, "config": "fork", "step": "test-memcheck", "status": "failed"})
+    assert sig.kind == "sanitizer_report"
+    assert sig.key == ("test-cuda-pin-ladder: memcheck: Invalid __global__ read of size 4 bytes "
+                       "in k_copy_pinned(const float *, float *, int)")
+
+    (run.platform_dir(CUDA) / "tests-memcheck" / "test-cuda-pin-ladder.log").write_text("no output\n")
+    sig = classify_step(run.dir, {"platform": CUDA, "config": "fork", "step": "test-memcheck", "status": "failed"})
+    assert (sig.kind, sig.key) == ("signal", "SIGSEGV in test-cuda-pin-ladder")  # from exit 139 = 128 + 11
+
+
+@pytest.mark.parametrize("detail, stderr, kind, key", [
+    ("gemma3-270m/story: crashed SIGSEGV", "llama_model_loader: loaded\n", "signal", "SIGSEGV in llama-completion"),
+    ("gemma3-270m/story: crashed  exit code 139", "", "signal", "SIGSEGV in llama-completion"),
+    ("gemma3-270m/story: timeout", "", "timeout", "timeout in llama-completion"),
+    ("gemma3-270m/story: crashed SIGABRT /w/ggml/src/ggml.c:1500: GGML_ASSERT(n <= 4) failed",
+     "/home/u/w/ggml/src/ggml.c:1500: GGML_ASSERT(n <= 4) failed\n", "test_assertion",
+     "llama-completion: GGML_ASSERT(n <= 4) failed in ggml/src/ggml.c"),
+    ("error: build fork did not pass", "", "other", "error: build fork did not pass"),
+])
+def test_generate_step_rules(tmp_path, detail, stderr, kind, key):
+    run = Run.open(tmp_path, "r1")
+    write_gen(run, CPU, "fork", "gemma3-270m", "story", stderr=stderr)
+    sig = classify_step(run.dir, {"platform": CPU, "config": "fork", "step": "generate", "status": "failed",
+                                  "detail": detail})
+    assert (sig.kind, sig.key) == (kind, key)
+
+
+def test_timeout_and_text_rules():
+    assert classify_text("1/1 Test #1: test-gguf ....***Timeout 900.01 sec\n", "test-gguf").key == "timeout in test-gguf"
+    assert classify_text("all good\n", "x") is None
+    assert normalise("at 0x7ffd1234 /tmp/pytest-of-u/pytest-9/t0/ggml/src/ggml.c:12:4: took 3.2 s at 12:01:02") == \
+        "at 0x? ggml/src/ggml.c: took <t> at <time>"
+    assert signatures.signal_from_exit(-11) == "SIGSEGV" and signatures.signal_from_exit(134) == "SIGABRT"
+    assert signatures.signal_from_exit(1) is None
+
+
+def test_classify_run_writes_signatures_json(runs):
+    root, a, b, q, c = runs
+    entries = classify_run(b.dir)
+    stored = json.loads((b.dir / "signatures.json").read_text())
+    assert stored == entries
+    kinds = sorted((e["platform"], e["config"], e["step"], e["signature"]["kind"]) for e in entries)
+    assert kinds == [(CPU, "fork", "compare", "output_mismatch"), (CUDA, "cuda-pin-all", "generate", "cuda_error"),
+                     (WIN, "fork", "build", "compile_error")]
+    assert classify_run(a.dir) == []
+
+
+# --------------------------------------------------------------------------- triage
+
+
+def _regression_ids(report) -> set[tuple]:
+    return {(t.kind, t.platform, t.what, t.before, t.after) for t in report.regressions}
+
+
+def test_triage_names_exactly_the_three_regressions(runs, capsys):
+    root, a, b, q, c = runs
+    report = diff_runs(a.dir, b.dir)
+    assert _regression_ids(report) == {
+        ("comparison", CPU, "base-vs-fork gemma3-270m/story: fork vs base", "identical", "diverged"),
+        ("step", CUDA, "cuda-pin-all generate", "passed", "failed"),
+        ("comparison", CUDA, "cuda-pin-routes moe-large/long-prefill: cuda-pin-all vs cuda-nopin", "identical",
+         "crashed"),
+        ("step", WIN, "fork build", "passed", "failed"),
+    }
+    assert report.transitions[:4] == report.regressions  # regressions come first
+    assert report.fixes == [] and [t for t in report.transitions if t.category == "other"] == []
+    by_what = {t.what: t for t in report.regressions}
+    crash = by_what["cuda-pin-routes moe-large/long-prefill: cuda-pin-all vs cuda-nopin"]
+    assert crash.signature["kind"] == "cuda_error" and crash.signature_known is False
+    assert by_what["fork build"].signature["kind"] == "compile_error"
+    assert [(d.change, d.after_index, d.reference_piece, d.candidate_piece) for d in report.divergences] == \
+        [("new", 5, " the", " a")]
+    assert sorted(s.kind for s in report.signatures_new) == ["compile_error", "cuda_error", "output_mismatch"]
+    assert report.signatures_known == [] and report.signatures_gone == []
+    [pin] = report.pin_changes
+    assert (pin.platform, pin.config, pin.generations) == (CUDA, "cuda-pin-all", 2)
+    assert (pin.before_granted, pin.after_granted) == (8 * GIB, 4 * GIB)
+    # base build 100 -> 130 s is beyond max(20 %, 5 s); fork build +5 s of 90 and test +4 s are noise
+    assert [(t.platform, t.config, t.step, t.before_s, t.after_s) for t in report.timing_changes] == \
+        [(CPU, "base", "build", 100.0, 130.0)]
+
+    assert triage.main([str(a.dir), str(b.dir)]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSIONS (4)" in out and "FIXES (0)" in out and "verdict: 4 regression(s)" in out
+
+
+def test_same_failures_with_other_noise_are_known_and_not_regressions(runs, capsys):
+    root, a, b, q, c = runs
+    report = diff_runs(b.dir, c.dir)
+    assert report.regressions == [] and report.fixes == []
+    assert sorted(s.kind for s in report.signatures_known) == ["compile_error", "cuda_error", "output_mismatch"]
+    assert report.signatures_new == []
+    assert [(d.change, d.before_index, d.after_index) for d in report.divergences] == [("moved", 5, 7)]
+    assert triage.main([str(b.dir), str(c.dir), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"] == "clean" and data["counts"]["regressions"] == 0
+    assert data["divergences"][0]["change"] == "moved"
+
+
+def test_fix_is_reported_when_going_back(runs):
+    root, a, b, q, c = runs
+    report = diff_runs(b.dir, a.dir)
+    assert report.regressions == []
+    assert {(t.platform, t.what) for t in report.fixes} == {
+        (CPU, "base-vs-fork gemma3-270m/story: fork vs base"), (CUDA, "cuda-pin-all generate"),
+        (CUDA, "cuda-pin-routes moe-large/long-prefill: cuda-pin-all vs cuda-nopin"), (WIN, "fork build")}
+    assert sorted(s.kind for s in report.signatures_gone) == ["compile_error", "cuda_error", "output_mismatch"]
+
+
+def test_a_run_against_itself_is_clean(runs, capsys):
+    root, a, b, q, c = runs
+    assert triage.main([str(b.dir), str(b.dir)]) == 0
+    report = diff_runs(b.dir, b.dir)
+    assert report.transitions == [] and report.divergences == [] and report.pin_changes == []
+    assert report.timing_changes == [] and report.signatures_new == []
+    assert "verdict: no regressions" in capsys.readouterr().out
+
+
+def test_run_ids_default_pair_and_unknown_run(runs, capsys):
+    root, a, b, q, c = runs
+    assert resolve_run(b.id, root) == b.dir.resolve()
+    assert resolve_run("latest", root) == c.dir.resolve()
+    # q ran only the CPU platform, so it does not cover c's platforms; b does
+    assert previous_run(c.dir, root) == b.dir.resolve()
+    assert previous_run(q.dir, root) == b.dir.resolve()
+    assert triage.main(["--results-dir", str(root)]) == 0  # latest (c) against b: same failures
+    assert f"triage {b.id} -> {c.id}" in capsys.readouterr().out
+    assert triage.main([a.id, b.id, "--results-dir", str(root)]) == 1
+    capsys.readouterr()
+    assert triage.main(["20990101T000000Z-zzzz", "--results-dir", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown run '20990101T000000Z-zzzz'" in err and c.id in err
+    with pytest.raises(triage.TriageInputError, match="no run before"):
+        previous_run(a.dir, root)
+
+
+def test_blocked_steps_name_the_failed_build(tmp_path):
+    root = tmp_path / "results"
+    a = Run.open(root, "r1")
+    a.record_step(StepRecord(CPU, "fork", "build", "passed", 10.0))
+    a.record_step(StepRecord(CPU, "fork", "generate", "passed", detail="all generations ran"))
+    b = Run.open(root, "r2")
+    b.record_step(StepRecord(CPU, "fork", "build", "error", 0.0, "BuildError: ninja not found on PATH"))
+    b.record_step(StepRecord(CPU, "fork", "generate", "error", detail="error: build fork did not pass"))
+    report = diff_runs(a.dir, b.dir)
+    blocked = {t.what: t.blocked_by for t in report.regressions}
+    assert blocked == {"fork build": "", "fork generate": f"{CPU} fork build"}
+
+
+# --------------------------------------------------------------------------- bisect
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 13])
+def test_bisect_first_bad_finds_every_position_with_few_checks(n):
+    for first_bad in range(1, n + 1):
+        calls: list[int] = []
+
+        def check(k: int) -> bool:
+            calls.append(k)
+            return k < first_bad
+
+        assert bisect_first_bad(n, check) == first_bad
+        assert len(calls) == len(set(calls))  # memoised: no k built twice
+        assert len(calls) <= 2 + (n - 1).bit_length()
+
+
+def test_bisect_first_bad_refuses_ranges_that_cannot_be_bisected():
+    with pytest.raises(BisectError, match="unpatched base"):
+        bisect_first_bad(4, lambda k: False)
+    with pytest.raises(BisectError, match="passes at k=4"):
+        bisect_first_bad(4, lambda k: True)
+    with pytest.raises(ValueError):
+        bisect_first_bad(4, lambda k: k < 2, good=3, bad=2)
+    cache: dict[int, bool] = {}
+    assert bisect_first_bad(6, lambda k: k < 4, good=2, cache=cache) == 4
+    assert 0 not in cache and cache[2] is True and cache[6] is False
+
+
+def test_bisect_main_rejects_a_bad_check(capsys):
+    assert triage.bisect_main(["--", "--platform", CPU, "--check", "tests:x"]) == 2
+    assert "expected test:<ctest-name>" in capsys.readouterr().err
+
+
+def _git(repo: Path, *args: str, date: str = "2024-01-01T00:00:00+00:00") -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(LC_ALL="C", GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull,
+               GIT_AUTHOR_NAME="Ada Author", GIT_AUTHOR_EMAIL="ada@example.org",
+               GIT_COMMITTER_NAME="Ada Author", GIT_COMMITTER_EMAIL="ada@example.org",
+               GIT_AUTHOR_DATE=date, GIT_COMMITTER_DATE=date)
+    return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+CMAKELISTS = """cmake_minimum_required(VERSION 3.14)
+project(tiny C)
+enable_testing()
+add_executable(test-sum test-sum.c)
+set_target_properties(test-sum PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_test(NAME test-sum COMMAND test-sum)
+set_tests_properties(test-sum PROPERTIES LABELS "main")
+"""
+TEST_SUM = """#include <stdio.h>
+#include "sum.h"
+int main(void) {
+    int got = sum(2, 3);
+    if (got != 5) { printf("FAIL: sum(2, 3) = %d, expected 5\\n", got); return 1; }
+    printf("ok\\n");
+    return 0;
+}
+"""
+SUM_H = "/* sum of two ints */\nstatic int sum(int a, int b) { return a + b; }\n"
+#: Five patches; the third breaks sum().
+SERIES = [
+    ("Describe the helper", "Say what the header is for.", {"sum.h": "/* helpers */\n" + SUM_H}),
+    ("Add release notes", "Users asked what changed.", {"NOTES": "first notes\n"}),
+    ("Count the carry in sum", "A deliberately wrong change: it adds one.",
+     {"sum.h": "/* helpers */\n/* sum of two ints */\nstatic int sum(int a, int b) { return a + b + 1; }\n"}),
+    ("Extend release notes", "More notes.", {"NOTES": "first notes\nsecond notes\n"}),
+    ("Name the test output", "Print which test ran.", {"test-sum.c": TEST_SUM.replace('"ok', '"test-sum ok')}),
+]
+
+
+def test_series_bisector_names_the_bad_patch(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    monkeypatch.delenv("CMAKE_GENERATOR", raising=False)
+    if not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("ctest") and shutil.which("cc")):
+        pytest.skip("cmake, ninja, ctest and a C compiler are needed")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    for name, text in (("CMakeLists.txt", CMAKELISTS), ("test-sum.c", TEST_SUM), ("sum.h", SUM_H)):
+        (repo / name).write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "tiny base")
+    base = _git(repo, "rev-parse", "HEAD")
+    for i, (subject, body, files) in enumerate(SERIES, start=1):
+        for name, text in files.items():
+            (repo / name).write_text(text)
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"{subject}\n\n{body}", date=f"2024-01-0{i + 1}T00:00:00+00:00")
+    patches = export_series(repo, base, tmp_path / "patches")
+    assert [p.subject for p in patches] == [s for s, _, _ in SERIES]
+    _git(repo, "checkout", "-q", base)
+
+    said: list[str] = []
+    work = tmp_path / "bisect" / "tiny"
+
+    def bisector() -> SeriesBisector:
+        return SeriesBisector(BaseTree(repo, base, base, "test repo"), read_series(tmp_path / "patches"), "tiny",
+                              {"CMAKE_BUILD_TYPE": "Release"}, ("test-sum",), TestCheck("test-sum", ["main"]),
+                              work, jobs=1, say=said.append)
+
+    first = bisector()
+    result = first.run()
+    assert (result.first_bad, result.subject) == (3, "Count the carry in sum")
+    assert result.patch == patches[2].name
+    assert {k: o["passed"] for k, o in result.outcomes.items()} == {0: True, 5: False, 2: True, 3: False}
+    assert "FAIL" in said[1] and "k=3" in said[-1]
+    assert (work / "k3" / "build" / "bin" / "test-sum").exists()
+
+    again = bisector()  # build dirs are keyed by k: an unchanged prefix is not rebuilt
+    assert again.build(3).up_to_date and again.build(0).up_to_date
+
+    with pytest.raises(BisectError, match="passes at k=2"):
+        bisector().run(good=0, bad=2)
+
+
+FAKE_COMPLETION = """#!{python}
+import pathlib, sys
+here = pathlib.Path(__file__).resolve().parent
+with open(here.parent.parent / "calls.log", "a") as log:
+    log.write(here.parent.name + "\\n")
+sys.stdout.write((here / "output.txt").read_text() + "\\n\\n")
+"""
+FAKE_TOKENIZE = """#!{python}
+import re, sys
+text = open(sys.argv[sys.argv.index("-f") + 1], encoding="utf-8").read()
+tokens = re.findall(r" ?\\S+", text)
+ids = [sum(map(ord, t)) for t in tokens]
+if "--ids" in sys.argv:
+    print(ids)
+else:
+    sys.stdout.write("".join("%6d -> '%s'\\n" % (i, t) for i, t in zip(ids, tokens)))
+"""
+
+
+class FakeBisector:
+    """Stands in for SeriesBisector: k's "build" holds scripts that print a fixed text."""
+
+    def __init__(self, root: Path, first_bad: int):
+        self.root, self.first_bad = root, first_bad
+
+    def k_dir(self, k: int) -> Path:
+        return self.root / f"k{k}"
+
+    def build(self, k: int):
+        from harness.build import BuildResult
+        bin_dir = self.k_dir(k) / "bin"
+        if not bin_dir.exists():
+            bin_dir.mkdir(parents=True)
+            for name, text in (("llama-completion", FAKE_COMPLETION), ("llama-tokenize", FAKE_TOKENIZE)):
+                (bin_dir / name).write_text(text.format(python=sys.executable))
+                (bin_dir / name).chmod(0o755)
+            (bin_dir / "output.txt").write_text(" the keeper lit the lamp" if k < self.first_bad
+                                                else " the keeper lit a lamp")
+        return BuildResult("fake", f"k{k}", "passed", "key", self.k_dir(k), 0.1, False)
+
+
+def test_group_check_compares_fork_configs_at_k_against_the_base(tmp_path):
+    from harness.config import Generation, Group, RunConfig
+    group = Group("base-vs-fork", ("m",), ("p",), "base", ("fork",), Generation(n_predict=8, repeats=1, timeout_s=60))
+    check = triage.GroupCheck(group, {"base": RunConfig("base", "base"), "fork": RunConfig("fork", "fork")},
+                              {"m": tmp_path / "m.gguf"}, {"p": "Once"}, group.generation)
+    fake = FakeBisector(tmp_path, first_bad=3)
+    assert check(fake, 2) == (True, "base-vs-fork: every prompt identical")
+    passed, detail = check(fake, 3)
+    assert not passed and detail.startswith("m/p: fork vs base: diverged at token 3: ' the'")
+    assert bisect_first_bad(5, lambda k: check(fake, k)[0]) == 3
+    # the base reference ran once (first k0) and was reused for every k; the fork config ran once per k
+    # (k0 again when the bisection checked the good end); repeated checks of a k ran nothing
+    assert (tmp_path / "calls.log").read_text().split() == ["k0", "k2", "k3", "k0", "k5"]
