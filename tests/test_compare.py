@@ -201,9 +201,10 @@ def test_to_json_is_serialisable_with_bytes_and_partial_pieces() -> None:
 def test_split_completion_stdout() -> None:
     assert split_completion_stdout(b"Hello\n there\n\n") == (b"Hello\n there", False)
     assert split_completion_stdout(b"Hi. [end of text]\n\n\n") == (b"Hi.", True)
-    assert split_completion_stdout(b"ends in newline\n\n\n") == (b"ends in newline\n", False)
-    with pytest.raises(ValueError):
-        split_completion_stdout(b"cut off")
+    # trailing newlines are never compared: the logger thread may drop the final blank lines
+    assert split_completion_stdout(b"ends in newline\n\n\n") == (b"ends in newline", False)
+    assert split_completion_stdout(b"cut off") == (b"cut off", False)
+    assert split_completion_stdout(b"a [end of text] b\n\n") == (b"a [end of text] b", False)
 
 
 def test_parse_token_ids() -> None:
@@ -299,13 +300,14 @@ def test_run_generation_ok_passes_prompt_bytes_env_and_args(tmp_path: Path) -> N
     assert res.seconds > 0
 
 
-def test_run_generation_without_trailer_is_a_crash(tmp_path: Path) -> None:
-    binary = write_script(tmp_path, "short", "import sys\nsys.stdout.write('half a sent')\n")
+def test_run_generation_without_trailer_is_ok_and_keeps_the_text(tmp_path: Path) -> None:
+    # the asynchronous logger of llama-completion may lose the final blank lines at exit
+    binary = write_script(tmp_path, "short", "import sys\nsys.stdout.write('half a sent\\n')\n")
     res = run_generation(spec_for(binary), tmp_path / "short")
-    assert res.status == "crashed"
+    assert res.status == "ok"
     assert res.returncode == 0
     assert res.text == b"half a sent"
-    assert res.error_line is not None and "end-of-run" in res.error_line
+    assert res.error_line is None
 
 
 def test_run_generation_segfault(tmp_path: Path) -> None:
