@@ -31,7 +31,7 @@ from .config import Matrix, Source
 
 #: Paths left out of the trimmed mirror (issue 4: ~10 MB without models/ and docs/),
 #: except the vocab files listed in MIRROR_KEEP, which the synthetic models need.
-MIRROR_EXCLUDE = ("models/", "docs/", "media/", ".github/", "tools/ui/", "tools/server/public/", "examples/")
+MIRROR_EXCLUDE = ("models/", "docs/", "media/")
 MIRROR_KEEP = ("models/ggml-vocab-llama-spm.gguf",)
 MIRROR_MANIFEST = "HARNESS-MIRROR.json"
 #: Identity used for commits the harness creates (archive imports, applied patches).
