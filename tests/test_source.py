@@ -1,0 +1,105 @@
+"""Base source: sources tried in order, pinned commit verified, mirror export reproducible, cache reused."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.config import Generation, Matrix, Source
+from harness.source import SourceError, export_mirror, obtain_base, sha256_file
+
+ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+       "GIT_COMMITTER_EMAIL": "t@t", "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+       "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z", "PATH": "/usr/bin:/bin"}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, env=ENV, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture
+def upstream(tmp_path) -> tuple[Path, str, str]:
+    """A small upstream repo with two commits; returns (path, pinned commit, later commit)."""
+    repo = tmp_path / "upstream"
+    (repo / "models").mkdir(parents=True)
+    (repo / "docs").mkdir()
+    git(repo.parent, "init", "-q", str(repo))
+    (repo / "CMakeLists.txt").write_text("project(x)\n")
+    (repo / "models" / "ggml-vocab-llama-spm.gguf").write_bytes(b"vocab")
+    (repo / "models" / "big.gguf").write_bytes(b"x" * 1000)
+    (repo / "docs" / "a.md").write_text("doc\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "one")
+    pinned = git(repo, "rev-parse", "HEAD")
+    (repo / "CMakeLists.txt").write_text("project(y)\n")
+    git(repo, "commit", "-qam", "two")
+    return repo, pinned, git(repo, "rev-parse", "HEAD")
+
+
+def matrix(commit: str, *sources: Source) -> Matrix:
+    return Matrix(path=Path("matrix.yaml"), base_commit=commit, sources=tuple(sources), generation=Generation(),
+                  platforms={}, models={}, prompts={}, configs={}, groups={})
+
+
+def test_local_source_gives_the_pinned_commit_and_is_cached(upstream, tmp_path):
+    repo, pinned, _ = upstream
+    cache = tmp_path / "cache"
+    base = obtain_base(matrix(pinned, Source("local", path=tmp_path / "missing"), Source("local", path=repo)), cache)
+    assert base.commit == base.git_rev == pinned
+    assert (base.path / "CMakeLists.txt").read_text() == "project(x)\n"
+    assert base.source == f"local {repo}"
+    # the second call reuses the cache: even with no usable source left
+    again = obtain_base(matrix(pinned, Source("local", path=tmp_path / "missing")), cache)
+    assert again == base
+
+
+def test_every_failing_source_is_named(upstream, tmp_path):
+    repo, _, _ = upstream
+    with pytest.raises(SourceError) as exc:
+        obtain_base(matrix("f" * 40, Source("local", path=repo), Source("archive", path=tmp_path / "none.tar.gz",
+                                                                          sha256="0" * 64)), tmp_path / "c")
+    text = str(exc.value)
+    assert "does not contain commit ffff" in text and "none.tar.gz does not exist" in text
+
+
+def test_mirror_is_trimmed_reproducible_and_verified(upstream, tmp_path):
+    repo, pinned, _ = upstream
+    base = obtain_base(matrix(pinned, Source("local", path=repo)), tmp_path / "c1")
+    a, digest_a = export_mirror(base, tmp_path / "m1" / "mirror.tar.gz")
+    b, digest_b = export_mirror(base, tmp_path / "m2" / "other.tar.gz")
+    assert digest_a == digest_b == sha256_file(a)
+    assert (tmp_path / "m1" / "mirror.tar.gz.sha256").read_text().split()[0] == digest_a
+    from_archive = obtain_base(matrix(pinned, Source("archive", path=a, sha256_file=Path(str(a) + ".sha256"))),
+                               tmp_path / "c2")
+    assert from_archive.commit == pinned and from_archive.git_rev != pinned
+    assert (from_archive.path / "models" / "ggml-vocab-llama-spm.gguf").exists()
+    assert not (from_archive.path / "models" / "big.gguf").exists()
+    assert not (from_archive.path / "docs").exists()
+    assert (from_archive.path / "CMakeLists.txt").read_text() == "project(x)\n"
+
+
+def test_archive_with_wrong_checksum_or_commit_is_refused(upstream, tmp_path):
+    repo, pinned, later = upstream
+    base = obtain_base(matrix(pinned, Source("local", path=repo)), tmp_path / "c1")
+    archive, _ = export_mirror(base, tmp_path / "mirror.tar.gz")
+    with pytest.raises(SourceError, match="does not match expected"):
+        obtain_base(matrix(pinned, Source("archive", path=archive, sha256="0" * 64)), tmp_path / "c2")
+    with pytest.raises(SourceError, match=f"is commit {pinned}, expected the pinned {later}"):
+        obtain_base(matrix(later, Source("archive", path=archive, sha256=sha256_file(archive))), tmp_path / "c3")
+
+
+def test_local_source_takes_the_commit_not_the_work_tree(upstream, tmp_path):
+    repo, pinned, later = upstream
+    (repo / "CMakeLists.txt").write_text("edited\n")  # the clone is taken from commits, not the work tree
+    base = obtain_base(matrix(later, Source("local", path=repo)), tmp_path / "c")
+    assert (base.path / "CMakeLists.txt").read_text() == "project(y)\n"
+
+
+def test_vendored_tree_must_be_the_pinned_commit_and_clean(upstream):
+    from harness.source import _verify_checkout
+    repo, pinned, later = upstream
+    assert _verify_checkout(repo, later) is None
+    assert "expected the pinned" in _verify_checkout(repo, pinned)
+    (repo / "CMakeLists.txt").write_text("edited\n")
+    assert "tree differs" in _verify_checkout(repo, later)
