@@ -10,7 +10,7 @@
 set -uo pipefail
 out=${1:?usage: $0 OUTDIR}
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1 HARNESS_CACHE_DIR="$PWD/.harness/cache"
+export PYTHONUNBUFFERED=1 HARNESS_CACHE_DIR="$PWD/.harness/cache" PATH="$PATH:/usr/local/cuda/bin"
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/harness-site .whl/*.whl || exit 2
     export PYTHONPATH=/tmp/harness-site

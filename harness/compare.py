@@ -180,6 +180,9 @@ def completion_argv(spec: GenerationSpec, prompt_file: Path) -> list[str]:
     * ``--simple-io`` and ``--color off``: no terminal handling or colour codes.
     * ``--no-warmup``: skips the empty warm-up decode, which does not change
       the output.
+    * ``-lv 4``: ggml's and llama's INFO lines (model facts, buffer types,
+      the pin ladder's per-allocation summary) reach stderr; common/log.cpp
+      maps them to verbosity 4, one above the default.  stdout is unchanged.
     """
     argv = [
         str(spec.binary),
@@ -195,6 +198,7 @@ def completion_argv(spec: GenerationSpec, prompt_file: Path) -> list[str]:
         "--simple-io",
         "--color", "off",
         "--no-warmup",
+        "-lv", "4",
     ]
     if spec.threads is not None:
         argv += ["-t", str(spec.threads)]

@@ -78,12 +78,20 @@ def cannot_run(p: Platform) -> str | None:
     return None
 
 
+def find_nvcc() -> str | None:
+    """The CUDA compiler CMake would find: $CUDACXX, nvcc on PATH, or /usr/local/cuda/bin/nvcc; None if absent."""
+    for cand in (os.environ.get("CUDACXX"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if cand and Path(cand).exists():
+            return cand
+    return None
+
+
 def cannot_build(p: Platform) -> str | None:
     """Why this machine cannot even build platform ``p``, or None (a CUDA build needs nvcc, not a GPU)."""
     if p.os != host_os():
         return f"needs a {p.os} host; this is {host_os()}"
-    if p.gpu == "nvidia" and not shutil.which("nvcc"):
-        return "needs the CUDA toolkit (nvcc) to build"
+    if p.gpu == "nvidia" and not find_nvcc():
+        return "needs the CUDA toolkit (nvcc on PATH, $CUDACXX or /usr/local/cuda/bin/nvcc) to build"
     return None
 
 
