@@ -92,6 +92,7 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
     status is passed (all passed or skipped, at least one passed), failed, or
     skipped (nothing to run); per-test ``timeout_s`` seconds.
     """
+    out_dir = out_dir.resolve()  # ctest resolves relative paths against --test-dir
     out_dir.mkdir(parents=True, exist_ok=True)
     log, junit = out_dir / "ctest.log", out_dir / "junit.xml"
     known = list_tests(build_dir, labels)
