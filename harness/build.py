@@ -137,7 +137,8 @@ def build(req: BuildRequest, logs_dir: Path) -> BuildResult:
     if stamp.exists() and json.loads(stamp.read_text()).get("key") == key and outputs_exist(req):
         result.up_to_date = True
         result.detail = f"up to date (key {key})"
-        (logs_dir / "build.log").write_text(f"up to date: key {key}, {req.build_dir}\n")
+        with open(logs_dir / "build.log", "a") as fh:  # a later stage of the run keeps the real build's log
+            fh.write(f"up to date: key {key}, {req.build_dir}\n")
         result.logs["build"] = logs_dir / "build.log"
         return result
     try:

@@ -205,6 +205,10 @@ class Pipeline:
             logs.mkdir(parents=True, exist_ok=True)
             (logs / "error.log").write_text(result.detail + "\n")
         self._builds[(p.name, variant)] = result
+        earlier = self.run.step(p.name, variant, "build")
+        if result.up_to_date and earlier is not None and earlier.status == "passed":
+            # a later stage of the same run found the build up to date: keep the record of the real build
+            return result
         log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
         self.run.record_step(StepRecord(p.name, variant, "build", result.status, round(result.seconds, 1),
                                         result.detail, str(log.relative_to(self.run.dir)) if log.is_relative_to(self.run.dir) else str(log)))
@@ -304,11 +308,12 @@ class Pipeline:
             for gname in groups:
                 self._compare_group(p, gname, cache, gen_steps)
             for config, problems in gen_steps.items():
+                seconds = sum(r.seconds for (c, _, _), runs in cache.items() if c == config for r in runs)
                 status = "failed" if problems else "passed"
                 errors = [x for x in problems if x.startswith("error:")]
                 if errors and len(errors) == len(problems):
                     status = "error"
-                self.run.record_step(StepRecord(p.name, config, "generate", status,
+                self.run.record_step(StepRecord(p.name, config, "generate", status, round(seconds, 1),
                                                 detail="; ".join(sorted(set(problems)))[:500] or "all generations ran"))
             self.write_environment(p)
 

@@ -153,10 +153,21 @@ class Run:
 
     def record_step(self, step: StepRecord) -> None:
         """Add or replace (same platform, config, step) a step record and rewrite the summary."""
-        self.steps = [s for s in self.steps
-                      if (s.platform, s.config, s.step) != (step.platform, step.config, step.step)]
-        self.steps.append(step)
+        key = (step.platform, step.config, step.step)
+        for i, s in enumerate(self.steps):
+            if (s.platform, s.config, s.step) == key:
+                self.steps[i] = step  # keep the table's order stable
+                break
+        else:
+            self.steps.append(step)
         self.write_summary()
+
+    def step(self, platform: str, config: str, step: str) -> StepRecord | None:
+        """The recorded step (platform, config, step), or None."""
+        for s in self.steps:
+            if (s.platform, s.config, s.step) == (platform, config, step):
+                return s
+        return None
 
     def record_comparisons(self, records: Iterable[ComparisonRecord]) -> None:
         """Add comparison records (replacing same platform/group/model/prompt/candidate) and rewrite the summary."""
