@@ -7,18 +7,23 @@ the stages of one nox invocation share one results run.
 """
 
 import os
+import sys
+from pathlib import Path
 
 import nox
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness.results import new_run_id  # noqa: E402
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["build", "test", "compare-outputs"]
 
 # one results run for all sessions of this nox invocation
-os.environ.setdefault("HARNESS_RUN_ID", __import__("harness.results", fromlist=["new_run_id"]).new_run_id())
+RUN_ID = os.environ.get("HARNESS_RUN_ID") or new_run_id()
 
 
-def _harness(session: nox.Session, *args: str) -> None:
-    session.run("python", "-m", "harness", *args, *session.posargs, env={"HARNESS_RUN_ID": os.environ["HARNESS_RUN_ID"]})
+def _harness(session: nox.Session, command: str) -> None:
+    session.run(sys.executable, "-m", "harness", command, *session.posargs, env={"HARNESS_RUN_ID": RUN_ID})
 
 
 @nox.session
@@ -42,58 +47,58 @@ def compare_outputs(session: nox.Session) -> None:
 @nox.session
 def patches(session: nox.Session) -> None:
     """Patch series: ``nox -s patches -- apply|export|check``."""
-    session.run("python", "-m", "harness", "patches", *session.posargs)
+    _harness(session, "patches")
 
 
 @nox.session
 def source(session: nox.Session) -> None:
     """Base source: ``nox -s source -- fetch|export-mirror [--out PATH]``."""
-    session.run("python", "-m", "harness", "source", *session.posargs)
+    _harness(session, "source")
 
 
 @nox.session
 def models(session: nox.Session) -> None:
     """Assemble or generate the matrix's models: ``nox -s models [-- NAME ...]``."""
-    session.run("python", "-m", "harness", "models", *session.posargs)
+    _harness(session, "models")
 
 
 @nox.session(name="ci-matrix")
 def ci_matrix(session: nox.Session) -> None:
-    """The CI job matrix from matrix.yaml as JSON: ``nox -s ci-matrix [-- --platform P --github-output]``."""
-    session.run("python", "-m", "harness", "ci-matrix", *session.posargs)
+    """The GitHub Actions matrix (JSON) derived from matrix.yaml: ``nox -s ci-matrix [-- --github-output]``."""
+    _harness(session, "ci-matrix")
 
 
 @nox.session(name="check-windows")
 def check_windows(session: nox.Session) -> None:
-    """The Windows checks of ``python -m harness check-windows``: ``nox -s check-windows [-- ...]``."""
-    session.run("python", "-m", "harness", "check-windows", *session.posargs)
-
-
-@nox.session
-def pytest(session: nox.Session) -> None:
-    """The project's own pytest suite (including the end-to-end build on the real llama.cpp)."""
-    session.run("python", "-m", "pytest", *session.posargs)
+    """Compile the patches' Windows-only host code with MinGW-w64 (and g++) against the CUDA headers."""
+    _harness(session, "check-windows")
 
 
 @nox.session
 def triage(session: nox.Session) -> None:
     """What changed between two runs: ``nox -s triage -- [A B] [--json]``; exit 1 on a regression."""
-    session.run("python", "-m", "harness", "triage", *session.posargs)
+    _harness(session, "triage")
 
 
 @nox.session
 def bisect(session: nox.Session) -> None:
-    """First patch of the series that turns a check from pass to fail: ``nox -s bisect -- --platform P --check ...``."""
-    session.run("python", "-m", "harness", "bisect", *session.posargs)
+    """First patch of the series that breaks a check: ``nox -s bisect -- --platform P --check test:NAME``."""
+    _harness(session, "bisect")
 
 
 @nox.session
 def report(session: nox.Session) -> None:
     """Self-contained ``results/<run-id>/report.html``: ``nox -s report -- [RUN] [--markdown]``."""
-    session.run("python", "-m", "harness", "report", *session.posargs)
+    _harness(session, "report")
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """Pin-ladder benchmark on a CUDA machine: ``nox -s bench -- --build-dir DIR [--model GGUF]``."""
-    session.run("python", "-m", "harness", "bench", *session.posargs)
+    _harness(session, "bench")
+
+
+@nox.session
+def pytest(session: nox.Session) -> None:
+    """The project's own test suite (including the end-to-end build of the real llama.cpp)."""
+    session.run(sys.executable, "-m", "pytest", *session.posargs)
