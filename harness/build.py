@@ -151,22 +151,18 @@ def build(req: BuildRequest, logs_dir: Path) -> BuildResult:
     defs = [f"-D{k}={v}" for k, v in sorted(req.cmake_options.items())]
     configure = [cmake, "-S", str(req.source_dir), "-B", str(req.build_dir), "-G", "Ninja",
                  f"-DCMAKE_MAKE_PROGRAM={ninja}", *defs]
-    rc, secs = _run_step(configure, logs_dir / "configure.log", req.env)
-    result.logs["configure"] = logs_dir / "configure.log"
-    result.seconds += secs
-    if rc != 0:
-        result.status = "failed"
-        result.detail = "configure failed: " + (first_error_line(logs_dir / "configure.log") or f"exit {rc}")
-        return result
     jobs = ["-j", str(req.jobs)] if req.jobs else []
-    rc, secs = _run_step([cmake, "--build", str(req.build_dir), *jobs, "--target", *req.targets],
-                         logs_dir / "build.log", req.env)
-    result.logs["build"] = logs_dir / "build.log"
-    result.seconds += secs
-    if rc != 0:
-        result.status = "failed"
-        result.detail = "build failed: " + (first_error_line(logs_dir / "build.log") or f"exit {rc}")
-        return result
+    steps = [("configure", configure),
+             ("build", [cmake, "--build", str(req.build_dir), *jobs, "--target", *req.targets])]
+    for name, argv in steps:
+        log = logs_dir / f"{name}.log"
+        rc, secs = _run_step(argv, log, req.env)
+        result.logs[name] = log
+        result.seconds += secs
+        if rc != 0:
+            result.status = "failed"
+            result.detail = f"{name} failed: " + (first_error_line(log) or f"exit {rc}")
+            return result
     stamp.write_text(json.dumps({"key": key, "targets": list(req.targets),
                                  "options": dict(req.cmake_options)}, indent=2))
     result.detail = f"built in {result.seconds:.0f} s (key {key})"
