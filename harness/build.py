@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,8 +70,14 @@ class BuildResult:
         return self.build_dir / "bin"
 
 
+def find_tool(name: str) -> str | None:
+    """Path of executable ``name``: on PATH, else beside this Python (a virtual environment's bin/
+    holds cmake, ninja, ctest and ccache from requirements.txt even when it is not activated)."""
+    return shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+
+
 def _tool(name: str) -> str:
-    found = shutil.which(name)
+    found = find_tool(name)
     if not found:
         raise BuildError(f"{name} not found on PATH; install the project's requirements "
                          f"(pip install -r requirements.txt)")
@@ -79,7 +86,7 @@ def _tool(name: str) -> str:
 
 def compiler_launcher_options() -> dict[str, str]:
     """CMake launcher options for ccache when it is on PATH (CUDA too), else {}."""
-    ccache = shutil.which("ccache")
+    ccache = find_tool("ccache")
     if not ccache:
         return {}
     return {"CMAKE_C_COMPILER_LAUNCHER": ccache, "CMAKE_CXX_COMPILER_LAUNCHER": ccache,

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from .build import find_tool
 
 
 @dataclass
@@ -73,7 +74,7 @@ def parse_junit(path: Path) -> list[TestCase]:
 
 def list_tests(build_dir: Path, labels: Sequence[str]) -> list[str]:
     """Names of ctest tests in ``build_dir`` carrying any of ``labels`` (``ctest -N``)."""
-    ctest = shutil.which("ctest") or "ctest"
+    ctest = find_tool("ctest") or "ctest"
     argv = [ctest, "--test-dir", str(build_dir), "-N"]
     if labels:
         argv += ["-L", "|".join(f"^{re.escape(lab)}$" for lab in labels)]
@@ -106,7 +107,7 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
         run.detail = "no test selected"
         log.write_text(run.detail + "\n")
         return run
-    ctest = shutil.which("ctest") or "ctest"
+    ctest = find_tool("ctest") or "ctest"
     argv = [ctest, "--test-dir", str(build_dir), "--output-on-failure", "--no-tests=error",
             "--timeout", str(int(timeout_s)), "--output-junit", str(junit),
             "-L", "|".join(f"^{re.escape(lab)}$" for lab in labels),

@@ -298,7 +298,7 @@ def test_check_reports_hand_edited_patch(upstream: tuple[Path, str], series: Pat
     new_blob = subprocess.run(["git", "hash-object", "--stdin"], input=edited, text=True,
                               capture_output=True, check=True).stdout.strip()
     stale_blob = re.search(r"^index [0-9a-f]{40}\.\.([0-9a-f]{40})", path.read_text(), re.MULTILINE).group(1)
-    assert f"\n-index " in diffs[0] and stale_blob in diffs[0]
+    assert "\n-index " in diffs[0] and stale_blob in diffs[0]
     assert re.search(rf"^\+index [0-9a-f]{{40}}\.\.{new_blob} 100644$", diffs[0], re.MULTILINE)
 
 

@@ -1,7 +1,6 @@
 """Results layout, summary contents, JUnit parsing and log parsers."""
 
 import json
-from pathlib import Path
 
 import pytest
 

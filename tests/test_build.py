@@ -1,0 +1,73 @@
+"""CMake + Ninja builds of a tiny project: keyed builds, no-op reruns, failures recorded with their first error."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.build import BuildRequest, build
+
+pytestmark = pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("ninja")),
+                                reason="cmake and ninja come from requirements.txt")
+
+CMAKE = """cmake_minimum_required(VERSION 3.16)
+project(tiny C)
+add_executable(hello hello.c)
+set_target_properties(hello PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+"""
+
+
+def project(tmp_path: Path, source: str = 'int main(void) { return 0; }\n') -> Path:
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    (src / "CMakeLists.txt").write_text(CMAKE)
+    (src / "hello.c").write_text(source)
+    return src
+
+
+def request(src: Path, tmp_path: Path, **options: str) -> BuildRequest:
+    return BuildRequest("test-platform", "fork", src, tmp_path / "build", {"CMAKE_BUILD_TYPE": "Release", **options},
+                        ("hello",), {"base": "0" * 40, "series": "abc"})
+
+
+def test_second_build_with_nothing_changed_is_a_no_op(tmp_path):
+    src = project(tmp_path)
+    first = build(request(src, tmp_path), tmp_path / "logs1")
+    assert first.status == "passed" and not first.up_to_date, first.detail
+    assert (first.bin_dir / "hello").exists()
+    assert (tmp_path / "logs1" / "configure.rc").read_text().strip() == "0"
+    mtime = (first.bin_dir / "hello").stat().st_mtime_ns
+    second = build(request(src, tmp_path), tmp_path / "logs2")
+    assert second.status == "passed" and second.up_to_date and second.key == first.key
+    assert not (tmp_path / "logs2" / "configure.log").exists()
+    assert (second.bin_dir / "hello").stat().st_mtime_ns == mtime
+
+
+def test_key_covers_options_and_series(tmp_path):
+    src = project(tmp_path)
+    base = request(src, tmp_path)
+    assert base.key() == request(src, tmp_path).key()
+    assert base.key() != request(src, tmp_path, GGML_NATIVE="OFF").key()
+    other_series = BuildRequest(base.platform, base.variant, src, base.build_dir, base.cmake_options, base.targets,
+                                {"base": "0" * 40, "series": "abd"})
+    assert base.key() != other_series.key()
+    first = build(base, tmp_path / "l1")
+    changed = build(request(src, tmp_path, SOMETHING="1"), tmp_path / "l2")
+    assert first.status == changed.status == "passed" and not changed.up_to_date
+
+
+def test_compile_error_is_recorded_with_its_first_error_line(tmp_path):
+    src = project(tmp_path, "int main(void) { return undeclared_thing; }\n")
+    result = build(request(src, tmp_path), tmp_path / "logs")
+    assert result.status == "failed"
+    assert result.detail.startswith("build failed: ") and "hello.c" in result.detail and "error" in result.detail
+    assert (tmp_path / "logs" / "build.rc").read_text().strip() != "0"
+
+
+def test_configure_error_is_recorded(tmp_path):
+    src = project(tmp_path)
+    (src / "CMakeLists.txt").write_text(CMAKE + "message(FATAL_ERROR \"no such toolkit\")\n")
+    result = build(request(src, tmp_path), tmp_path / "logs")
+    assert result.status == "failed" and result.detail.startswith("configure failed: ")
+    assert "CMake Error" in result.detail
+    assert not (tmp_path / "logs" / "build.log").exists()
