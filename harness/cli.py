@@ -86,9 +86,13 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
 def patches_cmd(argv: Sequence[str]) -> int:
     """``python -m harness patches apply|export|check``."""
     from .patches import check_series, export_series, read_series, series_digest, apply_series
-    from .source import obtain_base, prepare_tree, scratch_tree
-    ap = argparse.ArgumentParser(prog="python -m harness patches")
+    from .source import obtain_base, prepare_tree, scratch_tree, tree_state, unexported_work
+    ap = argparse.ArgumentParser(prog="python -m harness patches",
+                                 description="apply: the series onto the base in .harness/dev/llama.cpp (the tree "
+                                             "you edit; builds use their own tree); export: its commits back into "
+                                             "patches/; check: fail when patches/ differs from what export writes")
     ap.add_argument("action", choices=("apply", "export", "check"))
+    ap.add_argument("--force", action="store_true", help="apply even if the dev tree holds unexported work")
     _add_common(ap)
     args = ap.parse_args(argv)
     matrix = load_matrix(args.matrix)
@@ -96,18 +100,24 @@ def patches_cmd(argv: Sequence[str]) -> int:
     work = args.work_dir.resolve()
     if args.action == "apply":
         patches = read_series(args.patches_dir)
-        (work / "fork" / "tree.stamp").unlink(missing_ok=True)
-        tree = prepare_tree(base, work, "fork", series_digest(patches),
+        pending = unexported_work(work, "dev")
+        if pending and not args.force:
+            raise SystemExit(f"error: {pending}; export it first (nox -s patches -- export) or pass --force")
+        (work / "dev" / "tree.stamp").unlink(missing_ok=True)
+        tree = prepare_tree(base, work, "dev", series_digest(patches),
                             lambda repo, rev: apply_series(repo, rev, patches))
         print(f"applied {len(patches)} patches onto {base.commit[:12]} in {tree}")
-        print("edit and commit there, then run: nox -s patches -- export")
+        print("edit and commit there (git commit, git rebase -i), then run: nox -s patches -- export")
         return 0
     if args.action == "export":
-        tree = work / "fork" / "llama.cpp"
+        tree = work / "dev" / "llama.cpp"
         if not tree.exists():
             raise SystemExit(f"error: no work tree at {tree}; run `nox -s patches -- apply` first")
+        if tree_state(tree)[1]:
+            raise SystemExit(f"error: {tree} has uncommitted changes; commit them (export writes commits only)")
         written = export_series(tree, base.git_rev, args.patches_dir)
-        (work / "fork" / "tree.stamp").unlink(missing_ok=True)
+        # the dev tree now matches patches/: a later apply may replace it without losing anything
+        (work / "dev" / "tree.stamp").write_text(f"{base.git_rev} {series_digest(written)} {tree_state(tree)[0]}\n")
         for p in written:
             print(f"exported {p.name}  sha256 {p.sha256[:12]}")
         return 0

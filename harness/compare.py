@@ -332,6 +332,11 @@ def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
             error_line=find_error_line(stderr), **common,
         )
     text, stopped_at_eog = split_completion_stdout(raw)
+    if not text:
+        return GenerationResult(
+            status="crashed", text=text, returncode=0, signal=None,
+            error_line=find_error_line(stderr) or "exit 0 but no generated text on stdout", **common,
+        )
     return GenerationResult(
         status="ok", text=text, returncode=0, signal=None, error_line=None,
         stopped_at_eog=stopped_at_eog, **common,
@@ -506,12 +511,14 @@ def compare_runs(
 
     Rules, in order: a crash in any repeat on either side gives ``"crashed"``;
     otherwise a timeout gives ``"timeout"`` (the detail names the side).
-    Otherwise a configuration whose repeats disagree is listed in
-    ``nondeterministic`` and the first repeats are compared: byte-identical
-    texts give ``"identical"`` (no tokenizing), different texts ``"diverged"``
-    with the first divergent token found by ``tokenize_fn`` (bytes -> tokens)
-    and ``first_divergence``.  Raises ``ValueError`` if either side has no runs;
-    exceptions from ``tokenize_fn`` propagate.
+    Otherwise every repeat is compared with the reference's first repeat: a
+    configuration whose repeats disagree is listed in ``nondeterministic`` and
+    the comparison is ``"diverged"`` (nondeterminism is never reported as
+    identical, whichever side shows it); byte-identical texts in every repeat
+    give ``"identical"`` (no tokenizing).  A divergence is located by
+    ``tokenize_fn`` (bytes -> tokens) in the first pair of texts that differ
+    and reported in ``first_divergence``.  Raises ``ValueError`` if either
+    side has no runs; exceptions from ``tokenize_fn`` propagate.
     """
     if not reference_runs or not candidate_runs:
         raise ValueError(f"prompt {prompt_id!r}: each side needs at least one run")
@@ -520,11 +527,11 @@ def compare_runs(
     sides = [("reference", reference_runs), ("candidate", candidate_runs)]
 
     def result(status: ComparisonStatus, detail: str, nondet: list[str],
-               div: Divergence | None = None) -> PromptComparison:
+               div: Divergence | None = None, cand: bytes = cand_text) -> PromptComparison:
         return PromptComparison(
             prompt_id=prompt_id, reference=reference_name, candidate=candidate_name,
             status=status, first_divergence=div, detail=detail, nondeterministic=nondet,
-            reference_text=ref_text, candidate_text=cand_text,
+            reference_text=ref_text, candidate_text=cand,
         )
 
     for kind in ("crashed", "timeout"):
@@ -539,18 +546,24 @@ def compare_runs(
     ]
     suffix = f"; nondeterministic: {', '.join(nondet)}" if nondet else ""
 
-    if ref_text == cand_text:
-        return result("identical", "identical" + suffix, nondet)
+    # the first text, in repeat order, that differs from the reference's first repeat
+    others = [(f"candidate repeat {k}", r.text) for k, r in enumerate(candidate_runs, 1)]
+    others += [(f"reference repeat {k}", r.text) for k, r in enumerate(reference_runs[1:], 2)]
+    differing = next(((label, text) for label, text in others if text != ref_text), None)
+    if differing is None:
+        return result("identical", "identical", nondet)
+    label, other = differing
+    where = "" if label == "candidate repeat 1" else f" ({label} against reference repeat 1)"
 
-    div = first_divergence(tokenize_fn(ref_text), tokenize_fn(cand_text))
+    div = first_divergence(tokenize_fn(ref_text), tokenize_fn(other))
     if div is None:
         byte_index = next(
-            (i for i, (a, b) in enumerate(zip(ref_text, cand_text)) if a != b),
-            min(len(ref_text), len(cand_text)),
+            (i for i, (a, b) in enumerate(zip(ref_text, other)) if a != b),
+            min(len(ref_text), len(other)),
         )
         detail = f"diverged at byte {byte_index}; the texts tokenize to the same ids"
-        return result("diverged", detail + suffix, nondet)
-    return result("diverged", _describe_divergence(div) + suffix, nondet, div)
+        return result("diverged", detail + where + suffix, nondet, cand=other)
+    return result("diverged", _describe_divergence(div) + where + suffix, nondet, div, cand=other)
 
 
 def to_json(obj: Any) -> Any:

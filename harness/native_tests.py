@@ -101,10 +101,12 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
     missing = [t for t in targets if t not in known]
     run = TestRun(status="skipped", junit=junit, log=log)
     for name in missing:
-        run.cases.append(TestCase(name, "skipped", 0.0, "not registered with ctest for this build "
-                                                       f"(labels {', '.join(labels)})"))
+        # the platform builds this test target, so a missing registration is a broken series or matrix
+        run.cases.append(TestCase(name, "failed", 0.0, "built but not registered with ctest under the labels "
+                                                      f"{', '.join(labels)}"))
     if not selected:
-        run.detail = "no test selected"
+        run.status = "failed" if missing else "skipped"
+        run.detail = (f"not registered with ctest: {', '.join(missing)}" if missing else "no test selected")
         log.write_text(run.detail + "\n")
         return run
     ctest = find_tool("ctest") or "ctest"
@@ -127,7 +129,7 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
         run.status, run.detail = "error", f"ctest wrote no readable JUnit XML ({exc}); exit {proc.returncode}"
         return run
     counts = run.counts()
-    if counts["failed"] or (proc.returncode != 0 and not counts["failed"]):
+    if missing or counts["failed"] or proc.returncode != 0:
         run.status = "failed"
         failed = [c.name for c in run.cases if c.status == "failed"]
         run.detail = f"failed: {', '.join(failed)}" if failed else f"ctest exit {proc.returncode}"

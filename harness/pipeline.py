@@ -124,6 +124,8 @@ class Pipeline:
             if why:
                 self.run.skipped_platforms[name] = why
                 self.run.record_step(StepRecord(name, "-", for_step, "skipped", detail=why))
+                if self.opts.platforms:
+                    self.run.mark_incomplete(f"{name}: {for_step} skipped: {why}")
                 self.say(f"[{name}] {for_step}: skipped: {why}")
                 continue
             chosen.append(p)
@@ -158,7 +160,7 @@ class Pipeline:
             group = self.matrix.groups[g]
             for c in (group.reference, *group.candidates):
                 needed.add(self.matrix.configs[c].build)
-        return sorted(needed)
+        return sorted(needed, key=lambda v: (v != "fork", v))  # fork first: a broken series fails fast
 
     def cmake_options(self, p: Platform, variant: str) -> dict[str, str]:
         """The CMake cache options for ``p``/``variant``: matrix, ccache, CUDA arch, series label, -D overrides."""
@@ -307,6 +309,10 @@ class Pipeline:
             gen_steps: dict[str, list[str]] = {}
             for gname in groups:
                 self._compare_group(p, gname, cache, gen_steps)
+            if not any(c.platform == p.name for c in self.run.comparisons) and not gen_steps:
+                self.run.mark_incomplete(f"{p.name}: compare-outputs selected no comparison "
+                                         f"(groups {', '.join(p.groups) or 'none'}; filters: "
+                                         f"{', '.join(self.opts.groups + self.opts.models) or 'none'})")
             for config, problems in gen_steps.items():
                 seconds = sum(r.seconds for (c, _, _), runs in cache.items() if c == config for r in runs)
                 status = "failed" if problems else "passed"

@@ -111,6 +111,7 @@ class Run:
         self.steps: list[StepRecord] = []
         self.comparisons: list[ComparisonRecord] = []
         self.skipped_platforms: dict[str, str] = {}
+        self.incomplete: list[str] = []
         if create and not self.dir.exists():
             self.dir.mkdir(parents=True, exist_ok=False)
             write_json(self.dir / "run.json", {"run_id": run_id, "argv": list(argv),
@@ -144,6 +145,7 @@ class Run:
         self.steps = [StepRecord(**s) for s in data.get("configurations", [])]
         self.comparisons = [ComparisonRecord(**c) for c in data.get("comparisons", [])]
         self.skipped_platforms = dict(data.get("skipped_platforms", {}))
+        self.incomplete = list(data.get("incomplete", []))
 
     def platform_dir(self, platform: str) -> Path:
         """``results/<run-id>/<platform>/`` (created)."""
@@ -177,22 +179,39 @@ class Run:
                             if (c.platform, c.group, c.model, c.prompt, c.candidate) not in keys] + new
         self.write_summary()
 
+    def mark_incomplete(self, reason: str) -> None:
+        """Record that something the user asked for did not run (e.g. an explicitly selected platform was skipped)."""
+        if reason not in self.incomplete:
+            self.incomplete.append(reason)
+        self.write_summary()
+
     def overall(self) -> str:
-        """``passed`` when no step failed or errored and every comparison is identical, else ``failed``."""
-        bad_step = any(s.status in ("failed", "error") for s in self.steps)
-        bad_cmp = any(c.status != "identical" for c in self.comparisons)
-        return "failed" if bad_step or bad_cmp else "passed"
+        """The run's verdict.
+
+        ``failed`` when a step failed or errored or a comparison is not
+        identical; else ``incomplete`` when something explicitly asked for did
+        not run; else ``skipped`` when nothing ran at all; else ``passed``.
+        Only ``passed`` is a success.
+        """
+        if any(s.status in ("failed", "error") for s in self.steps) or \
+                any(c.status != "identical" for c in self.comparisons):
+            return "failed"
+        if self.incomplete:
+            return "incomplete"
+        if not any(s.status == "passed" for s in self.steps) and not self.comparisons:
+            return "skipped"
+        return "passed"
 
     def write_summary(self) -> None:
         """Write summary.json and summary.md for everything recorded so far."""
         data = {"run_id": self.id, "updated": datetime.now(timezone.utc).isoformat(),
                 "overall": self.overall(), "configurations": self.steps, "comparisons": self.comparisons,
-                "skipped_platforms": self.skipped_platforms}
+                "skipped_platforms": self.skipped_platforms, "incomplete": self.incomplete}
         write_json(self.dir / "summary.json", data)
         (self.dir / "summary.md").write_text(render_markdown(self), encoding="utf-8")
 
 
-_ICON = {"passed": "✅ passed", "failed": "❌ failed", "error": "💥 error", "skipped": "⏭️ skipped",
+_ICON = {"incomplete": "⚠️ incomplete", "passed": "✅ passed", "failed": "❌ failed", "error": "💥 error", "skipped": "⏭️ skipped",
          "identical": "✅ identical", "diverged": "❌ diverged", "crashed": "💥 crashed", "timeout": "⏱️ timeout"}
 
 
@@ -203,6 +222,8 @@ def _cell(text: str) -> str:
 def render_markdown(run: Run) -> str:
     """The run summary as Markdown: overall verdict, a steps table and a comparisons table."""
     lines = [f"# Run {run.id}: {_ICON.get(run.overall(), run.overall())}", ""]
+    if run.incomplete:
+        lines += ["Did not run although asked for:", ""] + [f"- {_cell(r)}" for r in run.incomplete] + [""]
     if run.skipped_platforms:
         lines += ["| platform | skipped because |", "|---|---|"]
         lines += [f"| {p} | {_cell(r)} |" for p, r in sorted(run.skipped_platforms.items())]

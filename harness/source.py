@@ -336,23 +336,35 @@ def export_mirror(base: BaseTree, out: Path) -> tuple[Path, str]:
     return out, digest
 
 
+def tree_state(tree: Path) -> tuple[str, bool]:
+    """(HEAD commit id, whether tracked files differ from it) of the work tree ``tree``."""
+    head = git(["rev-parse", "HEAD"], tree).stdout.strip()
+    dirty = bool(git(["status", "--porcelain", "--untracked-files=no"], tree).stdout.strip())
+    return head, dirty
+
+
 def prepare_tree(base: BaseTree, work: Path, variant: str, series_digest: str | None = None,
                  apply: Callable[[Path, str], object] | None = None) -> Path:
     """Return the source tree ``work/<variant>/llama.cpp`` for a build variant.
 
     ``base``: a clone of the base repository at ``base.git_rev``.  ``fork``:
     the same plus the patch series, imported by ``apply(repo, base_rev)``
-    (see harness.patches).  A tree is recreated only when the base or
-    ``series_digest`` changed since it was made, so an unchanged series
-    leaves every file's mtime alone and a rebuild stays a no-op.  Both
-    variants sit at the same depth under ``work`` so their build commands
-    differ only in the variant directory, which ccache's base_dir removes.
+    (see harness.patches).  A tree is reused only when the base, the
+    ``series_digest`` and its HEAD are what the last preparation left and no
+    tracked file was edited since; otherwise it is prepared again, so a build
+    never labels other code with the series' name.  Reuse leaves every file's
+    mtime alone, so a rebuild stays a no-op.  Both variants sit at the same
+    depth under ``work`` so their build commands differ only in the variant
+    directory, which ccache's base_dir removes.
     """
     tree = work / variant / "llama.cpp"
     stamp = work / variant / "tree.stamp"
     wanted = f"{base.git_rev} {series_digest or '-'}"
-    if tree.exists() and stamp.exists() and stamp.read_text().strip() == wanted:
-        return tree
+    if tree.exists() and stamp.exists():
+        recorded = stamp.read_text().split()
+        head, dirty = tree_state(tree)
+        if recorded[:2] == wanted.split() and recorded[2:] == [head] and not dirty:
+            return tree
     if not (tree / ".git").exists():
         shutil.rmtree(tree, ignore_errors=True)
         tree.parent.mkdir(parents=True, exist_ok=True)
@@ -362,8 +374,26 @@ def prepare_tree(base: BaseTree, work: Path, variant: str, series_digest: str | 
         git(["checkout", "--quiet", "--force", "--detach", base.git_rev], tree)
     else:
         apply(tree, base.git_rev)
-    stamp.write_text(wanted + "\n")
+    stamp.write_text(f"{wanted} {tree_state(tree)[0]}\n")
     return tree
+
+
+def unexported_work(work: Path, variant: str) -> str | None:
+    """Why the tree ``work/<variant>/llama.cpp`` holds work a new apply would lose, or None.
+
+    Commits made after the last apply and edits to tracked files count.
+    """
+    tree = work / variant / "llama.cpp"
+    stamp = work / variant / "tree.stamp"
+    if not (tree / ".git").exists():
+        return None
+    head, dirty = tree_state(tree)
+    if dirty:
+        return f"{tree} has uncommitted changes"
+    recorded = stamp.read_text().split() if stamp.exists() else []
+    if recorded[2:] and recorded[2] != head:
+        return f"{tree} has commits made after the last apply (HEAD {head[:12]})"
+    return None
 
 
 def scratch_tree(base: BaseTree) -> Path:

@@ -166,18 +166,31 @@ def test_compare_runs_reference_timeout() -> None:
     assert cmp.detail == "reference timed out after 300 s"
 
 
-def test_compare_runs_nondeterministic_reference() -> None:
+def test_compare_runs_nondeterministic_reference_is_never_identical() -> None:
     tok = WordTokenizer()
     ref_runs = [result(text=b"a b c"), result(text=b"a b d")]
     same = compare_runs("p", "base", ref_runs, "pinned", [result(text=b"a b c")] * 2, tok)
-    assert same.status == "identical"
+    assert same.status == "diverged"
     assert same.nondeterministic == ["base"]
-    assert "nondeterministic: base" in same.detail
+    assert "nondeterministic: base" in same.detail and "reference repeat 2" in same.detail
+    assert same.first_divergence is not None and same.first_divergence.index == 2
 
     differs = compare_runs("p", "base", ref_runs, "pinned", [result(text=b"a x c")] * 2, tok)
     assert differs.status == "diverged"
     assert differs.nondeterministic == ["base"]
     assert differs.first_divergence is not None and differs.first_divergence.index == 1
+
+
+def test_compare_runs_candidate_that_varies_between_repeats_diverges() -> None:
+    tok = WordTokenizer()
+    ref_runs = [result(text=b"hello world")] * 2
+    cand_runs = [result(text=b"hello world"), result(text=b"hello there")]
+    cmp = compare_runs("p", "base", ref_runs, "fork", cand_runs, tok)
+    assert cmp.status == "diverged"
+    assert cmp.nondeterministic == ["fork"]
+    assert cmp.first_divergence is not None and cmp.first_divergence.index == 1
+    assert cmp.first_divergence.candidate.piece == " there"
+    assert "candidate repeat 2" in cmp.detail
 
 
 def test_compare_runs_needs_runs_on_both_sides() -> None:
@@ -410,3 +423,11 @@ def test_real_greedy_runs_are_repeatable_and_tokenize_round_trips(tmp_path: Path
             assert tokens
             joined = "".join(t.piece for t in tokens).encode("utf-8", "surrogateescape")
             assert joined == text
+
+
+def test_run_generation_with_no_text_is_not_a_success(tmp_path: Path) -> None:
+    binary = write_script(tmp_path, "silent", "import sys\nsys.stdout.write(' [end of text]\\n\\n')\n")
+    res = run_generation(spec_for(binary), tmp_path / "silent")
+    assert res.status == "crashed"
+    assert res.returncode == 0 and res.text == b""
+    assert "no generated text" in res.error_line

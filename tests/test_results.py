@@ -102,3 +102,18 @@ def test_sanitizer_summary(tmp_path):
                    "========= ERROR SUMMARY: 2 errors\n")
     assert gpu.sanitizer_summary(log) == "compute-sanitizer: 2 run(s), 2 error(s)"
     assert gpu.sanitizer_summary(tmp_path / "missing.log") == ""
+
+
+def test_a_run_that_ran_nothing_or_skipped_what_was_asked_is_not_passed(tmp_path):
+    nothing = Run.open(tmp_path, "nothing")
+    nothing.record_step(StepRecord("linux-x86_64-cuda", "-", "test", "skipped", detail="needs an NVIDIA GPU"))
+    assert nothing.overall() == "skipped"
+    asked = Run.open(tmp_path, "asked")
+    asked.record_step(StepRecord("linux-x86_64-cuda", "fork", "build", "passed"))
+    asked.mark_incomplete("linux-x86_64-cuda: test skipped: needs an NVIDIA GPU")
+    assert asked.overall() == "incomplete"
+    data = json.loads((asked.dir / "summary.json").read_text())
+    assert data["overall"] == "incomplete" and data["incomplete"]
+    assert "needs an NVIDIA GPU" in (asked.dir / "summary.md").read_text()
+    asked.record_step(StepRecord("linux-x86_64-cuda", "fork", "test", "failed"))
+    assert asked.overall() == "failed"
