@@ -18,10 +18,15 @@ fi
 export HARNESS_RUN_ID="${HARNESS_RUN_ID:-gpu-$(date -u +%Y%m%dT%H%M%SZ)}"
 platform=linux-x86_64-cuda
 
+status=0
 python3 -m harness build test --platform "$platform" --sanitize memcheck -j "$(nproc)" 2>&1 | tee "$out/build-test.log"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
 python3 -m harness compare-outputs --platform "$platform" 2>&1 | tee "$out/compare.log"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
 model=$(python3 -m harness models moe-large | sed -n 's/^moe-large: //p')
 python3 -m harness bench --build-dir ".harness/fork/build-$platform" --model "$model" --n-layer 8 \
     --out "results/$HARNESS_RUN_ID/$platform/bench.json" 2>&1 | tee "$out/bench.md"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
 tar -czf "$out/results.tar.gz" -C results "$HARNESS_RUN_ID"
-echo "done: $HARNESS_RUN_ID"
+echo "done: $HARNESS_RUN_ID (exit $status)"
+exit "$status"

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .config import MatrixError, load_matrix
+from .config import MatrixError, SelectionError, load_matrix
 
 STAGES = ("build", "test", "compare-outputs")
 
@@ -25,6 +25,13 @@ def _add_common(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--patches-dir", type=Path, default=Path("patches"), help="patch series directory")
     ap.add_argument("--work-dir", type=Path, default=Path(".harness"),
                     help="work trees and build directories (default: .harness)")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
 
 
 def _stage_parser() -> argparse.ArgumentParser:
@@ -37,13 +44,13 @@ def _stage_parser() -> argparse.ArgumentParser:
     ap.add_argument("--results-dir", type=Path, default=Path("results"))
     ap.add_argument("--run-id", default=None, help="continue this run (default: $HARNESS_RUN_ID or a new run)")
     ap.add_argument("--cuda-arch", default=None, help="CMAKE_CUDA_ARCHITECTURES (default: from nvidia-smi)")
-    ap.add_argument("-j", "--jobs", type=int, default=None, help="build jobs (default: Ninja's)")
+    ap.add_argument("-j", "--jobs", type=_positive, default=None, help="build jobs (default: Ninja's)")
     ap.add_argument("--sanitize", choices=("memcheck", "racecheck", "initcheck", "synccheck"), default=None,
                     help="also run the native tests under compute-sanitizer with this tool")
     ap.add_argument("--model", action="append", default=[], help="only these models (repeatable)")
     ap.add_argument("--group", action="append", default=[], help="only these comparison groups (repeatable)")
-    ap.add_argument("--n-predict", type=int, default=None, help="tokens per generation (default: matrix)")
-    ap.add_argument("--repeats", type=int, default=None, help="runs per configuration (default: matrix)")
+    ap.add_argument("--n-predict", type=_positive, default=None, help="tokens per generation (default: matrix)")
+    ap.add_argument("--repeats", type=_positive, default=None, help="runs per configuration (default: matrix)")
     ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE",
                     help="extra CMake cache option passed through to every configure")
     return ap
@@ -70,10 +77,10 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
         matrix.platform(name)  # unknown names fail before anything runs
     for name in _split(args.model):
         if name not in matrix.models:
-            raise MatrixError([f"{matrix.path}: unknown model {name!r} (known: {', '.join(sorted(matrix.models))})"])
+            raise SelectionError(f"unknown model {name!r}; {matrix.path} defines: {', '.join(sorted(matrix.models))}")
     for name in _split(args.group):
         if name not in matrix.groups:
-            raise MatrixError([f"{matrix.path}: unknown group {name!r} (known: {', '.join(sorted(matrix.groups))})"])
+            raise SelectionError(f"unknown group {name!r}; {matrix.path} defines: {', '.join(sorted(matrix.groups))}")
     opts = Options(platforms=platforms, cmake_defines=defines, cuda_arch=args.cuda_arch, jobs=args.jobs,
                    sanitize=args.sanitize, models=_split(args.model), groups=_split(args.group),
                    n_predict=args.n_predict, repeats=args.repeats, work_dir=args.work_dir,

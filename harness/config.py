@@ -10,6 +10,7 @@ names the file, the line and the dotted key path, e.g.::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -31,6 +32,14 @@ class MatrixError(Exception):
     def __init__(self, problems: Sequence[str]):
         self.problems = list(problems)
         super().__init__("invalid matrix:\n  " + "\n  ".join(self.problems))
+
+
+class SelectionError(MatrixError):
+    """A name given on the command line (platform, model, group) is not in the matrix."""
+
+    def __init__(self, message: str):
+        self.problems = [message]
+        Exception.__init__(self, message)
 
 
 @dataclass(frozen=True)
@@ -153,7 +162,7 @@ class Matrix:
             return self.platforms[name]
         except KeyError:
             known = ", ".join(sorted(self.platforms))
-            raise MatrixError([f"{self.path}: unknown platform {name!r} (known: {known})"]) from None
+            raise SelectionError(f"unknown platform {name!r}; {self.path} defines: {known}") from None
 
 
 class _Locator:
@@ -206,7 +215,7 @@ def _dotted(keys: Iterable[Any]) -> str:
 
 
 def _error_problems(errors: Iterable[jsonschema.ValidationError], base: list[Any],
-                    loc: _Locator) -> list[tuple[int, str]]:
+                    loc: _Locator, defs: Mapping[str, Any]) -> list[tuple[int, str]]:
     problems: list[tuple[int, str]] = []
     for err in errors:
         keys = base + list(err.absolute_path)
@@ -226,8 +235,10 @@ def _error_problems(errors: Iterable[jsonschema.ValidationError], base: list[Any
                 problems.append((loc.line(where), f"{_dotted(where)}: unknown kind {kind!r} "
                                                   f"(allowed: {', '.join(sorted(branches))})"))
             else:
-                sub = jsonschema.Draft202012Validator(branches[kind]).iter_errors(err.instance)
-                problems += _error_problems(sub, keys, loc)
+                # the branch refers to shared definitions ("#/$defs/..."): validate it with them
+                branch = {**branches[kind], "$defs": defs}
+                sub = jsonschema.Draft202012Validator(branch).iter_errors(err.instance)
+                problems += _error_problems(sub, keys, loc, defs)
             continue
         problems.append((loc.line(keys), f"{_dotted(keys)}: {err.message}"))
     return problems
@@ -236,7 +247,7 @@ def _error_problems(errors: Iterable[jsonschema.ValidationError], base: list[Any
 def _schema_problems(doc: Any, loc: _Locator) -> list[str]:
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     validator = jsonschema.Draft202012Validator(schema)
-    problems = _error_problems(validator.iter_errors(doc), [], loc)
+    problems = _error_problems(validator.iter_errors(doc), [], loc, schema["$defs"])
     return [f"{loc.path}:{line}: {msg}" for line, msg in sorted(set(problems))]
 
 
@@ -268,6 +279,15 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
             elif c == g["reference"]:
                 out.append(f"{loc.path}:{loc.line(['groups', gname, 'candidates', i])}: "
                            f"groups.{gname}.candidates[{i}]: the reference {c!r} cannot also be a candidate")
+    from .models import MoeParams  # the generator's own fields are the truth
+    known_params = {f.name for f in dataclasses.fields(MoeParams)}
+    for mname, m in doc["models"].items():
+        if m["kind"] == "synthetic-moe":
+            for key in m.get("params", {}):
+                if key not in known_params:
+                    keys = ["models", mname, "params", key]
+                    out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: unknown generator parameter "
+                               f"(known: {', '.join(sorted(known_params))})")
     for pname, p in doc["platforms"].items():
         for i, g in enumerate(p.get("groups", [])):
             if g not in doc["groups"]:

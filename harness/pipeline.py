@@ -8,6 +8,7 @@ configuration is recorded and the others still run.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -26,7 +27,7 @@ from .patches import Patch, apply_series, read_series, series_digest, series_env
 from .results import ComparisonRecord, Run, StepRecord, write_json
 from .report import write_report
 from .signatures import classify_run
-from .source import BaseTree, cache_dir, obtain_base, prepare_tree
+from .source import BaseTree, cache_dir, obtain_base, prepare_tree, sha256_file
 
 SANITIZERS = ("memcheck", "racecheck", "initcheck", "synccheck")
 
@@ -298,6 +299,10 @@ class Pipeline:
         path = Path(m.spec["path"])
         if not path.exists():
             raise FileNotFoundError(f"model {m.name}: {path} does not exist")
+        expected = m.spec.get("sha256")
+        if expected and sha256_file(path) != expected:
+            raise ValueError(f"model {m.name}: {path} has sha256 {sha256_file(path)}, "
+                             f"{self.matrix.path} expects {expected}")
         return path
 
     # ----- comparisons ----------------------------------------------------------------------
@@ -397,12 +402,11 @@ class Pipeline:
                     records.append(rec)
                     self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {group.reference}: {pc.detail}")
                     cmp_path = self.run.platform_dir(p.name) / cand / "compare.json"
-                    existing = []
-                    if cmp_path.exists():
-                        import json
-                        existing = json.loads(cmp_path.read_text())
-                    existing.append(to_json(pc) | {"group": gname, "model": model})
-                    write_json(cmp_path, existing)
+                    entry = to_json(pc) | {"group": gname, "model": model}
+                    same = (gname, model, prompt_id)
+                    existing = json.loads(cmp_path.read_text()) if cmp_path.exists() else []
+                    existing = [e for e in existing if (e.get("group"), e.get("model"), e.get("prompt_id")) != same]
+                    write_json(cmp_path, existing + [entry])
             self.run.record_comparisons(records)
 
 

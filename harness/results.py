@@ -112,13 +112,20 @@ class Run:
         self.comparisons: list[ComparisonRecord] = []
         self.skipped_platforms: dict[str, str] = {}
         self.incomplete: list[str] = []
+        now = datetime.now(timezone.utc).isoformat()
         if create and not self.dir.exists():
             self.dir.mkdir(parents=True, exist_ok=False)
-            write_json(self.dir / "run.json", {"run_id": run_id, "argv": list(argv),
-                                               "started": datetime.now(timezone.utc).isoformat()})
+            write_json(self.dir / "run.json", {"run_id": run_id, "started": now,
+                                               "commands": [{"argv": list(argv), "started": now}]})
             self._point_latest()
-        elif (self.dir / "summary.json").exists():
-            self._load()
+        elif self.dir.exists():
+            if (self.dir / "summary.json").exists():
+                self._load()
+            if create and (self.dir / "run.json").exists():
+                # a later stage continues the run (HARNESS_RUN_ID or --run-id): record its command too
+                info = json.loads((self.dir / "run.json").read_text(encoding="utf-8"))
+                info.setdefault("commands", []).append({"argv": list(argv), "started": now})
+                write_json(self.dir / "run.json", info)
 
     @classmethod
     def open(cls, root: Path, run_id: str | None = None, argv: Iterable[str] = ()) -> "Run":

@@ -112,3 +112,19 @@ def test_unknown_platform_name_is_a_clear_error():
 def test_missing_file():
     with pytest.raises(FileNotFoundError, match="matrix file not found"):
         load_matrix("/nonexistent/matrix.yaml")
+
+
+def test_bad_digest_inside_a_kind_entry_names_its_line(tmp_path):
+    text = MATRIX.replace("sha256: a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+                          "sha256: a5fd3b", 1)
+    path = write(tmp_path, text)
+    [msg] = problems(path)
+    assert msg.startswith(f"{path}:{line_of(text, 'sha256: a5fd3b')}: models.gemma3-270m.sha256:")
+
+
+def test_unknown_generator_parameter_is_reported_at_its_line(tmp_path):
+    text = MATRIX.replace("params: {n_layer: 4,", "params: {n_layers: 4,", 1)
+    path = write(tmp_path, text)
+    [msg] = problems(path)
+    assert msg.startswith(f"{path}:{line_of(text, 'n_layers: 4')}: models.moe-small.params.n_layers: "
+                          "unknown generator parameter")
