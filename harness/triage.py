@@ -338,6 +338,9 @@ def _step_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set) 
                                       (sb_sig["kind"], sb_sig["key"]) in known))
             continue
         category = _category(before, after, BAD_STEP)
+        if after == "absent" and before in GOOD and any(k[0] == key[0] and k[2] == key[2] for k in steps_b):
+            # B ran this step on this platform but no longer for this configuration: something was lost
+            category = "regression"
         failing_side = sig_a.get(key) if category == "fix" else sig_b.get(key)
         detail = (b or a or {}).get("detail", "")
         sig_known = None
@@ -368,6 +371,9 @@ def _comparison_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known:
         if before == after:
             continue
         category = _category(before, after, BAD_COMPARISON)
+        if after == "absent" and any(k[0] == key[0] and k[1] == key[1] for k in cb):
+            # B ran this group on this platform but lost this comparison
+            category = "regression"
         sigs, side = (sig_a, a) if category == "fix" else (sig_b, b)
         status = (side or {}).get("status")
         platform, _, model, prompt, reference, candidate = key

@@ -578,3 +578,15 @@ def test_group_check_compares_fork_configs_at_k_against_the_base(tmp_path):
     # the base reference ran once (first k0) and was reused for every k; the fork config ran once per k
     # (k0 again when the bisection checked the good end); repeated checks of a k ran nothing
     assert (tmp_path / "calls.log").read_text().split() == ["k0", "k2", "k3", "k0", "k5"]
+
+
+def test_a_step_lost_from_a_platform_that_still_ran_is_a_regression(tmp_path):
+    a = make_run(tmp_path, "a", regressed=False, platforms=(CPU,))
+    b = Run.open(tmp_path, "b")
+    for step in a.steps:
+        if (step.config, step.step) != ("fork-load-none", "generate"):
+            b.record_step(step)
+    b.record_comparisons([c for c in a.comparisons if c.group == "base-vs-fork"])
+    report = diff_runs(a.dir, b.dir)
+    regressions = {(t.kind, t.what, t.before, t.after) for t in report.regressions}
+    assert regressions == {("step", "fork-load-none generate", "passed", "absent")}
