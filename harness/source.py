@@ -153,7 +153,9 @@ def _pip_download_sdist(package: str, version: str, into: Path) -> Path:
     for cand in into.glob("*.tar.gz"):
         if cand.name.lower().startswith(stem.lower()):
             return cand
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+    # only the package itself must be an sdist: its build requirements may come as wheels, or pip
+    # would compile them (CMake among them) from source just to read the sdist's metadata
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", package, "--no-deps",
                            "--quiet", "-d", str(into), f"{package}=={version}"],
                           capture_output=True, text=True)
     found = [c for c in into.glob("*.tar.gz") if c.name.lower().startswith(stem.lower())]
