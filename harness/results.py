@@ -222,8 +222,15 @@ _ICON = {"incomplete": "⚠️ incomplete", "passed": "✅ passed", "failed": "�
          "identical": "✅ identical", "diverged": "❌ diverged", "crashed": "💥 crashed", "timeout": "⏱️ timeout"}
 
 
+#: Longest text a summary table cell shows; the full text stays in summary.json and the logs.
+CELL_MAX = 300
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    text = " ".join(text.split())
+    if len(text) > CELL_MAX:
+        text = text[:CELL_MAX - 1] + "…"
+    return text.replace("|", "\\|")
 
 
 def render_markdown(run: Run) -> str:

@@ -117,3 +117,13 @@ def test_a_run_that_ran_nothing_or_skipped_what_was_asked_is_not_passed(tmp_path
     assert "needs an NVIDIA GPU" in (asked.dir / "summary.md").read_text()
     asked.record_step(StepRecord("linux-x86_64-cuda", "fork", "test", "failed"))
     assert asked.overall() == "failed"
+
+
+def test_long_details_are_cut_in_the_markdown_but_kept_in_json(tmp_path):
+    run = Run.open(tmp_path, "long")
+    detail = "PatchApplyError: patch 2 of 3 does not apply\n" + "@@ -1,3 +1,4 @@ | context\n" * 200
+    run.record_step(StepRecord("p", "fork", "build", "error", detail=detail))
+    md = (run.dir / "summary.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| p | fork | build"))
+    assert len(row) < 500 and row.rstrip(" |").endswith("…") and "\\|" in row
+    assert json.loads((run.dir / "summary.json").read_text())["configurations"][0]["detail"] == detail
