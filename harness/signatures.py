@@ -14,6 +14,9 @@ Kinds and what the key holds:
     the source file and message of the first compiler error (GCC/Clang, nvcc, MSVC).
 ``link_error``
     the undefined or duplicate symbol, or the missing library.
+``patch_apply``
+    the file name of the series patch that did not apply (harness.patches.PatchApplyError),
+    without its directory, the base commit or its position in the series.
 ``test_assertion``
     ``GGML_ASSERT(cond) failed`` with its file, a C ``assert`` condition, or a
     test's ``FAIL`` line, prefixed by the test name.
@@ -59,14 +62,15 @@ from typing import Any, Iterable, Sequence
 
 from .results import write_json
 
-KINDS = ("configure_error", "compile_error", "link_error", "test_assertion", "signal", "cuda_error",
-         "sanitizer_report", "timeout", "output_mismatch", "other")
+KINDS = ("configure_error", "compile_error", "link_error", "patch_apply", "test_assertion", "signal",
+         "cuda_error", "sanitizer_report", "timeout", "output_mismatch", "other")
 
 #: Which signature of a step with several failures (tests, generations) is kept: the most
 #: specific first.  A CUDA error ends in an abort (SIGABRT) and an assertion too, so those
 #: rank above ``signal``.
 KIND_RANK = {"sanitizer_report": 0, "cuda_error": 1, "test_assertion": 2, "configure_error": 3,
-             "link_error": 3, "compile_error": 3, "timeout": 4, "signal": 5, "output_mismatch": 6, "other": 7}
+             "link_error": 3, "compile_error": 3, "patch_apply": 3, "timeout": 4, "signal": 5,
+             "output_mismatch": 6, "other": 7}
 
 #: File written into the run directory by :func:`classify_run`.
 SIGNATURES_FILE = "signatures.json"
@@ -433,8 +437,41 @@ def _compile_error(text: str, roots: Sequence[str]) -> Signature | None:
     return None
 
 
+#: The first line of harness.patches.PatchApplyError's message (see patches._apply_failure), after the
+#: ``PatchApplyError: `` prefix the pipeline writes into the step detail and error.log.
+_PATCH_APPLY = re.compile(r"^(?:PatchApplyError: )?(?P<path>[^\n]*?): patch (?P<index>\d+) of (?P<total>\d+) "
+                          r"\((?P<subject>[^\n]*)\) does not apply on (?P<base>[0-9a-f]+) "
+                          r"\+ (?P<earlier>\d+) earlier patch\(es\)", re.M)
+#: Lines of a PatchApplyError worth keeping as evidence: where git am --3way left conflicts (its
+#: ``CONFLICT (content)`` lines) and git apply's ``patch failed`` lines naming the upstream file.
+_PATCH_APPLY_EVIDENCE = re.compile(r"^(?:Conflicts git am --3way left in .*|error: patch failed: .*|"
+                                   r"CONFLICT \(.*)$", re.M)
+
+
+def _patch_apply(text: str) -> Signature | None:
+    """The ``patch_apply`` signature of a PatchApplyError message in ``text``, or None.
+
+    The key is ``patch <file name> does not apply``: the file name identifies the patch in
+    ``patches/series``; its directory, the base commit and its position (``patch 2 of 3``)
+    change between machines and series edits, so they stay in the summary only.
+    """
+    m = _PATCH_APPLY.search(text)
+    if not m:
+        return None
+    name = re.split(r"[\\/]", m.group("path"))[-1]
+    evidence = [_line_at(text, m.start())] + [e.group(0) for e in _PATCH_APPLY_EVIDENCE.finditer(text)]
+    return _sig("patch_apply", f"patch {name} does not apply",
+                f"patch {m.group('index')} of {m.group('total')}, {name} ({m.group('subject')}), does not apply "
+                f"on {m.group('base')} + {m.group('earlier')} earlier patch(es)", evidence)
+
+
 def _classify_build(run_dir: Path, step: dict) -> Signature:
     logs = run_dir / step["platform"] / f"build-{step['config']}"
+    # the step detail (else error.log, which holds the same text) is this run's own record, while
+    # configure/build logs may be left from an earlier attempt of a continued run: read it first
+    found = _patch_apply(step.get("detail") or _read(logs / "error.log"))
+    if found:
+        return found
     configure, build = _read(logs / "configure.log"), _read(logs / "build.log")
     roots = _roots_from_logs(configure, build)
     configure_rc, build_rc = _rc(logs / "configure.rc"), _rc(logs / "build.rc")

@@ -20,15 +20,19 @@ Exit status: 1 when there is any regression, 0 when there is none, 2 for bad inp
 
 ``python -m harness bisect -- --platform P --check test:NAME|group:G[:MODEL[:PROMPT]]``
 finds the first patch of the series that makes the check fail (see
-:func:`bisect_first_bad` and :class:`SeriesBisector`).
+:func:`bisect_first_bad` and :class:`SeriesBisector`); with ``--upstream GOOD..BAD
+[--repo PATH]`` it finds the first upstream commit on BAD's first-parent line that makes
+the check fail with the whole series applied on top (:class:`UpstreamBisector`).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -641,7 +645,7 @@ class BisectError(Exception):
 
 
 def bisect_first_bad(n: int, check: Callable[[int], bool], *, good: int = 0, bad: int | None = None,
-                     cache: dict[int, bool] | None = None) -> int:
+                     cache: dict[int, bool] | None = None, name: Callable[[int], str] | None = None) -> int:
     """The first k in (good, bad] with check(k) False, by binary search; k counts applied patches.
 
     ``n`` is the number of patches; ``check(k)`` builds base + patches 1..k and returns
@@ -650,8 +654,9 @@ def bisect_first_bad(n: int, check: Callable[[int], bool], *, good: int = 0, bad
     end that is wrong.  Outcomes are memoised in ``cache`` (k -> passed), which callers
     may share between calls; each k is checked at most once.  Assumes one transition from
     pass to fail in the range (as git bisect does); with several, one of them is found.
-    Returns k: patch number k (1-based) is the first bad patch.  Raises ValueError for
-    bounds outside 0 <= good < bad <= n.
+    ``name(k)`` words position k in those errors when k is not a patch count (the upstream
+    bisection passes commit positions).  Returns k: patch number k (1-based) is the first
+    bad patch.  Raises ValueError for bounds outside 0 <= good < bad <= n.
     """
     bad = n if bad is None else bad
     if not 0 <= good < bad <= n:
@@ -663,11 +668,16 @@ def bisect_first_bad(n: int, check: Callable[[int], bool], *, good: int = 0, bad
             memo[k] = bool(check(k))
         return memo[k]
 
+    def where(k: int) -> str:
+        if name is not None:
+            return name(k)
+        return "the unpatched base (k=0)" if k == 0 else f"k={k} (patches 1..{k})"
+
     if not passes(good):
-        what = "the unpatched base (k=0)" if good == 0 else f"k={good} (patches 1..{good})"
-        raise BisectError(f"the check fails at {what}; it must pass at the good end (choose another --good)")
+        raise BisectError(f"the check fails at {where(good)}; it must pass at the good end"
+                          + ("" if name else " (choose another --good)"))
     if passes(bad):
-        raise BisectError(f"the check passes at k={bad} (patches 1..{bad}); it must fail at the bad end, "
+        raise BisectError(f"the check passes at {where(bad)}; it must fail at the bad end, "
                           "so there is nothing to bisect")
     lo, hi = good, bad
     while hi - lo > 1:
@@ -708,7 +718,7 @@ class SeriesBisector:
     platform: str
     cmake_options: Mapping[str, str]
     targets: tuple[str, ...]
-    check: Callable[["SeriesBisector", int], tuple[bool, str]]
+    check: Callable[[Any, int], tuple[bool, str]]
     work_dir: Path
     jobs: int | None = None
     say: Callable[[str], None] = print
@@ -718,6 +728,18 @@ class SeriesBisector:
     def k_dir(self, k: int) -> Path:
         """``work_dir/k<k>``: everything of the build with patches 1..k."""
         return self.work_dir / f"k{k}"
+
+    def dir_at(self, k: int, variant: str = "fork") -> Path:
+        """The directory of the ``base`` (k=0) or ``fork`` (patches 1..k) build a check at k uses."""
+        return self.k_dir(0 if variant == "base" else k)
+
+    def build_at(self, k: int, variant: str = "fork") -> Any:
+        """The ``base`` (k=0) or ``fork`` (patches 1..k) build for a check at k; see :meth:`build`."""
+        return self.build(0 if variant == "base" else k)
+
+    def point(self, k: int) -> str:
+        """Position k in words for check details: ``k=<k>``."""
+        return f"k={k}"
 
     def tree(self, k: int) -> Path:
         """The source tree holding base + patches 1..k (created or reused); raises PatchApplyError."""
@@ -774,6 +796,299 @@ class SeriesBisector:
         return BisectResult(k, patch.name, patch.subject, dict(sorted(self.outcomes.items())))
 
 
+# --------------------------------------------------------------------------- upstream bisect
+
+
+@dataclass(frozen=True)
+class UpstreamCommit:
+    """One upstream commit: its full id (``sha``) and subject line."""
+
+    sha: str
+    subject: str
+
+    @property
+    def short(self) -> str:
+        """The first 12 hex digits of the id (names its build directory)."""
+        return self.sha[:12]
+
+
+def _resolve_commit(repo: Path, rev: str) -> str | None:
+    """The full id of commit ``rev`` in ``repo``, or None when it names no commit there."""
+    from .source import git
+    if rev.startswith("-"):
+        return None
+    proc = git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], repo, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _is_git_repo(path: Path) -> bool:
+    """Whether ``path`` itself is a git repository (work tree or bare), not a directory inside one."""
+    from .source import git
+    return git(["rev-parse", "--git-dir"], path, check=False,
+               env={"GIT_CEILING_DIRECTORIES": str(path.resolve().parent)}).returncode == 0
+
+
+def fetched_clone(url: str, dest: Path, revs: Sequence[str], say: Callable[[str], None] = print) -> Path:
+    """A bare repository at ``dest`` holding ``revs``, fetched from ``url`` when they are missing.
+
+    Created empty on first use; when a rev does not resolve there, every branch and tag of
+    ``url`` is fetched, and a rev that still does not resolve (a commit id no branch holds)
+    is fetched on its own and kept under ``refs/bisect-upstream/``.  Revs that the remote
+    does not have are left missing (the caller reports them).  Returns ``dest``; raises
+    harness.source.SourceError when git cannot create or fetch into it.
+    """
+    from .source import git
+    if not (dest / "HEAD").is_file():
+        tmp = dest.with_name(dest.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        git(["init", "--quiet", "--bare", str(tmp)])
+        tmp.rename(dest)
+    if all(_resolve_commit(dest, r) for r in revs):
+        return dest
+    say(f"fetching the branches and tags of {url} into {dest}")
+    git(["fetch", "--quiet", "--tags", "--force", url, "+refs/heads/*:refs/heads/*"], dest)
+    for rev in revs:
+        if _resolve_commit(dest, rev) is None and \
+                git(["fetch", "--quiet", url, rev], dest, check=False).returncode == 0:
+            sha = _resolve_commit(dest, "FETCH_HEAD")
+            if sha:
+                git(["update-ref", f"refs/bisect-upstream/{sha}", sha], dest)
+    return dest
+
+
+def upstream_repo(matrix: Any, repo: Path | None, revs: Sequence[str], cache: Path,
+                  say: Callable[[str], None] = print) -> Path:
+    """The git repository the upstream commits ``revs`` (GOOD and BAD) are taken from.
+
+    ``repo`` (``--repo``) wins and must be a git repository.  Otherwise the first ``local``
+    source of ``matrix`` (harness.config.Matrix) whose path exists, is a git repository and
+    holds every rev; else a bare clone under ``cache/upstream/`` fetched from the first
+    ``git`` source's URL (see :func:`fetched_clone`).  Raises TriageInputError naming what
+    was tried when none qualifies, and harness.source.SourceError when fetching fails.
+    """
+    if repo is not None:
+        if not repo.is_dir() or not _is_git_repo(repo):
+            raise TriageInputError(f"--repo {repo}: not a git repository")
+        return repo.resolve()
+    tried: list[str] = []
+    for src in matrix.sources:
+        if src.kind != "local" or src.path is None or not src.path.exists():
+            continue
+        if not _is_git_repo(src.path):
+            tried.append(f"local source {src.path} is not a git repository")
+            continue
+        missing = [r for r in revs if _resolve_commit(src.path, r) is None]
+        if not missing:
+            return src.path.resolve()
+        tried.append(f"local source {src.path} has no commit {', '.join(missing)}")
+    for src in matrix.sources:
+        if src.kind == "git" and src.url:
+            dest = cache / "upstream" / hashlib.sha256(src.url.encode()).hexdigest()[:16]
+            for line in tried:
+                say(f"note: {line}")
+            return fetched_clone(src.url, dest, revs, say)
+    tried.append("the matrix lists no git source to fetch from")
+    raise TriageInputError(f"{matrix.path}: no repository holds {' and '.join(revs)} ({'; '.join(tried)}); "
+                           "name one with --repo")
+
+
+def upstream_commits(repo: Path, good: str, bad: str) -> list[UpstreamCommit]:
+    """GOOD followed by ``git rev-list --first-parent --reverse GOOD..BAD``, with subjects.
+
+    Index 0 is GOOD (must pass), the last is BAD (must fail).  Raises TriageInputError when
+    either rev names no commit of ``repo``, when GOOD is not an ancestor of BAD, or when
+    the range holds no commit.
+    """
+    from .source import git
+    ids = {}
+    for label, rev in (("GOOD", good), ("BAD", bad)):
+        sha = _resolve_commit(repo, rev)
+        if sha is None:
+            raise TriageInputError(f"--upstream: {label} {rev!r} is not a commit in {repo}")
+        ids[label] = sha
+    if ids["GOOD"] == ids["BAD"]:
+        raise TriageInputError(f"--upstream {good}..{bad}: GOOD and BAD are the same commit {ids['GOOD'][:12]}")
+    if git(["merge-base", "--is-ancestor", ids["GOOD"], ids["BAD"]], repo, check=False).returncode != 0:
+        raise TriageInputError(f"--upstream {good}..{bad}: GOOD {ids['GOOD'][:12]} is not an ancestor of "
+                               f"BAD {ids['BAD'][:12]} in {repo}")
+    listed = git(["rev-list", "--first-parent", "--reverse", "--format=%H%x00%s", f"{ids['GOOD']}..{ids['BAD']}"],
+                 repo).stdout
+    commits = [UpstreamCommit(*line.split("\0", 1)) for line in listed.splitlines() if "\0" in line]
+    if not commits:
+        raise TriageInputError(f"--upstream {good}..{bad}: no commit between GOOD and BAD on BAD's first-parent line")
+    subject = git(["log", "-1", "--format=%s", ids["GOOD"]], repo).stdout.strip()
+    return [UpstreamCommit(ids["GOOD"], subject), *commits]
+
+
+def first_parent(repo: Path, sha: str) -> str | None:
+    """The first parent of commit ``sha`` in ``repo`` (full id), or None for a root commit."""
+    return _resolve_commit(repo, f"{sha}^1")
+
+
+@dataclass
+class UpstreamBisectResult:
+    """The first bad upstream commit and every commit checked.
+
+    ``first_bad``/``subject``: the commit; ``index``: its position on the first-parent line
+    (0 is GOOD, ``candidates`` is BAD); ``series_applies``: False when the patch series did
+    not apply there (the commit then counts as failing); ``not_applied``: commit id -> the
+    patch file that did not apply, for every commit checked; ``outcomes``: commit id ->
+    {index, subject, passed, detail, builds}.
+    """
+
+    first_bad: str
+    subject: str
+    index: int
+    candidates: int
+    series_applies: bool
+    not_applied: dict[str, str]
+    outcomes: dict[str, dict[str, Any]]
+
+
+@dataclass
+class UpstreamBisector:
+    """Builds upstream ``commits[k]`` with the whole patch series applied and runs ``check`` at k.
+
+    ``commits`` comes from :func:`upstream_commits` (0 = GOOD, last = BAD) in ``repo``.
+    Every commit has ``work_dir/<commit12>/fork/`` (the tree with the series applied by
+    harness.patches.apply_series with the commit as base, ``build/``, ``logs/``) and, when
+    a check compares against upstream itself, ``work_dir/<commit12>/base/`` (the commit
+    unpatched).  All sit at the same depth and ccache's base_dir is ``work_dir``; the
+    build key holds the commit and series digest, so a commit built before is not built
+    again.  When the series does not apply at a commit, its fork build is an ``error``
+    whose detail says so, the check fails there, and ``not_applied`` names the patch.
+    """
+
+    repo: Path
+    commits: Sequence[UpstreamCommit]
+    patches: Sequence[Any]  # harness.patches.Patch
+    platform: str
+    cmake_options: Mapping[str, str]
+    targets: tuple[str, ...]
+    check: Callable[[Any, int], tuple[bool, str]]
+    work_dir: Path
+    jobs: int | None = None
+    say: Callable[[str], None] = print
+    outcomes: dict[int, dict[str, Any]] = field(default_factory=dict)
+    not_applied: dict[int, str] = field(default_factory=dict)
+    _builds: dict[tuple[int, str], Any] = field(default_factory=dict, repr=False)
+
+    def dir_at(self, k: int, variant: str = "fork") -> Path:
+        """``work_dir/<commit12>/<variant>``: tree, build and logs of commit k, patched (fork) or not (base)."""
+        return self.work_dir / self.commits[k].short / variant
+
+    def k_dir(self, k: int) -> Path:
+        """The patched build's directory of commit k (``dir_at(k, "fork")``)."""
+        return self.dir_at(k, "fork")
+
+    def point(self, k: int) -> str:
+        """Position k in words for check details: the commit's short id."""
+        return f"upstream {self.commits[k].short}"
+
+    def tree(self, k: int, variant: str = "fork") -> Path:
+        """The source tree of commit k, with the series applied for ``fork``; raises PatchApplyError."""
+        from .patches import apply_series, series_digest
+        from .source import BaseTree, prepare_tree
+        commit = self.commits[k]
+        logs = self.dir_at(k, variant) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        base = BaseTree(self.repo, commit.sha, commit.sha, f"upstream {self.repo}")
+        if variant == "base":
+            return prepare_tree(base, self.work_dir, f"{commit.short}/base")
+        return prepare_tree(base, self.work_dir, f"{commit.short}/fork", series_digest(list(self.patches)),
+                            lambda repo, rev: apply_series(repo, rev, self.patches, log=logs / "patches.log"))
+
+    def build_at(self, k: int, variant: str = "fork") -> Any:
+        """Build commit k (``fork``: with the series; ``base``: without) once per process.
+
+        Returns harness.build.BuildResult; status ``error`` with a detail naming the patch
+        when the series does not apply at the commit.
+        """
+        if (k, variant) in self._builds:
+            return self._builds[(k, variant)]
+        from .build import BuildRequest, BuildResult, build
+        from .patches import PatchApplyError, series_digest
+        commit, here = self.commits[k], self.dir_at(k, variant)
+        try:
+            source = self.tree(k, variant)
+        except PatchApplyError as exc:
+            position = [p.name for p in self.patches].index(exc.patch) + 1
+            self.not_applied[k] = exc.patch
+            result = BuildResult(self.platform, f"bisect-upstream-{variant}", "error", "", (here / "build").resolve(),
+                                 0.0, False, detail=(f"the patch series does not apply at {commit.short}: patch "
+                                                     f"{position} of {len(self.patches)}, {exc.patch}, does not "
+                                                     f"apply (log {here / 'logs' / 'patches.log'})"))
+            self._builds[(k, variant)] = result
+            return result
+        options = dict(self.cmake_options)
+        key_parts = {"base": commit.sha}
+        if variant == "fork":
+            digest = series_digest(list(self.patches))
+            options["LLAMA_FORK_SERIES"] = f"{len(self.patches)} patches, sha256 {digest[:12]}"
+            key_parts["series"] = digest
+        req = BuildRequest(self.platform, f"bisect-upstream-{variant}", source, (here / "build").resolve(), options,
+                           tuple(self.targets), key_parts, self.jobs,
+                           env={"CCACHE_BASEDIR": str(self.work_dir.resolve()), "CCACHE_NOHASHDIR": "1"})
+        result = build(req, here / "logs")
+        self._builds[(k, variant)] = result
+        return result
+
+    def build(self, k: int) -> Any:
+        """The patched build of commit k (``build_at(k, "fork")``)."""
+        return self.build_at(k, "fork")
+
+    def _builds_at(self, k: int) -> dict[str, str]:
+        """Per variant built for commit k: ``reused`` (up to date), ``built``, ``series did not apply``
+        or the failed build's status."""
+        out = {}
+        for (at, variant), b in sorted(self._builds.items()):
+            if at != k:
+                continue
+            if variant == "fork" and k in self.not_applied:
+                out[variant] = "series did not apply"
+            else:
+                out[variant] = "reused" if b.up_to_date else ("built" if b.status == "passed" else b.status)
+        return out
+
+    def passes(self, k: int) -> bool:
+        """Run the check at commit k, record it in ``outcomes`` and say it; True when it passed."""
+        passed, detail = self.check(self, k)
+        commit = self.commits[k]
+        builds = self._builds_at(k)
+        self.outcomes[k] = {"index": k, "subject": commit.subject, "passed": passed, "detail": detail,
+                            "builds": builds}
+        end = " (GOOD)" if k == 0 else " (BAD)" if k == len(self.commits) - 1 else ""
+        shown = ", ".join(f"{v} {s}" for v, s in builds.items())
+        self.say(f"[{k}/{len(self.commits) - 1}] {commit.short} {commit.subject}{end}: "
+                 f"{'pass' if passed else 'FAIL'} — {detail}" + (f" [build: {shown}]" if shown else ""))
+        return passed
+
+    def _name(self, k: int) -> str:
+        commit = self.commits[k]
+        end = "GOOD" if k == 0 else "BAD" if k == len(self.commits) - 1 else "commit"
+        extra = f"; the patch series does not apply there ({self.not_applied[k]})" if k in self.not_applied else ""
+        return f"{end} {commit.short} ({commit.subject}{extra})"
+
+    def run(self) -> UpstreamBisectResult:
+        """Bisect over the commits and return the first bad one.
+
+        Raises BisectError (with each checked end's detail) when GOOD fails or BAD passes.
+        """
+        try:
+            k = bisect_first_bad(len(self.commits) - 1, self.passes, name=self._name)
+        except BisectError as exc:
+            ends = [f"{self.commits[i].short}: {o['detail']}" for i, o in sorted(self.outcomes.items())]
+            raise BisectError(f"{exc}\n  " + "\n  ".join(ends)) from None
+        commit = self.commits[k]
+        return UpstreamBisectResult(commit.sha, commit.subject, k, len(self.commits) - 1, k not in self.not_applied,
+                                    {self.commits[i].sha: p for i, p in sorted(self.not_applied.items())},
+                                    {self.commits[i].sha: o for i, o in sorted(self.outcomes.items())})
+
+
+# --------------------------------------------------------------------------- checks
+
+
 @dataclass
 class TestCheck:
     """Check ``test:<name>``: the ctest test ``name`` (with any of ``labels``) passes at k."""
@@ -784,17 +1099,20 @@ class TestCheck:
 
     __test__ = False  # not a pytest class
 
-    def __call__(self, bisector: SeriesBisector, k: int) -> tuple[bool, str]:
-        """Build k and run the test; (passed, detail).  A build failure or a missing test is a failure."""
+    def __call__(self, bisector: Any, k: int) -> tuple[bool, str]:
+        """Build k's fork and run the test; (passed, detail).  A build failure or a missing test is a failure.
+
+        ``bisector`` is a SeriesBisector or UpstreamBisector.
+        """
         from .native_tests import run_ctest
-        built = bisector.build(k)
+        built = bisector.build_at(k, "fork")
         if built.status != "passed":
             return False, f"build {built.status}: {built.detail}"
-        run = run_ctest(built.build_dir, self.labels, [self.name], bisector.k_dir(k) / f"tests-{self.name}",
+        run = run_ctest(built.build_dir, self.labels, [self.name], bisector.dir_at(k, "fork") / f"tests-{self.name}",
                         timeout_s=self.timeout_s)
         case = next((c for c in run.cases if c.name == self.name), None)
         if case is None or case.status == "skipped":
-            return False, (f"test {self.name} is not registered with ctest at k={k} "
+            return False, (f"test {self.name} is not registered with ctest at {bisector.point(k)} "
                            f"(labels {', '.join(self.labels)})")
         if case.status != "passed":
             return False, f"{self.name} failed{': ' + case.message if case.message else ''} (log {run.log})"
@@ -805,10 +1123,12 @@ class TestCheck:
 class GroupCheck:
     """Check ``group:<group>[:model[:prompt]]``: every candidate's greedy output equals the reference's.
 
-    Configurations built from ``base`` use k=0, those built from ``fork`` use k.
-    ``configs``: name -> harness.config.RunConfig; ``model_paths``: model name -> GGUF path;
-    ``prompts``: prompt id -> text; ``generation``: harness.config.Generation.
-    Generations are cached per (k, config, model, prompt), so the reference is run once.
+    Configurations built from ``base`` use the bisector's base build at k (the unpatched
+    base for a patch bisection, the unpatched commit for an upstream one), those built from
+    ``fork`` its fork build at k.  ``configs``: name -> harness.config.RunConfig;
+    ``model_paths``: model name -> GGUF path; ``prompts``: prompt id -> text;
+    ``generation``: harness.config.Generation.  Generations are cached per (build
+    directory, config, model, prompt), so a reference shared by every k is run once.
     """
 
     group: Any  # harness.config.Group
@@ -818,26 +1138,26 @@ class GroupCheck:
     generation: Any
     _cache: dict[tuple, list] = field(default_factory=dict, repr=False)
 
-    def _runs(self, bisector: SeriesBisector, k: int, config: str, model: str, prompt: str) -> list:
+    def _runs(self, bisector: Any, k: int, config: str, model: str, prompt: str) -> list:
         from .compare import GenerationSpec, run_generation
         cfg = self.configs[config]
-        bk = 0 if cfg.build == "base" else k
-        key = (bk, config, model, prompt)
+        where = bisector.dir_at(k, cfg.build)
+        key = (where, config, model, prompt)
         if key not in self._cache:
-            built = bisector.build(bk)
+            built = bisector.build_at(k, cfg.build)
             if built.status != "passed":
-                raise RuntimeError(f"build at k={bk} {built.status}: {built.detail}")
+                raise RuntimeError(f"{cfg.build} build for {bisector.point(k)} {built.status}: {built.detail}")
             runs = []
             for r in range(1, self.generation.repeats + 1):
                 spec = GenerationSpec(binary=built.bin_dir / "llama-completion", model=self.model_paths[model],
                                       prompt=self.prompts[prompt], n_predict=self.generation.n_predict,
                                       seed=self.generation.seed, ctx_size=self.generation.ctx_size,
                                       args=tuple(cfg.args), env=dict(cfg.env), timeout_s=self.generation.timeout_s)
-                runs.append(run_generation(spec, bisector.k_dir(bk) / "gen" / config / model / f"{prompt}.r{r}"))
+                runs.append(run_generation(spec, where / "gen" / config / model / f"{prompt}.r{r}"))
             self._cache[key] = runs
         return self._cache[key]
 
-    def __call__(self, bisector: SeriesBisector, k: int) -> tuple[bool, str]:
+    def __call__(self, bisector: Any, k: int) -> tuple[bool, str]:
         """Run the group's comparisons at k; (passed, detail naming the first non-identical prompt)."""
         from .compare import compare_runs, tokenize
         g = self.group
@@ -845,13 +1165,12 @@ class GroupCheck:
             for prompt in self.prompts:
                 try:
                     ref_runs = self._runs(bisector, k, g.reference, model, prompt)
-                    ref_bk = 0 if self.configs[g.reference].build == "base" else k
-                    tok_bin = bisector.build(ref_bk).bin_dir / "llama-tokenize"
+                    tok_bin = bisector.build_at(k, self.configs[g.reference].build).bin_dir / "llama-tokenize"
                     for cand in g.candidates:
                         cand_runs = self._runs(bisector, k, cand, model, prompt)
                         pc = compare_runs(prompt, g.reference, ref_runs, cand, cand_runs,
                                           lambda text, _m=self.model_paths[model]: tokenize(
-                                              tok_bin, _m, text, bisector.k_dir(k) / "tokenize"))
+                                              tok_bin, _m, text, bisector.dir_at(k, "fork") / "tokenize"))
                         if pc.status != "identical":
                             return False, f"{model}/{prompt}: {cand} vs {g.reference}: {pc.detail}"
                 except RuntimeError as exc:
@@ -868,24 +1187,89 @@ def _parse_check(spec: str) -> tuple[str, list[str]]:
     return kind, parts
 
 
-def bisect_main(argv: Sequence[str]) -> int:
-    """``python -m harness bisect -- --platform P --check test:NAME|group:G[:M[:P]] [--good K] [--bad K]``.
+def _parse_range(spec: str) -> tuple[str, str]:
+    good, sep, bad = spec.partition("..")
+    if not sep or not good or not bad or bad.startswith(".") or ".." in bad or "-" in (good[0], bad[0]):
+        raise TriageInputError(f"--upstream {spec!r}: expected GOOD..BAD (two commits, e.g. b6000..b6100)")
+    return good, bad
 
-    Prints each k checked and the first bad patch; returns 0 when one is found, 2 for bad
-    input or a range that cannot be bisected (the check fails at --good or passes at --bad).
+
+def _make_check(spec: str, matrix: Any, platform: Any, pipe: Any) -> tuple[Callable[[Any, int], tuple[bool, str]],
+                                                                          tuple[str, ...]]:
+    """The check ``spec`` names and the build targets it needs; TriageInputError for an unknown group/model/prompt."""
+    kind, parts = _parse_check(spec)
+    if kind == "test":
+        return TestCheck(parts[0], platform.test_labels), (parts[0],)
+    if parts[0] not in matrix.groups:
+        raise TriageInputError(f"--check {spec}: unknown group {parts[0]!r} "
+                               f"(known: {', '.join(sorted(matrix.groups))})")
+    group = matrix.groups[parts[0]]
+    models = [parts[1]] if len(parts) > 1 else list(group.models)
+    prompts = [parts[2]] if len(parts) > 2 else list(group.prompts)
+    for m in models:
+        if m not in group.models:
+            raise TriageInputError(f"--check {spec}: group {group.name} has no model {m!r} "
+                                   f"(it has: {', '.join(group.models)})")
+    for p in prompts:
+        if p not in group.prompts:
+            raise TriageInputError(f"--check {spec}: group {group.name} has no prompt {p!r} "
+                                   f"(it has: {', '.join(group.prompts)})")
+    model_paths = {}
+    for m in models:
+        try:
+            model_paths[m] = pipe.model_path(m)
+        except Exception as exc:  # a model that cannot be assembled is bad input here
+            raise TriageInputError(f"model {m}: {type(exc).__name__}: {exc}") from exc
+    check = GroupCheck(group, matrix.configs, model_paths, {p: matrix.prompts[p].text for p in prompts},
+                       group.generation)
+    return check, ("llama-completion", "llama-tokenize")
+
+
+def _print_upstream(result: UpstreamBisectResult) -> None:
+    print(f"first bad upstream commit: {result.first_bad} {result.subject}")
+    if not result.series_applies:
+        print(f"  the patch series did not apply at this commit ({result.not_applied[result.first_bad]} does not "
+              "apply); it counts as failing, so the check itself was not run there")
+    others = [f"{sha[:12]} ({patch})" for sha, patch in result.not_applied.items() if sha != result.first_bad]
+    if others:
+        print(f"  the patch series did not apply at {', '.join(others)} either (counted as failing)")
+
+
+def bisect_main(argv: Sequence[str]) -> int:
+    """``python -m harness bisect -- --platform P --check test:NAME|group:G[:M[:P]] [--good K] [--bad K]``
+    or ``... --upstream GOOD..BAD [--repo PATH]``.
+
+    Without --upstream: bisects the patch series (apply 1..k, build, check) and prints the
+    first bad patch.  With it: bisects the upstream commits of ``git rev-list
+    --first-parent --reverse GOOD..BAD`` (GOOD must pass, BAD must fail), each built with
+    the whole series applied on top, and prints ``first bad upstream commit: <sha>
+    <subject>``; a commit where the series does not apply counts as failing and the output
+    says so.  Builds are kept under ``<work-dir>/bisect/<platform>/k<k>`` and
+    ``<work-dir>/bisect-upstream/<platform>/<commit12>/`` and reused by later runs.
+    Prints each position checked; returns 0 when a first bad patch or commit is found, 2
+    for bad input or a range that cannot be bisected (the check fails at the good end or
+    passes at the bad end).
     """
     from .cli import _add_common
     from .config import load_matrix
     from .patches import PatchError, read_series
     from .pipeline import Options, Pipeline
     from .results import Run
+    from .source import SourceError
     ap = argparse.ArgumentParser(prog="python -m harness bisect",
-                                 description="Find the first patch of the series that makes a check fail.")
+                                 description="Find the first patch of the series, or the first upstream commit, "
+                                             "that makes a check fail.")
     _add_common(ap)
     ap.add_argument("--platform", required=True, help="platform from matrix.yaml")
     ap.add_argument("--check", required=True, help="test:<ctest-name> or group:<group>[:model[:prompt]]")
-    ap.add_argument("--good", type=int, default=0, help="a k known to pass (default 0: the unpatched base)")
+    ap.add_argument("--good", type=int, default=None, help="a k known to pass (default 0: the unpatched base)")
     ap.add_argument("--bad", type=int, default=None, help="a k known to fail (default: the whole series)")
+    ap.add_argument("--upstream", metavar="GOOD..BAD", default=None,
+                    help="bisect the upstream commits on BAD's first-parent line after GOOD, each with the "
+                         "patch series applied, instead of the patches")
+    ap.add_argument("--repo", type=Path, default=None,
+                    help="with --upstream: git repository holding the commits (default: the matrix's first local "
+                         "source that has them, else a clone fetched from its git source)")
     ap.add_argument("--cuda-arch", default=None, help="CMAKE_CUDA_ARCHITECTURES (default: from nvidia-smi)")
     ap.add_argument("-j", "--jobs", type=int, default=None)
     ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE")
@@ -893,7 +1277,13 @@ def bisect_main(argv: Sequence[str]) -> int:
     args = ap.parse_args(_strip_dashdash(argv))
     say = (lambda line: print(line, file=sys.stderr)) if args.json else print
     try:
-        kind, parts = _parse_check(args.check)
+        _parse_check(args.check)
+        if args.upstream is None and args.repo is not None:
+            raise TriageInputError("--repo needs --upstream GOOD..BAD")
+        if args.upstream is not None and (args.good is not None or args.bad is not None):
+            raise TriageInputError("--good/--bad pick positions in the patch series; with --upstream the range "
+                                   "is GOOD..BAD")
+        revs = _parse_range(args.upstream) if args.upstream is not None else None
         matrix = load_matrix(args.matrix)
         platform = matrix.platform(args.platform)
         patches = read_series(args.patches_dir)
@@ -904,40 +1294,33 @@ def bisect_main(argv: Sequence[str]) -> int:
         pipe = Pipeline(matrix, Run(Path(os.devnull), "none", create=False),
                         Options(platforms=[platform.name], cmake_defines=defines, cuda_arch=args.cuda_arch,
                                 jobs=args.jobs, work_dir=args.work_dir, patches_dir=args.patches_dir), say)
-        if kind == "test":
-            check: Callable[[SeriesBisector, int], tuple[bool, str]] = TestCheck(parts[0], platform.test_labels)
-            targets: tuple[str, ...] = (parts[0],)
+        check, targets = _make_check(args.check, matrix, platform, pipe)
+        if revs is not None:
+            repo = upstream_repo(matrix, args.repo, revs, pipe.cache, say)
+            commits = upstream_commits(repo, *revs)
+            if first_parent(repo, commits[1].sha) != commits[0].sha:
+                say(f"note: GOOD {commits[0].short} is not on BAD's first-parent line; the candidates are the "
+                    f"commits of that line GOOD does not reach, from {commits[1].short} on")
+            say(f"bisecting {len(commits) - 1} upstream commit(s) after {commits[0].short} on the first-parent line "
+                f"of {commits[-1].short} in {repo}, each with the {len(patches)} patch(es) of {args.patches_dir}")
+            upstream = UpstreamBisector(repo, commits, patches, platform.name, pipe.cmake_options(platform, "base"),
+                                        targets, check, args.work_dir.resolve() / "bisect-upstream" / platform.name,
+                                        args.jobs, say)
+            found = upstream.run()
         else:
-            if parts[0] not in matrix.groups:
-                raise TriageInputError(f"--check {args.check}: unknown group {parts[0]!r} "
-                                       f"(known: {', '.join(sorted(matrix.groups))})")
-            group = matrix.groups[parts[0]]
-            models = [parts[1]] if len(parts) > 1 else list(group.models)
-            prompts = [parts[2]] if len(parts) > 2 else list(group.prompts)
-            for m in models:
-                if m not in group.models:
-                    raise TriageInputError(f"--check {args.check}: group {group.name} has no model {m!r} "
-                                           f"(it has: {', '.join(group.models)})")
-            for p in prompts:
-                if p not in group.prompts:
-                    raise TriageInputError(f"--check {args.check}: group {group.name} has no prompt {p!r} "
-                                           f"(it has: {', '.join(group.prompts)})")
-            model_paths = {}
-            for m in models:
-                try:
-                    model_paths[m] = pipe.model_path(m)
-                except Exception as exc:  # a model that cannot be assembled is bad input here
-                    raise TriageInputError(f"model {m}: {type(exc).__name__}: {exc}") from exc
-            check = GroupCheck(group, matrix.configs, model_paths,
-                               {p: matrix.prompts[p].text for p in prompts}, group.generation)
-            targets = ("llama-completion", "llama-tokenize")
-        bisector = SeriesBisector(pipe.base(), patches, platform.name, pipe.cmake_options(platform, "base"),
-                                  targets, check, args.work_dir.resolve() / "bisect" / platform.name,
-                                  args.jobs, say)
-        result = bisector.run(args.good, args.bad)
-    except (TriageInputError, BisectError, PatchError, ValueError) as exc:
+            bisector = SeriesBisector(pipe.base(), patches, platform.name, pipe.cmake_options(platform, "base"),
+                                      targets, check, args.work_dir.resolve() / "bisect" / platform.name,
+                                      args.jobs, say)
+            result = bisector.run(args.good or 0, args.bad)
+    except (TriageInputError, BisectError, PatchError, SourceError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if revs is not None:
+        if args.json:
+            print(json.dumps(asdict(found), indent=2))
+        else:
+            _print_upstream(found)
+        return 0
     if args.json:
         print(json.dumps(asdict(result), indent=2))
     else:

@@ -222,6 +222,65 @@ def test_configure_error(tmp_path):
     assert sig.key == "ggml/src/ggml-cuda/CMakeLists.txt (message): CUDA Toolkit not found"
 
 
+def _series_repo(root: Path) -> tuple[Path, str, list]:
+    """A tiny C project committed as ``main`` in ``root/repo`` and SERIES exported from a ``fork`` branch
+    to ``root/patches``; returns (repo, base commit, patches) with ``main`` checked out."""
+    repo = root / "repo"
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    for name, text in (("CMakeLists.txt", CMAKELISTS), ("test-sum.c", TEST_SUM), ("sum.h", SUM_H)):
+        (repo / name).write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "tiny base")
+    base = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "checkout", "-q", "-b", "fork")
+    for i, (subject, body, files) in enumerate(SERIES, start=1):
+        for name, text in files.items():
+            (repo / name).write_text(text)
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"{subject}\n\n{body}", date=f"2024-01-0{i + 1}T00:00:00+00:00")
+    patches = export_series(repo, base, root / "patches")
+    _git(repo, "checkout", "-q", "main")
+    return repo, base, patches
+
+
+def test_a_series_that_does_not_apply_has_a_patch_apply_signature_naming_the_patch(tmp_path):
+    from harness.patches import PatchApplyError, apply_series
+    failures = []
+    for n, new_line in enumerate(('"sum ok', '"summed ok')):
+        # two machines, two upstream commits that both rewrite the line the last patch changes
+        repo, base, patches = _series_repo(tmp_path / f"machine{n}")
+        (repo / "test-sum.c").write_text(TEST_SUM.replace('"ok', new_line))
+        _git(repo, "commit", "-q", "-am", f"upstream edit {n}")
+        with pytest.raises(PatchApplyError) as exc:
+            apply_series(repo, _git(repo, "rev-parse", "HEAD"), patches)
+        failures.append((patches, f"{type(exc.value).__name__}: {exc.value}"))
+    (patches0, detail0), (_, detail1) = failures
+    assert detail0 != detail1  # other paths and base commits
+
+    run = Run.open(tmp_path / "results", "r1")
+    for platform, detail in ((CPU, detail0), (WIN, detail1)):
+        logs = run.platform_dir(platform) / "build-fork"
+        logs.mkdir(parents=True)
+        (logs / "error.log").write_text(detail + "\n")  # what the pipeline writes for an exception
+        run.record_step(StepRecord(platform, "fork", "build", "error", 0.0, detail))
+    entries = classify_run(run.dir)
+    sigs = {e["platform"]: e["signature"] for e in entries}
+    name = patches0[4].name
+    assert name == "name-the-test-output.patch"
+    assert sigs[CPU]["kind"] == "patch_apply"
+    assert sigs[CPU]["key"] == f"patch {name} does not apply" == sigs[WIN]["key"]
+    assert sigs[CPU]["summary"].startswith(f"patch 5 of 5, {name} ('Name the test output'), does not apply on ")
+    assert "CONFLICT (content): Merge conflict in test-sum.c" in sigs[CPU]["evidence"]
+    assert "error: patch failed: test-sum.c:3" in sigs[CPU]["evidence"]
+
+    # a step whose detail was lost is read from error.log; other build errors are not patch_apply
+    step = {"platform": WIN, "config": "fork", "step": "build", "status": "error", "detail": ""}
+    assert classify_step(run.dir, step).key == f"patch {name} does not apply"
+    other = classify_step(run.dir, {**step, "platform": CPU, "detail": "BuildError: ninja not found on PATH"})
+    assert other.kind == "other"
+
+
 def _write_tests(run: Run, ctest_log: str, cases: list[dict], sub: str = "tests", tool: str | None = None) -> None:
     out = run.platform_dir(CUDA) / sub
     out.mkdir(parents=True, exist_ok=True)
@@ -439,6 +498,10 @@ def test_bisect_first_bad_refuses_ranges_that_cannot_be_bisected():
 def test_bisect_main_rejects_a_bad_check(capsys):
     assert triage.bisect_main(["--", "--platform", CPU, "--check", "tests:x"]) == 2
     assert "expected test:<ctest-name>" in capsys.readouterr().err
+    assert triage.bisect_main(["--", "--platform", CPU, "--check", "test:x", "--upstream", "a...b"]) == 2
+    assert "expected GOOD..BAD" in capsys.readouterr().err
+    assert triage.bisect_main(["--", "--platform", CPU, "--check", "test:x", "--upstream", "a..b", "--good", "1"]) == 2
+    assert "with --upstream the range is GOOD..BAD" in capsys.readouterr().err
 
 
 def _git(repo: Path, *args: str, date: str = "2024-01-01T00:00:00+00:00") -> str:
@@ -524,6 +587,141 @@ def test_series_bisector_names_the_bad_patch(tmp_path, monkeypatch):
         bisector().run(good=0, bad=2)
 
 
+#: Upstream history after the base commit, on ``main``: (subject, files).  The third of these, the
+#: fourth commit counting the base, breaks sum(); a merge of a side branch comes after it.
+UPSTREAM = [
+    ("Add release notes", {"NOTES": "first notes\n"}),
+    ("Document sum", {"sum.h": "/* sum of two ints, in C */\nstatic int sum(int a, int b) { return a + b; }\n"}),
+    ("Count the carry in sum",
+     {"sum.h": "/* sum of two ints, in C */\nstatic int sum(int a, int b) { return a + b + 1; }\n"}),
+    ("Extend release notes", {"NOTES": "first notes\nsecond notes\n"}),
+]
+#: The fork's one patch: a timeout for the test, in a file upstream does not touch after the base.
+FORK_PATCH = ("Give the test a timeout", "A hung test must not stall CI.",
+              {"CMakeLists.txt": CMAKELISTS + "set_tests_properties(test-sum PROPERTIES TIMEOUT 60)\n"})
+
+
+def _commit(repo: Path, subject: str, files: dict[str, str], day: int, body: str = "") -> str:
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", subject + (f"\n\n{body}" if body else ""), date=f"2024-02-{day:02d}T00:00:00+00:00")
+    return _git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture()
+def upstream(tmp_path, monkeypatch):
+    """A tiny upstream repo (six commits on main's first-parent line, the fourth breaks test-sum,
+    the fifth a merge), a one-patch series that applies on every commit, and matrices naming the
+    repo as a ``local`` source (``matrix.yaml``) or only as a ``git`` URL (``matrix-git.yaml``)."""
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    monkeypatch.delenv("CMAKE_GENERATOR", raising=False)
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    if not (shutil.which("cmake") and shutil.which("ninja") and shutil.which("ctest") and shutil.which("cc")):
+        pytest.skip("cmake, ninja, ctest and a C compiler are needed")
+    repo = tmp_path / "upstream"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    main = [_commit(repo, "tiny base", {"CMakeLists.txt": CMAKELISTS, "test-sum.c": TEST_SUM, "sum.h": SUM_H}, 1)]
+    for day, (subject, files) in enumerate(UPSTREAM[:3], start=2):
+        main.append(_commit(repo, subject, files, day))
+    _git(repo, "checkout", "-q", "-b", "side", main[2])
+    side = _commit(repo, "Side notes", {"SIDE": "from the side branch\n"}, 5)
+    _git(repo, "checkout", "-q", "main")
+    _git(repo, "merge", "-q", "--no-ff", "-m", "Merge branch side", "side", date="2024-02-06T00:00:00+00:00")
+    main.append(_git(repo, "rev-parse", "HEAD"))
+    main.append(_commit(repo, *UPSTREAM[3], 7))
+    _git(repo, "checkout", "-q", "-b", "fork", main[0])
+    _commit(repo, FORK_PATCH[0], FORK_PATCH[2], 8, FORK_PATCH[1])
+    export_series(repo, main[0], tmp_path / "patches")
+    _git(repo, "checkout", "-q", "main")
+    shipped = (Path(__file__).resolve().parents[1] / "matrix.yaml").read_text(encoding="utf-8")
+    assert "path: ../llama.cpp" in shipped and "url: https://github.com/ggml-org/llama.cpp.git" in shipped
+    (tmp_path / "matrix.yaml").write_text(shipped.replace("path: ../llama.cpp", f"path: {repo}"))
+    (tmp_path / "matrix-git.yaml").write_text(
+        shipped.replace("path: ../llama.cpp", f"path: {tmp_path / 'absent'}")
+        .replace("url: https://github.com/ggml-org/llama.cpp.git", f"url: {repo}"))
+    return tmp_path, repo, main, side
+
+
+def _upstream_args(root: Path, spec: str, *, matrix: str = "matrix.yaml", patches: str = "patches",
+                   work: str = "work") -> list[str]:
+    return ["--", "--matrix", str(root / matrix), "--patches-dir", str(root / patches), "--work-dir",
+            str(root / work), "--platform", CPU, "--check", "test:test-sum", "-j", "1", "--upstream", spec]
+
+
+def test_upstream_commits_follow_the_first_parent_line(upstream):
+    root, repo, main, side = upstream
+    commits = triage.upstream_commits(repo, main[0][:10], "main")
+    assert [c.sha for c in commits] == main  # the side branch's commit is not a candidate
+    assert side not in [c.sha for c in commits]
+    assert [c.subject for c in commits] == ["tiny base", "Add release notes", "Document sum",
+                                            "Count the carry in sum", "Merge branch side", "Extend release notes"]
+    assert triage.first_parent(repo, main[4]) == main[3] and triage.first_parent(repo, main[0]) is None
+    # from the side branch: main's commits that it does not reach, the merge among them
+    assert [c.sha for c in triage.upstream_commits(repo, side, "main")] == [side, *main[3:]]
+    with pytest.raises(triage.TriageInputError, match="is not an ancestor"):
+        triage.upstream_commits(repo, "main", main[0])
+    with pytest.raises(triage.TriageInputError, match="'no-such-rev' is not a commit in"):
+        triage.upstream_commits(repo, "no-such-rev", "main")
+
+
+def test_upstream_bisect_names_the_breaking_commit_and_reuses_its_builds(upstream, capsys):
+    root, repo, main, side = upstream
+    assert triage.bisect_main(_upstream_args(root, f"{main[0][:10]}..main")) == 0
+    out = capsys.readouterr().out
+    assert f"first bad upstream commit: {main[3]} Count the carry in sum" in out
+    checked = [line for line in out.splitlines() if line.startswith("[")]
+    # GOOD, BAD, then the binary search: index 2 passes, index 3 fails
+    assert [line.split()[1] for line in checked] == [main[i][:12] for i in (0, 5, 2, 3)]
+    assert [("pass" if ": pass — " in line else "FAIL") for line in checked] == ["pass", "FAIL", "pass", "FAIL"]
+    assert all("[build: fork built]" in line for line in checked)
+    assert "FAIL: sum(2, 3) = 6" in (root / "work" / "bisect-upstream" / CPU / main[3][:12] / "fork"
+                                     / "tests-test-sum" / "ctest.log").read_text()
+    fork_tree = root / "work" / "bisect-upstream" / CPU / main[3][:12] / "fork" / "llama.cpp"
+    assert "TIMEOUT 60" in (fork_tree / "CMakeLists.txt").read_text()  # the series is applied on the commit
+    assert _git(fork_tree, "rev-parse", "HEAD^") == main[3]
+
+    # a second run, with the commits fetched from the git source this time, builds nothing again
+    assert triage.bisect_main(_upstream_args(root, f"{main[0][:10]}..main", matrix="matrix-git.yaml")) == 0
+    again = capsys.readouterr().out
+    assert f"first bad upstream commit: {main[3]} Count the carry in sum" in again
+    assert f"fetching the branches and tags of {repo}" in again
+    checked = [line for line in again.splitlines() if line.startswith("[")]
+    assert len(checked) == 4 and all(line.endswith("[build: fork reused]") for line in checked)
+
+
+def test_upstream_bisect_refuses_a_good_commit_that_fails(upstream, capsys):
+    root, repo, main, side = upstream
+    assert triage.bisect_main(_upstream_args(root, f"{main[3]}..{main[5]}")) == 2
+    captured = capsys.readouterr()
+    assert f"error: the check fails at GOOD {main[3][:12]} (Count the carry in sum); it must pass at the good end" \
+        in captured.err
+    assert f"{main[3][:12]}: test-sum failed" in captured.err
+    assert "first bad" not in captured.out
+    assert not (root / "work" / "bisect-upstream" / CPU / main[5][:12]).exists()  # BAD was not built
+
+
+def test_upstream_commits_where_the_series_does_not_apply_count_as_failing(upstream, capsys):
+    root, repo, main, side = upstream
+    # a fork patch that adds NOTES applies on the base only: every later commit has NOTES already
+    _git(repo, "checkout", "-q", "-b", "fork-notes", main[0])
+    _commit(repo, "Add fork notes", {"NOTES": "fork notes\n"}, 9, "The fork documents itself.")
+    export_series(repo, main[0], root / "patches-notes")
+    _git(repo, "checkout", "-q", "main")
+    assert triage.bisect_main(_upstream_args(root, f"{main[0]}..{main[2]}", patches="patches-notes",
+                                             work="work-notes")) == 0
+    out = capsys.readouterr().out
+    assert f"first bad upstream commit: {main[1]} Add release notes" in out
+    assert "the patch series did not apply at this commit (add-fork-notes.patch does not apply)" in out
+    assert f"did not apply at {main[2][:12]} (add-fork-notes.patch) either" in out
+    assert f"the patch series does not apply at {main[2][:12]}: patch 1 of 1, add-fork-notes.patch" in out
+    checked = [line for line in out.splitlines() if line.startswith("[")]
+    assert [line.split()[1] for line in checked] == [main[0][:12], main[2][:12], main[1][:12]]
+    assert checked[0].endswith("[build: fork built]")
+    assert all(line.endswith("[build: fork series did not apply]") for line in checked[1:])
+
+
 FAKE_COMPLETION = """#!{python}
 import pathlib, sys
 here = pathlib.Path(__file__).resolve().parent
@@ -551,6 +749,15 @@ class FakeBisector:
 
     def k_dir(self, k: int) -> Path:
         return self.root / f"k{k}"
+
+    def dir_at(self, k: int, variant: str) -> Path:
+        return self.k_dir(0 if variant == "base" else k)
+
+    def build_at(self, k: int, variant: str):
+        return self.build(0 if variant == "base" else k)
+
+    def point(self, k: int) -> str:
+        return f"k={k}"
 
     def build(self, k: int):
         from harness.build import BuildResult
