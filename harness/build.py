@@ -93,6 +93,16 @@ def compiler_launcher_options() -> dict[str, str]:
             "CMAKE_CUDA_COMPILER_LAUNCHER": ccache}
 
 
+def ccache_env(base_dir: Path) -> dict[str, str]:
+    """Environment for builds whose source trees sit at equal depth under ``base_dir``.
+
+    ccache rewrites absolute paths below ``base_dir`` to relative ones and
+    leaves the working directory out of the hash, so the same file compiled in
+    two such trees (base and fork, or two bisect steps) is compiled once.
+    """
+    return {"CCACHE_BASEDIR": str(base_dir), "CCACHE_NOHASHDIR": "1"}
+
+
 def _run_step(argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> tuple[int, float]:
     """Run ``argv`` (extra ``env`` added) with stdout+stderr into ``log`` and the exit code into ``log``.rc.
 

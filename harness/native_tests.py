@@ -20,6 +20,9 @@ from typing import Mapping, Sequence
 
 from .build import find_tool
 
+#: compute-sanitizer tools the native tests can run under (``--sanitize``).
+SANITIZERS = ("memcheck", "racecheck", "initcheck", "synccheck")
+
 
 @dataclass
 class TestCase:

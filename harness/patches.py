@@ -39,7 +39,10 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from .source import BaseTree
 
 #: Name of the order file inside the patches directory.
 SERIES_FILE = "series"
@@ -371,6 +374,29 @@ def series_digest(patches: Sequence[Patch]) -> str:
     for patch in patches:
         digest.update(patch.name.encode("utf-8") + b"\0" + patch.sha256.encode("ascii") + b"\0")
     return digest.hexdigest()
+
+
+def series_label(patches: Sequence[Patch], total: int | None = None) -> str:
+    """The LLAMA_FORK_SERIES value naming ``patches`` in the fork's ``--version``.
+
+    ``"3 patches, sha256 0123456789ab"`` (the first 12 hex digits of
+    :func:`series_digest`); with ``total``, a prefix of a longer series:
+    ``"2 of 3 patches, sha256 …"``.
+    """
+    count = f"{len(patches)} of {total}" if total is not None else f"{len(patches)}"
+    return f"{count} patches, sha256 {series_digest(patches)[:12]}"
+
+
+def prepare_series_tree(base: BaseTree, work: Path, variant: str, patches: Sequence[Patch],
+                        log: Path | None = None) -> Path:
+    """``work/<variant>/llama.cpp`` holding ``base`` plus ``patches`` (harness.source.prepare_tree).
+
+    Re-made only when the base, the series or the tree itself changed; raises
+    PatchApplyError naming the patch that does not apply.
+    """
+    from .source import prepare_tree
+    return prepare_tree(base, work, variant, series_digest(patches),
+                        lambda repo, rev: apply_series(repo, rev, patches, log=log))
 
 
 def series_env_summary(patches: Sequence[Patch]) -> list[dict[str, str]]:

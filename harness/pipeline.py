@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform as pyplatform
 import shutil
 import sys
 import time
@@ -18,19 +19,17 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import environment, gpu
-from .build import BuildRequest, BuildResult, build, compiler_launcher_options, cuda_architectures_from_nvidia_smi
+from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
+                    cuda_architectures_from_nvidia_smi)
 from .compare import GenerationResult, GenerationSpec, compare_runs, run_generation, tokenize, to_json
 from .config import Matrix, Model, Platform
 from .models import MoeParams, PypiChunkedModel, assemble_pypi_chunks, generate_synthetic_moe, model_summary
 from .native_tests import run_ctest
-from .patches import Patch, apply_series, read_series, series_digest, series_env_summary
+from .patches import Patch, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
 from .results import ComparisonRecord, Run, StepRecord, write_json
 from .report import write_report
 from .signatures import classify_run
 from .source import BaseTree, cache_dir, obtain_base, prepare_tree, sha256_file
-
-SANITIZERS = ("memcheck", "racecheck", "initcheck", "synccheck")
-
 
 @dataclass
 class Options:
@@ -67,7 +66,6 @@ def cannot_run(p: Platform) -> str | None:
     """Why this machine cannot run platform ``p`` (build and tests), or None when it can."""
     if p.os != host_os():
         return f"needs a {p.os} host; this is {host_os()}"
-    import platform as pyplatform
     machine = pyplatform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
     if machine != p.arch:
         return f"needs {p.arch}; this is {machine}"
@@ -148,11 +146,6 @@ class Pipeline:
             self._patches = read_series(self.opts.patches_dir)
         return self._patches
 
-    def series_label(self) -> str:
-        """The value of LLAMA_FORK_SERIES: patch count and the first 12 hex digits of the series digest."""
-        patches = self.patches()
-        return f"{len(patches)} patches, sha256 {series_digest(patches)[:12]}"
-
     # ----- build -----------------------------------------------------------------------------
     def variants_for(self, p: Platform) -> list[str]:
         """Build variants platform ``p`` needs: fork always, base when a comparison uses it."""
@@ -176,7 +169,7 @@ class Pipeline:
             opts["CMAKE_CUDA_ARCHITECTURES"] = self.opts.cuda_arch
         opts.update(compiler_launcher_options())
         if variant == "fork":
-            opts["LLAMA_FORK_SERIES"] = self.series_label()
+            opts["LLAMA_FORK_SERIES"] = series_label(self.patches())
         opts.update(self.opts.cmake_defines)
         return opts
 
@@ -191,8 +184,7 @@ class Pipeline:
             work = self.opts.work_dir.resolve()
             if variant == "fork":
                 patches = self.patches()
-                source = prepare_tree(base, work, "fork", series_digest(patches),
-                                      lambda repo, rev: apply_series(repo, rev, patches, log=logs / "patches.log"))
+                source = prepare_series_tree(base, work, "fork", patches, log=logs / "patches.log")
                 key_parts = {"base": base.commit, "series": series_digest(patches)}
             else:
                 source = prepare_tree(base, work, "base")
@@ -200,7 +192,7 @@ class Pipeline:
             targets = p.targets + (p.test_targets if variant == "fork" else ())
             req = BuildRequest(p.name, variant, source, work / variant / f"build-{p.name}",
                                self.cmake_options(p, variant), tuple(targets), key_parts, self.opts.jobs,
-                               env={"CCACHE_BASEDIR": str(work), "CCACHE_NOHASHDIR": "1"})
+                               env=ccache_env(work))
             result = build(req, logs)
         except Exception as exc:  # a broken input must not stop other platforms: record it
             result = BuildResult(p.name, variant, "error", "", Path(), time.monotonic() - start, False,
@@ -300,9 +292,9 @@ class Pipeline:
         if not path.exists():
             raise FileNotFoundError(f"model {m.name}: {path} does not exist")
         expected = m.spec.get("sha256")
-        if expected and sha256_file(path) != expected:
-            raise ValueError(f"model {m.name}: {path} has sha256 {sha256_file(path)}, "
-                             f"{self.matrix.path} expects {expected}")
+        actual = sha256_file(path) if expected else None
+        if actual != expected:
+            raise ValueError(f"model {m.name}: {path} has sha256 {actual}, {self.matrix.path} expects {expected}")
         return path
 
     # ----- comparisons ----------------------------------------------------------------------

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import time
 from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -272,7 +271,3 @@ def render_markdown(run: Run) -> str:
         lines.append("")
     return "\n".join(lines)
 
-
-def elapsed(start: float) -> float:
-    """Seconds since ``start`` (a time.monotonic() value)."""
-    return time.monotonic() - start

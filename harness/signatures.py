@@ -60,6 +60,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from .gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
 from .results import write_json
 
 KINDS = ("configure_error", "compile_error", "link_error", "patch_apply", "test_assertion", "signal",
@@ -227,7 +228,6 @@ _FAIL_LINE = re.compile(r"^\s*(?:\[\s*FAIL(?:ED)?\s*\]|FAIL(?:ED)?\b[:!]?)\s*(?P
 _TIMEOUT_TEXT = re.compile(r"\*\*\*Timeout|\btimed out\b", re.I)
 _SAN_LINE = re.compile(r"^=+ (?P<msg>\S.*?)\s*$")
 _SAN_DETAIL = re.compile(r"^=+ {2,}(?P<msg>\S.*?)\s*$")
-_SAN_SUMMARY = re.compile(r"=+ ERROR SUMMARY: (\d+) errors?")
 _SAN_NOT_A_REPORT = re.compile(r"^(?:COMPUTE-SANITIZER|ERROR SUMMARY|Target application returned|"
                                r"LEAK SUMMARY|This tool|Saved host backtrace|Host Frame|Error: process didn't)")
 _SAN_AT = re.compile(r"^at (?:(?P<fn1>.+?)\+0x[0-9a-fA-F]+ in .*|0x[0-9a-fA-F]+ in (?:\S+?:\d+:)?(?P<fn2>.+))$")

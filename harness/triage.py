@@ -757,17 +757,16 @@ class SeriesBisector:
         """Build base + patches 1..k once per process; returns harness.build.BuildResult."""
         if k in self._builds:
             return self._builds[k]
-        from .build import BuildRequest, build
-        from .patches import series_digest
+        from .build import BuildRequest, build, ccache_env
+        from .patches import series_digest, series_label
         prefix = list(self.patches[:k])
-        digest = series_digest(prefix)
         options = dict(self.cmake_options)
         if k:
-            options["LLAMA_FORK_SERIES"] = f"{k} of {len(self.patches)} patches, sha256 {digest[:12]}"
+            options["LLAMA_FORK_SERIES"] = series_label(prefix, total=len(self.patches))
         source = self.tree(k)
         req = BuildRequest(self.platform, f"bisect-k{k}", source, (self.k_dir(k) / "build").resolve(), options,
-                           tuple(self.targets), {"base": self.base.commit, "series": digest}, self.jobs,
-                           env={"CCACHE_BASEDIR": str(self.work_dir.resolve()), "CCACHE_NOHASHDIR": "1"})
+                           tuple(self.targets), {"base": self.base.commit, "series": series_digest(prefix)},
+                           self.jobs, env=ccache_env(self.work_dir.resolve()))
         result = build(req, self.k_dir(k) / "logs")
         self._builds[k] = result
         return result
@@ -988,7 +987,7 @@ class UpstreamBisector:
 
     def tree(self, k: int, variant: str = "fork") -> Path:
         """The source tree of commit k, with the series applied for ``fork``; raises PatchApplyError."""
-        from .patches import apply_series, series_digest
+        from .patches import prepare_series_tree
         from .source import BaseTree, prepare_tree
         commit = self.commits[k]
         logs = self.dir_at(k, variant) / "logs"
@@ -996,8 +995,8 @@ class UpstreamBisector:
         base = BaseTree(self.repo, commit.sha, commit.sha, f"upstream {self.repo}")
         if variant == "base":
             return prepare_tree(base, self.work_dir, f"{commit.short}/base")
-        return prepare_tree(base, self.work_dir, f"{commit.short}/fork", series_digest(list(self.patches)),
-                            lambda repo, rev: apply_series(repo, rev, self.patches, log=logs / "patches.log"))
+        return prepare_series_tree(base, self.work_dir, f"{commit.short}/fork", list(self.patches),
+                                   log=logs / "patches.log")
 
     def build_at(self, k: int, variant: str = "fork") -> Any:
         """Build commit k (``fork``: with the series; ``base``: without) once per process.
@@ -1007,8 +1006,8 @@ class UpstreamBisector:
         """
         if (k, variant) in self._builds:
             return self._builds[(k, variant)]
-        from .build import BuildRequest, BuildResult, build
-        from .patches import PatchApplyError, series_digest
+        from .build import BuildRequest, BuildResult, build, ccache_env
+        from .patches import PatchApplyError, series_digest, series_label
         commit, here = self.commits[k], self.dir_at(k, variant)
         try:
             source = self.tree(k, variant)
@@ -1024,12 +1023,10 @@ class UpstreamBisector:
         options = dict(self.cmake_options)
         key_parts = {"base": commit.sha}
         if variant == "fork":
-            digest = series_digest(list(self.patches))
-            options["LLAMA_FORK_SERIES"] = f"{len(self.patches)} patches, sha256 {digest[:12]}"
-            key_parts["series"] = digest
+            options["LLAMA_FORK_SERIES"] = series_label(list(self.patches))
+            key_parts["series"] = series_digest(list(self.patches))
         req = BuildRequest(self.platform, f"bisect-upstream-{variant}", source, (here / "build").resolve(), options,
-                           tuple(self.targets), key_parts, self.jobs,
-                           env={"CCACHE_BASEDIR": str(self.work_dir.resolve()), "CCACHE_NOHASHDIR": "1"})
+                           tuple(self.targets), key_parts, self.jobs, env=ccache_env(self.work_dir.resolve()))
         result = build(req, here / "logs")
         self._builds[(k, variant)] = result
         return result
@@ -1250,7 +1247,7 @@ def bisect_main(argv: Sequence[str]) -> int:
     for bad input or a range that cannot be bisected (the check fails at the good end or
     passes at the bad end).
     """
-    from .cli import _add_common
+    from .cli import _add_common, parse_defines
     from .config import load_matrix
     from .patches import PatchError, read_series
     from .pipeline import Options, Pipeline
@@ -1287,10 +1284,7 @@ def bisect_main(argv: Sequence[str]) -> int:
         matrix = load_matrix(args.matrix)
         platform = matrix.platform(args.platform)
         patches = read_series(args.patches_dir)
-        defines = dict(d.split("=", 1) for d in args.defines if "=" in d)
-        bad_defines = [d for d in args.defines if "=" not in d]
-        if bad_defines:
-            raise TriageInputError(f"-D {bad_defines[0]}: expected VAR=VALUE")
+        defines = parse_defines(args.defines)
         pipe = Pipeline(matrix, Run(Path(os.devnull), "none", create=False),
                         Options(platforms=[platform.name], cmake_defines=defines, cuda_arch=args.cuda_arch,
                                 jobs=args.jobs, work_dir=args.work_dir, patches_dir=args.patches_dir), say)

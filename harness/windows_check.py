@@ -358,14 +358,13 @@ def run_check(tree: Path, log_dir: Path, targets: Sequence[Target], cuda: CudaHe
 def _default_tree(args: argparse.Namespace) -> Path:
     """The fork work tree ``<work-dir>/fork/llama.cpp``, made from the series when missing or stale."""
     from .config import MatrixError, load_matrix
-    from .patches import PatchError, apply_series, read_series, series_digest
-    from .source import SourceError, obtain_base, prepare_tree
+    from .patches import PatchError, prepare_series_tree, read_series
+    from .source import SourceError, obtain_base
     try:
         matrix = load_matrix(args.matrix)
         patches = read_series(args.patches_dir)
         base = obtain_base(matrix)
-        return prepare_tree(base, args.work_dir.resolve(), "fork", series_digest(patches),
-                            lambda repo, rev: apply_series(repo, rev, patches))
+        return prepare_series_tree(base, args.work_dir.resolve(), "fork", patches)
     except (MatrixError, PatchError, SourceError, FileNotFoundError) as exc:
         raise SetupError(f"cannot make the fork work tree: {exc}") from exc
 
