@@ -85,12 +85,18 @@ def _tool(name: str) -> str:
 
 
 def compiler_launcher_options() -> dict[str, str]:
-    """CMake launcher options for ccache when it is on PATH (CUDA too), else {}."""
+    """CMake options for ccache when it is on PATH (CUDA too), else {}.
+
+    Besides the launchers, ``CMAKE_UNITY_BUILD_RELOCATABLE`` (CMake >= 3.31) makes
+    the generated unity sources include their members by relative paths, so the
+    unity translation units of libllama hash the same in every tree (base, fork,
+    bisect steps, other clones) and ccache hits across them.
+    """
     ccache = find_tool("ccache")
     if not ccache:
         return {}
     return {"CMAKE_C_COMPILER_LAUNCHER": ccache, "CMAKE_CXX_COMPILER_LAUNCHER": ccache,
-            "CMAKE_CUDA_COMPILER_LAUNCHER": ccache}
+            "CMAKE_CUDA_COMPILER_LAUNCHER": ccache, "CMAKE_UNITY_BUILD_RELOCATABLE": "ON"}
 
 
 def ccache_env(base_dir: Path) -> dict[str, str]:
