@@ -99,6 +99,8 @@ class Platform:
     test_labels: tuple[str, ...]
     groups: tuple[str, ...]
     ci: CiSpec | None
+    #: CMake options that replace ``cmake``'s for the compile step where no GPU is present (empty: no compile step)
+    compile_only_cmake: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -355,7 +357,8 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
             cmake=dict(p["cmake"]), targets=tuple(p["targets"]),
             test_targets=tuple(p.get("test_targets", ())), test_labels=tuple(p.get("test_labels", ())),
             groups=tuple(p.get("groups", ())),
-            ci=CiSpec(tuple(ci["runs_on"]), tuple(ci["steps"]), tuple(ci.get("gpu_steps", ()))) if ci else None)
+            ci=CiSpec(tuple(ci["runs_on"]), tuple(ci["steps"]), tuple(ci.get("gpu_steps", ()))) if ci else None,
+            compile_only_cmake=dict(p.get("compile_only", {}).get("cmake", {})))
     models = {}
     for name, m in doc["models"].items():
         spec = dict(m)

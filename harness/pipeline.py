@@ -20,7 +20,8 @@ from typing import Callable, Sequence
 
 from . import environment, gpu
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
-                    cuda_architectures_from_nvidia_smi)
+                    cuda_architectures_from_nvidia_smi, find_tool)
+from .cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
 from .compare import GenerationResult, GenerationSpec, compare_runs, run_generation, tokenize, to_json
 from .config import Matrix, Model, Platform
 from .models import MoeParams, PypiChunkedModel, assemble_pypi_chunks, generate_synthetic_moe, model_summary
@@ -62,11 +63,23 @@ def host_os() -> str:
     return "windows" if sys.platform.startswith("win") else ("linux" if sys.platform.startswith("linux") else sys.platform)
 
 
+def host_arch() -> str:
+    """This machine's architecture in matrix terms: x86_64 or aarch64 (others as platform.machine())."""
+    return pyplatform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+
+
+def compiles_instead(p: Platform) -> bool:
+    """True when CUDA platform ``p`` is compiled here instead of built and run: it has
+    ``compile_only`` options, this host has its OS and architecture, and no NVIDIA GPU."""
+    return (bool(p.compile_only_cmake) and p.gpu == "nvidia" and p.os == host_os() and p.arch == host_arch()
+            and not environment.nvidia_gpus())
+
+
 def cannot_run(p: Platform) -> str | None:
     """Why this machine cannot run platform ``p`` (build and tests), or None when it can."""
     if p.os != host_os():
         return f"needs a {p.os} host; this is {host_os()}"
-    machine = pyplatform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+    machine = host_arch()
     if machine != p.arch:
         return f"needs {p.arch}; this is {machine}"
     if p.gpu == "nvidia" and not environment.nvidia_gpus():
@@ -119,11 +132,14 @@ class Pipeline:
         chosen = []
         for name in names:
             p = self.matrix.platform(name)
+            compiled = for_step == "build" and compiles_instead(p)
             why = cannot_build(p) if (for_step == "build" and self.opts.platforms) else cannot_run(p)
+            if compiled:
+                why = f"{cannot_run(p)}; compiled instead (step compile)"
             if why:
                 self.run.skipped_platforms[name] = why
                 self.run.record_step(StepRecord(name, "-", for_step, "skipped", detail=why))
-                if self.opts.platforms:
+                if self.opts.platforms and not compiled:
                     self.run.mark_incomplete(f"{name}: {for_step} skipped: {why}")
                 self.say(f"[{name}] {for_step}: skipped: {why}")
                 continue
@@ -226,11 +242,69 @@ class Pipeline:
                    environment.collect(commit, source, patches, dirs))
 
     def stage_build(self) -> None:
-        """Build every needed variant of every selected platform."""
+        """Build every needed variant of every selected platform; compile those :func:`compiles_instead` names."""
         for p in self.platforms("build"):
             for variant in self.variants_for(p):
                 self.build_variant(p, variant)
             self.write_environment(p)
+        for name in self.opts.platforms or list(self.matrix.platforms):
+            p = self.matrix.platform(name)
+            if compiles_instead(p):
+                fork = self.compile_variant(p, "fork")
+                if fork is not None and fork.plan is not None and "base" in self.variants_for(p):
+                    self.compile_variant(p, "base", like=fork.plan)
+
+    # ----- compile only ----------------------------------------------------------------------
+    def compile_options(self, p: Platform, variant: str) -> dict[str, str]:
+        """CMake options of the compile step: the platform's, its ``compile_only`` ones, ccache, the series
+        label, --cuda-arch and -D overrides (the toolkit's are added by :meth:`compile_variant`)."""
+        opts = {**p.cmake, **p.compile_only_cmake, **compiler_launcher_options()}
+        if self.opts.cuda_arch:
+            opts["CMAKE_CUDA_ARCHITECTURES"] = self.opts.cuda_arch
+        if variant == "fork":
+            opts["LLAMA_FORK_SERIES"] = series_label(self.patches())
+        opts.update(self.opts.cmake_defines)
+        return opts
+
+    def compile_variant(self, p: Platform, variant: str, like: Plan | None = None) -> CompileResult | None:
+        """Run the ``compile`` step (harness.cuda_compile) for ``variant`` of ``p`` and record it.
+
+        The fork compiles the units its series touches; the base (``like``: the fork's plan) the same
+        units.  Returns None when the step was skipped (a CUDA wheel missing: the reason names it).
+        """
+        logs = self.run.platform_dir(p.name) / f"compile-{variant}"
+        start = time.monotonic()
+        result: CompileResult | None = None
+        try:
+            work = self.opts.work_dir.resolve()
+            toolkit = assemble_toolkit(work)
+            base = self.base()
+            if variant == "fork":
+                tree = prepare_series_tree(base, work, "fork", self.patches(), log=logs / "patches.log")
+                changed = changed_files(tree, base.git_rev)
+                targets = [*p.targets, *p.test_targets]
+            else:
+                tree = prepare_tree(base, work, "base")
+                changed = dict(like.changed) if like else {}
+                targets = list(p.targets)
+            options = {**self.compile_options(p, variant), **toolkit.cmake_options()}
+            write_json(logs / "toolkit.json", toolkit)
+            result = compile_tree(tree, work / variant / f"compile-{p.name}", options, changed, targets, logs,
+                                  cmake=find_tool("cmake") or "cmake", ninja=find_tool("ninja") or "ninja",
+                                  jobs=self.opts.jobs or os.cpu_count() or 2, env=ccache_env(work), like=like)
+            status, detail = result.status, result.detail
+            log = result.logs.get("build") or result.logs.get("configure")
+        except ToolkitMissing as exc:
+            status, detail, log = "skipped", str(exc), None
+        except Exception as exc:  # a broken input must not stop other platforms: record it
+            status, detail = "error", f"{type(exc).__name__}: {exc}"
+            logs.mkdir(parents=True, exist_ok=True)
+            log = logs / "error.log"
+            log.write_text(detail + "\n")
+        self.run.record_step(StepRecord(p.name, variant, "compile", status, round(time.monotonic() - start, 1),
+                                        detail, str(log.relative_to(self.run.dir)) if log else ""))
+        self.say(f"[{p.name}] compile {variant}: {status} — {detail}")
+        return result
 
     # ----- native tests ----------------------------------------------------------------------
     def stage_test(self) -> None:

@@ -466,7 +466,8 @@ def _patch_apply(text: str) -> Signature | None:
 
 
 def _classify_build(run_dir: Path, step: dict) -> Signature:
-    logs = run_dir / step["platform"] / f"build-{step['config']}"
+    # ``build`` steps log into build-<config>/, ``compile`` steps (harness.cuda_compile) into compile-<config>/
+    logs = run_dir / step["platform"] / f"{step['step']}-{step['config']}"
     # the step detail (else error.log, which holds the same text) is this run's own record, while
     # configure/build logs may be left from an earlier attempt of a continued run: read it first
     found = _patch_apply(step.get("detail") or _read(logs / "error.log"))
@@ -670,7 +671,8 @@ def classify_step(run_dir: Path, step: dict) -> Signature | None:
     """The signature of one step record of ``run_dir``'s summary, or None when it did not fail.
 
     ``step`` is a summary.json ``configurations`` entry (platform, config, step, status,
-    detail, log).  Steps named ``build`` are read from ``<platform>/build-<config>/``
+    detail, log).  Steps named ``build`` (``compile``) are read from ``<platform>/build-<config>/``
+    (``compile-<config>/``)
     (configure.log, build.log, their .rc files, error.log); ``test`` and ``test-<tool>``
     from ``<platform>/tests[-<tool>]/`` (tests.json, junit.xml, ctest.log, per-test logs,
     sanitizer.json); ``generate`` from the .stderr/.cmd files under
@@ -681,7 +683,7 @@ def classify_step(run_dir: Path, step: dict) -> Signature | None:
     if step.get("status") not in ("failed", "error"):
         return None
     name = step.get("step", "")
-    if name == "build":
+    if name in ("build", "compile"):
         return _classify_build(run_dir, step)
     if name == "test" or name.startswith("test-"):
         return _classify_test(run_dir, step)
@@ -721,8 +723,8 @@ def step_logs(run_dir: Path, step: dict) -> list[Path]:
     platform = run_dir / step.get("platform", "")
     name = step.get("step", "")
     found: list[Path] = []
-    if name == "build":
-        logs = platform / f"build-{step.get('config')}"
+    if name in ("build", "compile"):
+        logs = platform / f"{name}-{step.get('config')}"
         if _rc(logs / "configure.rc") not in (None, 0) or not (logs / "build.log").exists():
             found.append(logs / "configure.log")
         else:
