@@ -29,6 +29,7 @@ from .patches import Patch, prepare_series_tree, read_series, series_digest, ser
 from .results import ComparisonRecord, Run, StepRecord, write_json
 from .report import write_report
 from .signatures import classify_run
+from .upstream_support import unsupported_upstream
 from .source import BaseTree, cache_dir, obtain_base, prepare_tree, sha256_file
 
 @dataclass
@@ -104,6 +105,11 @@ class Pipeline:
         self._patches: list[Patch] | None = None
         self._builds: dict[tuple[str, str], BuildResult] = {}
         self._models: dict[str, Path | Exception] = {}
+        # platform -> config -> model -> where the buffers of the config's first generation landed
+        self._placements: dict[str, dict[str, dict[str, dict]]] = {}
+        # (platform, config) -> (model, prompt) of generations that failed / that upstream fails the same way
+        self._gen_failed: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        self._unsupported: dict[tuple[str, str], set[tuple[str, str]]] = {}
 
     # ----- selection -------------------------------------------------------------------------
     def platforms(self, for_step: str) -> list[Platform]:
@@ -304,7 +310,17 @@ class Pipeline:
             cache: dict[tuple[str, str, str], list[GenerationResult]] = {}
             groups = [g for g in p.groups if not self.opts.groups or g in self.opts.groups]
             gen_steps: dict[str, list[str]] = {}
+            visible = environment.visible_gpu_count() if p.gpu == "nvidia" else 0
             for gname in groups:
+                need = self.matrix.groups[gname].min_gpus
+                if p.gpu == "nvidia" and need > visible:
+                    why = (f"needs {need} NVIDIA GPUs; {visible} visible here "
+                           f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+                    self.run.record_step(StepRecord(p.name, gname, "compare-outputs", "skipped", detail=why))
+                    if gname in self.opts.groups:
+                        self.run.mark_incomplete(f"{p.name}: group {gname} skipped: {why}")
+                    self.say(f"[{p.name}] {gname}: skipped: {why}")
+                    continue
                 self._compare_group(p, gname, cache, gen_steps)
             if not any(c.platform == p.name for c in self.run.comparisons) and not gen_steps:
                 self.run.mark_incomplete(f"{p.name}: compare-outputs selected no comparison "
@@ -316,8 +332,16 @@ class Pipeline:
                 errors = [x for x in problems if x.startswith("error:")]
                 if errors and len(errors) == len(problems):
                     status = "error"
+                failed = self._gen_failed.get((p.name, config), set())
+                if failed and not errors and not any(x.startswith("compare ") for x in problems) \
+                        and failed <= self._unsupported.get((p.name, config), set()):
+                    # every failed generation is a mode upstream's build fails the same way: not a fork failure
+                    status = "skipped"
+                    problems = [f"unsupported upstream: {x}" for x in problems]
                 self.run.record_step(StepRecord(p.name, config, "generate", status, round(seconds, 1),
                                                 detail="; ".join(sorted(set(problems)))[:500] or "all generations ran"))
+            for config, per_model in self._placements.get(p.name, {}).items():
+                write_json(self.run.platform_dir(p.name) / config / "placement.json", per_model)
             self.write_environment(p)
 
     def _generations(self, p: Platform, config_name: str, model: str, prompt_id: str, gen, model_path: Path,
@@ -340,15 +364,29 @@ class Pipeline:
             res = run_generation(spec, out_dir / "gen" / model / f"{prompt_id}.r{r}")
             runs.append(res)
             if res.status != "ok":
+                self._gen_failed.setdefault((p.name, config_name), set()).add((model, prompt_id))
                 gen_steps.setdefault(config_name, []).append(
                     f"{model}/{prompt_id}: {res.status} {res.signal or ''} {res.error_line or ''}".strip())
             else:
                 gen_steps.setdefault(config_name, [])
-            ladder = gpu.parse_ladder_lines(res.stderr_path.read_bytes().decode("utf-8", "replace"))
+            stderr = res.stderr_path.read_bytes().decode("utf-8", "replace")
+            ladder = gpu.parse_ladder_lines(stderr)
             if ladder:
                 write_json(out_dir / "gen" / model / f"{prompt_id}.r{r}.pin-ladder.json", ladder)
+            placement = gpu.buffer_placement(stderr)
+            if placement["buffers"] or placement["routing"]:
+                write_json(out_dir / "gen" / model / f"{prompt_id}.r{r}.placement.json", placement)
+                self._placements.setdefault(p.name, {}).setdefault(config_name, {}).setdefault(model, placement)
         cache[key] = runs
         return runs
+
+    def _upstream_of(self, reference: str, candidate: str) -> str | None:
+        """The upstream configuration that runs ``candidate``'s mode: the reference when it is upstream's build
+        and the candidate the fork's, else the candidate's ``upstream`` key; None when there is none."""
+        ref, cand = self.matrix.configs[reference], self.matrix.configs[candidate]
+        if cand.build != "fork":
+            return None
+        return reference if ref.build == "base" else cand.upstream
 
     def _compare_group(self, p: Platform, gname: str, cache: dict, gen_steps: dict) -> None:
         group = self.matrix.groups[gname]
@@ -389,12 +427,22 @@ class Pipeline:
                         gen_steps.setdefault(cand, []).append(f"compare {model}/{prompt_id}: {exc}")
                         continue
                     div = to_json(pc.first_divergence) if pc.first_divergence else None
-                    rec = ComparisonRecord(p.name, gname, model, prompt_id, group.reference, cand, pc.status,
-                                           div, pc.detail, list(pc.nondeterministic))
+                    status, detail = pc.status, pc.detail
+                    upstream = self._upstream_of(group.reference, cand)
+                    if status in ("crashed", "timeout") and upstream is not None:
+                        up_runs = ref_runs if upstream == group.reference else self._generations(
+                            p, upstream, model, prompt_id, group.generation, model_path, cache, gen_steps)
+                        why = unsupported_upstream(up_runs, cand_runs)
+                        if why:
+                            status, detail = "unsupported-upstream", why
+                            for c in (upstream, cand):
+                                self._unsupported.setdefault((p.name, c), set()).add((model, prompt_id))
+                    rec = ComparisonRecord(p.name, gname, model, prompt_id, group.reference, cand, status,
+                                           div, detail, list(pc.nondeterministic))
                     records.append(rec)
-                    self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {group.reference}: {pc.detail}")
+                    self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {group.reference}: {detail}")
                     cmp_path = self.run.platform_dir(p.name) / cand / "compare.json"
-                    entry = to_json(pc) | {"group": gname, "model": model}
+                    entry = to_json(pc) | {"group": gname, "model": model, "status": status, "detail": detail}
                     same = (gname, model, prompt_id)
                     existing = json.loads(cmp_path.read_text()) if cmp_path.exists() else []
                     existing = [e for e in existing if (e.get("group"), e.get("model"), e.get("prompt_id")) != same]

@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 STEP_STATUSES = ("passed", "failed", "skipped", "error")
-COMPARISON_STATUSES = ("identical", "diverged", "crashed", "timeout")
+COMPARISON_STATUSES = ("identical", "diverged", "crashed", "timeout", "unsupported-upstream")
+#: comparison statuses that do not fail a run: upstream's own build cannot run the mode either
+NOT_FORK_FAILURES = ("identical", "unsupported-upstream")
 
 
 @dataclass
@@ -50,7 +52,10 @@ class StepRecord:
 
 @dataclass
 class ComparisonRecord:
-    """One prompt of one comparison group: ``status`` is identical, diverged, crashed or timeout.
+    """One prompt of one comparison group: ``status`` is identical, diverged, crashed, timeout or unsupported-upstream.
+
+    ``unsupported-upstream``: upstream's build, as the reference, fails the
+    same way the fork does in that mode (see harness.upstream_support).
 
     ``first_divergence`` is None or {index, reference: {id, piece}, candidate: {id, piece}}
     where index counts generated tokens from 0.
@@ -194,13 +199,13 @@ class Run:
     def overall(self) -> str:
         """The run's verdict.
 
-        ``failed`` when a step failed or errored or a comparison is not
-        identical; else ``incomplete`` when something explicitly asked for did
+        ``failed`` when a step failed or errored or a comparison is neither
+        identical nor unsupported upstream; else ``incomplete`` when something explicitly asked for did
         not run; else ``skipped`` when nothing ran at all; else ``passed``.
         Only ``passed`` is a success.
         """
         if any(s.status in ("failed", "error") for s in self.steps) or \
-                any(c.status != "identical" for c in self.comparisons):
+                any(c.status not in NOT_FORK_FAILURES for c in self.comparisons):
             return "failed"
         if self.incomplete:
             return "incomplete"
@@ -218,7 +223,7 @@ class Run:
 
 
 _ICON = {"incomplete": "⚠️ incomplete", "passed": "✅ passed", "failed": "❌ failed", "error": "💥 error", "skipped": "⏭️ skipped",
-         "identical": "✅ identical", "diverged": "❌ diverged", "crashed": "💥 crashed", "timeout": "⏱️ timeout"}
+         "identical": "✅ identical", "unsupported-upstream": "➖ unsupported upstream", "diverged": "❌ diverged", "crashed": "💥 crashed", "timeout": "⏱️ timeout"}
 
 
 #: Longest text a summary table cell shows; the full text stays in summary.json and the logs.
