@@ -19,6 +19,7 @@ step, so a run that dies keeps everything it collected.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -27,13 +28,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-STEP_STATUSES = ("passed", "failed", "skipped", "error")
+from .fs import writable_dir
+from .locks import RunLock
+
+#: ``interrupted``: the step was running when the run was stopped (a signal, an exception, a full disk).
+STEP_STATUSES = ("passed", "failed", "skipped", "error", "interrupted")
 COMPARISON_STATUSES = ("identical", "diverged", "crashed", "timeout")
 
 
 @dataclass
 class StepRecord:
-    """One step of one configuration: ``status`` is passed, failed, skipped or error."""
+    """One step of one configuration: ``status`` is passed, failed, skipped, error or interrupted."""
 
     platform: str
     config: str
@@ -111,13 +116,19 @@ class Run:
         self.comparisons: list[ComparisonRecord] = []
         self.skipped_platforms: dict[str, str] = {}
         self.incomplete: list[str] = []
+        self._lock: RunLock | None = None
         now = datetime.now(timezone.utc).isoformat()
+        if create:
+            writable_dir(root, "results directory")
         if create and not self.dir.exists():
             self.dir.mkdir(parents=True, exist_ok=False)
+            self._own()
             write_json(self.dir / "run.json", {"run_id": run_id, "started": now,
                                                "commands": [{"argv": list(argv), "started": now}]})
             self._point_latest()
         elif self.dir.exists():
+            if create:
+                self._own()
             if (self.dir / "summary.json").exists():
                 self._load()
             if create and (self.dir / "run.json").exists():
@@ -126,12 +137,25 @@ class Run:
                 info.setdefault("commands", []).append({"argv": list(argv), "started": now})
                 write_json(self.dir / "run.json", info)
 
+    def _own(self) -> None:
+        """Hold the run directory for this process (harness.locks.RunLock); raises RunInUse when taken."""
+        self._lock = RunLock(self.dir)
+        self._lock.acquire()
+
+    def close(self) -> None:
+        """Give the run directory up (a later process may continue the run)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
     @classmethod
     def open(cls, root: Path, run_id: str | None = None, argv: Iterable[str] = ()) -> "Run":
         """Open run ``run_id`` under ``root`` (continuing it if it exists) or start a new one.
 
         Several stages of one invocation (``nox -s build test compare-outputs``)
-        share a run through the HARNESS_RUN_ID environment variable.
+        share a run through the HARNESS_RUN_ID environment variable, one
+        process after the other: a run held by a live process is refused
+        (RunInUse).  Raises EnvironmentProblem when ``root`` cannot hold runs.
         """
         run_id = run_id or os.environ.get("HARNESS_RUN_ID") or new_run_id()
         return cls(root, run_id, argv=argv)
@@ -202,7 +226,7 @@ class Run:
         if any(s.status in ("failed", "error") for s in self.steps) or \
                 any(c.status != "identical" for c in self.comparisons):
             return "failed"
-        if self.incomplete:
+        if self.incomplete or any(s.status == "interrupted" for s in self.steps):
             return "incomplete"
         if not any(s.status == "passed" for s in self.steps) and not self.comparisons:
             return "skipped"
@@ -213,11 +237,29 @@ class Run:
         data = {"run_id": self.id, "updated": datetime.now(timezone.utc).isoformat(),
                 "overall": self.overall(), "configurations": self.steps, "comparisons": self.comparisons,
                 "skipped_platforms": self.skipped_platforms, "incomplete": self.incomplete}
-        write_json(self.dir / "summary.json", data)
+        try:
+            write_json(self.dir / "summary.json", data)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            _overwrite_in_place(self.dir / "summary.json", data)
+            raise
         (self.dir / "summary.md").write_text(render_markdown(self), encoding="utf-8")
 
 
-_ICON = {"incomplete": "⚠️ incomplete", "passed": "✅ passed", "failed": "❌ failed", "error": "💥 error", "skipped": "⏭️ skipped",
+def _overwrite_in_place(path: Path, data: Any) -> None:
+    """On a full disk, rewrite ``path`` in its own blocks as compact JSON (smaller than the indented
+    file it replaces), so the summary on disk still tells what happened; best effort, never raises."""
+    path.with_name(path.name + ".tmp").unlink(missing_ok=True)
+    try:
+        with open(path, "r+b") as fh:
+            fh.write(json.dumps(_jsonable(data), ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+            fh.truncate()
+    except OSError:
+        pass
+
+
+_ICON = {"incomplete": "⚠️ incomplete", "interrupted": "⏹️ interrupted", "passed": "✅ passed", "failed": "❌ failed", "error": "💥 error", "skipped": "⏭️ skipped",
          "identical": "✅ identical", "diverged": "❌ diverged", "crashed": "💥 crashed", "timeout": "⏱️ timeout"}
 
 
