@@ -14,7 +14,7 @@ import platform as pyplatform
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
@@ -26,9 +26,9 @@ from .compare import GenerationResult, GenerationSpec, compare_runs, run_generat
 from .config import Matrix, Model, Platform
 from .models import MoeParams, PypiChunkedModel, assemble_pypi_chunks, generate_synthetic_moe, model_summary
 from .native_tests import run_ctest
-from .patches import Patch, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
+from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
+from .results import ComparisonRecord, Failure, Run, StepRecord, write_json
 from .locks import BuildLock, exclusive
-from .results import ComparisonRecord, Run, StepRecord, write_json
 from .report import write_report
 from .signatures import classify_run
 from .source import BaseTree, cache_dir, obtain_base, prepare_tree, sha256_file
@@ -239,8 +239,9 @@ class Pipeline:
         return result
 
     def _build_variant(self, p: Platform, variant: str) -> BuildResult:
-        logs = self.run.platform_dir(p.name) / f"build-{variant}"
+        logs = self.run.layout.build_logs(p.name, variant)
         start = time.monotonic()
+        failures: list[Failure] = []
         try:
             base = self.base()
             work = self.opts.work_dir.resolve()
@@ -257,6 +258,10 @@ class Pipeline:
         except Exception as exc:  # a broken input must not stop other platforms: record it
             result = BuildResult(p.name, variant, "error", "", Path(), time.monotonic() - start, False,
                                  detail=f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, PatchApplyError):
+                failures.append(Failure("patch", patch=exc.patch, message=str(exc)))
+            else:
+                failures.append(Failure("exception", message=result.detail))
             logs.mkdir(parents=True, exist_ok=True)
             (logs / "error.log").write_text(result.detail + "\n")
         self._builds[(p.name, variant)] = result
@@ -266,7 +271,7 @@ class Pipeline:
             return result
         log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
         self.run.record_step(StepRecord(p.name, variant, "build", result.status, round(result.seconds, 1),
-                                        result.detail, str(log.relative_to(self.run.dir)) if log.is_relative_to(self.run.dir) else str(log)))
+                                        result.detail, self.run.layout.relative(log), failures))
         self.say(f"[{p.name}] build {variant}: {result.status} — {result.detail}")
         return result
 
@@ -282,7 +287,8 @@ class Pipeline:
         except Exception as exc:
             patches = [{"error": str(exc)}]
         dirs = {v: b.build_dir for (pn, v), b in self._builds.items() if pn == p.name and b.status == "passed"}
-        write_json(self.run.platform_dir(p.name) / "environment.json",
+        self.run.platform_dir(p.name)
+        write_json(self.run.layout.environment_json(p.name),
                    environment.collect(commit, source, patches, dirs))
 
     def stage_build(self) -> None:
@@ -297,17 +303,17 @@ class Pipeline:
         """Run the native tests (ctest, by label) of the fork build of each selected platform."""
         for p in self.platforms("test"):
             fork = self.build_variant(p, "fork")
-            out = self.run.platform_dir(p.name) / "tests"
             if fork.status != "passed":
                 self.run.record_step(StepRecord(p.name, "fork", "test", "skipped",
-                                                detail=f"fork build {fork.status}: {fork.detail}"))
+                                                detail=f"fork build {fork.status}: {fork.detail}",
+                                                failures=[Failure("blocked", build="fork")]))
                 continue
-            runs = [("test", ())]
+            runs = [(self.run.layout.test_step(), ())]
             if self.opts.sanitize:
-                runs.append((f"test-{self.opts.sanitize}",
+                runs.append((self.run.layout.test_step(self.opts.sanitize),
                              ("compute-sanitizer", "--tool", self.opts.sanitize, "--error-exitcode", "1", "--require-cuda-init", "no")))
             for step, wrapper in runs:
-                target_dir = out if not wrapper else out.with_name(f"tests-{self.opts.sanitize}")
+                target_dir = self.run.layout.tests(p.name, step)
                 if wrapper and not shutil.which(wrapper[0]):
                     self.run.record_step(StepRecord(p.name, "fork", step, "skipped",
                                                     detail="compute-sanitizer not found"))
@@ -324,7 +330,7 @@ class Pipeline:
                     write_json(target_dir / "gpu-facts.json", facts)
                 write_json(target_dir / "tests.json", tr)
                 self.run.record_step(StepRecord(p.name, "fork", step, tr.status, round(tr.seconds, 1), detail,
-                                                str((target_dir / "junit.xml").relative_to(self.run.dir))))
+                                                self.run.layout.relative(target_dir / "junit.xml")))
                 self.say(f"[{p.name}] {step}: {tr.status} — {detail}")
             self.write_environment(p)
 
@@ -364,7 +370,7 @@ class Pipeline:
         for p in self.platforms("compare-outputs"):
             cache: dict[tuple[str, str, str], list[GenerationResult]] = {}
             groups = [g for g in p.groups if not self.opts.groups or g in self.opts.groups]
-            gen_steps: dict[str, list[str]] = {}
+            gen_steps: dict[str, list[Failure]] = {}
             try:
                 for gname in groups:
                     self._compare_group(p, gname, cache, gen_steps)
@@ -375,24 +381,36 @@ class Pipeline:
                 self.run.mark_incomplete(f"{p.name}: compare-outputs selected no comparison "
                                          f"(groups {', '.join(p.groups) or 'none'}; filters: "
                                          f"{', '.join(self.opts.groups + self.opts.models) or 'none'})")
-            for config, problems in gen_steps.items():
-                seconds = sum(r.seconds for (c, _, _), runs in cache.items() if c == config for r in runs)
-                status = "failed" if problems else "passed"
-                errors = [x for x in problems if x.startswith("error:")]
-                if errors and len(errors) == len(problems):
-                    status = "error"
-                self.run.record_step(StepRecord(p.name, config, "generate", status, round(seconds, 1),
-                                                detail="; ".join(sorted(set(problems)))[:500] or "all generations ran"))
+            self.record_generate_steps(p, cache, gen_steps)
             self.write_environment(p)
+
+    def record_generate_steps(self, p: Platform, cache: dict[tuple[str, str, str], list[GenerationResult]],
+                              gen_steps: dict[str, list[Failure]]) -> None:
+        """Record one ``generate`` step per configuration of ``gen_steps`` (config -> failure facts).
+
+        ``cache`` maps (config, model, prompt) to the generation runs, whose seconds are
+        summed.  The step failed when a fact exists, errored when every fact says nothing of
+        the configuration could run (a model or a build missing), else passed.
+        """
+        for config, problems in gen_steps.items():
+            seconds = sum(r.seconds for (c, _, _), runs in cache.items() if c == config for r in runs)
+            status = "failed" if problems else "passed"
+            if problems and all(f.kind in ("model", "blocked") for f in problems):
+                status = "error"  # nothing of this configuration could run
+            unique = list({json.dumps(asdict(f), sort_keys=True): f for f in problems}.values())
+            detail = "; ".join(dict.fromkeys(f.text() for f in unique)) or "all generations ran"
+            self.run.record_step(StepRecord(p.name, config, "generate", status, round(seconds, 1),
+                                            detail=detail, failures=unique))
 
     def _record_cut_generations(self, p: Platform, exc: BaseException, cache: dict, gen_steps: dict) -> None:
         """Record the generate steps of ``p`` that an interrupt or exception cut short, with what they did."""
         why = describe_abort(exc)
         for config, problems in gen_steps.items():
             ran = sum(len(runs) for (c, _, _), runs in cache.items() if c == config)
-            status = "failed" if any(not x.startswith("error:") for x in problems) else "interrupted"
-            detail = f"{why} after {ran} generation(s)" + (f"; {'; '.join(sorted(set(problems)))}" if problems else "")
-            self.run.record_step(StepRecord(p.name, config, "generate", status, detail=detail[:500]))
+            status = "failed" if any(f.kind not in ("model", "blocked") for f in problems) else "interrupted"
+            texts = list(dict.fromkeys(f.text() for f in problems))
+            detail = f"{why} after {ran} generation(s)" + "".join(f"; {t}" for t in texts)
+            self.run.record_step(StepRecord(p.name, config, "generate", status, detail=detail, failures=problems))
             self.run.mark_incomplete(f"{p.name}: generate {config}: {why}; did not finish")
 
     def _generations(self, p: Platform, config_name: str, model: str, prompt_id: str, gen, model_path: Path,
@@ -402,8 +420,8 @@ class Pipeline:
             return cache[key]
         config = self.matrix.configs[config_name]
         b = self.build_variant(p, config.build)
-        out_dir = self.run.platform_dir(p.name) / config_name
-        write_json(out_dir / "config.json", config)
+        layout = self.run.layout
+        write_json(layout.config_json(p.name, config_name), config)
         runs = []
         repeats = self.opts.repeats or gen.repeats
         for r in range(1, repeats + 1):
@@ -412,17 +430,19 @@ class Pipeline:
                                   n_predict=self.opts.n_predict or gen.n_predict, seed=gen.seed,
                                   ctx_size=gen.ctx_size, args=config.args, env=dict(config.env),
                                   timeout_s=gen.timeout_s)
+            prefix = layout.generation(p.name, config_name, model, prompt_id, r)
             with self.doing(p.name, config_name, "generate"):
-                res = run_generation(spec, out_dir / "gen" / model / f"{prompt_id}.r{r}")
+                res = run_generation(spec, prefix)
             runs.append(res)
+            gen_steps.setdefault(config_name, [])
             if res.status != "ok":
-                gen_steps.setdefault(config_name, []).append(
-                    f"{model}/{prompt_id}: {res.status} {res.signal or ''} {res.error_line or ''}".strip())
-            else:
-                gen_steps.setdefault(config_name, [])
+                gen_steps[config_name].append(Failure(
+                    "generation", model=model, prompt=prompt_id, repeat=r, status=res.status,
+                    signal=res.signal or "", error_line=res.error_line or "",
+                    log=layout.relative(res.stderr_path)))
             ladder = gpu.parse_ladder_lines(res.stderr_path.read_bytes().decode("utf-8", "replace"))
             if ladder:
-                write_json(out_dir / "gen" / model / f"{prompt_id}.r{r}.pin-ladder.json", ladder)
+                write_json(prefix.with_name(prefix.name + ".pin-ladder.json"), ladder)
         cache[key] = runs
         return runs
 
@@ -432,22 +452,22 @@ class Pipeline:
         for model in models:
             try:
                 model_path = self.model_path(model)
-                write_json(self.run.platform_dir(p.name) / "models" / f"{model}.json",
+                write_json(self.run.layout.model_json(p.name, model),
                            {"path": model_path, **model_summary(model_path)})
             except Exception as exc:
-                msg = f"error: model {model}: {type(exc).__name__}: {exc}"
+                fact = Failure("model", model=model, message=f"{type(exc).__name__}: {exc}")
                 for c in (group.reference, *group.candidates):
-                    gen_steps.setdefault(c, []).append(msg)
-                self.say(f"[{p.name}] {gname}: {msg}")
+                    gen_steps.setdefault(c, []).append(fact)
+                self.say(f"[{p.name}] {gname}: error: {fact.text()}")
                 continue
             needed = {self.matrix.configs[c].build for c in (group.reference, *group.candidates)}
             broken = [v for v in needed if self.build_variant(p, v).status != "passed"]
             if broken:
                 for c in (group.reference, *group.candidates):
-                    gen_steps.setdefault(c, []).append(f"error: build {', '.join(broken)} did not pass")
+                    gen_steps.setdefault(c, []).extend(Failure("blocked", build=v) for v in sorted(broken))
                 continue
             ref_build = self.build_variant(p, self.matrix.configs[group.reference].build)
-            tok_dir = self.run.platform_dir(p.name) / "tokenize"
+            tok_dir = self.run.layout.tokenize_dir(p.name)
 
             def tokenize_fn(text: bytes, _model=model_path) -> list:
                 return tokenize(ref_build.bin_dir / "llama-tokenize", _model, text, tok_dir)
@@ -461,14 +481,15 @@ class Pipeline:
                     try:
                         pc = compare_runs(prompt_id, group.reference, ref_runs, cand, cand_runs, tokenize_fn)
                     except Exception as exc:
-                        gen_steps.setdefault(cand, []).append(f"compare {model}/{prompt_id}: {exc}")
+                        gen_steps.setdefault(cand, []).append(
+                            Failure("compare", model=model, prompt=prompt_id, message=f"{type(exc).__name__}: {exc}"))
                         continue
                     div = to_json(pc.first_divergence) if pc.first_divergence else None
                     rec = ComparisonRecord(p.name, gname, model, prompt_id, group.reference, cand, pc.status,
                                            div, pc.detail, list(pc.nondeterministic))
                     self.run.record_comparisons([rec])  # recorded at once: an interrupt keeps it
                     self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {group.reference}: {pc.detail}")
-                    cmp_path = self.run.platform_dir(p.name) / cand / "compare.json"
+                    cmp_path = self.run.layout.compare_json(p.name, cand)
                     entry = to_json(pc) | {"group": gname, "model": model}
                     same = (gname, model, prompt_id)
                     existing = json.loads(cmp_path.read_text()) if cmp_path.exists() else []
