@@ -31,7 +31,6 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field
@@ -39,12 +38,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from . import gpu
+from .results import COMPARISON, STEP, RecordError, RunLayout, StepRecord, read_summary
 from .signatures import load_signatures
 
-#: Statuses that count as a failure.
-BAD_STEP = frozenset({"failed", "error"})
-BAD_COMPARISON = frozenset({"diverged", "crashed", "timeout"})
-GOOD = frozenset({"passed", "identical"})
+#: Statuses that count as a failure or a success (declared in harness.results).
+BAD_STEP = STEP.failures
+BAD_COMPARISON = COMPARISON.failures
+GOOD = STEP.successes | COMPARISON.successes
 
 #: A build or test time change is reported when it exceeds both this fraction of the
 #: earlier time and TIME_NOISE_FLOOR_S.  The numbers are the project's rule for this
@@ -299,15 +299,9 @@ def _category(before: str, after: str, bad: frozenset[str]) -> str:
     return "other"
 
 
-_BLOCKED = [re.compile(r"build (?P<v>[\w, -]+?) did not pass"), re.compile(r"^(?P<v>\w+) build (?:failed|error)")]
-
-
-def _blocked_by(platform: str, detail: str) -> str:
-    for pattern in _BLOCKED:
-        m = pattern.search(detail or "")
-        if m:
-            return f"{platform} {m.group('v')} build"
-    return ""
+def _blocked_by(platform: str, step: dict | None) -> str:
+    builds = StepRecord.from_json(step).blocked_by() if step else []
+    return f"{platform} {', '.join(builds)} build" if builds else ""
 
 
 def _sig_index(entries: list[dict]) -> dict[tuple, dict]:
@@ -352,7 +346,7 @@ def _step_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set) 
             sig_known = (failing_side["kind"], failing_side["key"]) in known
         out.append(Transition(category, "step", key[0], f"{key[1]} {key[2]}", before, after,
                               {"platform": key[0], "config": key[1], "step": key[2]}, detail,
-                              _short(failing_side), sig_known, _blocked_by(key[0], (b or {}).get("detail", ""))))
+                              _short(failing_side), sig_known, _blocked_by(key[0], b)))
     return out
 
 
@@ -448,9 +442,7 @@ def pin_totals(run_dir: Path) -> dict[tuple[str, str], dict[tuple[str, str], dic
     (bytes requested/granted, allocations, segments).
     """
     out: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}
-    for stderr in sorted(run_dir.glob("*/*/gen/*/*.stderr")):
-        stem = stderr.name[: -len(".stderr")]
-        platform, config, model = stderr.parents[3].name, stderr.parents[2].name, stderr.parent.name
+    for platform, config, model, stem, stderr in RunLayout(run_dir).all_generation_files(".stderr"):
         ladder_file = stderr.with_name(stem + ".pin-ladder.json")
         records = _read_json(ladder_file) if ladder_file.is_file() else []
         out.setdefault((platform, config), {})[(model, stem)] = gpu.ladder_totals(records or [])
@@ -515,10 +507,10 @@ def diff_runs(a: Path, b: Path) -> TriageReport:
     the logs without writing), and pin-ladder files.  Raises TriageInputError when either
     directory has no readable summary.json.
     """
-    sa, sb = _read_json(a / "summary.json"), _read_json(b / "summary.json")
-    for path, data in ((a, sa), (b, sb)):
-        if not isinstance(data, dict):
-            raise TriageInputError(f"{path / 'summary.json'}: missing or not a summary object")
+    try:
+        sa, sb = read_summary(a), read_summary(b)
+    except (FileNotFoundError, RecordError) as exc:
+        raise TriageInputError(str(exc)) from None
     entries_a, entries_b = load_signatures(a), load_signatures(b)
     sig_a, sig_b = _sig_index(entries_a), _sig_index(entries_b)
     known = {(e["signature"]["kind"], e["signature"]["key"]) for e in entries_a}

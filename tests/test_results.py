@@ -46,6 +46,7 @@ def test_summary_has_the_documented_shape(tmp_path):
 def test_summary_is_kept_across_stages_of_one_run(tmp_path):
     run = Run.open(tmp_path, "r2")
     run.record_step(StepRecord("p", "fork", "build", "passed"))
+    run.close()  # the stage's process ends
     again = Run.open(tmp_path, "r2")  # a later stage (another process) continues the run
     again.record_step(StepRecord("p", "fork", "test", "passed"))
     steps = json.loads((run.dir / "summary.json").read_text())["configurations"]
