@@ -31,6 +31,7 @@ from .results import ComparisonRecord, Failure, Run, StepRecord, write_json
 from .locks import BuildLock, exclusive
 from .report import write_report
 from .signatures import classify_run
+from .upstream_support import unsupported_upstream
 from .source import BaseTree, cache_dir, obtain_base, prepare_tree, sha256_file
 
 @dataclass
@@ -106,6 +107,10 @@ class Pipeline:
         self._patches: list[Patch] | None = None
         self._builds: dict[tuple[str, str], BuildResult] = {}
         self._models: dict[str, Path | Exception] = {}
+        # platform -> config -> model -> where the buffers of the config's first generation landed
+        self._placements: dict[str, dict[str, dict[str, dict]]] = {}
+        # (platform, config) -> (model, prompt) of generations that upstream fails the same way
+        self._unsupported: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self._held: list[BuildLock] = []  # read holds on the builds this run uses
         self._doing: list[tuple[str, str, str, float]] = []  # steps in progress: platform, config, step, start
 
@@ -371,8 +376,18 @@ class Pipeline:
             cache: dict[tuple[str, str, str], list[GenerationResult]] = {}
             groups = [g for g in p.groups if not self.opts.groups or g in self.opts.groups]
             gen_steps: dict[str, list[Failure]] = {}
+            visible = environment.visible_gpu_count() if p.gpu == "nvidia" else 0
             try:
                 for gname in groups:
+                    need = self.matrix.groups[gname].min_gpus
+                    if p.gpu == "nvidia" and need > visible:
+                        why = (f"needs {need} NVIDIA GPUs; {visible} visible here "
+                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+                        self.run.record_step(StepRecord(p.name, gname, "compare-outputs", "skipped", detail=why))
+                        if gname in self.opts.groups:
+                            self.run.mark_incomplete(f"{p.name}: group {gname} skipped: {why}")
+                        self.say(f"[{p.name}] {gname}: skipped: {why}")
+                        continue
                     self._compare_group(p, gname, cache, gen_steps)
             except BaseException as exc:
                 self._record_cut_generations(p, exc, cache, gen_steps)
@@ -382,6 +397,8 @@ class Pipeline:
                                          f"(groups {', '.join(p.groups) or 'none'}; filters: "
                                          f"{', '.join(self.opts.groups + self.opts.models) or 'none'})")
             self.record_generate_steps(p, cache, gen_steps)
+            for config, per_model in self._placements.get(p.name, {}).items():
+                write_json(self.run.layout.config(p.name, config) / "placement.json", per_model)
             self.write_environment(p)
 
     def record_generate_steps(self, p: Platform, cache: dict[tuple[str, str, str], list[GenerationResult]],
@@ -399,6 +416,10 @@ class Pipeline:
                 status = "error"  # nothing of this configuration could run
             unique = list({json.dumps(asdict(f), sort_keys=True): f for f in problems}.values())
             detail = "; ".join(dict.fromkeys(f.text() for f in unique)) or "all generations ran"
+            unsupported = self._unsupported.get((p.name, config), set())
+            if problems and all(f.kind == "generation" and (f.model, f.prompt) in unsupported for f in problems):
+                # every failed generation is a mode that upstream's build fails the same way: not a fork failure
+                status, detail = "skipped", f"unsupported upstream: {detail}"
             self.run.record_step(StepRecord(p.name, config, "generate", status, round(seconds, 1),
                                             detail=detail, failures=unique))
 
@@ -440,11 +461,24 @@ class Pipeline:
                     "generation", model=model, prompt=prompt_id, repeat=r, status=res.status,
                     signal=res.signal or "", error_line=res.error_line or "",
                     log=layout.relative(res.stderr_path)))
-            ladder = gpu.parse_ladder_lines(res.stderr_path.read_bytes().decode("utf-8", "replace"))
+            stderr = res.stderr_path.read_bytes().decode("utf-8", "replace")
+            ladder = gpu.parse_ladder_lines(stderr)
             if ladder:
                 write_json(prefix.with_name(prefix.name + ".pin-ladder.json"), ladder)
+            placement = gpu.buffer_placement(stderr)
+            if placement["buffers"] or placement["routing"]:
+                write_json(prefix.with_name(prefix.name + ".placement.json"), placement)
+                self._placements.setdefault(p.name, {}).setdefault(config_name, {}).setdefault(model, placement)
         cache[key] = runs
         return runs
+
+    def _upstream_of(self, reference: str, candidate: str) -> str | None:
+        """The upstream configuration that runs ``candidate``'s mode: the reference when it is upstream's build
+        and the candidate the fork's, else the candidate's ``upstream`` key; None when there is none."""
+        ref, cand = self.matrix.configs[reference], self.matrix.configs[candidate]
+        if cand.build != "fork":
+            return None
+        return reference if ref.build == "base" else cand.upstream
 
     def _compare_group(self, p: Platform, gname: str, cache: dict, gen_steps: dict) -> None:
         group = self.matrix.groups[gname]
@@ -485,12 +519,22 @@ class Pipeline:
                             Failure("compare", model=model, prompt=prompt_id, message=f"{type(exc).__name__}: {exc}"))
                         continue
                     div = to_json(pc.first_divergence) if pc.first_divergence else None
-                    rec = ComparisonRecord(p.name, gname, model, prompt_id, group.reference, cand, pc.status,
-                                           div, pc.detail, list(pc.nondeterministic))
+                    status, detail = pc.status, pc.detail
+                    upstream = self._upstream_of(group.reference, cand)
+                    if status in ("crashed", "timeout") and upstream is not None:
+                        up_runs = ref_runs if upstream == group.reference else self._generations(
+                            p, upstream, model, prompt_id, group.generation, model_path, cache, gen_steps)
+                        why = unsupported_upstream(up_runs, cand_runs)
+                        if why:
+                            status, detail = "unsupported-upstream", why
+                            for c in (upstream, cand):
+                                self._unsupported.setdefault((p.name, c), set()).add((model, prompt_id))
+                    rec = ComparisonRecord(p.name, gname, model, prompt_id, group.reference, cand, status,
+                                           div, detail, list(pc.nondeterministic))
                     self.run.record_comparisons([rec])  # recorded at once: an interrupt keeps it
-                    self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {group.reference}: {pc.detail}")
+                    self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {group.reference}: {detail}")
                     cmp_path = self.run.layout.compare_json(p.name, cand)
-                    entry = to_json(pc) | {"group": gname, "model": model}
+                    entry = to_json(pc) | {"group": gname, "model": model, "status": status, "detail": detail}
                     same = (gname, model, prompt_id)
                     existing = json.loads(cmp_path.read_text()) if cmp_path.exists() else []
                     existing = [e for e in existing if (e.get("group"), e.get("model"), e.get("prompt_id")) != same]

@@ -145,6 +145,9 @@ COMPARISON = StatusSet("comparison", (
     Status("diverged", "failure", "❌", "the candidate's tokens differ; first_divergence says where"),
     Status("crashed", "failure", "💥", "a generation of either side ended abnormally"),
     Status("timeout", "failure", "⏱️", "a generation of either side ran past its time limit"),
+    Status("unsupported-upstream", "neutral", "➖", "upstream's build in the same mode fails the same way as the "
+                                                   "fork (harness.upstream_support): a limit of upstream, not a "
+                                                   "fork failure"),
 ))
 
 #: Verdicts of a whole run (:meth:`Run.overall`); only ``passed`` is a success.
@@ -418,7 +421,7 @@ class RunLayout:
 
     def generation(self, platform: str, config: str, model: str, prompt: str, repeat: int) -> Path:
         """The path prefix of one generation run: ``.../gen/<model>/<prompt>.r<repeat>``; add
-        ``.stdout``, ``.stderr``, ``.cmd`` or ``.pin-ladder.json``."""
+        ``.stdout``, ``.stderr``, ``.cmd``, ``.pin-ladder.json`` or ``.placement.json``."""
         return self.gen_dir(platform, config, model) / f"{prompt}.r{repeat}"
 
     def generation_files(self, platform: str, config: str, suffix: str, model: str | None = None,
