@@ -462,12 +462,13 @@ def _signature_sets(entries_a: list[dict], entries_b: list[dict]) -> tuple[list,
     def group(entries: list[dict]) -> dict[tuple, SignatureSeen]:
         seen: dict[tuple, SignatureSeen] = {}
         for e in entries:
-            sig = e["signature"]
-            item = seen.setdefault((sig["kind"], sig["key"]), SignatureSeen(sig["kind"], sig["key"], sig["summary"]))
-            where = f"{e.get('platform')} {e.get('config')} {e.get('step')}"
-            if e.get("step") == "compare":
-                where += f" {e.get('group')}/{e.get('model')}/{e.get('prompt')}"
-            item.where.append(where)
+            for sig in (e["signature"], *e.get("other_signatures", [])):
+                item = seen.setdefault((sig["kind"], sig["key"]),
+                                       SignatureSeen(sig["kind"], sig["key"], sig["summary"]))
+                where = f"{e.get('platform')} {e.get('config')} {e.get('step')}"
+                if e.get("step") == "compare":
+                    where += f" {e.get('group')}/{e.get('model')}/{e.get('prompt')}"
+                item.where.append(where)
         return seen
 
     ga, gb = group(entries_a), group(entries_b)
@@ -556,7 +557,7 @@ def diff_runs(a: Path, b: Path) -> TriageReport:
         raise TriageInputError(str(exc)) from None
     entries_a, entries_b = load_signatures(a), load_signatures(b)
     sig_a, sig_b = _sig_index(entries_a), _sig_index(entries_b)
-    known = {(e["signature"]["kind"], e["signature"]["key"]) for e in entries_a}
+    known = {(sig["kind"], sig["key"]) for e in entries_a for sig in (e["signature"], *e.get("other_signatures", []))}
     report = TriageReport(a=str(sa.get("run_id") or a.name), b=str(sb.get("run_id") or b.name),
                           a_dir=str(a), b_dir=str(b),
                           platforms=sorted(covered_platforms(sa) | covered_platforms(sb)))
