@@ -407,15 +407,24 @@ class Pipeline:
 
         ``cache`` maps (config, model, prompt) to the generation runs, whose seconds are
         summed.  The step failed when a fact exists, errored when every fact says nothing of
-        the configuration could run (a model or a build missing), else passed.
+        the configuration could run (a model or a build missing) and no generation of it ran,
+        else passed.  When only part of it failed, the detail starts with what did run
+        ("partly failed: 4 generation(s) succeeded (model a); failed: ...") and keeps every fact.
         """
         for config, problems in gen_steps.items():
-            seconds = sum(r.seconds for (c, _, _), runs in cache.items() if c == config for r in runs)
+            mine = [(m, runs) for (c, m, _), runs in cache.items() if c == config]
+            seconds = sum(r.seconds for _, runs in mine for r in runs)
+            ran = [(m, r) for m, runs in mine for r in runs]
+            ok = [(m, r) for m, r in ran if r.status == "ok"]
             status = "failed" if problems else "passed"
-            if problems and all(f.kind in ("model", "blocked") for f in problems):
+            if problems and all(f.kind in ("model", "blocked") for f in problems) and not ran:
                 status = "error"  # nothing of this configuration could run
             unique = list({json.dumps(asdict(f), sort_keys=True): f for f in problems}.values())
             detail = "; ".join(dict.fromkeys(f.text() for f in unique)) or "all generations ran"
+            if problems and ok:
+                models = sorted({m for m, _ in ok})
+                detail = (f"partly failed: {len(ok)} generation(s) succeeded (model{'s' if len(models) > 1 else ''} "
+                          f"{', '.join(models)}); failed: {detail}")
             unsupported = self._unsupported.get((p.name, config), set())
             if problems and all(f.kind == "generation" and (f.model, f.prompt) in unsupported for f in problems):
                 # every failed generation is a mode that upstream's build fails the same way: not a fork failure

@@ -45,7 +45,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from .fs import writable_dir
+from .fs import describe, writable_dir
 from .locks import RunLock
 
 #: Version of summary.json's record format.  1: steps without ``failures`` (facts only in
@@ -527,6 +527,12 @@ def new_run_id(now: datetime | None = None) -> str:
     return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
 
 
+#: Space a run holds back while it runs (``<run>/.reserve``, removed by Run.close): when the disk
+#: fills up, giving it up lets the summary still be written (a summary of 16 comparisons is ~20 KiB).
+RESERVE_BYTES = 256 * 1024
+RESERVE_NAME = ".reserve"
+
+
 class Run:
     """An open results directory; records steps and comparisons and keeps the summary current."""
 
@@ -561,12 +567,17 @@ class Run:
                 write_json(self.layout.run_json, info)
 
     def _own(self) -> None:
-        """Hold the run directory for this process (harness.locks.RunLock); raises RunInUse when taken."""
+        """Hold the run directory for this process (harness.locks.RunLock; raises RunInUse when taken)
+        and set RESERVE_BYTES aside in it, for the summary of a run that fills the disk."""
         self._lock = RunLock(self.dir)
         self._lock.acquire()
+        reserve = self.dir / RESERVE_NAME
+        with open(reserve, "wb") as fh:
+            fh.write(bytes(RESERVE_BYTES))
 
     def close(self) -> None:
-        """Give the run directory up (a later process may continue the run)."""
+        """Give the run directory and its reserve up (a later process may continue the run)."""
+        (self.dir / RESERVE_NAME).unlink(missing_ok=True)
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -661,23 +672,17 @@ class Run:
         try:
             write_json(self.layout.summary_json, data)
         except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            reserve = self.dir / RESERVE_NAME
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not reserve.exists():
                 raise
-            _overwrite_in_place(self.layout.summary_json, data)
+            # the disk is full: give up the reserve so the summary can still say so, then fail
+            self.layout.summary_json.with_name(self.layout.summary_json.name + ".tmp").unlink(missing_ok=True)
+            reserve.unlink()
+            self.incomplete.append(f"stopped: the file system holding {self.dir} is full ({describe(exc)})")
+            data["incomplete"], data["overall"] = self.incomplete, self.overall()
+            write_json(self.layout.summary_json, data)
             raise
         self.layout.summary_md.write_text(render_markdown(self), encoding="utf-8")
-
-
-def _overwrite_in_place(path: Path, data: Any) -> None:
-    """On a full disk, rewrite ``path`` in its own blocks as compact JSON (smaller than the indented
-    file it replaces), so the summary on disk still tells what happened; best effort, never raises."""
-    path.with_name(path.name + ".tmp").unlink(missing_ok=True)
-    try:
-        with open(path, "r+b") as fh:
-            fh.write(json.dumps(_jsonable(data), ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
-            fh.truncate()
-    except OSError:
-        pass
 
 
 #: Longest text a summary table cell shows; the full text stays in summary.json and the logs.

@@ -82,6 +82,11 @@ FAKE_COMPLETION_PY = COMMON_PY + """note_pid()
 args = sys.argv[1:]
 prompt = open(args[args.index("-f") + 1], encoding="utf-8").read()
 n = int(args[args.index("-n") + 1])
+if os.environ.get("FAKE_SLOW_WORD", "") in prompt:
+    time.sleep(float(os.environ.get("FAKE_GEN_SLEEP_S") or 0))
+words = prompt.split() or ["empty"]
+sys.stdout.write(prompt + "".join(" " + words[i % len(words)] for i in range(n)) + "\\n\\n")
+sys.stdout.flush()
 if os.environ.get("FAKE_BIG_MB"):
     chunk = b"x" * (1 << 20)
     for _ in range(int(os.environ["FAKE_BIG_MB"])):
@@ -90,10 +95,6 @@ if os.environ.get("FAKE_BIG_MB"):
             sys.stderr.flush()
         except OSError:
             break
-if os.environ.get("FAKE_SLOW_WORD", "") in prompt:
-    time.sleep(float(os.environ.get("FAKE_GEN_SLEEP_S") or 0))
-words = prompt.split() or ["empty"]
-sys.stdout.write(prompt + "".join(" " + words[i % len(words)] for i in range(n)) + "\\n\\n")
 """
 
 #: the tokenizer of the triage tests' fake builds, without its "#!{python}" line (the launcher runs it)

@@ -207,3 +207,53 @@ def test_a_run_id_held_by_a_live_process_is_refused(project):
                            env=project.env(), capture_output=True, text=True, timeout=300)
     assert later.returncode == 0, later.stdout + later.stderr
     assert any(c["step"] == "test" for c in summary(project.results)["configurations"])
+
+
+# --------------------------------------------------------------------------- triage after an interrupt
+
+
+def triage(project, *runs: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", "triage", *runs, "--results-dir", str(project.results)],
+                          cwd=REPO_ROOT, env=project.env(), capture_output=True, text=True, timeout=120)
+
+
+def test_triage_names_an_interrupted_newest_run_incomplete_and_finds_no_regression_in_what_it_lacks(project):
+    full = subprocess.run(project.argv("build", "test", "compare-outputs"), cwd=REPO_ROOT, env=project.env(),
+                          capture_output=True, text=True)
+    assert full.returncode == 0, full.stdout + full.stderr
+    pids = project.root / "pids"
+    cut = start(project.argv("build", "test", "compare-outputs"),
+                project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="seven", FAKE_PIDS=str(pids)))
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) >= 6, what="the slow generation")
+    cut.send_signal(signal.SIGINT)
+    cut.communicate(timeout=60)
+    assert cut.returncode == 130
+
+    done = triage(project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "IS INCOMPLETE: compared only on what it recorded" in done.stdout
+    assert "generate base: interrupted by SIGINT" in done.stdout
+    assert "not compared: linux-x86_64-cpu base-vs-fork tiny/three: fork vs base (identical in A; not run in B)" \
+        in done.stdout
+    assert "REGRESSIONS (0)" in done.stdout and "verdict: no regressions" in done.stdout
+    report = json.loads(triage(project, "--json").stdout)
+    assert report["b_incomplete"] and len(report["not_compared"]) >= 2 and report["verdict"] == "clean"
+
+
+def test_triage_refuses_to_skip_a_newest_run_that_recorded_nothing(project):
+    for _ in range(2):
+        done = subprocess.run(project.argv("build"), cwd=REPO_ROOT, env=project.env(), capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+    pids = project.root / "pids"
+    shutil.rmtree(project.work)  # the third run builds again, and is killed mid-way without a chance to record
+    killed = start(project.argv("build"), project.env(FAKE_BUILD_SLEEP_S="120", FAKE_PIDS=str(pids)))
+    wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the build's slow step")
+    killed.kill()
+    killed.communicate(timeout=60)
+    for pid in pids_alive(pids):  # SIGKILL leaves the build's group behind: that is why it is never sent by us
+        os.kill(pid, signal.SIGKILL)
+    newest = (project.results / "latest").resolve().name
+    done = triage(project)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"error: the newest run {newest} in {project.results} is incomplete: it has no "
+                                   "summary.json (it was stopped before it recorded a step); name two runs to compare")
