@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from .errors import EnvironmentProblem
+
 #: Bumped when the way builds are configured changes, so old build dirs are not reused.
 BUILD_SCHEME = 1
 
 
-class BuildError(Exception):
+class BuildError(EnvironmentProblem):
     """A build could not even be attempted (e.g. cmake or ninja missing)."""
 
 

@@ -26,7 +26,7 @@ from .config import Matrix, Model, Platform
 from .models import MoeParams, PypiChunkedModel, assemble_pypi_chunks, generate_synthetic_moe, model_summary
 from .native_tests import run_ctest
 from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
-from .results import ComparisonRecord, Failure, Run, StepRecord, write_json
+from .results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
 from .report import write_report
 from .signatures import classify_run
 from .source import BaseTree, cache_dir, obtain_base, prepare_tree, sha256_file
@@ -424,7 +424,8 @@ class Pipeline:
 
 def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
                say: Callable[[str], None] = print) -> int:
-    """Run ``stages`` (build, test, compare-outputs) in order; return 0 when the run passed, else 1."""
+    """Run ``stages`` (build, test, compare-outputs) in order; return the exit code of the run's verdict
+    (harness.results.VERDICT_EXIT_CODES: 0 passed, 1 failed, 3 incomplete or nothing ran)."""
     pipe = Pipeline(matrix, run, opts, say)
     for stage in stages:
         {"build": pipe.stage_build, "test": pipe.stage_test, "compare-outputs": pipe.stage_compare}[stage]()
@@ -432,4 +433,4 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
     classify_run(run.dir)
     report = write_report(run.dir)
     say(f"results: {run.dir} — {run.overall()} (report: {report})")
-    return 0 if run.overall() == "passed" else 1
+    return VERDICT_EXIT_CODES[run.overall()]

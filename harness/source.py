@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .config import Matrix, Source
+from .errors import InputError
 
 #: Paths left out of the trimmed mirror (issue 4: ~10 MB without models/ and docs/),
 #: except the vocab files listed in MIRROR_KEEP, which the synthetic models need.
@@ -38,7 +39,7 @@ MIRROR_MANIFEST = "HARNESS-MIRROR.json"
 GIT_IDENTITY = ("llama.cpp fork harness", "harness@localhost")
 
 
-class SourceError(Exception):
+class SourceError(InputError):
     """No source produced the pinned commit; the message lists what each source said."""
 
 
