@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from . import proc
 from .config import SelectionError, load_matrix
-from .errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, HarnessError, InputError
+from .errors import EXIT_BAD_INPUT, HarnessError, InputError
+from .fs import describe, is_environment_error
 from .native_tests import SANITIZERS
 
 STAGES = ("build", "test", "compare-outputs")
@@ -93,9 +95,13 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
                    sanitize=args.sanitize, models=_split(args.model), groups=_split(args.group),
                    n_predict=args.n_predict, repeats=args.repeats, work_dir=args.work_dir,
                    patches_dir=args.patches_dir)
-    run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
     order = [s for s in STAGES if s in stages]
-    return run_stages(matrix, run, opts, order)
+    with proc.handle_signals():
+        run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
+        try:
+            return run_stages(matrix, run, opts, order)
+        finally:
+            run.close()
 
 
 def patches_cmd(argv: Sequence[str]) -> int:
@@ -234,12 +240,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except proc.Interrupted as exc:  # before or after the stages ran: nothing to record
+        print(f"{exc}", file=sys.stderr)
+        return exc.exit_code
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except OSError as exc:
+        if is_environment_error(exc):
+            print(f"error: {describe(exc)}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        raise
 
 
 if __name__ == "__main__":

@@ -10,9 +10,9 @@ Exit codes of ``python -m harness`` (and of nox, see noxfile.py):
 ====  =========================================================================
 0     passed: everything asked for ran, nothing failed (triage: no regression)
 1     failed: a step failed or errored, a comparison is a failure (triage: a regression)
-2     bad input: matrix, patch series, command-line names, run ids, models
+2     bad input or environment: matrix, patch series, command-line names, run ids, models;
+      a tool, header or writable directory this machine lacks (the message names it)
 3     incomplete: nothing failed, but something asked for did not run (or nothing ran)
-4     environment: this machine lacks something the command needs (a compiler, headers)
 130   interrupted (Ctrl-C)
 ====  =========================================================================
 """
@@ -23,7 +23,7 @@ EXIT_PASSED = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INCOMPLETE = 3
-EXIT_ENVIRONMENT = 4
+EXIT_ENVIRONMENT = 2  # told apart from bad input by the message, not the code
 EXIT_INTERRUPTED = 130
 
 
@@ -40,6 +40,6 @@ class InputError(HarnessError):
 
 
 class EnvironmentProblem(HarnessError):
-    """This machine lacks a tool, package or file the command needs (exit code 4)."""
+    """This machine lacks a tool, package or writable path the command needs (exit code 2)."""
 
     exit_code = EXIT_ENVIRONMENT

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from . import proc
 from .build import find_tool
 
 #: compute-sanitizer tools the native tests can run under (``--sanitize``).
@@ -81,8 +82,8 @@ def list_tests(build_dir: Path, labels: Sequence[str]) -> list[str]:
     argv = [ctest, "--test-dir", str(build_dir), "-N"]
     if labels:
         argv += ["-L", "|".join(f"^{re.escape(lab)}$" for lab in labels)]
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    return re.findall(r"^\s*Test\s+#\d+:\s+(\S+)", proc.stdout, flags=re.M)
+    _, out, _ = proc.run_capture(argv, timeout_s=300)
+    return re.findall(r"^\s*Test\s+#\d+:\s+(\S+)", out.decode(errors="replace"), flags=re.M)
 
 
 def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], out_dir: Path, *,
@@ -123,19 +124,20 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
     with open(log, "wb") as fh:
         fh.write(("$ " + " ".join(argv) + "\n").encode())
         fh.flush()
-        proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        done = proc.run(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
     run.seconds = time.monotonic() - start
-    (out_dir / "ctest.rc").write_text(f"{proc.returncode}\n")
+    returncode = done.returncode if done.returncode is not None else -1
+    (out_dir / "ctest.rc").write_text(f"{returncode}\n")
     try:
         run.cases += parse_junit(junit)
     except (OSError, ET.ParseError) as exc:
-        run.status, run.detail = "error", f"ctest wrote no readable JUnit XML ({exc}); exit {proc.returncode}"
+        run.status, run.detail = "error", f"ctest wrote no readable JUnit XML ({exc}); exit {returncode}"
         return run
     counts = run.counts()
-    if missing or counts["failed"] or proc.returncode != 0:
+    if missing or counts["failed"] or returncode != 0:
         run.status = "failed"
         failed = [c.name for c in run.cases if c.status == "failed"]
-        run.detail = f"failed: {', '.join(failed)}" if failed else f"ctest exit {proc.returncode}"
+        run.detail = f"failed: {', '.join(failed)}" if failed else f"ctest exit {returncode}"
     elif counts["passed"]:
         run.status = "passed"
         run.detail = f"{counts['passed']} passed, {counts['skipped']} skipped"
@@ -156,12 +158,8 @@ def _run_wrapped(build_dir: Path, selected: Sequence[str], wrapper: Sequence[str
             fh.write(("$ " + " ".join(argv) + "\n").encode())
             fh.flush()
             start = time.monotonic()
-            try:
-                proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      timeout=timeout_s, env={**os.environ, **(env or {})})
-                output, rc = proc.stdout, proc.returncode
-            except subprocess.TimeoutExpired as exc:
-                output, rc = exc.output or b"", None
+            done, output, _ = proc.run_capture(argv, env=env, timeout_s=timeout_s, merge_stderr=True)
+            rc = done.returncode
             secs = time.monotonic() - start
             fh.write(output)
             (out_dir / f"{name}.log").write_bytes(output)

@@ -35,6 +35,7 @@ step, so a run that dies keeps everything it collected.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -45,6 +46,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from .errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
+from .fs import describe, writable_dir
+from .locks import RunLock
 
 #: Version of summary.json's record format.  1: steps without ``failures`` (facts only in
 #: ``detail``); 2: steps with ``failures``.  A run written by a newer harness is refused.
@@ -133,6 +136,8 @@ STEP = StatusSet("step", (
     Status("failed", "failure", "❌", "the step ran and found a problem in the code (build, test, generation)"),
     Status("error", "failure", "💥", "the step could not run: a broken input, a failed build it needs, a tool missing"),
     Status("skipped", "neutral", "⏭️", "the step did not run on this machine (the reason is in the detail)"),
+    Status("interrupted", "neutral", "⏹️", "the step was running when the run was stopped (a signal, an exception, "
+                                          "a full disk); the run is incomplete"),
 ))
 
 #: Statuses of one greedy comparison (one prompt, one candidate against its reference).
@@ -141,6 +146,9 @@ COMPARISON = StatusSet("comparison", (
     Status("diverged", "failure", "❌", "the candidate's tokens differ; first_divergence says where"),
     Status("crashed", "failure", "💥", "a generation of either side ended abnormally"),
     Status("timeout", "failure", "⏱️", "a generation of either side ran past its time limit"),
+    Status("unsupported-upstream", "neutral", "➖", "upstream's build in the same mode fails the same way as the "
+                                                   "fork (harness.upstream_support): a limit of upstream, not a "
+                                                   "fork failure"),
 ))
 
 #: Verdicts of a whole run (:meth:`Run.overall`); only ``passed`` is a success.
@@ -418,7 +426,7 @@ class RunLayout:
 
     def generation(self, platform: str, config: str, model: str, prompt: str, repeat: int) -> Path:
         """The path prefix of one generation run: ``.../gen/<model>/<prompt>.r<repeat>``; add
-        ``.stdout``, ``.stderr``, ``.cmd`` or ``.pin-ladder.json``."""
+        ``.stdout``, ``.stderr``, ``.cmd``, ``.pin-ladder.json`` or ``.placement.json``."""
         return self.gen_dir(platform, config, model) / f"{prompt}.r{repeat}"
 
     def generation_files(self, platform: str, config: str, suffix: str, model: str | None = None,
@@ -524,6 +532,12 @@ def new_run_id(now: datetime | None = None) -> str:
     return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
 
 
+#: Space a run holds back while it runs (``<run>/.reserve``, removed by Run.close): when the disk
+#: fills up, giving it up lets the summary still be written (a summary of 16 comparisons is ~20 KiB).
+RESERVE_BYTES = 256 * 1024
+RESERVE_NAME = ".reserve"
+
+
 class Run:
     """An open results directory; records steps and comparisons and keeps the summary current."""
 
@@ -536,13 +550,19 @@ class Run:
         self.comparisons: list[ComparisonRecord] = []
         self.skipped_platforms: dict[str, str] = {}
         self.incomplete: list[str] = []
+        self._lock: RunLock | None = None
         now = datetime.now(timezone.utc).isoformat()
+        if create:
+            writable_dir(root, "results directory")
         if create and not self.dir.exists():
             self.dir.mkdir(parents=True, exist_ok=False)
+            self._own()
             write_json(self.layout.run_json, {"run_id": run_id, "started": now,
                                                "commands": [{"argv": list(argv), "started": now}]})
             self._point_latest()
         elif self.dir.exists():
+            if create:
+                self._own()
             if self.layout.summary_json.exists():
                 self._load()
             if create and self.layout.run_json.exists():
@@ -551,12 +571,30 @@ class Run:
                 info.setdefault("commands", []).append({"argv": list(argv), "started": now})
                 write_json(self.layout.run_json, info)
 
+    def _own(self) -> None:
+        """Hold the run directory for this process (harness.locks.RunLock; raises RunInUse when taken)
+        and set RESERVE_BYTES aside in it, for the summary of a run that fills the disk."""
+        self._lock = RunLock(self.dir)
+        self._lock.acquire()
+        reserve = self.dir / RESERVE_NAME
+        with open(reserve, "wb") as fh:
+            fh.write(bytes(RESERVE_BYTES))
+
+    def close(self) -> None:
+        """Give the run directory and its reserve up (a later process may continue the run)."""
+        (self.dir / RESERVE_NAME).unlink(missing_ok=True)
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
     @classmethod
     def open(cls, root: Path, run_id: str | None = None, argv: Iterable[str] = ()) -> "Run":
         """Open run ``run_id`` under ``root`` (continuing it if it exists) or start a new one.
 
         Several stages of one invocation (``nox -s build test compare-outputs``)
-        share a run through the HARNESS_RUN_ID environment variable.
+        share a run through the HARNESS_RUN_ID environment variable, one
+        process after the other: a run held by a live process is refused
+        (RunInUse).  Raises EnvironmentProblem when ``root`` cannot hold runs.
         """
         run_id = run_id or os.environ.get("HARNESS_RUN_ID") or new_run_id()
         return cls(root, run_id, argv=argv)
@@ -625,7 +663,7 @@ class Run:
         if any(STEP.is_failure(s.status) for s in self.steps) or \
                 any(COMPARISON.is_failure(c.status) for c in self.comparisons):
             return "failed"
-        if self.incomplete:
+        if self.incomplete or any(s.status == "interrupted" for s in self.steps):
             return "incomplete"
         if not any(s.status in STEP.successes for s in self.steps) and not self.comparisons:
             return "skipped"
@@ -636,7 +674,19 @@ class Run:
         data = {"run_id": self.id, "record_version": RECORD_VERSION, "updated": datetime.now(timezone.utc).isoformat(),
                 "overall": self.overall(), "configurations": self.steps, "comparisons": self.comparisons,
                 "skipped_platforms": self.skipped_platforms, "incomplete": self.incomplete}
-        write_json(self.layout.summary_json, data)
+        try:
+            write_json(self.layout.summary_json, data)
+        except OSError as exc:
+            reserve = self.dir / RESERVE_NAME
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not reserve.exists():
+                raise
+            # the disk is full: give up the reserve so the summary can still say so, then fail
+            self.layout.summary_json.with_name(self.layout.summary_json.name + ".tmp").unlink(missing_ok=True)
+            reserve.unlink()
+            self.incomplete.append(f"stopped: the file system holding {self.dir} is full ({describe(exc)})")
+            data["incomplete"], data["overall"] = self.incomplete, self.overall()
+            write_json(self.layout.summary_json, data)
+            raise
         self.layout.summary_md.write_text(render_markdown(self), encoding="utf-8")
 
 

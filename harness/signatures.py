@@ -616,6 +616,16 @@ def _program_name(cmd_files: Sequence[Path]) -> str:
 
 
 def _classify_generate(run_dir: Path, step: StepRecord) -> Signature:
+    candidates = generate_signatures(run_dir, step)
+    if candidates:
+        return min(candidates, key=lambda s: KIND_RANK.get(s.kind, 99))
+    cmd_files = RunLayout(run_dir).generation_files(step.platform, step.config, ".cmd")
+    return _other(step.detail or "generation failed", _gen_roots(cmd_files), [step.detail])
+
+
+def generate_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
+    """One signature per failure fact of a failed ``generate`` step (every failing model and
+    generation, none dropped), in fact order, duplicates (same kind and key) removed."""
     layout = RunLayout(run_dir)
     cmd_files = layout.generation_files(step.platform, step.config, ".cmd")
     roots = _gen_roots(cmd_files)
@@ -647,9 +657,7 @@ def _classify_generate(run_dir: Path, step: StepRecord) -> Signature:
             if found:
                 candidates.append(found)
                 break
-    if candidates:
-        return min(candidates, key=lambda s: KIND_RANK.get(s.kind, 99))
-    return _other(step.detail or "generation failed", roots, [step.detail])
+    return list({(c.kind, c.key): c for c in candidates}.values())
 
 
 def _generation_logs(layout: RunLayout, step: StepRecord, fact: Failure) -> list[Path]:
@@ -752,7 +760,8 @@ def classify_run(run_dir: Path, *, write: bool = True) -> list[dict]:
     """Classify every failed step and diverged comparison of the run in ``run_dir``.
 
     Returns a list of ``{platform, config, step, signature: {kind, key, summary, evidence}}``
-    (comparisons have step ``compare``, config = the candidate, and also group, model,
+    (a generate step with several distinct failures also has ``other_signatures``, the
+    rest of them; comparisons have step ``compare``, config = the candidate, and also group, model,
     prompt, reference) in summary order, and writes it to ``run_dir/signatures.json``
     unless ``write`` is False.  Raises FileNotFoundError when there is no summary.json
     and harness.results.RecordError (a ValueError) when it cannot be read.
@@ -762,8 +771,12 @@ def classify_run(run_dir: Path, *, write: bool = True) -> list[dict]:
     for step in steps:
         sig = classify_step(run_dir, step)
         if sig:
-            entries.append({"platform": step.platform, "config": step.config, "step": step.step,
-                            "signature": asdict(sig)})
+            entry = {"platform": step.platform, "config": step.config, "step": step.step, "signature": asdict(sig)}
+            if step.step == "generate":
+                others = [asdict(s) for s in generate_signatures(run_dir, step) if (s.kind, s.key) != (sig.kind, sig.key)]
+                if others:
+                    entry["other_signatures"] = others  # every failing model's and generation's error is kept
+            entries.append(entry)
     for cmp in comparisons:
         sig = comparison_signature(cmp)
         if sig:

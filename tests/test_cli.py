@@ -20,6 +20,9 @@ def test_every_expected_error_has_one_base_and_an_exit_code():
         assert issubclass(exc, errors.HarnessError) and exc.exit_code == errors.EXIT_BAD_INPUT
     from harness.build import BuildError
     assert BuildError.exit_code == errors.EXIT_ENVIRONMENT
+    from harness.fs import EnvironmentProblem
+    from harness.locks import RunInUse
+    assert issubclass(EnvironmentProblem, errors.HarnessError) and issubclass(RunInUse, errors.HarnessError)
 
 
 def test_the_cli_prints_expected_errors_without_a_traceback(capsys):
