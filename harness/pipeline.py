@@ -324,7 +324,8 @@ class Pipeline:
                                                     detail="compute-sanitizer not found"))
                     continue
                 with self.doing(p.name, "fork", step):
-                    tr = run_ctest(fork.build_dir, p.test_labels, p.test_targets, target_dir, wrapper=wrapper)
+                    tr = run_ctest(fork.build_dir, p.test_labels, p.test_targets, target_dir, wrapper=wrapper,
+                                   reference_junit=self.run.layout.tests(p.name, "test") / "junit.xml")
                 detail = tr.detail
                 if wrapper:
                     summary = gpu.sanitizer_summary(target_dir / "ctest.log")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -131,3 +132,88 @@ def test_upstream_must_name_a_base_configuration(tmp_path):
     path.write_text(bad)
     with pytest.raises(MatrixError, match=r"configs\.cuda-2gpu-layer-pinned\.upstream: a fork configuration names a base"):
         load_matrix(path)
+
+
+# --- the pipeline: two-GPU groups, unsupported upstream --------------------------------------------------------
+
+CUDA = "linux-x86_64-cuda"
+ROW_FAILURE = ("echo \"0.01.$$.100 E llama_init_from_model: failed to initialize the context: device CUDA0 does not "
+               "support split buffers at 0x$$\" >&2; exit 1")
+
+
+def _fake_cuda_build(tmp_path: Path, variant: str, script: str):
+    import stat
+
+    from harness.build import BuildResult
+    bin_dir = tmp_path / variant / "bin"
+    bin_dir.mkdir(parents=True)
+    exe = bin_dir / "llama-completion"
+    exe.write_text("#!/bin/sh\n" + script)
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return BuildResult(CUDA, variant, "passed", "k", tmp_path / variant, 0.0, False)
+
+
+def _cuda_pipeline(tmp_path, monkeypatch, base_script: str, fork_script: str, groups=()):
+    from harness.pipeline import Options, Pipeline
+    monkeypatch.setattr("harness.pipeline.model_summary", lambda path: {})
+    matrix = load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml")
+    run = Run.open(tmp_path / "results", "r1")
+    pipe = Pipeline(matrix, run, Options(platforms=[CUDA], repeats=2, n_predict=4, groups=list(groups)),
+                    say=lambda _: None)
+    pipe._builds[(CUDA, "base")] = _fake_cuda_build(tmp_path, "base", base_script)
+    pipe._builds[(CUDA, "fork")] = _fake_cuda_build(tmp_path, "fork", fork_script)
+    model = tmp_path / "moe-large.gguf"
+    model.write_bytes(b"")
+    pipe._models["moe-large"] = model
+    return matrix, run, pipe
+
+
+def _row_mode(failure: str) -> str:
+    return f'case "$*" in *"-sm row"*) {failure};; esac\necho "hello world"\n'
+
+
+def test_a_two_gpu_mode_upstream_fails_too_is_unsupported_upstream_in_both_groups(tmp_path, monkeypatch):
+    matrix, run, pipe = _cuda_pipeline(tmp_path, monkeypatch, _row_mode(ROW_FAILURE), _row_mode(ROW_FAILURE))
+    p = matrix.platform(CUDA)
+    cache: dict = {}
+    gen_steps: dict = {}
+    for g in ("cuda-2gpu-row", "cuda-2gpu-row-vs-upstream"):
+        pipe._compare_group(p, g, cache, gen_steps)
+    pipe.record_generate_steps(p, cache, gen_steps)
+    statuses = {(c.group, c.candidate, c.prompt): c.status for c in run.comparisons}
+    assert len(statuses) == 2 * 3 * 2 and set(statuses.values()) == {"unsupported-upstream"}
+    assert "does not support split buffers" in run.comparisons[0].detail
+    for config in ("base-2gpu-row", "cuda-2gpu-row-pinned", "cuda-2gpu-row-pin-layers", "cuda-2gpu-row-sim-partial"):
+        step = run.step(CUDA, config, "generate")
+        assert step.status == "skipped" and step.detail.startswith("unsupported upstream: "), step
+    assert run.step(CUDA, "cuda-1gpu-nopin", "generate").status == "passed"
+    assert run.overall() == "passed"
+
+
+def test_a_two_gpu_mode_only_the_fork_fails_is_a_fork_failure(tmp_path, monkeypatch):
+    matrix, run, pipe = _cuda_pipeline(tmp_path, monkeypatch, _row_mode("echo 'hello world'; exit 0"),
+                                       _row_mode(ROW_FAILURE))
+    p = matrix.platform(CUDA)
+    cache: dict = {}
+    gen_steps: dict = {}
+    pipe._compare_group(p, "cuda-2gpu-row", cache, gen_steps)
+    pipe.record_generate_steps(p, cache, gen_steps)
+    assert {c.status for c in run.comparisons} == {"crashed"}
+    assert run.step(CUDA, "cuda-2gpu-row-pinned", "generate").status == "failed"
+    assert run.overall() == "failed"
+
+
+def test_two_gpu_groups_are_skipped_with_the_reason_on_one_gpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr("harness.pipeline.cannot_run", lambda p: None)
+    monkeypatch.setattr("harness.environment.nvidia_gpus", lambda: [{"name": "H200"}, {"name": "H200"}])
+    matrix, run, pipe = _cuda_pipeline(tmp_path, monkeypatch, "echo hello", "echo hello",
+                                       groups=["cuda-2gpu-layer"])
+    pipe.stage_compare()
+    step = run.step(CUDA, "cuda-2gpu-layer", "compare-outputs")
+    assert step.status == "skipped"
+    assert step.detail == "needs 2 NVIDIA GPUs; 1 visible here (CUDA_VISIBLE_DEVICES=0)"
+    assert not run.comparisons
+    assert any("cuda-2gpu-layer skipped: needs 2 NVIDIA GPUs" in r for r in run.incomplete)
+    env = json.loads((run.dir / CUDA / "environment.json").read_text())
+    assert env["visible_gpus"] == 1 and env["pin_environment"] == {"CUDA_VISIBLE_DEVICES": "0"}
