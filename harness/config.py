@@ -20,13 +20,15 @@ from typing import Any, Iterable, Mapping, Sequence
 import jsonschema
 import yaml
 
+from .errors import InputError
+
 SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
 
 #: Generation defaults used when matrix.yaml gives none (issue 2: 120 tokens, 2 repeats).
 DEFAULT_GENERATION = {"n_predict": 120, "repeats": 2, "seed": 42, "ctx_size": 1024, "timeout_s": 300.0}
 
 
-class MatrixError(Exception):
+class MatrixError(InputError):
     """matrix.yaml is malformed; ``problems`` holds one ``file:line: key: message`` string per problem."""
 
     def __init__(self, problems: Sequence[str]):
@@ -122,18 +124,28 @@ class Prompt:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """A runtime configuration: which build (base or fork), extra environment and arguments."""
+    """A runtime configuration: which build (base or fork), extra environment and arguments.
+
+    ``upstream``: for a fork configuration, the configuration of upstream's
+    build that runs the same mode; a fork failure that it shares is recorded
+    as unsupported upstream rather than as a fork failure.
+    """
 
     name: str
     build: str
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
+    upstream: str | None = None
 
 
 @dataclass(frozen=True)
 class Group:
-    """A comparison group: one reference configuration against candidates, on models and prompts."""
+    """A comparison group: one reference configuration against candidates, on models and prompts.
+
+    ``min_gpus``: NVIDIA GPUs the group needs to see (CUDA_VISIBLE_DEVICES
+    respected); with fewer it is skipped with the reason.
+    """
 
     name: str
     models: tuple[str, ...]
@@ -142,6 +154,7 @@ class Group:
     candidates: tuple[str, ...]
     generation: Generation
     description: str = ""
+    min_gpus: int = 1
 
 
 @dataclass(frozen=True)
@@ -290,6 +303,14 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
                     keys = ["models", mname, "params", key]
                     out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: unknown generator parameter "
                                f"(known: {', '.join(sorted(known_params))})")
+    for cname, c in doc["configs"].items():
+        up = c.get("upstream")
+        if up is not None and up not in doc["configs"]:
+            bad(["configs", cname, "upstream"], "config", up, doc["configs"])
+        elif up is not None and (c["build"] != "fork" or doc["configs"][up]["build"] != "base"):
+            out.append(f"{loc.path}:{loc.line(['configs', cname, 'upstream'])}: configs.{cname}.upstream: "
+                       f"a fork configuration names a base configuration ({cname} is {c['build']}, "
+                       f"{up} is {doc['configs'][up]['build']})")
     for pname, p in doc["platforms"].items():
         for i, g in enumerate(p.get("groups", [])):
             if g not in doc["groups"]:
@@ -367,13 +388,14 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
         models[name] = Model(name=name, kind=m["kind"], spec=spec)
     prompts = {p["id"]: Prompt(p["id"], p["text"]) for p in doc["prompts"]}
     configs = {name: RunConfig(name=name, build=c["build"], args=tuple(c.get("args", ())),
-                               env=dict(c.get("env", {})), description=c.get("description", ""))
+                               env=dict(c.get("env", {})), description=c.get("description", ""),
+                               upstream=c.get("upstream"))
                for name, c in doc["configs"].items()}
     groups = {name: Group(name=name, models=tuple(g["models"]),
                           prompts=tuple(g.get("prompts", list(prompts))),
                           reference=g["reference"], candidates=tuple(g["candidates"]),
                           generation=Generation(**{**gen_defaults, **g.get("generation", {})}),
-                          description=g.get("description", ""))
+                          description=g.get("description", ""), min_gpus=int(g.get("min_gpus", 1)))
               for name, g in doc["groups"].items()}
     return Matrix(path=path, base_commit=doc["base"]["commit"], sources=sources, generation=generation,
                   platforms=platforms, models=models, prompts=prompts, configs=configs, groups=groups)
