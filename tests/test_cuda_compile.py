@@ -247,7 +247,7 @@ PLANTS = [
 def test_a_planted_fault_fails_the_compile_step_and_its_removal_passes(fork_tree, tmp_path, rel, after, planted):
     result, sig, line_no = _compile_with(fork_tree, tmp_path / "planted", rel, after, planted)
     assert result.status == "failed", result.detail
-    assert "ggml/src/ggml-cuda/ggml-cuda.cu.o" in " ".join(result.plan.units)
+    assert "ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/ggml-cuda.cu.o" in result.plan.units
     assert sig is not None and sig.kind == "compile_error", sig
     assert f"{rel}:{line_no}" in sig.summary, sig.summary
     clean, clean_sig, _ = _compile_with(fork_tree, tmp_path / "clean", rel, after, None)
