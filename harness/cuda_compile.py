@@ -72,8 +72,16 @@ class Toolkit:
     packages: Mapping[str, str]
 
     def cmake_options(self) -> dict[str, str]:
-        """The CMake cache options that point a configure at this toolkit."""
-        return {"CMAKE_CUDA_COMPILER": str(self.nvcc), "CUDAToolkit_ROOT": str(self.root)}
+        """The CMake cache options that point a configure at this toolkit.
+
+        ``-rpath-link``: a program linked against libggml-cuda.so needs the libraries that one
+        names (libcudart.so.13, libcublas.so.13, libcuda.so.1) found at link time; they are
+        searched there, never loaded at run time.
+        """
+        libs = f"{self.root / 'lib64'}:{self.root / 'lib64' / 'stubs'}"
+        return {"CMAKE_CUDA_COMPILER": str(self.nvcc), "CUDAToolkit_ROOT": str(self.root),
+                "CMAKE_EXE_LINKER_FLAGS": f"-Wl,-rpath-link,{libs}",
+                "CMAKE_SHARED_LINKER_FLAGS": f"-Wl,-rpath-link,{libs}"}
 
 
 def wheel_versions() -> dict[str, str]:
@@ -137,6 +145,14 @@ def _nvcc_version(nvcc: Path) -> str:
     return m.group(1)
 
 
+def _link_soname(stubs: Path) -> None:
+    """``stubs/libcuda.so.1`` -> ``libcuda.so`` where the stub exists: the linker looks up the
+    libraries a shared library needs by their soname."""
+    link = stubs / "libcuda.so.1"
+    if (stubs / "libcuda.so").is_file() and not link.is_symlink():
+        link.symlink_to("libcuda.so")
+
+
 def assemble_toolkit(work: Path, cc: str = "cc") -> Toolkit:
     """The PyPI CUDA toolkit in the standard layout under ``work/cuda-toolkit/<digest>/``.
 
@@ -145,7 +161,8 @@ def assemble_toolkit(work: Path, cc: str = "cc") -> Toolkit:
     libraries relative to the link it was started through), include/ and nvvm/
     link to the wheels; lib64/ links every library of the wheels' lib/ under
     its own and its unversioned name; lib64/stubs/libcuda.so is the driver
-    stub (:func:`write_driver_stub`, compiled with ``cc``).  Raises
+    stub (:func:`write_driver_stub`, compiled with ``cc``), also under its
+    soname libcuda.so.1.  Raises
     ToolkitMissing (a wheel absent) or RuntimeError (the stub or nvcc failed).
     """
     versions = wheel_versions()
@@ -154,6 +171,7 @@ def assemble_toolkit(work: Path, cc: str = "cc") -> Toolkit:
                                        sort_keys=True).encode()).hexdigest()[:12]
     root = work / "cuda-toolkit" / digest
     stamp = root / "toolkit.json"
+    _link_soname(root / "lib64" / "stubs")
     if stamp.is_file():
         info = json.loads(stamp.read_text())
         return Toolkit(root, root / "bin" / "nvcc", info["version"], info["packages"])
@@ -170,6 +188,7 @@ def assemble_toolkit(work: Path, cc: str = "cc") -> Toolkit:
         if m and not (root / "lib64" / m.group(1)).exists():
             (root / "lib64" / m.group(1)).symlink_to(entry.name)
     n_stub = write_driver_stub(src / "include" / "cuda.h", root / "lib64" / "stubs" / "libcuda.so", cc)
+    _link_soname(root / "lib64" / "stubs")
     nvcc = root / "bin" / "nvcc"
     version = _nvcc_version(nvcc)
     stamp.write_text(json.dumps({"version": version, "packages": versions, "wheels": str(src),

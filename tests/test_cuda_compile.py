@@ -67,7 +67,7 @@ def test_toolkit_layout_from_the_wheels(tmp_path):
     assert tk.version.startswith("13.0.")
     for rel in ("bin/nvcc", "bin/nvcc.profile", "nvvm/bin/cicc", "include/cublas_v2.h", "include/cuda_runtime.h",
                 "include/cccl/cub/cub.cuh", "lib64/libcudart.so", "lib64/libcublas.so", "lib64/libcublasLt.so",
-                "lib64/stubs/libcuda.so"):
+                "lib64/stubs/libcuda.so", "lib64/stubs/libcuda.so.1"):
         assert (tk.root / rel).exists(), rel
     nm = subprocess.run(["nm", "-D", "--defined-only", str(tk.root / "lib64/stubs/libcuda.so")],
                         capture_output=True, text=True, check=True).stdout
@@ -190,6 +190,34 @@ def test_a_compile_error_fails_the_step_with_its_file_and_line(tmp_path):
                                   "detail": result.detail})
     assert sig.kind == "compile_error"
     assert "a.c:2" in sig.summary and "undeclared_thing" in sig.key
+
+
+def test_a_cuda_library_and_a_program_using_it_link_against_the_wheels_and_the_stub(tmp_path):
+    """The way ggml-cuda links (cudart, cuBLAS, the driver) and a program links it, in small."""
+    cmake, ninja = find_tool("cmake"), find_tool("ninja")
+    if not (cmake and ninja):
+        pytest.skip("cmake and ninja from requirements.txt are needed")
+    toolkit = _toolkit_or_skip(tmp_path / "work")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "k.cu").write_text(
+        "#include <cublas_v2.h>\n#include <cuda.h>\n__global__ void kern(float * x) { x[0] = 1.0f; }\n"
+        'extern "C" int k(void) { cublasHandle_t h; cuInit(0); kern<<<1, 1>>>(nullptr);\n'
+        "  return (int) cublasCreate(&h) + (int) cudaDeviceSynchronize(); }\n")
+    (tree / "app.cpp").write_text('extern "C" int k(void);\nint main() { return k(); }\n')
+    (tree / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.24)\nproject(p CXX CUDA)\nfind_package(CUDAToolkit REQUIRED)\n"
+        "add_library(k SHARED k.cu)\ntarget_link_libraries(k PRIVATE CUDA::cudart CUDA::cublas CUDA::cuda_driver)\n"
+        "add_executable(app app.cpp)\ntarget_link_libraries(app k)\n")
+    options = {**toolkit.cmake_options(), "CMAKE_CUDA_ARCHITECTURES": "90-virtual",
+               "CMAKE_CUDA_FLAGS": "-fdevice-syntax-only"}
+    result = compile_tree(tree, tmp_path / "build", options, {"k.cu": "A", "app.cpp": "A"}, [], tmp_path / "logs",
+                          cmake=cmake, ninja=ninja, jobs=2)
+    assert result.status == "passed", result.detail + (tmp_path / "logs" / "build.log").read_text()[-3000:]
+    assert result.linked == ["app", "k"] and not result.not_linked
+    needed = subprocess.run(["readelf", "-d", str(tmp_path / "build" / "libk.so")], capture_output=True, text=True,
+                            check=True).stdout
+    assert "libcuda.so.1" in needed and "libcublas.so.13" in needed
 
 
 # --------------------------------------------------------------------------- real builds (slow)
