@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import environment, gpu
+from .cross import Emulator, emulator_for, find_emulator_program, missing_build_tools, missing_run_tools
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
                     cuda_architectures_from_nvidia_smi)
 from .compare import GenerationResult, GenerationSpec, compare_runs, run_generation, tokenize, to_json
@@ -29,6 +30,7 @@ from .patches import Patch, prepare_series_tree, read_series, series_digest, ser
 from .results import ComparisonRecord, Run, StepRecord, write_json
 from .report import write_report
 from .signatures import classify_run
+from .windows_check import SetupError, find_cuda_headers
 from .source import BaseTree, cache_dir, obtain_base, prepare_tree, sha256_file
 
 @dataclass
@@ -62,10 +64,33 @@ def host_os() -> str:
     return "windows" if sys.platform.startswith("win") else ("linux" if sys.platform.startswith("linux") else sys.platform)
 
 
+def cross_built(p: Platform) -> bool:
+    """True when this host builds ``p`` with its cross toolchain and runs it through its emulator.
+
+    That is a platform of another OS with a ``cross`` section, on a Linux host.
+    """
+    return p.os != host_os() and p.cross is not None and host_os() == "linux"
+
+
+def executable_suffix(p: Platform) -> str:
+    """File name suffix of ``p``'s executables: ``.exe`` on Windows, else empty."""
+    return ".exe" if p.os == "windows" else ""
+
+
 def cannot_run(p: Platform) -> str | None:
-    """Why this machine cannot run platform ``p`` (build and tests), or None when it can."""
+    """Why this machine cannot run platform ``p`` (build and tests), or None when it can.
+
+    A platform of another OS runs here only through its ``cross`` section, when
+    the cross compiler and the emulator are installed; otherwise the reason
+    names the missing Debian package.
+    """
     if p.os != host_os():
-        return f"needs a {p.os} host; this is {host_os()}"
+        if not cross_built(p):
+            return f"needs a {p.os} host; this is {host_os()}"
+        assert p.cross is not None
+        why = missing_run_tools(p.cross)
+        if why:
+            return why
     machine = pyplatform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
     if machine != p.arch:
         return f"needs {p.arch}; this is {machine}"
@@ -88,7 +113,12 @@ def find_nvcc() -> str | None:
 def cannot_build(p: Platform) -> str | None:
     """Why this machine cannot even build platform ``p``, or None (a CUDA build needs nvcc, not a GPU)."""
     if p.os != host_os():
-        return f"needs a {p.os} host; this is {host_os()}"
+        if not cross_built(p):
+            return f"needs a {p.os} host; this is {host_os()}"
+        assert p.cross is not None
+        why = missing_build_tools(p.cross)
+        if why:
+            return why
     if p.gpu == "nvidia" and not find_nvcc():
         return "needs the CUDA toolkit (nvcc on PATH, $CUDACXX or /usr/local/cuda/bin/nvcc) to build"
     return None
@@ -104,6 +134,9 @@ class Pipeline:
         self._patches: list[Patch] | None = None
         self._builds: dict[tuple[str, str], BuildResult] = {}
         self._models: dict[str, Path | Exception] = {}
+        self._emulators: dict[str, Emulator | Exception | None] = {}
+        # generations by (platform, config, model, prompt, settings), shared by the groups of every platform
+        self._generated: dict[tuple, list[GenerationResult]] = {}
 
     # ----- selection -------------------------------------------------------------------------
     def platforms(self, for_step: str) -> list[Platform]:
@@ -168,8 +201,20 @@ class Pipeline:
         elif self.opts.cuda_arch and p.gpu == "nvidia":
             opts["CMAKE_CUDA_ARCHITECTURES"] = self.opts.cuda_arch
         opts.update(compiler_launcher_options())
+        if cross_built(p):
+            assert p.cross is not None
+            opts["CMAKE_TOOLCHAIN_FILE"] = str(p.cross.toolchain)
+            emulator = find_emulator_program(p.cross.emulator)
+            if emulator:  # ctest runs the test executables through it (a CMake list: its argv)
+                opts["CMAKE_CROSSCOMPILING_EMULATOR"] = emulator
         if variant == "fork":
             opts["LLAMA_FORK_SERIES"] = series_label(self.patches())
+            if p.gpu == "none":
+                # test-cuda-pin-ladder-host runs the ladder's host code against a stub CUDA runtime: headers only
+                try:
+                    opts["CUDA_RUNTIME_INCLUDE_DIR"] = str(find_cuda_headers().include)
+                except SetupError as exc:
+                    self.say(f"[{p.name}] test-cuda-pin-ladder-host is not built: {exc}")
         opts.update(self.opts.cmake_defines)
         return opts
 
@@ -192,7 +237,7 @@ class Pipeline:
             targets = p.targets + (p.test_targets if variant == "fork" else ())
             req = BuildRequest(p.name, variant, source, work / variant / f"build-{p.name}",
                                self.cmake_options(p, variant), tuple(targets), key_parts, self.opts.jobs,
-                               env=ccache_env(work))
+                               env=ccache_env(work), exe_suffix=executable_suffix(p))
             result = build(req, logs)
         except Exception as exc:  # a broken input must not stop other platforms: record it
             result = BuildResult(p.name, variant, "error", "", Path(), time.monotonic() - start, False,
@@ -232,6 +277,21 @@ class Pipeline:
                 self.build_variant(p, variant)
             self.write_environment(p)
 
+    def emulator(self, p: Platform) -> Emulator | None:
+        """The emulator that runs ``p``'s executables here (prepared once), None for a native platform.
+
+        Raises RuntimeError when it is missing or its prefix cannot be made.
+        """
+        if p.name not in self._emulators:
+            try:
+                self._emulators[p.name] = emulator_for(p, self.cache) if cross_built(p) else None
+            except RuntimeError as exc:
+                self._emulators[p.name] = exc
+        got = self._emulators[p.name]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
     # ----- native tests ----------------------------------------------------------------------
     def stage_test(self) -> None:
         """Run the native tests (ctest, by label) of the fork build of each selected platform."""
@@ -241,6 +301,11 @@ class Pipeline:
             if fork.status != "passed":
                 self.run.record_step(StepRecord(p.name, "fork", "test", "skipped",
                                                 detail=f"fork build {fork.status}: {fork.detail}"))
+                continue
+            try:
+                emulator = self.emulator(p)
+            except RuntimeError as exc:
+                self.run.record_step(StepRecord(p.name, "fork", "test", "error", detail=str(exc)))
                 continue
             runs = [("test", ())]
             if self.opts.sanitize:
@@ -252,7 +317,8 @@ class Pipeline:
                     self.run.record_step(StepRecord(p.name, "fork", step, "skipped",
                                                     detail="compute-sanitizer not found"))
                     continue
-                tr = run_ctest(fork.build_dir, p.test_labels, p.test_targets, target_dir, wrapper=wrapper)
+                tr = run_ctest(fork.build_dir, p.test_labels, p.test_targets, target_dir, wrapper=wrapper,
+                               env=emulator.env if emulator else None)
                 detail = tr.detail
                 if wrapper:
                     summary = gpu.sanitizer_summary(target_dir / "ctest.log")
@@ -301,7 +367,7 @@ class Pipeline:
     def stage_compare(self) -> None:
         """Run every comparison group of each selected platform and record per-prompt outcomes."""
         for p in self.platforms("compare-outputs"):
-            cache: dict[tuple[str, str, str], list[GenerationResult]] = {}
+            cache = self._generated
             groups = [g for g in p.groups if not self.opts.groups or g in self.opts.groups]
             gen_steps: dict[str, list[str]] = {}
             for gname in groups:
@@ -311,7 +377,8 @@ class Pipeline:
                                          f"(groups {', '.join(p.groups) or 'none'}; filters: "
                                          f"{', '.join(self.opts.groups + self.opts.models) or 'none'})")
             for config, problems in gen_steps.items():
-                seconds = sum(r.seconds for (c, _, _), runs in cache.items() if c == config for r in runs)
+                seconds = sum(r.seconds for (pn, c, *_), runs in cache.items() if (pn, c) == (p.name, config)
+                              for r in runs)
                 status = "failed" if problems else "passed"
                 errors = [x for x in problems if x.startswith("error:")]
                 if errors and len(errors) == len(problems):
@@ -322,21 +389,30 @@ class Pipeline:
 
     def _generations(self, p: Platform, config_name: str, model: str, prompt_id: str, gen, model_path: Path,
                      cache: dict, gen_steps: dict) -> list[GenerationResult]:
-        key = (config_name, model, prompt_id)
+        """The generations of ``config_name`` built for ``p``, run once per run and cached for every group.
+
+        ``gen_steps`` collects problems under ``config_name`` for the platform
+        whose step records them.  Raises RuntimeError when ``p``'s emulator is missing.
+        """
+        key = (p.name, config_name, model, prompt_id, gen, self.opts.n_predict, self.opts.repeats)
         if key in cache:
             return cache[key]
         config = self.matrix.configs[config_name]
         b = self.build_variant(p, config.build)
+        emulator = self.emulator(p)
         out_dir = self.run.platform_dir(p.name) / config_name
         write_json(out_dir / "config.json", config)
         runs = []
         repeats = self.opts.repeats or gen.repeats
         for r in range(1, repeats + 1):
-            spec = GenerationSpec(binary=b.bin_dir / "llama-completion", model=model_path,
+            spec = GenerationSpec(binary=b.bin_dir / f"llama-completion{executable_suffix(p)}", model=model_path,
                                   prompt=self.matrix.prompts[prompt_id].text,
                                   n_predict=self.opts.n_predict or gen.n_predict, seed=gen.seed,
                                   ctx_size=gen.ctx_size, args=config.args, env=dict(config.env),
-                                  timeout_s=gen.timeout_s)
+                                  timeout_s=gen.timeout_s,
+                                  launcher=emulator.argv if emulator else (),
+                                  launcher_env=dict(emulator.env) if emulator else {},
+                                  crlf_stdout=p.os == "windows")
             res = run_generation(spec, out_dir / "gen" / model / f"{prompt_id}.r{r}")
             runs.append(res)
             if res.status != "ok":
@@ -351,7 +427,29 @@ class Pipeline:
         return runs
 
     def _compare_group(self, p: Platform, gname: str, cache: dict, gen_steps: dict) -> None:
+        """Run group ``gname`` on platform ``p``; the reference runs on ``group.reference_platform`` when set.
+
+        A cross-platform group names its reference ``<config>@<platform>`` in
+        the records; that platform must be runnable here, or every comparison
+        of the group is recorded as an error naming why.
+        """
         group = self.matrix.groups[gname]
+        ref_p = self.matrix.platform(group.reference_platform) if group.reference_platform else p
+        ref_label = group.reference if ref_p is p else f"{group.reference}@{ref_p.name}"
+        if ref_p is not p:
+            why = cannot_run(ref_p)
+            if why:
+                for c in (ref_label, *group.candidates):
+                    gen_steps.setdefault(c, []).append(f"error: reference platform {ref_p.name}: {why}")
+                self.say(f"[{p.name}] {gname}: reference platform {ref_p.name} cannot run here: {why}")
+                return
+        try:
+            self.emulator(p)
+        except RuntimeError as exc:
+            for c in (ref_label, *group.candidates):
+                gen_steps.setdefault(c, []).append(f"error: {exc}")
+            self.say(f"[{p.name}] {gname}: {exc}")
+            return
         models = [m for m in group.models if not self.opts.models or m in self.opts.models]
         for model in models:
             try:
@@ -364,35 +462,46 @@ class Pipeline:
                     gen_steps.setdefault(c, []).append(msg)
                 self.say(f"[{p.name}] {gname}: {msg}")
                 continue
-            needed = {self.matrix.configs[c].build for c in (group.reference, *group.candidates)}
-            broken = [v for v in needed if self.build_variant(p, v).status != "passed"]
+            needed = {(ref_p, self.matrix.configs[group.reference].build)}
+            needed |= {(p, self.matrix.configs[c].build) for c in group.candidates}
+            broken = sorted(f"{v}@{q.name}" if q is not p else v
+                            for q, v in needed if self.build_variant(q, v).status != "passed")
             if broken:
-                for c in (group.reference, *group.candidates):
+                for c in (ref_label, *group.candidates):
                     gen_steps.setdefault(c, []).append(f"error: build {', '.join(broken)} did not pass")
                 continue
-            ref_build = self.build_variant(p, self.matrix.configs[group.reference].build)
+            ref_build = self.build_variant(ref_p, self.matrix.configs[group.reference].build)
             tok_dir = self.run.platform_dir(p.name) / "tokenize"
+            try:
+                ref_emulator = self.emulator(ref_p)
+            except RuntimeError as exc:
+                for c in (ref_label, *group.candidates):
+                    gen_steps.setdefault(c, []).append(f"error: {exc}")
+                continue
 
             def tokenize_fn(text: bytes, _model=model_path) -> list:
-                return tokenize(ref_build.bin_dir / "llama-tokenize", _model, text, tok_dir)
+                return tokenize(ref_build.bin_dir / f"llama-tokenize{executable_suffix(ref_p)}", _model, text,
+                                tok_dir, launcher=ref_emulator.argv if ref_emulator else (),
+                                launcher_env=ref_emulator.env if ref_emulator else None,
+                                crlf_stdout=ref_p.os == "windows")
 
             records = []
             for prompt_id in group.prompts:
-                ref_runs = self._generations(p, group.reference, model, prompt_id, group.generation, model_path,
-                                             cache, gen_steps)
+                ref_runs = self._generations(ref_p, group.reference, model, prompt_id, group.generation, model_path,
+                                             cache, {} if ref_p is not p else gen_steps)
                 for cand in group.candidates:
                     cand_runs = self._generations(p, cand, model, prompt_id, group.generation, model_path,
                                                   cache, gen_steps)
                     try:
-                        pc = compare_runs(prompt_id, group.reference, ref_runs, cand, cand_runs, tokenize_fn)
+                        pc = compare_runs(prompt_id, ref_label, ref_runs, cand, cand_runs, tokenize_fn)
                     except Exception as exc:
                         gen_steps.setdefault(cand, []).append(f"compare {model}/{prompt_id}: {exc}")
                         continue
                     div = to_json(pc.first_divergence) if pc.first_divergence else None
-                    rec = ComparisonRecord(p.name, gname, model, prompt_id, group.reference, cand, pc.status,
+                    rec = ComparisonRecord(p.name, gname, model, prompt_id, ref_label, cand, pc.status,
                                            div, pc.detail, list(pc.nondeterministic))
                     records.append(rec)
-                    self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {group.reference}: {pc.detail}")
+                    self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {ref_label}: {pc.detail}")
                     cmp_path = self.run.platform_dir(p.name) / cand / "compare.json"
                     entry = to_json(pc) | {"group": gname, "model": model}
                     same = (gname, model, prompt_id)
