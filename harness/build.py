@@ -15,10 +15,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
+
+from . import proc
+from .locks import BuildLock
 
 #: Bumped when the way builds are configured changes, so old build dirs are not reused.
 BUILD_SCHEME = 1
@@ -118,16 +120,17 @@ def _run_step(argv: Sequence[str], log: Path, env: Mapping[str, str] | None = No
     """Run ``argv`` (extra ``env`` added) with stdout+stderr into ``log`` and the exit code into ``log``.rc.
 
     Returns (exit code, seconds).
+    The child runs in its own process group (harness.proc): an interrupt
+    terminates cmake, ninja and every compiler they started.
     """
     log.parent.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
     with open(log, "wb") as fh:
         fh.write(("$ " + " ".join(argv) + "\n").encode())
         fh.flush()
-        proc = subprocess.run(list(argv), stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-    seconds = time.monotonic() - start
-    log.with_suffix(".rc").write_text(f"{proc.returncode}\n")
-    return proc.returncode, seconds
+        done = proc.run(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    rc = done.returncode if done.returncode is not None else -1
+    log.with_suffix(".rc").write_text(f"{rc}\n")
+    return rc, done.seconds
 
 
 def first_error_line(log: Path) -> str:
@@ -149,19 +152,44 @@ def outputs_exist(req: BuildRequest) -> bool:
     return all((bin_dir / (t + req.exe_suffix)).exists() for t in req.targets)
 
 
-def build(req: BuildRequest, logs_dir: Path) -> BuildResult:
+def is_up_to_date(req: BuildRequest) -> bool:
+    """True when ``req.build_dir`` holds a finished build of ``req``'s key with every target present.
+
+    The stamp (``harness-build.json``) is removed before a build starts and
+    written only after it succeeded, so a build that was interrupted or failed
+    is never taken as up to date.
+    """
+    stamp = req.build_dir / "harness-build.json"
+    try:
+        recorded = json.loads(stamp.read_text()).get("key")
+    except (OSError, ValueError):
+        return False
+    return recorded == req.key() and outputs_exist(req)
+
+
+def build(req: BuildRequest, logs_dir: Path, say: Callable[[str], None] | None = None) -> BuildResult:
     """Configure (if needed) and build ``req``; logs go to ``logs_dir`` (configure.log, build.log).
+
+    Holds the build directory's lock for writing (harness.locks) throughout: a
+    second process building the same directory waits, then finds it up to
+    date; a process running the binaries (lock held for reading) is waited
+    for.  ``say`` gets a line when the wait begins.
 
     Returns a BuildResult whose status is ``passed`` (up to date or built),
     ``failed`` (configure or build exited non-zero; ``detail`` holds the first
     error line) or ``error`` (the build could not be started).  Never raises
     for a failing build, so other platforms and variants still run.
     """
+    with BuildLock(req.build_dir).write(say):
+        return _build_locked(req, logs_dir)
+
+
+def _build_locked(req: BuildRequest, logs_dir: Path) -> BuildResult:
     key = req.key()
     stamp = req.build_dir / "harness-build.json"
     logs_dir.mkdir(parents=True, exist_ok=True)
     result = BuildResult(req.platform, req.variant, "passed", key, req.build_dir, 0.0, False)
-    if stamp.exists() and json.loads(stamp.read_text()).get("key") == key and outputs_exist(req):
+    if is_up_to_date(req):
         result.up_to_date = True
         result.detail = f"up to date (key {key})"
         with open(logs_dir / "build.log", "a") as fh:  # a later stage of the run keeps the real build's log
@@ -204,7 +232,6 @@ def cuda_architectures_from_nvidia_smi() -> str | None:
     smi = shutil.which("nvidia-smi")
     if not smi:
         return None
-    proc = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
-                          capture_output=True, text=True)
-    caps = sorted({c.strip().replace(".", "") for c in proc.stdout.splitlines() if c.strip()})
+    _, out, _ = proc.run_capture([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], timeout_s=60)
+    caps = sorted({c.strip().replace(".", "") for c in out.decode(errors="replace").splitlines() if c.strip()})
     return ";".join(caps) or None

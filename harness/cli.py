@@ -15,7 +15,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from . import proc
 from .config import MatrixError, SelectionError, load_matrix
+from .fs import EnvironmentProblem, describe, is_environment_error
+from .locks import RunInUse
 from .native_tests import SANITIZERS
 
 STAGES = ("build", "test", "compare-outputs")
@@ -95,9 +98,13 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
                    sanitize=args.sanitize, models=_split(args.model), groups=_split(args.group),
                    n_predict=args.n_predict, repeats=args.repeats, work_dir=args.work_dir,
                    patches_dir=args.patches_dir)
-    run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
     order = [s for s in STAGES if s in stages]
-    return run_stages(matrix, run, opts, order)
+    with proc.handle_signals():
+        run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
+        try:
+            return run_stages(matrix, run, opts, order)
+        finally:
+            run.close()
 
 
 def patches_cmd(argv: Sequence[str]) -> int:
@@ -232,10 +239,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MatrixError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (EnvironmentProblem, RunInUse) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except proc.Interrupted as exc:  # before or after the stages ran: nothing to record
+        print(f"{exc}", file=sys.stderr)
+        return exc.exit_code
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
+        if is_environment_error(exc):
+            print(f"error: {describe(exc)}", file=sys.stderr)  # type: ignore[arg-type]
+            return 2
         from .patches import PatchError
         from .source import SourceError
         if isinstance(exc, (PatchError, SourceError)):

@@ -20,15 +20,17 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from . import proc
+
 GenerationStatus = Literal["ok", "crashed", "timeout"]
-ComparisonStatus = Literal["identical", "diverged", "crashed", "timeout"]
+#: A name declared in harness.results.COMPARISON (the one place comparison statuses are declared).
+ComparisonStatus = str
 
 #: ``llama-completion`` ends every run that returns from ``main`` normally with
 #: ``LOG("\n\n")`` after the generation loop (tools/completion/completion.cpp).
@@ -280,8 +282,8 @@ def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
     ``<log_stem>.stdout``, ``<log_stem>.stderr`` and ``<log_stem>.cmd`` (JSON
     with argv, the environment added on top of ``os.environ``, and the timeout
     in seconds); parent directories are created.  The process gets stdin from
-    ``/dev/null`` and its own process group; on timeout the whole group is
-    killed with SIGKILL.  Returns a ``GenerationResult``; a crash or timeout is
+    ``/dev/null`` and its own process group (harness.proc); on timeout or an
+    interrupt the whole group is terminated.  Returns a ``GenerationResult``; a crash or timeout is
     a result, not an exception.  Raises ``OSError`` if the binary cannot be
     started or the log files cannot be written.
     """
@@ -293,9 +295,6 @@ def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
 
     write_prompt_file(spec.prompt, prompt_path)
     argv = [*spec.launcher, *completion_argv(spec, prompt_path)]
-    env = dict(os.environ)
-    env.update(spec.launcher_env)
-    env.update(spec.env)
     cmd_path.write_text(
         json.dumps(
             {"argv": argv, "env": dict(spec.env), "launcher_env": dict(spec.launcher_env),
@@ -306,28 +305,10 @@ def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
         encoding="utf-8",
     )
 
-    timed_out = False
-    start = time.monotonic()
     with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            env=env,
-            start_new_session=True,
-        )
-        try:
-            returncode: int | None = proc.wait(timeout=spec.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            returncode = None
-    seconds = time.monotonic() - start
+        done = proc.run(argv, stdout=out, stderr=err, env={**spec.launcher_env, **spec.env},
+                        timeout_s=spec.timeout_s)
+    timed_out, returncode, seconds = done.timed_out, done.returncode, done.seconds
 
     raw = stdout_path.read_bytes()
     if spec.crlf_stdout:
@@ -366,17 +347,13 @@ def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
 
 def _run_tokenize(argv: list[str], timeout_s: float, launcher: Sequence[str] = (),
                   launcher_env: Mapping[str, str] | None = None, crlf_stdout: bool = False) -> bytes:
-    try:
-        proc = subprocess.run(
-            [*launcher, *argv], stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
-            check=False, env={**os.environ, **(launcher_env or {})},
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise TokenizeError(f"{argv[0]} timed out after {timeout_s:.0f} s") from exc
-    if proc.returncode != 0:
-        line = find_error_line(proc.stderr) or f"exit code {proc.returncode}"
-        raise TokenizeError(f"{argv[0]} failed ({proc.returncode}): {line}")
-    return from_text_mode(proc.stdout) if crlf_stdout else proc.stdout
+    done, out, err = proc.run_capture([*launcher, *argv], env=launcher_env, timeout_s=timeout_s)
+    if done.timed_out:
+        raise TokenizeError(f"{argv[0]} timed out after {timeout_s:.0f} s")
+    if done.returncode != 0:
+        line = find_error_line(err) or f"exit code {done.returncode}"
+        raise TokenizeError(f"{argv[0]} failed ({done.returncode}): {line}")
+    return from_text_mode(out) if crlf_stdout else out
 
 
 def parse_token_ids(output: bytes) -> list[int]:

@@ -149,13 +149,19 @@ class Prompt:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """A runtime configuration: which build (base or fork), extra environment and arguments."""
+    """A runtime configuration: which build (base or fork), extra environment and arguments.
+
+    ``upstream``: for a fork configuration, the configuration of upstream's
+    build that runs the same mode; a fork failure that it shares is recorded
+    as unsupported upstream rather than as a fork failure.
+    """
 
     name: str
     build: str
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
+    upstream: str | None = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,8 @@ class Group:
     ``reference_platform``: the platform whose build runs the reference
     configuration (None: the platform running the group, like the candidates);
     it makes a cross-platform group, e.g. the Windows fork against the Linux fork.
+    ``min_gpus``: NVIDIA GPUs the group needs to see (CUDA_VISIBLE_DEVICES
+    respected); with fewer it is skipped with the reason.
     """
 
     name: str
@@ -174,6 +182,7 @@ class Group:
     candidates: tuple[str, ...]
     generation: Generation
     description: str = ""
+    min_gpus: int = 1
     reference_platform: str | None = None
 
 
@@ -326,6 +335,14 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
                     keys = ["models", mname, "params", key]
                     out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: unknown generator parameter "
                                f"(known: {', '.join(sorted(known_params))})")
+    for cname, c in doc["configs"].items():
+        up = c.get("upstream")
+        if up is not None and up not in doc["configs"]:
+            bad(["configs", cname, "upstream"], "config", up, doc["configs"])
+        elif up is not None and (c["build"] != "fork" or doc["configs"][up]["build"] != "base"):
+            out.append(f"{loc.path}:{loc.line(['configs', cname, 'upstream'])}: configs.{cname}.upstream: "
+                       f"a fork configuration names a base configuration ({cname} is {c['build']}, "
+                       f"{up} is {doc['configs'][up]['build']})")
     for pname, p in doc["platforms"].items():
         for i, g in enumerate(p.get("groups", [])):
             if g not in doc["groups"]:
@@ -415,13 +432,14 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
         models[name] = Model(name=name, kind=m["kind"], spec=spec)
     prompts = {p["id"]: Prompt(p["id"], p["text"]) for p in doc["prompts"]}
     configs = {name: RunConfig(name=name, build=c["build"], args=tuple(c.get("args", ())),
-                               env=dict(c.get("env", {})), description=c.get("description", ""))
+                               env=dict(c.get("env", {})), description=c.get("description", ""),
+                               upstream=c.get("upstream"))
                for name, c in doc["configs"].items()}
     groups = {name: Group(name=name, models=tuple(g["models"]),
                           prompts=tuple(g.get("prompts", list(prompts))),
                           reference=g["reference"], candidates=tuple(g["candidates"]),
                           generation=Generation(**{**gen_defaults, **g.get("generation", {})}),
-                          description=g.get("description", ""),
+                          description=g.get("description", ""), min_gpus=int(g.get("min_gpus", 1)),
                           reference_platform=g.get("reference_platform"))
               for name, g in doc["groups"].items()}
     return Matrix(path=path, base_commit=doc["base"]["commit"], sources=sources, generation=generation,

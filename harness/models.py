@@ -66,6 +66,67 @@ class ModelError(Exception):
     """A model could not be obtained, generated or read; the message names the file or package."""
 
 
+class _ShortRead(Exception):
+    """A read past the end of a GGUF file: ``offset`` .. ``end`` (bytes) of a file of ``size`` bytes."""
+
+    def __init__(self, offset: int, end: int, size: int):
+        super().__init__(f"bytes {offset}..{end} of a {size}-byte file")
+        self.offset, self.end, self.size = offset, end, size
+
+
+class _CheckedReader(gguf.GGUFReader):
+    """``gguf.GGUFReader`` that checks every read against the file's size before it is made, so a
+    truncated file is reported with the sizes instead of failing later in a numpy reshape."""
+
+    def _get(self, offset, dtype, count=1, override_order=None):  # type: ignore[override]
+        end = int(offset) + int(np.dtype(dtype).itemsize) * int(count)
+        if end > len(self.data):
+            raise _ShortRead(int(offset), end, len(self.data))
+        return super()._get(offset, dtype, count, override_order)
+
+    def _build_tensors(self, start_offs, fields):  # type: ignore[override]
+        size, need, last = len(self.data), 0, ""
+        for field in fields:
+            _, name_data, _, dims, raw_dtype, offset_tensor = field.parts
+            block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(raw_dtype[0]))]
+            end = int(start_offs + offset_tensor[0]) + int(np.prod(dims)) * type_size // block
+            if end > need:
+                need, last = end, bytes(name_data).decode("utf-8", errors="replace")
+        if need > size:
+            raise ModelError(f"truncated: its {len(fields)} tensors end at byte {need} (the last, {last}), so the "
+                             f"file must be at least {need} bytes; it has {size} ({need - size} missing)")
+        super()._build_tensors(start_offs, fields)
+
+
+def open_gguf(path: Path) -> gguf.GGUFReader:
+    """Open a GGUF file for reading with the ``gguf`` package, checking it is whole and well formed.
+
+    Raises ModelError naming ``path`` and what is wrong: empty, not GGUF (its first
+    bytes), truncated (the size its header and tensors need and the size it has) or a
+    malformed field (the reader's message).
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise ModelError(f"cannot read GGUF {path}: {exc.strerror}") from exc
+    if size == 0:
+        raise ModelError(f"GGUF {path}: empty file (0 bytes)")
+    try:
+        return _CheckedReader(path, "r")
+    except ModelError as exc:
+        raise ModelError(f"GGUF {path}: {exc}") from None
+    except _ShortRead as exc:
+        raise ModelError(f"GGUF {path}: truncated in its header: a field needs bytes {exc.offset}..{exc.end}, "
+                         f"the file has {exc.size} bytes") from None
+    except (ValueError, KeyError, IndexError, OverflowError) as exc:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+        if head != b"GGUF":
+            raise ModelError(f"GGUF {path}: not a GGUF file: it starts with {head!r}, not b'GGUF'") from None
+        raise ModelError(f"GGUF {path}: malformed: {exc}") from None
+
+
 # ---------------------------------------------------------------------------
 # (a) a real model from PyPI chunk packages
 # ---------------------------------------------------------------------------
@@ -543,10 +604,7 @@ def _read_vocab(vocab_gguf: Path) -> tuple[list[tuple[str, Any, gguf.GGUFValueTy
     raw bytes so they are copied exactly. Raises ModelError naming the file when
     it cannot be read or has no ``tokenizer.ggml.tokens``.
     """
-    try:
-        reader = gguf.GGUFReader(vocab_gguf, "r")
-    except Exception as exc:  # the reader raises ValueError, struct errors, IndexError...
-        raise ModelError(f"cannot read vocabulary GGUF {vocab_gguf}: {exc}") from exc
+    reader = open_gguf(vocab_gguf)
     keys = []
     for name, field in reader.fields.items():
         if not name.startswith("tokenizer.ggml."):
@@ -718,10 +776,7 @@ def model_summary(path: Path, *, cache: bool = True) -> dict[str, Any]:
         known = _read_sidecar(path, ".summary.json", "summary")
         if isinstance(known, dict) and known.get("path") == str(path):
             return known
-    try:
-        reader = gguf.GGUFReader(path, "r")
-    except Exception as exc:  # the reader raises ValueError, struct errors, IndexError...
-        raise ModelError(f"cannot read GGUF {path}: {exc}") from exc
+    reader = open_gguf(path)
     arch = _field_value(reader, "general.architecture")
     if arch is None:
         raise ModelError(f"{path}: no general.architecture key")

@@ -14,22 +14,25 @@ import platform as pyplatform
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
 
-from . import environment, gpu
+from . import environment, gpu, proc
 from .cross import Emulator, emulator_for, find_emulator_program, missing_build_tools, missing_run_tools
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
-                    cuda_architectures_from_nvidia_smi)
+                    cuda_architectures_from_nvidia_smi, is_up_to_date)
 from .compare import GenerationResult, GenerationSpec, compare_runs, run_generation, tokenize, to_json
 from .config import Matrix, Model, Platform
 from .models import MoeParams, PypiChunkedModel, assemble_pypi_chunks, generate_synthetic_moe, model_summary
 from .native_tests import run_ctest
-from .patches import Patch, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
-from .results import ComparisonRecord, Run, StepRecord, write_json
+from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
+from .results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
+from .locks import BuildLock, exclusive
 from .report import write_report
 from .signatures import classify_run
+from .upstream_support import unsupported_upstream
 from .windows_check import SetupError, find_cuda_headers
 from .source import BaseTree, cache_dir, obtain_base, prepare_tree, sha256_file
 
@@ -134,9 +137,42 @@ class Pipeline:
         self._patches: list[Patch] | None = None
         self._builds: dict[tuple[str, str], BuildResult] = {}
         self._models: dict[str, Path | Exception] = {}
+        # platform -> config -> model -> where the buffers of the config's first generation landed
+        self._placements: dict[str, dict[str, dict[str, dict]]] = {}
+        # (platform, config) -> (model, prompt) of generations that upstream fails the same way
+        self._unsupported: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        self._held: list[BuildLock] = []  # read holds on the builds this run uses
+        self._doing: list[tuple[str, str, str, float]] = []  # steps in progress: platform, config, step, start
         self._emulators: dict[str, Emulator | Exception | None] = {}
-        # generations by (platform, config, model, prompt, settings), shared by the groups of every platform
-        self._generated: dict[tuple, list[GenerationResult]] = {}
+        # platform -> its generations by (config, model, prompt), so a cross-platform group reuses them
+        self._generated: dict[str, dict[tuple[str, str, str], list[GenerationResult]]] = {}
+
+    @contextmanager
+    def doing(self, platform: str, config: str, step: str) -> Iterator[None]:
+        """Mark (platform, config, step) as in progress for the block, so an interrupt can name it.
+
+        An exception leaving the block keeps the mark for :meth:`record_unfinished`.
+        """
+        entry = (platform, config, step, time.monotonic())
+        self._doing.append(entry)
+        yield
+        self._doing.remove(entry)
+
+    def record_unfinished(self, why: str) -> None:
+        """Record every step still in progress as ``interrupted`` (``why``: e.g. "interrupted by SIGINT")."""
+        for platform, config, step, started in reversed(self._doing):
+            earlier = self.run.step(platform, config, step)
+            if step == "build" and earlier is not None and earlier.status == "passed":
+                continue  # a later stage's up-to-date check of a build this run already recorded
+            self.run.record_step(StepRecord(platform, config, step, "interrupted",
+                                            round(time.monotonic() - started, 1), f"{why}; did not finish"))
+            self.run.mark_incomplete(f"{platform}: {step} {config}: {why}; did not finish")
+        self._doing.clear()
+
+    def release_builds(self) -> None:
+        """Give up the read holds on the build directories this run used."""
+        while self._held:
+            self._held.pop().release()
 
     # ----- selection -------------------------------------------------------------------------
     def platforms(self, for_step: str) -> list[Platform]:
@@ -222,26 +258,60 @@ class Pipeline:
         """Build ``variant`` of ``p`` once per process; records a ``build`` step for config ``variant``."""
         if (p.name, variant) in self._builds:
             return self._builds[(p.name, variant)]
-        logs = self.run.platform_dir(p.name) / f"build-{variant}"
+        with self.doing(p.name, variant, "build"):
+            return self._build_variant(p, variant)
+
+    def _prepare_source(self, base: BaseTree, work: Path, variant: str, logs: Path) -> Path:
+        with exclusive(work / variant / "llama.cpp", f"the {variant} source tree", self.say):
+            if variant == "fork":
+                return prepare_series_tree(base, work, "fork", self.patches(), log=logs / "patches.log")
+            return prepare_tree(base, work, "base")
+
+    def _build_and_hold(self, req: BuildRequest, logs: Path) -> BuildResult:
+        """Build ``req``, then hold its directory for reading until the run ends (see harness.locks).
+
+        Between the build releasing its write lock and this process taking the
+        read lock, another process may have rebuilt the directory with other
+        options; the build is then done again (at most 3 times).
+        """
+        for _ in range(3):
+            result = build(req, logs, self.say)
+            if result.status != "passed":
+                return result
+            hold = BuildLock(req.build_dir)
+            hold.read(self.say)
+            if is_up_to_date(req):
+                self._held.append(hold)
+                return result
+            hold.release()
+        result.status, result.detail = "error", (f"{req.build_dir} was rebuilt with other options by another "
+                                                 "harness process three times in a row")
+        return result
+
+    def _build_variant(self, p: Platform, variant: str) -> BuildResult:
+        logs = self.run.layout.build_logs(p.name, variant)
         start = time.monotonic()
+        failures: list[Failure] = []
         try:
             base = self.base()
             work = self.opts.work_dir.resolve()
+            source = self._prepare_source(base, work, variant, logs)
             if variant == "fork":
-                patches = self.patches()
-                source = prepare_series_tree(base, work, "fork", patches, log=logs / "patches.log")
-                key_parts = {"base": base.commit, "series": series_digest(patches)}
+                key_parts = {"base": base.commit, "series": series_digest(self.patches())}
             else:
-                source = prepare_tree(base, work, "base")
                 key_parts = {"base": base.commit}
             targets = p.targets + (p.test_targets if variant == "fork" else ())
             req = BuildRequest(p.name, variant, source, work / variant / f"build-{p.name}",
                                self.cmake_options(p, variant), tuple(targets), key_parts, self.opts.jobs,
                                env=ccache_env(work), exe_suffix=executable_suffix(p))
-            result = build(req, logs)
+            result = self._build_and_hold(req, logs)
         except Exception as exc:  # a broken input must not stop other platforms: record it
             result = BuildResult(p.name, variant, "error", "", Path(), time.monotonic() - start, False,
                                  detail=f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, PatchApplyError):
+                failures.append(Failure("patch", patch=exc.patch, message=str(exc)))
+            else:
+                failures.append(Failure("exception", message=result.detail))
             logs.mkdir(parents=True, exist_ok=True)
             (logs / "error.log").write_text(result.detail + "\n")
         self._builds[(p.name, variant)] = result
@@ -251,7 +321,7 @@ class Pipeline:
             return result
         log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
         self.run.record_step(StepRecord(p.name, variant, "build", result.status, round(result.seconds, 1),
-                                        result.detail, str(log.relative_to(self.run.dir)) if log.is_relative_to(self.run.dir) else str(log)))
+                                        result.detail, self.run.layout.relative(log), failures))
         self.say(f"[{p.name}] build {variant}: {result.status} — {result.detail}")
         return result
 
@@ -267,7 +337,8 @@ class Pipeline:
         except Exception as exc:
             patches = [{"error": str(exc)}]
         dirs = {v: b.build_dir for (pn, v), b in self._builds.items() if pn == p.name and b.status == "passed"}
-        write_json(self.run.platform_dir(p.name) / "environment.json",
+        self.run.platform_dir(p.name)
+        write_json(self.run.layout.environment_json(p.name),
                    environment.collect(commit, source, patches, dirs))
 
     def stage_build(self) -> None:
@@ -297,28 +368,31 @@ class Pipeline:
         """Run the native tests (ctest, by label) of the fork build of each selected platform."""
         for p in self.platforms("test"):
             fork = self.build_variant(p, "fork")
-            out = self.run.platform_dir(p.name) / "tests"
             if fork.status != "passed":
                 self.run.record_step(StepRecord(p.name, "fork", "test", "skipped",
-                                                detail=f"fork build {fork.status}: {fork.detail}"))
+                                                detail=f"fork build {fork.status}: {fork.detail}",
+                                                failures=[Failure("blocked", build="fork")]))
                 continue
             try:
                 emulator = self.emulator(p)
             except RuntimeError as exc:
-                self.run.record_step(StepRecord(p.name, "fork", "test", "error", detail=str(exc)))
+                self.run.record_step(StepRecord(p.name, "fork", "test", "error", detail=str(exc),
+                                                failures=[Failure("exception", message=str(exc))]))
                 continue
-            runs = [("test", ())]
+            runs = [(self.run.layout.test_step(), ())]
             if self.opts.sanitize:
-                runs.append((f"test-{self.opts.sanitize}",
+                runs.append((self.run.layout.test_step(self.opts.sanitize),
                              ("compute-sanitizer", "--tool", self.opts.sanitize, "--error-exitcode", "1", "--require-cuda-init", "no")))
             for step, wrapper in runs:
-                target_dir = out if not wrapper else out.with_name(f"tests-{self.opts.sanitize}")
+                target_dir = self.run.layout.tests(p.name, step)
                 if wrapper and not shutil.which(wrapper[0]):
                     self.run.record_step(StepRecord(p.name, "fork", step, "skipped",
                                                     detail="compute-sanitizer not found"))
                     continue
-                tr = run_ctest(fork.build_dir, p.test_labels, p.test_targets, target_dir, wrapper=wrapper,
-                               env=emulator.env if emulator else None)
+                with self.doing(p.name, "fork", step):
+                    tr = run_ctest(fork.build_dir, p.test_labels, p.test_targets, target_dir, wrapper=wrapper,
+                                   reference_junit=self.run.layout.tests(p.name, "test") / "junit.xml",
+                                   env=emulator.env if emulator else None)
                 detail = tr.detail
                 if wrapper:
                     summary = gpu.sanitizer_summary(target_dir / "ctest.log")
@@ -329,7 +403,7 @@ class Pipeline:
                     write_json(target_dir / "gpu-facts.json", facts)
                 write_json(target_dir / "tests.json", tr)
                 self.run.record_step(StepRecord(p.name, "fork", step, tr.status, round(tr.seconds, 1), detail,
-                                                str((target_dir / "junit.xml").relative_to(self.run.dir))))
+                                                self.run.layout.relative(target_dir / "junit.xml")))
                 self.say(f"[{p.name}] {step}: {tr.status} — {detail}")
             self.write_environment(p)
 
@@ -367,41 +441,86 @@ class Pipeline:
     def stage_compare(self) -> None:
         """Run every comparison group of each selected platform and record per-prompt outcomes."""
         for p in self.platforms("compare-outputs"):
-            cache = self._generated
+            cache = self._generated.setdefault(p.name, {})
             groups = [g for g in p.groups if not self.opts.groups or g in self.opts.groups]
-            gen_steps: dict[str, list[str]] = {}
-            for gname in groups:
-                self._compare_group(p, gname, cache, gen_steps)
+            gen_steps: dict[str, list[Failure]] = {}
+            visible = environment.visible_gpu_count() if p.gpu == "nvidia" else 0
+            try:
+                for gname in groups:
+                    need = self.matrix.groups[gname].min_gpus
+                    if p.gpu == "nvidia" and need > visible:
+                        why = (f"needs {need} NVIDIA GPUs; {visible} visible here "
+                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+                        self.run.record_step(StepRecord(p.name, gname, "compare-outputs", "skipped", detail=why))
+                        if gname in self.opts.groups:
+                            self.run.mark_incomplete(f"{p.name}: group {gname} skipped: {why}")
+                        self.say(f"[{p.name}] {gname}: skipped: {why}")
+                        continue
+                    self._compare_group(p, gname, cache, gen_steps)
+            except BaseException as exc:
+                self._record_cut_generations(p, exc, cache, gen_steps)
+                raise
             if not any(c.platform == p.name for c in self.run.comparisons) and not gen_steps:
                 self.run.mark_incomplete(f"{p.name}: compare-outputs selected no comparison "
                                          f"(groups {', '.join(p.groups) or 'none'}; filters: "
                                          f"{', '.join(self.opts.groups + self.opts.models) or 'none'})")
-            for config, problems in gen_steps.items():
-                seconds = sum(r.seconds for (pn, c, *_), runs in cache.items() if (pn, c) == (p.name, config)
-                              for r in runs)
-                status = "failed" if problems else "passed"
-                errors = [x for x in problems if x.startswith("error:")]
-                if errors and len(errors) == len(problems):
-                    status = "error"
-                self.run.record_step(StepRecord(p.name, config, "generate", status, round(seconds, 1),
-                                                detail="; ".join(sorted(set(problems)))[:500] or "all generations ran"))
+            self.record_generate_steps(p, cache, gen_steps)
+            for config, per_model in self._placements.get(p.name, {}).items():
+                write_json(self.run.layout.config(p.name, config) / "placement.json", per_model)
             self.write_environment(p)
+
+    def record_generate_steps(self, p: Platform, cache: dict[tuple[str, str, str], list[GenerationResult]],
+                              gen_steps: dict[str, list[Failure]]) -> None:
+        """Record one ``generate`` step per configuration of ``gen_steps`` (config -> failure facts).
+
+        ``cache`` maps (config, model, prompt) to the generation runs, whose seconds are
+        summed.  The step failed when a fact exists, errored when every fact says nothing of
+        the configuration could run (a model or a build missing) and no generation of it ran,
+        else passed.  When only part of it failed, the detail starts with what did run
+        ("partly failed: 4 generation(s) succeeded (model a); failed: ...") and keeps every fact.
+        """
+        for config, problems in gen_steps.items():
+            mine = [(m, runs) for (c, m, _), runs in cache.items() if c == config]
+            seconds = sum(r.seconds for _, runs in mine for r in runs)
+            ran = [(m, r) for m, runs in mine for r in runs]
+            ok = [(m, r) for m, r in ran if r.status == "ok"]
+            status = "failed" if problems else "passed"
+            if problems and all(f.kind in ("model", "blocked") for f in problems) and not ran:
+                status = "error"  # nothing of this configuration could run
+            unique = list({json.dumps(asdict(f), sort_keys=True): f for f in problems}.values())
+            detail = "; ".join(dict.fromkeys(f.text() for f in unique)) or "all generations ran"
+            if problems and ok:
+                models = sorted({m for m, _ in ok})
+                detail = (f"partly failed: {len(ok)} generation(s) succeeded (model{'s' if len(models) > 1 else ''} "
+                          f"{', '.join(models)}); failed: {detail}")
+            unsupported = self._unsupported.get((p.name, config), set())
+            if problems and all(f.kind == "generation" and (f.model, f.prompt) in unsupported for f in problems):
+                # every failed generation is a mode that upstream's build fails the same way: not a fork failure
+                status, detail = "skipped", f"unsupported upstream: {detail}"
+            self.run.record_step(StepRecord(p.name, config, "generate", status, round(seconds, 1),
+                                            detail=detail, failures=unique))
+
+    def _record_cut_generations(self, p: Platform, exc: BaseException, cache: dict, gen_steps: dict) -> None:
+        """Record the generate steps of ``p`` that an interrupt or exception cut short, with what they did."""
+        why = describe_abort(exc)
+        for config, problems in gen_steps.items():
+            ran = sum(len(runs) for (c, _, _), runs in cache.items() if c == config)
+            status = "failed" if any(f.kind not in ("model", "blocked") for f in problems) else "interrupted"
+            texts = list(dict.fromkeys(f.text() for f in problems))
+            detail = f"{why} after {ran} generation(s)" + "".join(f"; {t}" for t in texts)
+            self.run.record_step(StepRecord(p.name, config, "generate", status, detail=detail, failures=problems))
+            self.run.mark_incomplete(f"{p.name}: generate {config}: {why}; did not finish")
 
     def _generations(self, p: Platform, config_name: str, model: str, prompt_id: str, gen, model_path: Path,
                      cache: dict, gen_steps: dict) -> list[GenerationResult]:
-        """The generations of ``config_name`` built for ``p``, run once per run and cached for every group.
-
-        ``gen_steps`` collects problems under ``config_name`` for the platform
-        whose step records them.  Raises RuntimeError when ``p``'s emulator is missing.
-        """
-        key = (p.name, config_name, model, prompt_id, gen, self.opts.n_predict, self.opts.repeats)
+        key = (config_name, model, prompt_id)
         if key in cache:
             return cache[key]
         config = self.matrix.configs[config_name]
         b = self.build_variant(p, config.build)
         emulator = self.emulator(p)
-        out_dir = self.run.platform_dir(p.name) / config_name
-        write_json(out_dir / "config.json", config)
+        layout = self.run.layout
+        write_json(layout.config_json(p.name, config_name), config)
         runs = []
         repeats = self.opts.repeats or gen.repeats
         for r in range(1, repeats + 1):
@@ -413,71 +532,81 @@ class Pipeline:
                                   launcher=emulator.argv if emulator else (),
                                   launcher_env=dict(emulator.env) if emulator else {},
                                   crlf_stdout=p.os == "windows")
-            res = run_generation(spec, out_dir / "gen" / model / f"{prompt_id}.r{r}")
+            prefix = layout.generation(p.name, config_name, model, prompt_id, r)
+            with self.doing(p.name, config_name, "generate"):
+                res = run_generation(spec, prefix)
             runs.append(res)
+            gen_steps.setdefault(config_name, [])
             if res.status != "ok":
-                gen_steps.setdefault(config_name, []).append(
-                    f"{model}/{prompt_id}: {res.status} {res.signal or ''} {res.error_line or ''}".strip())
-            else:
-                gen_steps.setdefault(config_name, [])
-            ladder = gpu.parse_ladder_lines(res.stderr_path.read_bytes().decode("utf-8", "replace"))
+                gen_steps[config_name].append(Failure(
+                    "generation", model=model, prompt=prompt_id, repeat=r, status=res.status,
+                    signal=res.signal or "", error_line=res.error_line or "",
+                    log=layout.relative(res.stderr_path)))
+            stderr = res.stderr_path.read_bytes().decode("utf-8", "replace")
+            ladder = gpu.parse_ladder_lines(stderr)
             if ladder:
-                write_json(out_dir / "gen" / model / f"{prompt_id}.r{r}.pin-ladder.json", ladder)
+                write_json(prefix.with_name(prefix.name + ".pin-ladder.json"), ladder)
+            placement = gpu.buffer_placement(stderr)
+            if placement["buffers"] or placement["routing"]:
+                write_json(prefix.with_name(prefix.name + ".placement.json"), placement)
+                self._placements.setdefault(p.name, {}).setdefault(config_name, {}).setdefault(model, placement)
         cache[key] = runs
         return runs
+
+    def _upstream_of(self, reference: str, candidate: str) -> str | None:
+        """The upstream configuration that runs ``candidate``'s mode: the reference when it is upstream's build
+        and the candidate the fork's, else the candidate's ``upstream`` key; None when there is none."""
+        ref, cand = self.matrix.configs[reference], self.matrix.configs[candidate]
+        if cand.build != "fork":
+            return None
+        return reference if ref.build == "base" else cand.upstream
 
     def _compare_group(self, p: Platform, gname: str, cache: dict, gen_steps: dict) -> None:
         """Run group ``gname`` on platform ``p``; the reference runs on ``group.reference_platform`` when set.
 
         A cross-platform group names its reference ``<config>@<platform>`` in
-        the records; that platform must be runnable here, or every comparison
-        of the group is recorded as an error naming why.
+        the records and reuses that platform's generations of this run; the
+        platform must be runnable here, or every configuration of the group
+        gets an error naming why.
         """
         group = self.matrix.groups[gname]
         ref_p = self.matrix.platform(group.reference_platform) if group.reference_platform else p
         ref_label = group.reference if ref_p is p else f"{group.reference}@{ref_p.name}"
-        if ref_p is not p:
-            why = cannot_run(ref_p)
-            if why:
-                for c in (ref_label, *group.candidates):
-                    gen_steps.setdefault(c, []).append(f"error: reference platform {ref_p.name}: {why}")
-                self.say(f"[{p.name}] {gname}: reference platform {ref_p.name} cannot run here: {why}")
-                return
+        ref_cache = cache if ref_p is p else self._generated.setdefault(ref_p.name, {})
+        why = cannot_run(ref_p) if ref_p is not p else None
         try:
             self.emulator(p)
+            ref_emulator = self.emulator(ref_p)
         except RuntimeError as exc:
+            why = str(exc)
+        if why:
+            fact = Failure("exception", message=f"{gname}: {why}")
             for c in (ref_label, *group.candidates):
-                gen_steps.setdefault(c, []).append(f"error: {exc}")
-            self.say(f"[{p.name}] {gname}: {exc}")
+                gen_steps.setdefault(c, []).append(fact)
+            self.say(f"[{p.name}] {gname}: error: {why}")
             return
         models = [m for m in group.models if not self.opts.models or m in self.opts.models]
         for model in models:
             try:
                 model_path = self.model_path(model)
-                write_json(self.run.platform_dir(p.name) / "models" / f"{model}.json",
+                write_json(self.run.layout.model_json(p.name, model),
                            {"path": model_path, **model_summary(model_path)})
             except Exception as exc:
-                msg = f"error: model {model}: {type(exc).__name__}: {exc}"
+                fact = Failure("model", model=model, message=f"{type(exc).__name__}: {exc}")
                 for c in (group.reference, *group.candidates):
-                    gen_steps.setdefault(c, []).append(msg)
-                self.say(f"[{p.name}] {gname}: {msg}")
+                    gen_steps.setdefault(c, []).append(fact)
+                self.say(f"[{p.name}] {gname}: error: {fact.text()}")
                 continue
             needed = {(ref_p, self.matrix.configs[group.reference].build)}
             needed |= {(p, self.matrix.configs[c].build) for c in group.candidates}
-            broken = sorted(f"{v}@{q.name}" if q is not p else v
+            broken = sorted(v if q is p else f"{v}@{q.name}"
                             for q, v in needed if self.build_variant(q, v).status != "passed")
             if broken:
                 for c in (ref_label, *group.candidates):
-                    gen_steps.setdefault(c, []).append(f"error: build {', '.join(broken)} did not pass")
+                    gen_steps.setdefault(c, []).extend(Failure("blocked", build=v) for v in broken)
                 continue
             ref_build = self.build_variant(ref_p, self.matrix.configs[group.reference].build)
-            tok_dir = self.run.platform_dir(p.name) / "tokenize"
-            try:
-                ref_emulator = self.emulator(ref_p)
-            except RuntimeError as exc:
-                for c in (ref_label, *group.candidates):
-                    gen_steps.setdefault(c, []).append(f"error: {exc}")
-                continue
+            tok_dir = self.run.layout.tokenize_dir(p.name)
 
             def tokenize_fn(text: bytes, _model=model_path) -> list:
                 return tokenize(ref_build.bin_dir / f"llama-tokenize{executable_suffix(ref_p)}", _model, text,
@@ -485,40 +614,91 @@ class Pipeline:
                                 launcher_env=ref_emulator.env if ref_emulator else None,
                                 crlf_stdout=ref_p.os == "windows")
 
-            records = []
             for prompt_id in group.prompts:
-                ref_runs = self._generations(ref_p, group.reference, model, prompt_id, group.generation, model_path,
-                                             cache, {} if ref_p is not p else gen_steps)
+                # another platform's generations are recorded under that platform's own steps
+                ref_runs = self._generations(ref_p, group.reference, model, prompt_id, group.generation,
+                                             model_path, ref_cache, gen_steps if ref_p is p else {})
                 for cand in group.candidates:
                     cand_runs = self._generations(p, cand, model, prompt_id, group.generation, model_path,
                                                   cache, gen_steps)
                     try:
                         pc = compare_runs(prompt_id, ref_label, ref_runs, cand, cand_runs, tokenize_fn)
                     except Exception as exc:
-                        gen_steps.setdefault(cand, []).append(f"compare {model}/{prompt_id}: {exc}")
+                        gen_steps.setdefault(cand, []).append(
+                            Failure("compare", model=model, prompt=prompt_id, message=f"{type(exc).__name__}: {exc}"))
                         continue
                     div = to_json(pc.first_divergence) if pc.first_divergence else None
-                    rec = ComparisonRecord(p.name, gname, model, prompt_id, ref_label, cand, pc.status,
-                                           div, pc.detail, list(pc.nondeterministic))
-                    records.append(rec)
-                    self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {ref_label}: {pc.detail}")
-                    cmp_path = self.run.platform_dir(p.name) / cand / "compare.json"
-                    entry = to_json(pc) | {"group": gname, "model": model}
+                    status, detail = pc.status, pc.detail
+                    upstream = self._upstream_of(group.reference, cand) if ref_p is p else None
+                    if status in ("crashed", "timeout") and upstream is not None:
+                        up_runs = ref_runs if upstream == group.reference else self._generations(
+                            p, upstream, model, prompt_id, group.generation, model_path, cache, gen_steps)
+                        why = unsupported_upstream(up_runs, cand_runs)
+                        if why:
+                            status, detail = "unsupported-upstream", why
+                            for c in (upstream, cand):
+                                self._unsupported.setdefault((p.name, c), set()).add((model, prompt_id))
+                    rec = ComparisonRecord(p.name, gname, model, prompt_id, ref_label, cand, status,
+                                           div, detail, list(pc.nondeterministic))
+                    self.run.record_comparisons([rec])  # recorded at once: an interrupt keeps it
+                    self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {ref_label}: {detail}")
+                    cmp_path = self.run.layout.compare_json(p.name, cand)
+                    entry = to_json(pc) | {"group": gname, "model": model, "status": status, "detail": detail}
                     same = (gname, model, prompt_id)
                     existing = json.loads(cmp_path.read_text()) if cmp_path.exists() else []
                     existing = [e for e in existing if (e.get("group"), e.get("model"), e.get("prompt_id")) != same]
                     write_json(cmp_path, existing + [entry])
-            self.run.record_comparisons(records)
+
+
+def describe_abort(exc: BaseException) -> str:
+    """Words for what ended a run early: "interrupted by SIGINT", or the exception's type and message."""
+    if isinstance(exc, proc.Interrupted):
+        return f"interrupted by {exc.signal_name}"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted by SIGINT"
+    return f"stopped by {type(exc).__name__}: {exc}"
 
 
 def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
                say: Callable[[str], None] = print) -> int:
-    """Run ``stages`` (build, test, compare-outputs) in order; return 0 when the run passed, else 1."""
+    """Run ``stages`` (build, test, compare-outputs) in order; return the exit code of the run's verdict
+    (harness.results.VERDICT_EXIT_CODES: 0 passed, 1 failed, 3 incomplete or nothing ran).
+
+    On SIGINT/SIGTERM (harness.proc.Interrupted) or any exception every child
+    process group is terminated, the steps in progress are recorded as
+    ``interrupted`` and the stages not reached as not run, the summary is
+    written (``overall: incomplete`` unless something already failed) and,
+    for a signal, 128 + its number is returned (130, 143); any other
+    exception is raised again once the summary is written.
+    """
     pipe = Pipeline(matrix, run, opts, say)
-    for stage in stages:
-        {"build": pipe.stage_build, "test": pipe.stage_test, "compare-outputs": pipe.stage_compare}[stage]()
+    try:
+        for i, stage in enumerate(stages):
+            try:
+                {"build": pipe.stage_build, "test": pipe.stage_test, "compare-outputs": pipe.stage_compare}[stage]()
+            except BaseException as exc:
+                proc.terminate_all()
+                why = describe_abort(exc)
+                say(f"{why}: stopping; every child process is terminated")
+                try:
+                    pipe.record_unfinished(why)
+                    for later in stages[i + 1:]:
+                        run.mark_incomplete(f"{later}: not run ({why})")
+                    _finish(run, say)
+                except OSError as werr:  # e.g. the disk is full: what was written before stays
+                    say(f"error: the summary could not be updated ({werr}); {run.dir / 'summary.json'} "
+                        f"holds the run up to the last step that was written")
+                if isinstance(exc, (proc.Interrupted, KeyboardInterrupt)):
+                    return proc.exit_code_for(exc)
+                raise
+        _finish(run, say)
+    finally:
+        pipe.release_builds()
+    return VERDICT_EXIT_CODES[run.overall()]
+
+
+def _finish(run: Run, say: Callable[[str], None]) -> None:
     run.write_summary()
     classify_run(run.dir)
     report = write_report(run.dir)
     say(f"results: {run.dir} — {run.overall()} (report: {report})")
-    return 0 if run.overall() == "passed" else 1

@@ -29,6 +29,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from .results import COMPARISON, STEP, VERDICT, RecordError, RunLayout, read_summary
 from .signatures import load_signatures, step_logs
 
 #: Lines of a failing log shown in the report (the end of a log holds the error).
@@ -38,7 +39,8 @@ LOGS_PER_STEP = 3
 #: Width of a pin-ladder chart, in SVG user units (pixels at 100 % zoom).
 CHART_WIDTH = 1000
 
-_BAD = {"failed", "error", "diverged", "crashed", "timeout"}
+#: Statuses shown as failures (declared in harness.results).
+_BAD = STEP.failures | COMPARISON.failures
 
 
 def _read_json(path: Path) -> Any:
@@ -49,9 +51,7 @@ def _read_json(path: Path) -> Any:
 
 
 def _summary(run_dir: Path) -> dict:
-    data = _read_json(run_dir / "summary.json")
-    if not isinstance(data, dict):
-        raise FileNotFoundError(f"{run_dir / 'summary.json'}: missing or not a summary object")
+    data = read_summary(run_dir)
     return data
 
 
@@ -147,7 +147,7 @@ def align_divergence(reference: str, candidate: str, divergence: dict | None) ->
 
 
 def _compare_entry(run_dir: Path, cmp: dict) -> dict | None:
-    entries = _read_json(run_dir / cmp["platform"] / cmp["candidate"] / "compare.json")
+    entries = _read_json(RunLayout(run_dir).compare_json(cmp["platform"], cmp["candidate"]))
     if not isinstance(entries, list):
         return None
     match = None
@@ -169,8 +169,8 @@ def pin_ladders(run_dir: Path) -> list[dict[str, Any]]:
     granted_totals (sorted distinct totals of granted bytes over the files)}.
     """
     groups: dict[tuple[str, str, str], list[Path]] = {}
-    for path in sorted(run_dir.glob("*/*/gen/*/*.pin-ladder.json")):
-        groups.setdefault((path.parents[3].name, path.parents[2].name, path.parent.name), []).append(path)
+    for platform, config, model, _, path in RunLayout(run_dir).all_generation_files(".pin-ladder.json"):
+        groups.setdefault((platform, config, model), []).append(path)
     out = []
     for (platform, config, model), files in sorted(groups.items()):
         loaded = [r for r in (_read_json(f) for f in files) if isinstance(r, list)]
@@ -251,8 +251,8 @@ th, td { border: 1px solid var(--line); padding: 4px 7px; text-align: left; vert
 th { background: var(--soft); font-weight: 600; }
 td.num, td.nw { white-space: nowrap; } td.num { text-align: right; }
 .st { font-weight: 600; white-space: nowrap; }
-.st-passed, .st-identical { color: var(--ok); } .st-failed, .st-error, .st-diverged, .st-crashed { color: var(--bad); }
-.st-timeout { color: var(--warn); } .st-skipped { color: var(--skip); }
+.st-success { color: var(--ok); } .st-failure { color: var(--bad); } .st-neutral { color: var(--skip); }
+.st-timeout { color: var(--warn); }
 tr.bad td { background: #fff5f5; }
 .sig { font-size: 12px; } .kind { display: inline-block; font-family: ui-monospace, Menlo, Consolas, monospace;
        font-size: 11px; background: #eef1f4; border: 1px solid var(--line); border-radius: 4px; padding: 0 4px; }
@@ -284,7 +284,8 @@ document.getElementById('only-bad').addEventListener('change', function (e) {
 
 
 def _status(status: str) -> str:
-    return f'<span class="st st-{escape(status)}">{escape(status)}</span>'
+    outcome = next((k[status].outcome for k in (STEP, COMPARISON) if status in k), "neutral")
+    return f'<span class="st st-{outcome} st-{escape(status)}">{escape(status)}</span>'
 
 
 def _sig_html(sig: dict | None) -> str:
@@ -354,7 +355,7 @@ def _div_cell(c: dict) -> str:
         ref, cand = d.get("reference") or {}, d.get("candidate") or {}
         return (f'#{escape(str(d.get("index")))}: <code>{escape(repr(ref.get("piece", "end of output")))}</code> vs '
                 f'<code>{escape(repr(cand.get("piece", "end of output")))}</code>')
-    return escape(c.get("detail", "")) if c.get("status") != "identical" else ""
+    return escape(c.get("detail", "")) if c.get("status") not in COMPARISON.successes else ""
 
 
 def _comparisons_table(comparisons: list[dict]) -> str:
@@ -373,7 +374,7 @@ def _comparisons_table(comparisons: list[dict]) -> str:
 
 
 def _environment_html(run_dir: Path, platform: str) -> str:
-    env = _read_json(run_dir / platform / "environment.json")
+    env = _read_json(RunLayout(run_dir).environment_json(platform))
     if not isinstance(env, dict):
         return ""
     gpus = ", ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g) for g in env.get("gpus") or []) or "none"
@@ -387,7 +388,7 @@ def _config_html(run_dir: Path, platform: str, config: str, steps: list[dict], s
     bad = [s for s in steps if s.get("status") in _BAD]
     badges = " ".join(f'{escape(s["step"])} {_status(s["status"])}' for s in steps)
     body = []
-    cfg = _read_json(run_dir / platform / config / "config.json")
+    cfg = _read_json(RunLayout(run_dir).config_json(platform, config))
     if isinstance(cfg, dict):
         facts = []
         if cfg.get("description"):
@@ -398,7 +399,7 @@ def _config_html(run_dir: Path, platform: str, config: str, steps: list[dict], s
         if cfg.get("env"):
             facts.append("env <code>" + escape(" ".join(f"{k}={v}" for k, v in cfg["env"].items())) + "</code>")
         body.append("<p>" + " · ".join(facts) + "</p>")
-    gens = sorted((run_dir / platform / config / "gen").glob("*/*.stdout"))
+    gens = RunLayout(run_dir).generation_files(platform, config, ".stdout")
     if gens:
         body.append(f'<p class="muted">{len(gens)} generation(s) recorded under '
                     f'<code>{escape(platform)}/{escape(config)}/gen/</code></p>')
@@ -494,7 +495,7 @@ def render_html(run_dir: Path, baseline: Path | None = None) -> str:
 
 def write_report(run_dir: Path, out: Path | None = None, baseline: Path | None = None) -> Path:
     """Write the HTML report of ``run_dir`` to ``out`` (default ``run_dir/report.html``); return its path."""
-    out = out or run_dir / "report.html"
+    out = out or RunLayout(run_dir).report_html
     html_text = render_html(run_dir, baseline)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(html_text, encoding="utf-8")
@@ -522,7 +523,7 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
     sigs = _sig_lookup(load_signatures(run_dir))
     run_id = data.get("run_id") or run_dir.name
     overall = data.get("overall", "?")
-    icon = "✅" if overall == "passed" else "❌"
+    icon = VERDICT[overall].icon if overall in VERDICT else "❌"
     lines = [f"## {icon} Run {run_id}: {overall}", "",
              f"**Steps:** {_count_text(_counts(steps))} · **comparisons:** {_count_text(_counts(comparisons))}", ""]
     if data.get("skipped_platforms"):
@@ -537,7 +538,7 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
             new = " (new signature)" if t.signature_known is False else ""
             lines.append(f"- **{t.category}** {t.platform} {_md(t.what)}: {t.before} → {t.after}{sig}{new}")
         lines.append("")
-    failed = [s for s in steps if s.get("status") in ("failed", "error")]
+    failed = [s for s in steps if s.get("status") in STEP.failures]
     if failed:
         lines += ["### Failures", "", "| platform | config | step | status | signature |", "|---|---|---|---|---|"]
         for s in failed:
@@ -545,7 +546,7 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
             cell = f"`{sig['kind']}` {_md(sig['summary'])}" if sig else _md(s.get("detail", ""))
             lines.append(f"| {s['platform']} | {s['config']} | {s['step']} | {s['status']} | {cell} |")
         lines.append("")
-    bad_cmp = [c for c in comparisons if c.get("status") != "identical"]
+    bad_cmp = [c for c in comparisons if c.get("status") not in COMPARISON.successes]
     if bad_cmp:
         lines += ["### Divergences and failed comparisons", ""]
         for c in bad_cmp:
@@ -593,7 +594,7 @@ def report_main(argv: Sequence[str]) -> int:
             baseline = resolve_run(args.against, args.results_dir)
         out = write_report(run_dir, args.out, baseline)
         md = markdown_summary(run_dir, baseline) if args.markdown else None
-    except (TriageInputError, FileNotFoundError) as exc:
+    except (TriageInputError, FileNotFoundError, RecordError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if md is not None:

@@ -61,7 +61,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
-from .results import write_json
+from .native_tests import WRAPPER_DID_NOT_RUN
+from .results import STEP, ComparisonRecord, Failure, RunLayout, StepRecord, load_records, write_json
 
 KINDS = ("configure_error", "compile_error", "link_error", "patch_apply", "test_assertion", "signal",
          "cuda_error", "sanitizer_report", "timeout", "output_mismatch", "other")
@@ -72,9 +73,6 @@ KINDS = ("configure_error", "compile_error", "link_error", "patch_apply", "test_
 KIND_RANK = {"sanitizer_report": 0, "cuda_error": 1, "test_assertion": 2, "configure_error": 3,
              "link_error": 3, "compile_error": 3, "patch_apply": 3, "timeout": 4, "signal": 5,
              "output_mismatch": 6, "other": 7}
-
-#: File written into the run directory by :func:`classify_run`.
-SIGNATURES_FILE = "signatures.json"
 
 #: Longest key and summary, in characters (keys are compared, not read; they stay short).
 KEY_MAX_CHARS = 240
@@ -115,6 +113,38 @@ _TIMESTAMP = re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z
 _DURATION = re.compile(r"\b\d+(?:\.\d+)?\s*(?:ms|us|µs|ns|s|sec|secs|seconds)\b")
 _LONG_NUMBER = re.compile(r"\b\d{6,}\b")
 _SPACES = re.compile(r"\s+")
+#: ANSI escape sequences (colours of test-backend-ops' OK/FAIL, cursor control): CSI and OSC.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+#: CUB/Thrust/libcu++ put the CCCL version and the SM architecture into their namespace names
+#: (``CUB_200200_900_NS`` on sm_90, ``…_890_NS`` on sm_89); the name without them.
+_VERSIONED_NS = re.compile(r"\b(?P<lib>CUB|THRUST|CCCL|LIBCUDACXX|_LIBCUDACXX)_\d+(?:_\d+)*_NS\b")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI escape sequences (colour codes, cursor movement)."""
+    return _ANSI.sub("", text)
+
+
+def strip_templates(text: str) -> str:
+    """``text`` with every template argument list replaced by ``<…>`` (nesting-aware), so a
+    kernel named with other types or tuning policies keeps one key; ``operator<`` and
+    ``<<`` are left alone."""
+    out: list[str] = []
+    depth = 0
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "<" and text[i:i + 2] != "<<" and not text[max(0, i - 8):i].endswith("operator") and \
+                (depth or (i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_:"))):
+            if depth == 0:
+                out.append("<…>")
+            depth += 1
+        elif c == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(c)
+        i += 1
+    return "".join(out) if depth == 0 else text
 
 
 def relative_path(path: str, roots: Sequence[str] = ()) -> str:
@@ -144,7 +174,10 @@ def normalise(text: str, roots: Sequence[str] = ()) -> str:
     and lose ``:line:col`` / ``(line)`` suffixes, as do relative ``file:line:`` positions;
     hex numbers become ``0x?``; durations ``<t>``; numbers of six or more digits
     (addresses, process ids, byte counts of a run) ``<n>``; whitespace is collapsed.
+    ANSI escapes are dropped and versioned CUB/Thrust namespaces lose their version
+    (``CUB_200200_900_NS`` -> ``CUB_NS``).
     """
+    text = _VERSIONED_NS.sub(lambda m: f"{m.group('lib')}_NS", strip_ansi(text))
     text = _TIMESTAMP.sub("<time>", text)
     text = _ABS_PATH.sub(lambda m: relative_path(m.group(0)[:len(m.group(0)) - len(m.group("pos") or "")],
                                                  roots), text)
@@ -159,9 +192,25 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+#: Characters a key may be cut after: between words, list items and argument lists.
+_KEY_BOUNDARY = re.compile(r"[\s,;:()\[\]<>]")
+
+
+def clip_key(key: str, limit: int = KEY_MAX_CHARS) -> str:
+    """``key`` cut to at most ``limit`` characters at a token boundary (never inside a name or
+    number), ending in ``…`` when cut; a single token longer than the limit is cut hard."""
+    if len(key) <= limit:
+        return key
+    head = key[:limit - 1]
+    cuts = [m.start() for m in _KEY_BOUNDARY.finditer(head)]
+    if cuts and cuts[-1] > limit // 2:
+        head = head[:cuts[-1] + 1] if head[cuts[-1]] in ",;:([<" else head[:cuts[-1]]
+    return head.rstrip() + "…"
+
+
 def _sig(kind: str, key: str, summary: str, evidence: Iterable[str]) -> Signature:
-    lines = [line.rstrip() for line in evidence if line and line.strip()]
-    return Signature(kind, _clip(key, KEY_MAX_CHARS), _clip(summary, SUMMARY_MAX_CHARS),
+    lines = [strip_ansi(line).rstrip() for line in evidence if line and line.strip()]
+    return Signature(kind, clip_key(key), _clip(strip_ansi(summary), SUMMARY_MAX_CHARS),
                      "\n".join(lines[:EVIDENCE_MAX_LINES]))
 
 
@@ -252,7 +301,8 @@ def _sanitizer(text: str, context: str, roots: Sequence[str], tool: str = "") ->
             if at and not where:
                 where = (at.group("fn1") or at.group("fn2") or "").strip()
         label = f"{tool}: " if tool else ""
-        key = f"{label}{normalise(msg, roots)}" + (f" in {normalise(where, roots)}" if where else "")
+        key = f"{label}{strip_templates(normalise(msg, roots))}" + \
+            (f" in {strip_templates(normalise(where, roots))}" if where else "")
         if context:
             key = f"{context}: {key}"
         return _sig("sanitizer_report", key, f"compute-sanitizer{' ' + tool if tool else ''}: {msg}"
@@ -312,15 +362,40 @@ def _assertion(text: str, context: str, roots: Sequence[str]) -> Signature | Non
     return None
 
 
+#: One test-backend-ops case line: ``  MUL_MAT(type_a=f16,type_b=f32,m=16,...): ... FAIL``
+#: (tests/test-backend-ops.cpp prints the op, its parameters, the error and OK/FAIL).
+_BACKEND_OP_FAIL = re.compile(r"^\s*(?P<case>(?P<op>[A-Z][A-Z0-9_]*)\((?P<params>.*?)\)):\s.*\bFAIL\b", re.M)
+_BACKEND_NAME = re.compile(r"^\s*Backend \d+/\d+: (?P<name>\S+)", re.M)
+
+
+def _backend_ops(text: str, context: str) -> Signature | None:
+    """test-backend-ops failures keyed by every failing op with its parameters (and backend), sorted."""
+    cases: dict[str, str] = {}
+    for m in _BACKEND_OP_FAIL.finditer(text):
+        backends = [b.group("name") for b in _BACKEND_NAME.finditer(text, 0, m.start())]
+        case = m.group("case") + (f" on {backends[-1]}" if backends else "")
+        cases.setdefault(case, _line_at(text, m.start()))
+    if not cases:
+        return None
+    names = sorted(cases)
+    prefix = f"{context or 'test-backend-ops'}: "
+    more = f" (+{len(names) - 1} more failing case(s))" if len(names) > 1 else ""
+    return _sig("test_assertion", prefix + "FAIL " + "; ".join(names), f"{prefix}FAIL {names[0]}{more}",
+                [cases[n] for n in names])
+
+
 def classify_text(text: str, context: str = "", roots: Sequence[str] = (), *, tool: str = "") -> Signature | None:
     """The signature a failing program's output shows, or None when no rule matches.
 
     ``text``: the program's output; ``context``: the test or program name put into the key
     (e.g. ``test-moe-pin-layers``, ``llama-completion``); ``roots``: source/build directories
     paths are made relative to; ``tool``: the compute-sanitizer tool, when it ran under one.
-    Rules in order: sanitizer report, CUDA error, assertion or FAIL line, timeout, signal.
+    Rules in order: sanitizer report, CUDA error, test-backend-ops FAIL lines, assertion or
+    FAIL line, timeout, signal.  ANSI escape codes are removed first.
     """
-    for found in (_sanitizer(text, context, roots, tool), _cuda(text, roots), _assertion(text, context, roots)):
+    text = strip_ansi(text)
+    for found in (_sanitizer(text, context, roots, tool), _cuda(text, roots), _backend_ops(text, context),
+                  _assertion(text, context, roots)):
         if found:
             return found
     m = _TIMEOUT_TEXT.search(text)
@@ -361,7 +436,7 @@ _COMMAND_ROOTS = re.compile(r"(?:^|\s)(?:-S|-B|--build)\s+(?P<dir>\S+)")
 
 def _read(path: Path) -> str:
     try:
-        return path.read_bytes().decode("utf-8", "replace")
+        return strip_ansi(path.read_bytes().decode("utf-8", "replace"))
     except OSError:
         return ""
 
@@ -465,13 +540,18 @@ def _patch_apply(text: str) -> Signature | None:
                 f"on {m.group('base')} + {m.group('earlier')} earlier patch(es)", evidence)
 
 
-def _classify_build(run_dir: Path, step: dict) -> Signature:
-    logs = run_dir / step["platform"] / f"build-{step['config']}"
-    # the step detail (else error.log, which holds the same text) is this run's own record, while
-    # configure/build logs may be left from an earlier attempt of a continued run: read it first
-    found = _patch_apply(step.get("detail") or _read(logs / "error.log"))
-    if found:
-        return found
+def _classify_build(run_dir: Path, step: StepRecord) -> Signature:
+    logs = RunLayout(run_dir).build_logs(step.platform, step.config)
+    # the step's failure facts are this run's own record, while configure/build logs may be
+    # left from an earlier attempt of a continued run: read them first
+    for fact in step.failures:
+        if fact.kind == "patch":
+            return _patch_apply(fact.message) or _sig("patch_apply", f"patch {fact.patch} does not apply",
+                                                     f"patch {fact.patch} does not apply", [fact.message])
+    if not any(f.kind == "exception" for f in step.failures):
+        found = _patch_apply(step.detail or _read(logs / "error.log"))  # a record without facts
+        if found:
+            return found
     configure, build = _read(logs / "configure.log"), _read(logs / "build.log")
     roots = _roots_from_logs(configure, build)
     configure_rc, build_rc = _rc(logs / "configure.rc"), _rc(logs / "build.rc")
@@ -487,7 +567,7 @@ def _classify_build(run_dir: Path, step: dict) -> Signature:
             if found:
                 return found
     error_log = _read(logs / "error.log").strip()
-    detail = step.get("detail") or error_log or f"build exit {build_rc}"
+    detail = step.detail or error_log or f"build exit {build_rc}"
     return _other(detail, roots, error_log.splitlines()[:3] or [detail])
 
 
@@ -541,15 +621,8 @@ def _failed_tests(test_dir: Path) -> list[tuple[str, str]]:
     return [(m.group("name"), m.group("why")) for m in _CTEST_FAILED_ITEM.finditer(_read(test_dir / "ctest.log"))]
 
 
-def _test_dir(run_dir: Path, step: dict) -> Path:
-    """``tests/`` for step ``test``, ``tests-<tool>/`` for step ``test-<tool>`` (see harness.pipeline)."""
-    name = step["step"]
-    sub = f"tests-{name[len('test-'):]}" if name.startswith("test-") else "tests"
-    return run_dir / step["platform"] / sub
-
-
-def _classify_test(run_dir: Path, step: dict) -> Signature:
-    test_dir = _test_dir(run_dir, step)
+def _classify_test(run_dir: Path, step: StepRecord) -> Signature:
+    test_dir = RunLayout(run_dir).tests(step.platform, step.step)
     ctest_log = _read(test_dir / "ctest.log")
     tool = ""
     if (test_dir / "sanitizer.json").exists():
@@ -561,6 +634,10 @@ def _classify_test(run_dir: Path, step: dict) -> Signature:
     why = {m.group("name"): m.group("why") for m in _CTEST_FAILED_ITEM.finditer(ctest_log)}
     candidates: list[Signature] = []
     for name, message in _failed_tests(test_dir):
+        if (message or "").startswith(WRAPPER_DID_NOT_RUN):
+            candidates.append(_sig("sanitizer_report", f"{name}: {tool or 'compute-sanitizer'} did not run the test",
+                                   f"{name}: {message}", [message]))
+            continue
         own_log = test_dir / f"{name}.log"
         text = _read(own_log) if own_log.exists() else blocks.get(name, "")
         found = classify_text(text, name, tool=tool)
@@ -591,14 +668,10 @@ def _classify_test(run_dir: Path, step: dict) -> Signature:
                              _clip(f"{best.summary} (+{len(candidates) - 1} more failing test(s))", SUMMARY_MAX_CHARS),
                              best.evidence)
         return best
-    return _other(step.get("detail") or "tests failed", (), ctest_log.splitlines()[-3:])
+    return _other(step.detail or "tests failed", (), ctest_log.splitlines()[-3:])
 
 
 # --------------------------------------------------------------------------- generate steps
-
-_GEN_PROBLEM = re.compile(r"^(?P<model>[^/\s:]+)/(?P<prompt>[^:\s]+): (?P<status>crashed|timeout)"
-                          r"(?: (?P<signal>SIG[A-Z0-9]+|signal \d+))?(?: (?P<line>.*))?$")
-
 
 def _gen_roots(cmd_files: Iterable[Path]) -> list[str]:
     roots = []
@@ -624,124 +697,140 @@ def _program_name(cmd_files: Sequence[Path]) -> str:
     return "llama-completion"
 
 
-def _classify_generate(run_dir: Path, step: dict) -> Signature:
-    gen_dir = run_dir / step["platform"] / step["config"] / "gen"
-    detail = step.get("detail") or ""
-    problems = [p.strip() for p in detail.split("; ") if p.strip()]
-    cmd_files = sorted(gen_dir.glob("*/*.cmd")) if gen_dir.is_dir() else []
+def _classify_generate(run_dir: Path, step: StepRecord) -> Signature:
+    candidates = generate_signatures(run_dir, step)
+    if candidates:
+        return min(candidates, key=lambda s: KIND_RANK.get(s.kind, 99))
+    cmd_files = RunLayout(run_dir).generation_files(step.platform, step.config, ".cmd")
+    return _other(step.detail or "generation failed", _gen_roots(cmd_files), [step.detail])
+
+
+def generate_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
+    """One signature per failure fact of a failed ``generate`` step (every failing model and
+    generation, none dropped), in fact order, duplicates (same kind and key) removed."""
+    layout = RunLayout(run_dir)
+    cmd_files = layout.generation_files(step.platform, step.config, ".cmd")
     roots = _gen_roots(cmd_files)
     program = _program_name(cmd_files)
     candidates: list[Signature] = []
-    parsed = [(p, _GEN_PROBLEM.match(p)) for p in problems]
-    for text, m in parsed:
-        if not m:
-            candidates.append(_other(text, roots, [text]))
+    for fact in step.failures:
+        if fact.kind != "generation":
+            candidates.append(_other(fact.text(), roots, [fact.text()]))
             continue
-        stderr_files = sorted((gen_dir / m.group("model")).glob(f"{m.group('prompt')}.r*.stderr"))
+        text = fact.text()
         found = None
-        for path in stderr_files:
+        for path in _generation_logs(layout, step, fact):
             found = classify_text(_read(path), program, roots)
             if found:
                 break
-        if not found and m.group("status") == "timeout":
-            found = _sig("timeout", f"timeout in {program}", f"{program} timed out ({m.group('model')}/"
-                         f"{m.group('prompt')})", [text])
-        if not found and m.group("signal"):
-            found = signal_signature(m.group("signal"), program, text)
-        if not found and m.group("line"):
-            code = re.search(r"exit code (-?\d+)", m.group("line"))
+        if not found and fact.status == "timeout":
+            found = _sig("timeout", f"timeout in {program}", f"{program} timed out ({fact.model}/{fact.prompt})",
+                         [text])
+        if not found and fact.signal:
+            found = signal_signature(fact.signal, program, text)
+        if not found and fact.error_line:
+            code = re.search(r"exit code (-?\d+)", fact.error_line)
             sig_name = signal_from_exit(int(code.group(1))) if code else None
-            found = signal_signature(sig_name, program, text) if sig_name else _other(m.group("line"), roots, [text])
+            found = signal_signature(sig_name, program, text) if sig_name else _other(fact.error_line, roots, [text])
         candidates.append(found or _other(text, roots, [text]))
-    if not candidates and gen_dir.is_dir():
-        for path in sorted(gen_dir.glob("*/*.stderr")):
+    if not candidates:
+        for path in layout.generation_files(step.platform, step.config, ".stderr"):
             found = classify_text(_read(path), program, roots)
             if found:
                 candidates.append(found)
                 break
-    if candidates:
-        return min(candidates, key=lambda s: KIND_RANK.get(s.kind, 99))
-    return _other(detail or "generation failed", roots, [detail])
+    return list({(c.kind, c.key): c for c in candidates}.values())
+
+
+def _generation_logs(layout: RunLayout, step: StepRecord, fact: Failure) -> list[Path]:
+    """The .stderr files of the generation a fact names: its own log, else every repeat's."""
+    if fact.log and (layout.dir / fact.log).is_file():
+        return [layout.dir / fact.log]
+    return layout.generation_files(step.platform, step.config, ".stderr", fact.model, fact.prompt)
 
 
 # --------------------------------------------------------------------------- steps and runs
 
-def classify_step(run_dir: Path, step: dict) -> Signature | None:
+def _as_step(step: StepRecord | dict) -> StepRecord:
+    return step if isinstance(step, StepRecord) else StepRecord.from_json(step)
+
+
+def classify_step(run_dir: Path, step: StepRecord | dict) -> Signature | None:
     """The signature of one step record of ``run_dir``'s summary, or None when it did not fail.
 
-    ``step`` is a summary.json ``configurations`` entry (platform, config, step, status,
-    detail, log).  Steps named ``build`` are read from ``<platform>/build-<config>/``
+    ``step`` is a harness.results.StepRecord or a summary.json ``configurations`` entry
+    (read with StepRecord.from_json, so entries of older runs work too).  Steps named
+    ``build`` are read from the step's patch fact, else ``<platform>/build-<config>/``
     (configure.log, build.log, their .rc files, error.log); ``test`` and ``test-<tool>``
     from ``<platform>/tests[-<tool>]/`` (tests.json, junit.xml, ctest.log, per-test logs,
-    sanitizer.json); ``generate`` from the .stderr/.cmd files under
-    ``<platform>/<config>/gen/`` named by the step detail.  A step with several failures
-    gets the most specific one (:data:`KIND_RANK`).  Missing logs give an ``other``
-    signature from the detail; this never raises for absent or unreadable logs.
+    sanitizer.json); ``generate`` from the step's failure facts and the .stderr/.cmd files
+    they name under ``<platform>/<config>/gen/``.  A step with several failures gets the
+    most specific one (:data:`KIND_RANK`).  Missing logs give an ``other`` signature from
+    the facts or the detail; this never raises for absent or unreadable logs.
     """
-    if step.get("status") not in ("failed", "error"):
+    step = _as_step(step)
+    if not STEP.is_failure(step.status):
         return None
-    name = step.get("step", "")
-    if name == "build":
+    if step.step == "build":
         return _classify_build(run_dir, step)
-    if name == "test" or name.startswith("test-"):
+    if RunLayout.is_test_step(step.step):
         return _classify_test(run_dir, step)
-    if name == "generate":
+    if step.step == "generate":
         return _classify_generate(run_dir, step)
-    detail = step.get("detail") or f"{name} {step.get('status')}"
+    detail = "; ".join(f.text() for f in step.failures) or step.detail or f"{step.step} {step.status}"
     found = classify_text(detail)
     return found or _other(detail, (), [detail])
 
 
-def comparison_signature(cmp: dict) -> Signature | None:
-    """The ``output_mismatch`` signature of a diverged summary.json comparison, else None.
+def comparison_signature(cmp: ComparisonRecord | dict) -> Signature | None:
+    """The ``output_mismatch`` signature of a diverged comparison record (or summary.json entry), else None.
 
     The key names the comparison (group/model/prompt, candidate vs reference), not the
     token index: a divergence that moves is the same failure; triage reports the move.
     """
-    if cmp.get("status") != "diverged":
+    c = cmp if isinstance(cmp, ComparisonRecord) else ComparisonRecord.from_json(cmp)
+    if c.status != "diverged":
         return None
-    where = f"{cmp.get('group')}/{cmp.get('model')}/{cmp.get('prompt')}: {cmp.get('candidate')} vs {cmp.get('reference')}"
-    div = cmp.get("first_divergence") or {}
+    where = f"{c.group}/{c.model}/{c.prompt}: {c.candidate} vs {c.reference}"
+    div = c.first_divergence or {}
     if div:
         ref, cand = div.get("reference") or {}, div.get("candidate") or {}
         at = (f"token {div.get('index')}: {ref.get('piece', 'end of output')!r} vs "
               f"{cand.get('piece', 'end of output')!r}")
     else:
-        at = cmp.get("detail") or "diverged"
-    return _sig("output_mismatch", where, f"{where} diverged at {at}", [cmp.get("detail") or at])
+        at = c.detail or "diverged"
+    return _sig("output_mismatch", where, f"{where} diverged at {at}", [c.detail or at])
 
 
-def step_logs(run_dir: Path, step: dict) -> list[Path]:
+def step_logs(run_dir: Path, step: StepRecord | dict) -> list[Path]:
     """The log files that show why ``step`` failed (existing files only, most telling first).
 
     build: build.log when the build ran (else configure.log) and error.log; test: the
     per-test logs of failed tests, then ctest.log; generate: the .stderr files of the
-    generations named in the detail (all .stderr files when the detail names none).
+    generations its failure facts name (all .stderr files when they name none).
     """
-    platform = run_dir / step.get("platform", "")
-    name = step.get("step", "")
+    step = _as_step(step)
+    layout = RunLayout(run_dir)
     found: list[Path] = []
-    if name == "build":
-        logs = platform / f"build-{step.get('config')}"
+    if step.step == "build":
+        logs = layout.build_logs(step.platform, step.config)
         if _rc(logs / "configure.rc") not in (None, 0) or not (logs / "build.log").exists():
             found.append(logs / "configure.log")
         else:
             found.append(logs / "build.log")
         found.append(logs / "error.log")
-    elif name == "test" or name.startswith("test-"):
-        test_dir = _test_dir(run_dir, step)
+    elif RunLayout.is_test_step(step.step):
+        test_dir = layout.tests(step.platform, step.step)
         found += [test_dir / f"{n}.log" for n, _ in _failed_tests(test_dir)]
         found.append(test_dir / "ctest.log")
-    elif name == "generate":
-        gen_dir = platform / step.get("config", "") / "gen"
-        for problem in (step.get("detail") or "").split("; "):
-            m = _GEN_PROBLEM.match(problem.strip())
-            if m:
-                found += sorted((gen_dir / m.group("model")).glob(f"{m.group('prompt')}.r*.stderr"))
-        if not found and gen_dir.is_dir():
-            found += sorted(gen_dir.glob("*/*.stderr"))
-    if step.get("log"):
-        found.append(run_dir / step["log"])
+    elif step.step == "generate":
+        for fact in step.failures:
+            if fact.kind == "generation":
+                found += _generation_logs(layout, step, fact)
+        if not found:
+            found += layout.generation_files(step.platform, step.config, ".stderr")
+    if step.log:
+        found.append(run_dir / step.log)
     seen: list[Path] = []
     for path in found:
         if path.is_file() and path not in seen and path.suffix != ".xml":
@@ -749,40 +838,35 @@ def step_logs(run_dir: Path, step: dict) -> list[Path]:
     return seen
 
 
-def _summary(run_dir: Path) -> dict:
-    path = run_dir / "summary.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no summary.json; is {run_dir} a results run directory?") from None
-    except ValueError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-
-
 def classify_run(run_dir: Path, *, write: bool = True) -> list[dict]:
     """Classify every failed step and diverged comparison of the run in ``run_dir``.
 
     Returns a list of ``{platform, config, step, signature: {kind, key, summary, evidence}}``
-    (comparisons have step ``compare``, config = the candidate, and also group, model,
+    (a generate step with several distinct failures also has ``other_signatures``, the
+    rest of them; comparisons have step ``compare``, config = the candidate, and also group, model,
     prompt, reference) in summary order, and writes it to ``run_dir/signatures.json``
     unless ``write`` is False.  Raises FileNotFoundError when there is no summary.json
-    and ValueError when it is not JSON.
+    and harness.results.RecordError (a ValueError) when it cannot be read.
     """
-    data = _summary(run_dir)
+    steps, comparisons, _ = load_records(run_dir)
     entries: list[dict[str, Any]] = []
-    for step in data.get("configurations", []):
+    for step in steps:
         sig = classify_step(run_dir, step)
         if sig:
-            entries.append({"platform": step.get("platform"), "config": step.get("config"),
-                            "step": step.get("step"), "signature": asdict(sig)})
-    for cmp in data.get("comparisons", []):
+            entry = {"platform": step.platform, "config": step.config, "step": step.step, "signature": asdict(sig)}
+            if step.step == "generate":
+                others = [asdict(s) for s in generate_signatures(run_dir, step) if (s.kind, s.key) != (sig.kind, sig.key)]
+                if others:
+                    entry["other_signatures"] = others  # every failing model's and generation's error is kept
+            entries.append(entry)
+    for cmp in comparisons:
         sig = comparison_signature(cmp)
         if sig:
-            entries.append({"platform": cmp.get("platform"), "config": cmp.get("candidate"), "step": "compare",
-                            "group": cmp.get("group"), "model": cmp.get("model"), "prompt": cmp.get("prompt"),
-                            "reference": cmp.get("reference"), "signature": asdict(sig)})
+            entries.append({"platform": cmp.platform, "config": cmp.candidate, "step": "compare",
+                            "group": cmp.group, "model": cmp.model, "prompt": cmp.prompt,
+                            "reference": cmp.reference, "signature": asdict(sig)})
     if write:
-        write_json(run_dir / SIGNATURES_FILE, entries)
+        write_json(RunLayout(run_dir).signatures_json, entries)
     return entries
 
 
@@ -791,7 +875,7 @@ def load_signatures(run_dir: Path) -> list[dict]:
 
     Same shape as :func:`classify_run`; an unreadable signatures.json is recomputed.
     """
-    path = run_dir / SIGNATURES_FILE
+    path = RunLayout(run_dir).signatures_json
     if path.is_file():
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

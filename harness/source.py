@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .config import Matrix, Source
+from .fs import writable_dir
+from .locks import exclusive
 
 #: Paths left out of the trimmed mirror (issue 4: ~10 MB without models/ and docs/),
 #: except the vocab files listed in MIRROR_KEEP, which the synthetic models need.
@@ -66,6 +68,7 @@ def cache_dir() -> Path:
 
     ``$HARNESS_CACHE_DIR`` wins, then ``$XDG_CACHE_HOME/llama-fork-harness``,
     then ``~/.cache/llama-fork-harness`` (the XDG base directory default).
+    Raises harness.fs.EnvironmentProblem when it cannot be a writable directory.
     """
     env = os.environ.get("HARNESS_CACHE_DIR")
     if env:
@@ -73,8 +76,7 @@ def cache_dir() -> Path:
     else:
         xdg = os.environ.get("XDG_CACHE_HOME")
         root = (Path(xdg) if xdg else Path.home() / ".cache") / "llama-fork-harness"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+    return writable_dir(root, "cache directory")
 
 
 def git(args: Sequence[str], cwd: Path | None = None, *, check: bool = True,
@@ -240,13 +242,20 @@ def obtain_base(matrix: Matrix, cache: Path | None = None, log: list[str] | None
 
     Sources are tried in matrix order; each failure's reason is appended to
     ``log`` (if given) and to the final SourceError when all fail.  A base
-    already in the cache is reused without network access.
+    already in the cache is reused without network access.  The cache entry
+    is locked (harness.locks) while it is checked or filled.
     """
     cache = cache or cache_dir()
-    commit = matrix.base_commit
     # 12 hex digits name the directory: with all 40, paths of the base tree pass Windows' MAX_PATH
     # below a runner's workspace (harness.path_budget); the record keeps the full commit
-    dest = cache / "base" / commit[:12]
+    dest = cache / "base" / matrix.base_commit[:12]
+    # one process fills a cache entry; another waits and then finds it there
+    with exclusive(dest, f"the source cache entry {dest}", (log.append if log is not None else None)):
+        return _obtain_base(matrix, cache, dest, log)
+
+
+def _obtain_base(matrix: Matrix, cache: Path, dest: Path, log: list[str] | None) -> BaseTree:
+    commit = matrix.base_commit
     record = dest.with_name(commit + ".json")
     if dest.exists() and record.exists():
         info = json.loads(record.read_text())

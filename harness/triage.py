@@ -16,6 +16,11 @@ B.  It reports, from the two ``summary.json`` files and the run directories:
 * build and test times that changed by more than :data:`TIME_NOISE_FRACTION` of the
   earlier time and at least :data:`TIME_NOISE_FLOOR_S` seconds.
 
+A run B that is incomplete (stopped by a signal, an exception or a full disk, or with
+something asked for not run) is named so and compared only on what it recorded: what A
+has and B did not get to is listed as not compared, never as a regression.  When the
+newest run has no summary.json at all, triage says so instead of comparing older runs.
+
 Exit status: 1 when there is any regression, 0 when there is none, 2 for bad input.
 
 ``python -m harness bisect -- --platform P --check test:NAME|group:G[:MODEL[:PROMPT]]``
@@ -31,7 +36,6 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field
@@ -39,12 +43,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from . import gpu
+from .results import COMPARISON, STEP, RecordError, RunLayout, StepRecord, read_summary
 from .signatures import load_signatures
 
-#: Statuses that count as a failure.
-BAD_STEP = frozenset({"failed", "error"})
-BAD_COMPARISON = frozenset({"diverged", "crashed", "timeout"})
-GOOD = frozenset({"passed", "identical"})
+#: Statuses that count as a failure or a success (declared in harness.results).
+BAD_STEP = STEP.failures
+BAD_COMPARISON = COMPARISON.failures
+GOOD = STEP.successes | COMPARISON.successes
 
 #: A build or test time change is reported when it exceeds both this fraction of the
 #: earlier time and TIME_NOISE_FLOOR_S.  The numbers are the project's rule for this
@@ -100,6 +105,10 @@ def _latest(results_dir: Path) -> Path | None:
     link = results_dir / "latest"
     if link.exists() and (link / "summary.json").is_file():
         return link.resolve()
+    if link.is_dir():
+        # the newest run was stopped before it recorded anything: never fall back to an older one
+        raise TriageInputError(f"the newest run {link.resolve().name} in {results_dir} is incomplete: it has no "
+                               "summary.json (it was stopped before it recorded a step); name two runs to compare")
     marker = results_dir / "LATEST"
     if marker.is_file():
         candidate = results_dir / marker.read_text().strip()
@@ -135,6 +144,19 @@ def resolve_run(spec: str, results_dir: Path) -> Path:
     if (candidate / "summary.json").is_file():
         return candidate.resolve()
     raise _unknown(spec, results_dir)
+
+
+def incomplete_reasons(summary: Mapping[str, Any]) -> list[str]:
+    """Why a run is incomplete (its ``incomplete`` list, plus its interrupted steps); [] for a complete run."""
+    reasons = list(summary.get("incomplete", []))
+    for s in summary.get("configurations", []):
+        if s.get("status") == "interrupted":
+            what = f"{s.get('platform')}: {s.get('step')} {s.get('config')}: interrupted"
+            if not any(what.rsplit(":", 1)[0] in r for r in reasons):
+                reasons.append(what)
+    if summary.get("overall") == "incomplete" and not reasons:
+        reasons.append("the run's verdict is incomplete")
+    return reasons
 
 
 def covered_platforms(summary: Mapping[str, Any]) -> set[str]:
@@ -268,6 +290,10 @@ class TriageReport:
     signatures_gone: list[SignatureSeen] = field(default_factory=list)
     pin_changes: list[PinChange] = field(default_factory=list)
     timing_changes: list[TimingChange] = field(default_factory=list)
+    #: why run B is incomplete ([] when it is complete); an incomplete B is compared only on what it
+    #: recorded, and ``not_compared`` lists what A has that B did not get to (never a regression)
+    b_incomplete: list[str] = field(default_factory=list)
+    not_compared: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[Transition]:
@@ -299,15 +325,9 @@ def _category(before: str, after: str, bad: frozenset[str]) -> str:
     return "other"
 
 
-_BLOCKED = [re.compile(r"build (?P<v>[\w, -]+?) did not pass"), re.compile(r"^(?P<v>\w+) build (?:failed|error)")]
-
-
-def _blocked_by(platform: str, detail: str) -> str:
-    for pattern in _BLOCKED:
-        m = pattern.search(detail or "")
-        if m:
-            return f"{platform} {m.group('v')} build"
-    return ""
+def _blocked_by(platform: str, step: dict | None) -> str:
+    builds = StepRecord.from_json(step).blocked_by() if step else []
+    return f"{platform} {', '.join(builds)} build" if builds else ""
 
 
 def _sig_index(entries: list[dict]) -> dict[tuple, dict]:
@@ -325,14 +345,25 @@ def _short(sig: dict | None) -> dict[str, str] | None:
     return None if sig is None else {"kind": sig["kind"], "key": sig["key"], "summary": sig["summary"]}
 
 
-def _step_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set) -> list[Transition]:
+def _unfinished(after: str, b_incomplete: bool) -> bool:
+    """True when B's side of a record says nothing: B was stopped before it (absent) or during it."""
+    return after == "interrupted" or (b_incomplete and after == "absent")
+
+
+def _step_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set,
+                      not_compared: list[str] | None = None) -> list[Transition]:
     steps_a = {(s["platform"], s["config"], s["step"]): s for s in sa.get("configurations", [])}
     steps_b = {(s["platform"], s["config"], s["step"]): s for s in sb.get("configurations", [])}
+    b_incomplete = bool(incomplete_reasons(sb))
     out = []
     for key in sorted(set(steps_a) | set(steps_b)):
         a, b = steps_a.get(key), steps_b.get(key)
         before = a["status"] if a else "absent"
         after = b["status"] if b else "absent"
+        if before != after and _unfinished(after, b_incomplete):
+            if not_compared is not None and a is not None:
+                not_compared.append(f"{key[0]} {key[1]} {key[2]} ({before} in A; {after} in B)")
+            continue
         if before == after:
             sa_sig, sb_sig = sig_a.get(key), sig_b.get(key)
             if before in BAD_STEP and sa_sig and sb_sig and (sa_sig["kind"], sa_sig["key"]) != (sb_sig["kind"], sb_sig["key"]):
@@ -352,7 +383,7 @@ def _step_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set) 
             sig_known = (failing_side["kind"], failing_side["key"]) in known
         out.append(Transition(category, "step", key[0], f"{key[1]} {key[2]}", before, after,
                               {"platform": key[0], "config": key[1], "step": key[2]}, detail,
-                              _short(failing_side), sig_known, _blocked_by(key[0], (b or {}).get("detail", ""))))
+                              _short(failing_side), sig_known, _blocked_by(key[0], b)))
     return out
 
 
@@ -364,15 +395,21 @@ def _cmp_what(key: tuple) -> str:
     return f"{key[1]} {key[2]}/{key[3]}: {key[5]} vs {key[4]}"
 
 
-def _comparison_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set) -> list[Transition]:
+def _comparison_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set,
+                            not_compared: list[str] | None = None) -> list[Transition]:
     ca = {_cmp_key(c): c for c in sa.get("comparisons", [])}
     cb = {_cmp_key(c): c for c in sb.get("comparisons", [])}
+    b_incomplete = bool(incomplete_reasons(sb))
     out = []
     for key in sorted(set(ca) | set(cb)):
         a, b = ca.get(key), cb.get(key)
         before = a["status"] if a else "absent"
         after = b["status"] if b else "absent"
         if before == after:
+            continue
+        if _unfinished(after, b_incomplete):
+            if not_compared is not None:
+                not_compared.append(f"{key[0]} {_cmp_what(key)} ({before} in A; not run in B)")
             continue
         category = _category(before, after, BAD_COMPARISON)
         if after == "absent" and any(k[0] == key[0] and k[1] == key[1] for k in cb):
@@ -425,12 +462,13 @@ def _signature_sets(entries_a: list[dict], entries_b: list[dict]) -> tuple[list,
     def group(entries: list[dict]) -> dict[tuple, SignatureSeen]:
         seen: dict[tuple, SignatureSeen] = {}
         for e in entries:
-            sig = e["signature"]
-            item = seen.setdefault((sig["kind"], sig["key"]), SignatureSeen(sig["kind"], sig["key"], sig["summary"]))
-            where = f"{e.get('platform')} {e.get('config')} {e.get('step')}"
-            if e.get("step") == "compare":
-                where += f" {e.get('group')}/{e.get('model')}/{e.get('prompt')}"
-            item.where.append(where)
+            for sig in (e["signature"], *e.get("other_signatures", [])):
+                item = seen.setdefault((sig["kind"], sig["key"]),
+                                       SignatureSeen(sig["kind"], sig["key"], sig["summary"]))
+                where = f"{e.get('platform')} {e.get('config')} {e.get('step')}"
+                if e.get("step") == "compare":
+                    where += f" {e.get('group')}/{e.get('model')}/{e.get('prompt')}"
+                item.where.append(where)
         return seen
 
     ga, gb = group(entries_a), group(entries_b)
@@ -448,9 +486,7 @@ def pin_totals(run_dir: Path) -> dict[tuple[str, str], dict[tuple[str, str], dic
     (bytes requested/granted, allocations, segments).
     """
     out: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}
-    for stderr in sorted(run_dir.glob("*/*/gen/*/*.stderr")):
-        stem = stderr.name[: -len(".stderr")]
-        platform, config, model = stderr.parents[3].name, stderr.parents[2].name, stderr.parent.name
+    for platform, config, model, stem, stderr in RunLayout(run_dir).all_generation_files(".stderr"):
         ladder_file = stderr.with_name(stem + ".pin-ladder.json")
         records = _read_json(ladder_file) if ladder_file.is_file() else []
         out.setdefault((platform, config), {})[(model, stem)] = gpu.ladder_totals(records or [])
@@ -515,18 +551,20 @@ def diff_runs(a: Path, b: Path) -> TriageReport:
     the logs without writing), and pin-ladder files.  Raises TriageInputError when either
     directory has no readable summary.json.
     """
-    sa, sb = _read_json(a / "summary.json"), _read_json(b / "summary.json")
-    for path, data in ((a, sa), (b, sb)):
-        if not isinstance(data, dict):
-            raise TriageInputError(f"{path / 'summary.json'}: missing or not a summary object")
+    try:
+        sa, sb = read_summary(a), read_summary(b)
+    except (FileNotFoundError, RecordError) as exc:
+        raise TriageInputError(str(exc)) from None
     entries_a, entries_b = load_signatures(a), load_signatures(b)
     sig_a, sig_b = _sig_index(entries_a), _sig_index(entries_b)
-    known = {(e["signature"]["kind"], e["signature"]["key"]) for e in entries_a}
+    known = {(sig["kind"], sig["key"]) for e in entries_a for sig in (e["signature"], *e.get("other_signatures", []))}
     report = TriageReport(a=str(sa.get("run_id") or a.name), b=str(sb.get("run_id") or b.name),
                           a_dir=str(a), b_dir=str(b),
                           platforms=sorted(covered_platforms(sa) | covered_platforms(sb)))
-    report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known)
-                                + _comparison_transitions(sa, sb, sig_a, sig_b, known), key=_order)
+    report.b_incomplete = incomplete_reasons(sb)
+    report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known, report.not_compared)
+                                + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared),
+                                key=_order)
     report.divergences = _divergence_changes(sa, sb)
     report.signatures_new, report.signatures_known, report.signatures_gone = _signature_sets(entries_a, entries_b)
     report.pin_changes = _pin_changes(a, b)
@@ -559,6 +597,13 @@ def _transition_line(t: Transition) -> str:
 def format_report(report: TriageReport) -> str:
     """The report as plain text for a terminal: sections in order of importance, then the verdict."""
     out = [f"triage {report.a} -> {report.b}  (platforms: {', '.join(report.platforms) or 'none'})", ""]
+    if report.b_incomplete:
+        out.append(f"RUN {report.b} IS INCOMPLETE: compared only on what it recorded; "
+                   f"{len(report.not_compared)} record(s) of {report.a} it did not get to are not compared "
+                   "(and are not regressions)")
+        out += [f"  {r}" for r in report.b_incomplete]
+        out += [f"  not compared: {r}" for r in report.not_compared]
+        out.append("")
     sections = [("REGRESSIONS", report.regressions), ("FIXES", report.fixes),
                 ("OTHER CHANGES", [t for t in report.transitions if t.category == "other"])]
     for title, items in sections:

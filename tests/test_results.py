@@ -46,6 +46,7 @@ def test_summary_has_the_documented_shape(tmp_path):
 def test_summary_is_kept_across_stages_of_one_run(tmp_path):
     run = Run.open(tmp_path, "r2")
     run.record_step(StepRecord("p", "fork", "build", "passed"))
+    run.close()  # the stage's process ends
     again = Run.open(tmp_path, "r2")  # a later stage (another process) continues the run
     again.record_step(StepRecord("p", "fork", "test", "passed"))
     steps = json.loads((run.dir / "summary.json").read_text())["configurations"]
@@ -93,7 +94,7 @@ def test_ladder_lines_parse_into_numbers():
     assert recs[1]["error"] == "cudaErrorMemoryAllocation"
     totals = gpu.ladder_totals(recs)
     assert totals == {"allocations": 1, "requested": 6442450944, "granted": 2147483648, "segments": 4,
-                      "seconds": 0.731, "warnings": 2}
+                      "calls": 0, "seconds": 0.731, "warnings": 2}
 
 
 def test_sanitizer_summary(tmp_path):

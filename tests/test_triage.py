@@ -13,7 +13,7 @@ import pytest
 
 from harness import signatures, triage
 from harness.patches import export_series, read_series
-from harness.results import ComparisonRecord, Run, StepRecord, write_json
+from harness.results import ComparisonRecord, Failure, Run, StepRecord, write_json
 from harness.signatures import classify_run, classify_step, classify_text, normalise
 from harness.source import BaseTree
 from harness.triage import (BisectError, SeriesBisector, TestCheck, bisect_first_bad, diff_runs,
@@ -113,9 +113,12 @@ def make_run(root: Path, run_id: str, *, regressed: bool, variant: int = 0, plat
         write_gen(run, CUDA, "cuda-pin-all", "moe-large", "story", pin=ladder([2 * GIB] if regressed else [4 * GIB]))
         run.record_step(StepRecord(CUDA, "cuda-nopin", "generate", "passed", detail="all generations ran"))
         if regressed:
+            error_line = f"{prefix}/ggml/src/ggml-cuda/ggml-cuda.cu:88: CUDA error"
             run.record_step(StepRecord(CUDA, "cuda-pin-all", "generate", "failed",
-                                       detail=f"moe-large/long-prefill: crashed SIGABRT {prefix}/ggml/src/ggml-cuda/"
-                                              f"ggml-cuda.cu:88: CUDA error"))
+                                       detail=f"moe-large/long-prefill: crashed SIGABRT {error_line}",
+                                       failures=[Failure("generation", model="moe-large", prompt="long-prefill",
+                                                         repeat=1, status="crashed", signal="SIGABRT",
+                                                         error_line=error_line)]))
         else:
             run.record_step(StepRecord(CUDA, "cuda-pin-all", "generate", "passed", detail="all generations ran"))
         run.record_comparisons([
@@ -163,8 +166,10 @@ def runs(tmp_path):
 def test_cuda_error_signature_is_error_and_api_call_not_the_call_site(runs):
     root, a, b, q, c = runs
     step = {"platform": CUDA, "config": "cuda-pin-all", "step": "generate", "status": "failed"}
-    sig_b = classify_step(b.dir, {**step, "detail": _detail(b, CUDA, "cuda-pin-all")})
-    sig_c = classify_step(c.dir, {**step, "detail": _detail(c, CUDA, "cuda-pin-all")})
+    sig_b = classify_step(b.dir, b.step(CUDA, "cuda-pin-all", "generate"))
+    sig_c = classify_step(c.dir, c.step(CUDA, "cuda-pin-all", "generate"))
+    # a record-format-1 entry (facts only in its detail) gets the same signature
+    assert classify_step(b.dir, {**step, "detail": _detail(b, CUDA, "cuda-pin-all")}) == sig_b
     assert sig_b.kind == "cuda_error"
     assert sig_b.key == "an illegal memory access was encountered at cudaFuncSetAttribute"
     assert sig_b.key == sig_c.key  # other device, address, line, function, machine: same failure
@@ -460,10 +465,19 @@ def test_blocked_steps_name_the_failed_build(tmp_path):
     a.record_step(StepRecord(CPU, "fork", "generate", "passed", detail="all generations ran"))
     b = Run.open(root, "r2")
     b.record_step(StepRecord(CPU, "fork", "build", "error", 0.0, "BuildError: ninja not found on PATH"))
-    b.record_step(StepRecord(CPU, "fork", "generate", "error", detail="error: build fork did not pass"))
+    b.record_step(StepRecord(CPU, "fork", "generate", "error", detail="error: build fork did not pass",
+                             failures=[Failure("blocked", build="fork")]))
     report = diff_runs(a.dir, b.dir)
     blocked = {t.what: t.blocked_by for t in report.regressions}
     assert blocked == {"fork build": "", "fork generate": f"{CPU} fork build"}
+
+    # a run of record format 1 (no failure facts, no record_version) still names the blocking build
+    old = json.loads((b.dir / "summary.json").read_text())
+    del old["record_version"]
+    for s in old["configurations"]:
+        del s["failures"]
+    (b.dir / "summary.json").write_text(json.dumps(old))
+    assert {t.what: t.blocked_by for t in diff_runs(a.dir, b.dir).regressions} == blocked
 
 
 # --------------------------------------------------------------------------- bisect

@@ -1,0 +1,55 @@
+"""Problems with the machine's file systems, told in one line: which path, and why.
+
+A results or cache directory that cannot be written (read-only file system, no
+permission), that is a file, or a disk that fills up mid-run is the
+environment's fault, not the fork's: the harness names the path and the cause
+and exits with 2, without a traceback (harness.cli).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+#: errno values that mean "the environment cannot hold our files" rather than a bug of ours.
+ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                                errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENAMETOOLONG})
+
+
+class EnvironmentProblem(Exception):
+    """A path the harness needs cannot be used; the message names the path and the cause (exit code 2)."""
+
+    exit_code = 2
+
+
+def is_environment_error(exc: BaseException) -> bool:
+    """True for an OSError whose errno says the file system refused us (full, read-only, not a directory...)."""
+    return isinstance(exc, OSError) and exc.errno in ENVIRONMENT_ERRNOS
+
+
+def describe(exc: OSError) -> str:
+    """``<path>: <cause>`` for an OSError, e.g. ``results/x/summary.json: No space left on device``."""
+    cause = exc.strerror or str(exc)
+    if exc.filename is not None:
+        return f"{exc.filename}: {cause}"
+    return cause
+
+
+def writable_dir(path: Path, what: str) -> Path:
+    """Create ``path`` (with parents) if needed and prove it is a writable directory; return it.
+
+    ``what`` names the role in the message ("results directory", "cache
+    directory").  Raises EnvironmentProblem naming the path and the cause:
+    not a directory, read-only file system, permission denied, no space left.
+    """
+    try:
+        if path.exists() and not path.is_dir():
+            raise EnvironmentProblem(f"{what} {path}: not a directory")
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"x")
+        probe.unlink()
+    except OSError as exc:
+        raise EnvironmentProblem(f"{what} {path}: {describe(exc)}") from None
+    return path

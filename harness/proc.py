@@ -1,0 +1,244 @@
+"""Child processes in their own process groups, and what an interrupt does to them.
+
+Every program the harness starts (cmake, ninja, ctest, llama-completion,
+llama-tokenize, servers, test binaries) goes through :func:`run` or
+:func:`start`: each child leads a new process group (a new session on POSIX,
+``CREATE_NEW_PROCESS_GROUP`` on Windows), so the compilers ninja forks or the
+threads of a server are one unit.  A child that times out, or that is running
+when the harness is interrupted (SIGINT, SIGTERM) or fails with an exception,
+has its whole group terminated: SIGTERM, then SIGKILL after
+:data:`GRACE_S` seconds, and is waited for.  No child outlives the harness.
+
+:func:`handle_signals` turns SIGINT and SIGTERM into :class:`Interrupted`, a
+``BaseException`` (like ``KeyboardInterrupt``), so the ``except Exception``
+handlers that keep one failing platform from stopping the others do not
+swallow it; the stage runner records the run as incomplete and exits with
+``128 + signal`` (130 for SIGINT, 143 for SIGTERM), the shell convention.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Iterator, Mapping, Sequence
+
+#: Seconds a process group gets between SIGTERM and SIGKILL (ninja needs a moment to stop its
+#: compilers and clean up partial outputs; 5 s is ample for that and short for a user waiting).
+GRACE_S = 5.0
+
+_live: set[subprocess.Popen] = set()
+_live_lock = threading.Lock()
+
+
+class Interrupted(BaseException):
+    """The harness got SIGINT or SIGTERM; ``signum`` says which and ``exit_code`` is 128 + signum."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+    @property
+    def signal_name(self) -> str:
+        """SIGINT or SIGTERM."""
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal number: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + self.signum
+
+
+@dataclass
+class Completed:
+    """A finished child: ``returncode`` (negative: killed by that signal; None: timed out) and
+    ``seconds`` of wall time; ``timed_out`` when the harness killed it after its timeout."""
+
+    argv: list[str]
+    returncode: int | None
+    seconds: float
+    timed_out: bool = False
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member we may not signal still exists
+        return True
+    return True
+
+
+def terminate(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
+    """Terminate ``proc`` and every process of its group, then wait for ``proc``.
+
+    POSIX: SIGTERM to the group; after ``grace_s`` seconds any member still
+    alive gets SIGKILL.  Windows: CTRL_BREAK_EVENT to the group, then
+    ``TerminateProcess``.  Safe to call for a process that already exited.
+    """
+    if os.name == "nt":  # pragma: no cover - exercised on Windows only
+        if proc.poll() is None:
+            try:
+                proc.send_signal(signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
+                proc.wait(timeout=grace_s)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+        proc.wait()
+        return
+    pgid = proc.pid
+    if not _group_alive(pgid):
+        proc.wait()
+        return
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the leader so its pid stops counting as a group member
+        if not _group_alive(pgid):
+            break
+        time.sleep(0.05)
+    else:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+    while _group_alive(pgid) and time.monotonic() < deadline + grace_s:
+        time.sleep(0.05)  # members killed with SIGKILL are reaped by init; wait until they are gone
+
+
+def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+          stdin: Any = subprocess.DEVNULL, stdout: Any = None, stderr: Any = None) -> subprocess.Popen:
+    """Start ``argv`` (a list, never a shell string) as the leader of a new process group.
+
+    ``env`` is added on top of ``os.environ``.  The child is registered until
+    :func:`finish` or :func:`terminate_all` handles it.  Raises OSError when
+    the program cannot be started.
+    """
+    kwargs: dict[str, Any] = {}
+    if os.name == "nt":  # pragma: no cover
+        kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
+    else:
+        kwargs["start_new_session"] = True
+    proc = subprocess.Popen(list(argv), stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd,
+                            env={**os.environ, **(env or {})}, **kwargs)
+    with _live_lock:
+        _live.add(proc)
+    return proc
+
+
+def finish(proc: subprocess.Popen, timeout_s: float | None = None) -> tuple[int | None, bool]:
+    """Wait for ``proc`` (at most ``timeout_s`` seconds) and unregister it.
+
+    Returns (exit code, timed out).  On timeout the group is terminated and the
+    exit code is None.  On any exception while waiting (an interrupt among
+    them) the group is terminated and the exception propagates.  Members of
+    the group that outlive a leader which exited normally are terminated too.
+    """
+    try:
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            terminate(proc)
+            return None, True
+        if os.name != "nt" and _group_alive(proc.pid):
+            terminate(proc)
+        return rc, False
+    except BaseException:
+        terminate(proc)
+        raise
+    finally:
+        with _live_lock:
+            _live.discard(proc)
+
+
+def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+        stdin: Any = subprocess.DEVNULL, stdout: IO | int | None = None, stderr: IO | int | None = None,
+        timeout_s: float | None = None) -> Completed:
+    """Run ``argv`` to completion in its own process group; see :func:`start` and :func:`finish`.
+
+    ``stdout``/``stderr`` are file objects or ``subprocess`` constants (None:
+    inherited).  Returns a :class:`Completed`.  Raises OSError when the program
+    cannot be started; re-raises an interrupt after terminating the group.
+    """
+    t0 = time.monotonic()
+    proc = start(argv, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr)
+    rc, timed_out = finish(proc, timeout_s)
+    return Completed(list(argv), rc, time.monotonic() - t0, timed_out)
+
+
+def run_capture(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+                timeout_s: float | None = None, merge_stderr: bool = False) -> tuple[Completed, bytes, bytes]:
+    """Like :func:`run` with stdout (and stderr, or both merged) captured: (completed, stdout, stderr) bytes.
+
+    Output goes through temporary files rather than pipes, so a child that
+    writes a lot never blocks and the wait stays interruptible.
+    """
+    import tempfile
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        done = run(argv, env=env, cwd=cwd, stdout=out, stderr=out if merge_stderr else err, timeout_s=timeout_s)
+        out.seek(0)
+        err.seek(0)
+        return done, out.read(), err.read()
+
+
+def live() -> list[subprocess.Popen]:
+    """The children started through this module that have not been waited for yet."""
+    with _live_lock:
+        return list(_live)
+
+
+def terminate_all() -> int:
+    """Terminate every registered child's process group (see :func:`terminate`); returns how many."""
+    procs = live()
+    for p in procs:
+        terminate(p)
+        with _live_lock:
+            _live.discard(p)
+    return len(procs)
+
+
+@contextmanager
+def handle_signals() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread.
+
+    A second signal while the first is being handled is ignored, so the
+    clean-up (terminating children, writing the summary) is not cut short.
+    Previous handlers are restored on exit.  Only usable from the main thread.
+    """
+    fired: list[int] = []
+
+    def handler(signum: int, _frame: Any) -> None:
+        if fired:
+            return
+        fired.append(signum)
+        raise Interrupted(signum)
+
+    wanted = [signal.SIGINT, signal.SIGTERM]
+    old = {s: signal.signal(s, handler) for s in wanted}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The process exit code for an exception that ended a run: 128 + signal for an interrupt, else 1."""
+    if isinstance(exc, Interrupted):
+        return exc.exit_code
+    if isinstance(exc, KeyboardInterrupt):
+        return 128 + signal.SIGINT
+    return 1
+
+
+__all__ = ["GRACE_S", "Completed", "Interrupted", "exit_code_for", "finish", "handle_signals", "live", "run",
+           "run_capture", "start", "terminate", "terminate_all"]

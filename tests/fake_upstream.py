@@ -1,0 +1,241 @@
+"""A tiny stand-in for upstream llama.cpp that the whole harness can build, test and compare in seconds.
+
+The repository holds a CMake project with the targets the harness asks for:
+``llama-completion`` and ``llama-tokenize`` (C launchers that exec Python
+scripts of the tree, so their behaviour is easy to read) and a ctest test
+``test-fake``.  A custom build step (``slow_step.py``) generates a header the
+completion program includes; it sleeps when ``FAKE_BUILD_SLEEP_S`` is set, so
+a build can be caught mid-way.  Every fake program appends its pid to
+``$FAKE_PIDS`` when that is set, so a test can check that none outlived the
+harness.  ``FAKE_GEN_SLEEP_S`` makes each generation sleep (only those whose prompt
+contains ``FAKE_SLOW_WORD`` when that is set); ``FAKE_BIG_MB``
+makes it write that many MiB to stderr.
+
+:func:`make_fake_project` writes the repository, a one-patch series and a
+matrix naming the repository as a ``local`` source, and a tiny GGUF model.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from harness.patches import export_series
+from test_triage import FAKE_TOKENIZE
+
+CMAKELISTS = """cmake_minimum_required(VERSION 3.14)
+project(fake C)
+enable_testing()
+set(FAKE_PYTHON "python3" CACHE STRING "Python that runs the fake programs")
+add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/gen.h
+    COMMAND ${FAKE_PYTHON} ${CMAKE_SOURCE_DIR}/slow_step.py ${CMAKE_BINARY_DIR}/gen.h
+    DEPENDS ${CMAKE_SOURCE_DIR}/slow_step.py)
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+foreach(prog completion tokenize)
+    add_executable(llama-${prog} launcher.c ${CMAKE_BINARY_DIR}/gen.h)
+    target_include_directories(llama-${prog} PRIVATE ${CMAKE_BINARY_DIR})
+    target_compile_definitions(llama-${prog} PRIVATE FAKE_PY="${FAKE_PYTHON}"
+        FAKE_SCRIPT="${CMAKE_SOURCE_DIR}/fake_${prog}.py")
+endforeach()
+add_executable(test-fake launcher.c ${CMAKE_BINARY_DIR}/gen.h)
+target_include_directories(test-fake PRIVATE ${CMAKE_BINARY_DIR})
+target_compile_definitions(test-fake PRIVATE FAKE_PY="${FAKE_PYTHON}" FAKE_SCRIPT="${CMAKE_SOURCE_DIR}/fake_test.py")
+add_test(NAME test-fake COMMAND test-fake)
+set_tests_properties(test-fake PROPERTIES LABELS main)
+"""
+
+LAUNCHER_C = r"""#include <stdio.h>
+#include <unistd.h>
+#include "gen.h"
+int main(int argc, char ** argv) {
+    char * args[64];
+    int n = 0;
+    args[n++] = FAKE_PY;
+    args[n++] = FAKE_SCRIPT;
+    for (int i = 1; i < argc && n < 63; i++) args[n++] = argv[i];
+    args[n] = NULL;
+    execv(FAKE_PY, args);
+    perror("execv");
+    return 127;
+}
+"""
+
+COMMON_PY = """import os, sys, time
+def note_pid():
+    if os.environ.get("FAKE_PIDS"):
+        with open(os.environ["FAKE_PIDS"], "a") as fh:
+            fh.write(f"{os.getpid()}\\n")
+"""
+
+SLOW_STEP_PY = COMMON_PY + """note_pid()
+time.sleep(float(os.environ.get("FAKE_BUILD_SLEEP_S") or 0))
+open(sys.argv[1], "w").write("#define FAKE_GENERATED 1\\n")
+"""
+
+FAKE_COMPLETION_PY = COMMON_PY + """note_pid()
+args = sys.argv[1:]
+prompt = open(args[args.index("-f") + 1], encoding="utf-8").read()
+n = int(args[args.index("-n") + 1])
+if os.environ.get("FAKE_SLOW_WORD", "") in prompt:
+    time.sleep(float(os.environ.get("FAKE_GEN_SLEEP_S") or 0))
+words = prompt.split() or ["empty"]
+sys.stdout.write(prompt + "".join(" " + words[i % len(words)] for i in range(n)) + "\\n\\n")
+sys.stdout.flush()
+if os.environ.get("FAKE_BIG_MB"):
+    chunk = b"x" * (1 << 20)
+    for _ in range(int(os.environ["FAKE_BIG_MB"])):
+        try:
+            sys.stderr.buffer.write(chunk)
+            sys.stderr.flush()
+        except OSError:
+            break
+"""
+
+#: the tokenizer of the triage tests' fake builds, without its "#!{python}" line (the launcher runs it)
+FAKE_TOKENIZE_PY = FAKE_TOKENIZE.split("\n", 1)[1]
+
+FAKE_TEST_PY = COMMON_PY + """note_pid()
+time.sleep(float(os.environ.get("FAKE_TEST_SLEEP_S") or 0))
+print("test-fake: 3 checks passed")
+"""
+
+MATRIX = """schema_version: 1
+base:
+  commit: {commit}
+  sources:
+    - kind: local
+      path: {repo}
+defaults:
+  generation: {{n_predict: 4, repeats: 1, seed: 1, ctx_size: 64, timeout_s: {timeout}}}
+platforms:
+  linux-x86_64-cpu:
+    os: linux
+    arch: x86_64
+    hardware: {{gpu: none}}
+    cmake: {{CMAKE_BUILD_TYPE: Release, FAKE_PYTHON: "{python}"}}
+    targets: [llama-completion, llama-tokenize]
+    test_targets: [test-fake]
+    test_labels: [main]
+    groups: [base-vs-fork]
+models:
+  tiny:
+    kind: file
+    path: {model}
+prompts:
+  - id: one
+    text: "one two three"
+  - id: two
+    text: "four five six"
+  - id: three
+    text: "seven eight"
+  - id: four
+    text: "nine ten"
+configs:
+  base: {{build: base}}
+  fork: {{build: fork}}
+groups:
+  base-vs-fork:
+    models: [tiny]
+    reference: base
+    candidates: [fork]
+"""
+
+
+@dataclass
+class FakeProject:
+    """Paths of a fake project: ``root`` (tmp dir), ``repo``, ``matrix`` file, ``patches`` dir,
+    ``work`` dir, ``results`` dir and ``model`` (a small GGUF)."""
+
+    root: Path
+    repo: Path
+    matrix: Path
+    patches: Path
+    work: Path
+    results: Path
+    model: Path
+
+    def argv(self, *stages: str, extra: tuple[str, ...] = ()) -> list[str]:
+        """``python -m harness STAGES --matrix ... --platform linux-x86_64-cpu -j 1`` for this project."""
+        return [sys.executable, "-m", "harness", *stages, "--matrix", str(self.matrix), "--patches-dir",
+                str(self.patches), "--work-dir", str(self.work), "--results-dir", str(self.results),
+                "--platform", "linux-x86_64-cpu", "-j", "1", *extra]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment for a harness process: the venv's tools first, this project's cache."""
+        env = dict(os.environ)
+        env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+        env["HARNESS_CACHE_DIR"] = str(self.root / "cache")
+        env.pop("HARNESS_RUN_ID", None)
+        env.pop("CMAKE_GENERATOR", None)
+        env["CCACHE_DISABLE"] = "1"
+        env.update(extra)
+        return env
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_AUTHOR_DATE": "2024-01-01T00:00:00+00:00",
+           "GIT_COMMITTER_DATE": "2024-01-01T00:00:00+00:00"}
+    return subprocess.run(["git", "-c", "core.autocrlf=false", *args], cwd=repo, env=env, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def write_tiny_gguf(path: Path) -> Path:
+    """A valid GGUF of a few hundred bytes: architecture ``llama`` and one F32 tensor of 16 values."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", np.arange(16, dtype=np.float32).reshape(4, 4))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def make_fake_project(root: Path, *, timeout_s: float = 60) -> FakeProject:
+    """Write the fake upstream repository, its one-patch series, a tiny model and a matrix under ``root``."""
+    repo = root / "upstream"
+    repo.mkdir(parents=True)
+    files = {"CMakeLists.txt": CMAKELISTS, "launcher.c": LAUNCHER_C, "slow_step.py": SLOW_STEP_PY,
+             "fake_completion.py": FAKE_COMPLETION_PY, "fake_tokenize.py": FAKE_TOKENIZE_PY,
+             "fake_test.py": FAKE_TEST_PY}
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "fake upstream")
+    commit = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "checkout", "-q", "-b", "fork")
+    (repo / "FORK.md").write_text("the fork's notes\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "Add the fork's notes\n\nThe fork documents itself.")
+    patches = root / "patches"
+    export_series(repo, commit, patches)
+    _git(repo, "checkout", "-q", "main")
+    model = write_tiny_gguf(root / "tiny.gguf")
+    matrix = root / "matrix.yaml"
+    matrix.write_text(MATRIX.format(commit=commit, repo=repo, python=sys.executable, model=model,
+                                    timeout=timeout_s))
+    return FakeProject(root, repo, matrix, patches, root / "work", root / "results", model)
+
+
+def pids_alive(pid_file: Path) -> list[int]:
+    """The pids listed in ``pid_file`` that still exist (zombies count as gone)."""
+    alive = []
+    if not pid_file.exists():
+        return alive
+    for line in pid_file.read_text().split():
+        pid = int(line)
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive

@@ -1,0 +1,259 @@
+"""Interrupted, timed-out and concurrent runs, with real processes and real signals.
+
+The harness runs on the fake upstream of ``fake_upstream.py`` (a CMake
+project built in seconds); every child it starts notes its pid, so the tests
+can check that none outlives the harness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fake_upstream import make_fake_project, pids_alive
+from harness import proc
+
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX process groups and /proc"),
+    pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler"),
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def wait_for(predicate, timeout_s: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def summary(results: Path) -> dict:
+    runs = [d for d in results.iterdir() if d.is_dir() and not d.is_symlink() and d.name != "junit"]
+    assert len(runs) == 1, runs
+    return json.loads((runs[0] / "summary.json").read_text())
+
+
+@pytest.fixture()
+def project(tmp_path):
+    return make_fake_project(tmp_path)
+
+
+def _built(project) -> None:
+    done = subprocess.run(project.argv("build"), cwd=REPO_ROOT, env=project.env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    shutil.rmtree(project.results)
+
+
+# --------------------------------------------------------------------------- the process helper
+
+
+def test_a_timeout_terminates_the_whole_group_grandchildren_too(tmp_path):
+    pid_file = tmp_path / "pids"
+    script = f"sleep 600 & echo $! >> {pid_file}; echo $$ >> {pid_file}; wait"
+    done = proc.run(["sh", "-c", script], timeout_s=1.0)
+    assert done.timed_out and done.returncode is None
+    assert len(pid_file.read_text().split()) == 2
+    assert pids_alive(pid_file) == []
+    assert proc.live() == []
+
+
+def test_an_exception_while_waiting_terminates_the_group(tmp_path):
+    pid_file = tmp_path / "pids"
+
+    def boom(signum, frame):
+        raise RuntimeError("boom")
+
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(1)
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            proc.run(["sh", "-c", f"sleep 600 & echo $! >> {pid_file}; wait"])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert pids_alive(pid_file) == []
+
+
+def test_a_group_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path, monkeypatch):
+    monkeypatch.setattr(proc, "GRACE_S", 0.5)
+    pid_file = tmp_path / "pids"
+    child = proc.start(["sh", "-c", f"trap '' TERM; echo $$ >> {pid_file}; while :; do sleep 0.1; done"])
+    wait_for(lambda: pid_file.exists(), what="the child to start")
+    t0 = time.monotonic()
+    proc.terminate(child, grace_s=0.5)
+    assert 0.4 < time.monotonic() - t0 < 5
+    assert child.returncode == -signal.SIGKILL
+    assert pids_alive(pid_file) == []
+
+
+# --------------------------------------------------------------------------- signals to the harness
+
+
+def test_sigint_during_a_build_leaves_no_process_and_an_incomplete_summary(project):
+    pids = project.root / "pids"
+    run = start(project.argv("build", "test", "compare-outputs"),
+                project.env(FAKE_BUILD_SLEEP_S="120", FAKE_PIDS=str(pids)))
+    wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the build's slow step")
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 130, out + err
+    assert "Traceback" not in err
+    assert pids_alive(pids) == []  # ninja's slow step went with the harness
+    s = summary(project.results)
+    assert s["overall"] == "incomplete"
+    build = [c for c in s["configurations"] if c["step"] == "build"]
+    assert [(c["config"], c["status"]) for c in build] == [("fork", "interrupted")]
+    assert "interrupted by SIGINT" in build[0]["detail"]
+    assert any("build fork: interrupted by SIGINT" in r for r in s["incomplete"])
+    assert any(r.startswith("test: not run (interrupted by SIGINT)") for r in s["incomplete"])
+    assert any(r.startswith("compare-outputs: not run") for r in s["incomplete"])
+    assert "⏹️ interrupted" in next(project.results.glob("*/summary.md")).read_text()
+
+    # the next run builds again: the interrupted build is not taken as up to date
+    shutil.rmtree(project.results)
+    again = subprocess.run(project.argv("build"), cwd=REPO_ROOT, env=project.env(), capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "build fork: passed — built in" in again.stdout
+
+
+def test_sigterm_during_comparisons_keeps_the_finished_ones_and_names_the_cut_step(project):
+    _built(project)
+    pids = project.root / "pids"
+    run = start(project.argv("compare-outputs"),
+                project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="seven", FAKE_PIDS=str(pids)))
+    # prompts one and two finish; prompt three ("seven eight") hangs in the base generation
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) >= 5, what="the slow generation")
+    time.sleep(0.3)
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 143, out + err
+    assert "Traceback" not in err
+    assert pids_alive(pids) == []
+    s = summary(project.results)
+    assert s["overall"] == "incomplete"
+    assert [(c["prompt"], c["status"]) for c in s["comparisons"]] == [("one", "identical"), ("two", "identical")]
+    steps = {(c["config"], c["step"]): c for c in s["configurations"]}
+    assert steps[("base", "generate")]["status"] == "interrupted"
+    assert any("generate base: interrupted by SIGTERM" in r for r in s["incomplete"])
+
+
+# --------------------------------------------------------------------------- concurrent processes
+
+
+def test_two_builds_of_the_same_key_at_once_one_waits_and_finds_it_up_to_date(project):
+    env = project.env(FAKE_BUILD_SLEEP_S="3")
+    a = start(project.argv("build", extra=("--results-dir", str(project.root / "ra"))), env)
+    b = start(project.argv("build", extra=("--results-dir", str(project.root / "rb"))), env)
+    outs = [p.communicate(timeout=300) for p in (a, b)]
+    assert a.returncode == 0 and b.returncode == 0, outs
+    text = "\n".join(o + e for o, e in outs)
+    assert text.count("build fork: passed — built in") == 1
+    assert text.count("build fork: passed — up to date") == 1
+    assert "waiting" in text
+
+
+def test_a_build_waits_for_a_running_generation_of_another_process(project):
+    _built(project)
+    pids = project.root / "pids"
+    gen = start(project.argv("compare-outputs"),
+                project.env(FAKE_GEN_SLEEP_S="3", FAKE_SLOW_WORD="one", FAKE_PIDS=str(pids)))
+    wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the first generation")
+    rebuild = start(project.argv("build", extra=("-DFAKE_OTHER=1", "--results-dir", str(project.root / "rb"))),
+                    project.env())
+    out, err = gen.communicate(timeout=300)
+    gen_end = time.time()
+    assert gen.returncode == 0, out + err
+    assert summary(project.results)["overall"] == "passed"
+    rout, rerr = rebuild.communicate(timeout=300)
+    assert rebuild.returncode == 0, rout + rerr
+    assert "waiting to build in" in rout and "another harness process is using it" in rout
+    stamp = project.work / "fork" / "build-linux-x86_64-cpu" / "harness-build.json"
+    assert stamp.stat().st_mtime >= gen_end - 0.5  # relinked only after the generations ended
+    assert json.loads(stamp.read_text())["options"]["FAKE_OTHER"] == "1"
+
+
+def test_a_run_id_held_by_a_live_process_is_refused(project):
+    _built(project)
+    pids = project.root / "pids"
+    first = start(project.argv("compare-outputs", extra=("--run-id", "shared")),
+                  project.env(FAKE_GEN_SLEEP_S="3", FAKE_SLOW_WORD="one", FAKE_PIDS=str(pids)))
+    wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the first run's generation")
+    second = subprocess.run(project.argv("test", extra=("--run-id", "shared")), cwd=REPO_ROOT,
+                            env=project.env(), capture_output=True, text=True, timeout=120)
+    assert second.returncode == 2
+    assert second.stderr.strip() == (f"error: run shared is in use by another live harness process "
+                                     f"(pid {first.pid}); wait for it to end or choose another --run-id")
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, out + err
+    s = summary(project.results)
+    assert s["overall"] == "passed" and not any(c["step"] == "test" for c in s["configurations"])
+    # once the first process has ended, a later stage may continue the run
+    later = subprocess.run(project.argv("test", extra=("--run-id", "shared")), cwd=REPO_ROOT,
+                           env=project.env(), capture_output=True, text=True, timeout=300)
+    assert later.returncode == 0, later.stdout + later.stderr
+    assert any(c["step"] == "test" for c in summary(project.results)["configurations"])
+
+
+# --------------------------------------------------------------------------- triage after an interrupt
+
+
+def triage(project, *runs: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", "triage", *runs, "--results-dir", str(project.results)],
+                          cwd=REPO_ROOT, env=project.env(), capture_output=True, text=True, timeout=120)
+
+
+def test_triage_names_an_interrupted_newest_run_incomplete_and_finds_no_regression_in_what_it_lacks(project):
+    full = subprocess.run(project.argv("build", "test", "compare-outputs"), cwd=REPO_ROOT, env=project.env(),
+                          capture_output=True, text=True)
+    assert full.returncode == 0, full.stdout + full.stderr
+    pids = project.root / "pids"
+    cut = start(project.argv("build", "test", "compare-outputs"),
+                project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="seven", FAKE_PIDS=str(pids)))
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) >= 6, what="the slow generation")
+    cut.send_signal(signal.SIGINT)
+    cut.communicate(timeout=60)
+    assert cut.returncode == 130
+
+    done = triage(project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "IS INCOMPLETE: compared only on what it recorded" in done.stdout
+    assert "generate base: interrupted by SIGINT" in done.stdout
+    assert "not compared: linux-x86_64-cpu base-vs-fork tiny/three: fork vs base (identical in A; not run in B)" \
+        in done.stdout
+    assert "REGRESSIONS (0)" in done.stdout and "verdict: no regressions" in done.stdout
+    report = json.loads(triage(project, "--json").stdout)
+    assert report["b_incomplete"] and len(report["not_compared"]) >= 2 and report["verdict"] == "clean"
+
+
+def test_triage_refuses_to_skip_a_newest_run_that_recorded_nothing(project):
+    for _ in range(2):
+        done = subprocess.run(project.argv("build"), cwd=REPO_ROOT, env=project.env(), capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+    pids = project.root / "pids"
+    shutil.rmtree(project.work)  # the third run builds again, and is killed mid-way without a chance to record
+    killed = start(project.argv("build"), project.env(FAKE_BUILD_SLEEP_S="120", FAKE_PIDS=str(pids)))
+    wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the build's slow step")
+    killed.kill()
+    killed.communicate(timeout=60)
+    for pid in pids_alive(pids):  # SIGKILL leaves the build's group behind: that is why it is never sent by us
+        os.kill(pid, signal.SIGKILL)
+    newest = (project.results / "latest").resolve().name
+    done = triage(project)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"error: the newest run {newest} in {project.results} is incomplete: it has no "
+                                   "summary.json (it was stopped before it recorded a step); name two runs to compare")

@@ -1,0 +1,138 @@
+"""The run record: statuses declared once, structured failure facts, older runs, the layout."""
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from harness import results
+from harness.build import BuildResult
+from harness.config import load_matrix
+from harness.pipeline import Options, Pipeline
+from harness.report import render_html
+from harness.results import (COMPARISON, ComparisonRecord, Failure, RecordError, Run, RunLayout, Status,
+                             StepRecord, legacy_failures, load_records)
+from harness.signatures import classify_run, step_logs
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU = "linux-x86_64-cpu"
+
+
+def test_a_new_comparison_status_is_one_declaration(tmp_path, monkeypatch):
+    # what a new status takes: one entry in harness.results.COMPARISON, nothing else
+    monkeypatch.setitem(COMPARISON.by_name, "unsupported-upstream",
+                        Status("unsupported-upstream", "neutral", "➖", "upstream cannot run this case"))
+    run = Run.open(tmp_path, "r1")
+    run.record_step(StepRecord(CPU, "fork", "build", "passed"))
+    run.record_comparisons([ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "unsupported-upstream")])
+    assert run.overall() == "passed"  # neutral: not a failure
+    assert "➖ unsupported-upstream" in run.layout.summary_md.read_text()
+    assert 'st-neutral st-unsupported-upstream' in render_html(run.dir)
+    assert classify_run(run.dir) == []
+    # an undeclared one is still refused, naming the declared ones
+    with pytest.raises(ValueError, match="unsupported-upstream"):
+        ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "sort-of-same")
+
+
+def test_every_declared_status_says_what_it_means():
+    for statuses in (results.STEP, results.COMPARISON, results.VERDICT):
+        for s in statuses.by_name.values():
+            assert s.meaning and s.icon and s.outcome in ("success", "failure", "neutral")
+    assert results.STEP.failures == {"failed", "error"}
+    assert results.COMPARISON.failures == {"diverged", "crashed", "timeout"}
+
+
+def test_failure_facts_round_trip_and_are_not_cut(tmp_path):
+    run = Run.open(tmp_path, "r1")
+    facts = [Failure("generation", model="gemma3-270m", prompt=f"prompt-{i:03}", repeat=1, status="crashed",
+                     signal="SIGSEGV", error_line="x" * 80) for i in range(40)]
+    run.record_step(StepRecord(CPU, "fork", "generate", "failed", detail="d", failures=facts))
+    steps, _, data = load_records(run.dir)
+    assert data["record_version"] == results.RECORD_VERSION
+    assert steps[0].failures == facts  # all 40 (format 1 cut its detail at 500 characters)
+    assert len(classify_run(run.dir)) == 1
+
+
+def test_records_of_format_1_load_and_newer_formats_are_refused(tmp_path):
+    run_dir = tmp_path / "old"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text(json.dumps({"run_id": "old", "configurations": [
+        {"platform": CPU, "config": "fork", "step": "generate", "status": "failed", "seconds": 1.0,
+         "detail": "gemma3-270m/story: crashed SIGABRT ggml.c:1: GGML_ASSERT(x) failed; "
+                   "error: model moe-small: ModelError: bad", "log": ""},
+        {"platform": CPU, "config": "fork", "step": "test", "status": "skipped",
+         "detail": "fork build failed: compile error", "log": ""}], "comparisons": []}))
+    steps, _, _ = load_records(run_dir)
+    gen, test = steps
+    assert [f.kind for f in gen.failures] == ["generation", "model"]
+    assert (gen.failures[0].model, gen.failures[0].prompt, gen.failures[0].signal) == ("gemma3-270m", "story", "SIGABRT")
+    assert gen.failures[0].error_line == "ggml.c:1: GGML_ASSERT(x) failed"
+    assert test.blocked_by() == ["fork"]
+
+    (run_dir / "summary.json").write_text(json.dumps({"record_version": results.RECORD_VERSION + 1}))
+    with pytest.raises(RecordError, match="newer than this harness reads"):
+        load_records(run_dir)
+    assert legacy_failures("generate", "all generations ran") == []
+
+
+def test_layout_names_every_path_of_a_run(tmp_path):
+    lay = RunLayout(tmp_path)
+    assert lay.build_logs(CPU, "fork") == tmp_path / CPU / "build-fork"
+    assert lay.tests(CPU, lay.test_step()) == tmp_path / CPU / "tests"
+    assert lay.tests(CPU, lay.test_step("memcheck")) == tmp_path / CPU / "tests-memcheck"
+    assert lay.generation(CPU, "fork", "m", "story", 2) == tmp_path / CPU / "fork" / "gen" / "m" / "story.r2"
+    assert lay.compare_json(CPU, "fork") == tmp_path / CPU / "fork" / "compare.json"
+    stem = lay.generation(CPU, "fork", "m", "story", 1)
+    stem.parent.mkdir(parents=True)
+    stem.with_name("story.r1.stderr").write_text("")
+    assert list(lay.all_generation_files(".stderr")) == [(CPU, "fork", "m", "story.r1", stem.with_name("story.r1.stderr"))]
+
+
+def _fake_build(tmp_path: Path, variant: str, script: str) -> BuildResult:
+    bin_dir = tmp_path / variant / "bin"
+    bin_dir.mkdir(parents=True)
+    exe = bin_dir / "llama-completion"
+    exe.write_text("#!/bin/sh\n" + script)
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return BuildResult(CPU, variant, "passed", "k", tmp_path / variant, 0.0, False)
+
+
+def test_the_pipeline_writes_failure_facts_where_generations_fail(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.pipeline.model_summary", lambda path: {})
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    run = Run.open(tmp_path / "results", "r1")
+    pipe = Pipeline(matrix, run, Options(platforms=[CPU], repeats=1, n_predict=4, models=["gemma3-270m"]),
+                    say=lambda _: None)
+    p = matrix.platform(CPU)
+    pipe._builds[(CPU, "base")] = _fake_build(tmp_path, "base", "echo 'hello'; printf '\\n\\n' >&2\n")
+    pipe._builds[(CPU, "fork")] = _fake_build(
+        tmp_path, "fork", "echo 'ggml.c:7: GGML_ASSERT(n > 0) failed' >&2; kill -SEGV $$\n")
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"")
+    pipe._models["gemma3-270m"] = model
+    cache: dict = {}
+    gen_steps: dict = {}
+    pipe._compare_group(p, "base-vs-fork", cache, gen_steps)
+    pipe.record_generate_steps(p, cache, gen_steps)
+    fork = run.step(CPU, "fork", "generate")
+    assert fork.status == "failed"
+    prompts = set(matrix.groups["base-vs-fork"].prompts)
+    assert {f.prompt for f in fork.failures if f.kind == "generation"} == prompts, fork.failures
+    fact = fork.failures[0]
+    assert (fact.kind, fact.model, fact.status, fact.signal, fact.repeat) == \
+        ("generation", "gemma3-270m", "crashed", "SIGSEGV", 1)
+    assert fact.error_line == "ggml.c:7: GGML_ASSERT(n > 0) failed"
+    assert (run.dir / fact.log).is_file() and fact.log.endswith(".r1.stderr")
+    assert step_logs(run.dir, fork)[0] == run.dir / fact.log
+    sig = {e["config"]: e["signature"] for e in classify_run(run.dir) if e["step"] == "generate"}["fork"]
+    assert sig["kind"] == "test_assertion"
+
+    # a model that cannot be made: every configuration of the group errors with a model fact
+    pipe._models["gemma3-270m"] = results.RecordError("not a GGUF file")
+    gen_steps = {}
+    pipe._compare_group(p, "base-vs-fork", {}, gen_steps)
+    pipe.record_generate_steps(p, {}, gen_steps)
+    base = run.step(CPU, "base", "generate")
+    assert base.status == "error"
+    assert [(f.kind, f.model) for f in base.failures] == [("model", "gemma3-270m")]
