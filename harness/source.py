@@ -14,7 +14,6 @@ and never fetched twice.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 import os
@@ -28,7 +27,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .config import Matrix, Source
-from .fs import writable_dir
+from .errors import InputError
+from .fs import sha256_file, writable_dir
 from .locks import exclusive
 
 #: Paths left out of the trimmed mirror (issue 4: ~10 MB without models/ and docs/),
@@ -43,7 +43,7 @@ GIT_IDENTITY = ("llama.cpp fork harness", "harness@localhost")
 GIT_CONFIG = ("-c", "core.autocrlf=false", "-c", "core.longpaths=true")
 
 
-class SourceError(Exception):
+class SourceError(InputError):
     """No source produced the pinned commit; the message lists what each source said."""
 
 
@@ -91,15 +91,6 @@ def git(args: Sequence[str], cwd: Path | None = None, *, check: bool = True,
     if check and proc.returncode != 0:
         raise SourceError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
     return proc
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of the file at ``path``, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _verify_checkout(repo: Path, commit: str) -> str | None:
