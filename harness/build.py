@@ -22,11 +22,13 @@ from typing import Callable, Mapping, Sequence
 from . import proc
 from .locks import BuildLock
 
+from .errors import EnvironmentProblem
+
 #: Bumped when the way builds are configured changes, so old build dirs are not reused.
 BUILD_SCHEME = 1
 
 
-class BuildError(Exception):
+class BuildError(EnvironmentProblem):
     """A build could not even be attempted (e.g. cmake or ninja missing)."""
 
 

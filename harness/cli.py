@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Sequence
 
 from . import proc
-from .config import MatrixError, SelectionError, load_matrix
-from .fs import EnvironmentProblem, describe, is_environment_error
-from .locks import RunInUse
+from .config import SelectionError, load_matrix
+from .errors import EXIT_BAD_INPUT, HarnessError, InputError
+from .fs import describe, is_environment_error
 from .native_tests import SANITIZERS
 
 STAGES = ("build", "test", "compare-outputs")
@@ -61,11 +61,11 @@ def _stage_parser() -> argparse.ArgumentParser:
 
 
 def parse_defines(values: Sequence[str]) -> dict[str, str]:
-    """``-D VAR=VALUE`` arguments as a mapping of CMake cache options; raises ValueError naming a malformed one."""
+    """``-D VAR=VALUE`` arguments as a mapping of CMake cache options; raises InputError naming a malformed one."""
     defines = {}
     for d in values:
         if "=" not in d:
-            raise ValueError(f"-D {d}: expected VAR=VALUE")
+            raise InputError(f"-D {d}: expected VAR=VALUE")
         key, value = d.split("=", 1)
         defines[key] = value
     return defines
@@ -76,15 +76,12 @@ def _split(values: Sequence[str]) -> list[str]:
 
 
 def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
-    """``python -m harness build test ...``: run the stages; exit 0 when everything passed."""
+    """``python -m harness build test ...``: run the stages; the exit code of the run's verdict (harness.errors)."""
     from .pipeline import Options, run_stages
     from .results import Run
     args = _stage_parser().parse_args(argv)
     matrix = load_matrix(args.matrix)
-    try:
-        defines = parse_defines(args.defines)
-    except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from None
+    defines = parse_defines(args.defines)
     platforms = _split(args.platform)
     for name in platforms:
         matrix.platform(name)  # unknown names fail before anything runs
@@ -126,7 +123,7 @@ def patches_cmd(argv: Sequence[str]) -> int:
         patches = read_series(args.patches_dir)
         pending = unexported_work(work, "dev")
         if pending and not args.force:
-            raise SystemExit(f"error: {pending}; export it first (nox -s patches -- export) or pass --force")
+            raise InputError(f"{pending}; export it first (nox -s patches -- export) or pass --force")
         (work / "dev" / "tree.stamp").unlink(missing_ok=True)
         tree = prepare_series_tree(base, work, "dev", patches)
         print(f"applied {len(patches)} patches onto {base.commit[:12]} in {tree}")
@@ -135,9 +132,9 @@ def patches_cmd(argv: Sequence[str]) -> int:
     if args.action == "export":
         tree = work / "dev" / "llama.cpp"
         if not tree.exists():
-            raise SystemExit(f"error: no work tree at {tree}; run `nox -s patches -- apply` first")
+            raise InputError(f"no work tree at {tree}; run `nox -s patches -- apply` first")
         if tree_state(tree)[1]:
-            raise SystemExit(f"error: {tree} has uncommitted changes; commit them (export writes commits only)")
+            raise InputError(f"{tree} has uncommitted changes; commit them (export writes commits only)")
         written = export_series(tree, base.git_rev, args.patches_dir)
         # the dev tree now matches patches/: a later apply may replace it without losing anything
         (work / "dev" / "tree.stamp").write_text(f"{base.git_rev} {series_digest(written)} {tree_state(tree)[0]}\n")
@@ -212,7 +209,11 @@ def models_cmd(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit code (2 for bad input, 1 for failures found)."""
+    """Entry point; returns the process exit code (see harness.errors).
+
+    This is the one place expected errors (harness.errors.HarnessError, a missing file,
+    Ctrl-C) become ``error: <message>`` on stderr and their exit code, without a traceback.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     stages = []
     while argv and argv[0] in STAGES:
@@ -241,29 +242,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cmd not in commands:
             print(f"error: unknown command {cmd!r}; expected one of: {', '.join([*STAGES, *commands])}",
                   file=sys.stderr)
-            return 2
+            return EXIT_BAD_INPUT
         return commands[cmd](rest)
-    except MatrixError as exc:
+    except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (EnvironmentProblem, RunInUse) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except proc.Interrupted as exc:  # before or after the stages ran: nothing to record
         print(f"{exc}", file=sys.stderr)
         return exc.exit_code
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:
+        return EXIT_BAD_INPUT
+    except OSError as exc:
         if is_environment_error(exc):
-            print(f"error: {describe(exc)}", file=sys.stderr)  # type: ignore[arg-type]
-            return 2
-        from .patches import PatchError
-        from .source import SourceError
-        if isinstance(exc, (PatchError, SourceError)):
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+            print(f"error: {describe(exc)}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         raise
 
 

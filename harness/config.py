@@ -20,13 +20,15 @@ from typing import Any, Iterable, Mapping, Sequence
 import jsonschema
 import yaml
 
+from .errors import InputError
+
 SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
 
 #: Generation defaults used when matrix.yaml gives none (issue 2: 120 tokens, 2 repeats).
 DEFAULT_GENERATION = {"n_predict": 120, "repeats": 2, "seed": 42, "ctx_size": 1024, "timeout_s": 300.0}
 
 
-class MatrixError(Exception):
+class MatrixError(InputError):
     """matrix.yaml is malformed; ``problems`` holds one ``file:line: key: message`` string per problem."""
 
     def __init__(self, problems: Sequence[str]):

@@ -12,15 +12,15 @@ import errno
 import os
 from pathlib import Path
 
+from . import errors
+
 #: errno values that mean "the environment cannot hold our files" rather than a bug of ours.
 ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
                                 errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENAMETOOLONG})
 
 
-class EnvironmentProblem(Exception):
+class EnvironmentProblem(errors.EnvironmentProblem):
     """A path the harness needs cannot be used; the message names the path and the cause (exit code 2)."""
-
-    exit_code = 2
 
 
 def is_environment_error(exc: BaseException) -> bool:

@@ -26,6 +26,8 @@ from typing import Callable, Iterator
 
 import filelock
 
+from .errors import InputError
+
 
 def lock_path(target: Path) -> Path:
     """The lock file guarding ``target``: ``<target>.lock`` beside it (its parent is created)."""
@@ -88,7 +90,7 @@ class BuildLock:
         self._lock.close()
 
 
-class RunInUse(Exception):
+class RunInUse(InputError):
     """The run directory is held by another live process."""
 
 

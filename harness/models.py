@@ -37,6 +37,7 @@ from typing import Any, BinaryIO
 import gguf
 import numpy as np
 
+from .errors import InputError
 # the harness's one file digest (a module attribute, so tests can count calls)
 from .source import sha256_file as _file_sha256
 
@@ -62,7 +63,7 @@ GENERATOR_VERSION = 1
 _COPY_CHUNK_BYTES = 4 * MiB
 
 
-class ModelError(Exception):
+class ModelError(InputError):
     """A model could not be obtained, generated or read; the message names the file or package."""
 
 

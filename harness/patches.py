@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from .errors import InputError
+
 if TYPE_CHECKING:
     from .source import BaseTree
 
@@ -160,7 +162,7 @@ _AM_RESUME_ADVICE = (
 )
 
 
-class PatchError(Exception):
+class PatchError(InputError):
     """A problem with the patch series; the message names the patch, file and line involved."""
 
 

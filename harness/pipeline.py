@@ -27,7 +27,7 @@ from .config import Matrix, Model, Platform
 from .models import MoeParams, PypiChunkedModel, assemble_pypi_chunks, generate_synthetic_moe, model_summary
 from .native_tests import run_ctest
 from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
-from .results import ComparisonRecord, Failure, Run, StepRecord, write_json
+from .results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
 from .locks import BuildLock, exclusive
 from .report import write_report
 from .signatures import classify_run
@@ -562,7 +562,8 @@ def describe_abort(exc: BaseException) -> str:
 
 def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
                say: Callable[[str], None] = print) -> int:
-    """Run ``stages`` (build, test, compare-outputs) in order; return 0 when the run passed, else 1.
+    """Run ``stages`` (build, test, compare-outputs) in order; return the exit code of the run's verdict
+    (harness.results.VERDICT_EXIT_CODES: 0 passed, 1 failed, 3 incomplete or nothing ran).
 
     On SIGINT/SIGTERM (harness.proc.Interrupted) or any exception every child
     process group is terminated, the steps in progress are recorded as
@@ -594,7 +595,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
         _finish(run, say)
     finally:
         pipe.release_builds()
-    return 0 if run.overall() == "passed" else 1
+    return VERDICT_EXIT_CODES[run.overall()]
 
 
 def _finish(run: Run, say: Callable[[str], None]) -> None:

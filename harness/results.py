@@ -45,6 +45,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from .errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
 from .fs import describe, writable_dir
 from .locks import RunLock
 
@@ -53,7 +54,7 @@ from .locks import RunLock
 RECORD_VERSION = 2
 
 
-class RecordError(ValueError):
+class RecordError(InputError, ValueError):
     """A summary.json this harness cannot read: not JSON, or written by a newer record format."""
 
 
@@ -157,6 +158,10 @@ VERDICT = StatusSet("verdict", (
     Status("incomplete", "failure", "⚠️", "nothing failed, but something asked for did not run"),
     Status("skipped", "neutral", "⏭️", "nothing ran at all"),
 ))
+
+#: The exit code of each verdict (harness.errors).
+VERDICT_EXIT_CODES = {"passed": EXIT_PASSED, "failed": EXIT_FAILED, "incomplete": EXIT_INCOMPLETE,
+                      "skipped": EXIT_INCOMPLETE}
 
 #: The status names, for code that only needs to check membership.
 STEP_STATUSES = STEP.names

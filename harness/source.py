@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .config import Matrix, Source
+from .errors import InputError
 from .fs import writable_dir
 from .locks import exclusive
 
@@ -40,7 +41,7 @@ MIRROR_MANIFEST = "HARNESS-MIRROR.json"
 GIT_IDENTITY = ("llama.cpp fork harness", "harness@localhost")
 
 
-class SourceError(Exception):
+class SourceError(InputError):
     """No source produced the pinned commit; the message lists what each source said."""
 
 

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from . import gpu
+from .errors import InputError
 from .results import COMPARISON, STEP, RecordError, RunLayout, StepRecord, read_summary
 from .signatures import load_signatures
 
@@ -64,7 +65,7 @@ TIME_NOISE_FLOOR_S = 5.0
 KNOWN_RUNS_SHOWN = 5
 
 
-class TriageInputError(Exception):
+class TriageInputError(InputError):
     """A run id or directory that does not name a results run, or no run to compare with."""
 
 
@@ -652,8 +653,8 @@ def _strip_dashdash(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str]) -> int:
     """``python -m harness triage [A [B]] [--json] [--results-dir DIR]``; returns the exit status.
 
-    0: no regression; 1: at least one regression; 2: bad input (unknown run, nothing to
-    compare with, unreadable summary) with the reason on stderr.
+    0: no regression; 1: at least one regression.  Raises TriageInputError (exit code 2
+    through harness.cli) for an unknown run, nothing to compare with or an unreadable summary.
     """
     ap = argparse.ArgumentParser(prog="python -m harness triage",
                                  description="Report what changed between two result runs.")
@@ -663,18 +664,14 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--json", action="store_true", help="print a machine-readable JSON object")
     ap.add_argument("--results-dir", type=Path, default=Path("results"))
     args = ap.parse_args(_strip_dashdash(argv))
-    try:
-        if len(args.runs) > 2:
-            raise TriageInputError(f"expected at most two runs, got {len(args.runs)}: {' '.join(args.runs)}")
-        if len(args.runs) == 2:
-            a, b = (resolve_run(r, args.results_dir) for r in args.runs)
-        else:
-            b = resolve_run(args.runs[0] if args.runs else "latest", args.results_dir)
-            a = previous_run(b, args.results_dir)
-        report = diff_runs(a, b)
-    except (TriageInputError, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    if len(args.runs) > 2:
+        raise TriageInputError(f"expected at most two runs, got {len(args.runs)}: {' '.join(args.runs)}")
+    if len(args.runs) == 2:
+        a, b = (resolve_run(r, args.results_dir) for r in args.runs)
+    else:
+        b = resolve_run(args.runs[0] if args.runs else "latest", args.results_dir)
+        a = previous_run(b, args.results_dir)
+    report = diff_runs(a, b)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
@@ -685,7 +682,7 @@ def main(argv: Sequence[str]) -> int:
 # --------------------------------------------------------------------------- bisect
 
 
-class BisectError(Exception):
+class BisectError(InputError):
     """The range cannot be bisected: the check fails at the good end or passes at the bad end."""
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import cli
 from harness import signatures, triage
 from harness.patches import export_series, read_series
 from harness.results import ComparisonRecord, Failure, Run, StepRecord, write_json
@@ -451,7 +452,7 @@ def test_run_ids_default_pair_and_unknown_run(runs, capsys):
     assert f"triage {b.id} -> {c.id}" in capsys.readouterr().out
     assert triage.main([a.id, b.id, "--results-dir", str(root)]) == 1
     capsys.readouterr()
-    assert triage.main(["20990101T000000Z-zzzz", "--results-dir", str(root)]) == 2
+    assert cli.main(["triage", "20990101T000000Z-zzzz", "--results-dir", str(root)]) == 2
     err = capsys.readouterr().err
     assert "unknown run '20990101T000000Z-zzzz'" in err and c.id in err
     with pytest.raises(triage.TriageInputError, match="no run before"):
