@@ -14,6 +14,7 @@ and never fetched twice.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import os
