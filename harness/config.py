@@ -168,6 +168,9 @@ class Matrix:
     prompts: Mapping[str, Prompt]
     configs: Mapping[str, RunConfig]
     groups: Mapping[str, Group]
+    #: the pinned commit's file list (``base.files``): its path and sha256, or None when not pinned
+    base_files: Path | None = None
+    base_files_sha256: str | None = None
 
     def platform(self, name: str) -> Platform:
         """Return the platform called ``name``; raises MatrixError listing the known names."""
@@ -444,5 +447,8 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
                           generation=Generation(**{**gen_defaults, **g.get("generation", {})}),
                           description=g.get("description", ""), min_gpus=int(g.get("min_gpus", 1)))
               for name, g in doc["groups"].items()}
+    files = doc["base"].get("files")
     return Matrix(path=path, base_commit=doc["base"]["commit"], sources=sources, generation=generation,
-                  platforms=platforms, models=models, prompts=prompts, configs=configs, groups=groups)
+                  platforms=platforms, models=models, prompts=prompts, configs=configs, groups=groups,
+                  base_files=rel(files["path"]) if files else None,
+                  base_files_sha256=files["sha256"] if files else None)
