@@ -128,12 +128,15 @@ def patches_cmd(argv: Sequence[str]) -> int:
 
 
 def source_cmd(argv: Sequence[str]) -> int:
-    """``python -m harness source fetch|export-mirror [--out PATH]``."""
-    from .source import export_mirror, obtain_base
-    ap = argparse.ArgumentParser(prog="python -m harness source")
-    ap.add_argument("action", choices=("fetch", "export-mirror"))
+    """``python -m harness source fetch|export-mirror|files [--out PATH]``."""
+    from .source import export_mirror, obtain_base, write_pinned_files
+    ap = argparse.ArgumentParser(prog="python -m harness source",
+                                 description="fetch: obtain the base; export-mirror: write the trimmed mirror "
+                                             "archive; files: write the pinned commit's file list (base.files)")
+    ap.add_argument("action", choices=("fetch", "export-mirror", "files"))
     ap.add_argument("--out", type=Path, default=None,
-                    help="mirror archive path (default: mirror/llama.cpp-<commit12>.tar.gz)")
+                    help="mirror archive path (default: mirror/llama.cpp-<commit12>.tar.gz) or file list path "
+                         "(default: upstream-files/llama.cpp-<commit12>.files)")
     add_common(ap)
     args = ap.parse_args(argv)
     matrix = load_matrix(args.matrix)
@@ -146,6 +149,10 @@ def source_cmd(argv: Sequence[str]) -> int:
         out = args.out or Path("mirror") / f"llama.cpp-{base.commit[:12]}.tar.gz"
         path, digest = export_mirror(base, out)
         print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB), sha256 {digest}")
+    if args.action == "files":
+        out = args.out or Path("upstream-files") / f"llama.cpp-{base.commit[:12]}.files"
+        digest = write_pinned_files(base, out)
+        print(f"wrote {out}; pin it in {args.matrix} as base.files: {{path: {out}, sha256: {digest}}}")
     return 0
 
 

@@ -201,6 +201,9 @@ class Matrix:
     prompts: Mapping[str, Prompt]
     configs: Mapping[str, RunConfig]
     groups: Mapping[str, Group]
+    #: the pinned commit's file list (``base.files``): its path and sha256, or None when not pinned
+    base_files: Path | None = None
+    base_files_sha256: str | None = None
 
     def platform(self, name: str) -> Platform:
         """Return the platform called ``name``; raises MatrixError listing the known names."""
@@ -233,6 +236,18 @@ class _Locator:
         elif isinstance(node, yaml.SequenceNode):
             for i, v in enumerate(node.value):
                 self._find_duplicates(v, keys + (i,))
+
+    def scalar(self, keys: Iterable[Any]) -> str | None:
+        """The text of the scalar at ``keys`` as written in the file (e.g. ``OFF``), or None."""
+        node = self.root
+        for key in keys:
+            if isinstance(node, yaml.MappingNode):
+                node = next((v for k, v in node.value if k.value == str(key)), None)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+                node = node.value[key]
+            else:
+                return None
+        return node.value if isinstance(node, yaml.ScalarNode) else None
 
     def line(self, keys: Iterable[Any], *, key_itself: bool = True) -> int:
         """1-based line of the deepest node found along ``keys`` (the key's line when ``key_itself``)."""
@@ -285,6 +300,13 @@ def _error_problems(errors: Iterable[jsonschema.ValidationError], base: list[Any
                 branch = {**branches[kind], "$defs": defs}
                 sub = jsonschema.Draft202012Validator(branch).iter_errors(err.instance)
                 problems += _error_problems(sub, keys, loc, defs)
+            continue
+        if err.validator == "type" and isinstance(err.instance, (bool, int, float)) and \
+                "string" in (err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]):
+            written = loc.scalar(keys) or str(err.instance)
+            kind = "boolean" if isinstance(err.instance, bool) else "number"
+            problems.append((loc.line(keys), f"{_dotted(keys)}: {written} is read as a YAML {kind}, but a string "
+                                             f"is required; quote it: '{written}'"))
             continue
         problems.append((loc.line(keys), f"{_dotted(keys)}: {err.message}"))
     return problems
@@ -356,6 +378,39 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
     return out
 
 
+#: Plain-words hints for PyYAML's syntax errors, by a phrase of its message.  Tabs: YAML
+#: forbids them in indentation (YAML 1.2, section 6.1); the others are what PyYAML says
+#: when a line is indented more or less than the lines of its mapping or list.
+_YAML_HINTS = (
+    ("'\\t'", "a tab: YAML indents with spaces only; replace the tab with spaces"),
+    ("mapping values are not allowed here", "this line is indented deeper than the key above it, or a value "
+                                            "holds ': ' — line keys up with their siblings, or quote the value"),
+    ("expected <block end>", "this line and the one above it are indented differently: keys of one mapping "
+                             "(and items of one list) start in the same column"),
+    ("could not find expected ':'", "a key without ': ', or a line that continues the one above it; "
+                                    "quote values that span lines"),
+    ("expected ',' or ']'", "a [ list ] that is not closed on this line, or a value in it that needs quotes"),
+    ("expected ',' or '}'", "a { mapping } that is not closed on this line, or a value in it that needs quotes"),
+)
+
+
+def yaml_syntax_problem(path: Path, text: str, exc: yaml.YAMLError) -> str:
+    """One problem line for a YAML syntax error: ``file:line: YAML syntax error: ...``, a plain-words
+    hint where :data:`_YAML_HINTS` has one, and the offending line itself."""
+    mark = getattr(exc, "problem_mark", None)
+    line = mark.line + 1 if mark is not None else 1
+    problem = str(getattr(exc, "problem", None) or exc)
+    message = f"{path}:{line}: YAML syntax error: {problem}"
+    hint = next((h for phrase, h in _YAML_HINTS if phrase in problem), "")
+    if hint:
+        message += f" — {hint}"
+    lines = text.splitlines()
+    for n in (line - 1, line):
+        if 0 < n <= len(lines):
+            message += f"\n    {n:>4} | {lines[n - 1].replace(chr(9), '→   ')}"
+    return message
+
+
 def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
     """Read, validate and type ``path``.
 
@@ -375,9 +430,7 @@ def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        raise MatrixError([f"{path}:{line}: YAML syntax error: {getattr(exc, 'problem', exc)}"]) from None
+        raise MatrixError([yaml_syntax_problem(path, text, exc)]) from None
     loc = _Locator(root, path)
     problems = list(loc.duplicates)
     if not isinstance(doc, dict):
@@ -444,5 +497,8 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
                           description=g.get("description", ""), min_gpus=int(g.get("min_gpus", 1)),
                           reference_platform=g.get("reference_platform"))
               for name, g in doc["groups"].items()}
+    files = doc["base"].get("files")
     return Matrix(path=path, base_commit=doc["base"]["commit"], sources=sources, generation=generation,
-                  platforms=platforms, models=models, prompts=prompts, configs=configs, groups=groups)
+                  platforms=platforms, models=models, prompts=prompts, configs=configs, groups=groups,
+                  base_files=rel(files["path"]) if files else None,
+                  base_files_sha256=files["sha256"] if files else None)

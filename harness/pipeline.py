@@ -25,10 +25,12 @@ from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launc
                     cuda_architectures_from_nvidia_smi, is_up_to_date)
 from .compare import GenerationResult, GenerationSpec, compare_runs, run_generation, tokenize, to_json
 from .config import Matrix, Platform
+from .console import Console, Step
 from .models import ModelStore, model_summary
 from .native_tests import run_ctest
 from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
-from .results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
+from .results import COMPARISON, VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
+from .junit import write_comparisons_junit
 from .locks import BuildLock, exclusive
 from .report import write_report
 from .signatures import classify_run
@@ -170,8 +172,11 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
 class Pipeline:
     """Runs stages for the selected platforms and records everything in ``run``."""
 
-    def __init__(self, matrix: Matrix, run: Run, opts: Options, say: Callable[[str], None] = print):
-        self.matrix, self.run, self.opts, self.say = matrix, run, opts, say
+    def __init__(self, matrix: Matrix, run: Run, opts: Options, say: Callable[[str], None] | None = None,
+                 console: Console | None = None):
+        self.console = console or Console()
+        self.matrix, self.run, self.opts, self.say = matrix, run, opts, say or self.console.say
+        self._shown: Step | None = None  # the console step of the comparison group running
         self.cache = cache_dir()
         self._base: BaseTree | None = None
         self._patches: list[Patch] | None = None
@@ -275,8 +280,13 @@ class Pipeline:
         """Build ``variant`` of ``p`` once per process; records a ``build`` step for config ``variant``."""
         if (p.name, variant) in self._builds:
             return self._builds[(p.name, variant)]
-        with self.doing(p.name, variant, "build"):
-            return self._build_variant(p, variant)
+        logs = self.run.layout.build_logs(p.name, variant)
+        with self.doing(p.name, variant, "build"), \
+                self.console.step(f"[{p.name}] build {variant}", watch=logs / "build.log") as shown:
+            result = self._build_variant(p, variant)
+            log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
+            shown.finish(result.status, result.detail, log if result.status != "passed" else "")
+            return result
 
     def _prepare_source(self, base: BaseTree, work: Path, variant: str, logs: Path) -> Path:
         with exclusive(work / variant / "llama.cpp", f"the {variant} source tree", self.say):
@@ -339,7 +349,6 @@ class Pipeline:
         log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
         self.run.record_step(StepRecord(p.name, variant, "build", result.status, round(result.seconds, 1),
                                         result.detail, self.run.layout.relative(log), failures))
-        self.say(f"[{p.name}] build {variant}: {result.status} — {result.detail}")
         return result
 
     def write_environment(self, p: Platform) -> None:
@@ -406,10 +415,11 @@ class Pipeline:
                     self.run.record_step(StepRecord(p.name, "fork", step, "skipped",
                                                     detail="compute-sanitizer not found"))
                     continue
-                with self.doing(p.name, "fork", step):
+                with self.doing(p.name, "fork", step), self.console.step(f"[{p.name}] {step}") as shown:
                     tr = run_ctest(fork.build_dir, p.test_labels, p.test_targets, target_dir, wrapper=wrapper,
                                    reference_junit=self.run.layout.tests(p.name, "test") / "junit.xml",
                                    env=emulator.env if emulator else None)
+                    shown.finish(tr.status, tr.detail, target_dir / "ctest.log")
                 detail = tr.detail
                 if wrapper:
                     summary = gpu.sanitizer_summary(target_dir / "ctest.log")
@@ -421,7 +431,6 @@ class Pipeline:
                 write_json(target_dir / "tests.json", tr)
                 self.run.record_step(StepRecord(p.name, "fork", step, tr.status, round(tr.seconds, 1), detail,
                                                 self.run.layout.relative(target_dir / "junit.xml")))
-                self.say(f"[{p.name}] {step}: {tr.status} — {detail}")
             self.write_environment(p)
 
     # ----- models ------------------------------------------------------------------------------
@@ -448,7 +457,7 @@ class Pipeline:
                             self.run.mark_incomplete(f"{p.name}: group {gname} skipped: {why}")
                         self.say(f"[{p.name}] {gname}: skipped: {why}")
                         continue
-                    self._compare_group(p, gname, cache, gen_steps)
+                    self._shown_group(p, gname, cache, gen_steps)
             except BaseException as exc:
                 self._record_cut_generations(p, exc, cache, gen_steps)
                 raise
@@ -507,6 +516,8 @@ class Pipeline:
                      cache: dict, gen_steps: dict) -> list[GenerationResult]:
         key = (config_name, model, prompt_id)
         if key in cache:
+            if self._shown is not None:
+                self.console.advance(self._shown, len(cache[key]))
             return cache[key]
         config = self.matrix.configs[config_name]
         b = self.build_variant(p, config.build)
@@ -527,6 +538,8 @@ class Pipeline:
             prefix = layout.generation(p.name, config_name, model, prompt_id, r)
             with self.doing(p.name, config_name, "generate"):
                 res = run_generation(spec, prefix)
+            if self._shown is not None:
+                self.console.advance(self._shown, 1, f"{config_name} {model}/{prompt_id}.r{r}")
             runs.append(res)
             gen_steps.setdefault(config_name, [])
             if res.status != "ok":
@@ -552,6 +565,27 @@ class Pipeline:
         if cand.build != "fork":
             return None
         return reference if ref.build == "base" else cand.upstream
+
+    def _shown_group(self, p: Platform, gname: str, cache: dict, gen_steps: dict) -> None:
+        """:meth:`_compare_group` as one console step counting its generations; ends with the status counts."""
+        group = self.matrix.groups[gname]
+        models = [m for m in group.models if not self.opts.models or m in self.opts.models]
+        total = len(models) * len(group.prompts) * (1 + len(group.candidates)) * \
+            (self.opts.repeats or group.generation.repeats)
+        with self.console.step(f"[{p.name}] compare {gname}", total=total) as shown:
+            self._shown = shown
+            try:
+                self._compare_group(p, gname, cache, gen_steps)
+            finally:
+                self._shown = None
+            counts: dict[str, int] = {}
+            for c in self.run.comparisons:
+                if c.platform == p.name and c.group == gname:
+                    counts[c.status] = counts.get(c.status, 0) + 1
+            bad = any(COMPARISON.is_failure(s) for s in counts) or any(
+                gen_steps.get(c) for c in (group.reference, *group.candidates))
+            shown.finish("failed" if bad else "passed",
+                         ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no comparison ran")
 
     def _compare_group(self, p: Platform, gname: str, cache: dict, gen_steps: dict) -> None:
         """Run group ``gname`` on platform ``p``; the reference runs on ``group.reference_platform`` when set.
@@ -652,7 +686,7 @@ def describe_abort(exc: BaseException) -> str:
 
 
 def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
-               say: Callable[[str], None] = print) -> int:
+               say: Callable[[str], None] | None = None) -> int:
     """Run ``stages`` (build, test, compare-outputs) in order; return the exit code of the run's verdict
     (harness.results.VERDICT_EXIT_CODES: 0 passed, 1 failed, 3 incomplete or nothing ran).
 
@@ -664,6 +698,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
     exception is raised again once the summary is written.
     """
     pipe = Pipeline(matrix, run, opts, say)
+    say = pipe.say
     try:
         for i, stage in enumerate(stages):
             try:
@@ -691,6 +726,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
 
 def _finish(run: Run, say: Callable[[str], None]) -> None:
     run.write_summary()
+    write_comparisons_junit(run)
     classify_run(run.dir)
     report = write_report(run.dir)
-    say(f"results: {run.dir} — {run.overall()} (report: {report})")
+    say(f"results: {run.dir} — {run.headline()} (report: {report})")
