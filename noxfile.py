@@ -34,7 +34,7 @@ nox.options.stop_on_first_error = True
 RUN_ID = os.environ.get("HARNESS_RUN_ID") or new_run_id()
 
 #: Modules of requirements.txt the harness imports; nox's own Python may lack them (pipx).
-NEEDED_MODULES = ("yaml", "jsonschema", "gguf", "numpy")
+NEEDED_MODULES = ("yaml", "jsonschema", "gguf", "numpy", "rich")
 
 
 def _python() -> str:

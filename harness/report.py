@@ -524,7 +524,9 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
     run_id = data.get("run_id") or run_dir.name
     overall = data.get("overall", "?")
     icon = VERDICT[overall].icon if overall in VERDICT else "❌"
-    lines = [f"## {icon} Run {run_id}: {overall}", "",
+    skipped = len(data.get("skipped_platforms") or {})
+    headline = overall + (f" ({skipped} platform{'s' if skipped != 1 else ''} skipped)" if skipped else "")
+    lines = [f"## {icon} Run {run_id}: {headline}", "",
              f"**Steps:** {_count_text(_counts(steps))} · **comparisons:** {_count_text(_counts(comparisons))}", ""]
     if data.get("skipped_platforms"):
         lines += ["Skipped platforms: " + "; ".join(f"`{k}` ({_md(v)})"

@@ -343,6 +343,16 @@ class ComparisonRecord:
         except TypeError as exc:
             raise ValueError(f"comparison record {data!r}: {exc}") from None
 
+    def difference(self) -> str:
+        """What differs, for people: ``#<index>: <reference piece> vs <candidate piece>`` at the first
+        divergent token, else the detail of a comparison that is not a success, else ''."""
+        if self.first_divergence:
+            d = self.first_divergence
+            ref = d.get("reference") or {}
+            cand = d.get("candidate") or {}
+            return f"#{d.get('index')}: {ref.get('piece')!r} vs {cand.get('piece')!r}"
+        return "" if COMPARISON[self.status].success else self.detail
+
     def key(self) -> tuple[str, str, str, str, str, str]:
         """(platform, group, model, prompt, reference, candidate): what identifies it across runs."""
         return (self.platform, self.group, self.model, self.prompt, self.reference, self.candidate)
@@ -674,6 +684,11 @@ class Run:
             return "skipped"
         return "passed"
 
+    def headline(self) -> str:
+        """The verdict with what it does not cover, e.g. ``passed (2 platforms skipped)``."""
+        n = len(self.skipped_platforms)
+        return self.overall() + (f" ({n} platform{'s' if n != 1 else ''} skipped)" if n else "")
+
     def write_summary(self) -> None:
         """Write summary.json and summary.md for everything recorded so far."""
         data = {"run_id": self.id, "record_version": RECORD_VERSION, "updated": datetime.now(timezone.utc).isoformat(),
@@ -708,7 +723,7 @@ def _cell(text: str) -> str:
 
 def render_markdown(run: Run) -> str:
     """The run summary as Markdown: overall verdict, a steps table and a comparisons table."""
-    lines = [f"# Run {run.id}: {VERDICT.icon(run.overall())}", ""]
+    lines = [f"# Run {run.id}: {VERDICT[run.overall()].icon} {run.headline()}", ""]
     if run.incomplete:
         lines += ["Did not run although asked for:", ""] + [f"- {_cell(r)}" for r in run.incomplete] + [""]
     if run.skipped_platforms:
@@ -730,14 +745,7 @@ def render_markdown(run: Run) -> str:
                   "| platform | group | model | prompt | reference | candidate | status | first divergent token |",
                   "|---|---|---|---|---|---|---|---|"]
         for c in run.comparisons:
-            div = ""
-            if c.first_divergence:
-                d = c.first_divergence
-                ref = d.get("reference") or {}
-                cand = d.get("candidate") or {}
-                div = (f"#{d.get('index')}: {ref.get('piece')!r} vs {cand.get('piece')!r}")
-            elif not COMPARISON[c.status].success:
-                div = c.detail
+            div = c.difference()
             if c.nondeterministic:
                 div += f" (nondeterministic: {', '.join(c.nondeterministic)})"
             lines.append(f"| {c.platform} | {c.group} | {c.model} | {c.prompt} | {c.reference} | {c.candidate} "

@@ -21,17 +21,17 @@ CPU = "linux-x86_64-cpu"
 
 def test_a_new_comparison_status_is_one_declaration(tmp_path, monkeypatch):
     # what a new status takes: one entry in harness.results.COMPARISON, nothing else
-    monkeypatch.setitem(COMPARISON.by_name, "unsupported-upstream",
-                        Status("unsupported-upstream", "neutral", "➖", "upstream cannot run this case"))
+    monkeypatch.setitem(COMPARISON.by_name, "needs-newer-upstream",
+                        Status("needs-newer-upstream", "neutral", "➖", "upstream cannot run this case"))
     run = Run.open(tmp_path, "r1")
     run.record_step(StepRecord(CPU, "fork", "build", "passed"))
-    run.record_comparisons([ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "unsupported-upstream")])
+    run.record_comparisons([ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "needs-newer-upstream")])
     assert run.overall() == "passed"  # neutral: not a failure
-    assert "➖ unsupported-upstream" in run.layout.summary_md.read_text()
-    assert 'st-neutral st-unsupported-upstream' in render_html(run.dir)
+    assert "➖ needs-newer-upstream" in run.layout.summary_md.read_text()
+    assert 'st-neutral st-needs-newer-upstream' in render_html(run.dir)
     assert classify_run(run.dir) == []
     # an undeclared one is still refused, naming the declared ones
-    with pytest.raises(ValueError, match="unsupported-upstream"):
+    with pytest.raises(ValueError, match="needs-newer-upstream"):
         ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "sort-of-same")
 
 
