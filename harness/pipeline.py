@@ -623,10 +623,11 @@ class Pipeline:
                     gen_steps.setdefault(c, []).append(fact)
                 self.say(f"[{p.name}] {gname}: error: {fact.text()}")
                 continue
-            needed = {(ref_p, self.matrix.configs[group.reference].build)}
-            needed |= {(p, self.matrix.configs[c].build) for c in group.candidates}
-            broken = sorted(v if q is p else f"{v}@{q.name}"
-                            for q, v in needed if self.build_variant(q, v).status != "passed")
+            # platforms by name: a Platform holds dicts and cannot be put in a set
+            needed = {(ref_p.name, self.matrix.configs[group.reference].build)}
+            needed |= {(p.name, self.matrix.configs[c].build) for c in group.candidates}
+            broken = sorted(v if q == p.name else f"{v}@{q}"
+                            for q, v in needed if self.build_variant(self.matrix.platform(q), v).status != "passed")
             if broken:
                 for c in (ref_label, *group.candidates):
                     gen_steps.setdefault(c, []).extend(Failure("blocked", build=v) for v in broken)
@@ -709,6 +710,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
                 say(f"{why}: stopping; every child process is terminated")
                 try:
                     pipe.record_unfinished(why)
+                    run.mark_incomplete(f"{stage}: {why}; did not finish")
                     for later in stages[i + 1:]:
                         run.mark_incomplete(f"{later}: not run ({why})")
                     _finish(run, say)
