@@ -34,7 +34,11 @@ class BuildError(EnvironmentProblem):
 
 @dataclass(frozen=True)
 class BuildRequest:
-    """What to build: ``source_dir`` into ``build_dir`` with ``cmake_options`` and ``targets``."""
+    """What to build: ``source_dir`` into ``build_dir`` with ``cmake_options`` and ``targets``.
+
+    ``exe_suffix``: file name suffix of the platform's executables (``.exe``
+    for Windows, also when cross-built on Linux).
+    """
 
     platform: str
     variant: str
@@ -45,6 +49,7 @@ class BuildRequest:
     key_parts: Mapping[str, str] = field(default_factory=dict)
     jobs: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    exe_suffix: str = ""
 
     def key(self) -> str:
         """sha256 over base commit, series digest, CMake options, targets and BUILD_SCHEME (hex, 16 chars)."""
@@ -146,8 +151,7 @@ def first_error_line(log: Path) -> str:
 def outputs_exist(req: BuildRequest) -> bool:
     """True when every requested target's executable is in the build's bin dir."""
     bin_dir = req.build_dir / "bin"
-    exe = ".exe" if os.name == "nt" else ""
-    return all((bin_dir / (t + exe)).exists() for t in req.targets)
+    return all((bin_dir / (t + req.exe_suffix)).exists() for t in req.targets)
 
 
 def is_up_to_date(req: BuildRequest) -> bool:

@@ -79,16 +79,44 @@ class Generation:
 
 @dataclass(frozen=True)
 class CiSpec:
-    """How the CI matrix runs a platform: runner labels, steps, and steps that need a GPU runner."""
+    """How the CI matrix runs a platform: runner labels, steps, and steps that need a GPU runner.
+
+    ``long_paths``: the runner is known to have long path support (Windows'
+    LongPathsEnabled), so paths past MAX_PATH are allowed there.
+    ``hosted_runs_on``: runner labels of a hosted runner that runs ``steps``
+    (not ``gpu_steps``) where the self-hosted runners of ``runs_on`` do not
+    exist; empty: the platform is then not queued at all.
+    """
 
     runs_on: tuple[str, ...]
     steps: tuple[str, ...]
     gpu_steps: tuple[str, ...] = ()
+    long_paths: bool = False
+    hosted_runs_on: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CrossSpec:
+    """How a Linux host builds and runs a platform of another OS.
+
+    ``toolchain``: the CMake toolchain file (absolute).  ``compiler``: the
+    cross compiler it uses, a program name looked up on PATH, and
+    ``compiler_debian``: the Debian package that provides it.  ``emulator``:
+    what runs the executables (a key of ``harness.cross.EMULATORS``: ``wine``).
+    """
+
+    toolchain: Path
+    compiler: str
+    compiler_debian: str
+    emulator: str
 
 
 @dataclass(frozen=True)
 class Platform:
-    """A build platform: OS, architecture, required hardware, CMake cache options and targets."""
+    """A build platform: OS, architecture, required hardware, CMake cache options and targets.
+
+    ``cross``: how a host of another OS cross-builds and emulates it (None: only a host of ``os`` runs it).
+    """
 
     name: str
     os: str
@@ -101,6 +129,7 @@ class Platform:
     test_labels: tuple[str, ...]
     groups: tuple[str, ...]
     ci: CiSpec | None
+    cross: CrossSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +170,9 @@ class RunConfig:
 class Group:
     """A comparison group: one reference configuration against candidates, on models and prompts.
 
+    ``reference_platform``: the platform whose build runs the reference
+    configuration (None: the platform running the group, like the candidates);
+    it makes a cross-platform group, e.g. the Windows fork against the Linux fork.
     ``min_gpus``: NVIDIA GPUs the group needs to see (CUDA_VISIBLE_DEVICES
     respected); with fewer it is skipped with the reason.
     """
@@ -153,6 +185,7 @@ class Group:
     generation: Generation
     description: str = ""
     min_gpus: int = 1
+    reference_platform: str | None = None
 
 
 @dataclass(frozen=True)
@@ -308,10 +341,13 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
                 bad(["groups", gname, "prompts", i], "prompt", p, prompt_ids)
         if g["reference"] not in doc["configs"]:
             bad(["groups", gname, "reference"], "config", g["reference"], doc["configs"])
+        ref_platform = g.get("reference_platform")
+        if ref_platform is not None and ref_platform not in doc["platforms"]:
+            bad(["groups", gname, "reference_platform"], "platform", ref_platform, doc["platforms"])
         for i, c in enumerate(g["candidates"]):
             if c not in doc["configs"]:
                 bad(["groups", gname, "candidates", i], "config", c, doc["configs"])
-            elif c == g["reference"]:
+            elif c == g["reference"] and ref_platform is None:
                 out.append(f"{loc.path}:{loc.line(['groups', gname, 'candidates', i])}: "
                            f"groups.{gname}.candidates[{i}]: the reference {c!r} cannot also be a candidate")
     from .models import MoeParams  # the generator's own fields are the truth
@@ -335,6 +371,10 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
         for i, g in enumerate(p.get("groups", [])):
             if g not in doc["groups"]:
                 bad(["platforms", pname, "groups", i], "group", g, doc["groups"])
+            elif doc["groups"][g].get("reference_platform") == pname:
+                keys = ["platforms", pname, "groups", i]
+                out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: group {g!r} takes its reference from "
+                           f"platform {pname!r} itself; leave reference_platform out for a group within one platform")
     return out
 
 
@@ -404,6 +444,13 @@ def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
     return _build(doc, path)
 
 
+def _cross(c: Mapping[str, Any] | None, rel: Any) -> CrossSpec | None:
+    if c is None:
+        return None
+    return CrossSpec(toolchain=rel(c["toolchain"]), compiler=c["compiler"]["program"],
+                     compiler_debian=c["compiler"]["debian"], emulator=c["emulator"])
+
+
 def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
     here = path.resolve().parent
 
@@ -429,7 +476,9 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
             cmake=dict(p["cmake"]), targets=tuple(p["targets"]),
             test_targets=tuple(p.get("test_targets", ())), test_labels=tuple(p.get("test_labels", ())),
             groups=tuple(p.get("groups", ())),
-            ci=CiSpec(tuple(ci["runs_on"]), tuple(ci["steps"]), tuple(ci.get("gpu_steps", ()))) if ci else None)
+            ci=CiSpec(tuple(ci["runs_on"]), tuple(ci["steps"]), tuple(ci.get("gpu_steps", ())),
+                      bool(ci.get("long_paths", False)), tuple(ci.get("hosted_runs_on", ()))) if ci else None,
+            cross=_cross(p.get("cross"), rel))
     models = {}
     for name, m in doc["models"].items():
         spec = dict(m)
@@ -445,7 +494,8 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
                           prompts=tuple(g.get("prompts", list(prompts))),
                           reference=g["reference"], candidates=tuple(g["candidates"]),
                           generation=Generation(**{**gen_defaults, **g.get("generation", {})}),
-                          description=g.get("description", ""), min_gpus=int(g.get("min_gpus", 1)))
+                          description=g.get("description", ""), min_gpus=int(g.get("min_gpus", 1)),
+                          reference_platform=g.get("reference_platform"))
               for name, g in doc["groups"].items()}
     files = doc["base"].get("files")
     return Matrix(path=path, base_commit=doc["base"]["commit"], sources=sources, generation=generation,

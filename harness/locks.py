@@ -115,5 +115,6 @@ class RunLock:
         (self.run_dir / ".owner").write_text(f"{os.getpid()}\n")
 
     def release(self) -> None:
-        """Give the run directory up (also happens when the process exits)."""
+        """Give the run directory up (also happens when the process exits) and remove ``.owner``."""
+        (self.run_dir / ".owner").unlink(missing_ok=True)
         self._lock.release()

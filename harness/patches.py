@@ -67,10 +67,12 @@ _SERIES_HEADER = (
     "# Written by harness.patches.export_series; lines starting with # are ignored.\n"
 )
 
-#: ``-c`` settings for every git call: no CRLF conversion, no user attributes/excludes/hooks,
+#: ``-c`` settings for every git call: no CRLF conversion, paths past Windows' MAX_PATH (260
+#: characters; git for Windows refuses them otherwise), no user attributes/excludes/hooks,
 #: no signing, no recorded conflict resolutions, UTF-8 messages.
 _BASE_CONFIG = (
     "core.autocrlf=false",
+    "core.longpaths=true",
     "core.safecrlf=false",
     "core.quotePath=true",
     f"core.attributesFile={os.devnull}",

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping, Sequence
 
 from . import environment, gpu, proc
+from .cross import Emulator, emulator_for, find_emulator_program, missing_build_tools, missing_run_tools
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
                     cuda_architectures_from_nvidia_smi, is_up_to_date)
 from .compare import GenerationResult, GenerationSpec, compare_runs, run_generation, tokenize, to_json
@@ -34,6 +35,7 @@ from .locks import BuildLock, exclusive
 from .report import write_report
 from .signatures import classify_run
 from .upstream_support import unsupported_upstream
+from .windows_check import SetupError, find_cuda_headers
 from .source import BaseTree, cache_dir, obtain_base, prepare_tree
 
 @dataclass
@@ -67,10 +69,33 @@ def host_os() -> str:
     return "windows" if sys.platform.startswith("win") else ("linux" if sys.platform.startswith("linux") else sys.platform)
 
 
+def cross_built(p: Platform) -> bool:
+    """True when this host builds ``p`` with its cross toolchain and runs it through its emulator.
+
+    That is a platform of another OS with a ``cross`` section, on a Linux host.
+    """
+    return p.os != host_os() and p.cross is not None and host_os() == "linux"
+
+
+def executable_suffix(p: Platform) -> str:
+    """File name suffix of ``p``'s executables: ``.exe`` on Windows, else empty."""
+    return ".exe" if p.os == "windows" else ""
+
+
 def cannot_run(p: Platform) -> str | None:
-    """Why this machine cannot run platform ``p`` (build and tests), or None when it can."""
+    """Why this machine cannot run platform ``p`` (build and tests), or None when it can.
+
+    A platform of another OS runs here only through its ``cross`` section, when
+    the cross compiler and the emulator are installed; otherwise the reason
+    names the missing Debian package.
+    """
     if p.os != host_os():
-        return f"needs a {p.os} host; this is {host_os()}"
+        if not cross_built(p):
+            return f"needs a {p.os} host; this is {host_os()}"
+        assert p.cross is not None
+        why = missing_run_tools(p.cross)
+        if why:
+            return why
     machine = pyplatform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
     if machine != p.arch:
         return f"needs {p.arch}; this is {machine}"
@@ -93,7 +118,12 @@ def find_nvcc() -> str | None:
 def cannot_build(p: Platform) -> str | None:
     """Why this machine cannot even build platform ``p``, or None (a CUDA build needs nvcc, not a GPU)."""
     if p.os != host_os():
-        return f"needs a {p.os} host; this is {host_os()}"
+        if not cross_built(p):
+            return f"needs a {p.os} host; this is {host_os()}"
+        assert p.cross is not None
+        why = missing_build_tools(p.cross)
+        if why:
+            return why
     if p.gpu == "nvidia" and not find_nvcc():
         return "needs the CUDA toolkit (nvcc on PATH, $CUDACXX or /usr/local/cuda/bin/nvcc) to build"
     return None
@@ -104,8 +134,10 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
     """The CMake cache options of platform ``p``'s ``variant`` build.
 
     The matrix's options, the compiler launcher (ccache), CMAKE_CUDA_ARCHITECTURES
-    (``cuda_arch``, else from nvidia-smi where the matrix says ``auto``), LLAMA_FORK_SERIES
-    naming ``patches`` for the fork, then ``defines`` (-D overrides) last.  Raises
+    (``cuda_arch``, else from nvidia-smi where the matrix says ``auto``), the cross toolchain and
+    emulator of a cross-built platform, LLAMA_FORK_SERIES naming ``patches`` for the fork (and on a
+    platform without GPU the CUDA headers for test-cuda-pin-ladder-host), then ``defines`` (-D
+    overrides) last.  Raises
     RuntimeError when the architectures are ``auto`` and no GPU and no ``cuda_arch`` is given.
     """
     opts = dict(p.cmake)
@@ -118,8 +150,21 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
     elif cuda_arch and p.gpu == "nvidia":
         opts["CMAKE_CUDA_ARCHITECTURES"] = cuda_arch
     opts.update(compiler_launcher_options())
+    if cross_built(p):
+        assert p.cross is not None
+        opts["CMAKE_TOOLCHAIN_FILE"] = str(p.cross.toolchain)
+        emulator = find_emulator_program(p.cross.emulator)
+        if emulator:  # ctest runs the test executables through it (a CMake list: its argv)
+            opts["CMAKE_CROSSCOMPILING_EMULATOR"] = emulator
     if variant == "fork":
         opts["LLAMA_FORK_SERIES"] = series_label(list(patches))
+        if p.gpu == "none":
+            # test-cuda-pin-ladder-host runs the ladder's host code against a stub CUDA runtime: headers only
+            # (the nvidia-cuda-runtime wheel of requirements.txt); without them CMake leaves the target out
+            try:
+                opts["CUDA_RUNTIME_INCLUDE_DIR"] = str(find_cuda_headers().include)
+            except SetupError:
+                pass
     opts.update(defines or {})
     return opts
 
@@ -144,6 +189,9 @@ class Pipeline:
         self._unsupported: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self._held: list[BuildLock] = []  # read holds on the builds this run uses
         self._doing: list[tuple[str, str, str, float]] = []  # steps in progress: platform, config, step, start
+        self._emulators: dict[str, Emulator | Exception | None] = {}
+        # platform -> its generations by (config, model, prompt), so a cross-platform group reuses them
+        self._generated: dict[str, dict[tuple[str, str, str], list[GenerationResult]]] = {}
 
     @contextmanager
     def doing(self, platform: str, config: str, step: str) -> Iterator[None]:
@@ -282,7 +330,7 @@ class Pipeline:
             targets = p.targets + (p.test_targets if variant == "fork" else ())
             req = BuildRequest(p.name, variant, source, work / variant / f"build-{p.name}",
                                self.cmake_options(p, variant), tuple(targets), key_parts, self.opts.jobs,
-                               env=ccache_env(work))
+                               env=ccache_env(work), exe_suffix=executable_suffix(p))
             result = self._build_and_hold(req, logs)
         except Exception as exc:  # a broken input must not stop other platforms: record it
             result = BuildResult(p.name, variant, "error", "", Path(), time.monotonic() - start, False,
@@ -326,6 +374,21 @@ class Pipeline:
                 self.build_variant(p, variant)
             self.write_environment(p)
 
+    def emulator(self, p: Platform) -> Emulator | None:
+        """The emulator that runs ``p``'s executables here (prepared once), None for a native platform.
+
+        Raises RuntimeError when it is missing or its prefix cannot be made.
+        """
+        if p.name not in self._emulators:
+            try:
+                self._emulators[p.name] = emulator_for(p, self.cache) if cross_built(p) else None
+            except RuntimeError as exc:
+                self._emulators[p.name] = exc
+        got = self._emulators[p.name]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
     # ----- native tests ----------------------------------------------------------------------
     def stage_test(self) -> None:
         """Run the native tests (ctest, by label) of the fork build of each selected platform."""
@@ -335,6 +398,12 @@ class Pipeline:
                 self.run.record_step(StepRecord(p.name, "fork", "test", "skipped",
                                                 detail=f"fork build {fork.status}: {fork.detail}",
                                                 failures=[Failure("blocked", build="fork")]))
+                continue
+            try:
+                emulator = self.emulator(p)
+            except RuntimeError as exc:
+                self.run.record_step(StepRecord(p.name, "fork", "test", "error", detail=str(exc),
+                                                failures=[Failure("exception", message=str(exc))]))
                 continue
             runs = [(self.run.layout.test_step(), ())]
             if self.opts.sanitize:
@@ -348,7 +417,8 @@ class Pipeline:
                     continue
                 with self.doing(p.name, "fork", step), self.console.step(f"[{p.name}] {step}") as shown:
                     tr = run_ctest(fork.build_dir, p.test_labels, p.test_targets, target_dir, wrapper=wrapper,
-                                   reference_junit=self.run.layout.tests(p.name, "test") / "junit.xml")
+                                   reference_junit=self.run.layout.tests(p.name, "test") / "junit.xml",
+                                   env=emulator.env if emulator else None)
                     shown.finish(tr.status, tr.detail, target_dir / "ctest.log")
                 detail = tr.detail
                 if wrapper:
@@ -372,7 +442,7 @@ class Pipeline:
     def stage_compare(self) -> None:
         """Run every comparison group of each selected platform and record per-prompt outcomes."""
         for p in self.platforms("compare-outputs"):
-            cache: dict[tuple[str, str, str], list[GenerationResult]] = {}
+            cache = self._generated.setdefault(p.name, {})
             groups = [g for g in p.groups if not self.opts.groups or g in self.opts.groups]
             gen_steps: dict[str, list[Failure]] = {}
             visible = environment.visible_gpu_count() if p.gpu == "nvidia" else 0
@@ -451,16 +521,20 @@ class Pipeline:
             return cache[key]
         config = self.matrix.configs[config_name]
         b = self.build_variant(p, config.build)
+        emulator = self.emulator(p)
         layout = self.run.layout
         write_json(layout.config_json(p.name, config_name), config)
         runs = []
         repeats = self.opts.repeats or gen.repeats
         for r in range(1, repeats + 1):
-            spec = GenerationSpec(binary=b.bin_dir / "llama-completion", model=model_path,
+            spec = GenerationSpec(binary=b.bin_dir / f"llama-completion{executable_suffix(p)}", model=model_path,
                                   prompt=self.matrix.prompts[prompt_id].text,
                                   n_predict=self.opts.n_predict or gen.n_predict, seed=gen.seed,
                                   ctx_size=gen.ctx_size, args=config.args, env=dict(config.env),
-                                  timeout_s=gen.timeout_s)
+                                  timeout_s=gen.timeout_s,
+                                  launcher=emulator.argv if emulator else (),
+                                  launcher_env=dict(emulator.env) if emulator else {},
+                                  crlf_stdout=p.os == "windows")
             prefix = layout.generation(p.name, config_name, model, prompt_id, r)
             with self.doing(p.name, config_name, "generate"):
                 res = run_generation(spec, prefix)
@@ -514,7 +588,29 @@ class Pipeline:
                          ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no comparison ran")
 
     def _compare_group(self, p: Platform, gname: str, cache: dict, gen_steps: dict) -> None:
+        """Run group ``gname`` on platform ``p``; the reference runs on ``group.reference_platform`` when set.
+
+        A cross-platform group names its reference ``<config>@<platform>`` in
+        the records and reuses that platform's generations of this run; the
+        platform must be runnable here, or every configuration of the group
+        gets an error naming why.
+        """
         group = self.matrix.groups[gname]
+        ref_p = self.matrix.platform(group.reference_platform) if group.reference_platform else p
+        ref_label = group.reference if ref_p is p else f"{group.reference}@{ref_p.name}"
+        ref_cache = cache if ref_p is p else self._generated.setdefault(ref_p.name, {})
+        why = cannot_run(ref_p) if ref_p is not p else None
+        try:
+            self.emulator(p)
+            ref_emulator = self.emulator(ref_p)
+        except RuntimeError as exc:
+            why = str(exc)
+        if why:
+            fact = Failure("exception", message=f"{gname}: {why}")
+            for c in (ref_label, *group.candidates):
+                gen_steps.setdefault(c, []).append(fact)
+            self.say(f"[{p.name}] {gname}: error: {why}")
+            return
         models = [m for m in group.models if not self.opts.models or m in self.opts.models]
         for model in models:
             try:
@@ -527,33 +623,39 @@ class Pipeline:
                     gen_steps.setdefault(c, []).append(fact)
                 self.say(f"[{p.name}] {gname}: error: {fact.text()}")
                 continue
-            needed = {self.matrix.configs[c].build for c in (group.reference, *group.candidates)}
-            broken = [v for v in needed if self.build_variant(p, v).status != "passed"]
+            needed = {(ref_p, self.matrix.configs[group.reference].build)}
+            needed |= {(p, self.matrix.configs[c].build) for c in group.candidates}
+            broken = sorted(v if q is p else f"{v}@{q.name}"
+                            for q, v in needed if self.build_variant(q, v).status != "passed")
             if broken:
-                for c in (group.reference, *group.candidates):
-                    gen_steps.setdefault(c, []).extend(Failure("blocked", build=v) for v in sorted(broken))
+                for c in (ref_label, *group.candidates):
+                    gen_steps.setdefault(c, []).extend(Failure("blocked", build=v) for v in broken)
                 continue
-            ref_build = self.build_variant(p, self.matrix.configs[group.reference].build)
+            ref_build = self.build_variant(ref_p, self.matrix.configs[group.reference].build)
             tok_dir = self.run.layout.tokenize_dir(p.name)
 
             def tokenize_fn(text: bytes, _model=model_path) -> list:
-                return tokenize(ref_build.bin_dir / "llama-tokenize", _model, text, tok_dir)
+                return tokenize(ref_build.bin_dir / f"llama-tokenize{executable_suffix(ref_p)}", _model, text,
+                                tok_dir, launcher=ref_emulator.argv if ref_emulator else (),
+                                launcher_env=ref_emulator.env if ref_emulator else None,
+                                crlf_stdout=ref_p.os == "windows")
 
             for prompt_id in group.prompts:
-                ref_runs = self._generations(p, group.reference, model, prompt_id, group.generation, model_path,
-                                             cache, gen_steps)
+                # another platform's generations are recorded under that platform's own steps
+                ref_runs = self._generations(ref_p, group.reference, model, prompt_id, group.generation,
+                                             model_path, ref_cache, gen_steps if ref_p is p else {})
                 for cand in group.candidates:
                     cand_runs = self._generations(p, cand, model, prompt_id, group.generation, model_path,
                                                   cache, gen_steps)
                     try:
-                        pc = compare_runs(prompt_id, group.reference, ref_runs, cand, cand_runs, tokenize_fn)
+                        pc = compare_runs(prompt_id, ref_label, ref_runs, cand, cand_runs, tokenize_fn)
                     except Exception as exc:
                         gen_steps.setdefault(cand, []).append(
                             Failure("compare", model=model, prompt=prompt_id, message=f"{type(exc).__name__}: {exc}"))
                         continue
                     div = to_json(pc.first_divergence) if pc.first_divergence else None
                     status, detail = pc.status, pc.detail
-                    upstream = self._upstream_of(group.reference, cand)
+                    upstream = self._upstream_of(group.reference, cand) if ref_p is p else None
                     if status in ("crashed", "timeout") and upstream is not None:
                         up_runs = ref_runs if upstream == group.reference else self._generations(
                             p, upstream, model, prompt_id, group.generation, model_path, cache, gen_steps)
@@ -562,10 +664,10 @@ class Pipeline:
                             status, detail = "unsupported-upstream", why
                             for c in (upstream, cand):
                                 self._unsupported.setdefault((p.name, c), set()).add((model, prompt_id))
-                    rec = ComparisonRecord(p.name, gname, model, prompt_id, group.reference, cand, status,
+                    rec = ComparisonRecord(p.name, gname, model, prompt_id, ref_label, cand, status,
                                            div, detail, list(pc.nondeterministic))
                     self.run.record_comparisons([rec])  # recorded at once: an interrupt keeps it
-                    self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {group.reference}: {detail}")
+                    self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {ref_label}: {detail}")
                     cmp_path = self.run.layout.compare_json(p.name, cand)
                     entry = to_json(pc) | {"group": gname, "model": model, "status": status, "detail": detail}
                     same = (gname, model, prompt_id)

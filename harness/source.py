@@ -39,6 +39,9 @@ MIRROR_KEEP = ("models/ggml-vocab-llama-spm.gguf",)
 MIRROR_MANIFEST = "HARNESS-MIRROR.json"
 #: Identity used for commits the harness creates (archive imports, applied patches).
 GIT_IDENTITY = ("llama.cpp fork harness", "harness@localhost")
+#: ``-c`` options of every git call: files byte for byte (no CRLF conversion), and paths longer
+#: than Windows' MAX_PATH of 260 characters, which git for Windows refuses without core.longpaths.
+GIT_CONFIG = ("-c", "core.autocrlf=false", "-c", "core.longpaths=true")
 
 
 class SourceError(InputError):
@@ -201,7 +204,7 @@ def git(args: Sequence[str], cwd: Path | None = None, *, check: bool = True,
     Raises SourceError with git's stderr when ``check`` and git exits non-zero.
     """
     full_env = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", **(env or {})}
-    proc = subprocess.run(["git", "-c", "core.autocrlf=false", *args], cwd=cwd, env=full_env,
+    proc = subprocess.run(["git", *GIT_CONFIG, *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise SourceError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
@@ -352,7 +355,9 @@ def obtain_base(matrix: Matrix, cache: Path | None = None, log: list[str] | None
     is locked (harness.locks) while it is checked or filled.
     """
     cache = cache or cache_dir()
-    dest = cache / "base" / matrix.base_commit
+    # 12 hex digits name the directory: with all 40, paths of the base tree pass Windows' MAX_PATH
+    # below a runner's workspace (harness.path_budget); the record keeps the full commit
+    dest = cache / "base" / matrix.base_commit[:12]
     # one process fills a cache entry; another waits and then finds it there
     with exclusive(dest, f"the source cache entry {dest}", (log.append if log is not None else None)):
         return _obtain_base(matrix, cache, dest, log)
@@ -464,7 +469,7 @@ def export_mirror(base: BaseTree, out: Path) -> tuple[Path, str]:
     tmp = out.with_name(out.name + ".tmp")
     manifest = json.dumps({"commit": base.commit, "excluded": list(MIRROR_EXCLUDE),
                            "kept": list(MIRROR_KEEP), "files": len(entries)}, indent=2).encode()
-    batch = subprocess.Popen(["git", "cat-file", "--batch"], cwd=base.path, stdin=subprocess.PIPE,
+    batch = subprocess.Popen(["git", *GIT_CONFIG, "cat-file", "--batch"], cwd=base.path, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE)
     assert batch.stdin and batch.stdout
     with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=9) as gz, \

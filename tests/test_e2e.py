@@ -63,6 +63,33 @@ def test_platforms_this_machine_cannot_run_are_skipped_with_a_reason(main_job):
             assert step["status"] == "skipped"
 
 
+def test_windows_cpu_was_built_tested_and_compared_under_wine(main_job):
+    from harness.config import load_matrix
+    from harness.pipeline import cannot_run
+    _, results = main_job
+    data = summary(results)
+    why = cannot_run(load_matrix(ROOT / "matrix.yaml").platforms["windows-x86_64-cpu"])
+    if why:
+        assert data["skipped_platforms"]["windows-x86_64-cpu"] == why
+        pytest.skip(why)
+    steps = {(s["config"], s["step"]): s["status"] for s in data["configurations"]
+             if s["platform"] == "windows-x86_64-cpu"}
+    assert steps[("fork", "build")] == "passed" and steps[("base", "build")] == "passed"
+    assert steps[("fork", "test")] == "passed"
+    tests = json.loads((results / "latest" / "windows-x86_64-cpu" / "tests" / "tests.json").read_text())
+    by_name = {c["name"]: c["status"] for c in tests["cases"]}
+    assert by_name["test-cuda-pin-ladder-host"] == "passed"  # the ladder's VirtualAlloc branch, under Wine
+    cmps = [c for c in data["comparisons"] if c["platform"] == "windows-x86_64-cpu"]
+    assert {(c["group"], c["model"]) for c in cmps} == {(g, m) for g in ("base-vs-fork", "cross-os")
+                                                        for m in ("gemma3-270m", "moe-small")}
+    assert len(cmps) == 2 * 2 * 4
+    assert all(c["status"] in ("identical", "diverged") for c in cmps), [c for c in cmps
+                                                                         if c["status"] not in ("identical", "diverged")]
+    assert {c["reference"] for c in cmps if c["group"] == "cross-os"} == {"fork@linux-x86_64-cpu"}
+    # the MinGW build changes nothing between base and fork, as on Linux
+    assert all(c["status"] == "identical" for c in cmps if c["group"] == "base-vs-fork")
+
+
 def test_native_tests_ran_through_ctest_with_junit(main_job):
     _, results = main_job
     run = results / "latest" / "linux-x86_64-cpu"
