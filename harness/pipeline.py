@@ -623,11 +623,11 @@ class Pipeline:
                     gen_steps.setdefault(c, []).append(fact)
                 self.say(f"[{p.name}] {gname}: error: {fact.text()}")
                 continue
-            # platforms by name: a Platform holds dicts and cannot be put in a set
+            on = {ref_p.name: ref_p, p.name: p}  # platforms hold dicts: keyed by name, not hashed
             needed = {(ref_p.name, self.matrix.configs[group.reference].build)}
             needed |= {(p.name, self.matrix.configs[c].build) for c in group.candidates}
             broken = sorted(v if q == p.name else f"{v}@{q}"
-                            for q, v in needed if self.build_variant(self.matrix.platform(q), v).status != "passed")
+                            for q, v in needed if self.build_variant(on[q], v).status != "passed")
             if broken:
                 for c in (ref_label, *group.candidates):
                     gen_steps.setdefault(c, []).extend(Failure("blocked", build=v) for v in broken)

@@ -22,6 +22,7 @@ from fake_upstream import make_fake_project, pids_alive
 from harness import proc
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX process groups and /proc"),
     pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler"),
 ]
