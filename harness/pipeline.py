@@ -511,6 +511,8 @@ class Pipeline:
             detail = f"{why} after {ran} generation(s)" + "".join(f"; {t}" for t in texts)
             self.run.record_step(StepRecord(p.name, config, "generate", status, detail=detail, failures=problems))
             self.run.mark_incomplete(f"{p.name}: generate {config}: {why}; did not finish")
+        # recorded here with their facts: record_unfinished must not replace them with a bare "interrupted"
+        self._doing = [d for d in self._doing if not (d[0] == p.name and d[2] == "generate" and d[1] in gen_steps)]
 
     def _generations(self, p: Platform, config_name: str, model: str, prompt_id: str, gen, model_path: Path,
                      cache: dict, gen_steps: dict) -> list[GenerationResult]:

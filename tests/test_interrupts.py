@@ -277,3 +277,23 @@ def test_ctrl_c_to_nox_and_the_harness_under_it_leaves_no_process_and_an_incompl
     assert s["overall"] == "incomplete"
     assert [(c["config"], c["status"]) for c in s["configurations"] if c["step"] == "build"] == \
         [("fork", "interrupted")]
+
+
+def test_a_failure_found_before_the_interrupt_is_kept(project):
+    _built(project)
+    pids = project.root / "pids"
+    run = start(project.argv("compare-outputs"),
+                project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="seven", FAKE_CRASH_WORD="four",
+                            FAKE_PIDS=str(pids)))
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) >= 5, what="the slow generation")
+    time.sleep(0.3)
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 143, out + err
+    s = summary(project.results)
+    assert s["overall"] == "failed"  # prompt two ("four five six") crashed before the interrupt
+    base = next(c for c in s["configurations"] if (c["config"], c["step"]) == ("base", "generate"))
+    assert base["status"] == "failed"
+    assert [(f["prompt"], f["status"]) for f in base["failures"]] == [("two", "crashed")]
+    assert base["detail"].startswith("interrupted by SIGTERM after 2 generation(s); tiny/two: crashed")
+    assert any("generate base: interrupted by SIGTERM" in r for r in s["incomplete"])
