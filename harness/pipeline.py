@@ -597,6 +597,8 @@ class Pipeline:
             detail = f"{why} after {ran} generation(s)" + "".join(f"; {t}" for t in texts)
             self.run.record_step(StepRecord(p.name, config, "generate", status, detail=detail, failures=problems))
             self.run.mark_incomplete(f"{p.name}: generate {config}: {why}; did not finish")
+        # recorded here with their facts: record_unfinished must not replace them with a bare "interrupted"
+        self._doing = [d for d in self._doing if not (d[0] == p.name and d[2] == "generate" and d[1] in gen_steps)]
 
     def _generations(self, p: Platform, config_name: str, model: str, prompt_id: str, gen, model_path: Path,
                      cache: dict, gen_steps: dict) -> list[GenerationResult]:
@@ -709,10 +711,11 @@ class Pipeline:
                     gen_steps.setdefault(c, []).append(fact)
                 self.say(f"[{p.name}] {gname}: error: {fact.text()}")
                 continue
-            needed = {(ref_p, self.matrix.configs[group.reference].build)}
-            needed |= {(p, self.matrix.configs[c].build) for c in group.candidates}
-            broken = sorted(v if q is p else f"{v}@{q.name}"
-                            for q, v in needed if self.build_variant(q, v).status != "passed")
+            on = {ref_p.name: ref_p, p.name: p}  # platforms hold dicts: keyed by name, not hashed
+            needed = {(ref_p.name, self.matrix.configs[group.reference].build)}
+            needed |= {(p.name, self.matrix.configs[c].build) for c in group.candidates}
+            broken = sorted(v if q == p.name else f"{v}@{q}"
+                            for q, v in needed if self.build_variant(on[q], v).status != "passed")
             if broken:
                 for c in (ref_label, *group.candidates):
                     gen_steps.setdefault(c, []).extend(Failure("blocked", build=v) for v in broken)
@@ -795,6 +798,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
                 say(f"{why}: stopping; every child process is terminated")
                 try:
                     pipe.record_unfinished(why)
+                    run.mark_incomplete(f"{stage}: {why}; did not finish")
                     for later in stages[i + 1:]:
                         run.mark_incomplete(f"{later}: not run ({why})")
                     _finish(run, say)

@@ -97,17 +97,14 @@ def known_runs(results_dir: Path) -> list[Path]:
 
 def _latest(results_dir: Path) -> Path | None:
     link = results_dir / "latest"
-    if link.exists() and (link / "summary.json").is_file():
-        return link.resolve()
-    if link.is_dir():
-        # the newest run was stopped before it recorded anything: never fall back to an older one
-        raise TriageInputError(f"the newest run {link.resolve().name} in {results_dir} is incomplete: it has no "
-                               "summary.json (it was stopped before it recorded a step); name two runs to compare")
     marker = results_dir / "LATEST"
-    if marker.is_file():
-        candidate = results_dir / marker.read_text().strip()
-        if (candidate / "summary.json").is_file():
-            return candidate
+    newest = link if link.is_dir() else (results_dir / marker.read_text().strip() if marker.is_file() else None)
+    if newest is not None and newest.is_dir():
+        if (newest / "summary.json").is_file():
+            return newest.resolve()
+        # the newest run was stopped before it recorded anything: never fall back to an older one
+        raise TriageInputError(f"the newest run {newest.resolve().name} in {results_dir} is incomplete: it has no "
+                               "summary.json (it was stopped before it recorded a step); name two runs to compare")
     runs = known_runs(results_dir)
     return runs[-1] if runs else None
 

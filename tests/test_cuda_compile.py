@@ -1,11 +1,12 @@
 """The compile step of a CUDA platform without a GPU (harness/cuda_compile.py).
 
 Fast tests cover the toolkit layout from the PyPI wheels, the libcuda stub, the
-series' changed files, the include scan, the plan on a small CMake project, the
-skip reason and the failure signature.  The slow tests plant faults into a
-fresh fork tree and compile the real ggml-cuda.cu with nvcc from PyPI: the
-step must fail with a compile-error signature naming file and line, and pass
-again without the plant.
+series' changed files, the include scan and the skip reason.  Slow ones build
+small CMake projects (the plan, a compile error's signature, a CUDA library and
+a program linked against the wheels and the stub) and plant faults into a fresh
+fork tree, compiling the real ggml-cuda.cu with nvcc from PyPI: the step must
+fail with a compile-error signature naming file and line, and pass again
+without the plant.
 """
 
 import json
@@ -146,6 +147,7 @@ def _cmake_project(root: Path) -> None:
         "add_executable(other c.c)\n")
 
 
+@pytest.mark.slow
 def test_plan_selects_units_that_include_changed_files_and_links_added_targets(tmp_path):
     cmake, ninja = find_tool("cmake"), find_tool("ninja")
     if not (cmake and ninja):
@@ -171,6 +173,7 @@ def test_plan_selects_units_that_include_changed_files_and_links_added_targets(t
     assert base.units == {"CMakeFiles/core.dir/a.c.o": ["x"]} and base.link == ["core", "tool"]
 
 
+@pytest.mark.slow
 def test_a_compile_error_fails_the_step_with_its_file_and_line(tmp_path):
     cmake, ninja = find_tool("cmake"), find_tool("ninja")
     if not (cmake and ninja):
@@ -192,6 +195,7 @@ def test_a_compile_error_fails_the_step_with_its_file_and_line(tmp_path):
     assert "a.c:2" in sig.summary and "undeclared_thing" in sig.key
 
 
+@pytest.mark.slow
 def test_a_cuda_library_and_a_program_using_it_link_against_the_wheels_and_the_stub(tmp_path):
     """The way ggml-cuda links (cudart, cuBLAS, the driver) and a program links it, in small."""
     cmake, ninja = find_tool("cmake"), find_tool("ninja")
@@ -271,6 +275,7 @@ PLANTS = [
 
 
 @pytest.mark.slow
+@pytest.mark.network
 @pytest.mark.parametrize("rel, after, planted", PLANTS)
 def test_a_planted_fault_fails_the_compile_step_and_its_removal_passes(fork_tree, tmp_path, rel, after, planted):
     result, sig, line_no = _compile_with(fork_tree, tmp_path / "planted", rel, after, planted)

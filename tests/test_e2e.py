@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.network,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CPU platform is Linux")]
 
 

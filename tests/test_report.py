@@ -203,6 +203,7 @@ def test_report_command(tmp_path, capsys):
 CHROMIUM = Path("/usr/bin/chromium")
 
 
+@pytest.mark.debian
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed")
 def test_report_renders_in_headless_chromium(tmp_path):
     run = make_run(tmp_path / "results", "20260102T000000Z-bbbb")

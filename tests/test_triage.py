@@ -558,6 +558,7 @@ SERIES = [
 ]
 
 
+@pytest.mark.slow
 def test_series_bisector_names_the_bad_patch(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
     monkeypatch.delenv("CMAKE_GENERATOR", raising=False)
@@ -682,6 +683,7 @@ def test_upstream_commits_follow_the_first_parent_line(upstream):
         bisect.upstream_commits(repo, "no-such-rev", "main")
 
 
+@pytest.mark.slow
 def test_upstream_bisect_names_the_breaking_commit_and_reuses_its_builds(upstream, capsys):
     root, repo, main, side = upstream
     assert bisect.main(_upstream_args(root, f"{main[0][:10]}..main")) == 0
@@ -707,6 +709,7 @@ def test_upstream_bisect_names_the_breaking_commit_and_reuses_its_builds(upstrea
     assert len(checked) == 4 and all(line.endswith("[build: fork reused]") for line in checked)
 
 
+@pytest.mark.slow
 def test_upstream_bisect_refuses_a_good_commit_that_fails(upstream, capsys):
     root, repo, main, side = upstream
     assert cli.main(["bisect", *_upstream_args(root, f"{main[3]}..{main[5]}")[1:]]) == 2
@@ -718,6 +721,7 @@ def test_upstream_bisect_refuses_a_good_commit_that_fails(upstream, capsys):
     assert not (root / "work" / "bisect-upstream" / CPU / main[5][:12]).exists()  # BAD was not built
 
 
+@pytest.mark.slow
 def test_upstream_commits_where_the_series_does_not_apply_count_as_failing(upstream, capsys):
     root, repo, main, side = upstream
     # a fork patch that adds NOTES applies on the base only: every later commit has NOTES already
