@@ -25,6 +25,9 @@ SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
 #: Generation defaults used when matrix.yaml gives none (issue 2: 120 tokens, 2 repeats).
 DEFAULT_GENERATION = {"n_predict": 120, "repeats": 2, "seed": 42, "ctx_size": 1024, "timeout_s": 300.0}
 
+#: Comparison thresholds used when matrix.yaml gives none (README, "Greedy comparisons").
+DEFAULT_COMPARISON = {"near_tie_margin": 0.1, "kl_mean_max": 1e-4}
+
 
 class MatrixError(Exception):
     """matrix.yaml is malformed; ``problems`` holds one ``file:line: key: message`` string per problem."""
@@ -73,6 +76,21 @@ class Generation:
     seed: int = 42
     ctx_size: int = 1024
     timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How a comparison judges numerics, both in nats (natural-log units of logits).
+
+    ``near_tie_margin``: a first divergence is a near tie when the reference's
+    top-1 minus top-2 logit there is below this and the candidate chose the
+    reference's second choice.  ``kl_mean_max``: a mean KL divergence (reference
+    || candidate, teacher-forced on the reference's tokens) above this is a
+    regression in triage even when the greedy tokens are identical.
+    """
+
+    near_tie_margin: float = 0.1
+    kl_mean_max: float = 1e-4
 
 
 @dataclass(frozen=True)
@@ -131,7 +149,12 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class Group:
-    """A comparison group: one reference configuration against candidates, on models and prompts."""
+    """A comparison group: one reference configuration against candidates, on models and prompts.
+
+    ``expect`` is the status every comparison of the group should have: ``identical``, or
+    ``diverged`` for a control group whose candidate changes numerics on purpose (it shows
+    that the comparison sees such a change; an identical result there fails the run).
+    """
 
     name: str
     models: tuple[str, ...]
@@ -140,6 +163,8 @@ class Group:
     candidates: tuple[str, ...]
     generation: Generation
     description: str = ""
+    comparison: Comparison = field(default_factory=Comparison)
+    expect: str = "identical"
 
 
 @dataclass(frozen=True)
@@ -346,6 +371,7 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
         for s in doc["base"]["sources"])
     gen_defaults = {**DEFAULT_GENERATION, **doc.get("defaults", {}).get("generation", {})}
     generation = Generation(**gen_defaults)
+    cmp_defaults = {**DEFAULT_COMPARISON, **doc.get("defaults", {}).get("comparison", {})}
     platforms = {}
     for name, p in doc["platforms"].items():
         ci = p.get("ci")
@@ -370,7 +396,9 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
                           prompts=tuple(g.get("prompts", list(prompts))),
                           reference=g["reference"], candidates=tuple(g["candidates"]),
                           generation=Generation(**{**gen_defaults, **g.get("generation", {})}),
-                          description=g.get("description", ""))
+                          description=g.get("description", ""),
+                          comparison=Comparison(**{**cmp_defaults, **g.get("comparison", {})}),
+                          expect=g.get("expect", "identical"))
               for name, g in doc["groups"].items()}
     return Matrix(path=path, base_commit=doc["base"]["commit"], sources=sources, generation=generation,
                   platforms=platforms, models=models, prompts=prompts, configs=configs, groups=groups)

@@ -22,8 +22,10 @@ from typing import Callable, Iterator, Sequence
 from . import environment, gpu, proc
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
                     cuda_architectures_from_nvidia_smi, is_up_to_date)
-from .compare import GenerationResult, GenerationSpec, compare_runs, run_generation, tokenize, to_json
-from .config import Matrix, Model, Platform
+from .compare import GenerationSpec, to_json
+from .config import Generation, Matrix, Model, Platform
+from .engine import ENGINE_TARGET, engine_argv, engine_cmake_options, engine_source_digest
+from .greedy import GreedyRunner, Hooks, Job, JobResult, Side
 from .models import MoeParams, PypiChunkedModel, assemble_pypi_chunks, generate_synthetic_moe, model_summary
 from .native_tests import run_ctest
 from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
@@ -199,6 +201,7 @@ class Pipeline:
         elif self.opts.cuda_arch and p.gpu == "nvidia":
             opts["CMAKE_CUDA_ARCHITECTURES"] = self.opts.cuda_arch
         opts.update(compiler_launcher_options())
+        opts.update(engine_cmake_options())
         if variant == "fork":
             opts["LLAMA_FORK_SERIES"] = series_label(self.patches())
         opts.update(self.opts.cmake_defines)
@@ -247,10 +250,11 @@ class Pipeline:
             work = self.opts.work_dir.resolve()
             source = self._prepare_source(base, work, variant, logs)
             if variant == "fork":
-                key_parts = {"base": base.commit, "series": series_digest(self.patches())}
+                key_parts = {"base": base.commit, "series": series_digest(self.patches()),
+                             "engine": engine_source_digest()}
             else:
-                key_parts = {"base": base.commit}
-            targets = p.targets + (p.test_targets if variant == "fork" else ())
+                key_parts = {"base": base.commit, "engine": engine_source_digest()}
+            targets = (*p.targets, ENGINE_TARGET) + (p.test_targets if variant == "fork" else ())
             req = BuildRequest(p.name, variant, source, work / variant / f"build-{p.name}",
                                self.cmake_options(p, variant), tuple(targets), key_parts, self.opts.jobs,
                                env=ccache_env(work))
@@ -366,34 +370,59 @@ class Pipeline:
 
     # ----- comparisons ----------------------------------------------------------------------
     def stage_compare(self) -> None:
-        """Run every comparison group of each selected platform and record per-prompt outcomes."""
+        """Run every comparison group of each selected platform and record per-prompt outcomes.
+
+        Jobs (group x model) whose model or builds are missing are recorded as
+        errors of their configurations' ``generate`` steps; the rest run through
+        ``GreedyRunner`` (one engine load per configuration and model), each
+        model's comparisons recorded as soon as they are decided.  Where the
+        time went is written to ``<platform>/compare-timing.json``.
+        """
         for p in self.platforms("compare-outputs"):
-            cache: dict[tuple[str, str, str], list[GenerationResult]] = {}
             groups = [g for g in p.groups if not self.opts.groups or g in self.opts.groups]
             gen_steps: dict[str, list[Failure]] = {}
+            runner = GreedyRunner(self._hooks(), {k: v.text for k, v in self.matrix.prompts.items()},
+                                  self.opts.work_dir.resolve() / "tmp", self.opts.n_predict, self.opts.repeats,
+                                  self.say)
             try:
-                for gname in groups:
-                    self._compare_group(p, gname, cache, gen_steps)
+                jobs = [job for gname in groups for job in self._jobs(p, gname, gen_steps)]
+                runner.run(jobs, lambda res, _p=p: self._record_job(_p, res))
             except BaseException as exc:
-                self._record_cut_generations(p, exc, cache, gen_steps)
+                self._merge_runner_failures(runner, gen_steps)
+                self._record_cut_generations(p, exc, runner, gen_steps)
                 raise
+            self._merge_runner_failures(runner, gen_steps)
             if not any(c.platform == p.name for c in self.run.comparisons) and not gen_steps:
                 self.run.mark_incomplete(f"{p.name}: compare-outputs selected no comparison "
                                          f"(groups {', '.join(p.groups) or 'none'}; filters: "
                                          f"{', '.join(self.opts.groups + self.opts.models) or 'none'})")
-            self.record_generate_steps(p, cache, gen_steps)
+            self.record_generate_steps(p, runner, gen_steps)
+            t = runner.timing
+            if t.sessions or t.completion_runs:
+                write_json(self.run.layout.platform(p.name) / "compare-timing.json",
+                           {**asdict(t), "pure_generation": t.pure_generation,
+                            "wall_over_pure_generation": t.wall / t.pure_generation if t.pure_generation else None})
+                self.say(f"[{p.name}] compare-outputs: {t.wall:.1f} s wall, {t.pure_generation:.1f} s generating, "
+                         f"{t.loads:.1f} s in {t.sessions} engine load(s), {t.engine_scoring:.1f} s scoring, "
+                         f"{t.completion_runs} llama-completion runs")
             self.write_environment(p)
 
-    def record_generate_steps(self, p: Platform, cache: dict[tuple[str, str, str], list[GenerationResult]],
-                              gen_steps: dict[str, list[Failure]]) -> None:
+    @staticmethod
+    def _merge_runner_failures(runner: GreedyRunner, gen_steps: dict[str, list[Failure]]) -> None:
+        for side, problems in runner.problems.items():
+            gen_steps.setdefault(side.config, []).extend(problems)
+        runner.problems.clear()
+
+    def record_generate_steps(self, p: Platform, runner: GreedyRunner, gen_steps: dict[str, list[Failure]]) -> None:
         """Record one ``generate`` step per configuration of ``gen_steps`` (config -> failure facts).
 
-        ``cache`` maps (config, model, prompt) to the generation runs, whose seconds are
-        summed.  The step failed when a fact exists, errored when every fact says nothing of
-        the configuration could run (a model or a build missing), else passed.
+        Seconds are the runner's wall time for the configuration's sessions and
+        llama-completion runs.  The step failed when a fact exists, errored when
+        every fact says nothing of the configuration could run (a model or a
+        build missing), else passed.
         """
         for config, problems in gen_steps.items():
-            seconds = sum(r.seconds for (c, _, _), runs in cache.items() if c == config for r in runs)
+            seconds = sum(t for side, t in runner.side_seconds.items() if side.config == config)
             status = "failed" if problems else "passed"
             if problems and all(f.kind in ("model", "blocked") for f in problems):
                 status = "error"  # nothing of this configuration could run
@@ -402,52 +431,48 @@ class Pipeline:
             self.run.record_step(StepRecord(p.name, config, "generate", status, round(seconds, 1),
                                             detail=detail, failures=unique))
 
-    def _record_cut_generations(self, p: Platform, exc: BaseException, cache: dict, gen_steps: dict) -> None:
+    def _record_cut_generations(self, p: Platform, exc: BaseException, runner: GreedyRunner,
+                                gen_steps: dict) -> None:
         """Record the generate steps of ``p`` that an interrupt or exception cut short, with what they did."""
         why = describe_abort(exc)
         for config, problems in gen_steps.items():
-            ran = sum(len(runs) for (c, _, _), runs in cache.items() if c == config)
+            ran = sum(n for side, n in runner.side_runs.items() if side.config == config)
             status = "failed" if any(f.kind not in ("model", "blocked") for f in problems) else "interrupted"
             texts = list(dict.fromkeys(f.text() for f in problems))
             detail = f"{why} after {ran} generation(s)" + "".join(f"; {t}" for t in texts)
             self.run.record_step(StepRecord(p.name, config, "generate", status, detail=detail, failures=problems))
             self.run.mark_incomplete(f"{p.name}: generate {config}: {why}; did not finish")
 
-    def _generations(self, p: Platform, config_name: str, model: str, prompt_id: str, gen, model_path: Path,
-                     cache: dict, gen_steps: dict) -> list[GenerationResult]:
-        key = (config_name, model, prompt_id)
-        if key in cache:
-            return cache[key]
-        config = self.matrix.configs[config_name]
-        b = self.build_variant(p, config.build)
+    def _hooks(self) -> Hooks:
+        """How the greedy runner starts the engine and llama-completion of a configuration (a Side)."""
         layout = self.run.layout
-        write_json(layout.config_json(p.name, config_name), config)
-        runs = []
-        repeats = self.opts.repeats or gen.repeats
-        for r in range(1, repeats + 1):
-            spec = GenerationSpec(binary=b.bin_dir / "llama-completion", model=model_path,
-                                  prompt=self.matrix.prompts[prompt_id].text,
-                                  n_predict=self.opts.n_predict or gen.n_predict, seed=gen.seed,
-                                  ctx_size=gen.ctx_size, args=config.args, env=dict(config.env),
-                                  timeout_s=gen.timeout_s)
-            prefix = layout.generation(p.name, config_name, model, prompt_id, r)
-            with self.doing(p.name, config_name, "generate"):
-                res = run_generation(spec, prefix)
-            runs.append(res)
-            gen_steps.setdefault(config_name, [])
-            if res.status != "ok":
-                gen_steps[config_name].append(Failure(
-                    "generation", model=model, prompt=prompt_id, repeat=r, status=res.status,
-                    signal=res.signal or "", error_line=res.error_line or "",
-                    log=layout.relative(res.stderr_path)))
-            ladder = gpu.parse_ladder_lines(res.stderr_path.read_bytes().decode("utf-8", "replace"))
-            if ladder:
-                write_json(prefix.with_name(prefix.name + ".pin-ladder.json"), ladder)
-        cache[key] = runs
-        return runs
 
-    def _compare_group(self, p: Platform, gname: str, cache: dict, gen_steps: dict) -> None:
+        def out_dir(side: Side) -> Path:
+            write_json(layout.config_json(side.platform, side.config), self.matrix.configs[side.config])
+            return layout.config(side.platform, side.config)
+
+        def bin_dir(side: Side) -> Path:
+            return self.build_variant(self.matrix.platform(side.platform),
+                                      self.matrix.configs[side.config].build).bin_dir
+
+        def engine(side: Side, model_path: Path, gen: Generation) -> tuple[list[str], dict[str, str]]:
+            config = self.matrix.configs[side.config]
+            return engine_argv(bin_dir(side) / ENGINE_TARGET, model_path, gen, config.args), dict(config.env)
+
+        def completion(side: Side, model_path: Path, prompt: str, gen: Generation) -> GenerationSpec:
+            config = self.matrix.configs[side.config]
+            return GenerationSpec(binary=bin_dir(side) / "llama-completion", model=model_path, prompt=prompt,
+                                  n_predict=gen.n_predict, seed=gen.seed, ctx_size=gen.ctx_size, args=config.args,
+                                  env=dict(config.env), timeout_s=gen.timeout_s)
+
+        return Hooks(engine=engine, completion=completion, out_dir=out_dir,
+                     doing=lambda side: self.doing(side.platform, side.config, "generate"),
+                     relative=layout.relative)
+
+    def _jobs(self, p: Platform, gname: str, gen_steps: dict[str, list[Failure]]) -> list[Job]:
+        """The runnable (group, model) jobs of group ``gname`` on ``p``; others recorded as failures in ``gen_steps``."""
         group = self.matrix.groups[gname]
+        jobs = []
         models = [m for m in group.models if not self.opts.models or m in self.opts.models]
         for model in models:
             try:
@@ -466,35 +491,32 @@ class Pipeline:
                 for c in (group.reference, *group.candidates):
                     gen_steps.setdefault(c, []).extend(Failure("blocked", build=v) for v in sorted(broken))
                 continue
-            ref_build = self.build_variant(p, self.matrix.configs[group.reference].build)
-            tok_dir = self.run.layout.tokenize_dir(p.name)
+            for c in (group.reference, *group.candidates):
+                gen_steps.setdefault(c, [])
+            jobs.append(Job(group=gname, model=model, model_path=model_path, reference=Side(p.name, group.reference),
+                            candidates=tuple(Side(p.name, c) for c in group.candidates), prompts=group.prompts,
+                            generation=group.generation, comparison=group.comparison, label=group.reference,
+                            expect=group.expect))
+        return jobs
 
-            def tokenize_fn(text: bytes, _model=model_path) -> list:
-                return tokenize(ref_build.bin_dir / "llama-tokenize", _model, text, tok_dir)
-
-            for prompt_id in group.prompts:
-                ref_runs = self._generations(p, group.reference, model, prompt_id, group.generation, model_path,
-                                             cache, gen_steps)
-                for cand in group.candidates:
-                    cand_runs = self._generations(p, cand, model, prompt_id, group.generation, model_path,
-                                                  cache, gen_steps)
-                    try:
-                        pc = compare_runs(prompt_id, group.reference, ref_runs, cand, cand_runs, tokenize_fn)
-                    except Exception as exc:
-                        gen_steps.setdefault(cand, []).append(
-                            Failure("compare", model=model, prompt=prompt_id, message=f"{type(exc).__name__}: {exc}"))
-                        continue
-                    div = to_json(pc.first_divergence) if pc.first_divergence else None
-                    rec = ComparisonRecord(p.name, gname, model, prompt_id, group.reference, cand, pc.status,
-                                           div, pc.detail, list(pc.nondeterministic))
-                    self.run.record_comparisons([rec])  # recorded at once: an interrupt keeps it
-                    self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {group.reference}: {pc.detail}")
-                    cmp_path = self.run.layout.compare_json(p.name, cand)
-                    entry = to_json(pc) | {"group": gname, "model": model}
-                    same = (gname, model, prompt_id)
-                    existing = json.loads(cmp_path.read_text()) if cmp_path.exists() else []
-                    existing = [e for e in existing if (e.get("group"), e.get("model"), e.get("prompt_id")) != same]
-                    write_json(cmp_path, existing + [entry])
+    def _record_job(self, p: Platform, res: JobResult) -> None:
+        """Record a job's comparisons in the summary and in each candidate's compare.json."""
+        job = res.job
+        records = []
+        for pc in res.comparisons:
+            entry = to_json(pc) | {"group": job.group, "model": job.model}
+            rec = ComparisonRecord(p.name, job.group, job.model, pc.prompt_id, job.label, pc.candidate, pc.status,
+                                   entry["first_divergence"], pc.detail, list(pc.nondeterministic),
+                                   kl=entry["kl"], text_check=entry["text_check"],
+                                   kl_mean_max=job.comparison.kl_mean_max, expected=job.expect)
+            records.append(rec)
+            self.say(f"[{p.name}] {job.group} {job.model} {pc.prompt_id}: {pc.candidate} vs {job.label}: {pc.detail}")
+            cmp_path = self.run.layout.compare_json(p.name, pc.candidate)
+            same = (job.group, job.model, pc.prompt_id)
+            existing = json.loads(cmp_path.read_text()) if cmp_path.exists() else []
+            existing = [e for e in existing if (e.get("group"), e.get("model"), e.get("prompt_id")) != same]
+            write_json(cmp_path, existing + [entry])
+        self.run.record_comparisons(records)
 
 
 def describe_abort(exc: BaseException) -> str:
