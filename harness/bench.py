@@ -6,7 +6,9 @@
    pinned and pinned for half the layers (``llama-bench -ngl 99 -ncmoe 99
    -lm none``, env ``GGML_CUDA_NO_PINNED`` / ``GGML_CUDA_MOE_PIN_LAYERS``);
 2. the ladder's seconds per GiB against one plain ``cudaHostRegister`` of the
-   same size (the ladder forced by a per-call cap below the buffer size);
+   same size (the ladder forced by a per-call cap below the buffer size), the
+   CUDA context created before either clock starts, several registrations per
+   side in two pairs of processes, min and median reported;
 3. bytes granted against each simulated cap (``GGML_CUDA_PIN_SIM_*``).
 
 Items 2 and 3 run in child processes that load the fork's ``libggml-cuda``
@@ -22,6 +24,7 @@ import ctypes
 import json
 import mmap
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -59,48 +62,74 @@ def _libs(build_dir: Path) -> tuple[ctypes.CDLL, ctypes.CDLL]:
     return base, cuda
 
 
-def _child_ladder(build_dir: Path, size: int) -> dict[str, Any]:
-    """In this process: allocate one CUDA host buffer of ``size`` bytes; return seconds and pin stats."""
-    base, cuda = _libs(build_dir)
-    buft = cuda.ggml_backend_cuda_host_buffer_type()
-    start = time.perf_counter()
-    buf = base.ggml_backend_buft_alloc_buffer(buft, size)
-    seconds = time.perf_counter() - start
-    stats = PinStats()
-    cuda.ggml_backend_cuda_pin_get_stats(ctypes.byref(stats))
-    name = base.ggml_backend_buft_name(base.ggml_backend_buffer_get_type(buf)).decode()
-    out = {"seconds": seconds, "buffer_type": name, **{f: getattr(stats, f) for f, _ in PinStats._fields_}}
-    start = time.perf_counter()
-    base.ggml_backend_buffer_free(buf)
-    out["free_seconds"] = time.perf_counter() - start
-    return out
-
-
-def _child_plain(build_dir: Path, size: int) -> dict[str, Any]:
-    """In this process: mmap ``size`` bytes and register them with one cudaHostRegister; return seconds."""
-    _libs(build_dir)  # same CUDA runtime as the ladder
-    rt = None
+def _cudart() -> ctypes.CDLL:
+    """The CUDA runtime library that libggml-cuda loaded (the same process-wide instance)."""
     for cand in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
         try:
-            rt = ctypes.CDLL(cand)
-            break
+            return ctypes.CDLL(cand)
         except OSError:
             continue
-    if rt is None:
-        raise RuntimeError("libcudart not found")
-    rt.cudaFree(None)  # create the context outside the timed region, as the ladder's process has one
-    mem = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    addr = ctypes.addressof(ctypes.c_char.from_buffer(mem))
-    start = time.perf_counter()
-    err = rt.cudaHostRegister(ctypes.c_void_p(addr), ctypes.c_size_t(size), ctypes.c_uint(0))
-    seconds = time.perf_counter() - start
-    rt.cudaHostUnregister(ctypes.c_void_p(addr))
-    return {"seconds": seconds, "error": err}
+    raise RuntimeError("libcudart not found")
 
 
-def _spawn(kind: str, build_dir: Path, size: int, env: dict[str, str]) -> dict[str, Any]:
+#: cudaHostRegisterPortable, the flag the ladder registers its chunks with (cuda_runtime_api.h)
+CUDA_HOST_REGISTER_PORTABLE = 1
+
+
+def _child_ladder(build_dir: Path, size: int, reps: int = 1) -> dict[str, Any]:
+    """In this process: allocate and free one CUDA host buffer of ``size`` bytes ``reps`` times.
+
+    The CUDA context and ggml's backend registry are created before the first
+    clock starts, as in :func:`_child_plain`, so both time only the pinning.
+    Returns ``seconds`` (list, one per repetition, allocation only), the
+    buffer type's name and the pin stats of the last allocation.
+    """
+    base, cuda = _libs(build_dir)
+    _cudart().cudaFree(None)  # the CUDA context, outside every timed region
+    buft = cuda.ggml_backend_cuda_host_buffer_type()
+    times, out = [], {}
+    for _ in range(reps):
+        cuda.ggml_backend_cuda_pin_reset_sim()
+        start = time.perf_counter()
+        buf = base.ggml_backend_buft_alloc_buffer(buft, size)
+        times.append(time.perf_counter() - start)
+        stats = PinStats()
+        cuda.ggml_backend_cuda_pin_get_stats(ctypes.byref(stats))
+        name = base.ggml_backend_buft_name(base.ggml_backend_buffer_get_type(buf)).decode()
+        out = {"buffer_type": name, **{f: getattr(stats, f) for f, _ in PinStats._fields_}}
+        base.ggml_backend_buffer_free(buf)
+    return {"seconds": times, **out}
+
+
+def _child_plain(build_dir: Path, size: int, reps: int = 1) -> dict[str, Any]:
+    """In this process: ``reps`` times, mmap ``size`` fresh bytes and register them with one cudaHostRegister.
+
+    Same flag as the ladder's chunks (portable), fresh pages each time as the
+    ladder maps its own; the context exists before the clock starts.  Returns
+    ``seconds`` (list, registration only) and the last CUDA error code.
+    """
+    _libs(build_dir)  # same CUDA runtime as the ladder
+    rt = _cudart()
+    rt.cudaFree(None)
+    times, err = [], 0
+    for _ in range(reps):
+        mem = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        buf = ctypes.c_char.from_buffer(mem)
+        addr = ctypes.addressof(buf)
+        start = time.perf_counter()
+        err = rt.cudaHostRegister(ctypes.c_void_p(addr), ctypes.c_size_t(size), ctypes.c_uint(CUDA_HOST_REGISTER_PORTABLE))
+        times.append(time.perf_counter() - start)
+        rt.cudaHostUnregister(ctypes.c_void_p(addr))
+        del buf
+        mem.close()
+        if err != 0:
+            break
+    return {"seconds": times, "error": err}
+
+
+def _spawn(kind: str, build_dir: Path, size: int, env: dict[str, str], reps: int = 1) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, "-m", "harness.bench", "--child", kind, "--build-dir", str(build_dir),
-                           "--size", str(size)], capture_output=True, text=True,
+                           "--size", str(size), "--reps", str(reps)], capture_output=True, text=True,
                           env={**os.environ, **env}, timeout=600)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
@@ -109,16 +138,36 @@ def _spawn(kind: str, build_dir: Path, size: int, env: dict[str, str]) -> dict[s
     return result
 
 
-def ladder_cost(build_dir: Path, gib: float = 4.0, chunk_mib: int = 1024) -> dict[str, Any]:
-    """Seconds per GiB of the ladder (forced by a per-call cap of ``chunk_mib``) vs one plain cudaHostRegister."""
+def ladder_cost(build_dir: Path, gib: float = 4.0, chunk_mib: int = 1024, reps: int = 5,
+                rounds: int = 2) -> dict[str, Any]:
+    """Seconds per GiB of the ladder (forced by a per-call cap of ``chunk_mib``) vs one plain cudaHostRegister.
+
+    ``rounds`` pairs of child processes (plain, then ladder) each time
+    ``reps`` registrations of ``gib`` GiB, the CUDA context created before
+    either clock.  Returns every time, the min and median per side (seconds
+    per GiB) and ``ladder_over_plain`` (median over median; the issue's target
+    is at most 1.10) and ``ladder_over_plain_min`` (min over min).
+    """
     size = int(gib * GIB)
-    plain = _spawn("plain", build_dir, size, {})
-    ladder = _spawn("ladder", build_dir, size, {"GGML_CUDA_PIN_SIM_CALL_MAX_MB": str(chunk_mib)})
-    out = {"bytes": size, "plain": plain, "ladder": ladder}
-    if "seconds" in plain and "seconds" in ladder:
-        out["plain_s_per_gib"] = plain["seconds"] / gib
-        out["ladder_s_per_gib"] = ladder["seconds"] / gib
-        out["ladder_over_plain"] = ladder["seconds"] / plain["seconds"]
+    plain_t: list[float] = []
+    ladder_t: list[float] = []
+    out: dict[str, Any] = {"bytes": size, "reps": reps, "rounds": rounds, "chunk_mib": chunk_mib, "errors": []}
+    for _ in range(rounds):
+        plain = _spawn("plain", build_dir, size, {}, reps)
+        ladder = _spawn("ladder", build_dir, size, {"GGML_CUDA_PIN_SIM_CALL_MAX_MB": str(chunk_mib)}, reps)
+        for side, r, acc in (("plain", plain, plain_t), ("ladder", ladder, ladder_t)):
+            if isinstance(r.get("seconds"), list) and not (side == "plain" and r.get("error")):
+                acc += r["seconds"]
+            else:
+                out["errors"].append(f"{side}: {r.get('error')}")
+        out["ladder_segments"] = ladder.get("n_segments")
+    out["plain_seconds"], out["ladder_seconds"] = plain_t, ladder_t
+    if plain_t and ladder_t:
+        for side, t in (("plain", plain_t), ("ladder", ladder_t)):
+            out[f"{side}_s_per_gib_min"] = min(t) / gib
+            out[f"{side}_s_per_gib_median"] = statistics.median(t) / gib
+        out["ladder_over_plain"] = statistics.median(ladder_t) / statistics.median(plain_t)
+        out["ladder_over_plain_min"] = min(ladder_t) / min(plain_t)
     return out
 
 
@@ -138,9 +187,11 @@ def grants(build_dir: Path, gib: float = 4.0) -> list[dict[str, Any]]:
     for name, env, allowed in cases:
         r = _spawn("ladder", build_dir, size, env)
         granted = r.get("bytes_pinned", 0)
+        seconds = r.get("seconds")
         rows.append({"case": name, "env": env, "requested": size, "cap_allows": allowed, "granted": granted,
                      "granted_over_cap": (granted / allowed) if allowed else None,
-                     "segments": r.get("n_segments"), "seconds": r.get("seconds"), "error": r.get("error"),
+                     "segments": r.get("n_segments"), "seconds": seconds[0] if seconds else None,
+                     "error": r.get("error"),
                      "ladder_lines": r.get("ladder_lines", [])})
     return rows
 
@@ -175,11 +226,18 @@ def render(results: dict[str, Any]) -> str:
                          f"| {r.get('decode_tok_s', '')} |")
         lines.append("")
     lc = results.get("ladder_cost")
-    if lc and "ladder_s_per_gib" in lc:
-        lines += ["| registration | seconds per GiB |", "|---|---:|",
-                  f"| one cudaHostRegister of {lc['bytes'] / GIB:.1f} GiB | {lc['plain_s_per_gib']:.3f} |",
-                  f"| ladder (1 GiB chunks) | {lc['ladder_s_per_gib']:.3f} |",
-                  f"| ladder / plain | {lc['ladder_over_plain']:.3f} |", ""]
+    if lc and "ladder_over_plain" in lc:
+        n = len(lc["plain_seconds"])
+        lines += [f"CUDA context created before either clock; {n} registrations per side "
+                  f"({lc['rounds']} processes x {lc['reps']}).", "",
+                  "| registration | min s/GiB | median s/GiB |", "|---|---:|---:|",
+                  f"| one cudaHostRegister of {lc['bytes'] / GIB:.1f} GiB | {lc['plain_s_per_gib_min']:.3f} "
+                  f"| {lc['plain_s_per_gib_median']:.3f} |",
+                  f"| ladder ({lc['chunk_mib']} MiB chunks) | {lc['ladder_s_per_gib_min']:.3f} "
+                  f"| {lc['ladder_s_per_gib_median']:.3f} |",
+                  f"| ladder / plain | {lc['ladder_over_plain_min']:.3f} | {lc['ladder_over_plain']:.3f} |", ""]
+    if lc and lc.get("errors"):
+        lines += ["ladder cost errors: " + "; ".join(lc["errors"]), ""]
     if results.get("grants"):
         lines += ["| simulated limit | requested | cap allows | granted | granted / cap | segments |",
                   "|---|---:|---:|---:|---:|---:|"]
@@ -201,10 +259,11 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--child", choices=("ladder", "plain"), help=argparse.SUPPRESS)
     ap.add_argument("--size", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--reps", type=int, default=5, help="registrations per process in the ladder cost measurement")
     args = ap.parse_args(argv)
     if args.child:
         fn = _child_ladder if args.child == "ladder" else _child_plain
-        print(json.dumps(fn(args.build_dir, args.size)))
+        print(json.dumps(fn(args.build_dir, args.size, args.reps if args.child else 1)))
         return 0
     from .environment import nvidia_gpus
     gpus = nvidia_gpus()
@@ -212,7 +271,7 @@ def main(argv: Sequence[str]) -> int:
                                if gpus else f"no GPU, {os.cpu_count()} CPUs"}
     if args.model:
         results["llama_bench"] = llama_bench(args.build_dir, args.model, args.n_layer)
-    results["ladder_cost"] = ladder_cost(args.build_dir, args.gib)
+    results["ladder_cost"] = ladder_cost(args.build_dir, args.gib, reps=args.reps)
     results["grants"] = grants(args.build_dir, args.gib)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

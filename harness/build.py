@@ -22,17 +22,23 @@ from typing import Callable, Mapping, Sequence
 from . import proc
 from .locks import BuildLock
 
+from .errors import EnvironmentProblem
+
 #: Bumped when the way builds are configured changes, so old build dirs are not reused.
 BUILD_SCHEME = 1
 
 
-class BuildError(Exception):
+class BuildError(EnvironmentProblem):
     """A build could not even be attempted (e.g. cmake or ninja missing)."""
 
 
 @dataclass(frozen=True)
 class BuildRequest:
-    """What to build: ``source_dir`` into ``build_dir`` with ``cmake_options`` and ``targets``."""
+    """What to build: ``source_dir`` into ``build_dir`` with ``cmake_options`` and ``targets``.
+
+    ``exe_suffix``: file name suffix of the platform's executables (``.exe``
+    for Windows, also when cross-built on Linux).
+    """
 
     platform: str
     variant: str
@@ -43,6 +49,7 @@ class BuildRequest:
     key_parts: Mapping[str, str] = field(default_factory=dict)
     jobs: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    exe_suffix: str = ""
 
     def key(self) -> str:
         """sha256 over base commit, series digest, CMake options, targets and BUILD_SCHEME (hex, 16 chars)."""
@@ -144,8 +151,7 @@ def first_error_line(log: Path) -> str:
 def outputs_exist(req: BuildRequest) -> bool:
     """True when every requested target's executable is in the build's bin dir."""
     bin_dir = req.build_dir / "bin"
-    exe = ".exe" if os.name == "nt" else ""
-    return all((bin_dir / (t + exe)).exists() for t in req.targets)
+    return all((bin_dir / (t + req.exe_suffix)).exists() for t in req.targets)
 
 
 def is_up_to_date(req: BuildRequest) -> bool:

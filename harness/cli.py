@@ -2,7 +2,8 @@
 
 Stages: ``build``, ``test``, ``compare-outputs`` (any of them, in that order).
 Tools: ``patches apply|export|check``, ``source fetch|export-mirror``,
-``models``, ``ci-matrix``, ``check-windows``, ``triage``, ``bisect``, ``report``.
+``models``, ``ci-matrix``, ``check-windows``, ``triage``, ``bisect``, ``report``, ``bench``,
+``bench-compile``.
 The nox sessions call exactly these commands and pass ``session.posargs`` through.
 """
 
@@ -16,86 +17,55 @@ from pathlib import Path
 from typing import Sequence
 
 from . import proc
-from .config import MatrixError, SelectionError, load_matrix
-from .fs import EnvironmentProblem, describe, is_environment_error
-from .locks import RunInUse
+from .args import add_common, parse_defines, positive, split_names
+from .config import SelectionError, load_matrix
+from .errors import EXIT_BAD_INPUT, HarnessError, InputError
+from .fs import describe, is_environment_error
 from .native_tests import SANITIZERS
 
 STAGES = ("build", "test", "compare-outputs")
 
 
-def _add_common(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), help="matrix file (default: matrix.yaml)")
-    ap.add_argument("--patches-dir", type=Path, default=Path("patches"), help="patch series directory")
-    ap.add_argument("--work-dir", type=Path, default=Path(".harness"),
-                    help="work trees and build directories (default: .harness)")
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
-
-
 def _stage_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m harness build|test|compare-outputs ...",
                                  description="Build the fork, run its native tests and greedy comparisons.")
-    _add_common(ap)
+    add_common(ap)
     ap.add_argument("--platform", action="append", default=[],
                     help="platform from matrix.yaml (repeatable or comma separated; default: all, "
                          "those this machine cannot run reported as skipped)")
     ap.add_argument("--results-dir", type=Path, default=Path("results"))
     ap.add_argument("--run-id", default=None, help="continue this run (default: $HARNESS_RUN_ID or a new run)")
     ap.add_argument("--cuda-arch", default=None, help="CMAKE_CUDA_ARCHITECTURES (default: from nvidia-smi)")
-    ap.add_argument("-j", "--jobs", type=_positive, default=None, help="build jobs (default: Ninja's)")
+    ap.add_argument("-j", "--jobs", type=positive, default=None, help="build jobs (default: Ninja's)")
     ap.add_argument("--sanitize", choices=SANITIZERS, default=None,
                     help="also run the native tests under compute-sanitizer with this tool")
     ap.add_argument("--model", action="append", default=[], help="only these models (repeatable)")
     ap.add_argument("--group", action="append", default=[], help="only these comparison groups (repeatable)")
-    ap.add_argument("--n-predict", type=_positive, default=None, help="tokens per generation (default: matrix)")
-    ap.add_argument("--repeats", type=_positive, default=None, help="runs per configuration (default: matrix)")
+    ap.add_argument("--n-predict", type=positive, default=None, help="tokens per generation (default: matrix)")
+    ap.add_argument("--repeats", type=positive, default=None, help="runs per configuration (default: matrix)")
     ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE",
                     help="extra CMake cache option passed through to every configure")
     return ap
 
 
-def parse_defines(values: Sequence[str]) -> dict[str, str]:
-    """``-D VAR=VALUE`` arguments as a mapping of CMake cache options; raises ValueError naming a malformed one."""
-    defines = {}
-    for d in values:
-        if "=" not in d:
-            raise ValueError(f"-D {d}: expected VAR=VALUE")
-        key, value = d.split("=", 1)
-        defines[key] = value
-    return defines
-
-
-def _split(values: Sequence[str]) -> list[str]:
-    return [v for item in values for v in item.split(",") if v]
-
-
 def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
-    """``python -m harness build test ...``: run the stages; exit 0 when everything passed."""
+    """``python -m harness build test ...``: run the stages; the exit code of the run's verdict (harness.errors)."""
     from .pipeline import Options, run_stages
     from .results import Run
     args = _stage_parser().parse_args(argv)
     matrix = load_matrix(args.matrix)
-    try:
-        defines = parse_defines(args.defines)
-    except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from None
-    platforms = _split(args.platform)
+    defines = parse_defines(args.defines)
+    platforms = split_names(args.platform)
     for name in platforms:
         matrix.platform(name)  # unknown names fail before anything runs
-    for name in _split(args.model):
+    for name in split_names(args.model):
         if name not in matrix.models:
             raise SelectionError(f"unknown model {name!r}; {matrix.path} defines: {', '.join(sorted(matrix.models))}")
-    for name in _split(args.group):
+    for name in split_names(args.group):
         if name not in matrix.groups:
             raise SelectionError(f"unknown group {name!r}; {matrix.path} defines: {', '.join(sorted(matrix.groups))}")
     opts = Options(platforms=platforms, cmake_defines=defines, cuda_arch=args.cuda_arch, jobs=args.jobs,
-                   sanitize=args.sanitize, models=_split(args.model), groups=_split(args.group),
+                   sanitize=args.sanitize, models=split_names(args.model), groups=split_names(args.group),
                    n_predict=args.n_predict, repeats=args.repeats, work_dir=args.work_dir,
                    patches_dir=args.patches_dir)
     order = [s for s in STAGES if s in stages]
@@ -117,7 +87,7 @@ def patches_cmd(argv: Sequence[str]) -> int:
                                              "patches/; check: fail when patches/ differs from what export writes")
     ap.add_argument("action", choices=("apply", "export", "check"))
     ap.add_argument("--force", action="store_true", help="apply even if the dev tree holds unexported work")
-    _add_common(ap)
+    add_common(ap)
     args = ap.parse_args(argv)
     matrix = load_matrix(args.matrix)
     base = obtain_base(matrix)
@@ -126,7 +96,7 @@ def patches_cmd(argv: Sequence[str]) -> int:
         patches = read_series(args.patches_dir)
         pending = unexported_work(work, "dev")
         if pending and not args.force:
-            raise SystemExit(f"error: {pending}; export it first (nox -s patches -- export) or pass --force")
+            raise InputError(f"{pending}; export it first (nox -s patches -- export) or pass --force")
         (work / "dev" / "tree.stamp").unlink(missing_ok=True)
         tree = prepare_series_tree(base, work, "dev", patches)
         print(f"applied {len(patches)} patches onto {base.commit[:12]} in {tree}")
@@ -135,9 +105,9 @@ def patches_cmd(argv: Sequence[str]) -> int:
     if args.action == "export":
         tree = work / "dev" / "llama.cpp"
         if not tree.exists():
-            raise SystemExit(f"error: no work tree at {tree}; run `nox -s patches -- apply` first")
+            raise InputError(f"no work tree at {tree}; run `nox -s patches -- apply` first")
         if tree_state(tree)[1]:
-            raise SystemExit(f"error: {tree} has uncommitted changes; commit them (export writes commits only)")
+            raise InputError(f"{tree} has uncommitted changes; commit them (export writes commits only)")
         written = export_series(tree, base.git_rev, args.patches_dir)
         # the dev tree now matches patches/: a later apply may replace it without losing anything
         (work / "dev" / "tree.stamp").write_text(f"{base.git_rev} {series_digest(written)} {tree_state(tree)[0]}\n")
@@ -159,13 +129,16 @@ def patches_cmd(argv: Sequence[str]) -> int:
 
 
 def source_cmd(argv: Sequence[str]) -> int:
-    """``python -m harness source fetch|export-mirror [--out PATH]``."""
-    from .source import export_mirror, obtain_base
-    ap = argparse.ArgumentParser(prog="python -m harness source")
-    ap.add_argument("action", choices=("fetch", "export-mirror"))
+    """``python -m harness source fetch|export-mirror|files [--out PATH]``."""
+    from .source import export_mirror, obtain_base, write_pinned_files
+    ap = argparse.ArgumentParser(prog="python -m harness source",
+                                 description="fetch: obtain the base; export-mirror: write the trimmed mirror "
+                                             "archive; files: write the pinned commit's file list (base.files)")
+    ap.add_argument("action", choices=("fetch", "export-mirror", "files"))
     ap.add_argument("--out", type=Path, default=None,
-                    help="mirror archive path (default: mirror/llama.cpp-<commit12>.tar.gz)")
-    _add_common(ap)
+                    help="mirror archive path (default: mirror/llama.cpp-<commit12>.tar.gz) or file list path "
+                         "(default: upstream-files/llama.cpp-<commit12>.files)")
+    add_common(ap)
     args = ap.parse_args(argv)
     matrix = load_matrix(args.matrix)
     log: list[str] = []
@@ -177,19 +150,24 @@ def source_cmd(argv: Sequence[str]) -> int:
         out = args.out or Path("mirror") / f"llama.cpp-{base.commit[:12]}.tar.gz"
         path, digest = export_mirror(base, out)
         print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB), sha256 {digest}")
+    if args.action == "files":
+        out = args.out or Path("upstream-files") / f"llama.cpp-{base.commit[:12]}.files"
+        digest = write_pinned_files(base, out)
+        print(f"wrote {out}; pin it in {args.matrix} as base.files: {{path: {out}, sha256: {digest}}}")
     return 0
 
 
 def models_cmd(argv: Sequence[str]) -> int:
     """``python -m harness models [NAME ...]``: assemble or generate models and print their paths."""
-    from .pipeline import Options, Pipeline
-    from .results import Run
+    from .models import ModelStore
+    from .source import cache_dir, obtain_base
     ap = argparse.ArgumentParser(prog="python -m harness models")
     ap.add_argument("names", nargs="*")
-    _add_common(ap)
+    add_common(ap)
     args = ap.parse_args(argv)
     matrix = load_matrix(args.matrix)
-    pipe = Pipeline(matrix, Run(Path("/nonexistent"), "none", create=False), Options(patches_dir=args.patches_dir))
+    cache = cache_dir()
+    models = ModelStore(matrix.models, cache, lambda: obtain_base(matrix, cache).path, matrix.path)
     rc = 0
     for name in args.names or list(matrix.models):
         if name not in matrix.models:
@@ -197,7 +175,7 @@ def models_cmd(argv: Sequence[str]) -> int:
             rc = 2
             continue
         try:
-            print(f"{name}: {pipe.model_path(name)}")
+            print(f"{name}: {models.path(name)}")
         except Exception as exc:
             print(f"{name}: error: {exc}")
             rc = 1
@@ -205,7 +183,11 @@ def models_cmd(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit code (2 for bad input, 1 for failures found)."""
+    """Entry point; returns the process exit code (see harness.errors).
+
+    This is the one place expected errors (harness.errors.HarnessError, a missing file,
+    Ctrl-C) become ``error: <message>`` on stderr and their exit code, without a traceback.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     stages = []
     while argv and argv[0] in STAGES:
@@ -221,7 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for module, entries in (("ci_matrix", {"ci-matrix": "main"}),
                                 ("windows_check", {"check-windows": "main"}),
                                 ("bench", {"bench": "main"}),
-                                ("triage", {"triage": "main", "bisect": "bisect_main"}),
+                                ("compile_bench", {"bench-compile": "main"}),
+                                ("triage", {"triage": "main"}),
+                                ("bisect", {"bisect": "main"}),
                                 ("report", {"report": "report_main"})):
             try:
                 mod = importlib.import_module(f"harness.{module}")
@@ -234,29 +218,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cmd not in commands:
             print(f"error: unknown command {cmd!r}; expected one of: {', '.join([*STAGES, *commands])}",
                   file=sys.stderr)
-            return 2
+            return EXIT_BAD_INPUT
         return commands[cmd](rest)
-    except MatrixError as exc:
+    except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (EnvironmentProblem, RunInUse) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except proc.Interrupted as exc:  # before or after the stages ran: nothing to record
         print(f"{exc}", file=sys.stderr)
         return exc.exit_code
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:
+        return EXIT_BAD_INPUT
+    except OSError as exc:
         if is_environment_error(exc):
-            print(f"error: {describe(exc)}", file=sys.stderr)  # type: ignore[arg-type]
-            return 2
-        from .patches import PatchError
-        from .source import SourceError
-        if isinstance(exc, (PatchError, SourceError)):
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+            print(f"error: {describe(exc)}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         raise
 
 

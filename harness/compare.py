@@ -121,7 +121,12 @@ class GenerationSpec:
     the CPU thread count (``None``: the binary's default).  ``args`` are extra
     command-line arguments of the configuration and come last, so they can
     override the defaults; ``env`` is added on top of ``os.environ``.
-    ``timeout_s`` is the wall-clock limit in seconds.
+    ``timeout_s`` is the wall-clock limit in seconds.  ``launcher`` is an
+    argument-list prefix that runs the binary (an emulator such as Wine for a
+    cross-built Windows binary; empty: run it directly) and ``launcher_env``
+    the environment it needs; neither is part of the configuration.
+    ``crlf_stdout``: the binary writes stdout in text mode with ``\r\n`` line
+    ends (a Windows C runtime), which are read back as ``\n``.
     """
 
     binary: Path
@@ -134,6 +139,18 @@ class GenerationSpec:
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = 300.0
+    launcher: tuple[str, ...] = ()
+    launcher_env: Mapping[str, str] = field(default_factory=dict)
+    crlf_stdout: bool = False
+
+
+def from_text_mode(raw: bytes) -> bytes:
+    """Undo a Windows C runtime's text-mode stdout: every ``\n`` written became ``\r\n``.
+
+    Replacing each ``\r\n`` by ``\n`` is the exact inverse (a written
+    ``\r\n`` was stored as ``\r\r\n`` and comes back as ``\r\n``).
+    """
+    return raw.replace(b"\r\n", b"\n")
 
 
 @dataclass
@@ -285,10 +302,11 @@ def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
     cmd_path = log_stem.with_name(log_stem.name + ".cmd")
 
     write_prompt_file(spec.prompt, prompt_path)
-    argv = completion_argv(spec, prompt_path)
+    argv = [*spec.launcher, *completion_argv(spec, prompt_path)]
     cmd_path.write_text(
         json.dumps(
-            {"argv": argv, "env": dict(spec.env), "timeout_s": spec.timeout_s},
+            {"argv": argv, "env": dict(spec.env), "launcher_env": dict(spec.launcher_env),
+             "timeout_s": spec.timeout_s},
             indent=2,
         )
         + "\n",
@@ -296,10 +314,13 @@ def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
     )
 
     with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
-        done = proc.run(argv, stdout=out, stderr=err, env=spec.env, timeout_s=spec.timeout_s)
+        done = proc.run(argv, stdout=out, stderr=err, env={**spec.launcher_env, **spec.env},
+                        timeout_s=spec.timeout_s)
     timed_out, returncode, seconds = done.timed_out, done.returncode, done.seconds
 
     raw = stdout_path.read_bytes()
+    if spec.crlf_stdout:
+        raw = from_text_mode(raw)
     stderr = stderr_path.read_bytes()
     common = dict(
         seconds=seconds, stdout_path=stdout_path, stderr_path=stderr_path, argv=argv
@@ -327,14 +348,15 @@ def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
     )
 
 
-def _run_tokenize(argv: list[str], timeout_s: float) -> bytes:
-    done, out, err = proc.run_capture(argv, timeout_s=timeout_s)
+def _run_tokenize(argv: list[str], timeout_s: float, launcher: Sequence[str] = (),
+                  launcher_env: Mapping[str, str] | None = None, crlf_stdout: bool = False) -> bytes:
+    done, out, err = proc.run_capture([*launcher, *argv], env=launcher_env, timeout_s=timeout_s)
     if done.timed_out:
         raise TokenizeError(f"{argv[0]} timed out after {timeout_s:.0f} s")
     if done.returncode != 0:
         line = find_error_line(err) or f"exit code {done.returncode}"
         raise TokenizeError(f"{argv[0]} failed ({done.returncode}): {line}")
-    return out
+    return from_text_mode(out) if crlf_stdout else out
 
 
 def parse_token_ids(output: bytes) -> list[int]:
@@ -391,7 +413,8 @@ def parse_token_pieces(output: bytes, ids: Sequence[int]) -> list[Token]:
 
 
 def tokenize(
-    tokenize_binary: Path, model: Path, text: bytes, workdir: Path, timeout_s: float = 120.0
+    tokenize_binary: Path, model: Path, text: bytes, workdir: Path, timeout_s: float = 120.0,
+    launcher: Sequence[str] = (), launcher_env: Mapping[str, str] | None = None, crlf_stdout: bool = False,
 ) -> list[Token]:
     """Tokenize ``text`` with ``llama-tokenize`` and return ids with their pieces.
 
@@ -401,8 +424,9 @@ def tokenize(
     literal.  The tool runs twice: with ``--ids`` for an unambiguous id list,
     and in its default format for the pieces (see ``parse_token_pieces``).
     Empty text gives ``[]`` without running anything.  ``timeout_s`` bounds each
-    run, in seconds.  Raises ``TokenizeError`` on a failed run or unparsable
-    output.
+    run, in seconds.  ``launcher``, ``launcher_env`` and ``crlf_stdout`` mean
+    what they mean in ``GenerationSpec`` (a cross-built tokenizer under an
+    emulator).  Raises ``TokenizeError`` on a failed run or unparsable output.
     """
     if not text:
         return []
@@ -414,8 +438,9 @@ def tokenize(
         "--no-bos", "--no-escape",
     ]
     try:
-        ids = parse_token_ids(_run_tokenize(base + ["--ids"], timeout_s))
-        return parse_token_pieces(_run_tokenize(base, timeout_s), ids)
+        run = dict(launcher=launcher, launcher_env=launcher_env, crlf_stdout=crlf_stdout)
+        ids = parse_token_ids(_run_tokenize(base + ["--ids"], timeout_s, **run))
+        return parse_token_pieces(_run_tokenize(base, timeout_s, **run), ids)
     finally:
         text_path.unlink(missing_ok=True)
 

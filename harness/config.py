@@ -20,6 +20,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import jsonschema
 import yaml
 
+from .errors import InputError
+
 SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
 
 #: Generation defaults used when matrix.yaml gives none (issue 2: 120 tokens, 2 repeats).
@@ -29,7 +31,7 @@ DEFAULT_GENERATION = {"n_predict": 120, "repeats": 2, "seed": 42, "ctx_size": 10
 DEFAULT_COMPARISON = {"near_tie_margin": 0.1, "kl_mean_max": 1e-4}
 
 
-class MatrixError(Exception):
+class MatrixError(InputError):
     """matrix.yaml is malformed; ``problems`` holds one ``file:line: key: message`` string per problem."""
 
     def __init__(self, problems: Sequence[str]):
@@ -95,16 +97,44 @@ class Comparison:
 
 @dataclass(frozen=True)
 class CiSpec:
-    """How the CI matrix runs a platform: runner labels, steps, and steps that need a GPU runner."""
+    """How the CI matrix runs a platform: runner labels, steps, and steps that need a GPU runner.
+
+    ``long_paths``: the runner is known to have long path support (Windows'
+    LongPathsEnabled), so paths past MAX_PATH are allowed there.
+    ``hosted_runs_on``: runner labels of a hosted runner that runs ``steps``
+    (not ``gpu_steps``) where the self-hosted runners of ``runs_on`` do not
+    exist; empty: the platform is then not queued at all.
+    """
 
     runs_on: tuple[str, ...]
     steps: tuple[str, ...]
     gpu_steps: tuple[str, ...] = ()
+    long_paths: bool = False
+    hosted_runs_on: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CrossSpec:
+    """How a Linux host builds and runs a platform of another OS.
+
+    ``toolchain``: the CMake toolchain file (absolute).  ``compiler``: the
+    cross compiler it uses, a program name looked up on PATH, and
+    ``compiler_debian``: the Debian package that provides it.  ``emulator``:
+    what runs the executables (a key of ``harness.cross.EMULATORS``: ``wine``).
+    """
+
+    toolchain: Path
+    compiler: str
+    compiler_debian: str
+    emulator: str
 
 
 @dataclass(frozen=True)
 class Platform:
-    """A build platform: OS, architecture, required hardware, CMake cache options and targets."""
+    """A build platform: OS, architecture, required hardware, CMake cache options and targets.
+
+    ``cross``: how a host of another OS cross-builds and emulates it (None: only a host of ``os`` runs it).
+    """
 
     name: str
     os: str
@@ -117,6 +147,9 @@ class Platform:
     test_labels: tuple[str, ...]
     groups: tuple[str, ...]
     ci: CiSpec | None
+    cross: CrossSpec | None = None
+    #: CMake options added to ``cmake``'s for the compile step where no GPU is present (empty: no compile step)
+    compile_only_cmake: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -138,13 +171,19 @@ class Prompt:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """A runtime configuration: which build (base or fork), extra environment and arguments."""
+    """A runtime configuration: which build (base or fork), extra environment and arguments.
+
+    ``upstream``: for a fork configuration, the configuration of upstream's
+    build that runs the same mode; a fork failure that it shares is recorded
+    as unsupported upstream rather than as a fork failure.
+    """
 
     name: str
     build: str
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
+    upstream: str | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +193,11 @@ class Group:
     ``expect`` is the status every comparison of the group should have: ``identical``, or
     ``diverged`` for a control group whose candidate changes numerics on purpose (it shows
     that the comparison sees such a change; an identical result there fails the run).
+    ``reference_platform``: the platform whose build runs the reference
+    configuration (None: the platform running the group, like the candidates);
+    it makes a cross-platform group, e.g. the Windows fork against the Linux fork.
+    ``min_gpus``: NVIDIA GPUs the group needs to see (CUDA_VISIBLE_DEVICES
+    respected); with fewer it is skipped with the reason.
     """
 
     name: str
@@ -165,6 +209,8 @@ class Group:
     description: str = ""
     comparison: Comparison = field(default_factory=Comparison)
     expect: str = "identical"
+    min_gpus: int = 1
+    reference_platform: str | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +226,9 @@ class Matrix:
     prompts: Mapping[str, Prompt]
     configs: Mapping[str, RunConfig]
     groups: Mapping[str, Group]
+    #: the pinned commit's file list (``base.files``): its path and sha256, or None when not pinned
+    base_files: Path | None = None
+    base_files_sha256: str | None = None
 
     def platform(self, name: str) -> Platform:
         """Return the platform called ``name``; raises MatrixError listing the known names."""
@@ -212,6 +261,18 @@ class _Locator:
         elif isinstance(node, yaml.SequenceNode):
             for i, v in enumerate(node.value):
                 self._find_duplicates(v, keys + (i,))
+
+    def scalar(self, keys: Iterable[Any]) -> str | None:
+        """The text of the scalar at ``keys`` as written in the file (e.g. ``OFF``), or None."""
+        node = self.root
+        for key in keys:
+            if isinstance(node, yaml.MappingNode):
+                node = next((v for k, v in node.value if k.value == str(key)), None)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+                node = node.value[key]
+            else:
+                return None
+        return node.value if isinstance(node, yaml.ScalarNode) else None
 
     def line(self, keys: Iterable[Any], *, key_itself: bool = True) -> int:
         """1-based line of the deepest node found along ``keys`` (the key's line when ``key_itself``)."""
@@ -265,6 +326,13 @@ def _error_problems(errors: Iterable[jsonschema.ValidationError], base: list[Any
                 sub = jsonschema.Draft202012Validator(branch).iter_errors(err.instance)
                 problems += _error_problems(sub, keys, loc, defs)
             continue
+        if err.validator == "type" and isinstance(err.instance, (bool, int, float)) and \
+                "string" in (err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]):
+            written = loc.scalar(keys) or str(err.instance)
+            kind = "boolean" if isinstance(err.instance, bool) else "number"
+            problems.append((loc.line(keys), f"{_dotted(keys)}: {written} is read as a YAML {kind}, but a string "
+                                             f"is required; quote it: '{written}'"))
+            continue
         problems.append((loc.line(keys), f"{_dotted(keys)}: {err.message}"))
     return problems
 
@@ -298,10 +366,13 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
                 bad(["groups", gname, "prompts", i], "prompt", p, prompt_ids)
         if g["reference"] not in doc["configs"]:
             bad(["groups", gname, "reference"], "config", g["reference"], doc["configs"])
+        ref_platform = g.get("reference_platform")
+        if ref_platform is not None and ref_platform not in doc["platforms"]:
+            bad(["groups", gname, "reference_platform"], "platform", ref_platform, doc["platforms"])
         for i, c in enumerate(g["candidates"]):
             if c not in doc["configs"]:
                 bad(["groups", gname, "candidates", i], "config", c, doc["configs"])
-            elif c == g["reference"]:
+            elif c == g["reference"] and ref_platform is None:
                 out.append(f"{loc.path}:{loc.line(['groups', gname, 'candidates', i])}: "
                            f"groups.{gname}.candidates[{i}]: the reference {c!r} cannot also be a candidate")
     from .models import MoeParams  # the generator's own fields are the truth
@@ -313,11 +384,56 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
                     keys = ["models", mname, "params", key]
                     out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: unknown generator parameter "
                                f"(known: {', '.join(sorted(known_params))})")
+    for cname, c in doc["configs"].items():
+        up = c.get("upstream")
+        if up is not None and up not in doc["configs"]:
+            bad(["configs", cname, "upstream"], "config", up, doc["configs"])
+        elif up is not None and (c["build"] != "fork" or doc["configs"][up]["build"] != "base"):
+            out.append(f"{loc.path}:{loc.line(['configs', cname, 'upstream'])}: configs.{cname}.upstream: "
+                       f"a fork configuration names a base configuration ({cname} is {c['build']}, "
+                       f"{up} is {doc['configs'][up]['build']})")
     for pname, p in doc["platforms"].items():
         for i, g in enumerate(p.get("groups", [])):
             if g not in doc["groups"]:
                 bad(["platforms", pname, "groups", i], "group", g, doc["groups"])
+            elif doc["groups"][g].get("reference_platform") == pname:
+                keys = ["platforms", pname, "groups", i]
+                out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: group {g!r} takes its reference from "
+                           f"platform {pname!r} itself; leave reference_platform out for a group within one platform")
     return out
+
+
+#: Plain-words hints for PyYAML's syntax errors, by a phrase of its message.  Tabs: YAML
+#: forbids them in indentation (YAML 1.2, section 6.1); the others are what PyYAML says
+#: when a line is indented more or less than the lines of its mapping or list.
+_YAML_HINTS = (
+    ("'\\t'", "a tab: YAML indents with spaces only; replace the tab with spaces"),
+    ("mapping values are not allowed here", "this line is indented deeper than the key above it, or a value "
+                                            "holds ': ' — line keys up with their siblings, or quote the value"),
+    ("expected <block end>", "this line and the one above it are indented differently: keys of one mapping "
+                             "(and items of one list) start in the same column"),
+    ("could not find expected ':'", "a key without ': ', or a line that continues the one above it; "
+                                    "quote values that span lines"),
+    ("expected ',' or ']'", "a [ list ] that is not closed on this line, or a value in it that needs quotes"),
+    ("expected ',' or '}'", "a { mapping } that is not closed on this line, or a value in it that needs quotes"),
+)
+
+
+def yaml_syntax_problem(path: Path, text: str, exc: yaml.YAMLError) -> str:
+    """One problem line for a YAML syntax error: ``file:line: YAML syntax error: ...``, a plain-words
+    hint where :data:`_YAML_HINTS` has one, and the offending line itself."""
+    mark = getattr(exc, "problem_mark", None)
+    line = mark.line + 1 if mark is not None else 1
+    problem = str(getattr(exc, "problem", None) or exc)
+    message = f"{path}:{line}: YAML syntax error: {problem}"
+    hint = next((h for phrase, h in _YAML_HINTS if phrase in problem), "")
+    if hint:
+        message += f" — {hint}"
+    lines = text.splitlines()
+    for n in (line - 1, line):
+        if 0 < n <= len(lines):
+            message += f"\n    {n:>4} | {lines[n - 1].replace(chr(9), '→   ')}"
+    return message
 
 
 def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
@@ -339,9 +455,7 @@ def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        raise MatrixError([f"{path}:{line}: YAML syntax error: {getattr(exc, 'problem', exc)}"]) from None
+        raise MatrixError([yaml_syntax_problem(path, text, exc)]) from None
     loc = _Locator(root, path)
     problems = list(loc.duplicates)
     if not isinstance(doc, dict):
@@ -353,6 +467,13 @@ def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
     if problems:
         raise MatrixError(problems)
     return _build(doc, path)
+
+
+def _cross(c: Mapping[str, Any] | None, rel: Any) -> CrossSpec | None:
+    if c is None:
+        return None
+    return CrossSpec(toolchain=rel(c["toolchain"]), compiler=c["compiler"]["program"],
+                     compiler_debian=c["compiler"]["debian"], emulator=c["emulator"])
 
 
 def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
@@ -381,7 +502,10 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
             cmake=dict(p["cmake"]), targets=tuple(p["targets"]),
             test_targets=tuple(p.get("test_targets", ())), test_labels=tuple(p.get("test_labels", ())),
             groups=tuple(p.get("groups", ())),
-            ci=CiSpec(tuple(ci["runs_on"]), tuple(ci["steps"]), tuple(ci.get("gpu_steps", ()))) if ci else None)
+            ci=CiSpec(tuple(ci["runs_on"]), tuple(ci["steps"]), tuple(ci.get("gpu_steps", ())),
+                      bool(ci.get("long_paths", False)), tuple(ci.get("hosted_runs_on", ()))) if ci else None,
+            cross=_cross(p.get("cross"), rel),
+            compile_only_cmake=dict(p.get("compile_only", {}).get("cmake", {})))
     models = {}
     for name, m in doc["models"].items():
         spec = dict(m)
@@ -390,7 +514,8 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
         models[name] = Model(name=name, kind=m["kind"], spec=spec)
     prompts = {p["id"]: Prompt(p["id"], p["text"]) for p in doc["prompts"]}
     configs = {name: RunConfig(name=name, build=c["build"], args=tuple(c.get("args", ())),
-                               env=dict(c.get("env", {})), description=c.get("description", ""))
+                               env=dict(c.get("env", {})), description=c.get("description", ""),
+                               upstream=c.get("upstream"))
                for name, c in doc["configs"].items()}
     groups = {name: Group(name=name, models=tuple(g["models"]),
                           prompts=tuple(g.get("prompts", list(prompts))),
@@ -398,7 +523,11 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
                           generation=Generation(**{**gen_defaults, **g.get("generation", {})}),
                           description=g.get("description", ""),
                           comparison=Comparison(**{**cmp_defaults, **g.get("comparison", {})}),
-                          expect=g.get("expect", "identical"))
+                          expect=g.get("expect", "identical"), min_gpus=int(g.get("min_gpus", 1)),
+                          reference_platform=g.get("reference_platform"))
               for name, g in doc["groups"].items()}
+    files = doc["base"].get("files")
     return Matrix(path=path, base_commit=doc["base"]["commit"], sources=sources, generation=generation,
-                  platforms=platforms, models=models, prompts=prompts, configs=configs, groups=groups)
+                  platforms=platforms, models=models, prompts=prompts, configs=configs, groups=groups,
+                  base_files=rel(files["path"]) if files else None,
+                  base_files_sha256=files["sha256"] if files else None)

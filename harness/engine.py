@@ -20,7 +20,6 @@ to a file, so the load's log (buffer types, pin-ladder lines) is kept.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import signal
 import subprocess
@@ -30,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from . import proc
 
 #: The CMake target and binary name of the engine program.
 ENGINE_TARGET = "llama-harness-engine"
@@ -188,12 +189,10 @@ class EngineSession:
         stderr_path.parent.mkdir(parents=True, exist_ok=True)
         cmd_path.write_text(json.dumps({"argv": self.argv, "env": dict(env), "timeout_s": request_timeout_s},
                                        indent=2) + "\n", encoding="utf-8")
-        full_env = dict(os.environ)
-        full_env.update(env)
         self._stderr: IO[bytes] = stderr_path.open("ab")
         start = time.monotonic()
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     env=full_env, start_new_session=(os.name == "posix"))
+        # its own process group, registered so that an interrupt of the harness ends it (harness.proc)
+        self.proc = proc.start(self.argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
         self._lines: queue.Queue[bytes | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -259,16 +258,9 @@ class EngineSession:
                            top1=[bool(x) for x in reply.get("top1", [])], score_ms=float(reply.get("score_ms", 0.0)))
 
     def kill(self) -> None:
-        """End the process (and its process group on POSIX) at once."""
-        if self.proc.poll() is None:
-            try:
-                if os.name == "posix":
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                else:
-                    self.proc.kill()
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
+        """End the process and its process group (harness.proc.terminate) and unregister it."""
+        proc.terminate(self.proc)
+        proc.finish(self.proc, 0)
 
     def close(self) -> None:
         """Ask the engine to quit, wait up to 30 s, then kill it; closes the stderr file."""
@@ -277,9 +269,9 @@ class EngineSession:
                 assert self.proc.stdin is not None
                 self.proc.stdin.write(b"quit\n")
                 self.proc.stdin.close()
-                self.proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                self.kill()
+            except OSError:
+                pass
+        proc.finish(self.proc, 30)  # terminates the group if it does not quit in time
         self._stderr.close()
 
     def __enter__(self) -> "EngineSession":

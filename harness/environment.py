@@ -9,7 +9,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
+
+from .gpu import pin_environment
 
 
 def _first_line(argv: list[str]) -> str | None:
@@ -69,6 +71,31 @@ def nvidia_gpus() -> list[dict[str, str]]:
     return gpus
 
 
+def visible_gpu_count(gpus: list[dict[str, str]] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """How many NVIDIA GPUs a CUDA program started from here sees.
+
+    ``gpus`` defaults to :func:`nvidia_gpus` (nvidia-smi ignores
+    CUDA_VISIBLE_DEVICES and lists every GPU).  When CUDA_VISIBLE_DEVICES is
+    set, the CUDA runtime enumerates its comma-separated entries up to the
+    first one that is not a valid device (CUDA documentation, "CUDA Environment
+    Variables"); this counts the entries that are an index below the GPU count
+    or a GPU/MIG UUID, and stops at the first other one, as the runtime does.
+    """
+    gpus = nvidia_gpus() if gpus is None else gpus
+    env = os.environ if environ is None else environ
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return len(gpus)
+    count = 0
+    for entry in value.split(","):
+        entry = entry.strip()
+        if entry.isdigit() and int(entry) < len(gpus) or entry.startswith(("GPU-", "MIG-")):
+            count += 1
+        else:
+            break
+    return min(count, len(gpus))
+
+
 def cuda_driver_version() -> str | None:
     """The CUDA version the driver supports, as nvidia-smi prints it in its banner (e.g. "13.0")."""
     smi = shutil.which("nvidia-smi")
@@ -125,6 +152,9 @@ def collect(base_commit: str, base_source: str, patches: list[dict[str, str]],
         "cuda_toolkit": nvcc_version(),
         "cuda_driver": cuda_driver_version(),
         "gpus": gpus,
+        "visible_gpus": visible_gpu_count(gpus),
+        # inherited by every generation: an inherited GGML_CUDA_NO_PINNED changes every CUDA result
+        "pin_environment": pin_environment(),
         "base_commit": base_commit,
         "base_source": base_source,
         "patches": patches,

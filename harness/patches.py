@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from .errors import InputError
+
 if TYPE_CHECKING:
     from .source import BaseTree
 
@@ -65,10 +67,12 @@ _SERIES_HEADER = (
     "# Written by harness.patches.export_series; lines starting with # are ignored.\n"
 )
 
-#: ``-c`` settings for every git call: no CRLF conversion, no user attributes/excludes/hooks,
+#: ``-c`` settings for every git call: no CRLF conversion, paths past Windows' MAX_PATH (260
+#: characters; git for Windows refuses them otherwise), no user attributes/excludes/hooks,
 #: no signing, no recorded conflict resolutions, UTF-8 messages.
 _BASE_CONFIG = (
     "core.autocrlf=false",
+    "core.longpaths=true",
     "core.safecrlf=false",
     "core.quotePath=true",
     f"core.attributesFile={os.devnull}",
@@ -160,7 +164,7 @@ _AM_RESUME_ADVICE = (
 )
 
 
-class PatchError(Exception):
+class PatchError(InputError):
     """A problem with the patch series; the message names the patch, file and line involved."""
 
 
@@ -304,8 +308,70 @@ def _parse_patch_file(path: Path, data: bytes) -> tuple[dict[str, str], str, byt
     return headers, body, diff
 
 
+#: Header lines of a git diff that name a path (the path follows the prefix).
+_PATH_HEADERS = (b"--- ", b"+++ ", b"rename from ", b"rename to ", b"copy from ", b"copy to ")
+
+
+def _unquote(raw: bytes) -> str:
+    """A path as git prints it: plain, or C-quoted in double quotes when it holds special bytes."""
+    text = raw.decode("utf-8", errors="replace").rstrip("\r")
+    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
+        text = text[1:-1].encode("latin-1", errors="replace").decode("unicode_escape", errors="replace")
+    return text.split("\t", 1)[0]
+
+
+def check_line_endings(path: Path, data: bytes) -> None:
+    """Raise PatchError when the patch file ``path`` has CRLF line endings.
+
+    format-patch writes LF; a patch whose own header lines end in CR LF was converted by
+    a checkout (``core.autocrlf=true``, the Git for Windows default), and ``git am``
+    would then reject hunks without a word about line endings.  Content lines that end
+    in CR LF because the patched file has them are fine (the series is applied with
+    ``--keep-cr``); only the header is looked at.
+    """
+    first = data.split(b"\n", 1)[0]
+    if first.endswith(b"\r"):
+        raise PatchError(f"{path}: the patch file has CRLF (Windows) line endings, line 1 included; it was "
+                         "converted on checkout (core.autocrlf=true) and would not apply. Restore it byte-exact: "
+                         "git config core.autocrlf false, then git checkout -- patches/ "
+                         "(the repository's .gitattributes keeps patches/ unconverted)")
+
+
+def check_paths(path: Path, data: bytes) -> None:
+    """Raise PatchError naming the line when a diff header of ``path`` names an absolute path
+    (``/x``, ``C:/x``) or one with a ``..`` component: such a patch would write outside the tree,
+    or at a place in it that its name hides, so it is refused before ``git am`` runs."""
+    in_header = False
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if line.startswith(b"diff --git "):
+            in_header = True
+            continue
+        if line.startswith((b"@@", b"GIT binary patch", b"Binary files")):
+            in_header = False
+        if not in_header:
+            continue
+        for prefix in _PATH_HEADERS:
+            if not line.startswith(prefix):
+                continue
+            name = _unquote(line[len(prefix):])
+            if name == "/dev/null":
+                break
+            if prefix in (b"--- ", b"+++ ") and name[:2] in ("a/", "b/"):
+                name = name[2:]
+            parts = name.replace("\\", "/").split("/")
+            if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+                raise PatchError(f"{path}:{number}: the diff names the absolute path {name!r}; "
+                                 "a patch may only change files inside the source tree")
+            if ".." in parts:
+                raise PatchError(f"{path}:{number}: the diff names the path {name!r}, which climbs out with "
+                                 "'..'; a patch may only change files inside the source tree")
+            break
+
+
 def _read_patch(path: Path) -> Patch:
     data = path.read_bytes()
+    check_line_endings(path, data)
+    check_paths(path, data)
     if not re.search(rb"^Subject:", data, flags=re.MULTILINE):
         raise PatchError(f"{path}: not a git format-patch file (no 'Subject:' header)")
     headers, body, diff = _parse_patch_file(path, data)

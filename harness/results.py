@@ -45,7 +45,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from .fs import writable_dir
+from .errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
+from .fs import describe, writable_dir
 from .locks import RunLock
 
 #: Version of summary.json's record format.  1: steps without ``failures`` (facts only in
@@ -53,7 +54,7 @@ from .locks import RunLock
 RECORD_VERSION = 2
 
 
-class RecordError(ValueError):
+class RecordError(InputError, ValueError):
     """A summary.json this harness cannot read: not JSON, or written by a newer record format."""
 
 
@@ -145,6 +146,9 @@ COMPARISON = StatusSet("comparison", (
     Status("diverged", "failure", "❌", "the candidate's tokens differ; first_divergence says where"),
     Status("crashed", "failure", "💥", "a generation of either side ended abnormally"),
     Status("timeout", "failure", "⏱️", "a generation of either side ran past its time limit"),
+    Status("unsupported-upstream", "neutral", "➖", "upstream's build in the same mode fails the same way as the "
+                                                   "fork (harness.upstream_support): a limit of upstream, not a "
+                                                   "fork failure"),
 ))
 
 #: Verdicts of a whole run (:meth:`Run.overall`); only ``passed`` is a success.
@@ -154,6 +158,10 @@ VERDICT = StatusSet("verdict", (
     Status("incomplete", "failure", "⚠️", "nothing failed, but something asked for did not run"),
     Status("skipped", "neutral", "⏭️", "nothing ran at all"),
 ))
+
+#: The exit code of each verdict (harness.errors).
+VERDICT_EXIT_CODES = {"passed": EXIT_PASSED, "failed": EXIT_FAILED, "incomplete": EXIT_INCOMPLETE,
+                      "skipped": EXIT_INCOMPLETE}
 
 #: The status names, for code that only needs to check membership.
 STEP_STATUSES = STEP.names
@@ -346,6 +354,24 @@ class ComparisonRecord:
         except TypeError as exc:
             raise ValueError(f"comparison record {data!r}: {exc}") from None
 
+    def difference(self) -> str:
+        """What differs, for people: the first divergent token (``describe_divergence_record``) and a
+        llama-completion byte difference, else the detail of a comparison that is not a success, else ''."""
+        text = describe_divergence_record(self.first_divergence) if self.first_divergence else ""
+        if not text and not COMPARISON[self.status].success:
+            text = self.detail
+        tc = self.text_check or {}
+        if tc.get("status") == "differs":
+            text += f"; llama-completion texts differ at byte {tc.get('first_differing_byte')}"
+        return text
+
+    def failed(self) -> bool:
+        """True when this comparison fails the run: a failure status, or for a group that expects
+        ``diverged`` (a numerics control) any other status."""
+        if self.expected != "identical":
+            return self.status != self.expected
+        return COMPARISON.is_failure(self.status)
+
     def key(self) -> tuple[str, str, str, str, str, str]:
         """(platform, group, model, prompt, reference, candidate): what identifies it across runs."""
         return (self.platform, self.group, self.model, self.prompt, self.reference, self.candidate)
@@ -400,6 +426,11 @@ class RunLayout:
         """``<platform>/build-<variant>/``: configure.log, build.log, .rc files, patches.log, error.log."""
         return self.platform(platform) / f"build-{variant}"
 
+    def compile_logs(self, platform: str, variant: str) -> Path:
+        """``<platform>/compile-<variant>/``: the compile step of a CUDA platform without a GPU
+        (harness.cuda_compile): configure.log, build.log, .rc files, toolkit.json, compile.json."""
+        return self.platform(platform) / f"compile-{variant}"
+
     @staticmethod
     def test_step(tool: str | None = None) -> str:
         """The step name of the native tests: ``test``, or ``test-<tool>`` under compute-sanitizer."""
@@ -429,7 +460,7 @@ class RunLayout:
 
     def generation(self, platform: str, config: str, model: str, prompt: str, repeat: int) -> Path:
         """The path prefix of one generation run: ``.../gen/<model>/<prompt>.r<repeat>``; add
-        ``.stdout``, ``.stderr``, ``.cmd`` or ``.pin-ladder.json``."""
+        ``.stdout``, ``.stderr``, ``.cmd``, ``.pin-ladder.json`` or ``.placement.json``."""
         return self.gen_dir(platform, config, model) / f"{prompt}.r{repeat}"
 
     def generation_files(self, platform: str, config: str, suffix: str, model: str | None = None,
@@ -535,6 +566,12 @@ def new_run_id(now: datetime | None = None) -> str:
     return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
 
 
+#: Space a run holds back while it runs (``<run>/.reserve``, removed by Run.close): when the disk
+#: fills up, giving it up lets the summary still be written (a summary of 16 comparisons is ~20 KiB).
+RESERVE_BYTES = 256 * 1024
+RESERVE_NAME = ".reserve"
+
+
 class Run:
     """An open results directory; records steps and comparisons and keeps the summary current."""
 
@@ -569,12 +606,17 @@ class Run:
                 write_json(self.layout.run_json, info)
 
     def _own(self) -> None:
-        """Hold the run directory for this process (harness.locks.RunLock); raises RunInUse when taken."""
+        """Hold the run directory for this process (harness.locks.RunLock; raises RunInUse when taken)
+        and set RESERVE_BYTES aside in it, for the summary of a run that fills the disk."""
         self._lock = RunLock(self.dir)
         self._lock.acquire()
+        reserve = self.dir / RESERVE_NAME
+        with open(reserve, "wb") as fh:
+            fh.write(bytes(RESERVE_BYTES))
 
     def close(self) -> None:
-        """Give the run directory up (a later process may continue the run)."""
+        """Give the run directory and its reserve up (a later process may continue the run)."""
+        (self.dir / RESERVE_NAME).unlink(missing_ok=True)
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -653,14 +695,18 @@ class Run:
         not run; else ``skipped`` when nothing ran at all; else ``passed``.
         Only ``passed`` is a success.
         """
-        if any(STEP.is_failure(s.status) for s in self.steps) or \
-                any(c.status != c.expected for c in self.comparisons):
+        if any(STEP.is_failure(s.status) for s in self.steps) or any(c.failed() for c in self.comparisons):
             return "failed"
         if self.incomplete or any(s.status == "interrupted" for s in self.steps):
             return "incomplete"
         if not any(s.status in STEP.successes for s in self.steps) and not self.comparisons:
             return "skipped"
         return "passed"
+
+    def headline(self) -> str:
+        """The verdict with what it does not cover, e.g. ``passed (2 platforms skipped)``."""
+        n = len(self.skipped_platforms)
+        return self.overall() + (f" ({n} platform{'s' if n != 1 else ''} skipped)" if n else "")
 
     def write_summary(self) -> None:
         """Write summary.json and summary.md for everything recorded so far."""
@@ -670,23 +716,17 @@ class Run:
         try:
             write_json(self.layout.summary_json, data)
         except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            reserve = self.dir / RESERVE_NAME
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not reserve.exists():
                 raise
-            _overwrite_in_place(self.layout.summary_json, data)
+            # the disk is full: give up the reserve so the summary can still say so, then fail
+            self.layout.summary_json.with_name(self.layout.summary_json.name + ".tmp").unlink(missing_ok=True)
+            reserve.unlink()
+            self.incomplete.append(f"stopped: the file system holding {self.dir} is full ({describe(exc)})")
+            data["incomplete"], data["overall"] = self.incomplete, self.overall()
+            write_json(self.layout.summary_json, data)
             raise
         self.layout.summary_md.write_text(render_markdown(self), encoding="utf-8")
-
-
-def _overwrite_in_place(path: Path, data: Any) -> None:
-    """On a full disk, rewrite ``path`` in its own blocks as compact JSON (smaller than the indented
-    file it replaces), so the summary on disk still tells what happened; best effort, never raises."""
-    path.with_name(path.name + ".tmp").unlink(missing_ok=True)
-    try:
-        with open(path, "r+b") as fh:
-            fh.write(json.dumps(_jsonable(data), ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
-            fh.truncate()
-    except OSError:
-        pass
 
 
 #: Longest text a summary table cell shows; the full text stays in summary.json and the logs.
@@ -714,7 +754,7 @@ def describe_divergence_record(d: dict) -> str:
 
 def render_markdown(run: Run) -> str:
     """The run summary as Markdown: overall verdict, a steps table and a comparisons table."""
-    lines = [f"# Run {run.id}: {VERDICT.icon(run.overall())}", ""]
+    lines = [f"# Run {run.id}: {VERDICT[run.overall()].icon} {run.headline()}", ""]
     if run.incomplete:
         lines += ["Did not run although asked for:", ""] + [f"- {_cell(r)}" for r in run.incomplete] + [""]
     if run.skipped_platforms:
@@ -737,12 +777,7 @@ def render_markdown(run: Run) -> str:
                   "| KL mean / max (nats) | top-1 agree |",
                   "|---|---|---|---|---|---|---|---|---:|---:|"]
         for c in run.comparisons:
-            div = describe_divergence_record(c.first_divergence) if c.first_divergence else ""
-            if not div and not COMPARISON[c.status].success:
-                div = c.detail
-            tc = c.text_check or {}
-            if tc.get("status") == "differs":
-                div += f"; llama-completion texts differ at byte {tc.get('first_differing_byte')}"
+            div = c.difference()
             if c.nondeterministic:
                 div += f" (nondeterministic: {', '.join(c.nondeterministic)})"
             if c.expected != "identical":

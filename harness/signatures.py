@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
+from .native_tests import WRAPPER_DID_NOT_RUN
 from .results import STEP, ComparisonRecord, Failure, RunLayout, StepRecord, load_records, write_json
 
 KINDS = ("configure_error", "compile_error", "link_error", "patch_apply", "test_assertion", "signal",
@@ -112,6 +113,38 @@ _TIMESTAMP = re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z
 _DURATION = re.compile(r"\b\d+(?:\.\d+)?\s*(?:ms|us|µs|ns|s|sec|secs|seconds)\b")
 _LONG_NUMBER = re.compile(r"\b\d{6,}\b")
 _SPACES = re.compile(r"\s+")
+#: ANSI escape sequences (colours of test-backend-ops' OK/FAIL, cursor control): CSI and OSC.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+#: CUB/Thrust/libcu++ put the CCCL version and the SM architecture into their namespace names
+#: (``CUB_200200_900_NS`` on sm_90, ``…_890_NS`` on sm_89); the name without them.
+_VERSIONED_NS = re.compile(r"\b(?P<lib>CUB|THRUST|CCCL|LIBCUDACXX|_LIBCUDACXX)_\d+(?:_\d+)*_NS\b")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI escape sequences (colour codes, cursor movement)."""
+    return _ANSI.sub("", text)
+
+
+def strip_templates(text: str) -> str:
+    """``text`` with every template argument list replaced by ``<…>`` (nesting-aware), so a
+    kernel named with other types or tuning policies keeps one key; ``operator<`` and
+    ``<<`` are left alone."""
+    out: list[str] = []
+    depth = 0
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "<" and text[i:i + 2] != "<<" and not text[max(0, i - 8):i].endswith("operator") and \
+                (depth or (i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_:"))):
+            if depth == 0:
+                out.append("<…>")
+            depth += 1
+        elif c == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(c)
+        i += 1
+    return "".join(out) if depth == 0 else text
 
 
 def relative_path(path: str, roots: Sequence[str] = ()) -> str:
@@ -141,7 +174,10 @@ def normalise(text: str, roots: Sequence[str] = ()) -> str:
     and lose ``:line:col`` / ``(line)`` suffixes, as do relative ``file:line:`` positions;
     hex numbers become ``0x?``; durations ``<t>``; numbers of six or more digits
     (addresses, process ids, byte counts of a run) ``<n>``; whitespace is collapsed.
+    ANSI escapes are dropped and versioned CUB/Thrust namespaces lose their version
+    (``CUB_200200_900_NS`` -> ``CUB_NS``).
     """
+    text = _VERSIONED_NS.sub(lambda m: f"{m.group('lib')}_NS", strip_ansi(text))
     text = _TIMESTAMP.sub("<time>", text)
     text = _ABS_PATH.sub(lambda m: relative_path(m.group(0)[:len(m.group(0)) - len(m.group("pos") or "")],
                                                  roots), text)
@@ -156,9 +192,25 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+#: Characters a key may be cut after: between words, list items and argument lists.
+_KEY_BOUNDARY = re.compile(r"[\s,;:()\[\]<>]")
+
+
+def clip_key(key: str, limit: int = KEY_MAX_CHARS) -> str:
+    """``key`` cut to at most ``limit`` characters at a token boundary (never inside a name or
+    number), ending in ``…`` when cut; a single token longer than the limit is cut hard."""
+    if len(key) <= limit:
+        return key
+    head = key[:limit - 1]
+    cuts = [m.start() for m in _KEY_BOUNDARY.finditer(head)]
+    if cuts and cuts[-1] > limit // 2:
+        head = head[:cuts[-1] + 1] if head[cuts[-1]] in ",;:([<" else head[:cuts[-1]]
+    return head.rstrip() + "…"
+
+
 def _sig(kind: str, key: str, summary: str, evidence: Iterable[str]) -> Signature:
-    lines = [line.rstrip() for line in evidence if line and line.strip()]
-    return Signature(kind, _clip(key, KEY_MAX_CHARS), _clip(summary, SUMMARY_MAX_CHARS),
+    lines = [strip_ansi(line).rstrip() for line in evidence if line and line.strip()]
+    return Signature(kind, clip_key(key), _clip(strip_ansi(summary), SUMMARY_MAX_CHARS),
                      "\n".join(lines[:EVIDENCE_MAX_LINES]))
 
 
@@ -249,7 +301,8 @@ def _sanitizer(text: str, context: str, roots: Sequence[str], tool: str = "") ->
             if at and not where:
                 where = (at.group("fn1") or at.group("fn2") or "").strip()
         label = f"{tool}: " if tool else ""
-        key = f"{label}{normalise(msg, roots)}" + (f" in {normalise(where, roots)}" if where else "")
+        key = f"{label}{strip_templates(normalise(msg, roots))}" + \
+            (f" in {strip_templates(normalise(where, roots))}" if where else "")
         if context:
             key = f"{context}: {key}"
         return _sig("sanitizer_report", key, f"compute-sanitizer{' ' + tool if tool else ''}: {msg}"
@@ -309,15 +362,40 @@ def _assertion(text: str, context: str, roots: Sequence[str]) -> Signature | Non
     return None
 
 
+#: One test-backend-ops case line: ``  MUL_MAT(type_a=f16,type_b=f32,m=16,...): ... FAIL``
+#: (tests/test-backend-ops.cpp prints the op, its parameters, the error and OK/FAIL).
+_BACKEND_OP_FAIL = re.compile(r"^\s*(?P<case>(?P<op>[A-Z][A-Z0-9_]*)\((?P<params>.*?)\)):\s.*\bFAIL\b", re.M)
+_BACKEND_NAME = re.compile(r"^\s*Backend \d+/\d+: (?P<name>\S+)", re.M)
+
+
+def _backend_ops(text: str, context: str) -> Signature | None:
+    """test-backend-ops failures keyed by every failing op with its parameters (and backend), sorted."""
+    cases: dict[str, str] = {}
+    for m in _BACKEND_OP_FAIL.finditer(text):
+        backends = [b.group("name") for b in _BACKEND_NAME.finditer(text, 0, m.start())]
+        case = m.group("case") + (f" on {backends[-1]}" if backends else "")
+        cases.setdefault(case, _line_at(text, m.start()))
+    if not cases:
+        return None
+    names = sorted(cases)
+    prefix = f"{context or 'test-backend-ops'}: "
+    more = f" (+{len(names) - 1} more failing case(s))" if len(names) > 1 else ""
+    return _sig("test_assertion", prefix + "FAIL " + "; ".join(names), f"{prefix}FAIL {names[0]}{more}",
+                [cases[n] for n in names])
+
+
 def classify_text(text: str, context: str = "", roots: Sequence[str] = (), *, tool: str = "") -> Signature | None:
     """The signature a failing program's output shows, or None when no rule matches.
 
     ``text``: the program's output; ``context``: the test or program name put into the key
     (e.g. ``test-moe-pin-layers``, ``llama-completion``); ``roots``: source/build directories
     paths are made relative to; ``tool``: the compute-sanitizer tool, when it ran under one.
-    Rules in order: sanitizer report, CUDA error, assertion or FAIL line, timeout, signal.
+    Rules in order: sanitizer report, CUDA error, test-backend-ops FAIL lines, assertion or
+    FAIL line, timeout, signal.  ANSI escape codes are removed first.
     """
-    for found in (_sanitizer(text, context, roots, tool), _cuda(text, roots), _assertion(text, context, roots)):
+    text = strip_ansi(text)
+    for found in (_sanitizer(text, context, roots, tool), _cuda(text, roots), _backend_ops(text, context),
+                  _assertion(text, context, roots)):
         if found:
             return found
     m = _TIMEOUT_TEXT.search(text)
@@ -358,7 +436,7 @@ _COMMAND_ROOTS = re.compile(r"(?:^|\s)(?:-S|-B|--build)\s+(?P<dir>\S+)")
 
 def _read(path: Path) -> str:
     try:
-        return path.read_bytes().decode("utf-8", "replace")
+        return strip_ansi(path.read_bytes().decode("utf-8", "replace"))
     except OSError:
         return ""
 
@@ -463,7 +541,8 @@ def _patch_apply(text: str) -> Signature | None:
 
 
 def _classify_build(run_dir: Path, step: StepRecord) -> Signature:
-    logs = RunLayout(run_dir).build_logs(step.platform, step.config)
+    layout = RunLayout(run_dir)
+    logs = (layout.compile_logs if step.step == "compile" else layout.build_logs)(step.platform, step.config)
     # the step's failure facts are this run's own record, while configure/build logs may be
     # left from an earlier attempt of a continued run: read them first
     for fact in step.failures:
@@ -556,6 +635,10 @@ def _classify_test(run_dir: Path, step: StepRecord) -> Signature:
     why = {m.group("name"): m.group("why") for m in _CTEST_FAILED_ITEM.finditer(ctest_log)}
     candidates: list[Signature] = []
     for name, message in _failed_tests(test_dir):
+        if (message or "").startswith(WRAPPER_DID_NOT_RUN):
+            candidates.append(_sig("sanitizer_report", f"{name}: {tool or 'compute-sanitizer'} did not run the test",
+                                   f"{name}: {message}", [message]))
+            continue
         own_log = test_dir / f"{name}.log"
         text = _read(own_log) if own_log.exists() else blocks.get(name, "")
         found = classify_text(text, name, tool=tool)
@@ -616,6 +699,16 @@ def _program_name(cmd_files: Sequence[Path]) -> str:
 
 
 def _classify_generate(run_dir: Path, step: StepRecord) -> Signature:
+    candidates = generate_signatures(run_dir, step)
+    if candidates:
+        return min(candidates, key=lambda s: KIND_RANK.get(s.kind, 99))
+    cmd_files = RunLayout(run_dir).generation_files(step.platform, step.config, ".cmd")
+    return _other(step.detail or "generation failed", _gen_roots(cmd_files), [step.detail])
+
+
+def generate_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
+    """One signature per failure fact of a failed ``generate`` step (every failing model and
+    generation, none dropped), in fact order, duplicates (same kind and key) removed."""
     layout = RunLayout(run_dir)
     cmd_files = layout.generation_files(step.platform, step.config, ".cmd")
     roots = _gen_roots(cmd_files)
@@ -647,9 +740,7 @@ def _classify_generate(run_dir: Path, step: StepRecord) -> Signature:
             if found:
                 candidates.append(found)
                 break
-    if candidates:
-        return min(candidates, key=lambda s: KIND_RANK.get(s.kind, 99))
-    return _other(step.detail or "generation failed", roots, [step.detail])
+    return list({(c.kind, c.key): c for c in candidates}.values())
 
 
 def _generation_logs(layout: RunLayout, step: StepRecord, fact: Failure) -> list[Path]:
@@ -671,6 +762,7 @@ def classify_step(run_dir: Path, step: StepRecord | dict) -> Signature | None:
     ``step`` is a harness.results.StepRecord or a summary.json ``configurations`` entry
     (read with StepRecord.from_json, so entries of older runs work too).  Steps named
     ``build`` are read from the step's patch fact, else ``<platform>/build-<config>/``
+    (``compile``: ``<platform>/compile-<config>/``)
     (configure.log, build.log, their .rc files, error.log); ``test`` and ``test-<tool>``
     from ``<platform>/tests[-<tool>]/`` (tests.json, junit.xml, ctest.log, per-test logs,
     sanitizer.json); ``generate`` from the step's failure facts and the .stderr/.cmd files
@@ -681,7 +773,7 @@ def classify_step(run_dir: Path, step: StepRecord | dict) -> Signature | None:
     step = _as_step(step)
     if not STEP.is_failure(step.status):
         return None
-    if step.step == "build":
+    if step.step in ("build", "compile"):
         return _classify_build(run_dir, step)
     if RunLayout.is_test_step(step.step):
         return _classify_test(run_dir, step)
@@ -722,8 +814,8 @@ def step_logs(run_dir: Path, step: StepRecord | dict) -> list[Path]:
     step = _as_step(step)
     layout = RunLayout(run_dir)
     found: list[Path] = []
-    if step.step == "build":
-        logs = layout.build_logs(step.platform, step.config)
+    if step.step in ("build", "compile"):
+        logs = (layout.compile_logs if step.step == "compile" else layout.build_logs)(step.platform, step.config)
         if _rc(logs / "configure.rc") not in (None, 0) or not (logs / "build.log").exists():
             found.append(logs / "configure.log")
         else:
@@ -752,7 +844,8 @@ def classify_run(run_dir: Path, *, write: bool = True) -> list[dict]:
     """Classify every failed step and diverged comparison of the run in ``run_dir``.
 
     Returns a list of ``{platform, config, step, signature: {kind, key, summary, evidence}}``
-    (comparisons have step ``compare``, config = the candidate, and also group, model,
+    (a generate step with several distinct failures also has ``other_signatures``, the
+    rest of them; comparisons have step ``compare``, config = the candidate, and also group, model,
     prompt, reference) in summary order, and writes it to ``run_dir/signatures.json``
     unless ``write`` is False.  Raises FileNotFoundError when there is no summary.json
     and harness.results.RecordError (a ValueError) when it cannot be read.
@@ -762,8 +855,12 @@ def classify_run(run_dir: Path, *, write: bool = True) -> list[dict]:
     for step in steps:
         sig = classify_step(run_dir, step)
         if sig:
-            entries.append({"platform": step.platform, "config": step.config, "step": step.step,
-                            "signature": asdict(sig)})
+            entry = {"platform": step.platform, "config": step.config, "step": step.step, "signature": asdict(sig)}
+            if step.step == "generate":
+                others = [asdict(s) for s in generate_signatures(run_dir, step) if (s.kind, s.key) != (sig.kind, sig.key)]
+                if others:
+                    entry["other_signatures"] = others  # every failing model's and generation's error is kept
+            entries.append(entry)
     for cmp in comparisons:
         sig = comparison_signature(cmp)
         if sig:

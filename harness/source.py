@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .config import Matrix, Source
-from .fs import writable_dir
+from .errors import InputError
+from .fs import sha256_file, writable_dir
 from .locks import exclusive
 
 #: Paths left out of the trimmed mirror (issue 4: ~10 MB without models/ and docs/),
@@ -38,10 +39,130 @@ MIRROR_KEEP = ("models/ggml-vocab-llama-spm.gguf",)
 MIRROR_MANIFEST = "HARNESS-MIRROR.json"
 #: Identity used for commits the harness creates (archive imports, applied patches).
 GIT_IDENTITY = ("llama.cpp fork harness", "harness@localhost")
+#: ``-c`` options of every git call: files byte for byte (no CRLF conversion), and paths longer
+#: than Windows' MAX_PATH of 260 characters, which git for Windows refuses without core.longpaths.
+GIT_CONFIG = ("-c", "core.autocrlf=false", "-c", "core.longpaths=true")
 
 
-class SourceError(Exception):
+class SourceError(InputError):
     """No source produced the pinned commit; the message lists what each source said."""
+
+
+# --------------------------------------------------------------------------- identity by content
+#
+# A commit id proves a tree only to whoever trusts the git objects it was read from; a mirror
+# archive, an unpacked sdist or a cache directory is just files.  So every base tree is
+# checked by content against the pinned commit's file list (``base.files`` in matrix.yaml:
+# ``mode blob path`` lines from ``git ls-tree -r``, the file's sha256 pinned beside it).
+# What "the pinned commit's files" means depends on the source kind:
+#
+# * local, git, pypi-sdist: every file of the commit, nothing more (llama-cpp-python 0.3.36
+#   vendors the whole commit as a git submodule checkout; an sdist that lacked a file would be
+#   refused, naming it);
+# * archive (the trimmed mirror): every file of the commit except those under MIRROR_EXCLUDE
+#   that are not in MIRROR_KEEP, plus the mirror's own HARNESS-MIRROR.json.
+
+#: First line of a file list; the rest are ``<mode> <blob id> <path>`` lines sorted by path.
+FILES_HEADER = "# llama.cpp {commit}: mode, git blob id and path of every file (git ls-tree -r)"
+
+
+@dataclass(frozen=True)
+class PinnedFiles:
+    """The pinned commit's files: path -> (git mode, git blob id), read from ``path``."""
+
+    commit: str
+    path: Path
+    entries: dict[str, tuple[str, str]]
+
+    def expected(self, kind: str) -> dict[str, tuple[str, str]]:
+        """The files a tree from a source of ``kind`` must hold (see the rules above)."""
+        if kind != "archive":
+            return self.entries
+        return {p: e for p, e in self.entries.items() if not p.startswith(MIRROR_EXCLUDE) or p in MIRROR_KEEP}
+
+
+def read_pinned_files(path: Path, sha256: str, commit: str) -> PinnedFiles:
+    """Read the file list at ``path``; raises SourceError when its sha256 is not ``sha256`` (the
+    digest matrix.yaml pins), its header names another commit than ``commit``, or a line is malformed."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SourceError(f"pinned file list {path}: {exc.strerror}") from None
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != sha256:
+        raise SourceError(f"pinned file list {path} has sha256 {actual}; matrix.yaml pins {sha256}")
+    lines = data.decode("utf-8").splitlines()
+    if not lines or lines[0] != FILES_HEADER.format(commit=commit):
+        raise SourceError(f"{path}:1: expected the header {FILES_HEADER.format(commit=commit)!r}")
+    entries = {}
+    for number, line in enumerate(lines[1:], start=2):
+        parts = line.split(" ", 2)
+        if len(parts) != 3 or len(parts[1]) != 40:
+            raise SourceError(f"{path}:{number}: expected '<mode> <blob id> <path>', got {line!r}")
+        entries[parts[2]] = (parts[0], parts[1])
+    return PinnedFiles(commit, path, entries)
+
+
+def write_pinned_files(base: "BaseTree", out: Path) -> str:
+    """Write the file list of ``base.commit`` (read with ``git ls-tree`` after ``git fsck`` proved
+    the objects) to ``out``; returns its sha256 for matrix.yaml.  Needs a base from git
+    (``git_rev == commit``)."""
+    if base.git_rev != base.commit:
+        raise SourceError("the file list is derived from a base obtained from git (local, git or pypi-sdist)")
+    git(["fsck", "--full", "--no-dangling"], base.path)
+    lines = [FILES_HEADER.format(commit=base.commit)]
+    lines += [f"{mode} {blob} {path}" for mode, blob, path in ls_tree(base.path, base.commit)]
+    data = ("\n".join(lines) + "\n").encode()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def git_blob_id(data: bytes) -> str:
+    """The id git gives a blob with content ``data``: sha1 of ``blob <size>\\0`` + data (hex)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def tree_files(tree: Path) -> dict[str, tuple[str, str]]:
+    """Every file of the work tree ``tree`` (``.git`` left out): path -> (git mode, blob id),
+    computed from the files' bytes (a symbolic link's blob is its target)."""
+    found: dict[str, tuple[str, str]] = {}
+    for dirpath, dirnames, filenames in os.walk(tree):
+        dirnames[:] = [d for d in dirnames if d != ".git" or Path(dirpath) != tree]
+        for d in list(dirnames):
+            if (Path(dirpath) / d).is_symlink():
+                filenames.append(d)
+                dirnames.remove(d)
+        for name in filenames:
+            full = Path(dirpath) / name
+            rel = full.relative_to(tree).as_posix()
+            if rel == ".git":
+                continue
+            if full.is_symlink():
+                found[rel] = ("120000", git_blob_id(os.readlink(full).encode()))
+            else:
+                mode = "100755" if os.access(full, os.X_OK) else "100644"
+                found[rel] = (mode, git_blob_id(full.read_bytes()))
+    return found
+
+
+def first_difference(tree: Path, expected: dict[str, tuple[str, str]], extra_ok: Sequence[str] = ()) -> str | None:
+    """The first path (in sorted order) where ``tree``'s files differ from ``expected``, with how;
+    None when they are the same.  ``extra_ok``: paths the tree may hold besides."""
+    have = tree_files(tree)
+    for path in sorted(set(have) | set(expected)):
+        if path in extra_ok:
+            continue
+        if path not in have:
+            return f"{path}: missing"
+        if path not in expected:
+            return f"{path}: not a file of the pinned commit"
+        (mode, blob), (want_mode, want_blob) = have[path], expected[path]
+        if blob != want_blob:
+            return f"{path}: content differs (blob {blob}, pinned {want_blob})"
+        if mode != want_mode and os.name != "nt":
+            return f"{path}: mode {mode}, pinned {want_mode}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -83,20 +204,11 @@ def git(args: Sequence[str], cwd: Path | None = None, *, check: bool = True,
     Raises SourceError with git's stderr when ``check`` and git exits non-zero.
     """
     full_env = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", **(env or {})}
-    proc = subprocess.run(["git", "-c", "core.autocrlf=false", *args], cwd=cwd, env=full_env,
+    proc = subprocess.run(["git", *GIT_CONFIG, *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise SourceError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
     return proc
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of the file at ``path``, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _verify_checkout(repo: Path, commit: str) -> str | None:
@@ -243,18 +355,49 @@ def obtain_base(matrix: Matrix, cache: Path | None = None, log: list[str] | None
     is locked (harness.locks) while it is checked or filled.
     """
     cache = cache or cache_dir()
-    dest = cache / "base" / matrix.base_commit
+    # 12 hex digits name the directory: with all 40, paths of the base tree pass Windows' MAX_PATH
+    # below a runner's workspace (harness.path_budget); the record keeps the full commit
+    dest = cache / "base" / matrix.base_commit[:12]
     # one process fills a cache entry; another waits and then finds it there
     with exclusive(dest, f"the source cache entry {dest}", (log.append if log is not None else None)):
         return _obtain_base(matrix, cache, dest, log)
 
 
+def _cached_difference(dest: Path, expected: dict[str, tuple[str, str]], extra_ok: Sequence[str]) -> str | None:
+    """Where the cached base repository ``dest`` differs from ``expected``: a work-tree change
+    (``git status``, untracked files included) or a HEAD tree other than the pinned files."""
+    changed = git(["status", "--porcelain", "--untracked-files=all"], dest, check=False)
+    if changed.returncode != 0:
+        return f"not a git repository ({changed.stderr.strip()})"
+    if changed.stdout.strip():
+        return f"{changed.stdout.splitlines()[0][3:]}: changed in the cache ({changed.stdout.splitlines()[0][:2].strip()})"
+    head = {path: (mode, blob) for mode, blob, path in ls_tree(dest, "HEAD") if path not in extra_ok}
+    for path in sorted(set(head) | set(expected)):
+        if head.get(path) != expected.get(path):
+            return f"{path}: {'missing' if path not in head else 'differs from the pinned commit'}"
+    return None
+
+
 def _obtain_base(matrix: Matrix, cache: Path, dest: Path, log: list[str] | None) -> BaseTree:
     commit = matrix.base_commit
     record = dest.with_name(commit + ".json")
+    say = log.append if log is not None else (lambda _line: None)
+    pinned = None
+    if matrix.base_files and matrix.base_files_sha256:
+        pinned = read_pinned_files(matrix.base_files, matrix.base_files_sha256, commit)
+    else:
+        say(f"source: no pinned file list for {commit[:12]} in {matrix.path} (base.files); "
+            "base trees are checked by commit id only")
     if dest.exists() and record.exists():
         info = json.loads(record.read_text())
-        return BaseTree(path=dest, commit=commit, git_rev=info["git_rev"], source=info["source"])
+        tree = BaseTree(path=dest, commit=commit, git_rev=info["git_rev"], source=info["source"])
+        kind = "archive" if tree.git_rev != commit else "git"
+        problem = _cached_difference(dest, pinned.expected(kind), (MIRROR_MANIFEST,)) if pinned else None
+        if problem is None:
+            return tree
+        say(f"source: the cached base {dest} is not the pinned commit by content (first differing path "
+            f"{problem}); removed, obtaining it again")
+        record.unlink()
     shutil.rmtree(dest, ignore_errors=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
     reasons: list[str] = []
@@ -275,6 +418,16 @@ def _obtain_base(matrix: Matrix, cache: Path, dest: Path, log: list[str] | None)
             if log is not None:
                 log.append(f"source {src.describe()}: skipped: {exc}")
             continue
+        problem = first_difference(dest, pinned.expected(src.kind), (MIRROR_MANIFEST,)) if pinned else None
+        if problem is not None:
+            # the tree is not the pinned commit, whatever its commit id or checksum says: never keep it
+            shutil.rmtree(dest, ignore_errors=True)
+            if src.kind == "pypi-sdist":
+                shutil.rmtree(cache / "sdists", ignore_errors=True)  # unpacked again from the verified sdist
+            why = f"refused: its files are not those of the pinned commit (first differing path {problem})"
+            reasons.append(f"{src.describe()}: {why}")
+            say(f"source {src.describe()}: {why}; removed from the cache")
+            continue
         tree = BaseTree(path=dest, commit=commit, git_rev=rev, source=src.describe())
         record.write_text(json.dumps(asdict(tree), default=str, indent=2))
         if log is not None:
@@ -283,19 +436,21 @@ def _obtain_base(matrix: Matrix, cache: Path, dest: Path, log: list[str] | None)
     raise SourceError(f"no source produced the pinned commit {commit}:\n  " + "\n  ".join(reasons))
 
 
-def _mirror_paths(repo: Path, commit: str) -> list[tuple[str, str, str]]:
-    """(mode, blob id, path) of every file of ``commit`` that the trimmed mirror keeps, sorted by path."""
-    out = git(["ls-tree", "-r", "--full-tree", "-z", commit], repo).stdout
-    keep = []
+def ls_tree(repo: Path, rev: str) -> list[tuple[str, str, str]]:
+    """(mode, blob id, path) of every file of ``rev`` in ``repo`` (``git ls-tree -r``), sorted by path."""
+    out = git(["ls-tree", "-r", "--full-tree", "-z", rev], repo).stdout
+    files = []
     for entry in filter(None, out.split("\0")):
         meta, path = entry.split("\t", 1)
         mode, kind, blob = meta.split()
-        if kind != "blob":
-            continue
-        if path.startswith(MIRROR_EXCLUDE) and path not in MIRROR_KEEP:
-            continue
-        keep.append((mode, blob, path))
-    return sorted(keep, key=lambda e: e[2])
+        if kind == "blob":
+            files.append((mode, blob, path))
+    return sorted(files, key=lambda e: e[2])
+
+
+def _mirror_paths(repo: Path, commit: str) -> list[tuple[str, str, str]]:
+    """(mode, blob id, path) of every file of ``commit`` that the trimmed mirror keeps, sorted by path."""
+    return [e for e in ls_tree(repo, commit) if not e[2].startswith(MIRROR_EXCLUDE) or e[2] in MIRROR_KEEP]
 
 
 def export_mirror(base: BaseTree, out: Path) -> tuple[Path, str]:
@@ -314,7 +469,7 @@ def export_mirror(base: BaseTree, out: Path) -> tuple[Path, str]:
     tmp = out.with_name(out.name + ".tmp")
     manifest = json.dumps({"commit": base.commit, "excluded": list(MIRROR_EXCLUDE),
                            "kept": list(MIRROR_KEEP), "files": len(entries)}, indent=2).encode()
-    batch = subprocess.Popen(["git", "cat-file", "--batch"], cwd=base.path, stdin=subprocess.PIPE,
+    batch = subprocess.Popen(["git", *GIT_CONFIG, "cat-file", "--batch"], cwd=base.path, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE)
     assert batch.stdin and batch.stdout
     with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=9) as gz, \

@@ -54,6 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from .errors import HarnessError
+
 #: Debian package of the MinGW-w64 C++ cross compiler with the posix thread model.
 MINGW_PACKAGE = "g++-mingw-w64-x86-64-posix"
 #: Cross compilers tried in order when ``--mingw-cxx`` is not given.
@@ -155,7 +157,7 @@ class CudaHeaders:
     source: str
 
 
-class SetupError(Exception):
+class SetupError(HarnessError):
     """The check cannot run: a compiler, the CUDA headers or a checked file is missing."""
 
 

@@ -70,7 +70,7 @@ def platform_steps(workflow):
 # ----- the JSON ------------------------------------------------------------------------------
 
 def test_one_entry_per_platform_with_the_windows_self_hosted_labels(matrix, capsys):
-    rc, out, _ = run_main(capsys)
+    rc, out, err = run_main(capsys, "--self-hosted", "true")
     assert rc == 0
     doc = json.loads(out)
     assert list(doc) == ["include"]
@@ -83,14 +83,90 @@ def test_one_entry_per_platform_with_the_windows_self_hosted_labels(matrix, caps
         assert e["steps"] == list(p.ci.steps) and e["gpu_steps"] == list(p.ci.gpu_steps)
         assert e["needs_gpu"] is bool(p.ci.gpu_steps)
         assert e["os"] == p.os and e["gpu"] == p.gpu
-        assert e["shell"] == {"linux": "bash", "windows": "pwsh"}[p.os]
+        assert e["shell"] == {"linux": "bash", "windows": "pwsh"}[e["runner_os"]]
         assert e["base_commit"] == matrix.base_commit
     win = entries["windows-x86_64-cuda"]
     assert win["runs_on"][0] == "self-hosted" and {"windows", "cuda"} <= set(win["runs_on"])
-    assert win["shell"] == "pwsh" and win["os"] == "windows"
+    assert win["shell"] == "pwsh" and win["os"] == "windows" and win["runner_os"] == "windows"
     assert entries["linux-x86_64-cuda"]["needs_gpu"] is True
     assert entries["linux-x86_64-cuda"]["steps"] == ["build"]
     assert entries["linux-x86_64-cpu"]["needs_gpu"] is False
+    # Windows CPU: a hosted ubuntu runner cross-builds it and runs it under Wine, in bash
+    wine = entries["windows-x86_64-cpu"]
+    assert wine["os"] == "windows" and wine["runner_os"] == "linux" and wine["shell"] == "bash"
+    assert wine["runs_on"] == ["ubuntu-24.04"] and wine["steps"] == ["build", "test", "compare-outputs"]
+    # the self-hosted Windows runner's layout was measured against MAX_PATH
+    assert re.search(r"path budget: windows-x86_64-cuda: longest path \d+ of 260 characters: C:\\", err)
+
+
+def test_without_self_hosted_runners_gpu_jobs_are_not_queued_and_the_summary_says_why(tmp_path, monkeypatch,
+                                                                                       capsys):
+    out_file, summary = tmp_path / "out", tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(out_file))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    rc, out, err = run_main(capsys, "--github-output")  # the repository variable is unset
+    assert rc == 0
+    entries = {e["platform"]: e for e in json.loads(out)["include"]}
+    assert "windows-x86_64-cuda" not in entries
+    assert not any("self-hosted" in e["runs_on"] for e in entries.values())
+    # the CUDA platform still compiles on a hosted runner, without its GPU steps
+    cuda = entries["linux-x86_64-cuda"]
+    assert cuda["runs_on"] == ["ubuntu-24.04"] and cuda["steps"] == ["build"]
+    assert cuda["gpu_steps"] == [] and cuda["needs_gpu"] is False
+    text = summary.read_text()
+    assert "`windows-x86_64-cuda`: needs a self-hosted runner" in text
+    assert "HARNESS_SELF_HOSTED_RUNNERS" in text
+    assert "`linux-x86_64-cuda`: test, compare-outputs not queued" in text
+    assert "path budget" not in err  # no Windows runner left, so no base tree was needed
+
+
+def test_more_jobs_than_github_runs_are_refused(tmp_path):
+    doc = yaml.safe_load(MATRIX_PATH.read_text())
+    plat = doc["platforms"]["linux-x86_64-cpu"]
+    doc["platforms"] = {"linux-x86_64-cpu": plat, **{f"linux-{i:03d}": plat for i in range(ci.MAX_JOBS)}}
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(MatrixError, match=r"257 CI jobs; GitHub Actions runs at most 256 jobs"):
+        ci.ci_matrix(load_matrix(path))
+    doc["platforms"] = {"linux-x86_64-cpu": plat, **{f"linux-{i:03d}": plat for i in range(ci.MAX_JOBS - 1)}}
+    path.write_text(yaml.safe_dump(doc))
+    assert len(ci.ci_matrix(load_matrix(path))["include"]) == ci.MAX_JOBS
+
+
+def test_a_path_past_max_path_on_a_windows_runner_is_named(matrix):
+    long_file = "tools/" + "x" * 200 + ".svelte"
+
+    def files():
+        return ["README.md", long_file], ["tests/test-cuda-pin-ladder.cpp"]
+
+    with pytest.raises(MatrixError) as err:
+        ci.ci_matrix(matrix, self_hosted=True, layout_files=files, repo="llama.cpp")
+    [problem] = err.value.problems
+    assert "windows-x86_64-cuda" in problem and "MAX_PATH of 260" in problem
+    assert problem.endswith("\\" + "x" * 200 + ".svelte")
+    assert "C:\\actions-runner\\_work\\llama.cpp\\llama.cpp\\" in problem
+    ok = ci.ci_plan(matrix, self_hosted=True, layout_files=lambda: (["README.md"], []), repo="llama.cpp")
+    [budget] = ok.budgets
+    assert budget.platform == "windows-x86_64-cuda" and budget.length <= 260
+
+
+def test_long_paths_on_the_runner_allow_a_long_layout(tmp_path):
+    doc = yaml.safe_load(MATRIX_PATH.read_text())
+    doc["platforms"]["windows-x86_64-cuda"]["ci"]["long_paths"] = True
+    path = tmp_path / "matrix.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    plan = ci.ci_plan(load_matrix(path), self_hosted=True, layout_files=lambda: (["a/" + "y" * 300], []), repo="r")
+    assert plan.budgets[0].over and plan.budgets[0].length > 300
+
+
+def test_the_shipped_layout_fits_max_path_with_the_real_base_tree(matrix):
+    base_files, fork_files = ci.base_layout_files(matrix, ROOT / "patches")
+    assert len(base_files) > 1000 and "tests/test-cuda-pin-ladder.cpp" in fork_files
+    plan = ci.ci_plan(matrix, self_hosted=True, layout_files=lambda: (base_files, fork_files),
+                      repo="llama-fork-harness")
+    [budget] = plan.budgets
+    # the longest upstream file is 161 characters; the cache dir once had the 40-hex commit in it
+    assert 200 < budget.length <= 260, budget.longest
 
 
 def test_every_value_is_plain_json_for_fromjson(matrix):
@@ -104,8 +180,8 @@ def test_every_value_is_plain_json_for_fromjson(matrix):
 
 
 def test_the_module_prints_nothing_but_the_json():
-    proc = subprocess.run([sys.executable, "-m", "harness.ci_matrix", "--matrix", str(MATRIX_PATH)],
-                          cwd=ROOT, capture_output=True, text=True, check=True)
+    proc = subprocess.run([sys.executable, "-m", "harness.ci_matrix", "--matrix", str(MATRIX_PATH),
+                           "--self-hosted", "true"], cwd=ROOT, capture_output=True, text=True, check=True)
     assert [e["platform"] for e in json.loads(proc.stdout)["include"]] == list(load_matrix(MATRIX_PATH).platforms)
 
 
@@ -122,9 +198,12 @@ def test_models_digest_follows_the_model_definitions_only(tmp_path, matrix):
 # ----- selection and errors ------------------------------------------------------------------
 
 def test_platform_filter_keeps_matrix_order(capsys):
-    rc, out, _ = run_main(capsys, "--platform", "windows-x86_64-cuda")
+    rc, out, _ = run_main(capsys, "--platform", "windows-x86_64-cuda", "--self-hosted", "true")
     assert rc == 0 and [e["platform"] for e in json.loads(out)["include"]] == ["windows-x86_64-cuda"]
-    rc, out, _ = run_main(capsys, "--platform", "windows-x86_64-cuda,linux-x86_64-cpu", "--platform", "linux-x86_64-cpu")
+    rc, out, err = run_main(capsys, "--platform", "windows-x86_64-cuda")
+    assert rc == 2 and "would be empty (windows-x86_64-cuda: needs a self-hosted runner" in err
+    rc, out, _ = run_main(capsys, "--platform", "windows-x86_64-cuda,linux-x86_64-cpu", "--platform", "linux-x86_64-cpu",
+                          "--self-hosted", "true")
     assert rc == 0
     assert [e["platform"] for e in json.loads(out)["include"]] == ["linux-x86_64-cpu", "windows-x86_64-cuda"]
 
@@ -144,7 +223,8 @@ def test_platform_without_ci_section(tmp_path, capsys):
     path = tmp_path / "matrix.yaml"
     path.write_text(text.replace(cpu_ci, ""), encoding="utf-8")
     m = load_matrix(path)
-    assert [e["platform"] for e in ci.ci_matrix(m)["include"]] == ["linux-x86_64-cuda", "windows-x86_64-cuda"]
+    listed = ci.ci_matrix(m, self_hosted=True, layout_files=lambda: (["README.md"], []))["include"]
+    assert [e["platform"] for e in listed] == ["linux-x86_64-cuda", "windows-x86_64-cuda"]
     with pytest.raises(MatrixError, match="'linux-x86_64-cpu' has no ci section"):
         ci.ci_matrix(m, ["linux-x86_64-cpu"])
     # no platform left at all: GitHub rejects an empty include, so this is an error too

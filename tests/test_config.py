@@ -128,3 +128,31 @@ def test_unknown_generator_parameter_is_reported_at_its_line(tmp_path):
     [msg] = problems(path)
     assert msg.startswith(f"{path}:{line_of(text, 'n_layers: 4')}: models.moe-small.params.n_layers: "
                           "unknown generator parameter")
+
+
+def test_a_yaml_boolean_or_number_where_a_string_is_required_says_quote_it(tmp_path):
+    text = MATRIX.replace('GGML_NATIVE: "OFF"', "GGML_NATIVE: OFF", 1).replace('GGML_CUDA: "OFF"', "GGML_CUDA: 12", 1)
+    path = write(tmp_path, text)
+    msgs = problems(path)
+    assert f"{path}:{line_of(text, 'GGML_NATIVE: OFF')}: platforms.linux-x86_64-cpu.cmake.GGML_NATIVE: OFF is read " \
+           "as a YAML boolean, but a string is required; quote it: 'OFF'" in msgs
+    assert any(m.endswith("GGML_CUDA: 12 is read as a YAML number, but a string is required; quote it: '12'")
+               for m in msgs)
+
+
+def test_a_tab_and_a_bad_indentation_get_the_line_and_a_plain_hint(tmp_path):
+    text = MATRIX.replace("\n  linux-x86_64-cpu:", "\n\tlinux-x86_64-cpu:", 1)
+    [msg] = problems(write(tmp_path, text))
+    n = line_of(text, "\tlinux-x86_64-cpu:")
+    assert msg.startswith(f"{tmp_path / 'matrix.yaml'}:{n}: YAML syntax error: ")
+    assert "YAML indents with spaces only" in msg and f"{n:>4} | →   linux-x86_64-cpu:" in msg
+
+    text = MATRIX.replace("\n    os: linux", "\n     os: linux", 1)
+    [msg] = problems(write(tmp_path, text))
+    assert "indented differently" in msg and "|      os: linux" in msg
+
+
+def test_the_matrix_points_editors_at_its_schema():
+    first = MATRIX.splitlines()[0]
+    assert first == "# yaml-language-server: $schema=harness/matrix.schema.json"
+    assert (ROOT / "harness" / "matrix.schema.json").is_file()

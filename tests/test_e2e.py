@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.network,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CPU platform is Linux")]
 
 
@@ -79,8 +79,51 @@ def test_platforms_this_machine_cannot_run_are_skipped_with_a_reason(main_job):
     assert "nvidia" in skipped["linux-x86_64-cuda"].lower() or "nvcc" in skipped["linux-x86_64-cuda"]
     assert "windows" in skipped["windows-x86_64-cuda"]
     for step in data["configurations"]:
-        if step["platform"] in skipped:
+        if step["platform"] in skipped and step["step"] != "compile":
             assert step["status"] == "skipped"
+
+
+def test_the_cuda_platform_is_compiled_where_it_cannot_run(main_job):
+    _, results = main_job
+    data = summary(results)
+    if "linux-x86_64-cuda" not in data["skipped_platforms"]:
+        pytest.skip("this machine has an NVIDIA GPU: the CUDA platform is built and run, not only compiled")
+    steps = {(s["config"], s["step"]): s for s in data["configurations"] if s["platform"] == "linux-x86_64-cuda"}
+    for variant in ("fork", "base"):
+        assert steps[(variant, "compile")]["status"] == "passed", steps[(variant, "compile")]
+    record = json.loads((results / "latest" / "linux-x86_64-cuda" / "compile-fork" / "compile.json").read_text())
+    assert "ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/ggml-cuda.cu.o" in record["units"]
+    assert "tests/CMakeFiles/test-cuda-pin-ladder.dir/test-cuda-pin-ladder.cpp.o" in record["units"]
+    assert "test-cuda-pin-ladder" in record["linked"] and not record["not_linked"]
+    for stage in ("test", "compare-outputs"):
+        assert steps[("-", stage)]["status"] == "skipped" and "GPU" in steps[("-", stage)]["detail"]
+
+
+def test_windows_cpu_was_built_tested_and_compared_under_wine(main_job):
+    from harness.config import load_matrix
+    from harness.pipeline import cannot_run
+    _, results = main_job
+    data = summary(results)
+    why = cannot_run(load_matrix(ROOT / "matrix.yaml").platforms["windows-x86_64-cpu"])
+    if why:
+        assert data["skipped_platforms"]["windows-x86_64-cpu"] == why
+        pytest.skip(why)
+    steps = {(s["config"], s["step"]): s["status"] for s in data["configurations"]
+             if s["platform"] == "windows-x86_64-cpu"}
+    assert steps[("fork", "build")] == "passed" and steps[("base", "build")] == "passed"
+    assert steps[("fork", "test")] == "passed"
+    tests = json.loads((results / "latest" / "windows-x86_64-cpu" / "tests" / "tests.json").read_text())
+    by_name = {c["name"]: c["status"] for c in tests["cases"]}
+    assert by_name["test-cuda-pin-ladder-host"] == "passed"  # the ladder's VirtualAlloc branch, under Wine
+    cmps = [c for c in data["comparisons"] if c["platform"] == "windows-x86_64-cpu"]
+    assert {(c["group"], c["model"]) for c in cmps} == {(g, m) for g in ("base-vs-fork", "cross-os")
+                                                        for m in ("gemma3-270m", "moe-small")}
+    assert len(cmps) == 2 * 2 * 4
+    assert all(c["status"] in ("identical", "diverged") for c in cmps), [c for c in cmps
+                                                                         if c["status"] not in ("identical", "diverged")]
+    assert {c["reference"] for c in cmps if c["group"] == "cross-os"} == {"fork@linux-x86_64-cpu"}
+    # the MinGW build changes nothing between base and fork, as on Linux
+    assert all(c["status"] == "identical" for c in cmps if c["group"] == "base-vs-fork")
 
 
 def test_native_tests_ran_through_ctest_with_junit(main_job):

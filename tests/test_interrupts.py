@@ -22,6 +22,7 @@ from fake_upstream import make_fake_project, pids_alive
 from harness import proc
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX process groups and /proc"),
     pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler"),
 ]
@@ -207,3 +208,92 @@ def test_a_run_id_held_by_a_live_process_is_refused(project):
                            env=project.env(), capture_output=True, text=True, timeout=300)
     assert later.returncode == 0, later.stdout + later.stderr
     assert any(c["step"] == "test" for c in summary(project.results)["configurations"])
+
+
+# --------------------------------------------------------------------------- triage after an interrupt
+
+
+def triage(project, *runs: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", "triage", *runs, "--results-dir", str(project.results)],
+                          cwd=REPO_ROOT, env=project.env(), capture_output=True, text=True, timeout=120)
+
+
+def test_triage_names_an_interrupted_newest_run_incomplete_and_finds_no_regression_in_what_it_lacks(project):
+    full = subprocess.run(project.argv("build", "test", "compare-outputs"), cwd=REPO_ROOT, env=project.env(),
+                          capture_output=True, text=True)
+    assert full.returncode == 0, full.stdout + full.stderr
+    pids = project.root / "pids"
+    cut = start(project.argv("build", "test", "compare-outputs"),
+                project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="seven", FAKE_PIDS=str(pids)))
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) >= 6, what="the slow generation")
+    cut.send_signal(signal.SIGINT)
+    cut.communicate(timeout=60)
+    assert cut.returncode == 130
+
+    done = triage(project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "IS INCOMPLETE: compared only on what it recorded" in done.stdout
+    assert "generate base: interrupted by SIGINT" in done.stdout
+    assert "not compared: linux-x86_64-cpu base-vs-fork tiny/three: fork vs base (identical in A; not run in B)" \
+        in done.stdout
+    assert "REGRESSIONS (0)" in done.stdout and "verdict: no regressions" in done.stdout
+    report = json.loads(triage(project, "--json").stdout)
+    assert report["b_incomplete"] and len(report["not_compared"]) >= 2 and report["verdict"] == "clean"
+
+
+def test_triage_refuses_to_skip_a_newest_run_that_recorded_nothing(project):
+    for _ in range(2):
+        done = subprocess.run(project.argv("build"), cwd=REPO_ROOT, env=project.env(), capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+    pids = project.root / "pids"
+    shutil.rmtree(project.work)  # the third run builds again, and is killed mid-way without a chance to record
+    killed = start(project.argv("build"), project.env(FAKE_BUILD_SLEEP_S="120", FAKE_PIDS=str(pids)))
+    wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the build's slow step")
+    killed.kill()
+    killed.communicate(timeout=60)
+    for pid in pids_alive(pids):  # SIGKILL leaves the build's group behind: that is why it is never sent by us
+        os.kill(pid, signal.SIGKILL)
+    newest = (project.results / "latest").resolve().name
+    done = triage(project)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"error: the newest run {newest} in {project.results} is incomplete: it has no "
+                                   "summary.json (it was stopped before it recorded a step); name two runs to compare")
+
+
+def test_ctrl_c_to_nox_and_the_harness_under_it_leaves_no_process_and_an_incomplete_summary(project):
+    """A terminal's Ctrl-C reaches nox and the harness at once (one process group); nox must not kill
+    the harness before it has stopped its builds and written the summary."""
+    pids = project.root / "pids"
+    nox = shutil.which("nox", path=str(Path(sys.executable).parent)) or shutil.which("nox")
+    argv = [nox, "-f", str(REPO_ROOT / "noxfile.py"), "-s", "build", "--", *project.argv("build")[4:]]
+    run = subprocess.Popen(argv, cwd=REPO_ROOT, env=project.env(FAKE_BUILD_SLEEP_S="120", FAKE_PIDS=str(pids)),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the build's slow step")
+    os.killpg(run.pid, signal.SIGINT)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 130, out + err
+    assert pids_alive(pids) == []
+    s = summary(project.results)
+    assert s["overall"] == "incomplete"
+    assert [(c["config"], c["status"]) for c in s["configurations"] if c["step"] == "build"] == \
+        [("fork", "interrupted")]
+
+
+def test_a_failure_found_before_the_interrupt_is_kept(project):
+    _built(project)
+    pids = project.root / "pids"
+    run = start(project.argv("compare-outputs"),
+                project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="seven", FAKE_CRASH_WORD="four",
+                            FAKE_PIDS=str(pids)))
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) >= 5, what="the slow generation")
+    time.sleep(0.3)
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 143, out + err
+    s = summary(project.results)
+    assert s["overall"] == "failed"  # prompt two ("four five six") crashed before the interrupt
+    base = next(c for c in s["configurations"] if (c["config"], c["step"]) == ("base", "generate"))
+    assert base["status"] == "failed"
+    assert [(f["prompt"], f["status"]) for f in base["failures"]] == [("two", "crashed")]
+    assert base["detail"].startswith("interrupted by SIGTERM after 2 generation(s); tiny/two: crashed")
+    assert any("generate base: interrupted by SIGTERM" in r for r in s["incomplete"])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import cli
 from harness import report
 from harness.report import align_divergence, markdown_summary, pin_chart_svg, write_report
 from harness.results import ComparisonRecord, Run, StepRecord, write_json
@@ -197,13 +198,14 @@ def test_report_command(tmp_path, capsys):
     assert captured.out.startswith("## ❌ Run 20260102T000000Z-bbbb") and "1 regression(s)" in captured.out
     assert "report.html" in captured.err
     assert "Changes since 20260101T000000Z-aaaa" in (run.dir / "report.html").read_text()
-    assert report.report_main(["nope", "--results-dir", str(root)]) == 2
+    assert cli.main(["report", "nope", "--results-dir", str(root)]) == 2
     assert "unknown run 'nope'" in capsys.readouterr().err
 
 
 CHROMIUM = Path("/usr/bin/chromium")
 
 
+@pytest.mark.debian
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed")
 def test_report_renders_in_headless_chromium(tmp_path):
     run = make_run(tmp_path / "results", "20260102T000000Z-bbbb")

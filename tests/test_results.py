@@ -94,7 +94,7 @@ def test_ladder_lines_parse_into_numbers():
     assert recs[1]["error"] == "cudaErrorMemoryAllocation"
     totals = gpu.ladder_totals(recs)
     assert totals == {"allocations": 1, "requested": 6442450944, "granted": 2147483648, "segments": 4,
-                      "seconds": 0.731, "warnings": 2}
+                      "calls": 0, "seconds": 0.731, "warnings": 2}
 
 
 def test_sanitizer_summary(tmp_path):

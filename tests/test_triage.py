@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from harness import signatures, triage
+from harness import cli
+from harness import bisect, signatures, triage
 from harness.patches import export_series, read_series
 from harness.results import ComparisonRecord, Failure, Run, StepRecord, write_json
 from harness.signatures import classify_run, classify_step, classify_text, normalise
 from harness.source import BaseTree
-from harness.triage import (BisectError, SeriesBisector, TestCheck, bisect_first_bad, diff_runs,
-                            previous_run, resolve_run)
+from harness.bisect import BisectError, SeriesBisector, TestCheck, bisect_first_bad
+from harness.errors import InputError
+from harness.triage import diff_runs, previous_run, resolve_run
 
 CPU, CUDA, WIN = "linux-x86_64-cpu", "linux-x86_64-cuda", "windows-x86_64-cuda"
 GIB = 2**30
@@ -451,7 +453,7 @@ def test_run_ids_default_pair_and_unknown_run(runs, capsys):
     assert f"triage {b.id} -> {c.id}" in capsys.readouterr().out
     assert triage.main([a.id, b.id, "--results-dir", str(root)]) == 1
     capsys.readouterr()
-    assert triage.main(["20990101T000000Z-zzzz", "--results-dir", str(root)]) == 2
+    assert cli.main(["triage", "20990101T000000Z-zzzz", "--results-dir", str(root)]) == 2
     err = capsys.readouterr().err
     assert "unknown run '20990101T000000Z-zzzz'" in err and c.id in err
     with pytest.raises(triage.TriageInputError, match="no run before"):
@@ -510,11 +512,11 @@ def test_bisect_first_bad_refuses_ranges_that_cannot_be_bisected():
 
 
 def test_bisect_main_rejects_a_bad_check(capsys):
-    assert triage.bisect_main(["--", "--platform", CPU, "--check", "tests:x"]) == 2
+    assert cli.main(["bisect", "--platform", CPU, "--check", "tests:x"]) == 2
     assert "expected test:<ctest-name>" in capsys.readouterr().err
-    assert triage.bisect_main(["--", "--platform", CPU, "--check", "test:x", "--upstream", "a...b"]) == 2
+    assert cli.main(["bisect", "--platform", CPU, "--check", "test:x", "--upstream", "a...b"]) == 2
     assert "expected GOOD..BAD" in capsys.readouterr().err
-    assert triage.bisect_main(["--", "--platform", CPU, "--check", "test:x", "--upstream", "a..b", "--good", "1"]) == 2
+    assert cli.main(["bisect", "--platform", CPU, "--check", "test:x", "--upstream", "a..b", "--good", "1"]) == 2
     assert "with --upstream the range is GOOD..BAD" in capsys.readouterr().err
 
 
@@ -556,6 +558,7 @@ SERIES = [
 ]
 
 
+@pytest.mark.slow
 def test_series_bisector_names_the_bad_patch(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
     monkeypatch.delenv("CMAKE_GENERATOR", raising=False)
@@ -666,23 +669,24 @@ def _upstream_args(root: Path, spec: str, *, matrix: str = "matrix.yaml", patche
 
 def test_upstream_commits_follow_the_first_parent_line(upstream):
     root, repo, main, side = upstream
-    commits = triage.upstream_commits(repo, main[0][:10], "main")
+    commits = bisect.upstream_commits(repo, main[0][:10], "main")
     assert [c.sha for c in commits] == main  # the side branch's commit is not a candidate
     assert side not in [c.sha for c in commits]
     assert [c.subject for c in commits] == ["tiny base", "Add release notes", "Document sum",
                                             "Count the carry in sum", "Merge branch side", "Extend release notes"]
-    assert triage.first_parent(repo, main[4]) == main[3] and triage.first_parent(repo, main[0]) is None
+    assert bisect.first_parent(repo, main[4]) == main[3] and bisect.first_parent(repo, main[0]) is None
     # from the side branch: main's commits that it does not reach, the merge among them
-    assert [c.sha for c in triage.upstream_commits(repo, side, "main")] == [side, *main[3:]]
-    with pytest.raises(triage.TriageInputError, match="is not an ancestor"):
-        triage.upstream_commits(repo, "main", main[0])
-    with pytest.raises(triage.TriageInputError, match="'no-such-rev' is not a commit in"):
-        triage.upstream_commits(repo, "no-such-rev", "main")
+    assert [c.sha for c in bisect.upstream_commits(repo, side, "main")] == [side, *main[3:]]
+    with pytest.raises(InputError, match="is not an ancestor"):
+        bisect.upstream_commits(repo, "main", main[0])
+    with pytest.raises(InputError, match="'no-such-rev' is not a commit in"):
+        bisect.upstream_commits(repo, "no-such-rev", "main")
 
 
+@pytest.mark.slow
 def test_upstream_bisect_names_the_breaking_commit_and_reuses_its_builds(upstream, capsys):
     root, repo, main, side = upstream
-    assert triage.bisect_main(_upstream_args(root, f"{main[0][:10]}..main")) == 0
+    assert bisect.main(_upstream_args(root, f"{main[0][:10]}..main")) == 0
     out = capsys.readouterr().out
     assert f"first bad upstream commit: {main[3]} Count the carry in sum" in out
     checked = [line for line in out.splitlines() if line.startswith("[")]
@@ -697,7 +701,7 @@ def test_upstream_bisect_names_the_breaking_commit_and_reuses_its_builds(upstrea
     assert _git(fork_tree, "rev-parse", "HEAD^") == main[3]
 
     # a second run, with the commits fetched from the git source this time, builds nothing again
-    assert triage.bisect_main(_upstream_args(root, f"{main[0][:10]}..main", matrix="matrix-git.yaml")) == 0
+    assert bisect.main(_upstream_args(root, f"{main[0][:10]}..main", matrix="matrix-git.yaml")) == 0
     again = capsys.readouterr().out
     assert f"first bad upstream commit: {main[3]} Count the carry in sum" in again
     assert f"fetching the branches and tags of {repo}" in again
@@ -705,9 +709,10 @@ def test_upstream_bisect_names_the_breaking_commit_and_reuses_its_builds(upstrea
     assert len(checked) == 4 and all(line.endswith("[build: fork reused]") for line in checked)
 
 
+@pytest.mark.slow
 def test_upstream_bisect_refuses_a_good_commit_that_fails(upstream, capsys):
     root, repo, main, side = upstream
-    assert triage.bisect_main(_upstream_args(root, f"{main[3]}..{main[5]}")) == 2
+    assert cli.main(["bisect", *_upstream_args(root, f"{main[3]}..{main[5]}")[1:]]) == 2
     captured = capsys.readouterr()
     assert f"error: the check fails at GOOD {main[3][:12]} (Count the carry in sum); it must pass at the good end" \
         in captured.err
@@ -716,6 +721,7 @@ def test_upstream_bisect_refuses_a_good_commit_that_fails(upstream, capsys):
     assert not (root / "work" / "bisect-upstream" / CPU / main[5][:12]).exists()  # BAD was not built
 
 
+@pytest.mark.slow
 def test_upstream_commits_where_the_series_does_not_apply_count_as_failing(upstream, capsys):
     root, repo, main, side = upstream
     # a fork patch that adds NOTES applies on the base only: every later commit has NOTES already
@@ -723,7 +729,7 @@ def test_upstream_commits_where_the_series_does_not_apply_count_as_failing(upstr
     _commit(repo, "Add fork notes", {"NOTES": "fork notes\n"}, 9, "The fork documents itself.")
     export_series(repo, main[0], root / "patches-notes")
     _git(repo, "checkout", "-q", "main")
-    assert triage.bisect_main(_upstream_args(root, f"{main[0]}..{main[2]}", patches="patches-notes",
+    assert bisect.main(_upstream_args(root, f"{main[0]}..{main[2]}", patches="patches-notes",
                                              work="work-notes")) == 0
     out = capsys.readouterr().out
     assert f"first bad upstream commit: {main[1]} Add release notes" in out
@@ -789,7 +795,7 @@ class FakeBisector:
 def test_group_check_compares_fork_configs_at_k_against_the_base(tmp_path):
     from harness.config import Generation, Group, RunConfig
     group = Group("base-vs-fork", ("m",), ("p",), "base", ("fork",), Generation(n_predict=8, repeats=1, timeout_s=60))
-    check = triage.GroupCheck(group, {"base": RunConfig("base", "base"), "fork": RunConfig("fork", "fork")},
+    check = bisect.GroupCheck(group, {"base": RunConfig("base", "base"), "fork": RunConfig("fork", "fork")},
                               {"m": tmp_path / "m.gguf"}, {"p": "Once"}, group.generation)
     fake = FakeBisector(tmp_path, first_bad=3)
     assert check(fake, 2) == (True, "base-vs-fork: every prompt identical")

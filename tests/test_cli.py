@@ -1,0 +1,60 @@
+"""Exit codes, the one error handler of the command line, and nox keeping them."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import cli, errors
+from harness.config import MatrixError
+from harness.patches import PatchError
+from harness.triage import TriageInputError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_expected_error_has_one_base_and_an_exit_code():
+    for exc in (MatrixError, PatchError, TriageInputError):
+        assert issubclass(exc, errors.HarnessError) and exc.exit_code == errors.EXIT_BAD_INPUT
+    from harness.build import BuildError
+    assert BuildError.exit_code == errors.EXIT_ENVIRONMENT
+    from harness.fs import EnvironmentProblem
+    from harness.locks import RunInUse
+    assert issubclass(EnvironmentProblem, errors.HarnessError) and issubclass(RunInUse, errors.HarnessError)
+
+
+def test_the_cli_prints_expected_errors_without_a_traceback(capsys):
+    assert cli.main(["build", "--platform", "nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown platform 'nonexistent'") and "Traceback" not in err
+    assert cli.main(["build", "--platform", "linux-x86_64-cpu", "-D", "NOVALUE"]) == 2
+    assert capsys.readouterr().err == "error: -D NOVALUE: expected VAR=VALUE\n"
+    assert cli.main(["no-such-command"]) == 2
+
+
+def test_nox_stops_at_the_first_failed_session_and_keeps_the_exit_code():
+    proc = subprocess.run([sys.executable, "-m", "nox", "-s", "build", "test", "--", "--platform", "nonexistent"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("unknown platform 'nonexistent'") == 1  # the test session never ran
+    assert "Running session test" not in proc.stderr
+
+
+def test_nox_outside_the_projects_environment_says_how_to_fix_it(monkeypatch, tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("noxfile_under_test", ROOT / "noxfile.py")
+    noxfile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(noxfile)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "yaml" else real(name, *a))
+    monkeypatch.setattr(noxfile, "ROOT", tmp_path)  # no .venv there
+    with pytest.raises(SystemExit) as exc:
+        noxfile._python()
+    assert exc.value.code == errors.EXIT_ENVIRONMENT
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "lacks yaml" in err and "pip install -r requirements.txt" in err
+    venv_python = tmp_path / ".venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.write_text("")
+    assert noxfile._python() == str(venv_python)  # the project's .venv is used when it is there

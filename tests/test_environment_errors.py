@@ -1,0 +1,122 @@
+"""Results and cache paths the machine cannot hold: one line naming the path and the cause, exit 2.
+
+Read-only and full file systems are real: a small tmpfs mounted in a private
+mount namespace (``unshare``), around a real harness process.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from fake_upstream import make_fake_project
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tmpfs and mount namespaces are Linux"),
+    pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler"),
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _can_mount() -> bool:
+    if not shutil.which("unshare"):
+        return False
+    with tempfile.TemporaryDirectory() as d:
+        probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {d}"],
+                               capture_output=True)
+    return probe.returncode == 0
+
+
+needs_mount = pytest.mark.skipif(not _can_mount(), reason="cannot mount a tmpfs in a user namespace here")
+
+#: sh script run under ``unshare -rm``: mount a tmpfs of $1 at $2, then "ro" (remount read-only),
+#: "full" (fill it) or "-" as $3, then run the rest.
+MOUNT = ('mount -t tmpfs -o size=$1 tmpfs "$2" || exit 90; '
+         'case $3 in ro) mount -o remount,ro "$2" || exit 91;; full) dd if=/dev/zero of="$2/fill" bs=4k '
+         '2>/dev/null;; esac; shift 3; exec "$@"')
+
+
+def in_tmpfs(argv: list[str], where: Path, size: str, how: str = "-") -> list[str]:
+    where.mkdir(parents=True, exist_ok=True)
+    return ["unshare", "-rm", "sh", "-c", MOUNT, "sh", size, str(where), how, *argv]
+
+
+@pytest.fixture()
+def project(tmp_path):
+    return make_fake_project(tmp_path)
+
+
+def harness(project, argv: list[str], **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=REPO_ROOT, env=project.env(**env), capture_output=True, text=True, timeout=600)
+
+
+def assert_one_line(done: subprocess.CompletedProcess, expected: str) -> None:
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [expected]
+
+
+def test_a_results_dir_that_is_a_file(project):
+    target = project.root / "results-file"
+    target.write_text("not a directory\n")
+    done = harness(project, project.argv("build", extra=("--results-dir", str(target))))
+    assert_one_line(done, f"error: results directory {target}: not a directory")
+    below = target / "sub"
+    done = harness(project, project.argv("build", extra=("--results-dir", str(below))))
+    assert_one_line(done, f"error: results directory {below}: {below}: Not a directory")
+
+
+def test_a_cache_dir_that_is_a_file(project):
+    cache = project.root / "cache-file"
+    cache.write_text("")
+    done = harness(project, project.argv("build"), HARNESS_CACHE_DIR=str(cache))
+    assert_one_line(done, f"error: cache directory {cache}: not a directory")
+
+
+@needs_mount
+def test_a_read_only_results_dir(project):
+    where = project.root / "ro"
+    done = harness(project, in_tmpfs(project.argv("build", extra=("--results-dir", str(where / "results"))),
+                                     where, "1m", "ro"))
+    assert_one_line(done, f"error: results directory {where / 'results'}: {where / 'results'}: "
+                          f"Read-only file system")
+
+
+@needs_mount
+def test_a_full_results_dir(project):
+    where = project.root / "full"
+    done = harness(project, in_tmpfs(project.argv("build", extra=("--results-dir", str(where))), where, "64k", "full"))
+    assert_one_line(done, f"error: results directory {where}: No space left on device")
+
+
+@needs_mount
+def test_a_disk_that_fills_mid_run_keeps_what_was_written_and_says_incomplete(project):
+    build = harness(project, project.argv("build"))
+    assert build.returncode == 0, build.stdout + build.stderr
+    where = project.root / "small"
+    # the first generation writes 2 MiB of log into a 1 MiB results file system
+    done = harness(project, in_tmpfs(project.argv("compare-outputs", extra=("--results-dir", str(where))),
+                                     where, "1m"), FAKE_BIG_MB="2")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith("No space left on device")
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "the summary could not be updated" in done.stdout or "stopped by OSError" in done.stdout
+    # the tmpfs is gone with its namespace: run it again in one and read what it kept there
+    script = where.parent / "read.sh"
+    script.write_text(f'"$@"; cat {where}/latest/summary.json > {project.root}/kept.json; '
+                      f'ls {where}/latest/linux-x86_64-cpu/base/gen/tiny/ > {project.root}/kept-gen.txt\n')
+    harness(project, in_tmpfs(["sh", str(script), *project.argv("compare-outputs", extra=(
+        "--results-dir", str(where)))], where, "1m"), FAKE_BIG_MB="2")
+    kept = json.loads((project.root / "kept.json").read_text())
+    assert kept["overall"] == "incomplete"
+    assert any(f"holding {where}/" in r and "is full (No space left on device)" in r for r in kept["incomplete"])
+    assert "one.r1.stdout" in (project.root / "kept-gen.txt").read_text()  # what was written stays
