@@ -594,7 +594,7 @@ class Pipeline:
                 counts: dict[str, int] = {}
                 for c in mine:
                     counts[c.status] = counts.get(c.status, 0) + 1
-                shown.finish("failed" if any(c.failed() for c in mine) or runner.problems else "passed",
+                shown.finish("failed" if any(c.failed() for c in mine) or any(runner.problems.values()) else "passed",
                              ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no comparison ran")
         except BaseException as exc:
             self._merge_runner_failures(p, runner, gen_steps)
