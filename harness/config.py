@@ -130,6 +130,8 @@ class Platform:
     groups: tuple[str, ...]
     ci: CiSpec | None
     cross: CrossSpec | None = None
+    #: CMake options added to ``cmake``'s for the compile step where no GPU is present (empty: no compile step)
+    compile_only_cmake: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -478,7 +480,8 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
             groups=tuple(p.get("groups", ())),
             ci=CiSpec(tuple(ci["runs_on"]), tuple(ci["steps"]), tuple(ci.get("gpu_steps", ())),
                       bool(ci.get("long_paths", False)), tuple(ci.get("hosted_runs_on", ()))) if ci else None,
-            cross=_cross(p.get("cross"), rel))
+            cross=_cross(p.get("cross"), rel),
+            compile_only_cmake=dict(p.get("compile_only", {}).get("cmake", {})))
     models = {}
     for name, m in doc["models"].items():
         spec = dict(m)

@@ -22,7 +22,8 @@ from typing import Callable, Iterator, Mapping, Sequence
 from . import environment, gpu, proc
 from .cross import Emulator, emulator_for, find_emulator_program, missing_build_tools, missing_run_tools
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
-                    cuda_architectures_from_nvidia_smi, is_up_to_date)
+                    cuda_architectures_from_nvidia_smi, find_tool, is_up_to_date)
+from .cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
 from .compare import GenerationResult, GenerationSpec, compare_runs, run_generation, tokenize, to_json
 from .config import Matrix, Platform
 from .console import Console, Step
@@ -69,6 +70,18 @@ def host_os() -> str:
     return "windows" if sys.platform.startswith("win") else ("linux" if sys.platform.startswith("linux") else sys.platform)
 
 
+def host_arch() -> str:
+    """This machine's architecture in matrix terms: x86_64 or aarch64 (others as platform.machine())."""
+    return pyplatform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+
+
+def compiles_instead(p: Platform) -> bool:
+    """True when CUDA platform ``p`` is compiled here instead of built and run: it has
+    ``compile_only`` options, this host has its OS and architecture, and no NVIDIA GPU."""
+    return (bool(p.compile_only_cmake) and p.gpu == "nvidia" and p.os == host_os() and p.arch == host_arch()
+            and not environment.nvidia_gpus())
+
+
 def cross_built(p: Platform) -> bool:
     """True when this host builds ``p`` with its cross toolchain and runs it through its emulator.
 
@@ -96,7 +109,7 @@ def cannot_run(p: Platform) -> str | None:
         why = missing_run_tools(p.cross)
         if why:
             return why
-    machine = pyplatform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+    machine = host_arch()
     if machine != p.arch:
         return f"needs {p.arch}; this is {machine}"
     if p.gpu == "nvidia" and not environment.nvidia_gpus():
@@ -234,11 +247,14 @@ class Pipeline:
         chosen = []
         for name in names:
             p = self.matrix.platform(name)
+            compiled = for_step == "build" and compiles_instead(p)
             why = cannot_build(p) if (for_step == "build" and self.opts.platforms) else cannot_run(p)
+            if compiled:
+                why = f"{cannot_run(p)}; compiled instead (step compile)"
             if why:
                 self.run.skipped_platforms[name] = why
                 self.run.record_step(StepRecord(name, "-", for_step, "skipped", detail=why))
-                if self.opts.platforms:
+                if self.opts.platforms and not compiled:
                     self.run.mark_incomplete(f"{name}: {for_step} skipped: {why}")
                 self.say(f"[{name}] {for_step}: skipped: {why}")
                 continue
@@ -368,11 +384,81 @@ class Pipeline:
                    environment.collect(commit, source, patches, dirs))
 
     def stage_build(self) -> None:
-        """Build every needed variant of every selected platform."""
+        """Build every needed variant of every selected platform; compile those :func:`compiles_instead` names."""
         for p in self.platforms("build"):
             for variant in self.variants_for(p):
                 self.build_variant(p, variant)
             self.write_environment(p)
+        for name in self.opts.platforms or list(self.matrix.platforms):
+            p = self.matrix.platform(name)
+            if compiles_instead(p):
+                fork = self.compile_variant(p, "fork")
+                if fork is not None and fork.plan is not None and "base" in self.variants_for(p):
+                    self.compile_variant(p, "base", like=fork.plan)
+
+    # ----- compile only ----------------------------------------------------------------------
+    def compile_options(self, p: Platform, variant: str) -> dict[str, str]:
+        """CMake options of the compile step: the platform's, its ``compile_only`` ones, ccache, the series
+        label, --cuda-arch and -D overrides (the toolkit's are added by :meth:`compile_variant`)."""
+        opts = {**p.cmake, **p.compile_only_cmake, **compiler_launcher_options()}
+        if self.opts.cuda_arch:
+            opts["CMAKE_CUDA_ARCHITECTURES"] = self.opts.cuda_arch
+        if variant == "fork":
+            opts["LLAMA_FORK_SERIES"] = series_label(self.patches())
+        opts.update(self.opts.cmake_defines)
+        return opts
+
+    def compile_variant(self, p: Platform, variant: str, like: Plan | None = None) -> CompileResult | None:
+        """Run the ``compile`` step (harness.cuda_compile) for ``variant`` of ``p`` and record it.
+
+        The fork compiles the units its series touches; the base (``like``: the fork's plan) the same
+        units.  Returns None when the step was skipped (a CUDA wheel missing: the reason names it)
+        or could not start (recorded as ``error`` with its failure fact).
+        """
+        with self.doing(p.name, variant, "compile"):
+            return self._compile_variant(p, variant, like)
+
+    def _compile_variant(self, p: Platform, variant: str, like: Plan | None) -> CompileResult | None:
+        logs = self.run.layout.compile_logs(p.name, variant)
+        start = time.monotonic()
+        result: CompileResult | None = None
+        failures: list[Failure] = []
+        log: Path | None = None
+        try:
+            work = self.opts.work_dir.resolve()
+            toolkit = assemble_toolkit(work)
+            base = self.base()
+            tree = self._prepare_source(base, work, variant, logs)
+            if variant == "fork":
+                changed = changed_files(tree, base.git_rev)
+                targets = [*p.targets, *p.test_targets]
+            else:
+                changed = dict(like.changed) if like else {}
+                targets = list(p.targets)
+            options = {**self.compile_options(p, variant), **toolkit.cmake_options()}
+            write_json(logs / "toolkit.json", toolkit)
+            build_dir = work / variant / f"compile-{p.name}"
+            with exclusive(build_dir, f"the {variant} compile directory of {p.name}", self.say):
+                result = compile_tree(tree, build_dir, options, changed, targets, logs,
+                                      cmake=find_tool("cmake") or "cmake", ninja=find_tool("ninja") or "ninja",
+                                      jobs=self.opts.jobs or os.cpu_count() or 2, env=ccache_env(work), like=like)
+            status, detail = result.status, result.detail
+            log = result.logs.get("build") or result.logs.get("configure")
+        except ToolkitMissing as exc:
+            status, detail = "skipped", str(exc)
+        except Exception as exc:  # a broken input must not stop other platforms: record it
+            status, detail = "error", f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, PatchApplyError):
+                failures.append(Failure("patch", patch=exc.patch, message=str(exc)))
+            else:
+                failures.append(Failure("exception", message=detail))
+            logs.mkdir(parents=True, exist_ok=True)
+            log = logs / "error.log"
+            log.write_text(detail + "\n")
+        self.run.record_step(StepRecord(p.name, variant, "compile", status, round(time.monotonic() - start, 1),
+                                        detail, self.run.layout.relative(log) if log else "", failures))
+        self.say(f"[{p.name}] compile {variant}: {status} — {detail}")
+        return result
 
     def emulator(self, p: Platform) -> Emulator | None:
         """The emulator that runs ``p``'s executables here (prepared once), None for a native platform.

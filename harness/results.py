@@ -407,6 +407,11 @@ class RunLayout:
         """``<platform>/build-<variant>/``: configure.log, build.log, .rc files, patches.log, error.log."""
         return self.platform(platform) / f"build-{variant}"
 
+    def compile_logs(self, platform: str, variant: str) -> Path:
+        """``<platform>/compile-<variant>/``: the compile step of a CUDA platform without a GPU
+        (harness.cuda_compile): configure.log, build.log, .rc files, toolkit.json, compile.json."""
+        return self.platform(platform) / f"compile-{variant}"
+
     @staticmethod
     def test_step(tool: str | None = None) -> str:
         """The step name of the native tests: ``test``, or ``test-<tool>`` under compute-sanitizer."""

@@ -59,8 +59,24 @@ def test_platforms_this_machine_cannot_run_are_skipped_with_a_reason(main_job):
     assert "nvidia" in skipped["linux-x86_64-cuda"].lower() or "nvcc" in skipped["linux-x86_64-cuda"]
     assert "windows" in skipped["windows-x86_64-cuda"]
     for step in data["configurations"]:
-        if step["platform"] in skipped:
+        if step["platform"] in skipped and step["step"] != "compile":
             assert step["status"] == "skipped"
+
+
+def test_the_cuda_platform_is_compiled_where_it_cannot_run(main_job):
+    _, results = main_job
+    data = summary(results)
+    if "linux-x86_64-cuda" not in data["skipped_platforms"]:
+        pytest.skip("this machine has an NVIDIA GPU: the CUDA platform is built and run, not only compiled")
+    steps = {(s["config"], s["step"]): s for s in data["configurations"] if s["platform"] == "linux-x86_64-cuda"}
+    for variant in ("fork", "base"):
+        assert steps[(variant, "compile")]["status"] == "passed", steps[(variant, "compile")]
+    record = json.loads((results / "latest" / "linux-x86_64-cuda" / "compile-fork" / "compile.json").read_text())
+    assert "ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/ggml-cuda.cu.o" in record["units"]
+    assert "tests/CMakeFiles/test-cuda-pin-ladder.dir/test-cuda-pin-ladder.cpp.o" in record["units"]
+    assert "test-cuda-pin-ladder" in record["linked"] and not record["not_linked"]
+    for stage in ("test", "compare-outputs"):
+        assert steps[("-", stage)]["status"] == "skipped" and "GPU" in steps[("-", stage)]["detail"]
 
 
 def test_windows_cpu_was_built_tested_and_compared_under_wine(main_job):
