@@ -37,6 +37,7 @@ from typing import Any, Mapping, Sequence
 from . import gpu
 from .args import strip_dashdash
 from .errors import InputError
+from .locks import RunLock
 from .results import COMPARISON, STEP, RecordError, RunLayout, StepRecord, read_summary
 from .signatures import load_signatures
 
@@ -587,6 +588,10 @@ def diff_runs(a: Path, b: Path) -> TriageReport:
                           a_dir=str(a), b_dir=str(b),
                           platforms=sorted(covered_platforms(sa) | covered_platforms(sb)))
     report.b_incomplete = incomplete_reasons(sb)
+    owner = RunLock.live_owner(b)
+    if owner is not None:
+        report.b_incomplete.insert(0, f"still running (pid {owner})")
+        sb = {**sb, "incomplete": [*sb.get("incomplete", []), f"still running (pid {owner})"]}
     report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known, report.not_compared)
                                 + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared)
                                 + _kl_transitions(sa, sb), key=_order)
