@@ -15,6 +15,7 @@ line and writes no --report for that invocation.
 import importlib.util
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,7 @@ nox.options.stop_on_first_error = True
 RUN_ID = os.environ.get("HARNESS_RUN_ID") or new_run_id()
 
 #: Modules of requirements.txt the harness imports; nox's own Python may lack them (pipx).
-NEEDED_MODULES = ("yaml", "jsonschema", "gguf", "numpy", "rich")
+NEEDED_MODULES = ("yaml", "jsonschema", "gguf", "numpy", "rich", "filelock")
 
 
 def _python() -> str:
@@ -54,7 +55,16 @@ def _python() -> str:
 def _run(session: nox.Session, *args: str) -> None:
     argv = [_python(), *args]
     session.log(shlex.join(argv))
-    rc = subprocess.run(argv, env={**os.environ, "HARNESS_RUN_ID": RUN_ID}, check=False).returncode
+    child = subprocess.Popen(argv, env={**os.environ, "HARNESS_RUN_ID": RUN_ID})
+    while True:
+        try:
+            rc = child.wait()
+            break
+        except KeyboardInterrupt:
+            # Ctrl-C: the harness stops its own children and writes the run's summary before it exits
+            # (130); let it finish instead of killing it after subprocess's quarter second, which would
+            # leave its builds and generations running.  A SIGINT nox alone got is passed on.
+            child.send_signal(signal.SIGINT)
     if rc:
         session.log(f"Session {session.name} failed with exit code {rc}")
         raise SystemExit(rc)  # nox would turn every failure into 1
@@ -134,6 +144,12 @@ def report(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Pin-ladder benchmark on a CUDA machine: ``nox -s bench -- --build-dir DIR [--model GGUF]``."""
     _harness(session, "bench")
+
+
+@nox.session(name="bench-compile")
+def bench_compile(session: nox.Session) -> None:
+    """Time the compile step of the CUDA platform, fork and base: ``nox -s bench-compile [-- --cold] [-j N]``."""
+    _harness(session, "bench-compile")
 
 
 @nox.session

@@ -57,6 +57,7 @@ def test_not_a_gguf_empty_and_a_bad_field(tiny, tmp_path):
         open_gguf(tmp_path / "badtype.gguf")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler")
 def test_every_failing_model_is_kept_and_a_partly_failed_configuration_says_which(tmp_path):
     project = make_fake_project(tmp_path)

@@ -7,8 +7,9 @@ import pytest
 
 from harness.build import BuildRequest, build
 
-pytestmark = pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("ninja")),
-                                reason="cmake and ninja come from requirements.txt")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("ninja")),
+                                 reason="cmake and ninja come from requirements.txt")]
 
 CMAKE = """cmake_minimum_required(VERSION 3.16)
 project(tiny C)

@@ -18,6 +18,7 @@ import pytest
 from fake_upstream import make_fake_project
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tmpfs and mount namespaces are Linux"),
     pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler"),
 ]

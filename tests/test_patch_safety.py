@@ -59,6 +59,7 @@ def test_content_lines_with_crlf_are_not_taken_for_a_converted_file(project):
     assert [p.name for p in read_series(project.patches)] == [patch.name]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler")
 def test_the_build_records_an_absolute_path_patch_as_an_error_and_nothing_lands_anywhere(project):
     patch = _only_patch(project)

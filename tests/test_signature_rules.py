@@ -102,6 +102,7 @@ sys.exit(rc)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler")
 @pytest.mark.parametrize("honest", [True, False])
 def test_a_sanitizer_that_did_not_run_the_test_fails_with_its_own_signature(tmp_path, honest):

@@ -1,0 +1,30 @@
+"""Test tiers: markers by fixture, for tests whose cost comes from a fixture they use.
+
+Markers (declared in pytest.ini): ``slow`` (builds or runs llama.cpp or a fake
+project, or bisects: seconds to minutes each), ``network`` (needs PyPI unless the
+download cache already holds the base source and models), ``debian`` (needs a Debian
+package: g++-mingw-w64-x86-64-posix or chromium; skipped, saying so, without it).
+The fast tier is ``python -m pytest -m "not slow"``; ``python -m pytest`` runs everything.
+
+A test is marked where it is written (``@pytest.mark.slow``); a test that gets its
+cost from one of :data:`FIXTURE_MARKERS`' fixtures is marked here, so every test using
+the fixture is.
+"""
+
+import pytest
+
+#: Fixture name -> markers of every test that uses it.  ``patched_tree``/``tree_copy``
+#: (tests/test_windows_check.py) clone the real base, apply the series and compile it
+#: with MinGW-w64.
+FIXTURE_MARKERS = {
+    "patched_tree": ("slow", "network", "debian"),
+    "tree_copy": ("slow", "network", "debian"),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Add :data:`FIXTURE_MARKERS`' markers to the tests using those fixtures."""
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            for name in FIXTURE_MARKERS.get(fixture, ()):
+                item.add_marker(getattr(pytest.mark, name))
