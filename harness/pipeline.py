@@ -656,8 +656,6 @@ class Pipeline:
             self.run.mark_incomplete(f"{p.name}: generate {config}: {why}; did not finish")
         # recorded here with their facts: record_unfinished must not replace them with a bare "interrupted"
         self._doing = [d for d in self._doing if not (d[0] == p.name and d[2] == "generate" and d[1] in gen_steps)]
-        # recorded here with their facts: record_unfinished must not replace them with a bare "interrupted"
-        self._doing = [d for d in self._doing if not (d[0] == p.name and d[2] == "generate" and d[1] in gen_steps)]
 
     def _hooks(self, p: Platform) -> Hooks:
         """How the greedy runner starts the engine and llama-completion of a configuration (a Side), with the
