@@ -348,7 +348,8 @@ class Pipeline:
             return result
         log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
         self.run.record_step(StepRecord(p.name, variant, "build", result.status, round(result.seconds, 1),
-                                        result.detail, self.run.layout.relative(log), failures))
+                                        result.detail, self.run.layout.relative(log), failures,
+                                        up_to_date=result.up_to_date))
         return result
 
     def write_environment(self, p: Platform) -> None:
