@@ -146,6 +146,12 @@ def bench(session: nox.Session) -> None:
     _harness(session, "bench")
 
 
+@nox.session(name="bench-compile")
+def bench_compile(session: nox.Session) -> None:
+    """Time the compile step of the CUDA platform, fork and base: ``nox -s bench-compile [-- --cold] [-j N]``."""
+    _harness(session, "bench-compile")
+
+
 @nox.session
 def pytest(session: nox.Session) -> None:
     """The project's own test suite (including the end-to-end build of the real llama.cpp)."""

@@ -2,7 +2,8 @@
 
 Stages: ``build``, ``test``, ``compare-outputs`` (any of them, in that order).
 Tools: ``patches apply|export|check``, ``source fetch|export-mirror``,
-``models``, ``ci-matrix``, ``check-windows``, ``triage``, ``bisect``, ``report``.
+``models``, ``ci-matrix``, ``check-windows``, ``triage``, ``bisect``, ``report``, ``bench``,
+``bench-compile``.
 The nox sessions call exactly these commands and pass ``session.posargs`` through.
 """
 
@@ -202,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for module, entries in (("ci_matrix", {"ci-matrix": "main"}),
                                 ("windows_check", {"check-windows": "main"}),
                                 ("bench", {"bench": "main"}),
+                                ("compile_bench", {"bench-compile": "main"}),
                                 ("triage", {"triage": "main"}),
                                 ("bisect", {"bisect": "main"}),
                                 ("report", {"report": "report_main"})):

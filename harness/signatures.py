@@ -541,7 +541,8 @@ def _patch_apply(text: str) -> Signature | None:
 
 
 def _classify_build(run_dir: Path, step: StepRecord) -> Signature:
-    logs = RunLayout(run_dir).build_logs(step.platform, step.config)
+    layout = RunLayout(run_dir)
+    logs = (layout.compile_logs if step.step == "compile" else layout.build_logs)(step.platform, step.config)
     # the step's failure facts are this run's own record, while configure/build logs may be
     # left from an earlier attempt of a continued run: read them first
     for fact in step.failures:
@@ -761,6 +762,7 @@ def classify_step(run_dir: Path, step: StepRecord | dict) -> Signature | None:
     ``step`` is a harness.results.StepRecord or a summary.json ``configurations`` entry
     (read with StepRecord.from_json, so entries of older runs work too).  Steps named
     ``build`` are read from the step's patch fact, else ``<platform>/build-<config>/``
+    (``compile``: ``<platform>/compile-<config>/``)
     (configure.log, build.log, their .rc files, error.log); ``test`` and ``test-<tool>``
     from ``<platform>/tests[-<tool>]/`` (tests.json, junit.xml, ctest.log, per-test logs,
     sanitizer.json); ``generate`` from the step's failure facts and the .stderr/.cmd files
@@ -771,7 +773,7 @@ def classify_step(run_dir: Path, step: StepRecord | dict) -> Signature | None:
     step = _as_step(step)
     if not STEP.is_failure(step.status):
         return None
-    if step.step == "build":
+    if step.step in ("build", "compile"):
         return _classify_build(run_dir, step)
     if RunLayout.is_test_step(step.step):
         return _classify_test(run_dir, step)
@@ -812,8 +814,8 @@ def step_logs(run_dir: Path, step: StepRecord | dict) -> list[Path]:
     step = _as_step(step)
     layout = RunLayout(run_dir)
     found: list[Path] = []
-    if step.step == "build":
-        logs = layout.build_logs(step.platform, step.config)
+    if step.step in ("build", "compile"):
+        logs = (layout.compile_logs if step.step == "compile" else layout.build_logs)(step.platform, step.config)
         if _rc(logs / "configure.rc") not in (None, 0) or not (logs / "build.log").exists():
             found.append(logs / "configure.log")
         else:

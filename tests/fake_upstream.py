@@ -8,7 +8,8 @@ completion program includes; it sleeps when ``FAKE_BUILD_SLEEP_S`` is set, so
 a build can be caught mid-way.  Every fake program appends its pid to
 ``$FAKE_PIDS`` when that is set, so a test can check that none outlived the
 harness.  ``FAKE_GEN_SLEEP_S`` makes each generation sleep (only those whose prompt
-contains ``FAKE_SLOW_WORD`` when that is set); ``FAKE_BIG_MB``
+contains ``FAKE_SLOW_WORD`` when that is set); one whose prompt contains
+``FAKE_CRASH_WORD`` exits 3; ``FAKE_BIG_MB``
 makes it write that many MiB to stderr.
 
 :func:`make_fake_project` writes the repository, a one-patch series and a
@@ -82,6 +83,9 @@ FAKE_COMPLETION_PY = COMMON_PY + """note_pid()
 args = sys.argv[1:]
 prompt = open(args[args.index("-f") + 1], encoding="utf-8").read()
 n = int(args[args.index("-n") + 1])
+if os.environ.get("FAKE_CRASH_WORD") and os.environ["FAKE_CRASH_WORD"] in prompt:
+    sys.stderr.write("error: planted crash\\n")
+    sys.exit(3)
 if os.environ.get("FAKE_SLOW_WORD", "") in prompt:
     time.sleep(float(os.environ.get("FAKE_GEN_SLEEP_S") or 0))
 words = prompt.split() or ["empty"]

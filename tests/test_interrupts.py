@@ -277,3 +277,41 @@ def test_ctrl_c_to_nox_and_the_harness_under_it_leaves_no_process_and_an_incompl
     assert s["overall"] == "incomplete"
     assert [(c["config"], c["status"]) for c in s["configurations"] if c["step"] == "build"] == \
         [("fork", "interrupted")]
+
+
+def test_a_failure_found_before_the_interrupt_is_kept(project):
+    _built(project)
+    pids = project.root / "pids"
+    run = start(project.argv("compare-outputs"),
+                project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="seven", FAKE_CRASH_WORD="four",
+                            FAKE_PIDS=str(pids)))
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) >= 5, what="the slow generation")
+    time.sleep(0.3)
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 143, out + err
+    s = summary(project.results)
+    assert s["overall"] == "failed"  # prompt two ("four five six") crashed before the interrupt
+    base = next(c for c in s["configurations"] if (c["config"], c["step"]) == ("base", "generate"))
+    assert base["status"] == "failed"
+    assert [(f["prompt"], f["status"]) for f in base["failures"]] == [("two", "crashed")]
+    assert base["detail"].startswith("interrupted by SIGTERM after 2 generation(s); tiny/two: crashed")
+    assert any("generate base: interrupted by SIGTERM" in r for r in s["incomplete"])
+
+
+def test_triage_of_a_run_still_in_progress_says_so_and_finds_no_regression(project):
+    full = subprocess.run(project.argv("build", "compare-outputs"), cwd=REPO_ROOT, env=project.env(),
+                          capture_output=True, text=True)
+    assert full.returncode == 0, full.stdout + full.stderr
+    pids = project.root / "pids"
+    live = start(project.argv("compare-outputs"),
+                 project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="seven", FAKE_PIDS=str(pids)))
+    try:
+        wait_for(lambda: pids.exists() and len(pids.read_text().split()) >= 5, what="the slow generation")
+        done = triage(project)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"still running (pid {live.pid})" in done.stdout and "REGRESSIONS (0)" in done.stdout
+    finally:
+        live.send_signal(signal.SIGINT)
+        live.communicate(timeout=60)
+    assert live.returncode == 130
