@@ -366,7 +366,8 @@ class Pipeline:
             return result
         log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
         self.run.record_step(StepRecord(p.name, variant, "build", result.status, round(result.seconds, 1),
-                                        result.detail, self.run.layout.relative(log), failures))
+                                        result.detail, self.run.layout.relative(log), failures,
+                                        up_to_date=result.up_to_date))
         return result
 
     def write_environment(self, p: Platform) -> None:
@@ -582,8 +583,9 @@ class Pipeline:
                               self.opts.work_dir.resolve() / "tmp", self.opts.n_predict, self.opts.repeats, self.say)
         try:
             jobs = [job for gname in groups for job in self._jobs(p, gname, gen_steps)]
-            total = sum(len(j.prompts) * len({j.reference, *j.candidates, *j.upstream.values()}) *
-                        max(2, self.opts.repeats or j.generation.repeats) for j in jobs)
+            runs = {(side, j.model, prompt): max(2, self.opts.repeats or j.generation.repeats)
+                    for j in jobs for side in (j.reference, *j.candidates, *j.upstream.values()) for prompt in j.prompts}
+            total = sum(runs.values())  # each side runs once per model and prompt, whichever groups share it
             with self.console.step(f"[{p.name}] compare {', '.join(groups) or 'nothing'}", total=total) as shown:
                 self._shown = shown
                 try:

@@ -69,7 +69,7 @@ def test_numerics_control_diverges_with_margins_and_the_near_tie_rule(main_job):
         assert isinstance(ref["margin"], float) and isinstance(cand["margin"], float)
         assert ref["margin"] == ref["top"][0][1] - ref["top"][1][1]
         assert d["near_tie"] == (ref["margin"] < d["near_tie_margin"] and cand["id"] == ref["top"][1][0])
-        assert c["kl"]["mean"] > 0 and c["kl"]["top1_agreement"] < 1.0
+        assert c["kl"]["mean"] > 0  # the candidate's numerics differ on the reference's tokens
 
 
 def test_platforms_this_machine_cannot_run_are_skipped_with_a_reason(main_job):
