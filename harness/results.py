@@ -275,7 +275,8 @@ class StepRecord:
 
     ``seconds`` is wall time; ``detail`` is a line for people (never parsed); ``log`` is the
     step's main log relative to the run directory; ``failures`` are the structured facts of
-    a failed, errored or blocked step (empty when it passed).
+    a failed, errored or blocked step (empty when it passed); ``up_to_date`` is True for a
+    build that found nothing to do (its time says nothing about the build).
     """
 
     platform: str
@@ -286,6 +287,7 @@ class StepRecord:
     detail: str = ""
     log: str = ""
     failures: list[Failure] = field(default_factory=list)
+    up_to_date: bool = False
 
     def __post_init__(self) -> None:
         STEP.check(self.status)
@@ -302,6 +304,8 @@ class StepRecord:
         values = {k: v for k, v in data.items() if k in known}
         if "failures" not in data:
             values["failures"] = legacy_failures(str(data.get("step", "")), str(data.get("detail") or ""))
+        if "up_to_date" not in data:  # format 1 said so only in the detail
+            values["up_to_date"] = str(data.get("detail") or "").startswith("up to date")
         try:
             return cls(**values)
         except TypeError as exc:

@@ -557,7 +557,7 @@ def _timing_changes(sa: dict, sb: dict) -> list[TimingChange]:
             continue  # only build and test steps have meaningful times
         if a["status"] != "passed" or s["status"] != "passed":
             continue  # a failed step stops early; its time says nothing
-        if any(str(x.get("detail", "")).startswith("up to date") for x in (a, s)):
+        if any(StepRecord.from_json(x).up_to_date for x in (a, s)):
             continue  # an up-to-date build did not build
         before, after = float(a.get("seconds") or 0), float(s.get("seconds") or 0)
         threshold = time_threshold(before)
