@@ -596,7 +596,10 @@ class Pipeline:
                 counts: dict[str, int] = {}
                 for c in mine:
                     counts[c.status] = counts.get(c.status, 0) + 1
-                shown.finish("failed" if any(c.failed() for c in mine) or any(runner.problems.values()) else "passed",
+                # generation failures that upstream's build shares (unsupported upstream) are not the fork's
+                fork_problems = any(not (f.kind == "generation" and (side, f.model, f.prompt) in runner.unsupported)
+                                    for side, facts in runner.problems.items() for f in facts)
+                shown.finish("failed" if any(c.failed() for c in mine) or fork_problems else "passed",
                              ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no comparison ran")
         except BaseException as exc:
             self._merge_runner_failures(p, runner, gen_steps)
@@ -656,8 +659,6 @@ class Pipeline:
             detail = f"{why} after {ran} generation(s)" + "".join(f"; {t}" for t in texts)
             self.run.record_step(StepRecord(p.name, config, "generate", status, detail=detail, failures=problems))
             self.run.mark_incomplete(f"{p.name}: generate {config}: {why}; did not finish")
-        # recorded here with their facts: record_unfinished must not replace them with a bare "interrupted"
-        self._doing = [d for d in self._doing if not (d[0] == p.name and d[2] == "generate" and d[1] in gen_steps)]
         # recorded here with their facts: record_unfinished must not replace them with a bare "interrupted"
         self._doing = [d for d in self._doing if not (d[0] == p.name and d[2] == "generate" and d[1] in gen_steps)]
 
