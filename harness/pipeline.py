@@ -24,18 +24,19 @@ from .cross import Emulator, emulator_for, find_emulator_program, missing_build_
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
                     cuda_architectures_from_nvidia_smi, find_tool, is_up_to_date)
 from .cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
-from .compare import GenerationResult, GenerationSpec, compare_runs, run_generation, tokenize, to_json
-from .config import Matrix, Platform
+from .compare import GenerationSpec, to_json
+from .config import Generation, Matrix, Platform
 from .console import Console, Step
+from .engine import ENGINE_TARGET, engine_argv, engine_cmake_options, engine_source_digest
+from .greedy import GreedyRunner, Hooks, Job, JobResult, Side
 from .models import ModelStore, model_summary
 from .native_tests import run_ctest
 from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
-from .results import COMPARISON, VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
+from .results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
 from .junit import write_comparisons_junit
 from .locks import BuildLock, exclusive
 from .report import write_report
 from .signatures import classify_run
-from .upstream_support import unsupported_upstream
 from .windows_check import SetupError, find_cuda_headers
 from .source import BaseTree, cache_dir, obtain_base, prepare_tree
 
@@ -146,7 +147,8 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
                   defines: Mapping[str, str] | None = None) -> dict[str, str]:
     """The CMake cache options of platform ``p``'s ``variant`` build.
 
-    The matrix's options, the compiler launcher (ccache), CMAKE_CUDA_ARCHITECTURES
+    The matrix's options, the compiler launcher (ccache), the harness's engine target
+    (harness.engine.engine_cmake_options), CMAKE_CUDA_ARCHITECTURES
     (``cuda_arch``, else from nvidia-smi where the matrix says ``auto``), the cross toolchain and
     emulator of a cross-built platform, LLAMA_FORK_SERIES naming ``patches`` for the fork (and on a
     platform without GPU the CUDA headers for test-cuda-pin-ladder-host), then ``defines`` (-D
@@ -163,6 +165,7 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
     elif cuda_arch and p.gpu == "nvidia":
         opts["CMAKE_CUDA_ARCHITECTURES"] = cuda_arch
     opts.update(compiler_launcher_options())
+    opts.update(engine_cmake_options())
     if cross_built(p):
         assert p.cross is not None
         opts["CMAKE_TOOLCHAIN_FILE"] = str(p.cross.toolchain)
@@ -203,8 +206,6 @@ class Pipeline:
         self._held: list[BuildLock] = []  # read holds on the builds this run uses
         self._doing: list[tuple[str, str, str, float]] = []  # steps in progress: platform, config, step, start
         self._emulators: dict[str, Emulator | Exception | None] = {}
-        # platform -> its generations by (config, model, prompt), so a cross-platform group reuses them
-        self._generated: dict[str, dict[tuple[str, str, str], list[GenerationResult]]] = {}
 
     @contextmanager
     def doing(self, platform: str, config: str, step: str) -> Iterator[None]:
@@ -340,10 +341,11 @@ class Pipeline:
             work = self.opts.work_dir.resolve()
             source = self._prepare_source(base, work, variant, logs)
             if variant == "fork":
-                key_parts = {"base": base.commit, "series": series_digest(self.patches())}
+                key_parts = {"base": base.commit, "series": series_digest(self.patches()),
+                             "engine": engine_source_digest()}
             else:
-                key_parts = {"base": base.commit}
-            targets = p.targets + (p.test_targets if variant == "fork" else ())
+                key_parts = {"base": base.commit, "engine": engine_source_digest()}
+            targets = (*p.targets, ENGINE_TARGET) + (p.test_targets if variant == "fork" else ())
             req = BuildRequest(p.name, variant, source, work / variant / f"build-{p.name}",
                                self.cmake_options(p, variant), tuple(targets), key_parts, self.opts.jobs,
                                env=ccache_env(work), exe_suffix=executable_suffix(p))
@@ -364,7 +366,8 @@ class Pipeline:
             return result
         log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
         self.run.record_step(StepRecord(p.name, variant, "build", result.status, round(result.seconds, 1),
-                                        result.detail, self.run.layout.relative(log), failures))
+                                        result.detail, self.run.layout.relative(log), failures,
+                                        up_to_date=result.up_to_date))
         return result
 
     def write_environment(self, p: Platform) -> None:
@@ -526,72 +529,131 @@ class Pipeline:
 
     # ----- comparisons ----------------------------------------------------------------------
     def stage_compare(self) -> None:
-        """Run every comparison group of each selected platform and record per-prompt outcomes."""
+        """Run every comparison group of each selected platform and record per-prompt outcomes.
+
+        Groups needing more GPUs than are visible are skipped with the reason.
+        Jobs (group x model) whose model, builds or emulator are missing are
+        recorded as failures of their configurations' ``generate`` steps; the
+        rest run through ``GreedyRunner`` (one engine load per configuration and
+        model), each model's comparisons recorded as soon as they are decided.
+        Where the time went is written to ``<platform>/compare-timing.json``.
+        """
         for p in self.platforms("compare-outputs"):
-            cache = self._generated.setdefault(p.name, {})
             groups = [g for g in p.groups if not self.opts.groups or g in self.opts.groups]
             gen_steps: dict[str, list[Failure]] = {}
             visible = environment.visible_gpu_count() if p.gpu == "nvidia" else 0
-            try:
-                for gname in groups:
-                    need = self.matrix.groups[gname].min_gpus
-                    if p.gpu == "nvidia" and need > visible:
-                        why = (f"needs {need} NVIDIA GPUs; {visible} visible here "
-                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
-                        self.run.record_step(StepRecord(p.name, gname, "compare-outputs", "skipped", detail=why))
-                        if gname in self.opts.groups:
-                            self.run.mark_incomplete(f"{p.name}: group {gname} skipped: {why}")
-                        self.say(f"[{p.name}] {gname}: skipped: {why}")
-                        continue
-                    self._shown_group(p, gname, cache, gen_steps)
-            except BaseException as exc:
-                self._record_cut_generations(p, exc, cache, gen_steps)
-                raise
+            runnable = []
+            for gname in groups:
+                need = self.matrix.groups[gname].min_gpus
+                if p.gpu == "nvidia" and need > visible:
+                    why = (f"needs {need} NVIDIA GPUs; {visible} visible here "
+                           f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+                    self.run.record_step(StepRecord(p.name, gname, "compare-outputs", "skipped", detail=why))
+                    if gname in self.opts.groups:
+                        self.run.mark_incomplete(f"{p.name}: group {gname} skipped: {why}")
+                    self.say(f"[{p.name}] {gname}: skipped: {why}")
+                    continue
+                runnable.append(gname)
+            runner = self.run_groups(p, runnable, gen_steps)
             if not any(c.platform == p.name for c in self.run.comparisons) and not gen_steps:
                 self.run.mark_incomplete(f"{p.name}: compare-outputs selected no comparison "
                                          f"(groups {', '.join(p.groups) or 'none'}; filters: "
                                          f"{', '.join(self.opts.groups + self.opts.models) or 'none'})")
-            self.record_generate_steps(p, cache, gen_steps)
+            self.record_generate_steps(p, runner, gen_steps)
             for config, per_model in self._placements.get(p.name, {}).items():
                 write_json(self.run.layout.config(p.name, config) / "placement.json", per_model)
+            t = runner.timing
+            if t.sessions or t.completion_runs:
+                write_json(self.run.layout.platform(p.name) / "compare-timing.json",
+                           {**asdict(t), "pure_generation": t.pure_generation,
+                            "wall_over_pure_generation": t.wall / t.pure_generation if t.pure_generation else None})
+                self.say(f"[{p.name}] compare-outputs: {t.wall:.1f} s wall, {t.pure_generation:.1f} s generating, "
+                         f"{t.loads:.1f} s in {t.sessions} engine load(s), {t.engine_scoring:.1f} s scoring, "
+                         f"{t.completion_runs} llama-completion runs")
             self.write_environment(p)
 
-    def record_generate_steps(self, p: Platform, cache: dict[tuple[str, str, str], list[GenerationResult]],
-                              gen_steps: dict[str, list[Failure]]) -> None:
+    def run_groups(self, p: Platform, groups: Sequence[str], gen_steps: dict[str, list[Failure]]) -> GreedyRunner:
+        """Run comparison groups ``groups`` on ``p`` through one GreedyRunner and record their comparisons.
+
+        Failure facts of ``p``'s configurations land in ``gen_steps``; returns the
+        runner (its timing, per-side seconds and runs feed the generate steps).  On
+        an interrupt or exception the generate steps cut short are recorded first.
+        """
+        runner = GreedyRunner(self._hooks(p), {k: v.text for k, v in self.matrix.prompts.items()},
+                              self.opts.work_dir.resolve() / "tmp", self.opts.n_predict, self.opts.repeats, self.say)
+        try:
+            jobs = [job for gname in groups for job in self._jobs(p, gname, gen_steps)]
+            runs = {(side, j.model, prompt): max(2, self.opts.repeats or j.generation.repeats)
+                    for j in jobs for side in (j.reference, *j.candidates, *j.upstream.values()) for prompt in j.prompts}
+            total = sum(runs.values())  # each side runs once per model and prompt, whichever groups share it
+            with self.console.step(f"[{p.name}] compare {', '.join(groups) or 'nothing'}", total=total) as shown:
+                self._shown = shown
+                try:
+                    runner.run(jobs, lambda res: self._record_job(p, res))
+                finally:
+                    self._shown = None
+                mine = [c for c in self.run.comparisons if c.platform == p.name and c.group in groups]
+                counts: dict[str, int] = {}
+                for c in mine:
+                    counts[c.status] = counts.get(c.status, 0) + 1
+                # generation failures that upstream's build shares (unsupported upstream) are not the fork's
+                fork_problems = any(not (f.kind == "generation" and (side, f.model, f.prompt) in runner.unsupported)
+                                    for side, facts in runner.problems.items() for f in facts)
+                shown.finish("failed" if any(c.failed() for c in mine) or fork_problems else "passed",
+                             ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no comparison ran")
+        except BaseException as exc:
+            self._merge_runner_failures(p, runner, gen_steps)
+            self._record_cut_generations(p, exc, runner, gen_steps)
+            raise
+        self._merge_runner_failures(p, runner, gen_steps)
+        return runner
+
+    @staticmethod
+    def _merge_runner_failures(p: Platform, runner: GreedyRunner, gen_steps: dict[str, list[Failure]]) -> None:
+        """Move the runner's failure facts of ``p``'s sides into ``gen_steps`` (another platform's reference
+        records its own steps when that platform runs)."""
+        for side, problems in runner.problems.items():
+            if side.platform == p.name:
+                gen_steps.setdefault(side.config, []).extend(problems)
+        runner.problems.clear()
+
+    def record_generate_steps(self, p: Platform, runner: GreedyRunner, gen_steps: dict[str, list[Failure]]) -> None:
         """Record one ``generate`` step per configuration of ``gen_steps`` (config -> failure facts).
 
-        ``cache`` maps (config, model, prompt) to the generation runs, whose seconds are
-        summed.  The step failed when a fact exists, errored when every fact says nothing of
-        the configuration could run (a model or a build missing) and no generation of it ran,
-        else passed.  When only part of it failed, the detail starts with what did run
-        ("partly failed: 4 generation(s) succeeded (model a); failed: ...") and keeps every fact.
+        Seconds are the runner's wall time for the configuration's sessions and
+        llama-completion runs.  The step failed when a fact exists, errored when
+        every fact says nothing of the configuration could run (a model or a
+        build missing) and no generation of it ran, else passed.  When only part
+        of it failed, the detail starts with what did run ("partly failed:
+        generations succeeded (model a); failed: ...") and keeps every fact.
+        Failures that upstream's build shares in that mode make the step skipped.
         """
         for config, problems in gen_steps.items():
-            mine = [(m, runs) for (c, m, _), runs in cache.items() if c == config]
-            seconds = sum(r.seconds for _, runs in mine for r in runs)
-            ran = [(m, r) for m, runs in mine for r in runs]
-            ok = [(m, r) for m, r in ran if r.status == "ok"]
+            side = Side(p.name, config)
+            seconds = runner.side_seconds.get(side, 0.0)
+            ran = runner.side_runs.get(side, 0)
+            ok_models = sorted(runner.side_ok.get(side, set()))
             status = "failed" if problems else "passed"
             if problems and all(f.kind in ("model", "blocked") for f in problems) and not ran:
                 status = "error"  # nothing of this configuration could run
             unique = list({json.dumps(asdict(f), sort_keys=True): f for f in problems}.values())
             detail = "; ".join(dict.fromkeys(f.text() for f in unique)) or "all generations ran"
-            if problems and ok:
-                models = sorted({m for m, _ in ok})
-                detail = (f"partly failed: {len(ok)} generation(s) succeeded (model{'s' if len(models) > 1 else ''} "
-                          f"{', '.join(models)}); failed: {detail}")
-            unsupported = self._unsupported.get((p.name, config), set())
+            if problems and ok_models:
+                detail = (f"partly failed: generations succeeded (model{'s' if len(ok_models) > 1 else ''} "
+                          f"{', '.join(ok_models)}); failed: {detail}")
+            unsupported = {(m, pr) for s, m, pr in runner.unsupported if s == side}
             if problems and all(f.kind == "generation" and (f.model, f.prompt) in unsupported for f in problems):
                 # every failed generation is a mode that upstream's build fails the same way: not a fork failure
                 status, detail = "skipped", f"unsupported upstream: {detail}"
             self.run.record_step(StepRecord(p.name, config, "generate", status, round(seconds, 1),
                                             detail=detail, failures=unique))
 
-    def _record_cut_generations(self, p: Platform, exc: BaseException, cache: dict, gen_steps: dict) -> None:
+    def _record_cut_generations(self, p: Platform, exc: BaseException, runner: GreedyRunner,
+                                gen_steps: dict) -> None:
         """Record the generate steps of ``p`` that an interrupt or exception cut short, with what they did."""
         why = describe_abort(exc)
         for config, problems in gen_steps.items():
-            ran = sum(len(runs) for (c, _, _), runs in cache.items() if c == config)
+            ran = runner.side_runs.get(Side(p.name, config), 0)
             status = "failed" if any(f.kind not in ("model", "blocked") for f in problems) else "interrupted"
             texts = list(dict.fromkeys(f.text() for f in problems))
             detail = f"{why} after {ran} generation(s)" + "".join(f"; {t}" for t in texts)
@@ -600,51 +662,51 @@ class Pipeline:
         # recorded here with their facts: record_unfinished must not replace them with a bare "interrupted"
         self._doing = [d for d in self._doing if not (d[0] == p.name and d[2] == "generate" and d[1] in gen_steps)]
 
-    def _generations(self, p: Platform, config_name: str, model: str, prompt_id: str, gen, model_path: Path,
-                     cache: dict, gen_steps: dict) -> list[GenerationResult]:
-        key = (config_name, model, prompt_id)
-        if key in cache:
-            if self._shown is not None:
-                self.console.advance(self._shown, len(cache[key]))
-            return cache[key]
-        config = self.matrix.configs[config_name]
-        b = self.build_variant(p, config.build)
-        emulator = self.emulator(p)
+    def _hooks(self, p: Platform) -> Hooks:
+        """How the greedy runner starts the engine and llama-completion of a configuration (a Side), with the
+        platform's executable suffix and emulator (Wine for windows-x86_64-cpu), and what it does with stderr."""
         layout = self.run.layout
-        write_json(layout.config_json(p.name, config_name), config)
-        runs = []
-        repeats = self.opts.repeats or gen.repeats
-        for r in range(1, repeats + 1):
-            spec = GenerationSpec(binary=b.bin_dir / f"llama-completion{executable_suffix(p)}", model=model_path,
-                                  prompt=self.matrix.prompts[prompt_id].text,
-                                  n_predict=self.opts.n_predict or gen.n_predict, seed=gen.seed,
-                                  ctx_size=gen.ctx_size, args=config.args, env=dict(config.env),
-                                  timeout_s=gen.timeout_s,
-                                  launcher=emulator.argv if emulator else (),
-                                  launcher_env=dict(emulator.env) if emulator else {},
-                                  crlf_stdout=p.os == "windows")
-            prefix = layout.generation(p.name, config_name, model, prompt_id, r)
-            with self.doing(p.name, config_name, "generate"):
-                res = run_generation(spec, prefix)
-            if self._shown is not None:
-                self.console.advance(self._shown, 1, f"{config_name} {model}/{prompt_id}.r{r}")
-            runs.append(res)
-            gen_steps.setdefault(config_name, [])
-            if res.status != "ok":
-                gen_steps[config_name].append(Failure(
-                    "generation", model=model, prompt=prompt_id, repeat=r, status=res.status,
-                    signal=res.signal or "", error_line=res.error_line or "",
-                    log=layout.relative(res.stderr_path)))
-            stderr = res.stderr_path.read_bytes().decode("utf-8", "replace")
-            ladder = gpu.parse_ladder_lines(stderr)
+
+        def where(side: Side) -> tuple[Platform, Path, Emulator | None]:
+            q = self.matrix.platform(side.platform)
+            b = self.build_variant(q, self.matrix.configs[side.config].build)
+            return q, b.bin_dir, self.emulator(q)
+
+        def out_dir(side: Side) -> Path:
+            write_json(layout.config_json(side.platform, side.config), self.matrix.configs[side.config])
+            return layout.config(side.platform, side.config)
+
+        def engine(side: Side, model_path: Path, gen: Generation) -> tuple[list[str], dict[str, str]]:
+            q, bin_dir, emu = where(side)
+            config = self.matrix.configs[side.config]
+            argv = engine_argv(bin_dir / f"{ENGINE_TARGET}{executable_suffix(q)}", model_path, gen, config.args)
+            return ([*emu.argv, *argv] if emu else argv), {**(dict(emu.env) if emu else {}), **config.env}
+
+        def completion(side: Side, model_path: Path, prompt: str, gen: Generation) -> GenerationSpec:
+            q, bin_dir, emu = where(side)
+            config = self.matrix.configs[side.config]
+            return GenerationSpec(binary=bin_dir / f"llama-completion{executable_suffix(q)}", model=model_path,
+                                  prompt=prompt, n_predict=gen.n_predict, seed=gen.seed, ctx_size=gen.ctx_size,
+                                  args=config.args, env=dict(config.env), timeout_s=gen.timeout_s,
+                                  launcher=emu.argv if emu else (), launcher_env=dict(emu.env) if emu else {},
+                                  crlf_stdout=q.os == "windows")
+
+        def stderr(side: Side, model: str, stem: Path, text: str) -> None:
+            ladder = gpu.parse_ladder_lines(text)
             if ladder:
-                write_json(prefix.with_name(prefix.name + ".pin-ladder.json"), ladder)
-            placement = gpu.buffer_placement(stderr)
+                write_json(stem.with_name(stem.name + ".pin-ladder.json"), ladder)
+            placement = gpu.buffer_placement(text)
             if placement["buffers"] or placement["routing"]:
-                write_json(prefix.with_name(prefix.name + ".placement.json"), placement)
-                self._placements.setdefault(p.name, {}).setdefault(config_name, {}).setdefault(model, placement)
-        cache[key] = runs
-        return runs
+                write_json(stem.with_name(stem.name + ".placement.json"), placement)
+                self._placements.setdefault(side.platform, {}).setdefault(side.config, {}).setdefault(model, placement)
+
+        def progress(side: Side, what: str) -> None:
+            if self._shown is not None:
+                self.console.advance(self._shown, 1, f"{side.config} {what}")
+
+        return Hooks(engine=engine, completion=completion, out_dir=out_dir,
+                     doing=lambda side: self.doing(side.platform, side.config, "generate"),
+                     relative=layout.relative, stderr=stderr, progress=progress)
 
     def _upstream_of(self, reference: str, candidate: str) -> str | None:
         """The upstream configuration that runs ``candidate``'s mode: the reference when it is upstream's build
@@ -654,43 +716,19 @@ class Pipeline:
             return None
         return reference if ref.build == "base" else cand.upstream
 
-    def _shown_group(self, p: Platform, gname: str, cache: dict, gen_steps: dict) -> None:
-        """:meth:`_compare_group` as one console step counting its generations; ends with the status counts."""
-        group = self.matrix.groups[gname]
-        models = [m for m in group.models if not self.opts.models or m in self.opts.models]
-        total = len(models) * len(group.prompts) * (1 + len(group.candidates)) * \
-            (self.opts.repeats or group.generation.repeats)
-        with self.console.step(f"[{p.name}] compare {gname}", total=total) as shown:
-            self._shown = shown
-            try:
-                self._compare_group(p, gname, cache, gen_steps)
-            finally:
-                self._shown = None
-            counts: dict[str, int] = {}
-            for c in self.run.comparisons:
-                if c.platform == p.name and c.group == gname:
-                    counts[c.status] = counts.get(c.status, 0) + 1
-            bad = any(COMPARISON.is_failure(s) for s in counts) or any(
-                gen_steps.get(c) for c in (group.reference, *group.candidates))
-            shown.finish("failed" if bad else "passed",
-                         ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no comparison ran")
+    def _jobs(self, p: Platform, gname: str, gen_steps: dict[str, list[Failure]]) -> list[Job]:
+        """The runnable (group, model) jobs of group ``gname`` on ``p``; others recorded as failures in ``gen_steps``.
 
-    def _compare_group(self, p: Platform, gname: str, cache: dict, gen_steps: dict) -> None:
-        """Run group ``gname`` on platform ``p``; the reference runs on ``group.reference_platform`` when set.
-
-        A cross-platform group names its reference ``<config>@<platform>`` in
-        the records and reuses that platform's generations of this run; the
-        platform must be runnable here, or every configuration of the group
-        gets an error naming why.
+        The reference runs on ``group.reference_platform`` when set (a cross-platform group,
+        its reference named ``<config>@<platform>``); that platform must be runnable here.
         """
         group = self.matrix.groups[gname]
         ref_p = self.matrix.platform(group.reference_platform) if group.reference_platform else p
         ref_label = group.reference if ref_p is p else f"{group.reference}@{ref_p.name}"
-        ref_cache = cache if ref_p is p else self._generated.setdefault(ref_p.name, {})
         why = cannot_run(ref_p) if ref_p is not p else None
         try:
             self.emulator(p)
-            ref_emulator = self.emulator(ref_p)
+            self.emulator(ref_p)
         except RuntimeError as exc:
             why = str(exc)
         if why:
@@ -698,7 +736,9 @@ class Pipeline:
             for c in (ref_label, *group.candidates):
                 gen_steps.setdefault(c, []).append(fact)
             self.say(f"[{p.name}] {gname}: error: {why}")
-            return
+            return []
+        upstream = {c: u for c in group.candidates if ref_p is p and (u := self._upstream_of(group.reference, c))}
+        jobs = []
         models = [m for m in group.models if not self.opts.models or m in self.opts.models]
         for model in models:
             try:
@@ -713,56 +753,40 @@ class Pipeline:
                 continue
             on = {ref_p.name: ref_p, p.name: p}  # platforms hold dicts: keyed by name, not hashed
             needed = {(ref_p.name, self.matrix.configs[group.reference].build)}
-            needed |= {(p.name, self.matrix.configs[c].build) for c in group.candidates}
+            needed |= {(p.name, self.matrix.configs[c].build) for c in (*group.candidates, *upstream.values())}
             broken = sorted(v if q == p.name else f"{v}@{q}"
                             for q, v in needed if self.build_variant(on[q], v).status != "passed")
             if broken:
                 for c in (ref_label, *group.candidates):
                     gen_steps.setdefault(c, []).extend(Failure("blocked", build=v) for v in broken)
                 continue
-            ref_build = self.build_variant(ref_p, self.matrix.configs[group.reference].build)
-            tok_dir = self.run.layout.tokenize_dir(p.name)
+            for c in (*([group.reference] if ref_p is p else []), *group.candidates, *upstream.values()):
+                gen_steps.setdefault(c, [])
+            jobs.append(Job(group=gname, model=model, model_path=model_path,
+                            reference=Side(ref_p.name, group.reference),
+                            candidates=tuple(Side(p.name, c) for c in group.candidates), prompts=group.prompts,
+                            generation=group.generation, comparison=group.comparison, label=ref_label,
+                            expect=group.expect, upstream={c: Side(p.name, u) for c, u in upstream.items()}))
+        return jobs
 
-            def tokenize_fn(text: bytes, _model=model_path) -> list:
-                return tokenize(ref_build.bin_dir / f"llama-tokenize{executable_suffix(ref_p)}", _model, text,
-                                tok_dir, launcher=ref_emulator.argv if ref_emulator else (),
-                                launcher_env=ref_emulator.env if ref_emulator else None,
-                                crlf_stdout=ref_p.os == "windows")
-
-            for prompt_id in group.prompts:
-                # another platform's generations are recorded under that platform's own steps
-                ref_runs = self._generations(ref_p, group.reference, model, prompt_id, group.generation,
-                                             model_path, ref_cache, gen_steps if ref_p is p else {})
-                for cand in group.candidates:
-                    cand_runs = self._generations(p, cand, model, prompt_id, group.generation, model_path,
-                                                  cache, gen_steps)
-                    try:
-                        pc = compare_runs(prompt_id, ref_label, ref_runs, cand, cand_runs, tokenize_fn)
-                    except Exception as exc:
-                        gen_steps.setdefault(cand, []).append(
-                            Failure("compare", model=model, prompt=prompt_id, message=f"{type(exc).__name__}: {exc}"))
-                        continue
-                    div = to_json(pc.first_divergence) if pc.first_divergence else None
-                    status, detail = pc.status, pc.detail
-                    upstream = self._upstream_of(group.reference, cand) if ref_p is p else None
-                    if status in ("crashed", "timeout") and upstream is not None:
-                        up_runs = ref_runs if upstream == group.reference else self._generations(
-                            p, upstream, model, prompt_id, group.generation, model_path, cache, gen_steps)
-                        why = unsupported_upstream(up_runs, cand_runs)
-                        if why:
-                            status, detail = "unsupported-upstream", why
-                            for c in (upstream, cand):
-                                self._unsupported.setdefault((p.name, c), set()).add((model, prompt_id))
-                    rec = ComparisonRecord(p.name, gname, model, prompt_id, ref_label, cand, status,
-                                           div, detail, list(pc.nondeterministic))
-                    self.run.record_comparisons([rec])  # recorded at once: an interrupt keeps it
-                    self.say(f"[{p.name}] {gname} {model} {prompt_id}: {cand} vs {ref_label}: {detail}")
-                    cmp_path = self.run.layout.compare_json(p.name, cand)
-                    entry = to_json(pc) | {"group": gname, "model": model, "status": status, "detail": detail}
-                    same = (gname, model, prompt_id)
-                    existing = json.loads(cmp_path.read_text()) if cmp_path.exists() else []
-                    existing = [e for e in existing if (e.get("group"), e.get("model"), e.get("prompt_id")) != same]
-                    write_json(cmp_path, existing + [entry])
+    def _record_job(self, p: Platform, res: JobResult) -> None:
+        """Record a job's comparisons in the summary and in each candidate's compare.json."""
+        job = res.job
+        records = []
+        for pc in res.comparisons:
+            entry = to_json(pc) | {"group": job.group, "model": job.model}
+            rec = ComparisonRecord(p.name, job.group, job.model, pc.prompt_id, job.label, pc.candidate, pc.status,
+                                   entry["first_divergence"], pc.detail, list(pc.nondeterministic),
+                                   kl=entry["kl"], text_check=entry["text_check"],
+                                   kl_mean_max=job.comparison.kl_mean_max, expected=job.expect)
+            records.append(rec)
+            self.say(f"[{p.name}] {job.group} {job.model} {pc.prompt_id}: {pc.candidate} vs {job.label}: {pc.detail}")
+            cmp_path = self.run.layout.compare_json(p.name, pc.candidate)
+            same = (job.group, job.model, pc.prompt_id)
+            existing = json.loads(cmp_path.read_text()) if cmp_path.exists() else []
+            existing = [e for e in existing if (e.get("group"), e.get("model"), e.get("prompt_id")) != same]
+            write_json(cmp_path, existing + [entry])
+        self.run.record_comparisons(records)  # recorded per model at once: an interrupt keeps them
 
 
 def describe_abort(exc: BaseException) -> str:

@@ -31,6 +31,7 @@ from typing import Any, Iterable, Sequence
 
 from .results import COMPARISON, STEP, VERDICT, RunLayout, read_summary
 from .signatures import load_signatures, step_logs
+from .results import describe_divergence_record
 
 #: Lines of a failing log shown in the report (the end of a log holds the error).
 LOG_TAIL_LINES = 40
@@ -136,7 +137,10 @@ def align_divergence(reference: str, candidate: str, divergence: dict | None) ->
         rp = None if ref_tok is None else str(ref_tok.get("piece", ""))
         cp = None if cand_tok is None else str(cand_tok.get("piece", ""))
         reach = max(len(rp or ""), len(cp or ""))
-        for s in range(p, max(-1, p - reach - 1), -1):
+        starts = list(range(p, max(-1, p - reach - 1), -1))
+        if isinstance(divergence.get("text_offset"), int):  # the engine's own offset, tried first
+            starts.insert(0, divergence["text_offset"])
+        for s in starts:
             if _fits(reference, s, rp) and _fits(candidate, s, cp):
                 return Alignment(divergence.get("index"), reference[:s],
                                  rp, reference[s + len(rp or ""):], cp, candidate[s + len(cp or ""):], True)
@@ -319,7 +323,13 @@ def _divergence_html(run_dir: Path, cmp: dict) -> str:
         return (f'<article class="divergence"><h3>{head}</h3><p class="muted">compare.json has no texts for this '
                 f'comparison; {escape(cmp.get("detail", ""))}</p></article>')
     al = align_divergence(entry["reference_text"], entry.get("candidate_text") or "", div)
-    where = f"token {al.index}" if al.index is not None else "the first differing character"
+    where = f"generated token {al.index}" if al.index is not None else "the first differing character"
+    if div and "near_tie" in div:
+        where += f" ({'near tie' if div['near_tie'] else 'hard divergence'}; near-tie margin {div.get('near_tie_margin')})"
+    kl = cmp.get("kl")
+    if kl:
+        where += (f"; KL mean {kl['mean']:.3g}, max {kl['max']:.3g} nats at position {kl['max_at']}, "
+                  f"top-1 agreement {kl['top1_agreement']:.1%}")
     note = "" if al.exact else ' <span class="muted">(token pieces not found in the texts; split at the first ' \
                                'differing character)</span>'
     sides = []
@@ -329,7 +339,8 @@ def _divergence_html(run_dir: Path, cmp: dict) -> str:
         ident = ""
         side = (div or {}).get(label) if div else None
         if side and side.get("id") is not None:
-            ident = f' <span class="muted">(token id {escape(str(side["id"]))})</span>'
+            margin = f', margin {side["margin"]:.4g}' if isinstance(side.get("margin"), (int, float)) else ""
+            ident = f' <span class="muted">(token id {escape(str(side["id"]))}{margin})</span>'
         sides.append(f'<div><h4>{label}: {escape(name)}{ident}</h4><pre class="gen"><span class="common">'
                      f'{escape(al.prefix)}</span>{_piece(token, cls)}<span class="rest">{escape(rest)}</span></pre></div>')
     return (f'<article class="divergence"><h3>{head}</h3><p>First divergent token: {where}{note}. '
@@ -351,25 +362,41 @@ def _steps_table(steps: list[dict], sigs: dict) -> str:
 
 def _div_cell(c: dict) -> str:
     d = c.get("first_divergence")
-    if d:
-        ref, cand = d.get("reference") or {}, d.get("candidate") or {}
-        return (f'#{escape(str(d.get("index")))}: <code>{escape(repr(ref.get("piece", "end of output")))}</code> vs '
-                f'<code>{escape(repr(cand.get("piece", "end of output")))}</code>')
-    return escape(c.get("detail", "")) if c.get("status") not in COMPARISON.successes else ""
+    text = describe_divergence_record(d) if d else (c.get("detail", "") if c.get("status") not in COMPARISON.successes else "")
+    tc = c.get("text_check") or {}
+    if tc.get("status") == "differs":
+        text += f"; llama-completion texts differ at byte {tc.get('first_differing_byte')}"
+    return escape(text)
+
+
+def _kl_cells(c: dict) -> str:
+    kl = c.get("kl")
+    if not kl:
+        return '<td class="num">–</td><td class="num">–</td>'
+    over = c.get("kl_mean_max") is not None and kl["mean"] > c["kl_mean_max"]
+    flag = f' <span class="st-diverged">&gt; {c["kl_mean_max"]:g}</span>' if over else ""
+    return (f'<td class="num">{kl["mean"]:.3g} / {kl["max"]:.3g}{flag}</td>'
+            f'<td class="num">{kl["top1_agreement"]:.1%}</td>')
 
 
 def _comparisons_table(comparisons: list[dict]) -> str:
     rows = []
     for c in comparisons:
-        bad = c.get("status") in _BAD
+        bad = c.get("status") != c.get("expected", "identical")
+        if c.get("expected", "identical") != "identical":
+            nondet_expected = f' <span class="muted">(expected: {escape(c["expected"])})</span>'
+        else:
+            nondet_expected = ""
         nondet = f' <span class="muted">(nondeterministic: {escape(", ".join(c["nondeterministic"]))})</span>' \
             if c.get("nondeterministic") else ""
         rows.append(f'<tr class="{"bad" if bad else "ok"}"><td class="nw">{escape(c["platform"])}</td>'
                     f'<td class="nw">{escape(c["group"])}</td>'
                     f'<td>{escape(c["model"])}</td><td>{escape(c["prompt"])}</td><td>{escape(c["reference"])}</td>'
-                    f'<td>{escape(c["candidate"])}</td><td>{_status(c["status"])}</td><td>{_div_cell(c)}{nondet}</td></tr>')
+                    f'<td>{escape(c["candidate"])}</td><td>{_status(c["status"])}</td><td>{_div_cell(c)}{nondet}{nondet_expected}</td>'
+                    f'{_kl_cells(c)}</tr>')
     return ('<table class="comparisons"><thead><tr><th>platform</th><th>group</th><th>model</th><th>prompt</th>'
-            '<th>reference</th><th>candidate</th><th>status</th><th>first divergent token</th></tr></thead><tbody>'
+            '<th>reference</th><th>candidate</th><th>status</th><th>first divergent token</th>'
+            '<th>KL mean / max (nats)</th><th>top-1 agree</th></tr></thead><tbody>'
             + "".join(rows) + "</tbody></table>")
 
 
@@ -548,15 +575,13 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
             cell = f"`{sig['kind']}` {_md(sig['summary'])}" if sig else _md(s.get("detail", ""))
             lines.append(f"| {s['platform']} | {s['config']} | {s['step']} | {s['status']} | {cell} |")
         lines.append("")
-    bad_cmp = [c for c in comparisons if c.get("status") not in COMPARISON.successes]
+    bad_cmp = [c for c in comparisons if c.get("status") != c.get("expected", "identical")]
     if bad_cmp:
         lines += ["### Divergences and failed comparisons", ""]
         for c in bad_cmp:
             d = c.get("first_divergence")
             if d:
-                ref, cand = d.get("reference") or {}, d.get("candidate") or {}
-                what = (f"first divergent token #{d.get('index')}: `{_md(repr(ref.get('piece', 'end of output')))}` vs "
-                        f"`{_md(repr(cand.get('piece', 'end of output')))}`")
+                what = f"first divergent token {_md(describe_divergence_record(d))}"
             else:
                 what = _md(c.get("detail", ""))
             lines.append(f"- {c['platform']} {c['group']} {c['model']}/{c['prompt']}: {c['candidate']} vs "

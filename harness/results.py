@@ -275,7 +275,8 @@ class StepRecord:
 
     ``seconds`` is wall time; ``detail`` is a line for people (never parsed); ``log`` is the
     step's main log relative to the run directory; ``failures`` are the structured facts of
-    a failed, errored or blocked step (empty when it passed).
+    a failed, errored or blocked step (empty when it passed); ``up_to_date`` is True for a
+    build that found nothing to do (its time says nothing about the build).
     """
 
     platform: str
@@ -286,6 +287,7 @@ class StepRecord:
     detail: str = ""
     log: str = ""
     failures: list[Failure] = field(default_factory=list)
+    up_to_date: bool = False
 
     def __post_init__(self) -> None:
         STEP.check(self.status)
@@ -302,6 +304,8 @@ class StepRecord:
         values = {k: v for k, v in data.items() if k in known}
         if "failures" not in data:
             values["failures"] = legacy_failures(str(data.get("step", "")), str(data.get("detail") or ""))
+        if "up_to_date" not in data:  # format 1 said so only in the detail
+            values["up_to_date"] = str(data.get("detail") or "").startswith("up to date")
         try:
             return cls(**values)
         except TypeError as exc:
@@ -316,8 +320,15 @@ class StepRecord:
 class ComparisonRecord:
     """One prompt of one comparison group: ``status`` is one of :data:`COMPARISON`.
 
-    ``first_divergence`` is None or {index, reference: {id, piece}, candidate: {id, piece}}
-    where index counts generated tokens from 0.
+    ``first_divergence`` is None or {index, reference, candidate, near_tie, near_tie_margin}
+    where index counts generated tokens from 0 and each side is None (that side reached
+    n_predict there) or {id, piece, piece_hex, eog, margin, top} (margin and logits in nats).
+    ``kl`` is None or {positions, mean, max, max_at, top1_agreement}: KL(reference || candidate)
+    teacher-forced on the reference's tokens.  ``text_check`` is None or {status
+    (identical/differs/incomplete), first_differing_byte, reference_bytes, candidate_bytes}
+    for the llama-completion texts.  ``kl_mean_max`` is the group's KL threshold (nats).
+    ``expected`` is the group's expected status (``diverged`` for a control group whose
+    candidate changes numerics on purpose); only a comparison with that status passes.
     """
 
     platform: str
@@ -330,6 +341,10 @@ class ComparisonRecord:
     first_divergence: dict | None = None
     detail: str = ""
     nondeterministic: list[str] = field(default_factory=list)
+    kl: dict | None = None
+    text_check: dict | None = None
+    kl_mean_max: float | None = None
+    expected: str = "identical"
 
     def __post_init__(self) -> None:
         COMPARISON.check(self.status)
@@ -344,14 +359,22 @@ class ComparisonRecord:
             raise ValueError(f"comparison record {data!r}: {exc}") from None
 
     def difference(self) -> str:
-        """What differs, for people: ``#<index>: <reference piece> vs <candidate piece>`` at the first
-        divergent token, else the detail of a comparison that is not a success, else ''."""
-        if self.first_divergence:
-            d = self.first_divergence
-            ref = d.get("reference") or {}
-            cand = d.get("candidate") or {}
-            return f"#{d.get('index')}: {ref.get('piece')!r} vs {cand.get('piece')!r}"
-        return "" if COMPARISON[self.status].success else self.detail
+        """What differs, for people: the first divergent token (``describe_divergence_record``) and a
+        llama-completion byte difference, else the detail of a comparison that is not a success, else ''."""
+        text = describe_divergence_record(self.first_divergence) if self.first_divergence else ""
+        if not text and not COMPARISON[self.status].success:
+            text = self.detail
+        tc = self.text_check or {}
+        if tc.get("status") == "differs":
+            text += f"; llama-completion texts differ at byte {tc.get('first_differing_byte')}"
+        return text
+
+    def failed(self) -> bool:
+        """True when this comparison fails the run: a failure status, or for a group that expects
+        ``diverged`` (a numerics control) any other status."""
+        if self.expected != "identical":
+            return self.status != self.expected
+        return COMPARISON.is_failure(self.status)
 
     def key(self) -> tuple[str, str, str, str, str, str]:
         """(platform, group, model, prompt, reference, candidate): what identifies it across runs."""
@@ -670,13 +693,13 @@ class Run:
     def overall(self) -> str:
         """The run's verdict.
 
-        ``failed`` when a step failed or errored or a comparison is not
-        identical; else ``incomplete`` when something explicitly asked for did
+        ``failed`` when a step failed or errored or a comparison does not
+        have its expected status (identical, unless its group expects
+        diverged); else ``incomplete`` when something explicitly asked for did
         not run; else ``skipped`` when nothing ran at all; else ``passed``.
         Only ``passed`` is a success.
         """
-        if any(STEP.is_failure(s.status) for s in self.steps) or \
-                any(COMPARISON.is_failure(c.status) for c in self.comparisons):
+        if any(STEP.is_failure(s.status) for s in self.steps) or any(c.failed() for c in self.comparisons):
             return "failed"
         if self.incomplete or any(s.status == "interrupted" for s in self.steps):
             return "incomplete"
@@ -721,6 +744,18 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def describe_divergence_record(d: dict) -> str:
+    """A first_divergence record in one line: index, near tie or hard, both sides' pieces and margins."""
+    def side(t: dict | None) -> str:
+        if t is None:
+            return "end of output"
+        what = "end of generation" if t.get("eog") else repr(t.get("piece"))
+        margin = f", margin {t['margin']:.3g}" if isinstance(t.get("margin"), (int, float)) else ""
+        return f"{what} (id {t.get('id')}{margin})"
+    kind = "" if "near_tie" not in d else (" (near tie)" if d["near_tie"] else " (hard)")
+    return f"#{d.get('index')}{kind}: {side(d.get('reference'))} vs {side(d.get('candidate'))}"
+
+
 def render_markdown(run: Run) -> str:
     """The run summary as Markdown: overall verdict, a steps table and a comparisons table."""
     lines = [f"# Run {run.id}: {VERDICT[run.overall()].icon} {run.headline()}", ""]
@@ -742,14 +777,22 @@ def render_markdown(run: Run) -> str:
             counts[c.status] = counts.get(c.status, 0) + 1
         lines += ["## Greedy comparisons", "",
                   ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), "",
-                  "| platform | group | model | prompt | reference | candidate | status | first divergent token |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| platform | group | model | prompt | reference | candidate | status | first divergent token "
+                  "| KL mean / max (nats) | top-1 agree |",
+                  "|---|---|---|---|---|---|---|---|---:|---:|"]
         for c in run.comparisons:
             div = c.difference()
             if c.nondeterministic:
                 div += f" (nondeterministic: {', '.join(c.nondeterministic)})"
+            if c.expected != "identical":
+                div += f" (expected: {c.expected})"
+            kl = c.kl or {}
+            kl_cell = f"{kl['mean']:.3g} / {kl['max']:.3g}" if kl else "–"
+            if kl and c.kl_mean_max is not None and kl["mean"] > c.kl_mean_max:
+                kl_cell += f" ⚠️ > {c.kl_mean_max:g}"
+            agree = f"{kl['top1_agreement']:.1%}" if kl else "–"
             lines.append(f"| {c.platform} | {c.group} | {c.model} | {c.prompt} | {c.reference} | {c.candidate} "
-                         f"| {COMPARISON.icon(c.status)} | {_cell(div)} |")
+                         f"| {COMPARISON.icon(c.status)} | {_cell(div)} | {kl_cell} | {agree} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -37,6 +37,7 @@ from typing import Any, Mapping, Sequence
 from . import gpu
 from .args import strip_dashdash
 from .errors import InputError
+from .locks import RunLock
 from .results import COMPARISON, STEP, RecordError, RunLayout, StepRecord, read_summary
 from .signatures import load_signatures
 
@@ -207,8 +208,11 @@ class Transition:
 class DivergenceChange:
     """A divergence that is ``new`` in B or ``moved`` (first divergent token index changed).
 
-    Indices count generated tokens from 0; ``before_index`` is None for a new one.
-    ``reference_piece``/``candidate_piece`` are B's tokens at the divergence.
+    Indices count generated tokens from 0; ``before_index`` is None for a new one and
+    ``moved_by`` is ``after_index - before_index`` in generated tokens for a moved one.
+    ``reference_piece``/``candidate_piece`` are B's tokens at the divergence and
+    ``reference_margin``/``candidate_margin`` their rows' top-1 minus top-2 logits
+    (nats).  ``near_tie`` is B's flag (None for records without one).
     """
 
     change: str
@@ -222,6 +226,10 @@ class DivergenceChange:
     after_index: int | None
     reference_piece: str | None = None
     candidate_piece: str | None = None
+    near_tie: bool | None = None
+    reference_margin: float | None = None
+    candidate_margin: float | None = None
+    moved_by: int | None = None
 
 
 @dataclass
@@ -443,9 +451,36 @@ def _divergence_changes(sa: dict, sb: dict) -> list[DivergenceChange]:
             change = "moved"
         else:
             continue
-        out.append(DivergenceChange(change, key[0], key[1], key[2], key[3], key[4], key[5],
-                                    (old_div or {}).get("index") if change == "moved" else None, index,
-                                    ref.get("piece") if div else None, cand.get("piece") if div else None))
+        before = (old_div or {}).get("index") if change == "moved" else None
+        out.append(DivergenceChange(change, key[0], key[1], key[2], key[3], key[4], key[5], before, index,
+                                    ref.get("piece") if div else None, cand.get("piece") if div else None,
+                                    (div or {}).get("near_tie"), ref.get("margin"), cand.get("margin"),
+                                    index - before if isinstance(index, int) and isinstance(before, int) else None))
+    return out
+
+
+def _kl_transitions(sa: dict, sb: dict) -> list[Transition]:
+    """A comparison whose mean KL divergence rose above its group's ``kl_mean_max`` is a regression, even
+    when its greedy tokens stayed identical; one that fell back below it is a fix."""
+    ca = {_cmp_key(c): c for c in sa.get("comparisons", [])}
+    out = []
+    for c in sb.get("comparisons", []):
+        limit = c.get("kl_mean_max")
+        after = (c.get("kl") or {}).get("mean")
+        key = _cmp_key(c)
+        before = ((ca.get(key) or {}).get("kl") or {}).get("mean")
+        if limit is None or after is None:
+            continue
+        over_a = before is not None and before > limit
+        over_b = after > limit
+        if over_a == over_b:
+            continue
+        where = {"group": key[1], "model": key[2], "prompt": key[3], "reference": key[4], "candidate": key[5]}
+        text_a = "absent" if before is None else f"KL mean {before:.3g}"
+        out.append(Transition("regression" if over_b else "fix", "kl", key[0], _cmp_what(key), text_a,
+                              f"KL mean {after:.3g}", where,
+                              f"mean KL divergence {'above' if over_b else 'back below'} the group's kl_mean_max "
+                              f"{limit:g} nats (status {c.get('status')})"))
     return out
 
 
@@ -522,7 +557,7 @@ def _timing_changes(sa: dict, sb: dict) -> list[TimingChange]:
             continue  # only build and test steps have meaningful times
         if a["status"] != "passed" or s["status"] != "passed":
             continue  # a failed step stops early; its time says nothing
-        if any(str(x.get("detail", "")).startswith("up to date") for x in (a, s)):
+        if any(StepRecord.from_json(x).up_to_date for x in (a, s)):
             continue  # an up-to-date build did not build
         before, after = float(a.get("seconds") or 0), float(s.get("seconds") or 0)
         threshold = time_threshold(before)
@@ -553,9 +588,13 @@ def diff_runs(a: Path, b: Path) -> TriageReport:
                           a_dir=str(a), b_dir=str(b),
                           platforms=sorted(covered_platforms(sa) | covered_platforms(sb)))
     report.b_incomplete = incomplete_reasons(sb)
+    owner = RunLock.live_owner(b)
+    if owner is not None:
+        report.b_incomplete.insert(0, f"still running (pid {owner})")
+        sb = {**sb, "incomplete": [*sb.get("incomplete", []), f"still running (pid {owner})"]}
     report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known, report.not_compared)
-                                + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared),
-                                key=_order)
+                                + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared)
+                                + _kl_transitions(sa, sb), key=_order)
     report.divergences = _divergence_changes(sa, sb)
     report.signatures_new, report.signatures_known, report.signatures_gone = _signature_sets(entries_a, entries_b)
     report.pin_changes = _pin_changes(a, b)
@@ -601,14 +640,24 @@ def format_report(report: TriageReport) -> str:
         out.append(f"{title} ({len(items)})")
         out += [_transition_line(t) for t in items]
         out.append("")
-    if report.divergences:
-        out.append(f"DIVERGENCES, NEW OR MOVED ({len(report.divergences)})")
-        for d in report.divergences:
+    hard = [d for d in report.divergences if not d.near_tie]
+    near = [d for d in report.divergences if d.near_tie]
+    for title, items in (("HARD DIVERGENCES, NEW OR MOVED", hard),
+                         ("NEAR-TIE DIVERGENCES, NEW OR MOVED (the reference's top two logits almost equal)", near)):
+        if not items:
+            continue
+        out.append(f"{title} ({len(items)})")
+        for d in items:
             where = f"  {d.platform}  {d.group} {d.model}/{d.prompt}: {d.candidate} vs {d.reference}"
+            margins = "" if d.reference_margin is None else \
+                f", margins {d.reference_margin:.3g} vs {d.candidate_margin if d.candidate_margin is not None else float('nan'):.3g}"
             if d.change == "moved":
-                out.append(f"{where}: moved from token {d.before_index} to token {d.after_index}")
+                out.append(f"{where}: moved from generated token {d.before_index} to {d.after_index} "
+                           f"({d.moved_by:+d} tokens{margins})" if d.moved_by is not None else
+                           f"{where}: moved from generated token {d.before_index} to {d.after_index}{margins}")
             else:
-                out.append(f"{where}: new, at token {d.after_index} ({d.reference_piece!r} vs {d.candidate_piece!r})")
+                out.append(f"{where}: new, at generated token {d.after_index} "
+                           f"({d.reference_piece!r} vs {d.candidate_piece!r}{margins})")
         out.append("")
     out.append(f"SIGNATURES: {len(report.signatures_new)} new, {len(report.signatures_known)} known, "
                f"{len(report.signatures_gone)} gone")

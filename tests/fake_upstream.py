@@ -38,7 +38,7 @@ add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/gen.h
     COMMAND ${FAKE_PYTHON} ${CMAKE_SOURCE_DIR}/slow_step.py ${CMAKE_BINARY_DIR}/gen.h
     DEPENDS ${CMAKE_SOURCE_DIR}/slow_step.py)
 set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-foreach(prog completion tokenize)
+foreach(prog completion tokenize harness-engine)
     add_executable(llama-${prog} launcher.c ${CMAKE_BINARY_DIR}/gen.h)
     target_include_directories(llama-${prog} PRIVATE ${CMAKE_BINARY_DIR})
     target_compile_definitions(llama-${prog} PRIVATE FAKE_PY="${FAKE_PYTHON}"
@@ -79,30 +79,54 @@ time.sleep(float(os.environ.get("FAKE_BUILD_SLEEP_S") or 0))
 open(sys.argv[1], "w").write("#define FAKE_GENERATED 1\\n")
 """
 
-FAKE_COMPLETION_PY = COMMON_PY + """note_pid()
-args = sys.argv[1:]
-prompt = open(args[args.index("-f") + 1], encoding="utf-8").read()
-n = int(args[args.index("-n") + 1])
-if os.environ.get("FAKE_CRASH_WORD") and os.environ["FAKE_CRASH_WORD"] in prompt:
-    sys.stderr.write("error: planted crash\\n")
-    sys.exit(3)
-if os.environ.get("FAKE_SLOW_WORD", "") in prompt:
-    time.sleep(float(os.environ.get("FAKE_GEN_SLEEP_S") or 0))
-words = prompt.split() or ["empty"]
-sys.stdout.write(prompt + "".join(" " + words[i % len(words)] for i in range(n)) + "\\n\\n")
-sys.stdout.flush()
-if os.environ.get("FAKE_BIG_MB"):
-    chunk = b"x" * (1 << 20)
-    for _ in range(int(os.environ["FAKE_BIG_MB"])):
+HOOKS_PY = """def generation_hooks(prompt, model):
+    if os.environ.get("FAKE_CRASH_WORD") and os.environ["FAKE_CRASH_WORD"] in prompt:
+        sys.stderr.write("error: planted crash\\n")
+        sys.stderr.flush()
+        os._exit(3)
+    slow = os.environ.get("FAKE_SLOW_WORD")
+    if slow is None or slow in prompt or slow in model:
+        if os.environ.get("FAKE_SLOW_MARK") and os.environ.get("FAKE_GEN_SLEEP_S"):
+            open(os.environ["FAKE_SLOW_MARK"], "a").close()
+        time.sleep(float(os.environ.get("FAKE_GEN_SLEEP_S") or 0))
+
+
+def fill_stderr():
+    for _ in range(int(os.environ.get("FAKE_BIG_MB") or 0)):
         try:
-            sys.stderr.buffer.write(chunk)
+            sys.stderr.buffer.write(b"x" * (1 << 20))
             sys.stderr.flush()
         except OSError:
             break
 """
 
+FAKE_COMPLETION_PY = COMMON_PY + HOOKS_PY + """note_pid()
+args = sys.argv[1:]
+prompt = open(args[args.index("-f") + 1], encoding="utf-8").read()
+generation_hooks(prompt, args[args.index("-m") + 1])
+sys.stdout.write("hello\\n\\n")
+sys.stdout.flush()
+fill_stderr()
+"""
+
 #: the tokenizer of the triage tests' fake builds, without its "#!{python}" line (the launcher runs it)
 FAKE_TOKENIZE_PY = FAKE_TOKENIZE.split("\n", 1)[1]
+
+#: the engine protocol of tests/fake_engine.py, with the hooks above before each generation
+FAKE_ENGINE_PY = COMMON_PY + HOOKS_PY + """note_pid()
+sys.path.insert(0, @TESTS@)
+import fake_engine
+args = sys.argv[1:]
+model = args[args.index("-m") + 1]
+fake_engine.ready()
+for line in sys.stdin:
+    parts = line.rstrip("\\r\\n").split("\\t")
+    if parts[0] == "generate":
+        generation_hooks(bytes.fromhex(parts[1]).decode("utf-8", "replace"), model)
+        fill_stderr()
+    if not fake_engine.handle(parts):
+        break
+"""
 
 FAKE_TEST_PY = COMMON_PY + """note_pid()
 time.sleep(float(os.environ.get("FAKE_TEST_SLEEP_S") or 0))
@@ -208,6 +232,7 @@ def make_fake_project(root: Path, *, timeout_s: float = 60) -> FakeProject:
     repo.mkdir(parents=True)
     files = {"CMakeLists.txt": CMAKELISTS, "launcher.c": LAUNCHER_C, "slow_step.py": SLOW_STEP_PY,
              "fake_completion.py": FAKE_COMPLETION_PY, "fake_tokenize.py": FAKE_TOKENIZE_PY,
+             "fake_harness-engine.py": FAKE_ENGINE_PY.replace("@TESTS@", repr(str(Path(__file__).resolve().parent))),
              "fake_test.py": FAKE_TEST_PY}
     for name, text in files.items():
         (repo / name).write_text(text)

@@ -44,12 +44,32 @@ def test_main_job_passes_and_every_cpu_comparison_is_identical(main_job):
     data = summary(results)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert data["overall"] == "passed"
-    cmps = [c for c in data["comparisons"] if c["platform"] == "linux-x86_64-cpu"]
+    cmps = [c for c in data["comparisons"] if c["platform"] == "linux-x86_64-cpu" and c["group"] != "numerics-control"]
     groups = {(c["group"], c["model"]) for c in cmps}
     assert groups == {(g, m) for g in ("base-vs-fork", "mmap-vs-load-mode-none")
                       for m in ("gemma3-270m", "moe-small")}
     assert len(cmps) == 2 * 2 * 4
     assert all(c["status"] == "identical" for c in cmps), [c for c in cmps if c["status"] != "identical"]
+    for c in cmps:  # identical numerics: no divergence, KL exactly 0, full top-1 agreement, same bytes
+        assert c["first_divergence"] is None
+        assert c["kl"]["positions"] > 0 and c["kl"]["max"] == 0.0 and c["kl"]["top1_agreement"] == 1.0
+        assert c["text_check"]["status"] in ("identical", "incomplete")
+
+
+def test_numerics_control_diverges_with_margins_and_the_near_tie_rule(main_job):
+    _, results = main_job
+    data = summary(results)
+    ctl = [c for c in data["comparisons"] if c["group"] == "numerics-control"]
+    assert {c["candidate"] for c in ctl} == {"fork-ub-1", "fork-fa-off"}
+    for c in ctl:
+        assert c["status"] == "diverged" and c["expected"] == "diverged", c["detail"]
+        d = c["first_divergence"]
+        assert d is not None and isinstance(d["index"], int), c["detail"]
+        ref, cand = d["reference"], d["candidate"]
+        assert isinstance(ref["margin"], float) and isinstance(cand["margin"], float)
+        assert ref["margin"] == ref["top"][0][1] - ref["top"][1][1]
+        assert d["near_tie"] == (ref["margin"] < d["near_tie_margin"] and cand["id"] == ref["top"][1][0])
+        assert c["kl"]["mean"] > 0  # the candidate's numerics differ on the reference's tokens
 
 
 def test_platforms_this_machine_cannot_run_are_skipped_with_a_reason(main_job):
@@ -126,9 +146,14 @@ def test_results_hold_logs_environment_and_per_config_outputs(main_job):
     for variant in ("base", "fork"):
         assert (run / f"build-{variant}" / "build.log").exists()
     gen = run / "fork-load-none" / "gen" / "gemma3-270m"
-    stdout = (gen / "umlaut-newline.r1.stdout").read_bytes()
+    stdout = (gen / "umlaut-newline.r2.stdout").read_bytes()  # the last repeat is llama-completion's
     assert stdout.strip(), "the generation produced no text"
-    assert (gen / "umlaut-newline.r2.stderr").exists()
+    tokens = json.loads((gen / "umlaut-newline.r1.tokens.json").read_text())  # the engine's repeat
+    assert tokens["tokens"] and all("margin" in t for t in tokens["tokens"])
+    assert (gen / "engine.stderr").exists()
+    timing = json.loads((run / "compare-timing.json").read_text())
+    # one engine load per (configuration, model): base, fork, fork-load-none on both models, the two controls on gemma
+    assert timing["sessions"] == 3 * 2 + 2 and timing["pure_generation"] > 0
     compare = json.loads((run / "fork" / "compare.json").read_text())
     assert {c["group"] for c in compare} == {"base-vs-fork"}
     assert (results / "latest" / "summary.md").read_text().count("identical") >= 16

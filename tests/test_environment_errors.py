@@ -102,7 +102,7 @@ def test_a_disk_that_fills_mid_run_keeps_what_was_written_and_says_incomplete(pr
     build = harness(project, project.argv("build"))
     assert build.returncode == 0, build.stdout + build.stderr
     where = project.root / "small"
-    # the first generation writes 2 MiB of log into a 1 MiB results file system
+    # the first generation (the engine's) writes 2 MiB of log into a 1 MiB results file system
     done = harness(project, in_tmpfs(project.argv("compare-outputs", extra=("--results-dir", str(where))),
                                      where, "1m"), FAKE_BIG_MB="2")
     assert done.returncode == 2, done.stdout + done.stderr
@@ -119,4 +119,4 @@ def test_a_disk_that_fills_mid_run_keeps_what_was_written_and_says_incomplete(pr
     kept = json.loads((project.root / "kept.json").read_text())
     assert kept["overall"] == "incomplete"
     assert any(f"holding {where}/" in r and "is full (No space left on device)" in r for r in kept["incomplete"])
-    assert "one.r1.stdout" in (project.root / "kept-gen.txt").read_text()  # what was written stays
+    assert "engine.stderr" in (project.root / "kept-gen.txt").read_text()  # what was written stays

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import sys
 from pathlib import Path
 
 import pytest
@@ -147,9 +148,12 @@ def _fake_cuda_build(tmp_path: Path, variant: str, script: str):
     from harness.build import BuildResult
     bin_dir = tmp_path / variant / "bin"
     bin_dir.mkdir(parents=True)
-    exe = bin_dir / "llama-completion"
-    exe.write_text("#!/bin/sh\n" + script)
-    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    engine = f"exec {sys.executable} {Path(__file__).with_name('fake_engine.py')}\n"
+    # the engine fails in the same modes as llama-completion, else serves (tests/fake_engine.py)
+    for name, body in (("llama-completion", script), ("llama-harness-engine", script.replace('echo "hello world"\n', "") + engine)):
+        exe = bin_dir / name
+        exe.write_text("#!/bin/sh\n" + body)
+        exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     return BuildResult(CUDA, variant, "passed", "k", tmp_path / variant, 0.0, False)
 
 
@@ -175,11 +179,9 @@ def _row_mode(failure: str) -> str:
 def test_a_two_gpu_mode_upstream_fails_too_is_unsupported_upstream_in_both_groups(tmp_path, monkeypatch):
     matrix, run, pipe = _cuda_pipeline(tmp_path, monkeypatch, _row_mode(ROW_FAILURE), _row_mode(ROW_FAILURE))
     p = matrix.platform(CUDA)
-    cache: dict = {}
     gen_steps: dict = {}
-    for g in ("cuda-2gpu-row", "cuda-2gpu-row-vs-upstream"):
-        pipe._compare_group(p, g, cache, gen_steps)
-    pipe.record_generate_steps(p, cache, gen_steps)
+    runner = pipe.run_groups(p, ["cuda-2gpu-row", "cuda-2gpu-row-vs-upstream"], gen_steps)
+    pipe.record_generate_steps(p, runner, gen_steps)
     statuses = {(c.group, c.candidate, c.prompt): c.status for c in run.comparisons}
     assert len(statuses) == 2 * 3 * 2 and set(statuses.values()) == {"unsupported-upstream"}
     assert "does not support split buffers" in run.comparisons[0].detail
@@ -194,10 +196,9 @@ def test_a_two_gpu_mode_only_the_fork_fails_is_a_fork_failure(tmp_path, monkeypa
     matrix, run, pipe = _cuda_pipeline(tmp_path, monkeypatch, _row_mode("echo 'hello world'; exit 0"),
                                        _row_mode(ROW_FAILURE))
     p = matrix.platform(CUDA)
-    cache: dict = {}
     gen_steps: dict = {}
-    pipe._compare_group(p, "cuda-2gpu-row", cache, gen_steps)
-    pipe.record_generate_steps(p, cache, gen_steps)
+    runner = pipe.run_groups(p, ["cuda-2gpu-row"], gen_steps)
+    pipe.record_generate_steps(p, runner, gen_steps)
     assert {c.status for c in run.comparisons} == {"crashed"}
     assert run.step(CUDA, "cuda-2gpu-row-pinned", "generate").status == "failed"
     assert run.overall() == "failed"

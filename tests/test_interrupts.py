@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -52,6 +53,23 @@ def summary(results: Path) -> dict:
 @pytest.fixture()
 def project(tmp_path):
     return make_fake_project(tmp_path)
+
+
+def with_second_model(project) -> Path:
+    """Add model ``second`` (a copy of the tiny model) to the project's group, after ``tiny``; returns the
+    file that marks, once it exists, that a generation with FAKE_SLOW_WORD=second has started to hang."""
+    second = project.root / "second.gguf"
+    shutil.copy(project.model, second)
+    text = project.matrix.read_text()
+    text = text.replace("models:\n  tiny:\n", f"models:\n  second:\n    kind: file\n    path: {second}\n  tiny:\n")
+    project.matrix.write_text(text.replace("    models: [tiny]", "    models: [tiny, second]"))
+    return project.root / "slow-started"
+
+
+def hang_second(project, mark: Path, **extra: str) -> dict[str, str]:
+    """The environment for a run whose generations of model ``second`` hang for 120 s."""
+    return project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="second", FAKE_SLOW_MARK=str(mark),
+                       FAKE_PIDS=str(project.root / "pids"), **extra)
 
 
 def _built(project) -> None:
@@ -133,21 +151,20 @@ def test_sigint_during_a_build_leaves_no_process_and_an_incomplete_summary(proje
 
 
 def test_sigterm_during_comparisons_keeps_the_finished_ones_and_names_the_cut_step(project):
+    mark = with_second_model(project)
     _built(project)
-    pids = project.root / "pids"
-    run = start(project.argv("compare-outputs"),
-                project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="seven", FAKE_PIDS=str(pids)))
-    # prompts one and two finish; prompt three ("seven eight") hangs in the base generation
-    wait_for(lambda: pids.exists() and len(pids.read_text().split()) >= 5, what="the slow generation")
-    time.sleep(0.3)
+    run = start(project.argv("compare-outputs"), hang_second(project, mark))
+    # model tiny's comparisons finish; the base engine's first generation of model second hangs
+    wait_for(mark.exists, what="the slow generation")
     run.send_signal(signal.SIGTERM)
     out, err = run.communicate(timeout=60)
     assert run.returncode == 143, out + err
     assert "Traceback" not in err
-    assert pids_alive(pids) == []
+    assert pids_alive(project.root / "pids") == []
     s = summary(project.results)
     assert s["overall"] == "incomplete"
-    assert [(c["prompt"], c["status"]) for c in s["comparisons"]] == [("one", "identical"), ("two", "identical")]
+    assert [(c["model"], c["prompt"], c["status"]) for c in s["comparisons"]] == \
+        [("tiny", p, "identical") for p in ("one", "two", "three", "four")]
     steps = {(c["config"], c["step"]): c for c in s["configurations"]}
     assert steps[("base", "generate")]["status"] == "interrupted"
     assert any("generate base: interrupted by SIGTERM" in r for r in s["incomplete"])
@@ -219,13 +236,12 @@ def triage(project, *runs: str) -> subprocess.CompletedProcess:
 
 
 def test_triage_names_an_interrupted_newest_run_incomplete_and_finds_no_regression_in_what_it_lacks(project):
+    mark = with_second_model(project)
     full = subprocess.run(project.argv("build", "test", "compare-outputs"), cwd=REPO_ROOT, env=project.env(),
                           capture_output=True, text=True)
     assert full.returncode == 0, full.stdout + full.stderr
-    pids = project.root / "pids"
-    cut = start(project.argv("build", "test", "compare-outputs"),
-                project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="seven", FAKE_PIDS=str(pids)))
-    wait_for(lambda: pids.exists() and len(pids.read_text().split()) >= 6, what="the slow generation")
+    cut = start(project.argv("build", "test", "compare-outputs"), hang_second(project, mark))
+    wait_for(mark.exists, what="the slow generation")
     cut.send_signal(signal.SIGINT)
     cut.communicate(timeout=60)
     assert cut.returncode == 130
@@ -234,7 +250,7 @@ def test_triage_names_an_interrupted_newest_run_incomplete_and_finds_no_regressi
     assert done.returncode == 0, done.stdout + done.stderr
     assert "IS INCOMPLETE: compared only on what it recorded" in done.stdout
     assert "generate base: interrupted by SIGINT" in done.stdout
-    assert "not compared: linux-x86_64-cpu base-vs-fork tiny/three: fork vs base (identical in A; not run in B)" \
+    assert "not compared: linux-x86_64-cpu base-vs-fork second/three: fork vs base (identical in A; not run in B)" \
         in done.stdout
     assert "REGRESSIONS (0)" in done.stdout and "verdict: no regressions" in done.stdout
     report = json.loads(triage(project, "--json").stdout)
@@ -280,13 +296,10 @@ def test_ctrl_c_to_nox_and_the_harness_under_it_leaves_no_process_and_an_incompl
 
 
 def test_a_failure_found_before_the_interrupt_is_kept(project):
+    mark = with_second_model(project)
     _built(project)
-    pids = project.root / "pids"
-    run = start(project.argv("compare-outputs"),
-                project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="seven", FAKE_CRASH_WORD="four",
-                            FAKE_PIDS=str(pids)))
-    wait_for(lambda: pids.exists() and len(pids.read_text().split()) >= 5, what="the slow generation")
-    time.sleep(0.3)
+    run = start(project.argv("compare-outputs"), hang_second(project, mark, FAKE_CRASH_WORD="four"))
+    wait_for(mark.exists, what="the slow generation")
     run.send_signal(signal.SIGTERM)
     out, err = run.communicate(timeout=60)
     assert run.returncode == 143, out + err
@@ -294,6 +307,23 @@ def test_a_failure_found_before_the_interrupt_is_kept(project):
     assert s["overall"] == "failed"  # prompt two ("four five six") crashed before the interrupt
     base = next(c for c in s["configurations"] if (c["config"], c["step"]) == ("base", "generate"))
     assert base["status"] == "failed"
-    assert [(f["prompt"], f["status"]) for f in base["failures"]] == [("two", "crashed")]
-    assert base["detail"].startswith("interrupted by SIGTERM after 2 generation(s); tiny/two: crashed")
+    assert {(f["model"], f["prompt"], f["status"]) for f in base["failures"]} == {("tiny", "two", "crashed")}
+    assert re.match(r"interrupted by SIGTERM after \d+ generation\(s\); tiny/two: crashed", base["detail"])
     assert any("generate base: interrupted by SIGTERM" in r for r in s["incomplete"])
+
+
+def test_triage_of_a_run_still_in_progress_says_so_and_finds_no_regression(project):
+    mark = with_second_model(project)
+    full = subprocess.run(project.argv("build", "compare-outputs"), cwd=REPO_ROOT, env=project.env(),
+                          capture_output=True, text=True)
+    assert full.returncode == 0, full.stdout + full.stderr
+    live = start(project.argv("compare-outputs"), hang_second(project, mark))
+    try:
+        wait_for(mark.exists, what="the slow generation")
+        done = triage(project)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"still running (pid {live.pid})" in done.stdout and "REGRESSIONS (0)" in done.stdout
+    finally:
+        live.send_signal(signal.SIGINT)
+        live.communicate(timeout=60)
+    assert live.returncode == 130

@@ -27,7 +27,7 @@ def test_one_case_per_comparison_and_the_first_divergence_as_the_failure_message
     cases = {c.get("name"): c for c in root.iter("testcase")}
     assert set(cases) == {"story: fork vs base", "code: fork vs base", "story: fork-load-none vs fork"}
     failure = cases["story: fork vs base"].find("failure")
-    assert failure.get("message") == "diverged: first divergent token #17: ' the' vs ' a'"
+    assert failure.get("message") == "diverged: first divergent token #17: ' the' (id 278) vs ' a' (id 263)"
     assert cases["code: fork vs base"].find("failure") is None
     assert cases["story: fork-load-none vs fork"].find("failure").get("message") == "crashed: candidate crashed: SIGSEGV"
     assert not any(p.parent.name == "r1" for p in paths)  # outside the run id: a path CI can name

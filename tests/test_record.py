@@ -2,6 +2,7 @@
 
 import json
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,11 +91,14 @@ def test_layout_names_every_path_of_a_run(tmp_path):
 
 
 def _fake_build(tmp_path: Path, variant: str, script: str) -> BuildResult:
+    """llama-completion running ``script``, and an engine that runs ``script`` first, then serves (tests/fake_engine.py)."""
     bin_dir = tmp_path / variant / "bin"
     bin_dir.mkdir(parents=True)
-    exe = bin_dir / "llama-completion"
-    exe.write_text("#!/bin/sh\n" + script)
-    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    engine = f"exec {sys.executable} {Path(__file__).with_name('fake_engine.py')}\n"
+    for name, body in (("llama-completion", script), ("llama-harness-engine", script + engine)):
+        exe = bin_dir / name
+        exe.write_text("#!/bin/sh\n" + body)
+        exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     return BuildResult(CPU, variant, "passed", "k", tmp_path / variant, 0.0, False)
 
 
@@ -111,28 +115,30 @@ def test_the_pipeline_writes_failure_facts_where_generations_fail(tmp_path, monk
     model = tmp_path / "model.gguf"
     model.write_bytes(b"")
     pipe._models["gemma3-270m"] = model
-    cache: dict = {}
     gen_steps: dict = {}
-    pipe._compare_group(p, "base-vs-fork", cache, gen_steps)
-    pipe.record_generate_steps(p, cache, gen_steps)
+    runner = pipe.run_groups(p, ["base-vs-fork"], gen_steps)
+    pipe.record_generate_steps(p, runner, gen_steps)
     fork = run.step(CPU, "fork", "generate")
     assert fork.status == "failed"
     prompts = set(matrix.groups["base-vs-fork"].prompts)
     assert {f.prompt for f in fork.failures if f.kind == "generation"} == prompts, fork.failures
-    fact = fork.failures[0]
+    fact = fork.failures[0]  # the engine's model load: its stderr names the assertion
     assert (fact.kind, fact.model, fact.status, fact.signal, fact.repeat) == \
         ("generation", "gemma3-270m", "crashed", "SIGSEGV", 1)
     assert fact.error_line == "ggml.c:7: GGML_ASSERT(n > 0) failed"
-    assert (run.dir / fact.log).is_file() and fact.log.endswith(".r1.stderr")
+    assert (run.dir / fact.log).is_file() and fact.log.endswith("engine.stderr")
     assert step_logs(run.dir, fork)[0] == run.dir / fact.log
+    completion = [f for f in fork.failures if f.log.endswith(".r2.stderr")]  # llama-completion, the last repeat
+    assert {f.prompt for f in completion} == prompts and completion[0].signal == "SIGSEGV"
+    assert {c.status for c in run.comparisons} == {"crashed"}
     sig = {e["config"]: e["signature"] for e in classify_run(run.dir) if e["step"] == "generate"}["fork"]
     assert sig["kind"] == "test_assertion"
 
     # a model that cannot be made: every configuration of the group errors with a model fact
     pipe._models["gemma3-270m"] = results.RecordError("not a GGUF file")
     gen_steps = {}
-    pipe._compare_group(p, "base-vs-fork", {}, gen_steps)
-    pipe.record_generate_steps(p, {}, gen_steps)
+    runner = pipe.run_groups(p, ["base-vs-fork"], gen_steps)
+    pipe.record_generate_steps(p, runner, gen_steps)
     base = run.step(CPU, "base", "generate")
     assert base.status == "error"
     assert [(f.kind, f.model) for f in base.failures] == [("model", "gemma3-270m")]

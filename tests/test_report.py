@@ -24,7 +24,9 @@ REF_TEXT = (" there lived an old fisherman named Tomas. Every morning he walked 
 CAND_TEXT = (" there lived an old woman who kept bees. Every morning she walked along the cliffs "
              "and counted the boats <b>coming</b> home.")
 #: Token 4 is the first divergent token: " there"," lived"," an"," old" are shared.
-DIVERGENCE = {"index": 4, "reference": {"id": 31962, "piece": " fisherman"}, "candidate": {"id": 5765, "piece": " woman"}}
+DIVERGENCE = {"index": 4, "near_tie": True, "near_tie_margin": 0.1,
+              "reference": {"id": 31962, "piece": " fisherman", "margin": 0.02, "eog": False},
+              "candidate": {"id": 5765, "piece": " woman", "margin": 1.5, "eog": False}}
 
 
 def _ladder(rows: list[tuple[int, int, str]]) -> list[dict]:
@@ -173,7 +175,7 @@ def test_markdown_summary_names_failures_signatures_and_divergences(tmp_path):
     assert "**Steps:** 2 failed, 4 passed, 1 skipped · **comparisons:** 1 crashed, 1 diverged, 1 identical" in md
     assert f"| {CPU} | fork | build | failed | `compile_error` compile error in src/llama-model.cpp:812" in md
     assert "`cuda_error` CUDA error: an illegal memory access was encountered at cudaFuncSetAttribute" in md
-    assert "first divergent token #4: `' fisherman'` vs `' woman'`" in md
+    assert "first divergent token #4 (near tie): ' fisherman' (id 31962, margin 0.02) vs ' woman' (id 5765, margin 1.5)" in md
 
 
 def test_markdown_against_a_baseline_lists_the_regressions(tmp_path):

@@ -40,7 +40,7 @@ def test_summary_has_the_documented_shape(tmp_path):
                         "first_divergence"}
     assert cmp["first_divergence"]["index"] == 17
     md = (run.dir / "summary.md").read_text()
-    assert "#17: ' the' vs ' a'" in md and "failed: test-x" in md
+    assert "#17: ' the' (id 278) vs ' a' (id 263)" in md and "failed: test-x" in md
 
 
 def test_summary_is_kept_across_stages_of_one_run(tmp_path):

@@ -817,3 +817,46 @@ def test_a_step_lost_from_a_platform_that_still_ran_is_a_regression(tmp_path):
     report = diff_runs(a.dir, b.dir)
     regressions = {(t.kind, t.what, t.before, t.after) for t in report.regressions}
     assert regressions == {("step", "fork-load-none generate", "passed", "absent")}
+
+
+def _cmp(status: str, div: dict | None = None, kl_mean: float | None = None, prompt: str = "story") -> ComparisonRecord:
+    kl = None if kl_mean is None else {"positions": 120, "mean": kl_mean, "max": kl_mean * 4, "max_at": 3,
+                                       "top1_agreement": 1.0}
+    return ComparisonRecord(CPU, "ub-vs-default", "gemma3-270m", prompt, "fork", "fork-ub", status, div,
+                            "", kl=kl, kl_mean_max=1e-4)
+
+
+def _side(id_: int, piece: str, margin: float) -> dict:
+    return {"id": id_, "piece": piece, "piece_hex": piece.encode().hex(), "eog": False, "margin": margin,
+            "top": [[id_, 10.0], [id_ + 1, 10.0 - margin]]}
+
+
+def test_kl_rising_above_the_threshold_is_a_regression_with_identical_tokens(tmp_path, capsys):
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    a.record_comparisons([_cmp("identical", kl_mean=2e-6)])
+    b.record_comparisons([_cmp("identical", kl_mean=3e-3)])
+    report = diff_runs(a.dir, b.dir)
+    assert [(t.kind, t.before, t.after) for t in report.regressions] == [("kl", "KL mean 2e-06", "KL mean 0.003")]
+    assert "kl_mean_max 0.0001" in report.regressions[0].detail
+    back = diff_runs(b.dir, a.dir)
+    assert back.regressions == [] and [t.kind for t in back.fixes] == ["kl"]
+    assert diff_runs(a.dir, a.dir).transitions == []
+
+
+def test_near_tie_and_hard_divergences_are_reported_apart_and_moves_in_tokens(tmp_path):
+    near = {"index": 9, "near_tie": True, "near_tie_margin": 0.1, "reference": _side(5, " the", 0.01),
+            "candidate": _side(6, " a", 0.02)}
+    hard = {"index": 3, "near_tie": False, "near_tie_margin": 0.1, "reference": _side(7, " cat", 4.0),
+            "candidate": _side(9, " dog", 2.5)}
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    a.record_comparisons([_cmp("diverged", dict(hard, index=12), prompt="code"), _cmp("identical")])
+    b.record_comparisons([_cmp("diverged", hard, prompt="code"), _cmp("diverged", near)])
+    report = diff_runs(a.dir, b.dir)
+    moved = [d for d in report.divergences if d.change == "moved"]
+    assert [(d.prompt, d.before_index, d.after_index, d.moved_by, d.near_tie) for d in moved] == \
+        [("code", 12, 3, -9, False)]
+    text = triage.format_report(report)
+    hard_at = text.index("HARD DIVERGENCES, NEW OR MOVED (1)")
+    near_at = text.index("NEAR-TIE DIVERGENCES, NEW OR MOVED")
+    assert "moved from generated token 12 to 3 (-9 tokens, margins 4 vs 2.5)" in text[hard_at:near_at]
+    assert "new, at generated token 9 (' the' vs ' a', margins 0.01 vs 0.02)" in text[near_at:]

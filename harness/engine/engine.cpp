@@ -1,0 +1,463 @@
+// llama-harness-engine: one model load, many greedy generations and teacher-forced scorings.
+//
+// Command line: llama-completion's own arguments (parsed by common_params_parse for
+// LLAMA_EXAMPLE_COMPLETION), so a configuration's args and env reach the model and the
+// context exactly as they reach llama-completion. -n is the number of tokens generated per
+// request.
+//
+// Requests, one per line on stdin, fields separated by a tab; text and paths are hex-encoded
+// bytes so that no byte needs escaping:
+//
+//   generate <prompt>
+//       Greedy generation as llama-completion does it: the prompt tokenized with special
+//       tokens parsed and BOS added per the vocabulary, decoded in chunks of n_batch, then one
+//       token per decode, each chosen by the configured sampler chain (temperature 0: the
+//       highest logit). Generation stops after an end-of-generation token (which is recorded)
+//       or after n_predict tokens.
+//   score <prompt> <id,id,...> <dump path or -> <reference dump path or ->
+//       Teacher forcing: the prompt plus the given tokens decoded in chunks of n_batch; for
+//       generated position k the distribution over the vocabulary given the prompt and tokens
+//       0..k-1. With a dump path, the log-probabilities (float32, n_positions x n_vocab after
+//       an int32 header of n_positions and n_vocab) are written there. With a reference dump,
+//       KL(reference || this) in nats and top-1 agreement are computed per position.
+//   quit
+//
+// Replies, one per request, are single lines on stdout starting with "@@engine " followed by
+// a JSON object; everything else the libraries print goes to stderr (or, if anything, to
+// stdout without that prefix).
+
+#include "arg.h"
+#include "common.h"
+#include "log.h"
+#include "sampling.h"
+#include "llama.h"
+
+#include <chrono>
+#include <clocale>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#if defined(_WIN32)
+#include <fcntl.h>
+#include <io.h>
+#endif
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ms_since(clock_type::time_point start) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - start).count();
+}
+
+bool hex_decode(const std::string & hex, std::string & out) {
+    if (hex.size() % 2 != 0) {
+        return false;
+    }
+    out.clear();
+    out.reserve(hex.size() / 2);
+    for (size_t i = 0; i < hex.size(); i += 2) {
+        int value = 0;
+        for (size_t j = i; j < i + 2; j++) {
+            const char c = hex[j];
+            value <<= 4;
+            if (c >= '0' && c <= '9') {
+                value |= c - '0';
+            } else if (c >= 'a' && c <= 'f') {
+                value |= c - 'a' + 10;
+            } else if (c >= 'A' && c <= 'F') {
+                value |= c - 'A' + 10;
+            } else {
+                return false;
+            }
+        }
+        out.push_back((char) value);
+    }
+    return true;
+}
+
+std::string hex_encode(const std::string & bytes) {
+    static const char digits[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(bytes.size() * 2);
+    for (unsigned char c : bytes) {
+        out.push_back(digits[c >> 4]);
+        out.push_back(digits[c & 15]);
+    }
+    return out;
+}
+
+// a JSON number; non-finite values as the literals Python's json module reads
+std::string json_number(double v) {
+    if (std::isnan(v)) {
+        return "NaN";
+    }
+    if (std::isinf(v)) {
+        return v > 0 ? "Infinity" : "-Infinity";
+    }
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%.9g", v);
+    return buf;
+}
+
+std::string json_string(const std::string & s) {
+    std::string out = "\"";
+    for (unsigned char c : s) {
+        if (c == '"' || c == '\\') {
+            out.push_back('\\');
+            out.push_back((char) c);
+        } else if (c < 0x20 || c >= 0x7f) {
+            char buf[8];
+            snprintf(buf, sizeof(buf), "\\u%04x", c);
+            out += buf;
+        } else {
+            out.push_back((char) c);
+        }
+    }
+    return out + "\"";
+}
+
+void reply(const std::string & json) {
+    fputs("@@engine ", stdout);
+    fputs(json.c_str(), stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+void reply_error(const std::string & message) {
+    reply("{\"ok\":false,\"error\":" + json_string(message) + "}");
+}
+
+std::vector<std::string> split_tabs(const std::string & line) {
+    std::vector<std::string> parts;
+    size_t start = 0;
+    while (true) {
+        const size_t tab = line.find('\t', start);
+        parts.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+        if (tab == std::string::npos) {
+            return parts;
+        }
+        start = tab + 1;
+    }
+}
+
+// the two highest logits (ties: the lower id first, as the greedy sampler keeps the first
+// maximum) and the log of the sum of exp over the whole row
+struct row_facts {
+    llama_token top1 = 0;
+    llama_token top2 = 0;
+    float logit1 = -INFINITY;
+    float logit2 = -INFINITY;
+    double lse = 0.0;
+};
+
+row_facts facts_of(const float * logits, int n_vocab) {
+    row_facts f;
+    for (int i = 0; i < n_vocab; i++) {
+        const float v = logits[i];
+        if (v > f.logit1) {
+            f.top2 = f.top1;
+            f.logit2 = f.logit1;
+            f.top1 = i;
+            f.logit1 = v;
+        } else if (v > f.logit2) {
+            f.top2 = i;
+            f.logit2 = v;
+        }
+    }
+    double sum = 0.0;
+    for (int i = 0; i < n_vocab; i++) {
+        sum += std::exp((double) logits[i] - (double) f.logit1);
+    }
+    f.lse = (double) f.logit1 + std::log(sum);
+    return f;
+}
+
+struct engine {
+    common_params & params;
+    llama_context * ctx;
+    const llama_vocab * vocab;
+    common_sampler * smpl;
+    int n_vocab;
+    int n_ctx;
+
+    std::vector<llama_token> tokenize_prompt(const std::string & prompt) const {
+        std::vector<llama_token> tokens = common_tokenize(ctx, prompt, true, true);
+        if (tokens.empty() && llama_vocab_get_add_bos(vocab)) {
+            tokens.push_back(llama_vocab_bos(vocab));
+        }
+        return tokens;
+    }
+
+    // decode tokens[first..] at positions first.. in chunks of n_batch, as common_prompt_batch_decode does;
+    // on_outputs(batch index, position) is called after each chunk for the positions with output set
+    template <typename F>
+    bool decode(const std::vector<llama_token> & tokens, size_t first, size_t first_output, F on_output) {
+        const size_t n_batch = (size_t) std::max(1, params.n_batch);
+        for (size_t start = first; start < tokens.size(); start += n_batch) {
+            const size_t end = std::min(tokens.size(), start + n_batch);
+            common_batch batch(ctx);
+            for (size_t i = start; i < end; i++) {
+                batch.add(tokens[i], (llama_pos) i, 0, i >= first_output || i + 1 == tokens.size());
+            }
+            if (llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch.get()) != 0) {
+                return false;
+            }
+            for (size_t i = start; i < end; i++) {
+                if (i >= first_output || i + 1 == tokens.size()) {
+                    if (!on_output((int32_t) (i - start), i)) {
+                        return false;
+                    }
+                }
+            }
+        }
+        return true;
+    }
+
+    void generate(const std::string & prompt) {
+        const auto t_start = clock_type::now();
+        std::vector<llama_token> tokens = tokenize_prompt(prompt);
+        const size_t n_prompt = tokens.size();
+        const int n_predict = params.n_predict;
+        if (n_prompt == 0) {
+            reply_error("the prompt is empty and the vocabulary adds no BOS token");
+            return;
+        }
+        if (n_predict <= 0 || (int) n_prompt + n_predict > n_ctx) {
+            reply_error("prompt (" + std::to_string(n_prompt) + " tokens) plus n_predict (" + std::to_string(n_predict) +
+                        ") must be positive and fit the context (" + std::to_string(n_ctx) + " tokens)");
+            return;
+        }
+        llama_memory_clear(llama_get_memory(ctx), true);
+        common_sampler_reset(smpl);
+        for (llama_token t : tokens) {
+            common_sampler_accept(smpl, t, false);
+        }
+        // prompt: only the last token's logits are needed
+        if (!decode(tokens, 0, tokens.size(), [](int32_t, size_t) { return true; })) {
+            reply_error("llama_process failed on the prompt");
+            return;
+        }
+        const double prompt_ms = ms_since(t_start);
+        const auto t_gen = clock_type::now();
+
+        std::ostringstream out;
+        out << "{\"ok\":true,\"prompt_tokens\":" << n_prompt << ",\"tokens\":[";
+        bool eog = false;
+        for (int n = 0; n < n_predict; n++) {
+            const llama_token id = common_sampler_sample(smpl, ctx, -1);
+            common_sampler_accept(smpl, id, true);
+            const row_facts f = facts_of(llama_get_logits_ith(ctx, -1), n_vocab);
+            eog = llama_vocab_is_eog(vocab, id);
+            out << (n ? "," : "") << "{\"id\":" << id
+                << ",\"piece\":\"" << hex_encode(common_token_to_piece(ctx, id, params.special)) << "\""
+                << ",\"eog\":" << (eog ? "true" : "false")
+                << ",\"top\":[[" << f.top1 << "," << json_number(f.logit1) << "],["
+                << f.top2 << "," << json_number(f.logit2) << "]]"
+                << ",\"lse\":" << json_number(f.lse) << "}";
+            if (eog || n + 1 == n_predict) {
+                break;
+            }
+            tokens.push_back(id);
+            if (!decode(tokens, tokens.size() - 1, tokens.size(), [](int32_t, size_t) { return true; })) {
+                reply_error("llama_process failed at generated token " + std::to_string(n));
+                return;
+            }
+        }
+        out << "],\"eog\":" << (eog ? "true" : "false")
+            << ",\"prompt_ms\":" << json_number(prompt_ms) << ",\"gen_ms\":" << json_number(ms_since(t_gen)) << "}";
+        reply(out.str());
+    }
+
+    void score(const std::string & prompt, const std::string & ids_text, const std::string & dump_path,
+               const std::string & ref_path) {
+        const auto t_start = clock_type::now();
+        std::vector<llama_token> forced;
+        {
+            std::stringstream ss(ids_text);
+            std::string item;
+            while (std::getline(ss, item, ',')) {
+                if (item.empty()) {
+                    continue;
+                }
+                try {
+                    const long v = std::stol(item);
+                    if (v < 0 || v >= n_vocab) {
+                        reply_error("token id " + item + " outside the vocabulary");
+                        return;
+                    }
+                    forced.push_back((llama_token) v);
+                } catch (const std::exception &) {
+                    reply_error("bad token id " + json_string(item));
+                    return;
+                }
+            }
+        }
+        if (forced.empty()) {
+            reply_error("score needs at least one token");
+            return;
+        }
+        std::vector<llama_token> tokens = tokenize_prompt(prompt);
+        const size_t n_prompt = tokens.size();
+        const size_t n_pos = forced.size();
+        // inputs: the prompt and every forced token but the last; outputs from the last prompt token on
+        tokens.insert(tokens.end(), forced.begin(), forced.end() - 1);
+        if (n_prompt == 0 || (int) tokens.size() > n_ctx) {
+            reply_error("prompt plus forced tokens (" + std::to_string(tokens.size()) + ") do not fit the context (" +
+                        std::to_string(n_ctx) + " tokens)");
+            return;
+        }
+
+        FILE * dump = nullptr;
+        FILE * ref = nullptr;
+        if (dump_path != "-") {
+            dump = fopen(dump_path.c_str(), "wb");
+            if (!dump) {
+                reply_error("cannot write " + dump_path);
+                return;
+            }
+            const int32_t header[2] = { (int32_t) n_pos, (int32_t) n_vocab };
+            fwrite(header, sizeof(header), 1, dump);
+        }
+        if (ref_path != "-") {
+            ref = fopen(ref_path.c_str(), "rb");
+            int32_t header[2] = { 0, 0 };
+            if (!ref || fread(header, sizeof(header), 1, ref) != 1 || header[1] != n_vocab || header[0] < (int32_t) n_pos) {
+                if (ref) {
+                    fclose(ref);
+                }
+                if (dump) {
+                    fclose(dump);
+                }
+                reply_error("reference dump " + ref_path + " is missing or does not match (" +
+                            std::to_string(n_pos) + " positions of " + std::to_string(n_vocab) + " tokens)");
+                return;
+            }
+        }
+
+        std::vector<float> logprobs(n_vocab);
+        std::vector<float> ref_row(n_vocab);
+        std::vector<double> kl;
+        std::vector<int> agree;
+        bool io_ok = true;
+        llama_memory_clear(llama_get_memory(ctx), true);
+        const bool ok = decode(tokens, 0, n_prompt - 1, [&](int32_t idx, size_t) {
+            const float * logits = llama_get_logits_ith(ctx, idx);
+            if (!logits) {
+                return false;
+            }
+            const row_facts f = facts_of(logits, n_vocab);
+            for (int i = 0; i < n_vocab; i++) {
+                logprobs[i] = (float) ((double) logits[i] - f.lse);
+            }
+            if (dump && fwrite(logprobs.data(), sizeof(float), n_vocab, dump) != (size_t) n_vocab) {
+                io_ok = false;
+                return false;
+            }
+            if (ref) {
+                if (fread(ref_row.data(), sizeof(float), n_vocab, ref) != (size_t) n_vocab) {
+                    io_ok = false;
+                    return false;
+                }
+                double sum = 0.0;
+                int ref_top = 0;
+                for (int i = 0; i < n_vocab; i++) {
+                    const double lp = ref_row[i];
+                    if (ref_row[i] > ref_row[ref_top]) {
+                        ref_top = i;
+                    }
+                    sum += std::exp(lp) * (lp - (double) logprobs[i]);
+                }
+                kl.push_back(sum);
+                agree.push_back(ref_top == f.top1 ? 1 : 0);
+            }
+            return true;
+        });
+        if (dump) {
+            io_ok = fclose(dump) == 0 && io_ok;
+        }
+        if (ref) {
+            fclose(ref);
+        }
+        if (!ok || !io_ok) {
+            reply_error(io_ok ? "llama_process failed while scoring" : "reading or writing a dump failed");
+            return;
+        }
+        std::ostringstream out;
+        out << "{\"ok\":true,\"positions\":" << n_pos;
+        if (ref) {
+            out << ",\"kl\":[";
+            for (size_t i = 0; i < kl.size(); i++) {
+                out << (i ? "," : "") << json_number(kl[i]);
+            }
+            out << "],\"top1\":[";
+            for (size_t i = 0; i < agree.size(); i++) {
+                out << (i ? "," : "") << agree[i];
+            }
+            out << "]";
+        }
+        out << ",\"score_ms\":" << json_number(ms_since(t_start)) << "}";
+        reply(out.str());
+    }
+};
+
+} // namespace
+
+int main(int argc, char ** argv) {
+    std::setlocale(LC_NUMERIC, "C");
+#if defined(_WIN32)
+    _setmode(_fileno(stdin), _O_BINARY);
+    _setmode(_fileno(stdout), _O_BINARY);
+#endif
+    common_params params;
+    common_init();
+    if (!common_params_parse(argc, argv, params, LLAMA_EXAMPLE_COMPLETION)) {
+        return 1;
+    }
+    llama_backend_init();
+    llama_numa_init(params.numa);
+
+    const auto t_load = clock_type::now();
+    auto init = common_init_from_params(params);
+    llama_context * ctx = init->context();
+    llama_model * model = init->model();
+    if (ctx == nullptr || model == nullptr) {
+        LOG_ERR("%s: error: unable to load the model or create the context\n", __func__);
+        return 1;
+    }
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    engine eng{ params, ctx, vocab, init->sampler(0), llama_vocab_n_tokens(vocab), (int) llama_n_ctx(ctx) };
+    reply("{\"ok\":true,\"ready\":true,\"n_vocab\":" + std::to_string(eng.n_vocab) + ",\"n_ctx\":" +
+          std::to_string(eng.n_ctx) + ",\"load_ms\":" + json_number(ms_since(t_load)) + "}");
+
+    std::string line;
+    while (std::getline(std::cin, line)) {
+        if (!line.empty() && line.back() == '\r') {
+            line.pop_back();
+        }
+        const std::vector<std::string> parts = split_tabs(line);
+        std::string prompt;
+        if (parts[0] == "quit") {
+            break;
+        }
+        if (parts[0] == "generate" && parts.size() == 2 && hex_decode(parts[1], prompt)) {
+            eng.generate(prompt);
+            continue;
+        }
+        std::string dump_path;
+        std::string ref_path;
+        if (parts[0] == "score" && parts.size() == 5 && hex_decode(parts[1], prompt) &&
+                (parts[3] == "-" || hex_decode(parts[3], dump_path)) && (parts[4] == "-" || hex_decode(parts[4], ref_path))) {
+            eng.score(prompt, parts[2], parts[3] == "-" ? "-" : dump_path, parts[4] == "-" ? "-" : ref_path);
+            continue;
+        }
+        reply_error("bad request: " + line.substr(0, 200));
+    }
+    llama_backend_free();
+    return 0;
+}

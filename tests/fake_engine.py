@@ -1,0 +1,51 @@
+"""A stand-in for llama-harness-engine in tests: the request protocol of harness/engine/engine.cpp
+with a four-token vocabulary. Every generation is "hello" then end of generation; teacher-forced
+rows are uniform, so every KL divergence is 0."""
+
+import json
+import struct
+import sys
+
+N_VOCAB = 4
+
+
+def reply(obj: dict) -> None:
+    sys.stdout.write("@@engine " + json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def ready() -> None:
+    """The reply the engine gives once its model is loaded."""
+    reply({"ok": True, "ready": True, "n_vocab": N_VOCAB, "n_ctx": 1024, "load_ms": 1.0})
+
+
+def main() -> None:
+    ready()
+    for line in sys.stdin:
+        if not handle(line.rstrip("\r\n").split("\t")):
+            return
+
+
+def handle(parts: list) -> bool:
+    """Answer one request (its tab-separated fields); False for ``quit``."""
+    if parts[0] == "quit":
+        return False
+    if parts[0] == "generate":
+        tokens = [{"id": 2, "piece": b"hello".hex(), "eog": False, "top": [[2, 5.0], [3, 1.0]], "lse": 5.1},
+                  {"id": 1, "piece": "", "eog": True, "top": [[1, 6.0], [2, 2.0]], "lse": 6.1}]
+        reply({"ok": True, "prompt_tokens": 3, "tokens": tokens, "eog": True, "prompt_ms": 1.0, "gen_ms": 1.0})
+    elif parts[0] == "score":
+        n = len([t for t in parts[2].split(",") if t])
+        if parts[3] != "-":
+            with open(bytes.fromhex(parts[3]).decode(), "wb") as f:
+                f.write(struct.pack("<2i", n, N_VOCAB) + struct.pack(f"<{n * N_VOCAB}f", *[-1.386] * (n * N_VOCAB)))
+        out = {"ok": True, "positions": n, "score_ms": 1.0}
+        if parts[4] != "-":
+            out.update(kl=[0.0] * n, top1=[1] * n)
+        reply(out)
+    else:
+        reply({"ok": False, "error": "bad request"})
+    return True
+
+if __name__ == "__main__":
+    main()

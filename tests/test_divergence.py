@@ -1,0 +1,205 @@
+"""Tests of harness.divergence on recorded token streams: exact first divergence, margins, near ties,
+end of generation, nondeterministic repeats, the llama-completion byte check and the KL summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.compare import GenerationResult, to_json
+from harness.divergence import (
+    EngineRun,
+    SideRuns,
+    check_texts,
+    compare_streams,
+    first_differing_byte,
+    first_divergence,
+    summarize_kl,
+)
+from harness.engine import EngineGeneration, GenToken, ScoreResult, parse_generation
+
+EOG = 1  # the end-of-generation token id of these recorded streams
+
+
+def tok(id_: int, piece: bytes, top2: int = 0, margin: float = 5.0, eog: bool = False) -> GenToken:
+    """A generated token chosen as the row's top-1 with ``margin`` nats over its second choice ``top2``."""
+    return GenToken(id=id_, piece=piece, eog=eog, top=((id_, 10.0), (top2, 10.0 - margin)), lse=11.0)
+
+
+def end(margin: float = 5.0, top2: int = 0) -> GenToken:
+    return tok(EOG, b"", top2=top2, margin=margin, eog=True)
+
+
+def gen(*tokens: GenToken) -> EngineGeneration:
+    return EngineGeneration(tokens=list(tokens), prompt_tokens=5, eog=bool(tokens and tokens[-1].eog),
+                            prompt_ms=1.0, gen_ms=2.0)
+
+
+def completion(text: bytes, complete: bool = True, status: str = "ok") -> GenerationResult:
+    return GenerationResult(status=status, text=text, returncode=0 if status == "ok" else -11,
+                            signal=None if status == "ok" else "SIGSEGV", error_line=None, seconds=1.0,
+                            stdout_path=Path("x.stdout"), stderr_path=Path("x.stderr"), argv=[], complete=complete)
+
+
+def side(*gens: EngineGeneration, text: bytes | None = None, complete: bool = True) -> SideRuns:
+    runs = [EngineRun(status="ok", generation=g) for g in gens]
+    comp = completion(gens[0].text if text is None else text, complete) if gens else None
+    return SideRuns(engine=runs, completion=comp)
+
+
+HELLO = gen(tok(10, b"Hello"), tok(11, b","), tok(12, b" world"), end())
+
+
+def test_identical_streams_are_identical() -> None:
+    pc = compare_streams("p", "ref", side(HELLO, HELLO), "cand", side(HELLO, HELLO), 0.1)
+    assert pc.status == "identical" and pc.first_divergence is None and pc.nondeterministic == []
+    assert pc.text_check is not None and pc.text_check.status == "identical"
+    assert pc.reference_tokens == [10, 11, 12, EOG] and pc.detail == "identical"
+
+
+def test_shifted_merge_reports_the_engines_index_and_pieces() -> None:
+    # the candidate generated " wor" + "ld" where the reference generated " world": re-tokenizing the
+    # texts would merge them again; the engine's streams part at generated token 2
+    cand = gen(tok(10, b"Hello"), tok(11, b","), tok(40, b" wor", top2=12, margin=3.0), tok(41, b"ld"), end())
+    pc = compare_streams("p", "ref", side(HELLO), "cand", side(cand), 0.1)
+    div = pc.first_divergence
+    assert pc.status == "diverged" and div is not None and div.index == 2
+    assert div.reference is not None and div.reference.id == 12 and div.reference.piece == " world"
+    assert div.candidate is not None and div.candidate.id == 40 and div.candidate.piece_hex == b" wor".hex()
+    assert div.reference.margin == 5.0 and div.candidate.margin == 3.0
+    # same bytes on both sides: the byte check agrees, the token ids do not
+    assert pc.text_check is not None and pc.text_check.status == "identical"
+    assert "generated token 2" in pc.detail and "hard divergence" in pc.detail
+
+
+def test_both_end_at_once_is_an_identical_empty_generation() -> None:
+    empty = gen(end())
+    pc = compare_streams("p", "ref", side(empty), "cand", side(empty), 0.1)
+    assert pc.status == "identical" and pc.first_divergence is None
+    assert pc.reference_text == b"" and "end at once" in pc.detail
+
+
+def test_one_side_ends_at_once_diverges_at_zero() -> None:
+    pc = compare_streams("p", "ref", side(gen(end(margin=4.0, top2=10))), "cand", side(HELLO), 0.1)
+    div = pc.first_divergence
+    assert pc.status == "diverged" and div is not None and div.index == 0
+    assert div.reference is not None and div.reference.eog and div.reference.piece == ""
+    assert div.candidate is not None and div.candidate.id == 10 and not div.near_tie
+    assert pc.text_check is not None and pc.text_check.status == "differs"
+    assert pc.text_check.first_differing_byte == 0
+
+
+def test_candidate_stops_where_reference_continues() -> None:
+    short = gen(tok(10, b"Hello"), end())
+    pc = compare_streams("p", "ref", side(HELLO), "cand", side(short), 0.1)
+    assert pc.first_divergence is not None and pc.first_divergence.index == 1
+    assert pc.first_divergence.candidate is not None and pc.first_divergence.candidate.eog
+
+
+def test_reference_reaches_n_predict_where_candidate_continues() -> None:
+    ref = gen(tok(10, b"Hello"), tok(11, b","))
+    cand = gen(tok(10, b"Hello"), tok(11, b","), tok(12, b" world"))
+    div = first_divergence(ref.tokens, cand.tokens, 0.1)
+    assert div is not None and div.index == 2 and div.reference is None and div.candidate is not None
+
+
+def test_near_tie_flip() -> None:
+    ref = gen(tok(10, b"Hello"), tok(11, b",", top2=13, margin=0.004), tok(12, b" world"), end())
+    cand = gen(tok(10, b"Hello"), tok(13, b"!", top2=11, margin=0.003), end())
+    pc = compare_streams("p", "ref", side(ref), "cand", side(cand), 0.1)
+    div = pc.first_divergence
+    assert div is not None and div.index == 1 and div.near_tie and div.near_tie_margin == 0.1
+    assert "near tie" in pc.detail and pc.status == "diverged"
+
+
+def test_small_margin_but_third_choice_is_a_hard_divergence() -> None:
+    ref = gen(tok(10, b"Hello"), tok(11, b",", top2=13, margin=0.004), end())
+    cand = gen(tok(10, b"Hello"), tok(14, b"?"), end())
+    div = first_divergence(ref.tokens, cand.tokens, 0.1)
+    assert div is not None and not div.near_tie
+
+
+def test_second_choice_with_a_wide_margin_is_a_hard_divergence() -> None:
+    ref = gen(tok(10, b"Hello"), tok(11, b",", top2=13, margin=0.5), end())
+    cand = gen(tok(10, b"Hello"), tok(13, b"!"), end())
+    div = first_divergence(ref.tokens, cand.tokens, 0.1)
+    assert div is not None and not div.near_tie
+    assert first_divergence(ref.tokens, cand.tokens, 1.0).near_tie  # the threshold decides
+
+
+def test_nondeterministic_engine_repeats_never_pass() -> None:
+    other = gen(tok(10, b"Hello"), tok(11, b","), tok(50, b" there"), end())
+    pc = compare_streams("p", "ref", side(HELLO), "cand", side(HELLO, other, text=HELLO.text), 0.1)
+    assert pc.status == "diverged" and pc.nondeterministic == ["cand"] and pc.first_divergence is None
+    assert "engine repeat 2 differs from repeat 1 at generated token 2" in pc.detail
+
+
+def test_completion_text_that_differs_from_the_engine_is_nondeterminism() -> None:
+    pc = compare_streams("p", "ref", side(HELLO, text=b"Hello, there"), "cand", side(HELLO, text=b"Hello, there"), 0.1)
+    assert pc.status == "diverged" and pc.nondeterministic == ["ref", "cand"]
+    assert "llama-completion text differs from the engine's at byte 7" in pc.detail
+
+
+def test_completion_texts_differ_although_streams_agree() -> None:
+    pc = compare_streams("p", "ref", side(HELLO), "cand", side(HELLO, text=HELLO.text + b"\n"), 0.1)
+    # the candidate's llama-completion printed more than its engine generation: nondeterministic, and the byte check
+    assert pc.status == "diverged"
+    assert pc.text_check is not None and pc.text_check.first_differing_byte == len(HELLO.text)
+
+
+def test_cut_completion_text_is_compared_as_far_as_it_goes() -> None:
+    pc = compare_streams("p", "ref", side(HELLO), "cand", side(HELLO, text=b"Hello", complete=False), 0.1)
+    assert pc.status == "identical"
+    assert pc.text_check is not None and pc.text_check.status == "incomplete"
+    assert "cut at exit" in pc.detail
+    cut_wrong = check_texts(completion(b"Hello, world"), completion(b"Help", complete=False))
+    assert cut_wrong.status == "differs" and cut_wrong.first_differing_byte == 3
+
+
+def test_crash_wins_over_timeout_and_divergence() -> None:
+    crashed = SideRuns(engine=[EngineRun(status="crashed", error="engine ended while generating (SIGSEGV)")],
+                       completion=completion(b"", status="ok"))
+    timed_out = SideRuns(engine=[EngineRun(status="timeout", error="engine timed out after 300 s")])
+    pc = compare_streams("p", "ref", timed_out, "cand", crashed, 0.1)
+    assert pc.status == "crashed" and "cand crashed: engine ended while generating (SIGSEGV)" in pc.detail
+    pc = compare_streams("p", "ref", timed_out, "cand", side(HELLO), 0.1)
+    assert pc.status == "timeout" and pc.detail.startswith("ref timed out")
+
+
+def test_crashed_completion_is_a_crash() -> None:
+    cand = SideRuns(engine=[EngineRun(status="ok", generation=HELLO)], completion=completion(b"", status="crashed"))
+    pc = compare_streams("p", "ref", side(HELLO), "cand", cand, 0.1)
+    assert pc.status == "crashed" and "llama-completion SIGSEGV" in pc.detail
+
+
+def test_needs_engine_runs_on_both_sides() -> None:
+    with pytest.raises(ValueError):
+        compare_streams("p", "ref", SideRuns(engine=[]), "cand", side(HELLO), 0.1)
+
+
+def test_kl_summary_and_detail() -> None:
+    kl = summarize_kl(ScoreResult(positions=4, kl=[0.0, 0.002, 0.01, 0.0], top1=[True, True, False, True]))
+    assert kl is not None and kl.positions == 4 and kl.max == 0.01 and kl.max_at == 2
+    assert kl.mean == pytest.approx(0.003) and kl.top1_agreement == 0.75
+    assert summarize_kl(ScoreResult(positions=3)) is None
+    pc = compare_streams("p", "ref", side(HELLO), "cand", side(HELLO), 0.1, kl)
+    assert pc.status == "identical" and "top-1 agreement 75.0%" in pc.detail
+
+
+def test_first_differing_byte() -> None:
+    assert first_differing_byte(b"abc", b"abc") is None
+    assert first_differing_byte(b"abc", b"abd") == 2
+    assert first_differing_byte(b"ab", b"abc") == 2
+    assert first_differing_byte("Grüße".encode(), "Grüsse".encode()) == 4  # bytes, not characters
+
+
+def test_generation_reply_round_trip_and_json() -> None:
+    reply = json.loads('{"ok":true,"prompt_tokens":3,"eog":true,"prompt_ms":1.5,"gen_ms":2.5,"tokens":['
+                       '{"id":7,"piece":"c3","eog":false,"top":[[7,3.5],[9,3.25]],"lse":4.0},'
+                       '{"id":1,"piece":"","eog":true,"top":[[1,8],[7,1]],"lse":8.001}]}')
+    g = parse_generation(reply)
+    assert g.ids == [7, 1] and g.text == b"\xc3" and g.tokens[0].margin == 0.25 and g.eog
+    pc = compare_streams("p", "ref", side(g), "cand", side(g), 0.1)
+    json.dumps(to_json(pc))  # partial UTF-8 pieces serialise
