@@ -95,20 +95,51 @@ def missing_run_tools(cross: CrossSpec) -> str | None:
     return None
 
 
-def wine_env(prefix: Path) -> dict[str, str]:
-    """The environment Wine runs with: its own prefix under the harness's cache, no debug channels."""
-    return {"WINEPREFIX": str(prefix), "WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscoree,mshtml="}
+#: The MinGW-w64 runtime DLLs a program may need: OpenMP and those it depends on.
+RUNTIME_DLLS = ("libgomp-1.dll", "libwinpthread-1.dll", "libgcc_s_seh-1.dll", "libstdc++-6.dll")
 
 
-def prepare_wine(program: str, prefix: Path) -> Emulator:
+def runtime_dll_dirs(compiler: str) -> tuple[Path, ...]:
+    """The directories of the cross compiler's runtime DLLs (RUNTIME_DLLS), each once, in that order.
+
+    Executables are linked statically, but ggml's CPU backend links OpenMP
+    through the import library CMake's FindOpenMP names, so it needs
+    libgomp-1.dll, which needs libwinpthread-1.dll; Wine finds them through
+    WINEPATH.  Asked from the compiler (``-print-file-name``), so it holds for
+    any MinGW-w64 installation; DLLs it does not know are left out.
+    """
+    dirs: list[Path] = []
+    for name in RUNTIME_DLLS:
+        try:
+            out = subprocess.run([compiler, f"-print-file-name={name}"], capture_output=True, text=True,
+                                 timeout=60).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        path = Path(out)
+        if path.is_absolute() and path.is_file() and path.resolve().parent not in dirs:
+            dirs.append(path.resolve().parent)
+    return tuple(dirs)
+
+
+def wine_env(prefix: Path, dll_dirs: tuple[Path, ...] = ()) -> dict[str, str]:
+    """The environment Wine runs with: its own prefix under the harness's cache, no debug channels,
+    and ``dll_dirs`` searched for DLLs (WINEPATH, Unix paths joined with ``;``)."""
+    env = {"WINEPREFIX": str(prefix), "WINEDEBUG": "-all", "WINEDLLOVERRIDES": "mscoree,mshtml="}
+    if dll_dirs:
+        env["WINEPATH"] = ";".join(str(d) for d in dll_dirs)
+    return env
+
+
+def prepare_wine(program: str, prefix: Path, dll_dirs: tuple[Path, ...] = ()) -> Emulator:
     """Create the Wine prefix ``prefix`` once (``wineboot --init``) and return the emulator using it.
 
     A prefix whose ``system.reg`` exists is used as it is.  The Mono and Gecko
     installers are disabled (WINEDLLOVERRIDES), so no download is attempted.
+    ``dll_dirs``: directories of DLLs the programs need (WINEPATH).
     Raises RuntimeError naming the prefix and wineboot's exit status when the
     prefix could not be created within WINEBOOT_TIMEOUT_S seconds.
     """
-    env = wine_env(prefix)
+    env = wine_env(prefix, dll_dirs)
     if not (prefix / "system.reg").is_file():
         prefix.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
@@ -143,5 +174,6 @@ def emulator_for(p: Platform, cache: Path) -> Emulator | None:
     program = find_emulator_program(p.cross.emulator)
     assert program is not None
     if p.cross.emulator == "wine":
-        return prepare_wine(program, cache / "wine" / p.name)
+        compiler = find_program(p.cross.compiler)
+        return prepare_wine(program, cache / "wine" / p.name, runtime_dll_dirs(compiler) if compiler else ())
     raise RuntimeError(f"unknown emulator {p.cross.emulator!r}")

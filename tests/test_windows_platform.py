@@ -181,6 +181,32 @@ def test_a_mingw_program_runs_under_the_prepared_wine(tmp_path):
     assert cross.prepare_wine(program, tmp_path / "wine-prefix") == emulator
 
 
+@needs_cross
+def test_openmp_programs_find_the_mingw_runtime_dll(tmp_path):
+    # ggml's CPU backend links the import library CMake's FindOpenMP names (libgomp.dll.a), so even a
+    # -static executable needs libgomp-1.dll at run time
+    src = tmp_path / "omp.c"
+    src.write_text('#include <omp.h>\n#include <stdio.h>\nint main(void) { int n = 0;\n'
+                   '#pragma omp parallel reduction(+:n)\n  n += 1;\n  printf("%d\\n", n > 0); return 0; }\n')
+    exe = tmp_path / "omp.exe"
+    dll_dirs = cross.runtime_dll_dirs("x86_64-w64-mingw32-g++-posix")
+    assert any((d / "libgomp-1.dll").is_file() for d in dll_dirs)
+    assert any((d / "libwinpthread-1.dll").is_file() for d in dll_dirs)
+    dll_dir = next(d for d in dll_dirs if (d / "libgomp-1.dll").is_file())
+    subprocess.run(["x86_64-w64-mingw32-gcc-posix", "-fopenmp", str(src), "-o", str(exe), "-static",
+                    str(dll_dir / "libgomp.dll.a")], check=True)
+    program = cross.find_emulator_program("wine")
+    without = cross.prepare_wine(program, tmp_path / "pfx")
+    proc = subprocess.run(without.wrap([str(exe)]), env={**os.environ, **without.env}, capture_output=True,
+                          timeout=300)
+    assert proc.returncode != 0  # the DLL is not found without WINEPATH
+    with_dll = cross.prepare_wine(program, tmp_path / "pfx", dll_dirs)
+    assert with_dll.env["WINEPATH"] == ";".join(map(str, dll_dirs))
+    proc = subprocess.run(with_dll.wrap([str(exe)]), env={**os.environ, **with_dll.env}, capture_output=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout == b"1\r\n", proc.stderr[-2000:]
+
+
 # ----- Windows checkouts ----------------------------------------------------------------------------
 
 def git(*args: str, cwd: Path) -> str:
