@@ -298,6 +298,8 @@ def compare_streams(prompt_id: str, reference_name: str, reference: SideRuns, ca
         notes.append("llama-completion text cut at exit on one side: compared as far as it goes")
     if base.first_divergence is not None or base.nondeterministic or (tc is not None and tc.status == "differs"):
         base.status = "diverged"
+    elif not parts:
+        parts.append("identical")
     if kl is not None:
         notes.append(f"KL mean {kl.mean:.3g} max {kl.max:.3g} nats, top-1 agreement {kl.top1_agreement:.1%}")
     base.detail = "; ".join(parts + notes) or "identical"

@@ -56,7 +56,7 @@ def test_identical_streams_are_identical() -> None:
     pc = compare_streams("p", "ref", side(HELLO, HELLO), "cand", side(HELLO, HELLO), 0.1)
     assert pc.status == "identical" and pc.first_divergence is None and pc.nondeterministic == []
     assert pc.text_check is not None and pc.text_check.status == "identical"
-    assert pc.reference_tokens == [10, 11, 12, EOG]
+    assert pc.reference_tokens == [10, 11, 12, EOG] and pc.detail == "identical"
 
 
 def test_shifted_merge_reports_the_engines_index_and_pieces() -> None:
