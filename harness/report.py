@@ -29,7 +29,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .results import COMPARISON, STEP, VERDICT, RunLayout, read_summary
+from .results import COMPARISON, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
 from .signatures import load_signatures, step_logs
 from .results import describe_divergence_record
 
@@ -382,7 +382,7 @@ def _kl_cells(c: dict) -> str:
 def _comparisons_table(comparisons: list[dict]) -> str:
     rows = []
     for c in comparisons:
-        bad = c.get("status") != c.get("expected", "identical")
+        bad = ComparisonRecord.from_json(c).failed()
         if c.get("expected", "identical") != "identical":
             nondet_expected = f' <span class="muted">(expected: {escape(c["expected"])})</span>'
         else:
@@ -575,7 +575,7 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
             cell = f"`{sig['kind']}` {_md(sig['summary'])}" if sig else _md(s.get("detail", ""))
             lines.append(f"| {s['platform']} | {s['config']} | {s['step']} | {s['status']} | {cell} |")
         lines.append("")
-    bad_cmp = [c for c in comparisons if c.get("status") != c.get("expected", "identical")]
+    bad_cmp = [c for c in comparisons if c.get("status") != "identical" or ComparisonRecord.from_json(c).failed()]
     if bad_cmp:
         lines += ["### Divergences and failed comparisons", ""]
         for c in bad_cmp:

@@ -327,8 +327,10 @@ class ComparisonRecord:
     teacher-forced on the reference's tokens.  ``text_check`` is None or {status
     (identical/differs/incomplete), first_differing_byte, reference_bytes, candidate_bytes}
     for the llama-completion texts.  ``kl_mean_max`` is the group's KL threshold (nats).
-    ``expected`` is the group's expected status (``diverged`` for a control group whose
-    candidate changes numerics on purpose); only a comparison with that status passes.
+    ``expected`` is the group's expected status: ``identical``; ``diverged`` for a control
+    group whose candidate changes numerics on purpose (only a divergence passes); ``near-tie``
+    for builds of different compilers or OSes (identical, or diverged at a near tie with the
+    KL divergence within its threshold, passes).  :meth:`failed` decides.
     """
 
     platform: str
@@ -370,11 +372,30 @@ class ComparisonRecord:
         return text
 
     def failed(self) -> bool:
-        """True when this comparison fails the run: a failure status, or for a group that expects
-        ``diverged`` (a numerics control) any other status."""
+        """True when this comparison fails the run.
+
+        ``expected`` ``identical``: a failure status (see :data:`COMPARISON`).  ``diverged`` (a
+        numerics control): any status but ``diverged``.  ``near-tie`` (builds of different
+        compilers or OSes, where an almost even choice may flip): any failure status except a
+        ``diverged`` whose first divergence is a near tie, whose configurations agree with
+        themselves and whose mean KL divergence stays within ``kl_mean_max``.
+        """
+        if self.expected == "near-tie":
+            if self.status != "diverged":
+                return COMPARISON.is_failure(self.status)
+            return not self.tolerated_near_tie()
         if self.expected != "identical":
             return self.status != self.expected
         return COMPARISON.is_failure(self.status)
+
+    def tolerated_near_tie(self) -> bool:
+        """True for a divergence that a ``near-tie`` group accepts: the first divergent token is a
+        near tie (``first_divergence.near_tie``), no side is nondeterministic, and the mean KL
+        divergence (nats) is known and at most ``kl_mean_max``."""
+        fd = self.first_divergence or {}
+        kl = self.kl or {}
+        kl_ok = kl.get("mean") is not None and (self.kl_mean_max is None or kl["mean"] <= self.kl_mean_max)
+        return bool(fd.get("near_tie")) and not self.nondeterministic and kl_ok
 
     def key(self) -> tuple[str, str, str, str, str, str]:
         """(platform, group, model, prompt, reference, candidate): what identifies it across runs."""
@@ -693,9 +714,8 @@ class Run:
     def overall(self) -> str:
         """The run's verdict.
 
-        ``failed`` when a step failed or errored or a comparison does not
-        have its expected status (identical, unless its group expects
-        diverged); else ``incomplete`` when something explicitly asked for did
+        ``failed`` when a step failed or errored or a comparison fails
+        (:meth:`ComparisonRecord.failed`, by its group's ``expect``); else ``incomplete`` when something explicitly asked for did
         not run; else ``skipped`` when nothing ran at all; else ``passed``.
         Only ``passed`` is a success.
         """

@@ -128,3 +128,32 @@ def test_long_details_are_cut_in_the_markdown_but_kept_in_json(tmp_path):
     row = next(line for line in md.splitlines() if line.startswith("| p | fork | build"))
     assert len(row) < 500 and row.rstrip(" |").endswith("…") and "\\|" in row
     assert json.loads((run.dir / "summary.json").read_text())["configurations"][0]["detail"] == detail
+
+
+def _near_tie_group_record(status="diverged", near_tie=True, kl_mean=5e-9, nondeterministic=()):
+    fd = None if status == "identical" else {"index": 79, "near_tie": near_tie, "near_tie_margin": 0.1,
+                                             "reference": {"id": 18509, "piece": " a", "margin": 0.0007},
+                                             "candidate": {"id": 30954, "piece": " b", "margin": 0.00002}}
+    return ComparisonRecord("windows-x86_64-cpu", "cross-os", "moe-small", "long-prefill",
+                            "fork@linux-x86_64-cpu", "fork", status, first_divergence=fd,
+                            kl={"positions": 120, "mean": kl_mean, "max": kl_mean * 10, "max_at": 3,
+                                "top1_agreement": 1.0},
+                            kl_mean_max=1e-4, expected="near-tie", nondeterministic=list(nondeterministic))
+
+
+def test_a_near_tie_group_accepts_only_near_tie_divergences_with_small_kl(tmp_path):
+    from harness.junit import comparisons_xml
+    assert not _near_tie_group_record("identical").failed()
+    accepted = _near_tie_group_record()
+    assert not accepted.failed() and accepted.tolerated_near_tie()
+    assert _near_tie_group_record(near_tie=False).failed()            # a hard divergence
+    assert _near_tie_group_record(kl_mean=3e-4).failed()              # KL above kl_mean_max
+    assert _near_tie_group_record(nondeterministic=["fork"]).failed()  # a side disagrees with itself
+    assert _near_tie_group_record("crashed").failed()
+    run = Run(tmp_path, new_run_id())
+    run.record_comparisons([accepted])
+    assert run.overall() == "passed"
+    xml = comparisons_xml("windows-x86_64-cpu", [accepted, _near_tie_group_record(near_tie=False)]).getroot()
+    assert (xml.get("tests"), xml.get("failures"), xml.get("skipped")) == ("2", "1", "0")
+    run.record_comparisons([_near_tie_group_record(near_tie=False)])
+    assert run.overall() == "failed"
