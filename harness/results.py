@@ -378,8 +378,12 @@ class ComparisonRecord:
         numerics control): any status but ``diverged``.  ``near-tie`` (builds of different
         compilers or OSes, where an almost even choice may flip): any failure status except a
         ``diverged`` whose first divergence is a near tie, whose configurations agree with
-        themselves and whose mean KL divergence stays within ``kl_mean_max``.
+        themselves and whose mean KL divergence stays within ``kl_mean_max``.  ``informational``
+        (a cross-compiler or cross-OS group whose result is recorded, not judged): only a crash or
+        timeout fails; a divergence is recorded with its first divergent token and KL divergence.
         """
+        if self.expected == "informational":
+            return self.status != "diverged" and COMPARISON.is_failure(self.status)
         if self.expected == "near-tie":
             if self.status != "diverged":
                 return COMPARISON.is_failure(self.status)

@@ -157,3 +157,17 @@ def test_a_near_tie_group_accepts_only_near_tie_divergences_with_small_kl(tmp_pa
     assert (xml.get("tests"), xml.get("failures"), xml.get("skipped")) == ("2", "1", "0")
     run.record_comparisons([_near_tie_group_record(near_tie=False)])
     assert run.overall() == "failed"
+
+
+def test_an_informational_group_records_divergences_and_fails_only_on_crashes(tmp_path):
+    hard = _near_tie_group_record(near_tie=False, kl_mean=3e-3)
+    hard.expected = "informational"
+    assert not hard.failed()
+    crashed = _near_tie_group_record("crashed")
+    crashed.expected = "informational"
+    assert crashed.failed()
+    run = Run(tmp_path, new_run_id())
+    run.record_comparisons([hard])
+    assert run.overall() == "passed"
+    run.record_comparisons([crashed])
+    assert run.overall() == "failed"
