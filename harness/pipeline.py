@@ -429,7 +429,7 @@ class Pipeline:
         log: Path | None = None
         try:
             work = self.opts.work_dir.resolve()
-            toolkit = assemble_toolkit(work)
+            toolkit = assemble_toolkit(self.cache)
             base = self.base()
             tree = self._prepare_source(base, work, variant, logs)
             if variant == "fork":
