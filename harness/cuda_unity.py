@@ -9,10 +9,10 @@ does not select (harness.cuda_compile.plan) in groups, by CMake's
 ``UNITY_BUILD_MODE GROUP`` (CMake >= 3.31 for CUDA), and every unit it
 selects alone, exactly as without grouping, with its own diagnostics.
 
-The rule (:func:`unity_groups`): a template instance
-(``template-instances/<family>-instance-*.cu``) goes with instances of its
-family, any other unit with other such units of its target; each group holds
-at most :data:`GROUP_SIZE` units, and two units share a group only when
+The rule (:func:`unity_groups`): units of one target are grouped, template
+instances (``template-instances/<family>-instance-*.cu``) next to those of
+their family; each group holds at most :data:`GROUP_SIZE` units, and two units
+share a group only when
 :func:`clashes` finds no name both define at file scope and no header without
 an include guard that defines code and that both include (such a header,
 included twice in one translation unit, redefines its functions).  The rule
@@ -61,8 +61,8 @@ class Member:
 
 
 def family(source: str) -> str:
-    """The group family of a unit: ``<family>`` for ``template-instances/<family>-instance-*.cu``,
-    else ``""`` (the target's other units)."""
+    """The family of a unit: ``<family>`` for ``template-instances/<family>-instance-*.cu``,
+    else ``""`` (the target's other units, grouped after the families)."""
     path = Path(source)
     m = _FAMILY.match(path.name)
     return m.group("family") if path.parent.name == "template-instances" and m else ""
@@ -151,30 +151,29 @@ def clashes(a: tuple[set[str], set[str]], b: tuple[set[str], set[str]]) -> bool:
 
 
 def unity_groups(members: Iterable[Member], include_dirs: Mapping[str, list[str]]) -> dict[str, list[Member]]:
-    """Group name -> units (each group >= 2 units, of one target and family, none clashing).
+    """Group name -> units (each group >= 2 units of one target, none clashing with another).
 
     ``include_dirs``: target -> the include directories of its CUDA units (for
-    :func:`unguarded_headers`).  Units are taken in order of target, family and path; each joins
-    the first open group of its target and family that it does not clash with and that has fewer
-    than :data:`GROUP_SIZE` units, else opens one.  A group left with one unit is dropped (the unit
-    compiles alone).  Names: ``<target>-<family or "units">-<n>``, ``n`` from 1.
+    :func:`unguarded_headers`).  Units are taken in order of target, :func:`family` and path, so
+    that instances of one family, which share their heavy header, fill groups together; each
+    joins the first group of its target that has fewer than :data:`GROUP_SIZE` units and no unit
+    it clashes with (:func:`clashes`), else opens one.  Instances whose family header has no
+    include guard (the flash-attention ones) clash with each other and so open a group each,
+    which units of other families then fill.  A group left with one unit is dropped (the unit
+    compiles alone).  Names: ``<target>-<n>``, ``n`` from 1.
     """
     _read.cache_clear()  # sources may have changed since the last call
-    ordered = sorted(members, key=lambda m: (m.target, family(m.source), m.source))
+    ordered = sorted(members, key=lambda m: (m.target, family(m.source) or "~", m.source))
     groups: dict[str, list[tuple[Member, tuple[set[str], set[str]]]]] = {}
-    count: dict[tuple[str, str], int] = {}
+    count: dict[str, int] = {}
     for m in ordered:
-        fam = family(m.source)
         facts = (file_scope_names(_text(m.source)), unguarded_headers(m.source, include_dirs.get(m.target, [])))
-        home = None
-        for n in range(1, count.get((m.target, fam), 0) + 1):
-            name = f"{m.target}-{fam or 'units'}-{n}"
-            if len(groups[name]) < GROUP_SIZE and not any(clashes(facts, f) for _, f in groups[name]):
-                home = name
-                break
+        home = next((name for name in (f"{m.target}-{n}" for n in range(1, count.get(m.target, 0) + 1))
+                     if len(groups[name]) < GROUP_SIZE and not any(clashes(facts, f) for _, f in groups[name])),
+                    None)
         if home is None:
-            count[(m.target, fam)] = count.get((m.target, fam), 0) + 1
-            home = f"{m.target}-{fam or 'units'}-{count[(m.target, fam)]}"
+            count[m.target] = count.get(m.target, 0) + 1
+            home = f"{m.target}-{count[m.target]}"
             groups[home] = []
         groups[home].append((m, facts))
     return {name: [m for m, _ in ms] for name, ms in groups.items() if len(ms) > 1}

@@ -51,27 +51,29 @@ def test_unguarded_headers_follow_only_chains_without_guards(tmp_path):
     assert unguarded_headers(str(tmp_path / "b.cu"), inc) == {str(tmp_path / "inc/code.cuh")}
 
 
-def test_groups_keep_families_apart_split_clashes_and_drop_single_units(tmp_path):
+def test_groups_split_clashing_units_and_put_families_first(tmp_path):
     (tmp_path / "template-instances").mkdir()
     (tmp_path / "defs.cuh").write_text("static int shared_helper() { return 0; }\n")
+    (tmp_path / "fattn-x.cuh").write_text("static int fattn_kernel() { return 0; }\n")
     sources = {
         "a.cu": "static int helper_a() { return 1; }\n",
         "b.cu": "static int helper_a() { return 2; }\n",  # clashes with a.cu
         "c.cu": '#include "defs.cuh"\n',
         "d.cu": '#include "defs.cuh"\n',  # the same unguarded header as c.cu
+        "template-instances/fattn-x-instance-1.cu": '#include "../fattn-x.cuh"\nDECL_FATTN_CASE(1);\n',
+        "template-instances/fattn-x-instance-2.cu": '#include "../fattn-x.cuh"\nDECL_FATTN_CASE(2);\n',
         "template-instances/mmq-instance-q4_0.cu": "DECL_MMQ_CASE(GGML_TYPE_Q4_0);\n",
         "template-instances/mmq-instance-q8_0.cu": "DECL_MMQ_CASE(GGML_TYPE_Q8_0);\n",
-        "template-instances/mmf-instance-ncols_1.cu": "DECL_MMF_CASE(1);\n",
     }
     for rel, text in sources.items():
         (tmp_path / rel).write_text(text)
     members = [Member(str(tmp_path / rel), "t", rel + ".o") for rel in sources]
-    groups = {name: sorted(Path(m.source).relative_to(tmp_path).as_posix() for m in ms)
+    groups = {name: [Path(m.source).relative_to(tmp_path).as_posix() for m in ms]
               for name, ms in unity_groups(members, {"t": [str(tmp_path)]}).items()}
-    assert groups == {"t-units-1": ["a.cu", "c.cu"], "t-units-2": ["b.cu", "d.cu"],
-                      "t-mmq-1": ["template-instances/mmq-instance-q4_0.cu",
-                                  "template-instances/mmq-instance-q8_0.cu"]}
-    assert family(str(tmp_path / "template-instances/mmf-instance-ncols_1.cu")) == "mmf"
+    assert groups == {"t-1": ["template-instances/fattn-x-instance-1.cu", "template-instances/mmq-instance-q4_0.cu",
+                              "template-instances/mmq-instance-q8_0.cu", "a.cu", "c.cu"],
+                      "t-2": ["template-instances/fattn-x-instance-2.cu", "b.cu", "d.cu"]}
+    assert family(str(tmp_path / "template-instances/mmq-instance-q4_0.cu")) == "mmq"
     assert family(str(tmp_path / "mmq-instance-q4_0.cu")) == ""  # not under template-instances
 
 
@@ -86,16 +88,15 @@ def test_groups_hold_at_most_group_size_units(tmp_path):
 
 
 def test_groups_file_and_unity_object_names(tmp_path):
-    groups = {"ggml-cuda-mmq-1": [Member("/t/a.cu", "ggml-cuda", "a.o"), Member("/t/b.cu", "ggml-cuda", "b.o")]}
+    groups = {"ggml-cuda-1": [Member("/t/a.cu", "ggml-cuda", "a.o"), Member("/t/b.cu", "ggml-cuda", "b.o")]}
     write_groups_file(tmp_path / "g.cmake", groups)
     text = (tmp_path / "g.cmake").read_text()
     assert 'set_target_properties("ggml-cuda" PROPERTIES UNITY_BUILD ON UNITY_BUILD_MODE GROUP)' in text
     assert ('set_source_files_properties("/t/a.cu" "/t/b.cu" TARGET_DIRECTORY "ggml-cuda" '
-            'PROPERTIES UNITY_GROUP "ggml-cuda-mmq-1")') in text
+            'PROPERTIES UNITY_GROUP "ggml-cuda-1")') in text
     with pytest.raises(ValueError, match="cannot be grouped"):
         write_groups_file(tmp_path / "bad.cmake", {"g": [Member("/t/a$b.cu", "t", "o"), Member("/t/c.cu", "t", "o")]})
-    assert unity_object("ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/Unity/unity_ggml-cuda-mmq-1_cu.cu.o") == \
-        "ggml-cuda-mmq-1"
+    assert unity_object("ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/Unity/unity_ggml-cuda-1_cu.cu.o") == "ggml-cuda-1"
     assert unity_object("ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/acc.cu.o") is None
 
 
@@ -140,13 +141,13 @@ def test_units_not_selected_compile_as_unity_sources(tmp_path, extra_b, grouped)
     assert result.linked == ["app"]
     record = json.loads((logs / "compile.json").read_text())
     assert record["units"] == {"CMakeFiles/app.dir/app.cpp.o": ["app.cpp"]}
-    unity = tmp_path / "build" / "lib" / "CMakeFiles" / "k.dir" / "Unity" / "unity_k-units-1_cu.cu.o"
+    unity = tmp_path / "build" / "lib" / "CMakeFiles" / "k.dir" / "Unity" / "unity_k-1_cu.cu.o"
     if grouped:
-        assert record["unity_groups"] == {"k-units-1": ["lib/a.cu", "lib/b.cu", "lib/c.cu"]}
+        assert record["unity_groups"] == {"k-1": ["lib/a.cu", "lib/b.cu", "lib/c.cu"]}
         assert record["unity_groups_dissolved"] == [] and unity.is_file()
         assert "3 other CUDA units compiled in 1 unity groups" in result.detail
         assert not (logs / "build-grouped.log").exists()
     else:
-        assert record["unity_groups"] == {} and record["unity_groups_dissolved"] == ["k-units-1"]
+        assert record["unity_groups"] == {} and record["unity_groups_dissolved"] == ["k-1"]
         assert "counter" in (logs / "build-grouped.log").read_text()
         assert (tmp_path / "build" / "lib" / "CMakeFiles" / "k.dir" / "b.cu.o").is_file()
