@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.compare import GenerationSpec
-from harness.config import Comparison, Generation
-from harness.greedy import GreedyRunner, Hooks, Job, Side, text_check_slots
+from harness.stages.compare import GenerationSpec
+from harness.matrix.config import Comparison, Generation
+from harness.stages.greedy import GreedyRunner, Hooks, Job, Side, text_check_slots
 
 GIB = 1024 ** 3
 

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .errors import HarnessError
+from ..common.errors import HarnessError
 
 #: Debian package of the MinGW-w64 C++ cross compiler with the posix thread model.
 MINGW_PACKAGE = "g++-mingw-w64-x86-64-posix"
@@ -359,9 +359,9 @@ def run_check(tree: Path, log_dir: Path, targets: Sequence[Target], cuda: CudaHe
 
 def _default_tree(args: argparse.Namespace) -> Path:
     """The fork work tree ``<work-dir>/fork/llama.cpp``, made from the series when missing or stale."""
-    from .config import MatrixError, load_matrix
-    from .patches import PatchError, prepare_series_tree, read_series
-    from .source import SourceError, obtain_base
+    from ..matrix.config import MatrixError, load_matrix
+    from ..stages.patches import PatchError, prepare_series_tree, read_series
+    from ..stages.source import SourceError, obtain_base
     try:
         matrix = load_matrix(args.matrix)
         patches = read_series(args.patches_dir)

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from . import proc
-from .locks import BuildLock
+from ..common import proc
+from ..common.locks import BuildLock
 
-from .errors import EnvironmentProblem
+from ..common.errors import EnvironmentProblem
 
 #: Bumped when the way builds are configured changes, so old build dirs are not reused.
 BUILD_SCHEME = 1
@@ -122,7 +122,7 @@ def _run_step(argv: Sequence[str], log: Path, env: Mapping[str, str] | None = No
     """Run ``argv`` (extra ``env`` added) with stdout+stderr into ``log`` and the exit code into ``log``.rc.
 
     Returns (exit code, seconds).
-    The child runs in its own process group (harness.proc): an interrupt
+    The child runs in its own process group (harness.common.proc): an interrupt
     terminates cmake, ninja and every compiler they started.
     """
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -172,7 +172,7 @@ def is_up_to_date(req: BuildRequest) -> bool:
 def build(req: BuildRequest, logs_dir: Path, say: Callable[[str], None] | None = None) -> BuildResult:
     """Configure (if needed) and build ``req``; logs go to ``logs_dir`` (configure.log, build.log).
 
-    Holds the build directory's lock for writing (harness.locks) throughout: a
+    Holds the build directory's lock for writing (harness.common.locks) throughout: a
     second process building the same directory waits, then finds it up to
     date; a process running the binaries (lock held for reading) is waited
     for.  ``say`` gets a line when the wait begins.

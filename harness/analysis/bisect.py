@@ -6,9 +6,9 @@ finds the first patch of the series that makes the check fail (see
 [--repo PATH]`` it finds the first upstream commit on BAD's first-parent line that makes
 the check fail with the whole series applied on top (:class:`UpstreamBisector`).
 
-Every position is built with harness.build and checked with harness.native_tests
-(``test:``) or harness.compare (``group:``); the base tree comes from harness.source,
-models from harness.models and the CMake options from harness.pipeline.cmake_options.
+Every position is built with harness.stages.build and checked with harness.stages.native_tests
+(``test:``) or harness.stages.compare (``group:``); the base tree comes from harness.stages.source,
+models from harness.matrix.models and the CMake options from harness.pipeline.cmake_options.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .args import add_common, parse_defines, strip_dashdash
-from .errors import InputError
+from ..args import add_common, parse_defines, strip_dashdash
+from ..common.errors import InputError
 
 
 class BisectError(InputError):
@@ -90,8 +90,8 @@ class SeriesBisector:
     """Applies patches 1..k of ``patches`` onto ``base``, builds, and runs ``check`` for each k asked.
 
     Every k has its own directory ``work_dir/k<k>/``: ``llama.cpp/`` the source tree
-    (harness.source.prepare_tree; re-made only when the prefix changes), ``build/`` the
-    build directory (harness.build.build, whose key makes a rebuild of an unchanged prefix
+    (harness.stages.source.prepare_tree; re-made only when the prefix changes), ``build/`` the
+    build directory (harness.stages.build.build, whose key makes a rebuild of an unchanged prefix
     a no-op), ``logs/`` configure/build/patch logs, and whatever the check writes.  All
     k directories sit at the same depth and ccache's base_dir is ``work_dir``, so objects
     a patch does not touch come from the cache when another k is built.
@@ -99,8 +99,8 @@ class SeriesBisector:
     passed to every build; for k > 0 LLAMA_FORK_SERIES names the prefix.
     """
 
-    base: Any  # harness.source.BaseTree
-    patches: Sequence[Any]  # harness.patches.Patch
+    base: Any  # harness.stages.source.BaseTree
+    patches: Sequence[Any]  # harness.stages.patches.Patch
     platform: str
     cmake_options: Mapping[str, str]
     targets: tuple[str, ...]
@@ -129,8 +129,8 @@ class SeriesBisector:
 
     def tree(self, k: int) -> Path:
         """The source tree holding base + patches 1..k (created or reused); raises PatchApplyError."""
-        from .patches import apply_series, series_digest
-        from .source import prepare_tree
+        from ..stages.patches import apply_series, series_digest
+        from ..stages.source import prepare_tree
         logs = self.k_dir(k) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         if k == 0:
@@ -140,11 +140,11 @@ class SeriesBisector:
                                                            log=logs / "patches.log"))
 
     def build(self, k: int) -> Any:
-        """Build base + patches 1..k once per process; returns harness.build.BuildResult."""
+        """Build base + patches 1..k once per process; returns harness.stages.build.BuildResult."""
         if k in self._builds:
             return self._builds[k]
-        from .build import BuildRequest, build, ccache_env
-        from .patches import series_digest, series_label
+        from ..stages.build import BuildRequest, build, ccache_env
+        from ..stages.patches import series_digest, series_label
         prefix = list(self.patches[:k])
         options = dict(self.cmake_options)
         if k:
@@ -169,7 +169,7 @@ class SeriesBisector:
         """Bisect over k in [good, bad] (default [0, n]) and return the first bad patch.
 
         Raises BisectError (with the failing end's detail) when the range cannot be bisected,
-        and harness.patches.PatchApplyError when a patch does not apply.
+        and harness.stages.patches.PatchApplyError when a patch does not apply.
         """
         cache: dict[int, bool] = {}
         try:
@@ -199,7 +199,7 @@ class UpstreamCommit:
 
 def _resolve_commit(repo: Path, rev: str) -> str | None:
     """The full id of commit ``rev`` in ``repo``, or None when it names no commit there."""
-    from .source import git
+    from ..stages.source import git
     if rev.startswith("-"):
         return None
     proc = git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], repo, check=False)
@@ -208,7 +208,7 @@ def _resolve_commit(repo: Path, rev: str) -> str | None:
 
 def _is_git_repo(path: Path) -> bool:
     """Whether ``path`` itself is a git repository (work tree or bare), not a directory inside one."""
-    from .source import git
+    from ..stages.source import git
     return git(["rev-parse", "--git-dir"], path, check=False,
                env={"GIT_CEILING_DIRECTORIES": str(path.resolve().parent)}).returncode == 0
 
@@ -220,9 +220,9 @@ def fetched_clone(url: str, dest: Path, revs: Sequence[str], say: Callable[[str]
     ``url`` is fetched, and a rev that still does not resolve (a commit id no branch holds)
     is fetched on its own and kept under ``refs/bisect-upstream/``.  Revs that the remote
     does not have are left missing (the caller reports them).  Returns ``dest``; raises
-    harness.source.SourceError when git cannot create or fetch into it.
+    harness.stages.source.SourceError when git cannot create or fetch into it.
     """
-    from .source import git
+    from ..stages.source import git
     if not (dest / "HEAD").is_file():
         tmp = dest.with_name(dest.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -247,10 +247,10 @@ def upstream_repo(matrix: Any, repo: Path | None, revs: Sequence[str], cache: Pa
     """The git repository the upstream commits ``revs`` (GOOD and BAD) are taken from.
 
     ``repo`` (``--repo``) wins and must be a git repository.  Otherwise the first ``local``
-    source of ``matrix`` (harness.config.Matrix) whose path exists, is a git repository and
+    source of ``matrix`` (harness.matrix.config.Matrix) whose path exists, is a git repository and
     holds every rev; else a bare clone under ``cache/upstream/`` fetched from the first
     ``git`` source's URL (see :func:`fetched_clone`).  Raises InputError naming what
-    was tried when none qualifies, and harness.source.SourceError when fetching fails.
+    was tried when none qualifies, and harness.stages.source.SourceError when fetching fails.
     """
     if repo is not None:
         if not repo.is_dir() or not _is_git_repo(repo):
@@ -285,7 +285,7 @@ def upstream_commits(repo: Path, good: str, bad: str) -> list[UpstreamCommit]:
     either rev names no commit of ``repo``, when GOOD is not an ancestor of BAD, or when
     the range holds no commit.
     """
-    from .source import git
+    from ..stages.source import git
     ids = {}
     for label, rev in (("GOOD", good), ("BAD", bad)):
         sha = _resolve_commit(repo, rev)
@@ -337,7 +337,7 @@ class UpstreamBisector:
 
     ``commits`` comes from :func:`upstream_commits` (0 = GOOD, last = BAD) in ``repo``.
     Every commit has ``work_dir/<commit12>/fork/`` (the tree with the series applied by
-    harness.patches.apply_series with the commit as base, ``build/``, ``logs/``) and, when
+    harness.stages.patches.apply_series with the commit as base, ``build/``, ``logs/``) and, when
     a check compares against upstream itself, ``work_dir/<commit12>/base/`` (the commit
     unpatched).  All sit at the same depth and ccache's base_dir is ``work_dir``; the
     build key holds the commit and series digest, so a commit built before is not built
@@ -347,7 +347,7 @@ class UpstreamBisector:
 
     repo: Path
     commits: Sequence[UpstreamCommit]
-    patches: Sequence[Any]  # harness.patches.Patch
+    patches: Sequence[Any]  # harness.stages.patches.Patch
     platform: str
     cmake_options: Mapping[str, str]
     targets: tuple[str, ...]
@@ -373,8 +373,8 @@ class UpstreamBisector:
 
     def tree(self, k: int, variant: str = "fork") -> Path:
         """The source tree of commit k, with the series applied for ``fork``; raises PatchApplyError."""
-        from .patches import prepare_series_tree
-        from .source import BaseTree, prepare_tree
+        from ..stages.patches import prepare_series_tree
+        from ..stages.source import BaseTree, prepare_tree
         commit = self.commits[k]
         logs = self.dir_at(k, variant) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -387,13 +387,13 @@ class UpstreamBisector:
     def build_at(self, k: int, variant: str = "fork") -> Any:
         """Build commit k (``fork``: with the series; ``base``: without) once per process.
 
-        Returns harness.build.BuildResult; status ``error`` with a detail naming the patch
+        Returns harness.stages.build.BuildResult; status ``error`` with a detail naming the patch
         when the series does not apply at the commit.
         """
         if (k, variant) in self._builds:
             return self._builds[(k, variant)]
-        from .build import BuildRequest, BuildResult, build, ccache_env
-        from .patches import PatchApplyError, series_digest, series_label
+        from ..stages.build import BuildRequest, BuildResult, build, ccache_env
+        from ..stages.patches import PatchApplyError, series_digest, series_label
         commit, here = self.commits[k], self.dir_at(k, variant)
         try:
             source = self.tree(k, variant)
@@ -487,7 +487,7 @@ class TestCheck:
 
         ``bisector`` is a SeriesBisector or UpstreamBisector.
         """
-        from .native_tests import run_ctest
+        from ..stages.native_tests import run_ctest
         built = bisector.build_at(k, "fork")
         if built.status != "passed":
             return False, f"build {built.status}: {built.detail}"
@@ -508,13 +508,13 @@ class GroupCheck:
 
     Configurations built from ``base`` use the bisector's base build at k (the unpatched
     base for a patch bisection, the unpatched commit for an upstream one), those built from
-    ``fork`` its fork build at k.  ``configs``: name -> harness.config.RunConfig;
+    ``fork`` its fork build at k.  ``configs``: name -> harness.matrix.config.RunConfig;
     ``model_paths``: model name -> GGUF path; ``prompts``: prompt id -> text;
-    ``generation``: harness.config.Generation.  Generations are cached per (build
+    ``generation``: harness.matrix.config.Generation.  Generations are cached per (build
     directory, config, model, prompt), so a reference shared by every k is run once.
     """
 
-    group: Any  # harness.config.Group
+    group: Any  # harness.matrix.config.Group
     configs: Mapping[str, Any]
     model_paths: Mapping[str, Path]
     prompts: Mapping[str, str]
@@ -522,7 +522,7 @@ class GroupCheck:
     _cache: dict[tuple, list] = field(default_factory=dict, repr=False)
 
     def _runs(self, bisector: Any, k: int, config: str, model: str, prompt: str) -> list:
-        from .compare import GenerationSpec, run_generation
+        from ..stages.compare import GenerationSpec, run_generation
         cfg = self.configs[config]
         where = bisector.dir_at(k, cfg.build)
         key = (where, config, model, prompt)
@@ -542,7 +542,7 @@ class GroupCheck:
 
     def __call__(self, bisector: Any, k: int) -> tuple[bool, str]:
         """Run the group's comparisons at k; (passed, detail naming the first non-identical prompt)."""
-        from .compare import compare_runs, tokenize
+        from ..stages.compare import compare_runs, tokenize
         g = self.group
         for model in self.model_paths:
             for prompt in self.prompts:
@@ -581,7 +581,7 @@ def _make_check(spec: str, matrix: Any, platform: Any, models: Any) -> tuple[Cal
                                                                             tuple[str, ...]]:
     """The check ``spec`` names and the build targets it needs; InputError for an unknown group/model/prompt.
 
-    ``models`` is a harness.models.ModelStore; a model that cannot be made is bad input here.
+    ``models`` is a harness.matrix.models.ModelStore; a model that cannot be made is bad input here.
     """
     kind, parts = _parse_check(spec)
     if kind == "test":
@@ -633,15 +633,15 @@ def main(argv: Sequence[str]) -> int:
     says so.  Builds are kept under ``<work-dir>/bisect/<platform>/k<k>`` and
     ``<work-dir>/bisect-upstream/<platform>/<commit12>/`` and reused by later runs.
     Prints each position checked; returns 0 when a first bad patch or commit is found.
-    Raises harness.errors.InputError subclasses (exit code 2 through harness.cli) for bad
+    Raises harness.common.errors.InputError subclasses (exit code 2 through harness.cli) for bad
     input or a range that cannot be bisected (BisectError: the check fails at the good end
     or passes at the bad end).
     """
-    from .config import load_matrix
-    from .models import ModelStore
-    from .patches import read_series
-    from .pipeline import cmake_options
-    from .source import cache_dir, obtain_base
+    from ..matrix.config import load_matrix
+    from ..matrix.models import ModelStore
+    from ..stages.patches import read_series
+    from ..pipeline import cmake_options
+    from ..stages.source import cache_dir, obtain_base
     ap = argparse.ArgumentParser(prog="python -m harness bisect",
                                  description="Find the first patch of the series, or the first upstream commit, "
                                              "that makes a check fail.")

@@ -2,7 +2,7 @@
 
 ``results/junit/comparisons-<platform>.xml`` holds one ``<testsuite>`` per comparison
 group and one ``<testcase>`` per comparison (model, prompt, candidate against
-reference).  A comparison whose status is a failure (harness.results.COMPARISON) is a
+reference).  A comparison whose status is a failure (harness.record.results.COMPARISON) is a
 ``<failure>`` whose message is the first divergent token (or the crash or timeout
 detail); a neutral one (e.g. ``unsupported-upstream``) is ``<skipped>``.  The format is
 the one JUnit's Ant task writes and CI test-report tools read (testsuites / testsuite /

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import PureWindowsPath
 from typing import Iterable, Sequence
 
-from .config import Matrix, Platform
-from .results import new_run_id
+from ..matrix.config import Matrix, Platform
+from ..record.results import new_run_id
 
 #: Windows' MAX_PATH: the longest path, in characters, without long path support.
 MAX_PATH = 260

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import jsonschema
 import yaml
 
-from .errors import InputError
+from ..common.errors import InputError
 
 SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
 
@@ -120,7 +120,7 @@ class CrossSpec:
     ``toolchain``: the CMake toolchain file (absolute).  ``compiler``: the
     cross compiler it uses, a program name looked up on PATH, and
     ``compiler_debian``: the Debian package that provides it.  ``emulator``:
-    what runs the executables (a key of ``harness.cross.EMULATORS``: ``wine``).
+    what runs the executables (a key of ``harness.stages.cross.EMULATORS``: ``wine``).
     """
 
     toolchain: Path
@@ -150,7 +150,7 @@ class Platform:
     cross: CrossSpec | None = None
     #: CMake options added to ``cmake``'s for the compile step where no GPU is present (empty: no compile step)
     compile_only_cmake: Mapping[str, str] = field(default_factory=dict)
-    #: llama-completion text checks run at a time during compare-outputs (harness.greedy); 1: one after the other
+    #: llama-completion text checks run at a time during compare-outputs (harness.stages.greedy); 1: one after the other
     text_check_jobs: int = 1
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from . import proc
+from ..common import proc
 from .build import find_tool
 
 #: compute-sanitizer tools the native tests can run under (``--sanitize``).
@@ -152,7 +152,7 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
 SANITIZER_PREFIX = "========="
 #: A test's own count of its cases ("12/12 tests passed", test-backend-ops and others).
 _TEST_COUNT = re.compile(r"\b\d+/\d+ tests passed\b")
-#: The message of a wrapped test case whose wrapper did not run it (harness.signatures keys on it).
+#: The message of a wrapped test case whose wrapper did not run it (harness.analysis.signatures keys on it).
 WRAPPER_DID_NOT_RUN = "compute-sanitizer did not run the test"
 
 

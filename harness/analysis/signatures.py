@@ -15,7 +15,7 @@ Kinds and what the key holds:
 ``link_error``
     the undefined or duplicate symbol, or the missing library.
 ``patch_apply``
-    the file name of the series patch that did not apply (harness.patches.PatchApplyError),
+    the file name of the series patch that did not apply (harness.stages.patches.PatchApplyError),
     without its directory, the base commit or its position in the series.
 ``test_assertion``
     ``GGML_ASSERT(cond) failed`` with its file, a C ``assert`` condition, or a
@@ -60,9 +60,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
-from .native_tests import WRAPPER_DID_NOT_RUN
-from .results import STEP, ComparisonRecord, Failure, RunLayout, StepRecord, load_records, write_json
+from ..record.gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
+from ..stages.native_tests import WRAPPER_DID_NOT_RUN
+from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRecord, load_records, write_json
 
 KINDS = ("configure_error", "compile_error", "link_error", "patch_apply", "test_assertion", "signal",
          "cuda_error", "sanitizer_report", "timeout", "output_mismatch", "other")
@@ -512,7 +512,7 @@ def _compile_error(text: str, roots: Sequence[str]) -> Signature | None:
     return None
 
 
-#: The first line of harness.patches.PatchApplyError's message (see patches._apply_failure), after the
+#: The first line of harness.stages.patches.PatchApplyError's message (see patches._apply_failure), after the
 #: ``PatchApplyError: `` prefix the pipeline writes into the step detail and error.log.
 _PATCH_APPLY = re.compile(r"^(?:PatchApplyError: )?(?P<path>[^\n]*?): patch (?P<index>\d+) of (?P<total>\d+) "
                           r"\((?P<subject>[^\n]*)\) does not apply on (?P<base>[0-9a-f]+) "
@@ -759,7 +759,7 @@ def _as_step(step: StepRecord | dict) -> StepRecord:
 def classify_step(run_dir: Path, step: StepRecord | dict) -> Signature | None:
     """The signature of one step record of ``run_dir``'s summary, or None when it did not fail.
 
-    ``step`` is a harness.results.StepRecord or a summary.json ``configurations`` entry
+    ``step`` is a harness.record.results.StepRecord or a summary.json ``configurations`` entry
     (read with StepRecord.from_json, so entries of older runs work too).  Steps named
     ``build`` are read from the step's patch fact, else ``<platform>/build-<config>/``
     (``compile``: ``<platform>/compile-<config>/``)
@@ -848,7 +848,7 @@ def classify_run(run_dir: Path, *, write: bool = True) -> list[dict]:
     rest of them; comparisons have step ``compare``, config = the candidate, and also group, model,
     prompt, reference) in summary order, and writes it to ``run_dir/signatures.json``
     unless ``write`` is False.  Raises FileNotFoundError when there is no summary.json
-    and harness.results.RecordError (a ValueError) when it cannot be read.
+    and harness.record.results.RecordError (a ValueError) when it cannot be read.
     """
     steps, comparisons, _ = load_records(run_dir)
     entries: list[dict[str, Any]] = []

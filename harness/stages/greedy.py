@@ -2,7 +2,7 @@
 
 For each model, every configuration ("side": a configuration as built for one
 platform) that a selected group needs runs in one engine session
-(``harness.engine``): all its prompts' generations, then the teacher-forced
+(``harness.stages.engine``): all its prompts' generations, then the teacher-forced
 scorings.  A reference writes the full log-probability rows of its own tokens
 to a temporary dump; each candidate scores the reference's tokens against that
 dump (KL divergence, top-1 agreement), so sides run in an order that puts
@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import ContextManager
 
 from .compare import GenerationResult, GenerationSpec, find_error_line, run_generation
-from .config import Comparison, Generation
+from ..matrix.config import Comparison, Generation
 from .divergence import EngineRun, SideRuns, StreamComparison, compare_streams, summarize_kl
 from .engine import EngineError, EngineGeneration, EngineSession, ScoreResult
-from .environment import ram_bytes
-from .results import Failure, write_json
+from ..record.environment import ram_bytes
+from ..record.results import Failure, write_json
 from .upstream_support import unsupported_upstream
 
 
@@ -312,7 +312,7 @@ class GreedyRunner:
     def _judge_upstream(self, pc: StreamComparison, up: SideRuns, cand_runs: SideRuns, up_side: Side, cand: Side,
                         model: str, prompt: str) -> None:
         """Mark ``pc`` unsupported-upstream when every run of upstream's build and the candidate failed, and
-        their llama-completion runs failed the same way (harness.upstream_support)."""
+        their llama-completion runs failed the same way (harness.stages.upstream_support)."""
         sides = (up, cand_runs)
         if any(r.status == "ok" for s in sides for r in s.engine) or any(s.completion is None for s in sides):
             return

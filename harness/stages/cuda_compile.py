@@ -460,7 +460,7 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
         result.detail = "compile failed: " + (first_error_line(logs_dir / "build.log") or f"exit {rc}") + f" ({what})"
     else:
         result.detail = f"compiled {what}"
-    from .results import write_json
+    from ..record.results import write_json
     write_json(logs_dir / "compile.json", {
         "status": result.status, "seconds": round(result.seconds, 1), "scan_seconds": round(scan_seconds, 1),
         "build_seconds": round(build_seconds, 1), "options": opts, "changed": result.plan.changed,

@@ -29,9 +29,9 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .results import COMPARISON, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
+from ..record.results import COMPARISON, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
 from .signatures import load_signatures, step_logs
-from .results import describe_divergence_record
+from ..record.results import describe_divergence_record
 
 #: Lines of a failing log shown in the report (the end of a log holds the error).
 LOG_TAIL_LINES = 40
@@ -40,7 +40,7 @@ LOGS_PER_STEP = 3
 #: Width of a pin-ladder chart, in SVG user units (pixels at 100 % zoom).
 CHART_WIDTH = 1000
 
-#: Statuses shown as failures (declared in harness.results).
+#: Statuses shown as failures (declared in harness.record.results).
 _BAD = STEP.failures | COMPARISON.failures
 
 
@@ -191,7 +191,7 @@ def pin_ladders(run_dir: Path) -> list[dict[str, Any]]:
 def pin_chart_svg(records: Sequence[dict[str, Any]], title: str) -> str:
     """An inline SVG bar chart of pin-ladder records: per allocation, requested and granted bytes.
 
-    ``records`` are harness.gpu.parse_ladder_lines dicts; the summary lines (kind ladder or
+    ``records`` are harness.record.gpu.parse_ladder_lines dicts; the summary lines (kind ladder or
     malloc_host) are drawn, or every record when there is none.  Bars share one scale
     (the largest request); a granted bar short of its request is drawn in the warning
     colour.  Returns the ``<svg>`` element as a string.
@@ -601,7 +601,7 @@ def report_main(argv: Sequence[str]) -> int:
     Writes the run's report.html (RUN: id, directory or ``latest``, the default) and prints
     its path; with ``--markdown`` prints the Markdown summary to stdout and the path to
     stderr.  ``--against`` adds changes since an earlier run (``previous``: the newest
-    earlier run covering the same platforms).  Returns 0; raises harness.errors.InputError
+    earlier run covering the same platforms).  Returns 0; raises harness.common.errors.InputError
     subclasses (exit code 2 through harness.cli) for a run that does not exist.
     """
     from .triage import previous_run, resolve_run

@@ -9,7 +9,7 @@ B.  It reports, from the two ``summary.json`` files and the run directories:
   (passed -> failed/error, identical -> diverged/crashed/timeout, or a failure where
   there was none before), then fixes, then every other change;
 * divergences that are new or moved (the first divergent token index changed);
-* failure signatures (harness.signatures) that are new, still present, or gone,
+* failure signatures (harness.analysis.signatures) that are new, still present, or gone,
   matched by (kind, key);
 * pin-ladder changes: granted bytes per platform/config summed over the
   ``*.pin-ladder.json`` files of the generations both runs have;
@@ -23,7 +23,7 @@ newest run has no summary.json at all, triage says so instead of comparing older
 
 Exit status: 1 when there is any regression, 0 when there is none, 2 for bad input.
 
-Bisecting the patch series or upstream commits is harness.bisect.
+Bisecting the patch series or upstream commits is harness.analysis.bisect.
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import gpu
-from .args import strip_dashdash
-from .errors import InputError
-from .locks import RunLock
-from .results import COMPARISON, STEP, RecordError, RunLayout, StepRecord, read_summary
+from ..record import gpu
+from ..args import strip_dashdash
+from ..common.errors import InputError
+from ..common.locks import RunLock
+from ..record.results import COMPARISON, STEP, RecordError, RunLayout, StepRecord, read_summary
 from .signatures import load_signatures
 
-#: Statuses that count as a failure or a success (declared in harness.results).
+#: Statuses that count as a failure or a success (declared in harness.record.results).
 BAD_STEP = STEP.failures
 BAD_COMPARISON = COMPARISON.failures
 GOOD = STEP.successes | COMPARISON.successes
@@ -247,7 +247,7 @@ class PinChange:
     """Pin-ladder totals of one platform/config in A and B, in bytes.
 
     Sums over the generations (model, prompt, repeat) present in both runs, of the
-    ladder summary lines (see harness.gpu.ladder_totals); ``generations`` counts them.
+    ladder summary lines (see harness.record.gpu.ladder_totals); ``generations`` counts them.
     """
 
     platform: str
@@ -508,7 +508,7 @@ def pin_totals(run_dir: Path) -> dict[tuple[str, str], dict[tuple[str, str], dic
     """Per (platform, config), per generation (model, "<prompt>.r<k>"), the pin-ladder totals.
 
     Every generation with a ``.stderr`` file is listed; one without a pin-ladder.json
-    had no ladder lines and gets zero totals.  Totals come from harness.gpu.ladder_totals
+    had no ladder lines and gets zero totals.  Totals come from harness.record.gpu.ladder_totals
     (bytes requested/granted, allocations, segments).
     """
     out: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}

@@ -1,6 +1,6 @@
 """Benchmark of the compile step: ``python -m harness bench-compile [--cold] [-j N]``.
 
-Runs the ``compile`` step (harness.cuda_compile) of a CUDA platform for the
+Runs the ``compile`` step (harness.stages.cuda_compile) of a CUDA platform for the
 fork and the base (``--fork-only``: the fork) in a fresh work directory, so neither ninja nor an earlier
 build directory helps, and prints the seconds of each with the machine it ran
 on.  Warm (default): ccache's usual directory, filled by an earlier run, serves
@@ -41,9 +41,9 @@ def machine() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; prints one line per variant (status, seconds, units) and returns 0 when
     every compile passed, 1 otherwise."""
-    from .config import load_matrix
-    from .pipeline import Options, Pipeline
-    from .results import Run
+    from ..matrix.config import load_matrix
+    from ..pipeline import Options, Pipeline
+    from ..record.results import Run
     ap = argparse.ArgumentParser(prog="python -m harness bench-compile", description=__doc__.split("\n\n")[0])
     ap.add_argument("--platform", default="linux-x86_64-cuda")
     ap.add_argument("--cold", action="store_true", help="start from an empty ccache directory")

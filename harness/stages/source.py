@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .config import Matrix, Source
-from .errors import InputError
-from .fs import sha256_file, writable_dir
-from .locks import exclusive
+from ..matrix.config import Matrix, Source
+from ..common.errors import InputError
+from ..common.fs import sha256_file, writable_dir
+from ..common.locks import exclusive
 
 #: Paths left out of the trimmed mirror (issue 4: ~10 MB without models/ and docs/),
 #: except the vocab files listed in MIRROR_KEEP, which the synthetic models need.
@@ -186,7 +186,7 @@ def cache_dir() -> Path:
 
     ``$HARNESS_CACHE_DIR`` wins, then ``$XDG_CACHE_HOME/llama-fork-harness``,
     then ``~/.cache/llama-fork-harness`` (the XDG base directory default).
-    Raises harness.fs.EnvironmentProblem when it cannot be a writable directory.
+    Raises harness.common.fs.EnvironmentProblem when it cannot be a writable directory.
     """
     env = os.environ.get("HARNESS_CACHE_DIR")
     if env:
@@ -352,11 +352,11 @@ def obtain_base(matrix: Matrix, cache: Path | None = None, log: list[str] | None
     Sources are tried in matrix order; each failure's reason is appended to
     ``log`` (if given) and to the final SourceError when all fail.  A base
     already in the cache is reused without network access.  The cache entry
-    is locked (harness.locks) while it is checked or filled.
+    is locked (harness.common.locks) while it is checked or filled.
     """
     cache = cache or cache_dir()
     # 12 hex digits name the directory: with all 40, paths of the base tree pass Windows' MAX_PATH
-    # below a runner's workspace (harness.path_budget); the record keeps the full commit
+    # below a runner's workspace (harness.tools.path_budget); the record keeps the full commit
     dest = cache / "base" / matrix.base_commit[:12]
     # one process fills a cache entry; another waits and then finds it there
     with exclusive(dest, f"the source cache entry {dest}", (log.append if log is not None else None)):
@@ -515,7 +515,7 @@ def prepare_tree(base: BaseTree, work: Path, variant: str, series_digest: str | 
 
     ``base``: a clone of the base repository at ``base.git_rev``.  ``fork``:
     the same plus the patch series, imported by ``apply(repo, base_rev)``
-    (see harness.patches).  A tree is reused only when the base, the
+    (see harness.stages.patches).  A tree is reused only when the base, the
     ``series_digest`` and its HEAD are what the last preparation left and no
     tracked file was edited since; otherwise it is prepared again, so a build
     never labels other code with the series' name.  Reuse leaves every file's

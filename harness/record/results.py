@@ -8,7 +8,7 @@ Everything a run knows is declared here once:
     results/<run-id>/
         run.json                      run id, command line, times, platforms
         summary.json  summary.md      every step and every comparison
-        signatures.json  report.html  written after the stages (harness.signatures, harness.report)
+        signatures.json  report.html  written after the stages (harness.analysis.signatures, harness.analysis.report)
         <platform>/
             environment.json          OS, compilers, CUDA, GPU, RAM, base commit, patches
             build-base/ build-fork/   configure.log, build.log (+ .rc files), patches.log, error.log
@@ -45,9 +45,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from .errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
-from .fs import describe, writable_dir
-from .locks import RunLock
+from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
+from ..common.fs import describe, writable_dir
+from ..common.locks import RunLock
 
 #: Version of summary.json's record format.  1: steps without ``failures`` (facts only in
 #: ``detail``); 2: steps with ``failures``.  A run written by a newer harness is refused.
@@ -147,7 +147,7 @@ COMPARISON = StatusSet("comparison", (
     Status("crashed", "failure", "💥", "a generation of either side ended abnormally"),
     Status("timeout", "failure", "⏱️", "a generation of either side ran past its time limit"),
     Status("unsupported-upstream", "neutral", "➖", "upstream's build in the same mode fails the same way as the "
-                                                   "fork (harness.upstream_support): a limit of upstream, not a "
+                                                   "fork (harness.stages.upstream_support): a limit of upstream, not a "
                                                    "fork failure"),
 ))
 
@@ -159,7 +159,7 @@ VERDICT = StatusSet("verdict", (
     Status("skipped", "neutral", "⏭️", "nothing ran at all"),
 ))
 
-#: The exit code of each verdict (harness.errors).
+#: The exit code of each verdict (harness.common.errors).
 VERDICT_EXIT_CODES = {"passed": EXIT_PASSED, "failed": EXIT_FAILED, "incomplete": EXIT_INCOMPLETE,
                       "skipped": EXIT_INCOMPLETE}
 
@@ -435,12 +435,12 @@ class RunLayout:
 
     @property
     def signatures_json(self) -> Path:
-        """``signatures.json``: harness.signatures.classify_run's output."""
+        """``signatures.json``: harness.analysis.signatures.classify_run's output."""
         return self.dir / "signatures.json"
 
     @property
     def report_html(self) -> Path:
-        """``report.html``: harness.report's page."""
+        """``report.html``: harness.analysis.report's page."""
         return self.dir / "report.html"
 
     def platform(self, platform: str) -> Path:
@@ -457,7 +457,7 @@ class RunLayout:
 
     def compile_logs(self, platform: str, variant: str) -> Path:
         """``<platform>/compile-<variant>/``: the compile step of a CUDA platform without a GPU
-        (harness.cuda_compile): configure.log, build.log, .rc files, toolkit.json, compile.json."""
+        (harness.stages.cuda_compile): configure.log, build.log, .rc files, toolkit.json, compile.json."""
         return self.platform(platform) / f"compile-{variant}"
 
     @staticmethod
@@ -635,7 +635,7 @@ class Run:
                 write_json(self.layout.run_json, info)
 
     def _own(self) -> None:
-        """Hold the run directory for this process (harness.locks.RunLock; raises RunInUse when taken)
+        """Hold the run directory for this process (harness.common.locks.RunLock; raises RunInUse when taken)
         and set RESERVE_BYTES aside in it, for the summary of a run that fills the disk."""
         self._lock = RunLock(self.dir)
         self._lock.acquire()

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from . import proc
+from ..common import proc
 
 GenerationStatus = Literal["ok", "crashed", "timeout"]
-#: A name declared in harness.results.COMPARISON (the one place comparison statuses are declared).
+#: A name declared in harness.record.results.COMPARISON (the one place comparison statuses are declared).
 ComparisonStatus = str
 
 #: ``llama-completion`` ends every run that returns from ``main`` normally with
@@ -290,7 +290,7 @@ def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
     ``<log_stem>.stdout``, ``<log_stem>.stderr`` and ``<log_stem>.cmd`` (JSON
     with argv, the environment added on top of ``os.environ``, and the timeout
     in seconds); parent directories are created.  The process gets stdin from
-    ``/dev/null`` and its own process group (harness.proc); on timeout or an
+    ``/dev/null`` and its own process group (harness.common.proc); on timeout or an
     interrupt the whole group is terminated.  Returns a ``GenerationResult``; a crash or timeout is
     a result, not an exception.  Raises ``OSError`` if the binary cannot be
     started or the log files cannot be written.

@@ -27,7 +27,7 @@ variable ``HARNESS_SELF_HOSTED_RUNNERS``), so a fork without them queues no
 job that would wait forever; each left-out platform comes with the reason.
 More than MAX_JOBS entries are refused (GitHub's limit per matrix), and so is
 a platform of a Windows runner whose layout has a path past MAX_PATH
-(``harness.path_budget``) unless its ``ci.long_paths`` says the runner
+(``harness.tools.path_budget``) unless its ``ci.long_paths`` says the runner
 supports long paths.
 """
 
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .config import Matrix, MatrixError, Platform, load_matrix
+from ..matrix.config import Matrix, MatrixError, Platform, load_matrix
 from .path_budget import MAX_PATH, PathBudget, files_added_by, path_budget, runs_on_windows
 
 #: The default shell of a platform job, by the runner's OS.
@@ -178,8 +178,8 @@ def base_layout_files(matrix: Matrix, patches_dir: Path) -> tuple[list[str], lis
     The base tree is obtained as every stage obtains it (cache first); raises
     SourceError when no source yields it, PatchError for a broken series.
     """
-    from .patches import read_series
-    from .source import git, obtain_base
+    from ..stages.patches import read_series
+    from ..stages.source import git, obtain_base
     base = obtain_base(matrix)
     files = git(["ls-files", "-z"], base.path).stdout.split("\0")
     added = files_added_by(p.path.read_bytes() for p in read_series(patches_dir))
@@ -231,8 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     repo = (args.repo or os.environ.get("GITHUB_REPOSITORY", "").rpartition("/")[2]
             or args.matrix.resolve().parent.name)
-    from .patches import PatchError
-    from .source import SourceError
+    from ..stages.patches import PatchError
+    from ..stages.source import SourceError
     try:
         matrix = load_matrix(args.matrix)
         plan = ci_plan(matrix, _split(args.platform), self_hosted=args.self_hosted == "true",

@@ -1,6 +1,6 @@
 """One model load, many greedy generations: the harness's ``llama-harness-engine`` program.
 
-The program (``harness/engine/engine.cpp``) is built into every llama.cpp build
+The program (``harness/stages/engine/engine.cpp``) is built into every llama.cpp build
 of the harness (``inject.cmake`` adds it to the configure; the llama.cpp tree is
 not changed), with the same compiler and toolchain as the build (MinGW too).  It takes llama-completion's command-line arguments, loads the
 model once and then serves requests read from stdin:
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from . import proc
+from ..common import proc
 
 #: The CMake target and binary name of the engine program.
 ENGINE_TARGET = "llama-harness-engine"
@@ -66,7 +66,7 @@ def engine_source_digest() -> str:
 def engine_argv(binary: Path, model: Path, gen: Any, args: Sequence[str] = ()) -> list[str]:
     """The engine's command line for one configuration: binary, model and generation settings, then ``args``.
 
-    ``gen`` is a ``harness.config.Generation`` (n_predict tokens, seed, ctx_size
+    ``gen`` is a ``harness.matrix.config.Generation`` (n_predict tokens, seed, ctx_size
     tokens).  The flags are llama-completion's (``--temp 0``: greedy;
     ``--no-warmup``; ``-lv 4``: INFO lines such as buffer types and the pin
     ladder reach stderr), so configuration ``args`` mean the same to both and,
@@ -191,7 +191,7 @@ class EngineSession:
                                        indent=2) + "\n", encoding="utf-8")
         self._stderr: IO[bytes] = stderr_path.open("ab")
         start = time.monotonic()
-        # its own process group, registered so that an interrupt of the harness ends it (harness.proc)
+        # its own process group, registered so that an interrupt of the harness ends it (harness.common.proc)
         self.proc = proc.start(self.argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
         self._lines: queue.Queue[bytes | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -258,7 +258,7 @@ class EngineSession:
                            top1=[bool(x) for x in reply.get("top1", [])], score_ms=float(reply.get("score_ms", 0.0)))
 
     def kill(self) -> None:
-        """End the process and its process group (harness.proc.terminate) and unregister it."""
+        """End the process and its process group (harness.common.proc.terminate) and unregister it."""
         proc.terminate(self.proc)
         proc.finish(self.proc, 0)
 
