@@ -7,7 +7,7 @@ in the project's ``.venv`` when nox itself runs elsewhere (pipx); the stages of 
 invocation share one results run.
 
 The first session that fails stops the chain, and nox exits with the harness's own exit
-code (harness/errors.py: 1 failed, 2 bad input, 3 incomplete, 4 environment): the session
+code (harness/common/errors.py: 1 failed, 2 bad input, 3 incomplete, 4 environment): the session
 raises SystemExit with it, which nox lets through, so nox prints no "Session ... failed"
 line and writes no --report for that invocation.
 """
@@ -24,8 +24,8 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from harness.errors import EXIT_ENVIRONMENT  # noqa: E402
-from harness.results import new_run_id  # noqa: E402
+from harness.common.errors import EXIT_ENVIRONMENT  # noqa: E402
+from harness.record.results import new_run_id  # noqa: E402
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["build", "test", "compare-outputs"]

@@ -46,7 +46,7 @@ for phase in "${phases[@]}"; do
         compare-1gpu)
             one_gpu python3 -m harness compare-outputs --platform "$platform" ;;
         compare-2gpu)
-            mapfile -t groups < <(python3 -c 'from harness.config import load_matrix
+            mapfile -t groups < <(python3 -c 'from harness.matrix.config import load_matrix
 m = load_matrix("matrix.yaml")
 print("\n".join(g for g in m.platforms["'"$platform"'"].groups if m.groups[g].min_gpus >= 2))')
             args=()

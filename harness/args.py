@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Sequence
 
-from .errors import InputError
+from .common.errors import InputError
 
 
 def add_common(ap: argparse.ArgumentParser) -> None:

@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import proc
+from .common import proc
 from .args import add_common, parse_defines, positive, split_names
-from .config import SelectionError, load_matrix
-from .errors import EXIT_BAD_INPUT, HarnessError, InputError
-from .fs import describe, is_environment_error
-from .native_tests import SANITIZERS
+from .matrix.config import SelectionError, load_matrix
+from .common.errors import EXIT_BAD_INPUT, HarnessError, InputError
+from .common.fs import describe, is_environment_error
+from .stages.native_tests import SANITIZERS
 
 STAGES = ("build", "test", "compare-outputs")
 
@@ -49,9 +49,9 @@ def _stage_parser() -> argparse.ArgumentParser:
 
 
 def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
-    """``python -m harness build test ...``: run the stages; the exit code of the run's verdict (harness.errors)."""
+    """``python -m harness build test ...``: run the stages; the exit code of the run's verdict (harness.common.errors)."""
     from .pipeline import Options, run_stages
-    from .results import Run
+    from .record.results import Run
     args = _stage_parser().parse_args(argv)
     matrix = load_matrix(args.matrix)
     defines = parse_defines(args.defines)
@@ -79,8 +79,8 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
 
 def patches_cmd(argv: Sequence[str]) -> int:
     """``python -m harness patches apply|export|check``."""
-    from .patches import check_series, export_series, prepare_series_tree, read_series, series_digest
-    from .source import obtain_base, scratch_tree, tree_state, unexported_work
+    from .stages.patches import check_series, export_series, prepare_series_tree, read_series, series_digest
+    from .stages.source import obtain_base, scratch_tree, tree_state, unexported_work
     ap = argparse.ArgumentParser(prog="python -m harness patches",
                                  description="apply: the series onto the base in .harness/dev/llama.cpp (the tree "
                                              "you edit; builds use their own tree); export: its commits back into "
@@ -130,7 +130,7 @@ def patches_cmd(argv: Sequence[str]) -> int:
 
 def source_cmd(argv: Sequence[str]) -> int:
     """``python -m harness source fetch|export-mirror|files [--out PATH]``."""
-    from .source import export_mirror, obtain_base, write_pinned_files
+    from .stages.source import export_mirror, obtain_base, write_pinned_files
     ap = argparse.ArgumentParser(prog="python -m harness source",
                                  description="fetch: obtain the base; export-mirror: write the trimmed mirror "
                                              "archive; files: write the pinned commit's file list (base.files)")
@@ -159,8 +159,8 @@ def source_cmd(argv: Sequence[str]) -> int:
 
 def models_cmd(argv: Sequence[str]) -> int:
     """``python -m harness models [NAME ...]``: assemble or generate models and print their paths."""
-    from .models import ModelStore
-    from .source import cache_dir, obtain_base
+    from .matrix.models import ModelStore
+    from .stages.source import cache_dir, obtain_base
     ap = argparse.ArgumentParser(prog="python -m harness models")
     ap.add_argument("names", nargs="*")
     add_common(ap)
@@ -183,9 +183,9 @@ def models_cmd(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit code (see harness.errors).
+    """Entry point; returns the process exit code (see harness.common.errors).
 
-    This is the one place expected errors (harness.errors.HarnessError, a missing file,
+    This is the one place expected errors (harness.common.errors.HarnessError, a missing file,
     Ctrl-C) become ``error: <message>`` on stderr and their exit code, without a traceback.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -200,13 +200,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         cmd, rest = argv[0], argv[1:]
         commands = {"patches": patches_cmd, "source": source_cmd, "models": models_cmd}
-        for module, entries in (("ci_matrix", {"ci-matrix": "main"}),
-                                ("windows_check", {"check-windows": "main"}),
-                                ("bench", {"bench": "main"}),
-                                ("compile_bench", {"bench-compile": "main"}),
-                                ("triage", {"triage": "main"}),
-                                ("bisect", {"bisect": "main"}),
-                                ("report", {"report": "report_main"})):
+        for module, entries in (("tools.ci_matrix", {"ci-matrix": "main"}),
+                                ("tools.windows_check", {"check-windows": "main"}),
+                                ("tools.bench", {"bench": "main"}),
+                                ("tools.compile_bench", {"bench-compile": "main"}),
+                                ("analysis.triage", {"triage": "main"}),
+                                ("analysis.bisect", {"bisect": "main"}),
+                                ("analysis.report", {"report": "report_main"})):
             try:
                 mod = importlib.import_module(f"harness.{module}")
             except ModuleNotFoundError as exc:

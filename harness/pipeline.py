@@ -19,26 +19,28 @@ from pathlib import Path
 from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping, Sequence
 
-from . import environment, gpu, proc
-from .cross import Emulator, emulator_for, find_emulator_program, missing_build_tools, missing_run_tools
-from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
+from .record import environment, gpu
+
+from .common import proc
+from .stages.cross import Emulator, emulator_for, find_emulator_program, missing_build_tools, missing_run_tools
+from .stages.build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
                     cuda_architectures_from_nvidia_smi, find_tool, is_up_to_date)
-from .cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
-from .compare import GenerationSpec, to_json
-from .config import Generation, Matrix, Platform
-from .console import Console, Step
-from .engine import ENGINE_TARGET, engine_argv, engine_cmake_options, engine_source_digest
-from .greedy import GreedyRunner, Hooks, Job, JobResult, Side
-from .models import ModelStore, model_summary
-from .native_tests import run_ctest
-from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
-from .results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
-from .junit import write_comparisons_junit
-from .locks import BuildLock, exclusive
-from .report import write_report
-from .signatures import classify_run
-from .windows_check import SetupError, find_cuda_headers
-from .source import BaseTree, cache_dir, obtain_base, prepare_tree
+from .stages.cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
+from .stages.compare import GenerationSpec, to_json
+from .matrix.config import Generation, Matrix, Platform
+from .common.console import Console, Step
+from .stages.engine import ENGINE_TARGET, engine_argv, engine_cmake_options, engine_source_digest
+from .stages.greedy import GreedyRunner, Hooks, Job, JobResult, Side
+from .matrix.models import ModelStore, model_summary
+from .stages.native_tests import run_ctest
+from .stages.patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
+from .record.results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
+from .record.junit import write_comparisons_junit
+from .common.locks import BuildLock, exclusive
+from .analysis.report import write_report
+from .analysis.signatures import classify_run
+from .tools.windows_check import SetupError, find_cuda_headers
+from .stages.source import BaseTree, cache_dir, obtain_base, prepare_tree
 
 @dataclass
 class Options:
@@ -148,7 +150,7 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
     """The CMake cache options of platform ``p``'s ``variant`` build.
 
     The matrix's options, the compiler launcher (ccache), the harness's engine target
-    (harness.engine.engine_cmake_options), CMAKE_CUDA_ARCHITECTURES
+    (harness.stages.engine.engine_cmake_options), CMAKE_CUDA_ARCHITECTURES
     (``cuda_arch``, else from nvidia-smi where the matrix says ``auto``), the cross toolchain and
     emulator of a cross-built platform, LLAMA_FORK_SERIES naming ``patches`` for the fork (and on a
     platform without GPU the CUDA headers for test-cuda-pin-ladder-host), then ``defines`` (-D
@@ -312,7 +314,7 @@ class Pipeline:
             return prepare_tree(base, work, "base")
 
     def _build_and_hold(self, req: BuildRequest, logs: Path) -> BuildResult:
-        """Build ``req``, then hold its directory for reading until the run ends (see harness.locks).
+        """Build ``req``, then hold its directory for reading until the run ends (see harness.common.locks).
 
         Between the build releasing its write lock and this process taking the
         read lock, another process may have rebuilt the directory with other
@@ -412,7 +414,7 @@ class Pipeline:
         return opts
 
     def compile_variant(self, p: Platform, variant: str, like: Plan | None = None) -> CompileResult | None:
-        """Run the ``compile`` step (harness.cuda_compile) for ``variant`` of ``p`` and record it.
+        """Run the ``compile`` step (harness.stages.cuda_compile) for ``variant`` of ``p`` and record it.
 
         The fork compiles the units its series touches; the base (``like``: the fork's plan) the same
         units.  Returns None when the step was skipped (a CUDA wheel missing: the reason names it)
@@ -524,7 +526,7 @@ class Pipeline:
 
     # ----- models ------------------------------------------------------------------------------
     def model_path(self, name: str) -> Path:
-        """Path of model ``name``, assembled or generated on first use (harness.models.ModelStore)."""
+        """Path of model ``name``, assembled or generated on first use (harness.matrix.models.ModelStore)."""
         return self.models.path(name)
 
     # ----- comparisons ----------------------------------------------------------------------
@@ -580,7 +582,8 @@ class Pipeline:
         an interrupt or exception the generate steps cut short are recorded first.
         """
         runner = GreedyRunner(self._hooks(p), {k: v.text for k, v in self.matrix.prompts.items()},
-                              self.opts.work_dir.resolve() / "tmp", self.opts.n_predict, self.opts.repeats, self.say)
+                              self.opts.work_dir.resolve() / "tmp", self.opts.n_predict, self.opts.repeats, self.say,
+                              text_check_jobs=p.text_check_jobs)
         try:
             jobs = [job for gname in groups for job in self._jobs(p, gname, gen_steps)]
             runs = {(side, j.model, prompt): max(2, self.opts.repeats or j.generation.repeats)
@@ -801,9 +804,9 @@ def describe_abort(exc: BaseException) -> str:
 def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
                say: Callable[[str], None] | None = None) -> int:
     """Run ``stages`` (build, test, compare-outputs) in order; return the exit code of the run's verdict
-    (harness.results.VERDICT_EXIT_CODES: 0 passed, 1 failed, 3 incomplete or nothing ran).
+    (harness.record.results.VERDICT_EXIT_CODES: 0 passed, 1 failed, 3 incomplete or nothing ran).
 
-    On SIGINT/SIGTERM (harness.proc.Interrupted) or any exception every child
+    On SIGINT/SIGTERM (harness.common.proc.Interrupted) or any exception every child
     process group is terminated, the steps in progress are recorded as
     ``interrupted`` and the stages not reached as not run, the summary is
     written (``overall: incomplete`` unless something already failed) and,

@@ -1,4 +1,4 @@
-"""A stand-in for llama-harness-engine in tests: the request protocol of harness/engine/engine.cpp
+"""A stand-in for llama-harness-engine in tests: the request protocol of harness/stages/engine/engine.cpp
 with a four-token vocabulary. Every generation is "hello" then end of generation; teacher-forced
 rows are uniform, so every KL divergence is 0."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fake_upstream import make_fake_project, write_tiny_gguf
-from harness.models import ModelError, model_summary, open_gguf
+from harness.matrix.models import ModelError, model_summary, open_gguf
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

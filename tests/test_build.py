@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import BuildRequest, build
+from harness.stages.build import BuildRequest, build
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("ninja")),

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import ci_matrix as ci
-from harness.config import MatrixError, load_matrix
+from harness.tools import ci_matrix as ci
+from harness.matrix.config import MatrixError, load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX_PATH = ROOT / "matrix.yaml"
@@ -180,7 +180,7 @@ def test_every_value_is_plain_json_for_fromjson(matrix):
 
 
 def test_the_module_prints_nothing_but_the_json():
-    proc = subprocess.run([sys.executable, "-m", "harness.ci_matrix", "--matrix", str(MATRIX_PATH),
+    proc = subprocess.run([sys.executable, "-m", "harness.tools.ci_matrix", "--matrix", str(MATRIX_PATH),
                            "--self-hosted", "true"], cwd=ROOT, capture_output=True, text=True, check=True)
     assert [e["platform"] for e in json.loads(proc.stdout)["include"]] == list(load_matrix(MATRIX_PATH).platforms)
 

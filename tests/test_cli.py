@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, errors
-from harness.config import MatrixError
-from harness.patches import PatchError
-from harness.triage import TriageInputError
+from harness import cli
+
+from harness.common import errors
+from harness.matrix.config import MatrixError
+from harness.stages.patches import PatchError
+from harness.analysis.triage import TriageInputError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,10 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_every_expected_error_has_one_base_and_an_exit_code():
     for exc in (MatrixError, PatchError, TriageInputError):
         assert issubclass(exc, errors.HarnessError) and exc.exit_code == errors.EXIT_BAD_INPUT
-    from harness.build import BuildError
+    from harness.stages.build import BuildError
     assert BuildError.exit_code == errors.EXIT_ENVIRONMENT
-    from harness.fs import EnvironmentProblem
-    from harness.locks import RunInUse
+    from harness.common.fs import EnvironmentProblem
+    from harness.common.locks import RunInUse
     assert issubclass(EnvironmentProblem, errors.HarnessError) and issubclass(RunInUse, errors.HarnessError)
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import MatrixError, load_matrix
+from harness.matrix.config import MatrixError, load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = (ROOT / "matrix.yaml").read_text(encoding="utf-8")
@@ -154,5 +154,5 @@ def test_a_tab_and_a_bad_indentation_get_the_line_and_a_plain_hint(tmp_path):
 
 def test_the_matrix_points_editors_at_its_schema():
     first = MATRIX.splitlines()[0]
-    assert first == "# yaml-language-server: $schema=harness/matrix.schema.json"
-    assert (ROOT / "harness" / "matrix.schema.json").is_file()
+    assert first == "# yaml-language-server: $schema=harness/matrix/matrix.schema.json"
+    assert (ROOT / "harness" / "matrix" / "matrix.schema.json").is_file()

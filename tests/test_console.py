@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from harness.console import Console
-from harness.results import Run, StepRecord
+from harness.common.console import Console
+from harness.record.results import Run, StepRecord
 
 
 def test_a_step_prints_a_start_and_a_timed_end_line_and_the_log_where_it_failed():

@@ -100,7 +100,7 @@ def test_the_cuda_platform_is_compiled_where_it_cannot_run(main_job):
 
 
 def test_windows_cpu_was_built_tested_and_compared_under_wine(main_job):
-    from harness.config import load_matrix
+    from harness.matrix.config import load_matrix
     from harness.pipeline import cannot_run
     _, results = main_job
     data = summary(results)

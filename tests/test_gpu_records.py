@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import environment, gpu
-from harness.compare import GenerationResult
-from harness.config import MatrixError, load_matrix
-from harness.results import ComparisonRecord, Run, StepRecord
-from harness.upstream_support import unsupported_upstream
+from harness.record import environment, gpu
+from harness.stages.compare import GenerationResult
+from harness.matrix.config import MatrixError, load_matrix
+from harness.record.results import ComparisonRecord, Run, StepRecord
+from harness.stages.upstream_support import unsupported_upstream
 
 LADDER_LOG = "\n".join([
     "0.01.000.000 I ggml_cuda_host_malloc: pin ladder: cudaMallocHost requested=4962910208 granted=4962910208 "
@@ -145,7 +145,7 @@ ROW_FAILURE = ("echo \"0.01.$$.100 E llama_init_from_model: failed to initialize
 def _fake_cuda_build(tmp_path: Path, variant: str, script: str):
     import stat
 
-    from harness.build import BuildResult
+    from harness.stages.build import BuildResult
     bin_dir = tmp_path / variant / "bin"
     bin_dir.mkdir(parents=True)
     engine = f"exec {sys.executable} {Path(__file__).with_name('fake_engine.py')}\n"
@@ -207,7 +207,7 @@ def test_a_two_gpu_mode_only_the_fork_fails_is_a_fork_failure(tmp_path, monkeypa
 def test_two_gpu_groups_are_skipped_with_the_reason_on_one_gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.setattr("harness.pipeline.cannot_run", lambda p: None)
-    monkeypatch.setattr("harness.environment.nvidia_gpus", lambda: [{"name": "H200"}, {"name": "H200"}])
+    monkeypatch.setattr("harness.record.environment.nvidia_gpus", lambda: [{"name": "H200"}, {"name": "H200"}])
     matrix, run, pipe = _cuda_pipeline(tmp_path, monkeypatch, "echo hello", "echo hello",
                                        groups=["cuda-2gpu-layer"])
     pipe.stage_compare()

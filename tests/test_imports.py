@@ -6,26 +6,44 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
 
+def module_name(path: Path) -> str:
+    """``harness/stages/build.py`` -> ``stages.build``; a package's ``__init__.py`` -> the package."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def import_graph() -> dict[str, set[str]]:
-    """Module name -> the harness modules it imports anywhere in its source."""
-    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    """Module name (dotted, below ``harness``) -> the harness modules it imports anywhere in its source.
+
+    Relative imports are resolved against the module's package; ``from ..record import gpu`` counts as
+    an import of ``record.gpu`` (and of the package ``record`` itself).
+    """
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(p) for p in paths}
     graph: dict[str, set[str]] = {}
-    for path in PACKAGE.glob("*.py"):
+    for path in paths:
+        name = module_name(path)
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        package = [p for p in package if p]
         deps: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names: list[str] = []
+            targets: list[list[str]] = []
             if isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level == 1:
-                    names = [base.split(".")[0]] if base else [a.name for a in node.names]
-                elif base == "harness":
-                    names = [a.name for a in node.names]
-                elif base.startswith("harness."):
-                    names = [base.split(".")[1]]
+                if node.level:
+                    anchor = package[:len(package) - (node.level - 1)] if node.level > 1 else package
+                    base = anchor + (node.module.split(".") if node.module else [])
+                elif node.module == "harness" or (node.module or "").startswith("harness."):
+                    base = node.module.split(".")[1:]
+                else:
+                    continue
+                targets = [base] + [base + [a.name] for a in node.names]
             elif isinstance(node, ast.Import):
-                names = [a.name.split(".")[1] for a in node.names if a.name.startswith("harness.")]
-            deps.update(n for n in names if n in modules and n != path.stem)
-        graph[path.stem] = deps
+                targets = [a.name.split(".")[1:] for a in node.names if a.name.startswith("harness.")]
+            for target in targets:
+                dotted = ".".join(target)
+                if dotted in modules and dotted != name:
+                    deps.add(dotted)
+        graph[name] = deps
     return graph
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fake_upstream import make_fake_project, pids_alive
-from harness import proc
+from harness.common import proc
 
 pytestmark = [
     pytest.mark.slow,

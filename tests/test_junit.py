@@ -2,8 +2,8 @@
 
 import xml.etree.ElementTree as ET
 
-from harness.junit import write_comparisons_junit
-from harness.results import ComparisonRecord, Run
+from harness.record.junit import write_comparisons_junit
+from harness.record.results import ComparisonRecord, Run
 
 CPU = "linux-x86_64-cpu"
 

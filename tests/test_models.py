@@ -1,4 +1,4 @@
-"""Tests for harness.models: the PyPI chunk assembler and the synthetic MoE generator.
+"""Tests for harness.matrix.models: the PyPI chunk assembler and the synthetic MoE generator.
 
 No network: wheels are built in tmp_path and pip is replaced by small scripts.
 """
@@ -19,8 +19,8 @@ import gguf
 import numpy as np
 import pytest
 
-from harness import models
-from harness.models import (
+from harness.matrix import models
+from harness.matrix.models import (
     ModelError,
     MoeParams,
     PypiChunkedModel,
@@ -110,12 +110,12 @@ def test_sliced_generation_is_identical_across_processes(vocab: Path, tmp_path: 
     monkeypatch.setattr(models, "_GEN_CHUNK_ELEMS", 1024)
     here = generate_synthetic_moe(vocab, TINY, tmp_path / "here", workers=1)
     code = (
-        "import sys; from pathlib import Path; from harness import models\n"
+        "import sys; from pathlib import Path; from harness.matrix import models\n"
         "models._GEN_CHUNK_ELEMS = 1024\n"
         f"p = models.MoeParams(**{TINY.__dict__!r})\n"
         f"print(models.generate_synthetic_moe(Path({str(vocab)!r}), p, Path({str(tmp_path / 'there')!r}), workers=4))\n"
     )
-    root = Path(models.__file__).resolve().parent.parent
+    root = Path(models.__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
     there = Path(out.stdout.strip().splitlines()[-1])

@@ -7,21 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from harness import results
-from harness.build import BuildResult
-from harness.config import load_matrix
+from harness.record import results
+from harness.stages.build import BuildResult
+from harness.matrix.config import load_matrix
 from harness.pipeline import Options, Pipeline
-from harness.report import render_html
-from harness.results import (COMPARISON, ComparisonRecord, Failure, RecordError, Run, RunLayout, Status,
+from harness.analysis.report import render_html
+from harness.record.results import (COMPARISON, ComparisonRecord, Failure, RecordError, Run, RunLayout, Status,
                              StepRecord, legacy_failures, load_records)
-from harness.signatures import classify_run, step_logs
+from harness.analysis.signatures import classify_run, step_logs
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = "linux-x86_64-cpu"
 
 
 def test_a_new_comparison_status_is_one_declaration(tmp_path, monkeypatch):
-    # what a new status takes: one entry in harness.results.COMPARISON, nothing else
+    # what a new status takes: one entry in harness.record.results.COMPARISON, nothing else
     monkeypatch.setitem(COMPARISON.by_name, "needs-newer-upstream",
                         Status("needs-newer-upstream", "neutral", "➖", "upstream cannot run this case"))
     run = Run.open(tmp_path, "r1")

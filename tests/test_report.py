@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness import report
-from harness.report import align_divergence, markdown_summary, pin_chart_svg, write_report
-from harness.results import ComparisonRecord, Run, StepRecord, write_json
-from harness.signatures import classify_run
+from harness.analysis import report
+from harness.analysis.report import align_divergence, markdown_summary, pin_chart_svg, write_report
+from harness.record.results import ComparisonRecord, Run, StepRecord, write_json
+from harness.analysis.signatures import classify_run
 
 CPU, CUDA = "linux-x86_64-cpu", "linux-x86_64-cuda"
 GIB = 2**30

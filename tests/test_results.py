@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from harness import gpu
-from harness.native_tests import parse_junit
-from harness.results import ComparisonRecord, Run, StepRecord, new_run_id
+from harness.record import gpu
+from harness.stages.native_tests import parse_junit
+from harness.record.results import ComparisonRecord, Run, StepRecord, new_run_id
 
 
 def test_runs_never_overwrite_and_latest_points_at_the_newest(tmp_path):
@@ -142,7 +142,7 @@ def _near_tie_group_record(status="diverged", near_tie=True, kl_mean=5e-9, nonde
 
 
 def test_a_near_tie_group_accepts_only_near_tie_divergences_with_small_kl(tmp_path):
-    from harness.junit import comparisons_xml
+    from harness.record.junit import comparisons_xml
     assert not _near_tie_group_record("identical").failed()
     accepted = _near_tie_group_record()
     assert not accepted.failed() and accepted.tolerated_near_tie()

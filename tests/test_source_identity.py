@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from fake_upstream import make_fake_project
-from harness.config import load_matrix
-from harness.source import (MIRROR_MANIFEST, BaseTree, PinnedFiles, SourceError, export_mirror, obtain_base,
+from harness.matrix.config import load_matrix
+from harness.stages.source import (MIRROR_MANIFEST, BaseTree, PinnedFiles, SourceError, export_mirror, obtain_base,
                             read_pinned_files, write_pinned_files)
 
 

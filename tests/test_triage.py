@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness import bisect, signatures, triage
-from harness.patches import export_series, read_series
-from harness.results import ComparisonRecord, Failure, Run, StepRecord, write_json
-from harness.signatures import classify_run, classify_step, classify_text, normalise
-from harness.source import BaseTree
-from harness.bisect import BisectError, SeriesBisector, TestCheck, bisect_first_bad
-from harness.errors import InputError
-from harness.triage import diff_runs, previous_run, resolve_run
+from harness.analysis import bisect, signatures, triage
+from harness.stages.patches import export_series, read_series
+from harness.record.results import ComparisonRecord, Failure, Run, StepRecord, write_json
+from harness.analysis.signatures import classify_run, classify_step, classify_text, normalise
+from harness.stages.source import BaseTree
+from harness.analysis.bisect import BisectError, SeriesBisector, TestCheck, bisect_first_bad
+from harness.common.errors import InputError
+from harness.analysis.triage import diff_runs, previous_run, resolve_run
 
 CPU, CUDA, WIN = "linux-x86_64-cpu", "linux-x86_64-cuda", "windows-x86_64-cuda"
 GIB = 2**30
@@ -252,7 +252,7 @@ def _series_repo(root: Path) -> tuple[Path, str, list]:
 
 
 def test_a_series_that_does_not_apply_has_a_patch_apply_signature_naming_the_patch(tmp_path):
-    from harness.patches import PatchApplyError, apply_series
+    from harness.stages.patches import PatchApplyError, apply_series
     failures = []
     for n, new_line in enumerate(('"sum ok', '"summed ok')):
         # two machines, two upstream commits that both rewrite the line the last patch changes
@@ -780,7 +780,7 @@ class FakeBisector:
         return f"k={k}"
 
     def build(self, k: int):
-        from harness.build import BuildResult
+        from harness.stages.build import BuildResult
         bin_dir = self.k_dir(k) / "bin"
         if not bin_dir.exists():
             bin_dir.mkdir(parents=True)
@@ -793,7 +793,7 @@ class FakeBisector:
 
 
 def test_group_check_compares_fork_configs_at_k_against_the_base(tmp_path):
-    from harness.config import Generation, Group, RunConfig
+    from harness.matrix.config import Generation, Group, RunConfig
     group = Group("base-vs-fork", ("m",), ("p",), "base", ("fork",), Generation(n_predict=8, repeats=1, timeout_s=60))
     check = bisect.GroupCheck(group, {"base": RunConfig("base", "base"), "fork": RunConfig("fork", "fork")},
                               {"m": tmp_path / "m.gguf"}, {"p": "Once"}, group.generation)

@@ -1,4 +1,4 @@
-"""Tests for harness.windows_check: the patched tree compiles for Windows (MinGW-w64) and Linux,
+"""Tests for harness.tools.windows_check: the patched tree compiles for Windows (MinGW-w64) and Linux,
 and a broken guard, a Windows-only call outside its guard, a missing include or a warning in the
 Windows branch fails the right target with an error line that names the file.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.windows_check import (
+from harness.tools.windows_check import (
     CHECKED_FILES,
     MINGW_PACKAGE,
     SetupError,
@@ -40,9 +40,9 @@ WIN_RESERVE_CALL = "    return VirtualAlloc(NULL, size, MEM_RESERVE | MEM_COMMIT
 
 def _tree_from_series(into: Path) -> Path | None:
     """The base plus ``patches/`` in ``into``, when the series has a patch adding pin-ladder.cuh."""
-    from harness.config import load_matrix
-    from harness.patches import apply_series, read_series
-    from harness.source import git, obtain_base
+    from harness.matrix.config import load_matrix
+    from harness.stages.patches import apply_series, read_series
+    from harness.stages.source import git, obtain_base
     if not (ROOT / "patches" / "series").is_file():
         return None
     patches = read_series(ROOT / "patches")

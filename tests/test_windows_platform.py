@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import cross
-from harness.compare import GenerationSpec, from_text_mode, run_generation
-from harness.config import MatrixError, load_matrix
+from harness.stages import cross
+from harness.stages.compare import GenerationSpec, from_text_mode, run_generation
+from harness.matrix.config import MatrixError, load_matrix
 from harness.pipeline import cannot_build, cannot_run, cross_built, executable_suffix
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,0 +1,629 @@
+"""The human report of one run: ``results/<run-id>/report.html`` and a Markdown summary.
+
+The HTML file is self-contained: inline CSS, a few lines of inline JavaScript (a
+"failures only" filter) and inline SVG; it references no network resource and no font
+file, so it can be attached to a CI job or mailed.  It is built with ``html.escape``
+and small string-building functions (no template engine: the page is simple and the
+project keeps its dependencies few).  Sections:
+
+* verdict and counts, the steps table and the comparisons table, with signatures;
+* per platform and configuration: environment, configuration, failing steps with the
+  last :data:`LOG_TAIL_LINES` lines of their logs;
+* a token-level view of every divergence: both sides' generated text, the common
+  prefix dimmed and the first divergent token marked (re-derived from compare.json's
+  texts and the first_divergence pieces);
+* the pin ladder per allocation (requested vs granted bytes) as an SVG bar chart.
+
+:func:`markdown_summary` gives the same summary as Markdown for a CI job summary or a
+pull-request comment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from html import escape
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from ..record.results import COMPARISON, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
+from .signatures import load_signatures, step_logs
+from ..record.results import describe_divergence_record
+
+#: Lines of a failing log shown in the report (the end of a log holds the error).
+LOG_TAIL_LINES = 40
+#: Most log files excerpted per failing step.
+LOGS_PER_STEP = 3
+#: Width of a pin-ladder chart, in SVG user units (pixels at 100 % zoom).
+CHART_WIDTH = 1000
+
+#: Statuses shown as failures (declared in harness.record.results).
+_BAD = STEP.failures | COMPARISON.failures
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _summary(run_dir: Path) -> dict:
+    data = read_summary(run_dir)
+    return data
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def _counts(items: Iterable[dict]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        out[item.get("status", "?")] = out.get(item.get("status", "?"), 0) + 1
+    return out
+
+
+def _count_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"
+
+
+def _sig_lookup(entries: list[dict]) -> dict[tuple, dict]:
+    out = {}
+    for e in entries:
+        if e.get("step") == "compare":
+            out[("compare", e.get("platform"), e.get("group"), e.get("model"), e.get("prompt"), e.get("config"))] = \
+                e["signature"]
+        else:
+            out[(e.get("platform"), e.get("config"), e.get("step"))] = e["signature"]
+    return out
+
+
+# --------------------------------------------------------------------------- divergence alignment
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """Two generated texts split at the first divergent token.
+
+    ``prefix`` is the text both sides share before it; ``reference_token`` /
+    ``candidate_token`` the token on each side (None: that side's output ended);
+    ``reference_rest`` / ``candidate_rest`` what follows.  ``exact`` is False when the
+    pieces could not be located in the texts and the split is at the first differing
+    character instead.
+    """
+
+    index: int | None
+    prefix: str
+    reference_token: str | None
+    reference_rest: str
+    candidate_token: str | None
+    candidate_rest: str
+    exact: bool
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def _fits(text: str, at: int, piece: str | None) -> bool:
+    return at == len(text) if piece is None else text.startswith(piece, at)
+
+
+def align_divergence(reference: str, candidate: str, divergence: dict | None) -> Alignment:
+    """Split two texts at the first divergent token described by ``divergence``.
+
+    ``divergence`` is a first_divergence record ({index, reference: {id, piece} | None,
+    candidate: {id, piece} | None}) or None.  The token starts where both pieces (or the
+    end of output, for a None side) are found at the same offset, at or before the first
+    differing character; the nearest such offset wins.  Without a divergence record or
+    when no offset fits, the split is at the first differing character and the "token" is
+    that one character (``exact`` False).  Returns an Alignment.
+    """
+    p = _common_prefix(reference, candidate)
+    if divergence:
+        ref_tok = divergence.get("reference")
+        cand_tok = divergence.get("candidate")
+        rp = None if ref_tok is None else str(ref_tok.get("piece", ""))
+        cp = None if cand_tok is None else str(cand_tok.get("piece", ""))
+        reach = max(len(rp or ""), len(cp or ""))
+        starts = list(range(p, max(-1, p - reach - 1), -1))
+        if isinstance(divergence.get("text_offset"), int):  # the engine's own offset, tried first
+            starts.insert(0, divergence["text_offset"])
+        for s in starts:
+            if _fits(reference, s, rp) and _fits(candidate, s, cp):
+                return Alignment(divergence.get("index"), reference[:s],
+                                 rp, reference[s + len(rp or ""):], cp, candidate[s + len(cp or ""):], True)
+    ref_token = reference[p:p + 1] if p < len(reference) else None
+    cand_token = candidate[p:p + 1] if p < len(candidate) else None
+    return Alignment((divergence or {}).get("index"), reference[:p], ref_token, reference[p + 1:],
+                     cand_token, candidate[p + 1:], False)
+
+
+def _compare_entry(run_dir: Path, cmp: dict) -> dict | None:
+    entries = _read_json(RunLayout(run_dir).compare_json(cmp["platform"], cmp["candidate"]))
+    if not isinstance(entries, list):
+        return None
+    match = None
+    for e in entries:
+        if (e.get("prompt_id") == cmp["prompt"] and e.get("group", cmp["group"]) == cmp["group"]
+                and e.get("model", cmp["model"]) == cmp["model"] and e.get("reference") == cmp["reference"]):
+            match = e  # the last one recorded wins (a continued run appends)
+    return match
+
+
+# --------------------------------------------------------------------------- pin ladder chart
+
+
+def pin_ladders(run_dir: Path) -> list[dict[str, Any]]:
+    """The pin-ladder files of a run grouped per (platform, config, model).
+
+    Returns a list of {platform, config, model, file (relative to the run), records (the
+    representative generation's records: the first file in name order), files (count),
+    granted_totals (sorted distinct totals of granted bytes over the files)}.
+    """
+    groups: dict[tuple[str, str, str], list[Path]] = {}
+    for platform, config, model, _, path in RunLayout(run_dir).all_generation_files(".pin-ladder.json"):
+        groups.setdefault((platform, config, model), []).append(path)
+    out = []
+    for (platform, config, model), files in sorted(groups.items()):
+        loaded = [r for r in (_read_json(f) for f in files) if isinstance(r, list)]
+        if not loaded:
+            continue
+        totals = sorted({sum(int(x.get("granted", 0)) for x in recs if x.get("kind") in ("ladder", "malloc_host"))
+                         for recs in loaded})
+        out.append({"platform": platform, "config": config, "model": model,
+                    "file": str(files[0].relative_to(run_dir)), "records": loaded[0], "files": len(loaded),
+                    "granted_totals": totals})
+    return out
+
+
+def pin_chart_svg(records: Sequence[dict[str, Any]], title: str) -> str:
+    """An inline SVG bar chart of pin-ladder records: per allocation, requested and granted bytes.
+
+    ``records`` are harness.record.gpu.parse_ladder_lines dicts; the summary lines (kind ladder or
+    malloc_host) are drawn, or every record when there is none.  Bars share one scale
+    (the largest request); a granted bar short of its request is drawn in the warning
+    colour.  Returns the ``<svg>`` element as a string.
+    """
+    rows = [r for r in records if r.get("kind") in ("ladder", "malloc_host")] or list(records)
+    label_w, value_w, bar_h, gap, top = 56, 380, 13, 10, 34
+    plot_w = CHART_WIDTH - label_w - value_w - 20
+    height = top + len(rows) * (2 * bar_h + gap) + 10
+    biggest = max([int(r.get("requested", 0)) for r in rows] + [1])
+    parts = [f'<svg class="chart" width="{CHART_WIDTH}" height="{height}" '
+             f'viewBox="0 0 {CHART_WIDTH} {height}" role="img" aria-label="{escape(title)}">',
+             f'<title>{escape(title)}</title>',
+             f'<rect x="{label_w}" y="8" width="12" height="10" class="req"/>'
+             f'<text x="{label_w + 16}" y="17" class="legend">requested</text>'
+             f'<rect x="{label_w + 100}" y="8" width="12" height="10" class="grant"/>'
+             f'<text x="{label_w + 116}" y="17" class="legend">granted (pinned)</text>'
+             f'<rect x="{label_w + 250}" y="8" width="12" height="10" class="short"/>'
+             f'<text x="{label_w + 266}" y="17" class="legend">granted, less than requested</text>']
+    for i, r in enumerate(rows):
+        y = top + i * (2 * bar_h + gap)
+        req, got = int(r.get("requested", 0)), int(r.get("granted", 0))
+        w_req = max(1.0, plot_w * req / biggest)
+        w_got = plot_w * got / biggest
+        cls = "grant" if got >= req else "short"
+        detail = f"{_bytes(got)} of {_bytes(req)}"
+        if r.get("segments") is not None:
+            detail += f", {r['segments']} seg."
+        if r.get("seconds") is not None:
+            detail += f", {float(r['seconds']):.2f} s"
+        if r.get("error"):
+            detail += f", {r['error']}"
+        tip = escape(str(r.get("line", "")))
+        parts.append(
+            f'<g><title>{tip}</title>'
+            f'<text x="{label_w - 6}" y="{y + bar_h + 4}" class="label" text-anchor="end">#{i + 1}</text>'
+            f'<rect x="{label_w}" y="{y}" width="{w_req:.1f}" height="{bar_h}" class="req"/>'
+            f'<rect x="{label_w}" y="{y + bar_h}" width="{w_got:.1f}" height="{bar_h}" class="{cls}"/>'
+            f'<text x="{label_w + plot_w + 8}" y="{y + bar_h + 4}" class="value">{escape(detail)}</text></g>')
+    parts.append(f'<line x1="{label_w}" y1="{top - 4}" x2="{label_w}" y2="{height - 6}" class="axis"/></svg>')
+    return "".join(parts)
+
+
+# --------------------------------------------------------------------------- HTML pieces
+
+_CSS = """
+:root { --ok:#1a7f37; --bad:#cf222e; --warn:#9a6700; --skip:#6e7781; --bg:#ffffff; --fg:#1f2328;
+        --muted:#59636e; --line:#d1d9e0; --soft:#f6f8fa; --mark:#ffd8b5; --mark2:#c8e1ff; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
+       color: var(--fg); background: var(--bg); margin: 0 auto; padding: 20px 28px 60px; max-width: 1240px; }
+h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 28px 0 8px; border-bottom: 1px solid var(--line);
+     padding-bottom: 4px; } h3 { font-size: 15px; margin: 18px 0 6px; } h4 { font-size: 13px; margin: 6px 0 4px; }
+code, pre, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
+                   font-size: 12px; }
+nav a { margin-right: 14px; }
+.verdict { display: inline-block; font-weight: 600; padding: 2px 10px; border-radius: 12px; color: #fff; }
+.verdict.passed { background: var(--ok); } .verdict.failed { background: var(--bad); }
+.muted { color: var(--muted); }
+table { border-collapse: collapse; width: 100%; margin: 6px 0 10px; }
+th, td { border: 1px solid var(--line); padding: 4px 7px; text-align: left; vertical-align: top; }
+th { background: var(--soft); font-weight: 600; }
+td.num, td.nw { white-space: nowrap; } td.num { text-align: right; }
+.st { font-weight: 600; white-space: nowrap; }
+.st-success { color: var(--ok); } .st-failure { color: var(--bad); } .st-neutral { color: var(--skip); }
+.st-timeout { color: var(--warn); }
+tr.bad td { background: #fff5f5; }
+.sig { font-size: 12px; } .kind { display: inline-block; font-family: ui-monospace, Menlo, Consolas, monospace;
+       font-size: 11px; background: #eef1f4; border: 1px solid var(--line); border-radius: 4px; padding: 0 4px; }
+pre { background: var(--soft); border: 1px solid var(--line); border-radius: 6px; padding: 8px 10px;
+      overflow-x: auto; white-space: pre-wrap; word-break: break-word; margin: 4px 0 10px; }
+pre.log { line-height: 1.35; }
+.sides { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }
+.gen .common { color: var(--muted); }
+.gen mark { background: var(--mark); color: #000; border-radius: 3px; outline: 1px solid #e0823d; padding: 0 1px; }
+.gen mark.cand { background: var(--mark2); outline-color: #4a89dc; }
+.gen .rest { color: var(--fg); }
+.gen .end { font-style: italic; color: var(--bad); }
+.divergence { border: 1px solid var(--line); border-radius: 8px; padding: 6px 12px 4px; margin: 10px 0; }
+details { border: 1px solid var(--line); border-radius: 8px; padding: 4px 12px; margin: 8px 0; }
+details > summary { cursor: pointer; font-weight: 600; padding: 4px 0; }
+svg.chart { display: block; margin: 6px 0 14px; }
+svg .req { fill: #c9d6e3; } svg .grant { fill: #2f6fb0; } svg .short { fill: #e0823d; }
+svg text { font: 11px system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; fill: #1f2328; }
+svg .axis { stroke: #8c959f; stroke-width: 1; }
+.filter { float: right; font-size: 13px; font-weight: normal; }
+body.only-bad tr.ok { display: none; }
+"""
+
+_JS = """
+document.getElementById('only-bad').addEventListener('change', function (e) {
+  document.body.classList.toggle('only-bad', e.target.checked);
+});
+"""
+
+
+def _status(status: str) -> str:
+    outcome = next((k[status].outcome for k in (STEP, COMPARISON) if status in k), "neutral")
+    return f'<span class="st st-{outcome} st-{escape(status)}">{escape(status)}</span>'
+
+
+def _sig_html(sig: dict | None) -> str:
+    if not sig:
+        return ""
+    return f'<span class="kind">{escape(sig["kind"])}</span> <span class="sig">{escape(sig["summary"])}</span>'
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> tuple[str, int]:
+    try:
+        text = path.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return "", 0
+    all_lines = text.splitlines()
+    return "\n".join(all_lines[-lines:]), len(all_lines)
+
+
+def _piece(token: str | None, cls: str) -> str:
+    if token is None:
+        return '<span class="end">⟨end of output⟩</span>'
+    shown = token if token.strip() else token.replace(" ", "␠").replace("\n", "⏎\n") or "∅"
+    return f'<mark class="{cls}" title="first divergent token">{escape(shown)}</mark>'
+
+
+def _divergence_html(run_dir: Path, cmp: dict) -> str:
+    head = (f'{escape(cmp["platform"])} · {escape(cmp["group"])} · {escape(cmp["model"])}/{escape(cmp["prompt"])}: '
+            f'{escape(cmp["candidate"])} vs {escape(cmp["reference"])}')
+    entry = _compare_entry(run_dir, cmp)
+    div = cmp.get("first_divergence")
+    if entry is None or not isinstance(entry.get("reference_text"), str):
+        return (f'<article class="divergence"><h3>{head}</h3><p class="muted">compare.json has no texts for this '
+                f'comparison; {escape(cmp.get("detail", ""))}</p></article>')
+    al = align_divergence(entry["reference_text"], entry.get("candidate_text") or "", div)
+    where = f"generated token {al.index}" if al.index is not None else "the first differing character"
+    if div and "near_tie" in div:
+        where += f" ({'near tie' if div['near_tie'] else 'hard divergence'}; near-tie margin {div.get('near_tie_margin')})"
+    kl = cmp.get("kl")
+    if kl:
+        where += (f"; KL mean {kl['mean']:.3g}, max {kl['max']:.3g} nats at position {kl['max_at']}, "
+                  f"top-1 agreement {kl['top1_agreement']:.1%}")
+    note = "" if al.exact else ' <span class="muted">(token pieces not found in the texts; split at the first ' \
+                               'differing character)</span>'
+    sides = []
+    for label, name, token, rest, cls in (("reference", cmp["reference"], al.reference_token, al.reference_rest, "ref"),
+                                          ("candidate", cmp["candidate"], al.candidate_token, al.candidate_rest,
+                                           "cand")):
+        ident = ""
+        side = (div or {}).get(label) if div else None
+        if side and side.get("id") is not None:
+            margin = f', margin {side["margin"]:.4g}' if isinstance(side.get("margin"), (int, float)) else ""
+            ident = f' <span class="muted">(token id {escape(str(side["id"]))}{margin})</span>'
+        sides.append(f'<div><h4>{label}: {escape(name)}{ident}</h4><pre class="gen"><span class="common">'
+                     f'{escape(al.prefix)}</span>{_piece(token, cls)}<span class="rest">{escape(rest)}</span></pre></div>')
+    return (f'<article class="divergence"><h3>{head}</h3><p>First divergent token: {where}{note}. '
+            f'Shared prefix greyed, the divergent token marked.</p><div class="sides">{"".join(sides)}</div></article>')
+
+
+def _steps_table(steps: list[dict], sigs: dict) -> str:
+    rows = []
+    for s in steps:
+        bad = s.get("status") in _BAD
+        sig = sigs.get((s.get("platform"), s.get("config"), s.get("step")))
+        rows.append(f'<tr class="{"bad" if bad else "ok"}"><td class="nw">{escape(s.get("platform", ""))}</td>'
+                    f'<td class="nw">{escape(s.get("config", ""))}</td><td class="nw">{escape(s.get("step", ""))}</td>'
+                    f'<td>{_status(s.get("status", ""))}</td><td class="num">{float(s.get("seconds") or 0):.1f} s</td>'
+                    f'<td>{escape(s.get("detail", ""))}</td><td>{_sig_html(sig)}</td></tr>')
+    return ('<table class="steps"><thead><tr><th>platform</th><th>config</th><th>step</th><th>status</th>'
+            '<th>time</th><th>detail</th><th>signature</th></tr></thead><tbody>' + "".join(rows) + "</tbody></table>")
+
+
+def _div_cell(c: dict) -> str:
+    d = c.get("first_divergence")
+    text = describe_divergence_record(d) if d else (c.get("detail", "") if c.get("status") not in COMPARISON.successes else "")
+    tc = c.get("text_check") or {}
+    if tc.get("status") == "differs":
+        text += f"; llama-completion texts differ at byte {tc.get('first_differing_byte')}"
+    return escape(text)
+
+
+def _kl_cells(c: dict) -> str:
+    kl = c.get("kl")
+    if not kl:
+        return '<td class="num">–</td><td class="num">–</td>'
+    over = c.get("kl_mean_max") is not None and kl["mean"] > c["kl_mean_max"]
+    flag = f' <span class="st-diverged">&gt; {c["kl_mean_max"]:g}</span>' if over else ""
+    return (f'<td class="num">{kl["mean"]:.3g} / {kl["max"]:.3g}{flag}</td>'
+            f'<td class="num">{kl["top1_agreement"]:.1%}</td>')
+
+
+def _comparisons_table(comparisons: list[dict]) -> str:
+    rows = []
+    for c in comparisons:
+        bad = ComparisonRecord.from_json(c).failed()
+        if c.get("expected", "identical") != "identical":
+            nondet_expected = f' <span class="muted">(expected: {escape(c["expected"])})</span>'
+        else:
+            nondet_expected = ""
+        nondet = f' <span class="muted">(nondeterministic: {escape(", ".join(c["nondeterministic"]))})</span>' \
+            if c.get("nondeterministic") else ""
+        rows.append(f'<tr class="{"bad" if bad else "ok"}"><td class="nw">{escape(c["platform"])}</td>'
+                    f'<td class="nw">{escape(c["group"])}</td>'
+                    f'<td>{escape(c["model"])}</td><td>{escape(c["prompt"])}</td><td>{escape(c["reference"])}</td>'
+                    f'<td>{escape(c["candidate"])}</td><td>{_status(c["status"])}</td><td>{_div_cell(c)}{nondet}{nondet_expected}</td>'
+                    f'{_kl_cells(c)}</tr>')
+    return ('<table class="comparisons"><thead><tr><th>platform</th><th>group</th><th>model</th><th>prompt</th>'
+            '<th>reference</th><th>candidate</th><th>status</th><th>first divergent token</th>'
+            '<th>KL mean / max (nats)</th><th>top-1 agree</th></tr></thead><tbody>'
+            + "".join(rows) + "</tbody></table>")
+
+
+def _environment_html(run_dir: Path, platform: str) -> str:
+    env = _read_json(RunLayout(run_dir).environment_json(platform))
+    if not isinstance(env, dict):
+        return ""
+    gpus = ", ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g) for g in env.get("gpus") or []) or "none"
+    items = [("OS", env.get("os")), ("CPU", env.get("cpu")), ("GPU", gpus), ("CUDA toolkit", env.get("cuda_toolkit")),
+             ("base commit", (env.get("base_commit") or "")[:12]),
+             ("patches", str(len(env.get("patches") or [])) if env.get("patches") is not None else None)]
+    return "<p class=\"muted\">" + " · ".join(f"{k}: {escape(str(v))}" for k, v in items if v) + "</p>"
+
+
+def _config_html(run_dir: Path, platform: str, config: str, steps: list[dict], sigs: dict) -> str:
+    bad = [s for s in steps if s.get("status") in _BAD]
+    badges = " ".join(f'{escape(s["step"])} {_status(s["status"])}' for s in steps)
+    body = []
+    cfg = _read_json(RunLayout(run_dir).config_json(platform, config))
+    if isinstance(cfg, dict):
+        facts = []
+        if cfg.get("description"):
+            facts.append(escape(cfg["description"]))
+        facts.append(f'build <code>{escape(str(cfg.get("build", "")))}</code>')
+        if cfg.get("args"):
+            facts.append("args <code>" + escape(" ".join(map(str, cfg["args"]))) + "</code>")
+        if cfg.get("env"):
+            facts.append("env <code>" + escape(" ".join(f"{k}={v}" for k, v in cfg["env"].items())) + "</code>")
+        body.append("<p>" + " · ".join(facts) + "</p>")
+    gens = RunLayout(run_dir).generation_files(platform, config, ".stdout")
+    if gens:
+        body.append(f'<p class="muted">{len(gens)} generation(s) recorded under '
+                    f'<code>{escape(platform)}/{escape(config)}/gen/</code></p>')
+    for s in bad:
+        sig = sigs.get((platform, config, s.get("step")))
+        body.append(f'<h4>{escape(s["step"])}: {_status(s["status"])} — {escape(s.get("detail", ""))}</h4>')
+        if sig:
+            body.append(f"<p>{_sig_html(sig)}</p>")
+        for path in step_logs(run_dir, s)[:LOGS_PER_STEP]:
+            text, total = _tail(path)
+            rel = path.relative_to(run_dir) if path.is_relative_to(run_dir) else path
+            shown = min(total, LOG_TAIL_LINES)
+            body.append(f'<p class="muted mono">{escape(str(rel))} — last {shown} of {total} lines</p>'
+                        f'<pre class="log">{escape(text)}</pre>')
+    opened = " open" if bad else ""
+    return (f'<details{opened}><summary>{escape(config)} <span class="muted">— {badges}</span></summary>'
+            + "".join(body) + "</details>")
+
+
+def _changes_html(baseline: Path, run_dir: Path) -> str:
+    from .triage import diff_runs
+    rep = diff_runs(baseline, run_dir)
+    rows = []
+    for t in rep.transitions:
+        rows.append(f'<tr class="{"bad" if t.category == "regression" else "ok"}"><td>{escape(t.category)}</td>'
+                    f'<td>{escape(t.platform)}</td><td>{escape(t.what)}</td><td>{_status(t.before)} → '
+                    f'{_status(t.after)}</td><td>{_sig_html(t.signature)}</td></tr>')
+    return (f'<section id="changes"><h2>Changes since {escape(rep.a)}</h2><p>{len(rep.regressions)} regression(s), '
+            f'{len(rep.fixes)} fix(es).</p><table><thead><tr><th>change</th><th>platform</th><th>what</th>'
+            f'<th>status</th><th>signature</th></tr></thead><tbody>{"".join(rows)}</tbody></table></section>')
+
+
+def render_html(run_dir: Path, baseline: Path | None = None) -> str:
+    """The HTML report of the run in ``run_dir`` as one self-contained string.
+
+    ``baseline``: an earlier run directory; when given, a "changes since" section lists
+    triage's transitions.  Raises FileNotFoundError when the run has no summary.json.
+    """
+    data = _summary(run_dir)
+    steps, comparisons = data.get("configurations", []), data.get("comparisons", [])
+    sigs = _sig_lookup(load_signatures(run_dir))
+    run_id = str(data.get("run_id") or run_dir.name)
+    overall = data.get("overall", "?")
+    parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+             f'<title>Run {escape(run_id)}: {escape(overall)}</title><style>{_CSS}</style></head><body>',
+             f'<header><h1>Run {escape(run_id)} <span class="verdict {escape(overall)}">{escape(overall)}</span></h1>'
+             f'<p class="muted">steps: {escape(_count_text(_counts(steps)))} · comparisons: '
+             f'{escape(_count_text(_counts(comparisons)))} · summary updated {escape(str(data.get("updated", "?")))}</p>',
+             '<nav><a href="#steps">steps</a><a href="#comparisons">comparisons</a><a href="#divergences">divergences</a>'
+             '<a href="#configurations">configurations</a><a href="#pin-ladder">pin ladder</a></nav></header>']
+    if data.get("skipped_platforms"):
+        parts.append("<p>Skipped platforms: " + "; ".join(
+            f"<b>{escape(k)}</b>: {escape(v)}" for k, v in sorted(data["skipped_platforms"].items())) + "</p>")
+    if baseline is not None:
+        parts.append(_changes_html(baseline, run_dir))
+    parts.append('<section id="steps"><h2>Steps <label class="filter"><input type="checkbox" id="only-bad"> '
+                 'failures only</label></h2>' + _steps_table(steps, sigs) + "</section>")
+    parts.append('<section id="comparisons"><h2>Greedy comparisons</h2>'
+                 + (_comparisons_table(comparisons) if comparisons else '<p class="muted">none recorded</p>')
+                 + "</section>")
+    diverged = [c for c in comparisons if c.get("status") == "diverged"]
+    parts.append('<section id="divergences"><h2>Divergences</h2>'
+                 + ("".join(_divergence_html(run_dir, c) for c in diverged) or '<p class="muted">none</p>')
+                 + "</section>")
+    parts.append('<section id="configurations"><h2>Configurations</h2>')
+    by_platform: dict[str, dict[str, list[dict]]] = {}
+    for s in steps:
+        if s.get("config") == "-":
+            continue
+        by_platform.setdefault(s["platform"], {}).setdefault(s["config"], []).append(s)
+    for platform, configs in sorted(by_platform.items()):
+        parts.append(f"<h3>{escape(platform)}</h3>{_environment_html(run_dir, platform)}")
+        parts += [_config_html(run_dir, platform, c, ss, sigs) for c, ss in sorted(configs.items())]
+    parts.append("</section>")
+    parts.append('<section id="pin-ladder"><h2>Pin ladder</h2>')
+    ladders = pin_ladders(run_dir)
+    if not ladders:
+        parts.append('<p class="muted">no pin-ladder lines in this run</p>')
+    for lad in ladders:
+        title = f'{lad["platform"]} · {lad["config"]} · {lad["model"]}'
+        same = (f"the same total in all {lad['files']} generation(s)" if len(lad["granted_totals"]) <= 1 else
+                "granted totals differ between generations: "
+                + ", ".join(_bytes(t) for t in lad["granted_totals"]))
+        parts.append(f'<h3>{escape(title)}</h3><p class="muted">per allocation, from <code>{escape(lad["file"])}'
+                     f'</code>; {escape(same)}</p>' + pin_chart_svg(lad["records"], title))
+    parts.append("</section>")
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    parts.append(f'<footer class="muted"><p>Written by <code>python -m harness report</code> on {generated} from '
+                 f'<code>{escape(run_dir.name)}/summary.json</code>.</p></footer><script>{_JS}</script></body></html>')
+    return "\n".join(parts)
+
+
+def write_report(run_dir: Path, out: Path | None = None, baseline: Path | None = None) -> Path:
+    """Write the HTML report of ``run_dir`` to ``out`` (default ``run_dir/report.html``); return its path."""
+    out = out or RunLayout(run_dir).report_html
+    html_text = render_html(run_dir, baseline)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(html_text, encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+# --------------------------------------------------------------------------- Markdown
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
+    """The run's summary as Markdown for a CI job summary or a pull-request comment.
+
+    Verdict, counts of steps and comparisons per status, a table of failed steps with
+    their signatures, the divergences (token index and pieces), and — when ``baseline``
+    (an earlier run directory) is given — the regressions and fixes against it.  Raises
+    FileNotFoundError when the run has no summary.json.
+    """
+    data = _summary(run_dir)
+    steps, comparisons = data.get("configurations", []), data.get("comparisons", [])
+    sigs = _sig_lookup(load_signatures(run_dir))
+    run_id = data.get("run_id") or run_dir.name
+    overall = data.get("overall", "?")
+    icon = VERDICT[overall].icon if overall in VERDICT else "❌"
+    skipped = len(data.get("skipped_platforms") or {})
+    headline = overall + (f" ({skipped} platform{'s' if skipped != 1 else ''} skipped)" if skipped else "")
+    lines = [f"## {icon} Run {run_id}: {headline}", "",
+             f"**Steps:** {_count_text(_counts(steps))} · **comparisons:** {_count_text(_counts(comparisons))}", ""]
+    if data.get("skipped_platforms"):
+        lines += ["Skipped platforms: " + "; ".join(f"`{k}` ({_md(v)})"
+                                                    for k, v in sorted(data["skipped_platforms"].items())), ""]
+    if baseline is not None:
+        from .triage import diff_runs
+        rep = diff_runs(baseline, run_dir)
+        lines += [f"### Against {rep.a}: {len(rep.regressions)} regression(s), {len(rep.fixes)} fix(es)", ""]
+        for t in rep.regressions + rep.fixes:
+            sig = f" — `{t.signature['kind']}` {_md(t.signature['summary'])}" if t.signature else ""
+            new = " (new signature)" if t.signature_known is False else ""
+            lines.append(f"- **{t.category}** {t.platform} {_md(t.what)}: {t.before} → {t.after}{sig}{new}")
+        lines.append("")
+    failed = [s for s in steps if s.get("status") in STEP.failures]
+    if failed:
+        lines += ["### Failures", "", "| platform | config | step | status | signature |", "|---|---|---|---|---|"]
+        for s in failed:
+            sig = sigs.get((s.get("platform"), s.get("config"), s.get("step")))
+            cell = f"`{sig['kind']}` {_md(sig['summary'])}" if sig else _md(s.get("detail", ""))
+            lines.append(f"| {s['platform']} | {s['config']} | {s['step']} | {s['status']} | {cell} |")
+        lines.append("")
+    bad_cmp = [c for c in comparisons if c.get("status") != "identical" or ComparisonRecord.from_json(c).failed()]
+    if bad_cmp:
+        lines += ["### Divergences and failed comparisons", ""]
+        for c in bad_cmp:
+            d = c.get("first_divergence")
+            if d:
+                what = f"first divergent token {_md(describe_divergence_record(d))}"
+            else:
+                what = _md(c.get("detail", ""))
+            lines.append(f"- {c['platform']} {c['group']} {c['model']}/{c['prompt']}: {c['candidate']} vs "
+                         f"{c['reference']} **{c['status']}** — {what}")
+        lines.append("")
+    if not failed and not bad_cmp:
+        lines += ["Every step passed and every comparison is identical.", ""]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def report_main(argv: Sequence[str]) -> int:
+    """``python -m harness report [RUN] [--markdown] [--against RUN] [--results-dir DIR] [--out FILE]``.
+
+    Writes the run's report.html (RUN: id, directory or ``latest``, the default) and prints
+    its path; with ``--markdown`` prints the Markdown summary to stdout and the path to
+    stderr.  ``--against`` adds changes since an earlier run (``previous``: the newest
+    earlier run covering the same platforms).  Returns 0; raises harness.common.errors.InputError
+    subclasses (exit code 2 through harness.cli) for a run that does not exist.
+    """
+    from .triage import previous_run, resolve_run
+    ap = argparse.ArgumentParser(prog="python -m harness report", description="Write a run's HTML report.")
+    ap.add_argument("run", nargs="?", default="latest", help="run id or directory (default: latest)")
+    ap.add_argument("--results-dir", type=Path, default=Path("results"))
+    ap.add_argument("--markdown", action="store_true", help="also print the Markdown summary to stdout")
+    ap.add_argument("--against", default=None, metavar="RUN",
+                    help="list changes since this earlier run ('previous': the last one covering the same platforms)")
+    ap.add_argument("--out", type=Path, default=None, help="HTML file (default: <run>/report.html)")
+    args = ap.parse_args(list(argv)[1:] if list(argv)[:1] == ["--"] else list(argv))
+    run_dir = resolve_run(args.run, args.results_dir)
+    baseline = None
+    if args.against == "previous":
+        baseline = previous_run(run_dir, args.results_dir)
+    elif args.against:
+        baseline = resolve_run(args.against, args.results_dir)
+    out = write_report(run_dir, args.out, baseline)
+    md = markdown_summary(run_dir, baseline) if args.markdown else None
+    if md is not None:
+        print(md)
+        print(out, file=sys.stderr)
+    else:
+        print(out)
+    return 0

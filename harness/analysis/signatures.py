@@ -1,0 +1,888 @@
+"""Failure signatures: every failed step of a run, classified from its logs.
+
+A signature names *what* failed in a form that stays the same from run to run,
+so that triage can tell a failure already known from a new one.  Its ``kind``
+is one of :data:`KINDS`; its ``key`` is built only from stable facts: source
+paths relative to the source or build tree (no home or temporary directories),
+no line numbers, no hex addresses, no timestamps, durations or process ids.
+
+Kinds and what the key holds:
+
+``configure_error``
+    the CMake file and command of the first ``CMake Error`` and its first message line.
+``compile_error``
+    the source file and message of the first compiler error (GCC/Clang, nvcc, MSVC).
+``link_error``
+    the undefined or duplicate symbol, or the missing library.
+``patch_apply``
+    the file name of the series patch that did not apply (harness.stages.patches.PatchApplyError),
+    without its directory, the base commit or its position in the series.
+``test_assertion``
+    ``GGML_ASSERT(cond) failed`` with its file, a C ``assert`` condition, or a
+    test's ``FAIL`` line, prefixed by the test name.
+``signal``
+    the signal (SIGSEGV, SIGABRT, ...) and the test or program it ended; read from
+    "Segmentation fault"-style messages, ctest's ``SEGFAULT``/``Subprocess aborted``,
+    exit codes 128+N, negative return codes and the step detail.
+``cuda_error``
+    the CUDA error message and the API call where it surfaced.  ggml's
+    ``ggml_cuda_error`` (ggml/src/ggml-cuda/ggml-cuda.cu) prints::
+
+        CUDA error: an illegal memory access was encountered
+          current device: 0, in function ggml_cuda_op_mul_mat at .../ggml-cuda.cu:1234
+          cudaFuncSetAttribute(...)
+
+    A CUDA error is sticky: it is reported by whichever later call checks first,
+    so the function and line of that check are innocent and kept out of the key;
+    the pair (error message, API call) is the signature.
+``sanitizer_report``
+    compute-sanitizer's first report header (``Invalid __global__ read of size 4
+    bytes``, ``Program hit cudaError...``) and the kernel or API call it names;
+    a bare ``ERROR SUMMARY: n errors`` with n > 0 gives the tool name.
+``timeout``
+    the test or program that ran out of time.
+``output_mismatch``
+    a diverged greedy comparison: group, model, prompt, candidate and reference.
+``other``
+    a failure none of the rules recognise; the key is the normalised detail.
+
+:func:`classify_run` writes ``signatures.json`` into the run directory so later
+runs are matched against stored keys even when the old logs are gone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal as _signal
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from ..record.gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
+from ..stages.native_tests import WRAPPER_DID_NOT_RUN
+from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRecord, load_records, write_json
+
+KINDS = ("configure_error", "compile_error", "link_error", "patch_apply", "test_assertion", "signal",
+         "cuda_error", "sanitizer_report", "timeout", "output_mismatch", "other")
+
+#: Which signature of a step with several failures (tests, generations) is kept: the most
+#: specific first.  A CUDA error ends in an abort (SIGABRT) and an assertion too, so those
+#: rank above ``signal``.
+KIND_RANK = {"sanitizer_report": 0, "cuda_error": 1, "test_assertion": 2, "configure_error": 3,
+             "link_error": 3, "compile_error": 3, "patch_apply": 3, "timeout": 4, "signal": 5,
+             "output_mismatch": 6, "other": 7}
+
+#: Longest key and summary, in characters (keys are compared, not read; they stay short).
+KEY_MAX_CHARS = 240
+SUMMARY_MAX_CHARS = 200
+#: Most evidence lines kept per signature.
+EVIDENCE_MAX_LINES = 6
+
+#: Top-level directories of the llama.cpp tree; a path is cut to start at one of them when
+#: the source and build roots are unknown (e.g. ``/home/u/x/ggml/src/ggml.c`` -> ``ggml/src/ggml.c``).
+SOURCE_TOP_DIRS = ("ggml", "src", "common", "tools", "tests", "examples", "include", "vendor", "pocs")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A failure's stable identity.
+
+    ``kind`` is one of KINDS; ``key`` is stable across runs and machines (no
+    addresses, timestamps, absolute paths or innocent line numbers) and is what
+    runs are matched by; ``summary`` is one line for people; ``evidence`` the log
+    line(s) it was read from, as logged.
+    """
+
+    kind: str
+    key: str
+    summary: str
+    evidence: str
+
+
+# --------------------------------------------------------------------------- normalisation
+
+_ABS_PATH = re.compile(
+    r"(?<![\w.\\/])(?:[A-Za-z]:[\\/]|/)(?:[\w.+@~-]+[\\/])*[\w.+@~-]+"
+    r"(?P<pos>(?::\d+){1,2}\b|\(\d+(?:,\d+)?\))?")
+_REL_POS = re.compile(r"(?<=[\w.])(?::\d+){1,2}(?=:)")
+_HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
+_TIMESTAMP = re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?"
+                        r"|\b\d{8}T\d{6}Z(?:-[0-9a-f]{4})?\b|\b\d\d:\d\d:\d\d(?:\.\d+)?\b")
+_DURATION = re.compile(r"\b\d+(?:\.\d+)?\s*(?:ms|us|µs|ns|s|sec|secs|seconds)\b")
+_LONG_NUMBER = re.compile(r"\b\d{6,}\b")
+_SPACES = re.compile(r"\s+")
+#: ANSI escape sequences (colours of test-backend-ops' OK/FAIL, cursor control): CSI and OSC.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+#: CUB/Thrust/libcu++ put the CCCL version and the SM architecture into their namespace names
+#: (``CUB_200200_900_NS`` on sm_90, ``…_890_NS`` on sm_89); the name without them.
+_VERSIONED_NS = re.compile(r"\b(?P<lib>CUB|THRUST|CCCL|LIBCUDACXX|_LIBCUDACXX)_\d+(?:_\d+)*_NS\b")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI escape sequences (colour codes, cursor movement)."""
+    return _ANSI.sub("", text)
+
+
+def strip_templates(text: str) -> str:
+    """``text`` with every template argument list replaced by ``<…>`` (nesting-aware), so a
+    kernel named with other types or tuning policies keeps one key; ``operator<`` and
+    ``<<`` are left alone."""
+    out: list[str] = []
+    depth = 0
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "<" and text[i:i + 2] != "<<" and not text[max(0, i - 8):i].endswith("operator") and \
+                (depth or (i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_:"))):
+            if depth == 0:
+                out.append("<…>")
+            depth += 1
+        elif c == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(c)
+        i += 1
+    return "".join(out) if depth == 0 else text
+
+
+def relative_path(path: str, roots: Sequence[str] = ()) -> str:
+    """``path`` made machine independent: relative to the longest matching root, else cut at a
+    llama.cpp top-level directory (:data:`SOURCE_TOP_DIRS`, keeping a leading ``ggml/``),
+    else only its file name.  Backslashes become slashes.  Returns the new path (str).
+    """
+    p = path.replace("\\", "/")
+    if not re.match(r"^(?:[A-Za-z]:)?/", p):
+        return re.sub(r"^(?:\.\.?/)+", "", p)
+    for root in sorted((r.replace("\\", "/").rstrip("/") for r in roots if r), key=len, reverse=True):
+        if p.startswith(root + "/"):
+            return p[len(root) + 1:]
+    parts = [x for x in p.split("/") if x]
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] in SOURCE_TOP_DIRS:
+            if i > 0 and parts[i - 1] == "ggml" and parts[i] != "ggml":
+                i -= 1
+            return "/".join(parts[i:])
+    return parts[-1] if parts else p
+
+
+def normalise(text: str, roots: Sequence[str] = ()) -> str:
+    """``text`` with everything that changes between runs removed, for use in keys.
+
+    Timestamps become ``<time>``; absolute paths become relative (see :func:`relative_path`)
+    and lose ``:line:col`` / ``(line)`` suffixes, as do relative ``file:line:`` positions;
+    hex numbers become ``0x?``; durations ``<t>``; numbers of six or more digits
+    (addresses, process ids, byte counts of a run) ``<n>``; whitespace is collapsed.
+    ANSI escapes are dropped and versioned CUB/Thrust namespaces lose their version
+    (``CUB_200200_900_NS`` -> ``CUB_NS``).
+    """
+    text = _VERSIONED_NS.sub(lambda m: f"{m.group('lib')}_NS", strip_ansi(text))
+    text = _TIMESTAMP.sub("<time>", text)
+    text = _ABS_PATH.sub(lambda m: relative_path(m.group(0)[:len(m.group(0)) - len(m.group("pos") or "")],
+                                                 roots), text)
+    text = _REL_POS.sub("", text)
+    text = _HEX.sub("0x?", text)
+    text = _DURATION.sub("<t>", text)
+    text = _LONG_NUMBER.sub("<n>", text)
+    return _SPACES.sub(" ", text).strip()
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+#: Characters a key may be cut after: between words, list items and argument lists.
+_KEY_BOUNDARY = re.compile(r"[\s,;:()\[\]<>]")
+
+
+def clip_key(key: str, limit: int = KEY_MAX_CHARS) -> str:
+    """``key`` cut to at most ``limit`` characters at a token boundary (never inside a name or
+    number), ending in ``…`` when cut; a single token longer than the limit is cut hard."""
+    if len(key) <= limit:
+        return key
+    head = key[:limit - 1]
+    cuts = [m.start() for m in _KEY_BOUNDARY.finditer(head)]
+    if cuts and cuts[-1] > limit // 2:
+        head = head[:cuts[-1] + 1] if head[cuts[-1]] in ",;:([<" else head[:cuts[-1]]
+    return head.rstrip() + "…"
+
+
+def _sig(kind: str, key: str, summary: str, evidence: Iterable[str]) -> Signature:
+    lines = [strip_ansi(line).rstrip() for line in evidence if line and line.strip()]
+    return Signature(kind, clip_key(key), _clip(strip_ansi(summary), SUMMARY_MAX_CHARS),
+                     "\n".join(lines[:EVIDENCE_MAX_LINES]))
+
+
+# --------------------------------------------------------------------------- signals and exit codes
+
+#: Windows NTSTATUS exit codes that mean the process was killed by the equivalent of a signal.
+WINDOWS_STATUS = {0xC0000005: "SIGSEGV", 0xC000001D: "SIGILL", 0xC0000094: "SIGFPE",
+                  0xC00000FD: "SIGSEGV", 0xC0000409: "SIGABRT"}
+
+#: Messages of shells, ctest and the C runtime that name the signal that ended a process.
+_SIGNAL_TEXT = [
+    (re.compile(r"Segmentation fault|\bSEGFAULT\b|Exception: SegFault|\bSIGSEGV\b"), "SIGSEGV"),
+    (re.compile(r"Subprocess aborted|Child aborted|^Aborted\b|\bAborted \(core dumped\)|\bSIGABRT\b", re.M),
+     "SIGABRT"),
+    (re.compile(r"Illegal instruction|\bILLEGAL\b|Exception: Illegal|\bSIGILL\b"), "SIGILL"),
+    (re.compile(r"Bus error|\bSIGBUS\b"), "SIGBUS"),
+    (re.compile(r"Floating point exception|Exception: Numerical|\bSIGFPE\b"), "SIGFPE"),
+    (re.compile(r"^Killed$|\bSIGKILL\b", re.M), "SIGKILL"),
+]
+
+
+def signal_from_exit(code: int | None) -> str | None:
+    """The signal a process exit status stands for, or None.
+
+    Negative return codes are Python's ``-N`` for "killed by signal N"; 129..192 are a
+    shell's ``128 + N``; Windows NTSTATUS crash codes are in :data:`WINDOWS_STATUS`.
+    """
+    if code is None:
+        return None
+    number = -code if code < 0 else (code - 128 if 128 < code <= 192 else None)
+    if number is not None:
+        try:
+            return _signal.Signals(number).name
+        except ValueError:
+            return f"signal {number}"
+    return WINDOWS_STATUS.get(code & 0xFFFFFFFF)
+
+
+def _signal_in_text(text: str) -> tuple[str, str] | None:
+    for pattern, name in _SIGNAL_TEXT:
+        m = pattern.search(text)
+        if m:
+            return name, _line_at(text, m.start())
+    return None
+
+
+def _line_at(text: str, pos: int) -> str:
+    """The whole line of ``text`` holding character ``pos``, stripped."""
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    return text[start:].strip() if end < 0 else text[start:end].strip()
+
+
+# --------------------------------------------------------------------------- text rules
+
+_CUDA_ERROR = re.compile(r"\b(?:CUDA|HIP|MUSA) error: (?P<msg>\S.*?)\s*$")
+_CUDA_WHERE = re.compile(r"current device: -?\d+, in function (?P<func>\S+) at (?P<file>.+?):\d+\s*$")
+_API_CALL = re.compile(r"^\s*(?P<api>[A-Za-z_][\w:]*)\s*\(")
+_GGML_ASSERT = re.compile(r"(?P<file>\S+?):\d+: (?P<what>GGML_ASSERT\((?P<cond>.*)\) failed)")
+_C_ASSERT = re.compile(r"(?P<file>[^\s:]+):\d+: (?P<func>[^:]+?): Assertion [`'](?P<cond>.+)' failed")
+_MSVC_ASSERT = re.compile(r"Assertion failed: (?P<cond>.+?), file (?P<file>.+?), line \d+")
+_ASSERT_LINE = re.compile(r"\bassert(?:ion)? failed\b.*", re.I)
+_FAIL_LINE = re.compile(r"^\s*(?:\[\s*FAIL(?:ED)?\s*\]|FAIL(?:ED)?\b[:!]?)\s*(?P<what>.*)$", re.M)
+_TIMEOUT_TEXT = re.compile(r"\*\*\*Timeout|\btimed out\b", re.I)
+_SAN_LINE = re.compile(r"^=+ (?P<msg>\S.*?)\s*$")
+_SAN_DETAIL = re.compile(r"^=+ {2,}(?P<msg>\S.*?)\s*$")
+_SAN_NOT_A_REPORT = re.compile(r"^(?:COMPUTE-SANITIZER|ERROR SUMMARY|Target application returned|"
+                               r"LEAK SUMMARY|This tool|Saved host backtrace|Host Frame|Error: process didn't)")
+_SAN_AT = re.compile(r"^at (?:(?P<fn1>.+?)\+0x[0-9a-fA-F]+ in .*|0x[0-9a-fA-F]+ in (?:\S+?:\d+:)?(?P<fn2>.+))$")
+
+
+def _sanitizer(text: str, context: str, roots: Sequence[str], tool: str = "") -> Signature | None:
+    counts = [int(n) for n in _SAN_SUMMARY.findall(text)]
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _SAN_LINE.match(line)
+        if not m or _SAN_DETAIL.match(line) or _SAN_NOT_A_REPORT.match(m.group("msg")):
+            continue
+        msg = m.group("msg")
+        where = ""
+        evidence = [line]
+        for follow in lines[i + 1:i + 8]:
+            d = _SAN_DETAIL.match(follow)
+            if not d:
+                break
+            evidence.append(follow)
+            at = _SAN_AT.match(d.group("msg"))
+            if at and not where:
+                where = (at.group("fn1") or at.group("fn2") or "").strip()
+        label = f"{tool}: " if tool else ""
+        key = f"{label}{strip_templates(normalise(msg, roots))}" + \
+            (f" in {strip_templates(normalise(where, roots))}" if where else "")
+        if context:
+            key = f"{context}: {key}"
+        return _sig("sanitizer_report", key, f"compute-sanitizer{' ' + tool if tool else ''}: {msg}"
+                    + (f" in {where}" if where else "") + (f" ({context})" if context else ""), evidence)
+    if counts and sum(counts):
+        key = f"{context + ': ' if context else ''}{tool or 'compute-sanitizer'} reported errors"
+        return _sig("sanitizer_report", key, f"compute-sanitizer{' ' + tool if tool else ''}: "
+                    f"{sum(counts)} error(s)" + (f" in {context}" if context else ""),
+                    [m.group(0) for m in _SAN_SUMMARY.finditer(text)])
+    return None
+
+
+def _cuda(text: str, roots: Sequence[str]) -> Signature | None:
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _CUDA_ERROR.search(line)
+        if not m:
+            continue
+        msg = m.group("msg")
+        func, api, evidence = "", "", [line]
+        for j in range(i + 1, min(i + 3, len(lines))):
+            w = _CUDA_WHERE.search(lines[j])
+            if w:
+                func = w.group("func")
+                evidence.append(lines[j])
+                if j + 1 < len(lines):
+                    a = _API_CALL.match(lines[j + 1])
+                    if a:
+                        api = a.group("api")
+                        evidence.append(lines[j + 1])
+                break
+        key = f"{normalise(msg, roots).lower()} at {api or 'unknown call'}"
+        summary = f"CUDA error: {msg} at {api or 'an unknown call'}" + (f" (in {func})" if func else "")
+        return _sig("cuda_error", key, summary, evidence)
+    return None
+
+
+def _assertion(text: str, context: str, roots: Sequence[str]) -> Signature | None:
+    prefix = f"{context}: " if context else ""
+    for pattern in (_GGML_ASSERT, _C_ASSERT, _MSVC_ASSERT):
+        m = pattern.search(text)
+        if m:
+            what = m.group("what") if "what" in pattern.groupindex else f"assertion `{m.group('cond')}' failed"
+            file = relative_path(m.group("file"), roots)
+            line = _line_at(text, m.start())
+            return _sig("test_assertion", f"{prefix}{normalise(what, roots)} in {file}",
+                        f"{what} in {file}" + (f" ({context})" if context else ""), [line])
+    m = _ASSERT_LINE.search(text)
+    if m:
+        return _sig("test_assertion", prefix + normalise(m.group(0), roots),
+                    f"{m.group(0).strip()}" + (f" ({context})" if context else ""), [m.group(0)])
+    m = _FAIL_LINE.search(text)
+    if m:
+        what = m.group("what").strip() or "FAIL"
+        return _sig("test_assertion", prefix + "FAIL " + normalise(what, roots),
+                    f"FAIL {what}" + (f" ({context})" if context else ""), [m.group(0)])
+    return None
+
+
+#: One test-backend-ops case line: ``  MUL_MAT(type_a=f16,type_b=f32,m=16,...): ... FAIL``
+#: (tests/test-backend-ops.cpp prints the op, its parameters, the error and OK/FAIL).
+_BACKEND_OP_FAIL = re.compile(r"^\s*(?P<case>(?P<op>[A-Z][A-Z0-9_]*)\((?P<params>.*?)\)):\s.*\bFAIL\b", re.M)
+_BACKEND_NAME = re.compile(r"^\s*Backend \d+/\d+: (?P<name>\S+)", re.M)
+
+
+def _backend_ops(text: str, context: str) -> Signature | None:
+    """test-backend-ops failures keyed by every failing op with its parameters (and backend), sorted."""
+    cases: dict[str, str] = {}
+    for m in _BACKEND_OP_FAIL.finditer(text):
+        backends = [b.group("name") for b in _BACKEND_NAME.finditer(text, 0, m.start())]
+        case = m.group("case") + (f" on {backends[-1]}" if backends else "")
+        cases.setdefault(case, _line_at(text, m.start()))
+    if not cases:
+        return None
+    names = sorted(cases)
+    prefix = f"{context or 'test-backend-ops'}: "
+    more = f" (+{len(names) - 1} more failing case(s))" if len(names) > 1 else ""
+    return _sig("test_assertion", prefix + "FAIL " + "; ".join(names), f"{prefix}FAIL {names[0]}{more}",
+                [cases[n] for n in names])
+
+
+def classify_text(text: str, context: str = "", roots: Sequence[str] = (), *, tool: str = "") -> Signature | None:
+    """The signature a failing program's output shows, or None when no rule matches.
+
+    ``text``: the program's output; ``context``: the test or program name put into the key
+    (e.g. ``test-moe-pin-layers``, ``llama-completion``); ``roots``: source/build directories
+    paths are made relative to; ``tool``: the compute-sanitizer tool, when it ran under one.
+    Rules in order: sanitizer report, CUDA error, test-backend-ops FAIL lines, assertion or
+    FAIL line, timeout, signal.  ANSI escape codes are removed first.
+    """
+    text = strip_ansi(text)
+    for found in (_sanitizer(text, context, roots, tool), _cuda(text, roots), _backend_ops(text, context),
+                  _assertion(text, context, roots)):
+        if found:
+            return found
+    m = _TIMEOUT_TEXT.search(text)
+    if m:
+        line = _line_at(text, m.start())
+        return _sig("timeout", f"timeout in {context or 'program'}", f"{context or 'program'} timed out", [line])
+    sig = _signal_in_text(text)
+    if sig:
+        name, line = sig
+        return signal_signature(name, context, line)
+    return None
+
+
+def signal_signature(name: str, context: str, evidence: str = "") -> Signature:
+    """A ``signal`` signature for signal ``name`` (e.g. SIGSEGV) ending ``context`` (a test or program)."""
+    where = context or "program"
+    return _sig("signal", f"{name} in {where}", f"{where} killed by {name}", [evidence])
+
+
+# --------------------------------------------------------------------------- build steps
+
+_CMAKE_ERROR = re.compile(r"^CMake Error(?: at (?P<file>.+?)(?::\d+)? \((?P<cmd>\w+)\))?:?\s*(?P<rest>.*)$")
+_GCC_ERROR = re.compile(r"^(?P<file>(?:[A-Za-z]:)?[^\s:][^:\n]*?):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.+)$")
+_NVCC_ERROR = re.compile(r"^(?P<file>(?:[A-Za-z]:)?[^\s(][^(\n]*?)\((?P<line>\d+)(?:,\s*\d+)?\)\s*:\s*"
+                         r"(?:fatal |catastrophic )?error(?: (?P<code>#?[A-Z]*\d+(?:-[A-Z])?))?\s*:\s*(?P<msg>.+)$")
+_LINK_RULES = [
+    re.compile(r"undefined reference to [`'‘](?P<sym>[^'’]+)['’]"),
+    re.compile(r"undefined symbol: (?P<sym>.+)$"),
+    re.compile(r"multiple definition of [`'‘](?P<sym>[^'’]+)['’]"),
+    re.compile(r"error LNK\d+: .*?symbol (?P<sym>\S+)"),
+    re.compile(r"ld(?:\.\w+)?: (?:error: )?cannot find (?P<sym>-l\S+)"),
+    re.compile(r"error LNK\d+: (?P<sym>.+)$"),
+    re.compile(r"(?P<sym>collect2|ld(?:\.\w+)?): error: ld returned \d+ exit status"),
+]
+_NINJA_FAILED = re.compile(r"^FAILED: (?:\[code=\d+\] )?(?P<out>\S+)")
+_COMMAND_ROOTS = re.compile(r"(?:^|\s)(?:-S|-B|--build)\s+(?P<dir>\S+)")
+
+
+def _read(path: Path) -> str:
+    try:
+        return strip_ansi(path.read_bytes().decode("utf-8", "replace"))
+    except OSError:
+        return ""
+
+
+def _rc(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _roots_from_logs(*texts: str) -> list[str]:
+    roots: list[str] = []
+    for text in texts:
+        first = text.split("\n", 1)[0]
+        if first.startswith("$ "):
+            roots += [m.group("dir") for m in _COMMAND_ROOTS.finditer(first)]
+    return roots
+
+
+def _configure_error(text: str, roots: Sequence[str]) -> Signature | None:
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _CMAKE_ERROR.match(line)
+        if not m:
+            continue
+        message = m.group("rest").strip()
+        evidence = [line]
+        for follow in lines[i + 1:i + 4]:
+            if not message and follow.strip():
+                message = follow.strip()
+            if follow.strip():
+                evidence.append(follow)
+                if len(evidence) >= 3:
+                    break
+        where = ""
+        if m.group("file"):
+            where = f"{relative_path(m.group('file'), roots)} ({m.group('cmd')})"
+        key = f"{where}: {normalise(message, roots)}" if where else normalise(message, roots)
+        return _sig("configure_error", key, f"CMake Error{' at ' + where if where else ''}: {message}", evidence)
+    return None
+
+
+def _link_error(text: str, roots: Sequence[str]) -> Signature | None:
+    lines = text.splitlines()
+    for rule in _LINK_RULES:
+        for index, line in enumerate(lines):
+            m = rule.search(line)
+            if not m:
+                continue
+            target = ""
+            for prev in lines[:index]:
+                f = _NINJA_FAILED.match(prev)
+                if f:
+                    target = relative_path(f.group("out"), roots)
+            what = normalise(m.group(0).strip(), roots)
+            key = what + (f" linking {target}" if target else "")
+            return _sig("link_error", key, f"link error: {what}" + (f" (linking {target})" if target else ""),
+                        [line])
+    return None
+
+
+def _compile_error(text: str, roots: Sequence[str]) -> Signature | None:
+    for line in text.splitlines():
+        m = _GCC_ERROR.match(line.strip()) or _NVCC_ERROR.match(line.strip())
+        if not m:
+            continue
+        file = relative_path(m.group("file"), roots)
+        msg = m.group("msg").strip()
+        code = m.groupdict().get("code") or ""
+        key = f"{file}: error{' ' + code if code else ''}: {normalise(msg, roots)}"
+        return _sig("compile_error", key, f"compile error in {file}:{m.group('line')}: {msg}", [line])
+    return None
+
+
+#: The first line of harness.stages.patches.PatchApplyError's message (see patches._apply_failure), after the
+#: ``PatchApplyError: `` prefix the pipeline writes into the step detail and error.log.
+_PATCH_APPLY = re.compile(r"^(?:PatchApplyError: )?(?P<path>[^\n]*?): patch (?P<index>\d+) of (?P<total>\d+) "
+                          r"\((?P<subject>[^\n]*)\) does not apply on (?P<base>[0-9a-f]+) "
+                          r"\+ (?P<earlier>\d+) earlier patch\(es\)", re.M)
+#: Lines of a PatchApplyError worth keeping as evidence: where git am --3way left conflicts (its
+#: ``CONFLICT (content)`` lines) and git apply's ``patch failed`` lines naming the upstream file.
+_PATCH_APPLY_EVIDENCE = re.compile(r"^(?:Conflicts git am --3way left in .*|error: patch failed: .*|"
+                                   r"CONFLICT \(.*)$", re.M)
+
+
+def _patch_apply(text: str) -> Signature | None:
+    """The ``patch_apply`` signature of a PatchApplyError message in ``text``, or None.
+
+    The key is ``patch <file name> does not apply``: the file name identifies the patch in
+    ``patches/series``; its directory, the base commit and its position (``patch 2 of 3``)
+    change between machines and series edits, so they stay in the summary only.
+    """
+    m = _PATCH_APPLY.search(text)
+    if not m:
+        return None
+    name = re.split(r"[\\/]", m.group("path"))[-1]
+    evidence = [_line_at(text, m.start())] + [e.group(0) for e in _PATCH_APPLY_EVIDENCE.finditer(text)]
+    return _sig("patch_apply", f"patch {name} does not apply",
+                f"patch {m.group('index')} of {m.group('total')}, {name} ({m.group('subject')}), does not apply "
+                f"on {m.group('base')} + {m.group('earlier')} earlier patch(es)", evidence)
+
+
+def _classify_build(run_dir: Path, step: StepRecord) -> Signature:
+    layout = RunLayout(run_dir)
+    logs = (layout.compile_logs if step.step == "compile" else layout.build_logs)(step.platform, step.config)
+    # the step's failure facts are this run's own record, while configure/build logs may be
+    # left from an earlier attempt of a continued run: read them first
+    for fact in step.failures:
+        if fact.kind == "patch":
+            return _patch_apply(fact.message) or _sig("patch_apply", f"patch {fact.patch} does not apply",
+                                                     f"patch {fact.patch} does not apply", [fact.message])
+    if not any(f.kind == "exception" for f in step.failures):
+        found = _patch_apply(step.detail or _read(logs / "error.log"))  # a record without facts
+        if found:
+            return found
+    configure, build = _read(logs / "configure.log"), _read(logs / "build.log")
+    roots = _roots_from_logs(configure, build)
+    configure_rc, build_rc = _rc(logs / "configure.rc"), _rc(logs / "build.rc")
+    if configure_rc not in (None, 0) or (configure and not build and "CMake Error" in configure):
+        found = _configure_error(configure, roots)
+        if found:
+            return found
+        return _sig("configure_error", f"cmake exit {configure_rc}", f"configure failed (exit {configure_rc})",
+                    configure.splitlines()[-3:])
+    if build:
+        for rule in (_link_error, _compile_error):
+            found = rule(build, roots)
+            if found:
+                return found
+    error_log = _read(logs / "error.log").strip()
+    detail = step.detail or error_log or f"build exit {build_rc}"
+    return _other(detail, roots, error_log.splitlines()[:3] or [detail])
+
+
+def _other(detail: str, roots: Sequence[str], evidence: Iterable[str]) -> Signature:
+    return _sig("other", normalise(detail, roots) or "failed", detail.split("\n", 1)[0], evidence)
+
+
+# --------------------------------------------------------------------------- test steps
+
+_CTEST_RESULT = re.compile(r"^\s*\d+/\d+ Test\s+#\d+: (?P<name>\S+) \.*\s*(?P<status>.*?)\s+[\d.]+ sec\s*$")
+_CTEST_START = re.compile(r"^\s*(?:Start\s+\d+: |\d+/\d+ Test\s+#\d+: |\d+% tests passed)")
+_CTEST_FAILED_ITEM = re.compile(r"^\s*\d+ - (?P<name>\S+) \((?P<why>[^)]+)\)")
+_EXIT_MESSAGE = re.compile(r"exit (-?\d+)")
+
+
+def _ctest_blocks(text: str) -> dict[str, str]:
+    """Per test name, ctest's result line plus the output --output-on-failure printed after it."""
+    blocks: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        m = _CTEST_RESULT.match(line)
+        if m:
+            current = blocks.setdefault(m.group("name"), [])
+            current.append(line)
+            continue
+        if _CTEST_START.match(line) or line.startswith("The following tests"):
+            current = None
+            continue
+        if current is not None:
+            current.append(line)
+    return {k: "\n".join(v) for k, v in blocks.items()}
+
+
+def _failed_tests(test_dir: Path) -> list[tuple[str, str]]:
+    """(name, message) of the failed tests, from tests.json, else junit.xml, else ctest.log."""
+    try:
+        data = json.loads((test_dir / "tests.json").read_text(encoding="utf-8"))
+        return [(c["name"], c.get("message", "")) for c in data.get("cases", []) if c.get("status") == "failed"]
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass
+    try:
+        root = ET.parse(test_dir / "junit.xml").getroot()
+        out = []
+        for tc in root.iter("testcase"):
+            node = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
+            if node is not None:
+                out.append((tc.get("name", "?"), node.get("message") or ""))
+        return out
+    except (OSError, ET.ParseError):
+        pass
+    return [(m.group("name"), m.group("why")) for m in _CTEST_FAILED_ITEM.finditer(_read(test_dir / "ctest.log"))]
+
+
+def _classify_test(run_dir: Path, step: StepRecord) -> Signature:
+    test_dir = RunLayout(run_dir).tests(step.platform, step.step)
+    ctest_log = _read(test_dir / "ctest.log")
+    tool = ""
+    if (test_dir / "sanitizer.json").exists():
+        try:
+            tool = json.loads((test_dir / "sanitizer.json").read_text()).get("tool") or ""
+        except ValueError:
+            tool = ""
+    blocks = _ctest_blocks(ctest_log)
+    why = {m.group("name"): m.group("why") for m in _CTEST_FAILED_ITEM.finditer(ctest_log)}
+    candidates: list[Signature] = []
+    for name, message in _failed_tests(test_dir):
+        if (message or "").startswith(WRAPPER_DID_NOT_RUN):
+            candidates.append(_sig("sanitizer_report", f"{name}: {tool or 'compute-sanitizer'} did not run the test",
+                                   f"{name}: {message}", [message]))
+            continue
+        own_log = test_dir / f"{name}.log"
+        text = _read(own_log) if own_log.exists() else blocks.get(name, "")
+        found = classify_text(text, name, tool=tool)
+        if not found:
+            code = _EXIT_MESSAGE.search(message or "")
+            sig_name = signal_from_exit(int(code.group(1))) if code else None
+            reason = (why.get(name, "") + " " + (message or "")).strip()
+            named = _signal_in_text(reason)
+            if sig_name:
+                found = signal_signature(sig_name, name, message)
+            elif "timeout" in reason.lower():
+                found = _sig("timeout", f"timeout in {name}", f"{name} timed out", [reason])
+            elif named:
+                found = signal_signature(named[0], name, reason)
+            else:
+                tail = [ln for ln in text.splitlines() if ln.strip()][-3:]
+                found = _sig("other", f"{name} failed", f"{name} failed" + (f": {message}" if message else ""),
+                             tail or [message])
+        candidates.append(found)
+    if tool and not candidates:
+        found = _sanitizer(ctest_log, "", (), tool)
+        if found:
+            candidates.append(found)
+    if candidates:
+        best = min(candidates, key=lambda s: KIND_RANK.get(s.kind, 99))
+        if len(candidates) > 1:
+            best = Signature(best.kind, best.key,
+                             _clip(f"{best.summary} (+{len(candidates) - 1} more failing test(s))", SUMMARY_MAX_CHARS),
+                             best.evidence)
+        return best
+    return _other(step.detail or "tests failed", (), ctest_log.splitlines()[-3:])
+
+
+# --------------------------------------------------------------------------- generate steps
+
+def _gen_roots(cmd_files: Iterable[Path]) -> list[str]:
+    roots = []
+    for cmd in cmd_files:
+        try:
+            argv0 = json.loads(cmd.read_text())["argv"][0]
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            continue
+        binary = Path(argv0)
+        if binary.parent.name == "bin":
+            roots.append(str(binary.parent.parent))
+        break
+    return roots
+
+
+def _program_name(cmd_files: Sequence[Path]) -> str:
+    for cmd in cmd_files:
+        try:
+            name = Path(json.loads(cmd.read_text())["argv"][0]).name
+            return name[:-4] if name.endswith(".exe") else name
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            continue
+    return "llama-completion"
+
+
+def _classify_generate(run_dir: Path, step: StepRecord) -> Signature:
+    candidates = generate_signatures(run_dir, step)
+    if candidates:
+        return min(candidates, key=lambda s: KIND_RANK.get(s.kind, 99))
+    cmd_files = RunLayout(run_dir).generation_files(step.platform, step.config, ".cmd")
+    return _other(step.detail or "generation failed", _gen_roots(cmd_files), [step.detail])
+
+
+def generate_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
+    """One signature per failure fact of a failed ``generate`` step (every failing model and
+    generation, none dropped), in fact order, duplicates (same kind and key) removed."""
+    layout = RunLayout(run_dir)
+    cmd_files = layout.generation_files(step.platform, step.config, ".cmd")
+    roots = _gen_roots(cmd_files)
+    program = _program_name(cmd_files)
+    candidates: list[Signature] = []
+    for fact in step.failures:
+        if fact.kind != "generation":
+            candidates.append(_other(fact.text(), roots, [fact.text()]))
+            continue
+        text = fact.text()
+        found = None
+        for path in _generation_logs(layout, step, fact):
+            found = classify_text(_read(path), program, roots)
+            if found:
+                break
+        if not found and fact.status == "timeout":
+            found = _sig("timeout", f"timeout in {program}", f"{program} timed out ({fact.model}/{fact.prompt})",
+                         [text])
+        if not found and fact.signal:
+            found = signal_signature(fact.signal, program, text)
+        if not found and fact.error_line:
+            code = re.search(r"exit code (-?\d+)", fact.error_line)
+            sig_name = signal_from_exit(int(code.group(1))) if code else None
+            found = signal_signature(sig_name, program, text) if sig_name else _other(fact.error_line, roots, [text])
+        candidates.append(found or _other(text, roots, [text]))
+    if not candidates:
+        for path in layout.generation_files(step.platform, step.config, ".stderr"):
+            found = classify_text(_read(path), program, roots)
+            if found:
+                candidates.append(found)
+                break
+    return list({(c.kind, c.key): c for c in candidates}.values())
+
+
+def _generation_logs(layout: RunLayout, step: StepRecord, fact: Failure) -> list[Path]:
+    """The .stderr files of the generation a fact names: its own log, else every repeat's."""
+    if fact.log and (layout.dir / fact.log).is_file():
+        return [layout.dir / fact.log]
+    return layout.generation_files(step.platform, step.config, ".stderr", fact.model, fact.prompt)
+
+
+# --------------------------------------------------------------------------- steps and runs
+
+def _as_step(step: StepRecord | dict) -> StepRecord:
+    return step if isinstance(step, StepRecord) else StepRecord.from_json(step)
+
+
+def classify_step(run_dir: Path, step: StepRecord | dict) -> Signature | None:
+    """The signature of one step record of ``run_dir``'s summary, or None when it did not fail.
+
+    ``step`` is a harness.record.results.StepRecord or a summary.json ``configurations`` entry
+    (read with StepRecord.from_json, so entries of older runs work too).  Steps named
+    ``build`` are read from the step's patch fact, else ``<platform>/build-<config>/``
+    (``compile``: ``<platform>/compile-<config>/``)
+    (configure.log, build.log, their .rc files, error.log); ``test`` and ``test-<tool>``
+    from ``<platform>/tests[-<tool>]/`` (tests.json, junit.xml, ctest.log, per-test logs,
+    sanitizer.json); ``generate`` from the step's failure facts and the .stderr/.cmd files
+    they name under ``<platform>/<config>/gen/``.  A step with several failures gets the
+    most specific one (:data:`KIND_RANK`).  Missing logs give an ``other`` signature from
+    the facts or the detail; this never raises for absent or unreadable logs.
+    """
+    step = _as_step(step)
+    if not STEP.is_failure(step.status):
+        return None
+    if step.step in ("build", "compile"):
+        return _classify_build(run_dir, step)
+    if RunLayout.is_test_step(step.step):
+        return _classify_test(run_dir, step)
+    if step.step == "generate":
+        return _classify_generate(run_dir, step)
+    detail = "; ".join(f.text() for f in step.failures) or step.detail or f"{step.step} {step.status}"
+    found = classify_text(detail)
+    return found or _other(detail, (), [detail])
+
+
+def comparison_signature(cmp: ComparisonRecord | dict) -> Signature | None:
+    """The ``output_mismatch`` signature of a diverged comparison record (or summary.json entry), else None.
+
+    The key names the comparison (group/model/prompt, candidate vs reference), not the
+    token index: a divergence that moves is the same failure; triage reports the move.
+    """
+    c = cmp if isinstance(cmp, ComparisonRecord) else ComparisonRecord.from_json(cmp)
+    if c.status != "diverged":
+        return None
+    where = f"{c.group}/{c.model}/{c.prompt}: {c.candidate} vs {c.reference}"
+    div = c.first_divergence or {}
+    if div:
+        ref, cand = div.get("reference") or {}, div.get("candidate") or {}
+        at = (f"token {div.get('index')}: {ref.get('piece', 'end of output')!r} vs "
+              f"{cand.get('piece', 'end of output')!r}")
+    else:
+        at = c.detail or "diverged"
+    return _sig("output_mismatch", where, f"{where} diverged at {at}", [c.detail or at])
+
+
+def step_logs(run_dir: Path, step: StepRecord | dict) -> list[Path]:
+    """The log files that show why ``step`` failed (existing files only, most telling first).
+
+    build: build.log when the build ran (else configure.log) and error.log; test: the
+    per-test logs of failed tests, then ctest.log; generate: the .stderr files of the
+    generations its failure facts name (all .stderr files when they name none).
+    """
+    step = _as_step(step)
+    layout = RunLayout(run_dir)
+    found: list[Path] = []
+    if step.step in ("build", "compile"):
+        logs = (layout.compile_logs if step.step == "compile" else layout.build_logs)(step.platform, step.config)
+        if _rc(logs / "configure.rc") not in (None, 0) or not (logs / "build.log").exists():
+            found.append(logs / "configure.log")
+        else:
+            found.append(logs / "build.log")
+        found.append(logs / "error.log")
+    elif RunLayout.is_test_step(step.step):
+        test_dir = layout.tests(step.platform, step.step)
+        found += [test_dir / f"{n}.log" for n, _ in _failed_tests(test_dir)]
+        found.append(test_dir / "ctest.log")
+    elif step.step == "generate":
+        for fact in step.failures:
+            if fact.kind == "generation":
+                found += _generation_logs(layout, step, fact)
+        if not found:
+            found += layout.generation_files(step.platform, step.config, ".stderr")
+    if step.log:
+        found.append(run_dir / step.log)
+    seen: list[Path] = []
+    for path in found:
+        if path.is_file() and path not in seen and path.suffix != ".xml":
+            seen.append(path)
+    return seen
+
+
+def classify_run(run_dir: Path, *, write: bool = True) -> list[dict]:
+    """Classify every failed step and diverged comparison of the run in ``run_dir``.
+
+    Returns a list of ``{platform, config, step, signature: {kind, key, summary, evidence}}``
+    (a generate step with several distinct failures also has ``other_signatures``, the
+    rest of them; comparisons have step ``compare``, config = the candidate, and also group, model,
+    prompt, reference) in summary order, and writes it to ``run_dir/signatures.json``
+    unless ``write`` is False.  Raises FileNotFoundError when there is no summary.json
+    and harness.record.results.RecordError (a ValueError) when it cannot be read.
+    """
+    steps, comparisons, _ = load_records(run_dir)
+    entries: list[dict[str, Any]] = []
+    for step in steps:
+        sig = classify_step(run_dir, step)
+        if sig:
+            entry = {"platform": step.platform, "config": step.config, "step": step.step, "signature": asdict(sig)}
+            if step.step == "generate":
+                others = [asdict(s) for s in generate_signatures(run_dir, step) if (s.kind, s.key) != (sig.kind, sig.key)]
+                if others:
+                    entry["other_signatures"] = others  # every failing model's and generation's error is kept
+            entries.append(entry)
+    for cmp in comparisons:
+        sig = comparison_signature(cmp)
+        if sig:
+            entries.append({"platform": cmp.platform, "config": cmp.candidate, "step": "compare",
+                            "group": cmp.group, "model": cmp.model, "prompt": cmp.prompt,
+                            "reference": cmp.reference, "signature": asdict(sig)})
+    if write:
+        write_json(RunLayout(run_dir).signatures_json, entries)
+    return entries
+
+
+def load_signatures(run_dir: Path) -> list[dict]:
+    """The run's signatures: ``signatures.json`` when the run has one, else computed (not written).
+
+    Same shape as :func:`classify_run`; an unreadable signatures.json is recomputed.
+    """
+    path = RunLayout(run_dir).signatures_json
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(data, list):
+                return data
+        except ValueError:
+            pass
+    return classify_run(run_dir, write=False)

@@ -1,0 +1,1 @@
+"""Shared by every part of the package: exceptions and exit codes, child processes, file-system problems, locks, console output."""

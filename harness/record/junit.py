@@ -1,0 +1,73 @@
+"""JUnit XML of a run's greedy comparisons, at a path CI systems find without knowing the run id.
+
+``results/junit/comparisons-<platform>.xml`` holds one ``<testsuite>`` per comparison
+group and one ``<testcase>`` per comparison (model, prompt, candidate against
+reference).  A comparison whose status is a failure (harness.record.results.COMPARISON) is a
+``<failure>`` whose message is the first divergent token (or the crash or timeout
+detail); a neutral one (e.g. ``unsupported-upstream``) is ``<skipped>``.  The format is
+the one JUnit's Ant task writes and CI test-report tools read (testsuites / testsuite /
+testcase with failure and skipped children).
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Iterable
+
+from .results import COMPARISON, ComparisonRecord, Run, junit_dir
+
+
+def _skipped(c: ComparisonRecord) -> bool:
+    """True for a comparison that neither passed nor failed (e.g. ``unsupported-upstream``): reported
+    as a skipped test case."""
+    return (not c.failed() and not COMPARISON[c.status].success and c.status != c.expected
+            and not (c.expected == "near-tie" and c.tolerated_near_tie()))
+
+
+def comparisons_xml(platform: str, comparisons: Iterable[ComparisonRecord]) -> ET.ElementTree:
+    """The JUnit document of ``platform``'s comparisons (records of other platforms are left out)."""
+    suites: dict[str, list[ComparisonRecord]] = {}
+    for c in comparisons:
+        if c.platform == platform:
+            suites.setdefault(c.group, []).append(c)
+    root = ET.Element("testsuites", name=f"greedy comparisons {platform}")
+    totals = {"tests": 0, "failures": 0, "skipped": 0}
+    for group, records in sorted(suites.items()):
+        failures = sum(c.failed() for c in records)
+        skipped = sum(_skipped(c) for c in records)
+        suite = ET.SubElement(root, "testsuite", name=f"{platform}/{group}", tests=str(len(records)),
+                              failures=str(failures), errors="0", skipped=str(skipped))
+        for key, value in (("tests", len(records)), ("failures", failures), ("skipped", skipped)):
+            totals[key] += value
+        for c in records:
+            case = ET.SubElement(suite, "testcase", classname=f"{platform}.{group}.{c.model}",
+                                 name=f"{c.prompt}: {c.candidate} vs {c.reference}")
+            if c.failed():  # a numerics control (expected: diverged) fails when it does not diverge
+                what = c.difference()
+                message = f"{c.status}: first divergent token {what}" if c.first_divergence else f"{c.status}: {what}"
+                node = ET.SubElement(case, "failure", message=message, type=c.status)
+                node.text = c.detail
+            elif _skipped(c):
+                ET.SubElement(case, "skipped", message=f"{c.status}: {c.detail}")
+    for key, value in totals.items():
+        root.set(key, str(value))
+    ET.indent(root)
+    return ET.ElementTree(root)
+
+
+def write_comparisons_junit(run: Run) -> list[Path]:
+    """Write ``<results>/junit/comparisons-<platform>.xml`` for each platform with comparisons in ``run``.
+
+    Returns the paths written.  Each file is replaced whole (write, then rename), so a
+    reader never sees half a file.
+    """
+    out = []
+    for platform in sorted({c.platform for c in run.comparisons}):
+        path = junit_dir(run.root) / f"comparisons-{platform}.xml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        comparisons_xml(platform, run.comparisons).write(tmp, encoding="utf-8", xml_declaration=True)
+        tmp.replace(path)
+        out.append(path)
+    return out

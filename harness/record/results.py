@@ -1,0 +1,822 @@
+"""Stage 6: the run record, the one contract between the stages and the analysis tools.
+
+Everything a run knows is declared here once:
+
+* :class:`RunLayout`: every path of a run directory (the stages write there, signatures,
+  triage and report read there; nothing else builds a results path by hand)::
+
+    results/<run-id>/
+        run.json                      run id, command line, times, platforms
+        summary.json  summary.md      every step and every comparison
+        signatures.json  report.html  written after the stages (harness.analysis.signatures, harness.analysis.report)
+        <platform>/
+            environment.json          OS, compilers, CUDA, GPU, RAM, base commit, patches
+            build-base/ build-fork/   configure.log, build.log (+ .rc files), patches.log, error.log
+            tests/ tests-<tool>/      ctest.log, junit.xml, tests.json (tests-<tool>: under compute-sanitizer)
+            models/<model>.json       path and summary of each model used
+            tokenize/                 llama-tokenize runs of the comparisons
+            <config>/                 config.json, gen/<model>/<prompt>.r<k>.{stdout,stderr,cmd}, compare.json
+    results/latest -> <run-id>
+    results/junit/                    JUnit XML of the latest comparisons (a stable path for CI)
+
+* the statuses of steps and comparisons and the run's verdicts (:data:`STEP`,
+  :data:`COMPARISON`, :data:`VERDICT`), each with what it means and whether it is a failure,
+  as LLVM lit declares its result codes.  A new status is one line in one of those tuples;
+  the summary, the report, triage and signatures take it from there;
+* :class:`Failure`: the structured facts of why a step failed (model, prompt, status,
+  signal, error line, the patch that did not apply, the build that blocked the step),
+  written where the failure happens.  Readers use these fields; a step's ``detail`` is for
+  people only.
+
+No run overwrites another: run ids are UTC timestamps plus a random suffix and
+the directory is created exclusively.  The summary is rewritten after every
+step, so a run that dies keeps everything it collected.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import secrets
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
+from ..common.fs import describe, writable_dir
+from ..common.locks import RunLock
+
+#: Version of summary.json's record format.  1: steps without ``failures`` (facts only in
+#: ``detail``); 2: steps with ``failures``.  A run written by a newer harness is refused.
+RECORD_VERSION = 2
+
+
+class RecordError(InputError, ValueError):
+    """A summary.json this harness cannot read: not JSON, or written by a newer record format."""
+
+
+# --------------------------------------------------------------------------- statuses
+
+
+@dataclass(frozen=True)
+class Status:
+    """One status value: ``name``, its ``outcome`` (success, failure or neutral: did not run or
+    says nothing about the fork), the ``icon`` of summaries and ``meaning`` in words."""
+
+    name: str
+    outcome: str
+    icon: str
+    meaning: str
+
+    def __post_init__(self) -> None:
+        if self.outcome not in ("success", "failure", "neutral"):
+            raise ValueError(f"status {self.name}: outcome {self.outcome!r} is not success, failure or neutral")
+
+    @property
+    def failure(self) -> bool:
+        """True when this status makes the run fail."""
+        return self.outcome == "failure"
+
+    @property
+    def success(self) -> bool:
+        """True when this status says the thing checked is good."""
+        return self.outcome == "success"
+
+
+class StatusSet:
+    """The declared statuses of one kind of record, looked up by name."""
+
+    def __init__(self, kind: str, statuses: Iterable[Status]):
+        self.kind = kind
+        self.by_name = {s.name: s for s in statuses}
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every status name, in declaration order."""
+        return tuple(self.by_name)
+
+    @property
+    def failures(self) -> frozenset[str]:
+        """Names of the statuses that are failures."""
+        return frozenset(n for n, s in self.by_name.items() if s.failure)
+
+    @property
+    def successes(self) -> frozenset[str]:
+        """Names of the statuses that are successes."""
+        return frozenset(n for n, s in self.by_name.items() if s.success)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.by_name
+
+    def __getitem__(self, name: str) -> Status:
+        return self.by_name[name]
+
+    def check(self, name: str) -> str:
+        """``name`` when it is declared; raises ValueError listing the declared names otherwise."""
+        if name not in self.by_name:
+            raise ValueError(f"{self.kind} status {name!r} not in {self.names}")
+        return name
+
+    def is_failure(self, name: str) -> bool:
+        """True when ``name`` is a declared failure status (unknown names are not)."""
+        return name in self.by_name and self.by_name[name].failure
+
+    def icon(self, name: str) -> str:
+        """``<icon> <name>`` for summaries; the bare name for an undeclared one."""
+        s = self.by_name.get(name)
+        return f"{s.icon} {name}" if s else name
+
+
+#: Statuses of a step (build, test, generate ...) of one platform and configuration.
+STEP = StatusSet("step", (
+    Status("passed", "success", "✅", "the step ran and everything it checks passed"),
+    Status("failed", "failure", "❌", "the step ran and found a problem in the code (build, test, generation)"),
+    Status("error", "failure", "💥", "the step could not run: a broken input, a failed build it needs, a tool missing"),
+    Status("skipped", "neutral", "⏭️", "the step did not run on this machine (the reason is in the detail)"),
+    Status("interrupted", "neutral", "⏹️", "the step was running when the run was stopped (a signal, an exception, "
+                                          "a full disk); the run is incomplete"),
+))
+
+#: Statuses of one greedy comparison (one prompt, one candidate against its reference).
+COMPARISON = StatusSet("comparison", (
+    Status("identical", "success", "✅", "every repeat of both sides generated the same tokens"),
+    Status("diverged", "failure", "❌", "the candidate's tokens differ; first_divergence says where"),
+    Status("crashed", "failure", "💥", "a generation of either side ended abnormally"),
+    Status("timeout", "failure", "⏱️", "a generation of either side ran past its time limit"),
+    Status("unsupported-upstream", "neutral", "➖", "upstream's build in the same mode fails the same way as the "
+                                                   "fork (harness.stages.upstream_support): a limit of upstream, not a "
+                                                   "fork failure"),
+))
+
+#: Verdicts of a whole run (:meth:`Run.overall`); only ``passed`` is a success.
+VERDICT = StatusSet("verdict", (
+    Status("passed", "success", "✅", "something ran and nothing failed"),
+    Status("failed", "failure", "❌", "a step failed or errored, or a comparison is a failure"),
+    Status("incomplete", "failure", "⚠️", "nothing failed, but something asked for did not run"),
+    Status("skipped", "neutral", "⏭️", "nothing ran at all"),
+))
+
+#: The exit code of each verdict (harness.common.errors).
+VERDICT_EXIT_CODES = {"passed": EXIT_PASSED, "failed": EXIT_FAILED, "incomplete": EXIT_INCOMPLETE,
+                      "skipped": EXIT_INCOMPLETE}
+
+#: The status names, for code that only needs to check membership.
+STEP_STATUSES = STEP.names
+COMPARISON_STATUSES = COMPARISON.names
+
+
+# --------------------------------------------------------------------------- failure facts
+
+#: Kinds of :class:`Failure` and the fields each one fills.
+FAILURE_KINDS = {
+    "generation": "a generation run ended abnormally: model, prompt, repeat, status, signal, error_line, log",
+    "model": "a model could not be assembled, generated or verified: model, message",
+    "blocked": "the step could not run because a build it needs did not pass: build (the variant)",
+    "patch": "a patch of the series did not apply: patch (its file name), message",
+    "compare": "a comparison could not be made (e.g. tokenizing failed): model, prompt, message",
+    "exception": "the step stopped with an error: message (exception type and text)",
+}
+
+
+@dataclass
+class Failure:
+    """One structured fact of why a step failed or could not run; see :data:`FAILURE_KINDS`.
+
+    ``repeat`` counts runs of one generation from 1; ``signal`` is a name such as SIGSEGV;
+    ``log`` is relative to the run directory.  Unused fields stay empty.
+    """
+
+    kind: str
+    model: str = ""
+    prompt: str = ""
+    repeat: int = 0
+    status: str = ""
+    signal: str = ""
+    error_line: str = ""
+    patch: str = ""
+    build: str = ""
+    message: str = ""
+    log: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAILURE_KINDS:
+            raise ValueError(f"failure kind {self.kind!r} not in {tuple(FAILURE_KINDS)}")
+
+    def text(self) -> str:
+        """The fact in one line for a step's ``detail``."""
+        if self.kind == "generation":
+            return " ".join(x for x in (f"{self.model}/{self.prompt}: {self.status}", self.signal, self.error_line) if x)
+        if self.kind == "model":
+            return f"error: model {self.model}: {self.message}"
+        if self.kind == "blocked":
+            return f"error: build {self.build} did not pass"
+        if self.kind == "patch":
+            return f"patch {self.patch} does not apply: {self.message.splitlines()[0] if self.message else ''}".rstrip(": ")
+        if self.kind == "compare":
+            return f"compare {self.model}/{self.prompt}: {self.message}"
+        return self.message
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Failure":
+        """A Failure from its summary.json form (unknown keys, from newer harnesses, are dropped)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+#: How record format 1 wrote failure facts into a step's detail (see legacy_failures).
+_LEGACY_GENERATION = re.compile(r"^(?P<model>[^/\s:]+)/(?P<prompt>[^:\s]+): (?P<status>crashed|timeout)"
+                                r"(?: (?P<signal>SIG[A-Z0-9]+|signal \d+))?(?: +(?P<line>.*))?$")
+_LEGACY_BLOCKED = (re.compile(r"build (?P<v>[\w, -]+?) did not pass"), re.compile(r"^(?P<v>\w+) build (?:failed|error)"))
+_LEGACY_MODEL = re.compile(r"^error: model (?P<model>[^:\s]+): (?P<message>.*)$", re.S)
+
+
+def legacy_failures(step: str, detail: str) -> list[Failure]:
+    """The failure facts of a record-format-1 step, recovered from its ``detail`` text.
+
+    Format 1 joined generation problems with ``"; "`` (``model/prompt: status [signal]
+    [error line]``, cut at 500 characters), wrote ``error: build X did not pass`` for a
+    blocked step and ``X build failed: ...`` for a test step skipped after a failed build.
+    Parts it cannot read become ``exception`` facts holding the text.  Used only for
+    entries that have no ``failures`` key.
+    """
+    out: list[Failure] = []
+    if not detail:
+        return out
+    for m in _LEGACY_BLOCKED:
+        found = m.search(detail)
+        if found:
+            return [Failure("blocked", build=v.strip()) for v in found.group("v").split(",") if v.strip()]
+    if step != "generate":
+        return out
+    for part in (p.strip() for p in detail.split("; ")):
+        if not part or part == "all generations ran":
+            continue
+        g = _LEGACY_GENERATION.match(part)
+        mo = _LEGACY_MODEL.match(part)
+        if g:
+            out.append(Failure("generation", model=g.group("model"), prompt=g.group("prompt"),
+                               status=g.group("status"), signal=g.group("signal") or "", error_line=g.group("line") or ""))
+        elif mo:
+            out.append(Failure("model", model=mo.group("model"), message=mo.group("message")))
+        else:
+            out.append(Failure("exception", message=part))
+    return out
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass
+class StepRecord:
+    """One step of one configuration: ``status`` is one of :data:`STEP`.
+
+    ``seconds`` is wall time; ``detail`` is a line for people (never parsed); ``log`` is the
+    step's main log relative to the run directory; ``failures`` are the structured facts of
+    a failed, errored or blocked step (empty when it passed); ``up_to_date`` is True for a
+    build that found nothing to do (its time says nothing about the build).
+    """
+
+    platform: str
+    config: str
+    step: str
+    status: str
+    seconds: float = 0.0
+    detail: str = ""
+    log: str = ""
+    failures: list[Failure] = field(default_factory=list)
+    up_to_date: bool = False
+
+    def __post_init__(self) -> None:
+        STEP.check(self.status)
+        self.failures = [f if isinstance(f, Failure) else Failure.from_json(f) for f in self.failures]
+
+    @classmethod
+    def from_json(cls, data: dict) -> "StepRecord":
+        """A StepRecord from a summary.json ``configurations`` entry of any record format.
+
+        An entry without ``failures`` (format 1) gets them from :func:`legacy_failures`.
+        Raises ValueError for a status not declared in :data:`STEP` or missing identity keys.
+        """
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        if "failures" not in data:
+            values["failures"] = legacy_failures(str(data.get("step", "")), str(data.get("detail") or ""))
+        if "up_to_date" not in data:  # format 1 said so only in the detail
+            values["up_to_date"] = str(data.get("detail") or "").startswith("up to date")
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ValueError(f"step record {data!r}: {exc}") from None
+
+    def blocked_by(self) -> list[str]:
+        """The build variants whose failure kept this step from running."""
+        return [f.build for f in self.failures if f.kind == "blocked"]
+
+
+@dataclass
+class ComparisonRecord:
+    """One prompt of one comparison group: ``status`` is one of :data:`COMPARISON`.
+
+    ``first_divergence`` is None or {index, reference, candidate, near_tie, near_tie_margin}
+    where index counts generated tokens from 0 and each side is None (that side reached
+    n_predict there) or {id, piece, piece_hex, eog, margin, top} (margin and logits in nats).
+    ``kl`` is None or {positions, mean, max, max_at, top1_agreement}: KL(reference || candidate)
+    teacher-forced on the reference's tokens.  ``text_check`` is None or {status
+    (identical/differs/incomplete), first_differing_byte, reference_bytes, candidate_bytes}
+    for the llama-completion texts.  ``kl_mean_max`` is the group's KL threshold (nats).
+    ``expected`` is the group's expected status: ``identical``; ``diverged`` for a control
+    group whose candidate changes numerics on purpose (only a divergence passes); ``near-tie``
+    for builds of different compilers or OSes (identical, or diverged at a near tie with the
+    KL divergence within its threshold, passes).  :meth:`failed` decides.
+    """
+
+    platform: str
+    group: str
+    model: str
+    prompt: str
+    reference: str
+    candidate: str
+    status: str
+    first_divergence: dict | None = None
+    detail: str = ""
+    nondeterministic: list[str] = field(default_factory=list)
+    kl: dict | None = None
+    text_check: dict | None = None
+    kl_mean_max: float | None = None
+    expected: str = "identical"
+
+    def __post_init__(self) -> None:
+        COMPARISON.check(self.status)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ComparisonRecord":
+        """A ComparisonRecord from a summary.json ``comparisons`` entry (unknown keys dropped)."""
+        known = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in data.items() if k in known})
+        except TypeError as exc:
+            raise ValueError(f"comparison record {data!r}: {exc}") from None
+
+    def difference(self) -> str:
+        """What differs, for people: the first divergent token (``describe_divergence_record``) and a
+        llama-completion byte difference, else the detail of a comparison that is not a success, else ''."""
+        text = describe_divergence_record(self.first_divergence) if self.first_divergence else ""
+        if not text and not COMPARISON[self.status].success:
+            text = self.detail
+        tc = self.text_check or {}
+        if tc.get("status") == "differs":
+            text += f"; llama-completion texts differ at byte {tc.get('first_differing_byte')}"
+        return text
+
+    def failed(self) -> bool:
+        """True when this comparison fails the run.
+
+        ``expected`` ``identical``: a failure status (see :data:`COMPARISON`).  ``diverged`` (a
+        numerics control): any status but ``diverged``.  ``near-tie`` (builds of different
+        compilers or OSes, where an almost even choice may flip): any failure status except a
+        ``diverged`` whose first divergence is a near tie, whose configurations agree with
+        themselves and whose mean KL divergence stays within ``kl_mean_max``.  ``informational``
+        (a cross-compiler or cross-OS group whose result is recorded, not judged): only a crash or
+        timeout fails; a divergence is recorded with its first divergent token and KL divergence.
+        """
+        if self.expected == "informational":
+            return self.status != "diverged" and COMPARISON.is_failure(self.status)
+        if self.expected == "near-tie":
+            if self.status != "diverged":
+                return COMPARISON.is_failure(self.status)
+            return not self.tolerated_near_tie()
+        if self.expected != "identical":
+            return self.status != self.expected
+        return COMPARISON.is_failure(self.status)
+
+    def tolerated_near_tie(self) -> bool:
+        """True for a divergence that a ``near-tie`` group accepts: the first divergent token is a
+        near tie (``first_divergence.near_tie``), no side is nondeterministic, and the mean KL
+        divergence (nats) is known and at most ``kl_mean_max``."""
+        fd = self.first_divergence or {}
+        kl = self.kl or {}
+        kl_ok = kl.get("mean") is not None and (self.kl_mean_max is None or kl["mean"] <= self.kl_mean_max)
+        return bool(fd.get("near_tie")) and not self.nondeterministic and kl_ok
+
+    def key(self) -> tuple[str, str, str, str, str, str]:
+        """(platform, group, model, prompt, reference, candidate): what identifies it across runs."""
+        return (self.platform, self.group, self.model, self.prompt, self.reference, self.candidate)
+
+
+# --------------------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Every path of the run directory ``dir`` (see the module docstring); creates nothing.
+
+    ``results_root(dir)`` is the directory holding the runs.
+    """
+
+    dir: Path
+
+    @property
+    def run_json(self) -> Path:
+        """``run.json``: id, start time, command lines."""
+        return self.dir / "run.json"
+
+    @property
+    def summary_json(self) -> Path:
+        """``summary.json``: every step and comparison record."""
+        return self.dir / "summary.json"
+
+    @property
+    def summary_md(self) -> Path:
+        """``summary.md``: the same as Markdown tables."""
+        return self.dir / "summary.md"
+
+    @property
+    def signatures_json(self) -> Path:
+        """``signatures.json``: harness.analysis.signatures.classify_run's output."""
+        return self.dir / "signatures.json"
+
+    @property
+    def report_html(self) -> Path:
+        """``report.html``: harness.analysis.report's page."""
+        return self.dir / "report.html"
+
+    def platform(self, platform: str) -> Path:
+        """``<platform>/``."""
+        return self.dir / platform
+
+    def environment_json(self, platform: str) -> Path:
+        """``<platform>/environment.json``."""
+        return self.platform(platform) / "environment.json"
+
+    def build_logs(self, platform: str, variant: str) -> Path:
+        """``<platform>/build-<variant>/``: configure.log, build.log, .rc files, patches.log, error.log."""
+        return self.platform(platform) / f"build-{variant}"
+
+    def compile_logs(self, platform: str, variant: str) -> Path:
+        """``<platform>/compile-<variant>/``: the compile step of a CUDA platform without a GPU
+        (harness.stages.cuda_compile): configure.log, build.log, .rc files, toolkit.json, compile.json."""
+        return self.platform(platform) / f"compile-{variant}"
+
+    @staticmethod
+    def test_step(tool: str | None = None) -> str:
+        """The step name of the native tests: ``test``, or ``test-<tool>`` under compute-sanitizer."""
+        return f"test-{tool}" if tool else "test"
+
+    @staticmethod
+    def is_test_step(step: str) -> bool:
+        """True for ``test`` and ``test-<tool>``."""
+        return step == "test" or step.startswith("test-")
+
+    def tests(self, platform: str, step: str = "test") -> Path:
+        """``<platform>/tests/`` for step ``test``, ``<platform>/tests-<tool>/`` for ``test-<tool>``."""
+        return self.platform(platform) / ("tests" + step[len("test"):])
+
+    def config(self, platform: str, config: str) -> Path:
+        """``<platform>/<config>/``."""
+        return self.platform(platform) / config
+
+    def config_json(self, platform: str, config: str) -> Path:
+        """``<platform>/<config>/config.json``."""
+        return self.config(platform, config) / "config.json"
+
+    def gen_dir(self, platform: str, config: str, model: str | None = None) -> Path:
+        """``<platform>/<config>/gen/`` (``.../gen/<model>/`` with ``model``)."""
+        d = self.config(platform, config) / "gen"
+        return d / model if model else d
+
+    def generation(self, platform: str, config: str, model: str, prompt: str, repeat: int) -> Path:
+        """The path prefix of one generation run: ``.../gen/<model>/<prompt>.r<repeat>``; add
+        ``.stdout``, ``.stderr``, ``.cmd``, ``.pin-ladder.json`` or ``.placement.json``."""
+        return self.gen_dir(platform, config, model) / f"{prompt}.r{repeat}"
+
+    def generation_files(self, platform: str, config: str, suffix: str, model: str | None = None,
+                         prompt: str | None = None) -> list[Path]:
+        """Existing generation files of one configuration with ``suffix`` (e.g. ``.stderr``), sorted;
+        only ``model`` and/or ``prompt`` when given."""
+        d = self.gen_dir(platform, config)
+        if not d.is_dir():
+            return []
+        return sorted(d.glob(f"{model or '*'}/{prompt or '*'}.r*{suffix}"))
+
+    def all_generation_files(self, suffix: str) -> Iterator[tuple[str, str, str, str, Path]]:
+        """Every generation file of the run with ``suffix``: (platform, config, model, stem, path),
+        sorted; ``stem`` is ``<prompt>.r<k>``."""
+        for path in sorted(self.dir.glob(f"*/*/gen/*/*.r*{suffix}")):
+            yield (path.parents[3].name, path.parents[2].name, path.parent.name,
+                   path.name[:-len(suffix)], path)
+
+    def compare_json(self, platform: str, config: str) -> Path:
+        """``<platform>/<candidate>/compare.json``: the full comparison records of a candidate."""
+        return self.config(platform, config) / "compare.json"
+
+    def model_json(self, platform: str, model: str) -> Path:
+        """``<platform>/models/<model>.json``."""
+        return self.platform(platform) / "models" / f"{model}.json"
+
+    def tokenize_dir(self, platform: str) -> Path:
+        """``<platform>/tokenize/``."""
+        return self.platform(platform) / "tokenize"
+
+    def relative(self, path: Path) -> str:
+        """``path`` relative to the run directory when it is inside it, else as given."""
+        return str(path.relative_to(self.dir)) if path.is_relative_to(self.dir) else str(path)
+
+
+def junit_dir(results_root: Path) -> Path:
+    """``<results>/junit/``: JUnit XML at a path that does not change from run to run."""
+    return results_root / "junit"
+
+
+def read_summary(run_dir: Path) -> dict:
+    """The parsed summary.json of ``run_dir``.
+
+    Raises FileNotFoundError (naming the file) when there is none and :class:`RecordError`
+    when it is not JSON or was written by a newer record format than :data:`RECORD_VERSION`.
+    """
+    path = RunLayout(run_dir).summary_json
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no summary.json; is {run_dir} a results run directory?") from None
+    except ValueError as exc:
+        raise RecordError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: not a summary object")
+    version = data.get("record_version", 1)
+    if not isinstance(version, int) or version > RECORD_VERSION:
+        raise RecordError(f"{path}: record format {version!r} is newer than this harness reads ({RECORD_VERSION}); "
+                          "update the harness")
+    return data
+
+
+def load_records(run_dir: Path) -> tuple[list[StepRecord], list[ComparisonRecord], dict]:
+    """The step and comparison records of ``run_dir`` (any record format) and the raw summary.
+
+    Raises what :func:`read_summary` raises, and RecordError naming the file for an entry
+    with an undeclared status.
+    """
+    data = read_summary(run_dir)
+    try:
+        steps = [StepRecord.from_json(s) for s in data.get("configurations", [])]
+        comparisons = [ComparisonRecord.from_json(c) for c in data.get("comparisons", [])]
+    except ValueError as exc:
+        raise RecordError(f"{RunLayout(run_dir).summary_json}: {exc}") from None
+    return steps, comparisons, data
+
+
+def _jsonable(obj: Any) -> Any:
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return {k: _jsonable(v) for k, v in asdict(obj).items()}
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", errors="replace")
+    return obj
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` (dataclasses, paths and bytes allowed) as indented UTF-8 JSON, atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(_jsonable(data), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """A fresh run id: UTC time to the second plus 4 random hex digits, e.g. 20261130T120501Z-3fa2."""
+    now = now or datetime.now(timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
+
+
+#: Space a run holds back while it runs (``<run>/.reserve``, removed by Run.close): when the disk
+#: fills up, giving it up lets the summary still be written (a summary of 16 comparisons is ~20 KiB).
+RESERVE_BYTES = 256 * 1024
+RESERVE_NAME = ".reserve"
+
+
+class Run:
+    """An open results directory; records steps and comparisons and keeps the summary current."""
+
+    def __init__(self, root: Path, run_id: str, *, create: bool = True, argv: Iterable[str] = ()):
+        self.root = root
+        self.id = run_id
+        self.dir = root / run_id
+        self.layout = RunLayout(self.dir)
+        self.steps: list[StepRecord] = []
+        self.comparisons: list[ComparisonRecord] = []
+        self.skipped_platforms: dict[str, str] = {}
+        self.incomplete: list[str] = []
+        self._lock: RunLock | None = None
+        now = datetime.now(timezone.utc).isoformat()
+        if create:
+            writable_dir(root, "results directory")
+        if create and not self.dir.exists():
+            self.dir.mkdir(parents=True, exist_ok=False)
+            self._own()
+            write_json(self.layout.run_json, {"run_id": run_id, "started": now,
+                                               "commands": [{"argv": list(argv), "started": now}]})
+            self._point_latest()
+        elif self.dir.exists():
+            if create:
+                self._own()
+            if self.layout.summary_json.exists():
+                self._load()
+            if create and self.layout.run_json.exists():
+                # a later stage continues the run (HARNESS_RUN_ID or --run-id): record its command too
+                info = json.loads(self.layout.run_json.read_text(encoding="utf-8"))
+                info.setdefault("commands", []).append({"argv": list(argv), "started": now})
+                write_json(self.layout.run_json, info)
+
+    def _own(self) -> None:
+        """Hold the run directory for this process (harness.common.locks.RunLock; raises RunInUse when taken)
+        and set RESERVE_BYTES aside in it, for the summary of a run that fills the disk."""
+        self._lock = RunLock(self.dir)
+        self._lock.acquire()
+        reserve = self.dir / RESERVE_NAME
+        with open(reserve, "wb") as fh:
+            fh.write(bytes(RESERVE_BYTES))
+
+    def close(self) -> None:
+        """Give the run directory and its reserve up (a later process may continue the run)."""
+        (self.dir / RESERVE_NAME).unlink(missing_ok=True)
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    @classmethod
+    def open(cls, root: Path, run_id: str | None = None, argv: Iterable[str] = ()) -> "Run":
+        """Open run ``run_id`` under ``root`` (continuing it if it exists) or start a new one.
+
+        Several stages of one invocation (``nox -s build test compare-outputs``)
+        share a run through the HARNESS_RUN_ID environment variable, one
+        process after the other: a run held by a live process is refused
+        (RunInUse).  Raises EnvironmentProblem when ``root`` cannot hold runs.
+        """
+        run_id = run_id or os.environ.get("HARNESS_RUN_ID") or new_run_id()
+        return cls(root, run_id, argv=argv)
+
+    def _point_latest(self) -> None:
+        link = self.root / "latest"
+        tmp = self.root / f".latest-{self.id}"
+        try:
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(self.id, target_is_directory=True)
+            tmp.replace(link)
+        except OSError:
+            (self.root / "LATEST").write_text(self.id + "\n")
+
+    def _load(self) -> None:
+        self.steps, self.comparisons, data = load_records(self.dir)
+        self.skipped_platforms = dict(data.get("skipped_platforms", {}))
+        self.incomplete = list(data.get("incomplete", []))
+
+    def platform_dir(self, platform: str) -> Path:
+        """``results/<run-id>/<platform>/`` (created)."""
+        path = self.layout.platform(platform)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def record_step(self, step: StepRecord) -> None:
+        """Add or replace (same platform, config, step) a step record and rewrite the summary."""
+        key = (step.platform, step.config, step.step)
+        for i, s in enumerate(self.steps):
+            if (s.platform, s.config, s.step) == key:
+                self.steps[i] = step  # keep the table's order stable
+                break
+        else:
+            self.steps.append(step)
+        self.write_summary()
+
+    def step(self, platform: str, config: str, step: str) -> StepRecord | None:
+        """The recorded step (platform, config, step), or None."""
+        for s in self.steps:
+            if (s.platform, s.config, s.step) == (platform, config, step):
+                return s
+        return None
+
+    def record_comparisons(self, records: Iterable[ComparisonRecord]) -> None:
+        """Add comparison records (replacing same platform/group/model/prompt/candidate) and rewrite the summary."""
+        new = list(records)
+        keys = {(r.platform, r.group, r.model, r.prompt, r.candidate) for r in new}
+        self.comparisons = [c for c in self.comparisons
+                            if (c.platform, c.group, c.model, c.prompt, c.candidate) not in keys] + new
+        self.write_summary()
+
+    def mark_incomplete(self, reason: str) -> None:
+        """Record that something the user asked for did not run (e.g. an explicitly selected platform was skipped)."""
+        if reason not in self.incomplete:
+            self.incomplete.append(reason)
+        self.write_summary()
+
+    def overall(self) -> str:
+        """The run's verdict.
+
+        ``failed`` when a step failed or errored or a comparison fails
+        (:meth:`ComparisonRecord.failed`, by its group's ``expect``); else ``incomplete`` when something explicitly asked for did
+        not run; else ``skipped`` when nothing ran at all; else ``passed``.
+        Only ``passed`` is a success.
+        """
+        if any(STEP.is_failure(s.status) for s in self.steps) or any(c.failed() for c in self.comparisons):
+            return "failed"
+        if self.incomplete or any(s.status == "interrupted" for s in self.steps):
+            return "incomplete"
+        if not any(s.status in STEP.successes for s in self.steps) and not self.comparisons:
+            return "skipped"
+        return "passed"
+
+    def headline(self) -> str:
+        """The verdict with what it does not cover, e.g. ``passed (2 platforms skipped)``."""
+        n = len(self.skipped_platforms)
+        return self.overall() + (f" ({n} platform{'s' if n != 1 else ''} skipped)" if n else "")
+
+    def write_summary(self) -> None:
+        """Write summary.json and summary.md for everything recorded so far."""
+        data = {"run_id": self.id, "record_version": RECORD_VERSION, "updated": datetime.now(timezone.utc).isoformat(),
+                "overall": self.overall(), "configurations": self.steps, "comparisons": self.comparisons,
+                "skipped_platforms": self.skipped_platforms, "incomplete": self.incomplete}
+        try:
+            write_json(self.layout.summary_json, data)
+        except OSError as exc:
+            reserve = self.dir / RESERVE_NAME
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not reserve.exists():
+                raise
+            # the disk is full: give up the reserve so the summary can still say so, then fail
+            self.layout.summary_json.with_name(self.layout.summary_json.name + ".tmp").unlink(missing_ok=True)
+            reserve.unlink()
+            self.incomplete.append(f"stopped: the file system holding {self.dir} is full ({describe(exc)})")
+            data["incomplete"], data["overall"] = self.incomplete, self.overall()
+            write_json(self.layout.summary_json, data)
+            raise
+        self.layout.summary_md.write_text(render_markdown(self), encoding="utf-8")
+
+
+#: Longest text a summary table cell shows; the full text stays in summary.json and the logs.
+CELL_MAX = 300
+
+
+def _cell(text: str) -> str:
+    text = " ".join(text.split())
+    if len(text) > CELL_MAX:
+        text = text[:CELL_MAX - 1] + "…"
+    return text.replace("|", "\\|")
+
+
+def describe_divergence_record(d: dict) -> str:
+    """A first_divergence record in one line: index, near tie or hard, both sides' pieces and margins."""
+    def side(t: dict | None) -> str:
+        if t is None:
+            return "end of output"
+        what = "end of generation" if t.get("eog") else repr(t.get("piece"))
+        margin = f", margin {t['margin']:.3g}" if isinstance(t.get("margin"), (int, float)) else ""
+        return f"{what} (id {t.get('id')}{margin})"
+    kind = "" if "near_tie" not in d else (" (near tie)" if d["near_tie"] else " (hard)")
+    return f"#{d.get('index')}{kind}: {side(d.get('reference'))} vs {side(d.get('candidate'))}"
+
+
+def render_markdown(run: Run) -> str:
+    """The run summary as Markdown: overall verdict, a steps table and a comparisons table."""
+    lines = [f"# Run {run.id}: {VERDICT[run.overall()].icon} {run.headline()}", ""]
+    if run.incomplete:
+        lines += ["Did not run although asked for:", ""] + [f"- {_cell(r)}" for r in run.incomplete] + [""]
+    if run.skipped_platforms:
+        lines += ["| platform | skipped because |", "|---|---|"]
+        lines += [f"| {p} | {_cell(r)} |" for p, r in sorted(run.skipped_platforms.items())]
+        lines.append("")
+    if run.steps:
+        lines += ["## Steps", "", "| platform | config | step | status | time | detail |", "|---|---|---|---|---:|---|"]
+        for s in run.steps:
+            lines.append(f"| {s.platform} | {s.config} | {s.step} | {STEP.icon(s.status)} "
+                         f"| {s.seconds:.1f} s | {_cell(s.detail)} |")
+        lines.append("")
+    if run.comparisons:
+        counts: dict[str, int] = {}
+        for c in run.comparisons:
+            counts[c.status] = counts.get(c.status, 0) + 1
+        lines += ["## Greedy comparisons", "",
+                  ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), "",
+                  "| platform | group | model | prompt | reference | candidate | status | first divergent token "
+                  "| KL mean / max (nats) | top-1 agree |",
+                  "|---|---|---|---|---|---|---|---|---:|---:|"]
+        for c in run.comparisons:
+            div = c.difference()
+            if c.nondeterministic:
+                div += f" (nondeterministic: {', '.join(c.nondeterministic)})"
+            if c.expected != "identical":
+                div += f" (expected: {c.expected})"
+            kl = c.kl or {}
+            kl_cell = f"{kl['mean']:.3g} / {kl['max']:.3g}" if kl else "–"
+            if kl and c.kl_mean_max is not None and kl["mean"] > c.kl_mean_max:
+                kl_cell += f" ⚠️ > {c.kl_mean_max:g}"
+            agree = f"{kl['top1_agreement']:.1%}" if kl else "–"
+            lines.append(f"| {c.platform} | {c.group} | {c.model} | {c.prompt} | {c.reference} | {c.candidate} "
+                         f"| {COMPARISON.icon(c.status)} | {_cell(div)} | {kl_cell} | {agree} |")
+        lines.append("")
+    return "\n".join(lines)
+

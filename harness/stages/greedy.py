@@ -1,0 +1,465 @@
+"""Running the greedy comparisons of the selected groups: one model load per configuration.
+
+For each model, every configuration ("side": a configuration as built for one
+platform) that a selected group needs runs in one engine session
+(``harness.stages.engine``): all its prompts' generations, then the teacher-forced
+scorings.  A reference writes the full log-probability rows of its own tokens
+to a temporary dump; each candidate scores the reference's tokens against that
+dump (KL divergence, top-1 agreement), so sides run in an order that puts
+references first.  After the session, llama-completion runs once per prompt:
+the text users see, compared byte for byte as the last repeat.  A session whose
+process dies or times out is restarted for the remaining requests.
+
+``text_check_jobs`` (a platform's ``text_check_jobs`` in ``matrix.yaml``) runs that many
+llama-completion text checks at a time, beside the next configuration's engine session; the
+comparisons wait for them.  Each check is its own process with its own model load, so on a GPU
+machine they overlap instead of queueing; 1 (the default) runs them one after the other, as a
+CPU platform needs, where parallel processes would take the engine's cores.  Each process holds
+its own copy of the model in host memory, so fewer run at a time where the host is small
+(:func:`text_check_slots`).
+
+Repeats: ``repeats`` runs per configuration and prompt, ``repeats - 1`` of them
+(at least one) by the engine from one load and one by llama-completion.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ContextManager
+
+from .compare import GenerationResult, GenerationSpec, find_error_line, run_generation
+from ..matrix.config import Comparison, Generation
+from .divergence import EngineRun, SideRuns, StreamComparison, compare_streams, summarize_kl
+from .engine import EngineError, EngineGeneration, EngineSession, ScoreResult
+from ..record.environment import ram_bytes
+from ..record.results import Failure, write_json
+from .upstream_support import unsupported_upstream
+
+
+@dataclass(frozen=True)
+class Side:
+    """A configuration as built and run for one platform."""
+
+    platform: str
+    config: str
+
+
+@dataclass(frozen=True)
+class Job:
+    """One group on one model: the reference side, the candidate sides, prompt ids, settings.
+
+    ``label`` names the reference in the records (``config`` or ``config@platform``); ``expect``
+    is the group's expected status.  ``upstream`` maps a candidate config to the side running
+    upstream's build in the same mode: when the candidate crashes or times out and that side
+    fails the same way, the comparison is ``unsupported-upstream``.
+    """
+
+    group: str
+    model: str
+    model_path: Path
+    reference: Side
+    candidates: tuple[Side, ...]
+    prompts: tuple[str, ...]
+    generation: Generation
+    comparison: Comparison
+    label: str
+    expect: str = "identical"
+    upstream: Mapping[str, Side] = field(default_factory=dict)
+
+
+@dataclass
+class JobResult:
+    """The comparisons of one job, per (prompt id, candidate config), in matrix order."""
+
+    job: Job
+    comparisons: list[StreamComparison] = field(default_factory=list)
+
+
+@dataclass
+class Timing:
+    """Where the stage's time went, in seconds: ``wall`` in total; ``loads``: engine model loads (process start to
+    ready); ``engine_generation``: the engine's own prompt + generation time; ``engine_scoring``: teacher-forced
+    scoring; ``completion_wall``: llama-completion runs end to end; ``completion_generation``: their prompt eval +
+    eval time as llama-completion's perf lines report it; ``sessions``/``completion_runs``: counts."""
+
+    wall: float = 0.0
+    loads: float = 0.0
+    engine_generation: float = 0.0
+    engine_scoring: float = 0.0
+    completion_wall: float = 0.0
+    completion_generation: float = 0.0
+    sessions: int = 0
+    completion_runs: int = 0
+
+    @property
+    def pure_generation(self) -> float:
+        """Seconds spent evaluating prompts and generating tokens, engine and llama-completion together."""
+        return self.engine_generation + self.completion_generation
+
+
+def text_check_slots(requested: int, model_bytes: int, host_ram_bytes: int | None) -> int:
+    """How many llama-completion text checks of a model may run at a time (>= 1).
+
+    ``requested``: the platform's ``text_check_jobs``; ``model_bytes``: the GGUF file's size;
+    ``host_ram_bytes``: total host RAM (None: unknown, then 1).  The engine's session and every
+    running check each hold a copy of the model in host memory (with ``--load-mode none`` or host
+    expert tensors nothing is shared through the page cache), and together they stay within half
+    of the host RAM, leaving the rest to the system and the page-locked buffers' bookkeeping.
+    """
+    if requested <= 1 or host_ram_bytes is None:
+        return 1
+    copies = (host_ram_bytes // 2) // max(1, model_bytes)
+    return max(1, min(requested, int(copies) - 1))
+
+
+#: llama.cpp's end-of-run timing lines (src/llama-context.cpp, llama_perf_context_print).
+_PERF_LINE = ("prompt eval time =", "       eval time =")
+
+
+def completion_generation_seconds(stderr: bytes) -> float:
+    """Prompt eval plus eval milliseconds from llama-completion's ``llama_perf_context_print`` lines, in seconds (0 if absent)."""
+    total = 0.0
+    for line in stderr.decode("utf-8", "replace").splitlines():
+        for marker in _PERF_LINE:
+            if marker in line:
+                try:
+                    total += float(line.split(marker, 1)[1].split("ms", 1)[0])
+                except ValueError:
+                    pass
+    return total / 1000.0
+
+
+def generation_record(gen: EngineGeneration) -> dict:
+    """An engine generation as JSON: timings, and per token its id, piece (text and exact bytes as hex),
+    end-of-generation flag, top-2 (id, logit) pairs, margin and log-sum-exp."""
+    return {"prompt_tokens": gen.prompt_tokens, "eog": gen.eog, "prompt_ms": gen.prompt_ms, "gen_ms": gen.gen_ms,
+            "text": gen.text.decode("utf-8", "replace"),
+            "tokens": [{"id": t.id, "piece": t.piece.decode("utf-8", "replace"), "piece_hex": t.piece.hex(),
+                        "eog": t.eog, "top": [list(t.top[0]), list(t.top[1])], "margin": t.margin, "lse": t.lse}
+                       for t in gen.tokens]}
+
+
+@dataclass
+class Hooks:
+    """What the runner needs from the pipeline for one side.
+
+    ``engine``: (side, model path, generation) -> (argv, env) of the engine.
+    ``completion``: (side, model path, prompt text, generation) -> GenerationSpec.
+    ``out_dir``: side -> the side's results directory (``<platform>/<config>``).
+    ``doing``: side -> a context manager marking the side's ``generate`` step as in
+    progress (so an interrupt can name it).  ``relative``: a path as the run records it.
+    ``stderr``: (side, model, stem, stderr text) after each process, where ``stem`` is
+    the path prefix its derived files go to (``.../engine`` or ``.../<prompt>.r<k>``).
+    ``progress``: (side, what) after each generation.
+    """
+
+    engine: Callable[[Side, Path, Generation], tuple[list[str], dict[str, str]]]
+    completion: Callable[[Side, Path, str, Generation], GenerationSpec]
+    out_dir: Callable[[Side], Path]
+    doing: Callable[[Side], ContextManager[None]] = lambda side: nullcontext()
+    relative: Callable[[Path], str] = str
+    stderr: Callable[[Side, str, Path, str], None] = lambda side, model, stem, text: None
+    progress: Callable[[Side, str], None] = lambda side, what: None
+
+
+def side_order(jobs: Iterable[Job]) -> list[Side]:
+    """Sides in an order that runs every reference before its candidates where possible (first-seen order otherwise)."""
+    sides: list[Side] = []
+    refs_of: dict[Side, set[Side]] = {}
+    for job in jobs:
+        for s in (job.reference, *job.upstream.values(), *job.candidates):
+            if s not in sides:
+                sides.append(s)
+            refs_of.setdefault(s, set())
+        for c in job.candidates:
+            if c != job.reference:
+                refs_of[c].add(job.reference)
+    done: list[Side] = []
+    pending = list(sides)
+    while pending:
+        ready = next((s for s in pending if refs_of[s] <= set(done)), pending[0])  # a cycle: first pending
+        done.append(ready)
+        pending.remove(ready)
+    return done
+
+
+class GreedyRunner:
+    """Runs jobs (see the module docstring) and returns their comparisons; ``say`` prints progress.
+
+    ``text_check_jobs``: llama-completion text checks run at a time (>= 1; see the module docstring).
+    """
+
+    def __init__(self, hooks: Hooks, prompts: Mapping[str, str], work_dir: Path, n_predict: int | None = None,
+                 repeats: int | None = None, say: Callable[[str], None] = print, text_check_jobs: int = 1):
+        self.hooks, self.prompts, self.work_dir, self.say = hooks, prompts, work_dir, say
+        self.n_predict, self.repeats = n_predict, repeats
+        self.text_check_jobs = max(1, text_check_jobs)
+        self._lock = threading.Lock()  # the bookkeeping below, shared with the text-check threads
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: list[tuple[tuple[Side, Generation, str], Future[GenerationResult]]] = []
+        self.timing = Timing()
+        self.problems: dict[Side, list[Failure]] = {}
+        self.side_seconds: dict[Side, float] = {}
+        self.side_runs: dict[Side, int] = {}
+        self.side_ok: dict[Side, set[str]] = {}  # models of which at least one generation of the side succeeded
+        self.unsupported: set[tuple[Side, str, str]] = set()  # (side, model, prompt) that upstream fails alike
+
+    def _gen(self, job: Job) -> Generation:
+        g = job.generation
+        return Generation(n_predict=self.n_predict or g.n_predict, repeats=self.repeats or g.repeats, seed=g.seed,
+                          ctx_size=g.ctx_size, timeout_s=g.timeout_s)
+
+    def run(self, jobs: Sequence[Job], on_result: Callable[[JobResult], None] = lambda r: None) -> list[JobResult]:
+        """Run every job; a failure of one side is recorded in its comparisons and the others still run.
+
+        ``on_result`` gets each job's result as soon as its model is done (so a
+        later interrupt keeps it); the results are also returned, in job order
+        per model.  Failure facts collect in ``problems`` per side.
+        """
+        start = time.monotonic()
+        results = []
+        by_model: dict[str, list[Job]] = {}
+        for job in jobs:
+            by_model.setdefault(job.model, []).append(job)
+        try:
+            for model_jobs in by_model.values():
+                self.work_dir.mkdir(parents=True, exist_ok=True)
+                dumps = Path(tempfile.mkdtemp(prefix="logprobs-", dir=self.work_dir))
+                try:
+                    done = self._run_model(model_jobs, dumps)
+                finally:
+                    shutil.rmtree(dumps, ignore_errors=True)
+                for res in done:
+                    on_result(res)
+                results += done
+        finally:
+            self.timing.wall += time.monotonic() - start
+        return results
+
+    # ----- one model ---------------------------------------------------------------------------
+    def _run_model(self, jobs: list[Job], dumps: Path) -> list[JobResult]:
+        needs: dict[tuple[Side, Generation], dict] = {}
+        for job in jobs:
+            gen = self._gen(job)
+            for side in (job.reference, *job.candidates, *job.upstream.values()):
+                n = needs.setdefault((side, gen), {"prompts": [], "dump": set(), "score": []})
+                n["prompts"] += [p for p in job.prompts if p not in n["prompts"]]
+            needs[(job.reference, gen)]["dump"] |= set(job.prompts)
+            for c in job.candidates:
+                needs[(c, gen)]["score"] += [(p, job.reference) for p in job.prompts
+                                             if (p, job.reference) not in needs[(c, gen)]["score"]]
+        self.runs: dict[tuple[Side, Generation, str], SideRuns] = {}
+        self.scores: dict[tuple[Side, Generation, str, Side], ScoreResult | EngineRun] = {}
+        self.dumped: dict[tuple[Side, Generation, str], Path] = {}
+        model_path = jobs[0].model_path
+        model = jobs[0].model
+        deferred: list[tuple[Side, Generation, list]] = []
+        slots = text_check_slots(self.text_check_jobs, model_path.stat().st_size if model_path.is_file() else 0,
+                                 ram_bytes())
+        if slots > 1:
+            self._pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="text-check")
+        try:
+            for side in side_order(jobs):
+                for (s, gen), n in needs.items():
+                    if s != side:
+                        continue
+                    later = self._run_side(side, gen, model, model_path, n, dumps)
+                    if later:
+                        deferred.append((side, gen, later))
+            for side, gen, later in deferred:  # references that ran after their candidate (a cycle of groups)
+                self._run_side(side, gen, model, model_path, {"prompts": [], "dump": set(), "score": later}, dumps,
+                               generate=False)
+            for key, future in self._pending:
+                self.runs[key].completion = future.result()
+        except BaseException:
+            if self._pool is not None:  # an interrupt: start no further check; harness.proc ends the running ones
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+            raise
+        finally:
+            self._pending = []
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        out = []
+        for job in jobs:
+            gen = self._gen(job)
+            res = JobResult(job)
+            for prompt in job.prompts:
+                ref = self.runs[(job.reference, gen, prompt)]
+                for cand in job.candidates:
+                    side = self.runs[(cand, gen, prompt)]
+                    score = self.scores.get((cand, gen, prompt, job.reference))
+                    if isinstance(score, EngineRun):
+                        side = SideRuns(engine=side.engine + [score], completion=side.completion)
+                    kl = summarize_kl(score) if isinstance(score, ScoreResult) else None
+                    pc = compare_streams(prompt, job.label, ref, cand.config, side, job.comparison.near_tie_margin, kl)
+                    up = job.upstream.get(cand.config)
+                    if pc.status in ("crashed", "timeout") and up is not None:
+                        self._judge_upstream(pc, self.runs[(up, gen, prompt)], side, up, cand, model, prompt)
+                    res.comparisons.append(pc)
+            out.append(res)
+        return out
+
+    def _judge_upstream(self, pc: StreamComparison, up: SideRuns, cand_runs: SideRuns, up_side: Side, cand: Side,
+                        model: str, prompt: str) -> None:
+        """Mark ``pc`` unsupported-upstream when every run of upstream's build and the candidate failed, and
+        their llama-completion runs failed the same way (harness.stages.upstream_support)."""
+        sides = (up, cand_runs)
+        if any(r.status == "ok" for s in sides for r in s.engine) or any(s.completion is None for s in sides):
+            return
+        why = unsupported_upstream([up.completion], [cand_runs.completion])  # type: ignore[list-item]
+        if why:
+            pc.status, pc.detail = "unsupported-upstream", why
+            self.unsupported |= {(up_side, model, prompt), (cand, model, prompt)}
+
+    def _run_side(self, side: Side, gen: Generation, model: str, model_path: Path, need: dict, dumps: Path,
+                  generate: bool = True) -> list:
+        """One session for ``side``; returns the scorings that must wait for a reference not run yet."""
+        started = time.monotonic()
+        try:
+            with self.hooks.doing(side):
+                return self._session(side, gen, model, model_path, need, dumps, generate)
+        finally:
+            with self._lock:
+                self.side_seconds[side] = self.side_seconds.get(side, 0.0) + time.monotonic() - started
+
+    def _session(self, side: Side, gen: Generation, model: str, model_path: Path, need: dict, dumps: Path,
+                 generate: bool) -> list:
+        out_dir = self.hooks.out_dir(side) / "gen" / model
+        out_dir.mkdir(parents=True, exist_ok=True)
+        argv, env = self.hooks.engine(side, model_path, gen)
+        problems = self.problems.setdefault(side, [])
+        session: list[EngineSession | None] = [None]
+        n_session = [0]
+        load_failed: list[EngineRun] = []
+
+        def call(what: str, fn: Callable[[EngineSession], object], prompt: str, repeat: int = 0) -> object:
+            """Run fn on a live session (starting one if needed); returns the result or an EngineRun failure."""
+            t0 = time.monotonic()
+            if load_failed:  # the model did not load: the same failure for every request, no reload
+                return EngineRun(status=load_failed[0].status, error=load_failed[0].error)
+            loading = False
+            try:
+                if session[0] is None:
+                    loading = True
+                    n_session[0] += 1
+                    self.timing.sessions += 1
+                    session[0] = EngineSession(argv, env, out_dir / "engine.stderr", out_dir / "engine.cmd",
+                                               load_timeout_s=gen.timeout_s, request_timeout_s=gen.timeout_s)
+                    self.timing.loads += session[0].load_seconds
+                    loading = False
+                return fn(session[0])
+            except (EngineError, OSError) as exc:
+                kind = exc.kind if isinstance(exc, EngineError) else "crashed"
+                if session[0] is not None:
+                    session[0].kill()
+                    session[0].close()
+                session[0] = None
+                log = out_dir / "engine.stderr"
+                line = find_error_line(log.read_bytes()) if log.exists() else None
+                problems.append(Failure("generation", model=model, prompt=prompt, repeat=repeat, status=kind,
+                                        signal=getattr(exc, "signal", None) or "",
+                                        error_line=line or f"engine {what}: {exc}", log=self.hooks.relative(log)))
+                failed = EngineRun(status=kind, error=str(exc) + (f": {line}" if line else ""),
+                                   seconds=time.monotonic() - t0)
+                if loading:
+                    load_failed.append(failed)
+                return failed
+
+        engine_repeats = max(1, gen.repeats - 1)
+        if generate:
+            for prompt in need["prompts"]:
+                runs: list[EngineRun] = []
+                for r in range(1, engine_repeats + 1):
+                    t0 = time.monotonic()
+                    got = call("generating", lambda s, _p=prompt: s.generate(self.prompts[_p]), prompt, r)
+                    with self._lock:
+                        self.side_runs[side] = self.side_runs.get(side, 0) + 1
+                    if isinstance(got, EngineRun):
+                        runs.append(got)
+                        continue
+                    with self._lock:
+                        self.hooks.progress(side, f"{model}/{prompt}.r{r}")
+                    self.timing.engine_generation += (got.prompt_ms + got.gen_ms) / 1000.0
+                    runs.append(EngineRun(status="ok", generation=got, seconds=time.monotonic() - t0))
+                    self.side_ok.setdefault(side, set()).add(model)
+                    write_json(out_dir / f"{prompt}.r{r}.tokens.json", generation_record(got))
+                self.runs[(side, gen, prompt)] = SideRuns(engine=runs)
+            for prompt in sorted(need["dump"], key=need["prompts"].index):
+                first = self.runs[(side, gen, prompt)].engine[0]
+                if first.generation is None or not first.generation.tokens:
+                    continue
+                path = dumps / f"{len(self.dumped)}.f32"
+                got = call("scoring its own tokens", lambda s, _p=prompt, _t=first.generation.ids, _d=path:
+                           s.score(self.prompts[_p], _t, dump=_d), prompt)
+                if isinstance(got, ScoreResult):
+                    self.timing.engine_scoring += got.score_ms / 1000.0
+                    self.dumped[(side, gen, prompt)] = path
+        later = []
+        for prompt, ref in need["score"]:
+            ref_runs = self.runs.get((ref, gen, prompt))
+            if ref_runs is None:
+                later.append((prompt, ref))
+                continue
+            first = ref_runs.engine[0]
+            dump = self.dumped.get((ref, gen, prompt))
+            if first.generation is None or not first.generation.tokens or dump is None:
+                continue
+            got = call(f"scoring {ref.config}'s tokens", lambda s, _p=prompt, _t=first.generation.ids, _d=dump:
+                       s.score(self.prompts[_p], _t, reference=_d), prompt)
+            if isinstance(got, ScoreResult):
+                self.timing.engine_scoring += got.score_ms / 1000.0
+            self.scores[(side, gen, prompt, ref)] = got  # type: ignore[assignment]
+        if session[0] is not None:
+            session[0].close()
+        if (out_dir / "engine.stderr").exists():
+            text = (out_dir / "engine.stderr").read_bytes().decode("utf-8", "replace")
+            with self._lock:
+                self.hooks.stderr(side, model, out_dir / "engine", text)
+        if generate:
+            repeat = gen.repeats if gen.repeats > 1 else 2
+            for prompt in need["prompts"]:
+                if self._pool is None:
+                    self.runs[(side, gen, prompt)].completion = self._completion(side, gen, model, model_path, prompt,
+                                                                                 out_dir, repeat)
+                else:
+                    self._pending.append(((side, gen, prompt), self._pool.submit(
+                        self._completion, side, gen, model, model_path, prompt, out_dir, repeat, True)))
+        return later
+
+    def _completion(self, side: Side, gen: Generation, model: str, model_path: Path, prompt: str, out_dir: Path,
+                    repeat: int, apart: bool = False) -> GenerationResult:
+        """One llama-completion text check; ``apart``: it runs outside the side's session, whose time
+        (``side_seconds``) then gets the check's own wall time."""
+        spec = self.hooks.completion(side, model_path, self.prompts[prompt], gen)
+        res = run_generation(spec, out_dir / f"{prompt}.r{repeat}")
+        with self._lock:
+            if apart:
+                self.side_seconds[side] = self.side_seconds.get(side, 0.0) + res.seconds
+            self._completion_done(side, model, prompt, out_dir, repeat, res)
+        return res
+
+    def _completion_done(self, side: Side, model: str, prompt: str, out_dir: Path, repeat: int,
+                         res: GenerationResult) -> None:
+        """Timing, failure facts, stderr records and progress of one finished llama-completion run."""
+        self.timing.completion_runs += 1
+        self.timing.completion_wall += res.seconds
+        stderr = res.stderr_path.read_bytes()
+        self.timing.completion_generation += completion_generation_seconds(stderr)
+        self.side_runs[side] = self.side_runs.get(side, 0) + 1
+        if res.status != "ok":
+            self.problems.setdefault(side, []).append(Failure(
+                "generation", model=model, prompt=prompt, repeat=repeat, status=res.status, signal=res.signal or "",
+                error_line=f"llama-completion: {res.error_line or ''}".rstrip(": "),
+                log=self.hooks.relative(res.stderr_path)))
+        self.hooks.stderr(side, model, out_dir / f"{prompt}.r{repeat}", stderr.decode("utf-8", "replace"))
+        self.hooks.progress(side, f"{model}/{prompt}.r{repeat}")

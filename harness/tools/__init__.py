@@ -1,0 +1,1 @@
+"""Commands beside the pipeline: benchmarks, the CI job matrix, the Windows path budget and compile check."""

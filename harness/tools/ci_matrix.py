@@ -1,0 +1,260 @@
+"""The CI job matrix, derived from ``matrix.yaml``: ``python -m harness ci-matrix``.
+
+Prints ``{"include": [...]}``, one entry per platform that has a ``ci`` section,
+in the order of ``matrix.yaml``.  GitHub Actions expands it with
+``strategy.matrix: ${{ fromJSON(needs.<job>.outputs.matrix) }}``; the workflow
+lists no platform itself, so ``matrix.yaml`` stays the only place that does.
+
+Each entry carries what one platform job reads from ``matrix.<key>``:
+
+``platform``       the platform's name in matrix.yaml (passed as ``--platform``)
+``os``             ``linux`` or ``windows``: the OS the platform builds for
+``runner_os``      ``linux`` or ``windows``: the OS of the runner (a Windows
+                   platform cross-built and run under Wine has a Linux runner)
+``runs_on``        the runner labels of ``ci.runs_on`` (``runs-on`` takes a list;
+                   a runner must carry every label)
+``shell``          the job's default shell: ``bash`` on Linux runners, ``pwsh`` on Windows
+``steps``          nox sessions every runner of the platform runs (``ci.steps``)
+``gpu_steps``      nox sessions that need a GPU on the runner (``ci.gpu_steps``)
+``needs_gpu``      true when ``gpu_steps`` is not empty
+``gpu``            the GPU the platform's hardware needs: ``nvidia`` or ``none``
+``base_commit``    the pinned upstream commit (a cache key part)
+``models_digest``  SHA-256 of the matrix's model definitions (a cache key part)
+
+Platforms whose runner labels include ``self-hosted`` are left out unless
+``self_hosted`` says such runners exist (the workflow passes the repository
+variable ``HARNESS_SELF_HOSTED_RUNNERS``), so a fork without them queues no
+job that would wait forever; each left-out platform comes with the reason.
+More than MAX_JOBS entries are refused (GitHub's limit per matrix), and so is
+a platform of a Windows runner whose layout has a path past MAX_PATH
+(``harness.tools.path_budget``) unless its ``ci.long_paths`` says the runner
+supports long paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..matrix.config import Matrix, MatrixError, Platform, load_matrix
+from .path_budget import MAX_PATH, PathBudget, files_added_by, path_budget, runs_on_windows
+
+#: The default shell of a platform job, by the runner's OS.
+SHELLS = {"linux": "bash", "windows": "pwsh"}
+#: GitHub Actions runs at most 256 jobs from one matrix per workflow run.
+MAX_JOBS = 256
+
+
+@dataclass(frozen=True)
+class CiPlan:
+    """The job matrix and the platforms left out of it, each with the reason (``{name: reason}``)."""
+
+    matrix: dict
+    left_out: dict[str, str]
+    budgets: list[PathBudget]
+
+
+def _canonical(value: Any, base: Path) -> Any:
+    """``value`` with paths written relative to ``base`` in POSIX form, so a digest is machine independent."""
+    if isinstance(value, Path):
+        try:
+            return Path(os.path.relpath(value, base)).as_posix()
+        except ValueError:  # another drive on Windows
+            return value.as_posix()
+    if isinstance(value, dict):
+        return {str(k): _canonical(v, base) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v, base) for v in value]
+    return value
+
+
+def models_digest(matrix: Matrix) -> str:
+    """SHA-256 (hex, 64 digits) of every model's name, kind and definition in ``matrix``.
+
+    The download cache holds the assembled and generated models, so its key
+    changes exactly when a model definition does (not when a prompt or group
+    does).  Paths are hashed relative to the matrix file's directory.
+    """
+    base = matrix.path.resolve().parent
+    doc = {name: {"kind": m.kind, "spec": _canonical(dict(m.spec), base)} for name, m in matrix.models.items()}
+    blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def ci_plan(matrix: Matrix, platforms: Sequence[str] = (), *, self_hosted: bool = False,
+            layout_files: Callable[[], tuple[list[str], list[str]]] | None = None, repo: str = "") -> CiPlan:
+    """The GitHub Actions matrix ``{"include": [entry, ...]}`` for ``matrix`` and what it leaves out.
+
+    ``platforms``: names to keep (default: every platform with a ``ci``
+    section).  ``self_hosted``: self-hosted runners exist, so platforms that
+    need them are kept.  ``layout_files``: returns (base tree files, files the
+    series adds), called only when a kept platform runs on a Windows runner,
+    whose path budget is then checked for repository name ``repo``.  Entries
+    follow the order of matrix.yaml; their keys are listed in this module's
+    docstring.  Raises MatrixError for an unknown platform name, for a named
+    platform without a ``ci`` section, when no platform is left (GitHub
+    rejects an empty ``include``), for more than MAX_JOBS entries, and for a
+    path past MAX_PATH (naming the path and its length).
+    """
+    wanted = set()
+    for name in platforms:
+        p = matrix.platform(name)  # MatrixError listing the known names
+        if p.ci is None:
+            raise MatrixError([f"{matrix.path}: platform {name!r} has no ci section, so CI cannot run it"])
+        wanted.add(name)
+    digest = models_digest(matrix)
+    include = []
+    left_out: dict[str, str] = {}
+    kept: list[Platform] = []
+    for name, p in matrix.platforms.items():
+        if p.ci is None or (wanted and name not in wanted):
+            continue
+        runs_on, gpu_steps = p.ci.runs_on, p.ci.gpu_steps
+        if "self-hosted" in runs_on and not self_hosted:
+            why = (f"needs a self-hosted runner ({', '.join(runs_on)}); set the repository variable "
+                   "HARNESS_SELF_HOSTED_RUNNERS to true where such runners exist")
+            if not p.ci.hosted_runs_on:
+                left_out[name] = why
+                continue
+            runs_on, gpu_steps = p.ci.hosted_runs_on, ()
+            left_out[name] = (f"{', '.join(p.ci.gpu_steps) or 'nothing'} not queued: {why}; "
+                              f"{', '.join(p.ci.steps)} runs on {', '.join(runs_on)}")
+        kept.append(p)
+        runner_os = "windows" if any(lab == "windows" or lab.startswith("windows-") for lab in runs_on) else "linux"
+        include.append({
+            "platform": name,
+            "os": p.os,
+            "runner_os": runner_os,
+            "runs_on": list(runs_on),
+            "shell": SHELLS[runner_os],
+            "steps": list(p.ci.steps),
+            "gpu_steps": list(gpu_steps),
+            "needs_gpu": bool(gpu_steps),
+            "gpu": p.gpu,
+            "base_commit": matrix.base_commit,
+            "models_digest": digest,
+        })
+    if not include:
+        why = "; ".join(f"{n}: {r}" for n, r in left_out.items()) or "no platform has a ci section"
+        raise MatrixError([f"{matrix.path}: the CI matrix would be empty ({why})"])
+    if len(include) > MAX_JOBS:
+        raise MatrixError([f"{matrix.path}: {len(include)} CI jobs; GitHub Actions runs at most {MAX_JOBS} jobs "
+                           "from one matrix per workflow run"])
+    budgets = []
+    windows = [p for p, e in zip(kept, include) if e["runner_os"] == "windows"]
+    if windows:
+        if layout_files is None:
+            raise MatrixError([f"{matrix.path}: the path budget of {', '.join(p.name for p in windows)} needs "
+                               "the base tree's file list"])
+        base_files, fork_files = layout_files()
+        problems = []
+        for p in windows:
+            budget = path_budget(matrix, p, repo, base_files, fork_files)
+            budgets.append(budget)
+            assert p.ci is not None
+            if budget.over and not p.ci.long_paths:
+                problems.append(f"{matrix.path}: platform {p.name}: {budget.length} characters, past Windows' "
+                                f"MAX_PATH of {MAX_PATH} (long paths are not guaranteed on its runner; set "
+                                f"ci.long_paths where they are): {budget.longest}")
+        if problems:
+            raise MatrixError(problems)
+    return CiPlan({"include": include}, left_out, budgets)
+
+
+def ci_matrix(matrix: Matrix, platforms: Sequence[str] = (), **kwargs: Any) -> dict:
+    """Only the job matrix of :func:`ci_plan` (same arguments and errors)."""
+    return ci_plan(matrix, platforms, **kwargs).matrix
+
+
+def base_layout_files(matrix: Matrix, patches_dir: Path) -> tuple[list[str], list[str]]:
+    """(files of the base tree, files the patch series adds or changes), ``/``-separated.
+
+    The base tree is obtained as every stage obtains it (cache first); raises
+    SourceError when no source yields it, PatchError for a broken series.
+    """
+    from ..stages.patches import read_series
+    from ..stages.source import git, obtain_base
+    base = obtain_base(matrix)
+    files = git(["ls-files", "-z"], base.path).stdout.split("\0")
+    added = files_added_by(p.path.read_bytes() for p in read_series(patches_dir))
+    return [f for f in files if f], added
+
+
+def write_github_output(path: Path, name: str, value: str) -> None:
+    """Append ``name=value`` as one line to the GitHub Actions output file ``path``.
+
+    ``value`` must be a single line (compact JSON is); raises ValueError otherwise.
+    """
+    if "\n" in value or "\r" in value:
+        raise ValueError(f"output {name!r} must be a single line")
+    with path.open("a", encoding="utf-8", newline="\n") as fh:
+        fh.write(f"{name}={value}\n")
+
+
+def _split(values: Sequence[str]) -> list[str]:
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m harness ci-matrix [--matrix FILE] [--platform P ...] [--github-output]``.
+
+    Prints the matrix as JSON on stdout.  With ``--github-output`` it also
+    appends ``matrix=<compact JSON>`` to the file named by ``$GITHUB_OUTPUT``.
+    Returns 0, or 2 with a message on stderr for a bad matrix, an unknown
+    platform or a missing ``$GITHUB_OUTPUT``.
+    """
+    ap = argparse.ArgumentParser(prog="python -m harness ci-matrix",
+                                 description="Print the GitHub Actions job matrix derived from matrix.yaml.")
+    ap.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), help="matrix file (default: matrix.yaml)")
+    ap.add_argument("--platform", action="append", default=[],
+                    help="only this platform (repeatable or comma separated; default: every platform with ci)")
+    ap.add_argument("--github-output", action="store_true",
+                    help="also append matrix=<json> to the file named by $GITHUB_OUTPUT, and the platforms "
+                         "left out to $GITHUB_STEP_SUMMARY")
+    ap.add_argument("--self-hosted", default="false", type=lambda v: v.strip().lower(),
+                    help="self-hosted runners exist (the repository variable HARNESS_SELF_HOSTED_RUNNERS; "
+                         "default false: platforms that need them are left out)")
+    ap.add_argument("--patches-dir", type=Path, default=Path("patches"), help="patch series directory")
+    ap.add_argument("--repo", default=None,
+                    help="repository name for the Windows path budget (default: from $GITHUB_REPOSITORY, "
+                         "else the checkout directory's name)")
+    args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
+    out_file = os.environ.get("GITHUB_OUTPUT") if args.github_output else None
+    if args.github_output and not out_file:
+        print("error: --github-output: $GITHUB_OUTPUT is not set (GitHub Actions sets it in a step)", file=sys.stderr)
+        return 2
+    repo = (args.repo or os.environ.get("GITHUB_REPOSITORY", "").rpartition("/")[2]
+            or args.matrix.resolve().parent.name)
+    from ..stages.patches import PatchError
+    from ..stages.source import SourceError
+    try:
+        matrix = load_matrix(args.matrix)
+        plan = ci_plan(matrix, _split(args.platform), self_hosted=args.self_hosted == "true",
+                       layout_files=lambda: base_layout_files(matrix, args.patches_dir), repo=repo)
+    except (MatrixError, FileNotFoundError, SourceError, PatchError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(plan.matrix, indent=2))
+    for name, reason in plan.left_out.items():
+        print(f"left out: {name}: {reason}", file=sys.stderr)
+    for budget in plan.budgets:
+        print(f"path budget: {budget.platform}: longest path {budget.length} of {MAX_PATH} characters: "
+              f"{budget.longest}", file=sys.stderr)
+    if out_file:
+        write_github_output(Path(out_file), "matrix", json.dumps(plan.matrix, separators=(",", ":")))
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary and plan.left_out:
+            with open(summary, "a", encoding="utf-8") as fh:
+                fh.write("## Platforms not queued\n\n")
+                fh.writelines(f"- `{name}`: {reason}\n" for name, reason in plan.left_out.items())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Benchmark of the compile step: ``python -m harness bench-compile [--cold] [-j N]``.
+
+Runs the ``compile`` step (harness.stages.cuda_compile) of a CUDA platform for the
+fork and the base (``--fork-only``: the fork) in a fresh work directory, so neither ninja nor an earlier
+build directory helps, and prints the seconds of each with the machine it ran
+on.  Warm (default): ccache's usual directory, filled by an earlier run, serves
+the compiles.  ``--cold``: an empty ccache directory, so every unit is
+compiled.  The targets (README): cold at most 10 minutes, warm at most 1 minute,
+on 2 cores.  The load average is printed before and after, because a shared
+machine makes the numbers slower than the step is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform as pyplatform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+
+def machine() -> str:
+    """One line about this machine: CPU model, cores, RAM and the load average now."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        model = pyplatform.processor()
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 if hasattr(os, "sysconf") else 0
+    return f"{model}, {os.cpu_count()} cores, {ram:.0f} GiB RAM, load average {load}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; prints one line per variant (status, seconds, units) and returns 0 when
+    every compile passed, 1 otherwise."""
+    from ..matrix.config import load_matrix
+    from ..pipeline import Options, Pipeline
+    from ..record.results import Run
+    ap = argparse.ArgumentParser(prog="python -m harness bench-compile", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--platform", default="linux-x86_64-cuda")
+    ap.add_argument("--cold", action="store_true", help="start from an empty ccache directory")
+    ap.add_argument("-j", "--jobs", type=int, default=2, help="compile jobs (default 2: the target's machine)")
+    ap.add_argument("--fork-only", action="store_true", help="time the fork's compile only, not the base's")
+    ap.add_argument("--matrix", type=Path, default=Path("matrix.yaml"))
+    ap.add_argument("--patches-dir", type=Path, default=Path("patches"))
+    ap.add_argument("--keep", type=Path, default=None, help="work and results directory to keep (default: temporary)")
+    args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
+    matrix = load_matrix(args.matrix)
+    p = matrix.platform(args.platform)
+    if not p.compile_only_cmake:
+        print(f"error: {args.platform} has no compile_only options in {args.matrix}", file=sys.stderr)
+        return 2
+    root = args.keep or Path(tempfile.mkdtemp(prefix="bench-compile-"))
+    root.mkdir(parents=True, exist_ok=True)
+    if args.cold:
+        os.environ["CCACHE_DIR"] = str(root / "ccache")
+    print(f"machine: {machine()}")
+    print(f"mode: {'cold (empty ccache)' if args.cold else 'warm (ccache ' + os.environ.get('CCACHE_DIR', 'default') + ')'}"
+          f", -j {args.jobs}, work {root / 'work'}")
+    run = Run(root / "results", "bench")
+    pipe = Pipeline(matrix, run, Options(platforms=[p.name], jobs=args.jobs, work_dir=root / "work",
+                                         patches_dir=args.patches_dir), say=lambda _: None)
+    pipe.base()  # obtaining the source is not the step's time
+    pipe.patches()
+    ok = True
+    total = 0.0
+    fork_plan = None
+    for variant in ("fork",) if args.fork_only else ("fork", "base"):
+        start = time.monotonic()
+        result = pipe.compile_variant(p, variant, like=fork_plan)
+        seconds = time.monotonic() - start
+        total += seconds
+        if result is None:
+            print(f"{variant}: skipped: {run.step(p.name, variant, 'compile').detail}")
+            return 1
+        fork_plan = fork_plan or result.plan
+        ok = ok and result.status == "passed"
+        units = len(result.plan.units) if result.plan else 0
+        print(f"{variant}: {result.status} in {seconds:.1f} s ({units} units, linked {len(result.linked)} targets)"
+              + ("" if result.status == "passed" else f": {result.detail}"))
+    print(f"total: {total:.1f} s; machine after: {machine()}")
+    if args.keep is None:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
