@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import find_tool
-from harness.cuda_compile import ToolkitMissing, assemble_toolkit, compile_tree
-from harness.cuda_unity import (GROUP_SIZE, Member, family, file_scope_names, unguarded_headers, unity_groups,
+from harness.stages.build import find_tool
+from harness.stages.cuda_compile import ToolkitMissing, assemble_toolkit, compile_tree
+from harness.stages.cuda_unity import (GROUP_SIZE, Member, family, file_scope_names, unguarded_headers, unity_groups,
                                 unity_object, write_groups_file)
 
 

@@ -180,7 +180,7 @@ def assemble_toolkit(cache: Path, cc: str = "cc") -> Toolkit:
     also under its soname libcuda.so.1.  Raises ToolkitMissing (a wheel absent) or RuntimeError
     (the stub or nvcc failed).
     """
-    from .locks import exclusive
+    from ..common.locks import exclusive
     versions = wheel_versions()
     src = wheel_root()
     digest = hashlib.sha256(json.dumps({"scheme": LAYOUT_SCHEME, **versions}, sort_keys=True).encode()).hexdigest()[:12]
@@ -236,7 +236,7 @@ class Plan:
     build directory), each with the changed files that put it there.  ``link``: the targets to
     link.  ``scanned``: units decided by the include scan (the rest by ninja's dependency log).
     ``selected``: the objects of ``units`` as planned, before :func:`refine` (the units compiled
-    alone; every other CUDA unit may be grouped, harness.cuda_unity).
+    alone; every other CUDA unit may be grouped, harness.stages.cuda_unity).
     """
 
     changed: dict[str, str]
@@ -441,7 +441,7 @@ def _include_dirs(argv: Sequence[str]) -> list[str]:
 
 
 def grouping(build_dir: Path, selected: Iterable[str]) -> dict[str, list[Member]]:
-    """The unity groups (harness.cuda_unity) of the CUDA units of ``build_dir``'s
+    """The unity groups (harness.stages.cuda_unity) of the CUDA units of ``build_dir``'s
     compile_commands.json that are not ``selected`` (object paths compiled alone)."""
     alone = set(selected)
     cuda = [u for u in read_units(build_dir) if u.file.endswith(".cu") and u.target and u.output not in alone]
@@ -455,7 +455,7 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
     """Configure ``tree`` into ``build_dir`` with ``options``, then compile and link what :func:`plan` selects.
 
     The plan is made from a configure without grouping, so compile_commands.json names every unit.
-    Where something is linked, the CUDA units it does not select are grouped into unity sources (harness.cuda_unity:
+    Where something is linked, the CUDA units it does not select are grouped into unity sources (harness.stages.cuda_unity:
     :func:`grouping`, written to ``build_dir/cuda-unity-groups.cmake`` and applied by a second
     configure through ``CMAKE_PROJECT_ggml_INCLUDE``); the selected ones compile alone, as
     without grouping.  A unity source that fails to compile is dissolved (its units compile

@@ -5,7 +5,7 @@ series touches one or two.  Each unit's own code is small next to the headers
 it shares with the others (``common.cuh``, ``mmq.cuh``, CCCL): with the
 compile-only flags one mmq template instance takes about 19 s alone, four of
 them in one translation unit about 31 s.  So the step compiles the units it
-does not select (harness.cuda_compile.plan) in groups, by CMake's
+does not select (harness.stages.cuda_compile.plan) in groups, by CMake's
 ``UNITY_BUILD_MODE GROUP`` (CMake >= 3.31 for CUDA), and every unit it
 selects alone, exactly as without grouping, with its own diagnostics.
 
@@ -18,7 +18,7 @@ an include guard that defines code and that both include (such a header,
 included twice in one translation unit, redefines its functions).  The rule
 reads the sources only; what it lets through, the compiler checks, and a
 group that fails to compile is dissolved and its units compiled alone
-(harness.cuda_compile.compile_tree), so a wrong guess costs time, never a
+(harness.stages.cuda_compile.compile_tree), so a wrong guess costs time, never a
 false failure.
 """
 
@@ -184,7 +184,7 @@ def write_groups_file(path: Path, groups: Mapping[str, list[Member]]) -> None:
     each target with a group, and ``UNITY_GROUP`` on each grouped source (absolute paths; the other
     sources of the target get none and compile alone).  Raises ValueError for a path CMake could
     not take quoted (``"``, ``\\``, ``$`` or ``;``)."""
-    lines = ["# Written by the compile step (harness/cuda_unity.py): CUDA units the series does not touch, grouped.\n"]
+    lines = ["# Written by the compile step (harness/stages/cuda_unity.py): CUDA units the series does not touch, grouped.\n"]
     for target in sorted({m.target for ms in groups.values() for m in ms}):
         lines.append(f'set_target_properties("{target}" PROPERTIES UNITY_BUILD ON UNITY_BUILD_MODE GROUP)\n')
     for name, ms in sorted(groups.items()):
