@@ -87,7 +87,8 @@ def file_scope_names(text: str) -> set[str]:
     not a preprocessor line, a closing brace, a namespace or ``extern "C"`` line, a declaration
     or macro call ending in ``;`` (explicit instantiations and ``DECL_..._CASE(...)`` lines, which
     never clash), the identifier before the first ``(``, ``[``, ``=``, ``{`` or ``:`` is taken
-    (attributes such as ``__launch_bounds__(...)`` dropped first).  ``#define`` names count too.
+    (attributes such as ``__launch_bounds__(...)`` dropped first, and names of the ``__x__`` form
+    never taken).  ``#define`` names count too.
     ``using X =`` and ``typedef`` lines name their alias.
     """
     names = set(_DEFINE.findall(text))
@@ -108,7 +109,8 @@ def file_scope_names(text: str) -> set[str]:
         if cut is None:
             continue
         m = re.search(r"([A-Za-z_]\w*)\s*(?:<[^<>]*>)?\s*$", line[:cut.start()])
-        if m and m.group(1) not in ("operator", "return", "if", "for", "while", "switch"):
+        if m and m.group(1) not in ("operator", "return", "if", "for", "while", "switch") and \
+                not re.fullmatch(r"__\w+__", m.group(1)):
             names.add(m.group(1))
     return names
 
@@ -145,8 +147,9 @@ def unguarded_headers(source: str, include_dirs: Iterable[str]) -> set[str]:
 
 
 def clashes(a: tuple[set[str], set[str]], b: tuple[set[str], set[str]]) -> bool:
-    """Whether two units, each given as (file-scope names, unguarded headers that define code),
-    may not share a translation unit: a name in common or such a header in common."""
+    """Whether two units, each given as (file-scope names of the unit and of the unguarded headers
+    it brings in, those unguarded headers that define code), may not share a translation unit:
+    a name in common or such a header in common."""
     return bool(a[0] & b[0]) or bool(a[1] & b[1])
 
 
@@ -167,7 +170,9 @@ def unity_groups(members: Iterable[Member], include_dirs: Mapping[str, list[str]
     groups: dict[str, list[tuple[Member, tuple[set[str], set[str]]]]] = {}
     count: dict[str, int] = {}
     for m in ordered:
-        facts = (file_scope_names(_text(m.source)), unguarded_headers(m.source, include_dirs.get(m.target, [])))
+        headers = unguarded_headers(m.source, include_dirs.get(m.target, []))
+        names = set().union(file_scope_names(_text(m.source)), *(file_scope_names(_text(h)) for h in headers))
+        facts = (names, headers)
         home = next((name for name in (f"{m.target}-{n}" for n in range(1, count.get(m.target, 0) + 1))
                      if len(groups[name]) < GROUP_SIZE and not any(clashes(facts, f) for _, f in groups[name])),
                     None)
