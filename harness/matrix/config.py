@@ -150,6 +150,8 @@ class Platform:
     cross: CrossSpec | None = None
     #: CMake options added to ``cmake``'s for the compile step where no GPU is present (empty: no compile step)
     compile_only_cmake: Mapping[str, str] = field(default_factory=dict)
+    #: llama-completion text checks run at a time during compare-outputs (harness.stages.greedy); 1: one after the other
+    text_check_jobs: int = 1
 
 
 @dataclass(frozen=True)
@@ -505,7 +507,8 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
             ci=CiSpec(tuple(ci["runs_on"]), tuple(ci["steps"]), tuple(ci.get("gpu_steps", ())),
                       bool(ci.get("long_paths", False)), tuple(ci.get("hosted_runs_on", ()))) if ci else None,
             cross=_cross(p.get("cross"), rel),
-            compile_only_cmake=dict(p.get("compile_only", {}).get("cmake", {})))
+            compile_only_cmake=dict(p.get("compile_only", {}).get("cmake", {})),
+            text_check_jobs=int(p.get("text_check_jobs", 1)))
     models = {}
     for name, m in doc["models"].items():
         spec = dict(m)
