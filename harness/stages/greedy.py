@@ -280,7 +280,7 @@ class GreedyRunner:
             for key, future in self._pending:
                 self.runs[key].completion = future.result()
         except BaseException:
-            if self._pool is not None:  # an interrupt: start no further check; harness.proc ends the running ones
+            if self._pool is not None:  # an interrupt: start no further check; harness.common.proc ends the running ones
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = None
             raise
