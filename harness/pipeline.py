@@ -505,7 +505,7 @@ class Pipeline:
         """
         runner = GreedyRunner(self._hooks(p), {k: v.text for k, v in self.matrix.prompts.items()},
                               self.opts.work_dir.resolve() / "tmp", self.opts.n_predict, self.opts.repeats, self.say,
-                              text_check_jobs=p.text_check_jobs)
+                              text_check=p.text_check)
         try:
             jobs = [job for gname in groups for job in self._jobs(p, gname, gen_steps)]
             runs = {(side, j.model, prompt): max(2, self.opts.repeats or j.generation.repeats)
