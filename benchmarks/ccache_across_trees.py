@@ -83,8 +83,8 @@ def main() -> int:
     measured("base after the fork", lambda: pipe.build_variant(p, "base"))
     patches = read_series(ROOT / "patches")
     n = len(patches)
-    bisector = SeriesBisector(pipe.base(), patches, p.name, pipe.cmake_options(p, "base"),
-                              tuple(p.targets + p.test_targets), lambda b, k: (True, ""), work / "bisect", args.jobs)
+    bisector = SeriesBisector(patches, p.name, pipe.cmake_options(p, "base"), tuple(p.targets + p.test_targets),
+                              lambda b, k: (True, ""), work / "bisect", args.jobs, base=pipe.base())
     measured(f"bisect k={n} (whole series, new tree)", lambda: bisector.build(n))
     measured(f"bisect k={n - 1} (one patch fewer)", lambda: bisector.build(n - 1))
     print(f"load average after: {os.getloadavg()[0]:.1f}")

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import platform as pyplatform
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,12 +20,13 @@ from typing import Callable, Iterator, Mapping, Sequence
 from .record import environment, gpu
 
 from .common import proc
-from .stages.cross import Emulator, emulator_for, find_emulator_program, missing_build_tools, missing_run_tools
+from .stages.cross import Emulator, emulator_for, find_emulator_program
 from .stages.build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
                     cuda_architectures_from_nvidia_smi, find_tool, is_up_to_date)
 from .stages.cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
 from .stages.compare import GenerationSpec, to_json
 from .matrix.config import Generation, Matrix, Platform
+from .matrix.platforms import cannot_build, cannot_run, compiles_instead, cross_built, executable_suffix
 from .common.console import Console, Step
 from .stages.engine import ENGINE_TARGET, engine_argv, engine_cmake_options, engine_source_digest
 from .stages.greedy import GreedyRunner, Hooks, Job, JobResult, Side
@@ -66,83 +65,6 @@ class Options:
     repeats: int | None = None
     work_dir: Path = Path(".harness")
     patches_dir: Path = Path("patches")
-
-
-def host_os() -> str:
-    """This machine's OS in matrix terms: linux or windows (others as sys.platform)."""
-    return "windows" if sys.platform.startswith("win") else ("linux" if sys.platform.startswith("linux") else sys.platform)
-
-
-def host_arch() -> str:
-    """This machine's architecture in matrix terms: x86_64 or aarch64 (others as platform.machine())."""
-    return pyplatform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
-
-
-def compiles_instead(p: Platform) -> bool:
-    """True when CUDA platform ``p`` is compiled here instead of built and run: it has
-    ``compile_only`` options, this host has its OS and architecture, and no NVIDIA GPU."""
-    return (bool(p.compile_only_cmake) and p.gpu == "nvidia" and p.os == host_os() and p.arch == host_arch()
-            and not environment.nvidia_gpus())
-
-
-def cross_built(p: Platform) -> bool:
-    """True when this host builds ``p`` with its cross toolchain and runs it through its emulator.
-
-    That is a platform of another OS with a ``cross`` section, on a Linux host.
-    """
-    return p.os != host_os() and p.cross is not None and host_os() == "linux"
-
-
-def executable_suffix(p: Platform) -> str:
-    """File name suffix of ``p``'s executables: ``.exe`` on Windows, else empty."""
-    return ".exe" if p.os == "windows" else ""
-
-
-def cannot_run(p: Platform) -> str | None:
-    """Why this machine cannot run platform ``p`` (build and tests), or None when it can.
-
-    A platform of another OS runs here only through its ``cross`` section, when
-    the cross compiler and the emulator are installed; otherwise the reason
-    names the missing Debian package.
-    """
-    if p.os != host_os():
-        if not cross_built(p):
-            return f"needs a {p.os} host; this is {host_os()}"
-        assert p.cross is not None
-        why = missing_run_tools(p.cross)
-        if why:
-            return why
-    machine = host_arch()
-    if machine != p.arch:
-        return f"needs {p.arch}; this is {machine}"
-    if p.gpu == "nvidia" and not environment.nvidia_gpus():
-        return "needs an NVIDIA GPU; nvidia-smi reports none on this machine"
-    ram = environment.ram_bytes()
-    if p.min_host_ram_gib and ram is not None and ram < p.min_host_ram_gib * 2**30:
-        return f"needs {p.min_host_ram_gib} GiB of host RAM; this machine has {ram / 2**30:.1f} GiB"
-    return None
-
-
-def find_nvcc() -> str | None:
-    """The CUDA compiler CMake would find: $CUDACXX, nvcc on PATH, or /usr/local/cuda/bin/nvcc; None if absent."""
-    for cand in (os.environ.get("CUDACXX"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
-        if cand and Path(cand).exists():
-            return cand
-    return None
-
-
-def cannot_build(p: Platform) -> str | None:
-    """Why this machine cannot even build platform ``p``, or None (a CUDA build needs nvcc, not a GPU)."""
-    if p.os != host_os():
-        if not cross_built(p):
-            return f"needs a {p.os} host; this is {host_os()}"
-        assert p.cross is not None
-        why = missing_build_tools(p.cross)
-        if why:
-            return why
-    if p.gpu == "nvidia" and not find_nvcc():
-        return "needs the CUDA toolkit (nvcc on PATH, $CUDACXX or /usr/local/cuda/bin/nvcc) to build"
-    return None
 
 
 def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda_arch: str | None = None,
@@ -583,7 +505,7 @@ class Pipeline:
         """
         runner = GreedyRunner(self._hooks(p), {k: v.text for k, v in self.matrix.prompts.items()},
                               self.opts.work_dir.resolve() / "tmp", self.opts.n_predict, self.opts.repeats, self.say,
-                              text_check_jobs=p.text_check_jobs)
+                              text_check=p.text_check)
         try:
             jobs = [job for gname in groups for job in self._jobs(p, gname, gen_steps)]
             runs = {(side, j.model, prompt): max(2, self.opts.repeats or j.generation.repeats)

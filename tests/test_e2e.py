@@ -101,7 +101,7 @@ def test_the_cuda_platform_is_compiled_where_it_cannot_run(main_job):
 
 def test_windows_cpu_was_built_tested_and_compared_under_wine(main_job):
     from harness.matrix.config import load_matrix
-    from harness.pipeline import cannot_run
+    from harness.matrix.platforms import cannot_run
     _, results = main_job
     data = summary(results)
     why = cannot_run(load_matrix(ROOT / "matrix.yaml").platforms["windows-x86_64-cpu"])

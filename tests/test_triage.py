@@ -585,9 +585,9 @@ def test_series_bisector_names_the_bad_patch(tmp_path, monkeypatch):
     work = tmp_path / "bisect" / "tiny"
 
     def bisector() -> SeriesBisector:
-        return SeriesBisector(BaseTree(repo, base, base, "test repo"), read_series(tmp_path / "patches"), "tiny",
-                              {"CMAKE_BUILD_TYPE": "Release"}, ("test-sum",), TestCheck("test-sum", ["main"]),
-                              work, jobs=1, say=said.append)
+        return SeriesBisector(read_series(tmp_path / "patches"), "tiny", {"CMAKE_BUILD_TYPE": "Release"},
+                              ("test-sum",), TestCheck("test-sum", ["main"]), work, jobs=1, say=said.append,
+                              base=BaseTree(repo, base, base, "test repo"))
 
     first = bisector()
     result = first.run()

@@ -14,7 +14,7 @@ import yaml
 from harness.stages import cross
 from harness.stages.compare import GenerationSpec, from_text_mode, run_generation
 from harness.matrix.config import MatrixError, load_matrix
-from harness.pipeline import cannot_build, cannot_run, cross_built, executable_suffix
+from harness.matrix.platforms import cannot_build, cannot_run, cross_built, executable_suffix
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX_PATH = ROOT / "matrix.yaml"

@@ -86,20 +86,14 @@ class BisectResult:
 
 
 @dataclass
-class SeriesBisector:
-    """Applies patches 1..k of ``patches`` onto ``base``, builds, and runs ``check`` for each k asked.
-
-    Every k has its own directory ``work_dir/k<k>/``: ``llama.cpp/`` the source tree
-    (harness.stages.source.prepare_tree; re-made only when the prefix changes), ``build/`` the
-    build directory (harness.stages.build.build, whose key makes a rebuild of an unchanged prefix
-    a no-op), ``logs/`` configure/build/patch logs, and whatever the check writes.  All
-    k directories sit at the same depth and ccache's base_dir is ``work_dir``, so objects
-    a patch does not touch come from the cache when another k is built.
-    ``check(bisector, k)`` returns (passed, detail).  ``cmake_options`` and ``targets`` are
-    passed to every build; for k > 0 LLAMA_FORK_SERIES names the prefix.
+class Bisector:
+    """What both bisectors are given and keep: ``patches`` (the series), the ``platform`` whose
+    ``cmake_options`` and ``targets`` every build uses, the ``check`` run at each position k
+    (``check(bisector, k)`` returns (passed, detail)), the ``work_dir`` all builds sit below
+    (ccache's base_dir), build ``jobs``, ``say`` for progress lines, and ``outcomes``: k -> what the
+    check found there.  Subclasses say what position k is and how its tree is made.
     """
 
-    base: Any  # harness.stages.source.BaseTree
     patches: Sequence[Any]  # harness.stages.patches.Patch
     platform: str
     cmake_options: Mapping[str, str]
@@ -109,6 +103,44 @@ class SeriesBisector:
     jobs: int | None = None
     say: Callable[[str], None] = print
     outcomes: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def _build(self, name: str, source: Path, here: Path, options: Mapping[str, str],
+               key_parts: Mapping[str, str]) -> Any:
+        """Build ``source`` into ``here/build`` (logs in ``here/logs``) with ccache based at ``work_dir``;
+        returns harness.stages.build.BuildResult (its key: the options, targets and ``key_parts``)."""
+        from ..stages.build import BuildRequest, build, ccache_env
+        req = BuildRequest(self.platform, name, source, (here / "build").resolve(), dict(options),
+                           tuple(self.targets), dict(key_parts), self.jobs, env=ccache_env(self.work_dir.resolve()))
+        return build(req, here / "logs")
+
+    def _first_bad(self, n: int, label: Callable[[int], str], **bounds: Any) -> int:
+        """:func:`bisect_first_bad` over positions 0..n with :meth:`passes`; a BisectError gets each checked
+        position's detail appended (``label(k)`` names it).  ``bounds``: bisect_first_bad's keywords."""
+        try:
+            return bisect_first_bad(n, self.passes, **bounds)
+        except BisectError as exc:
+            ends = [f"{label(k)}: {o['detail']}" for k, o in sorted(self.outcomes.items())]
+            raise BisectError(f"{exc}\n  " + "\n  ".join(ends)) from None
+
+    def passes(self, k: int) -> bool:
+        """Run the check at k, record it in ``outcomes`` and say it; True when it passed."""
+        raise NotImplementedError
+
+
+@dataclass
+class SeriesBisector(Bisector):
+    """Applies patches 1..k of ``patches`` onto ``base``, builds, and runs ``check`` for each k asked.
+
+    Every k has its own directory ``work_dir/k<k>/``: ``llama.cpp/`` the source tree
+    (harness.stages.source.prepare_tree; re-made only when the prefix changes), ``build/`` the
+    build directory (harness.stages.build.build, whose key makes a rebuild of an unchanged prefix
+    a no-op), ``logs/`` configure/build/patch logs, and whatever the check writes.  All
+    k directories sit at the same depth and ccache's base_dir is ``work_dir``, so objects
+    a patch does not touch come from the cache when another k is built.
+    For k > 0 LLAMA_FORK_SERIES names the prefix.  The other fields: :class:`Bisector`.
+    """
+
+    base: Any = field(kw_only=True)  # harness.stages.source.BaseTree
     _builds: dict[int, Any] = field(default_factory=dict, repr=False)
 
     def k_dir(self, k: int) -> Path:
@@ -143,17 +175,14 @@ class SeriesBisector:
         """Build base + patches 1..k once per process; returns harness.stages.build.BuildResult."""
         if k in self._builds:
             return self._builds[k]
-        from ..stages.build import BuildRequest, build, ccache_env
         from ..stages.patches import series_digest, series_label
         prefix = list(self.patches[:k])
         options = dict(self.cmake_options)
         if k:
             options["LLAMA_FORK_SERIES"] = series_label(prefix, total=len(self.patches))
         source = self.tree(k)
-        req = BuildRequest(self.platform, f"bisect-k{k}", source, (self.k_dir(k) / "build").resolve(), options,
-                           tuple(self.targets), {"base": self.base.commit, "series": series_digest(prefix)},
-                           self.jobs, env=ccache_env(self.work_dir.resolve()))
-        result = build(req, self.k_dir(k) / "logs")
+        result = self._build(f"bisect-k{k}", source, self.k_dir(k), options,
+                             {"base": self.base.commit, "series": series_digest(prefix)})
         self._builds[k] = result
         return result
 
@@ -171,12 +200,7 @@ class SeriesBisector:
         Raises BisectError (with the failing end's detail) when the range cannot be bisected,
         and harness.stages.patches.PatchApplyError when a patch does not apply.
         """
-        cache: dict[int, bool] = {}
-        try:
-            k = bisect_first_bad(len(self.patches), self.passes, good=good, bad=bad, cache=cache)
-        except BisectError as exc:
-            ends = [f"k={k}: {o['detail']}" for k, o in sorted(self.outcomes.items())]
-            raise BisectError(f"{exc}\n  " + "\n  ".join(ends)) from None
+        k = self._first_bad(len(self.patches), self.point, good=good, bad=bad, cache={})
         patch = self.patches[k - 1]
         return BisectResult(k, patch.name, patch.subject, dict(sorted(self.outcomes.items())))
 
@@ -332,7 +356,7 @@ class UpstreamBisectResult:
 
 
 @dataclass
-class UpstreamBisector:
+class UpstreamBisector(Bisector):
     """Builds upstream ``commits[k]`` with the whole patch series applied and runs ``check`` at k.
 
     ``commits`` comes from :func:`upstream_commits` (0 = GOOD, last = BAD) in ``repo``.
@@ -343,19 +367,11 @@ class UpstreamBisector:
     build key holds the commit and series digest, so a commit built before is not built
     again.  When the series does not apply at a commit, its fork build is an ``error``
     whose detail says so, the check fails there, and ``not_applied`` names the patch.
+    The other fields: :class:`Bisector`.
     """
 
-    repo: Path
-    commits: Sequence[UpstreamCommit]
-    patches: Sequence[Any]  # harness.stages.patches.Patch
-    platform: str
-    cmake_options: Mapping[str, str]
-    targets: tuple[str, ...]
-    check: Callable[[Any, int], tuple[bool, str]]
-    work_dir: Path
-    jobs: int | None = None
-    say: Callable[[str], None] = print
-    outcomes: dict[int, dict[str, Any]] = field(default_factory=dict)
+    repo: Path = field(kw_only=True)
+    commits: Sequence[UpstreamCommit] = field(kw_only=True)
     not_applied: dict[int, str] = field(default_factory=dict)
     _builds: dict[tuple[int, str], Any] = field(default_factory=dict, repr=False)
 
@@ -392,7 +408,7 @@ class UpstreamBisector:
         """
         if (k, variant) in self._builds:
             return self._builds[(k, variant)]
-        from ..stages.build import BuildRequest, BuildResult, build, ccache_env
+        from ..stages.build import BuildResult
         from ..stages.patches import PatchApplyError, series_digest, series_label
         commit, here = self.commits[k], self.dir_at(k, variant)
         try:
@@ -411,9 +427,7 @@ class UpstreamBisector:
         if variant == "fork":
             options["LLAMA_FORK_SERIES"] = series_label(list(self.patches))
             key_parts["series"] = series_digest(list(self.patches))
-        req = BuildRequest(self.platform, f"bisect-upstream-{variant}", source, (here / "build").resolve(), options,
-                           tuple(self.targets), key_parts, self.jobs, env=ccache_env(self.work_dir.resolve()))
-        result = build(req, here / "logs")
+        result = self._build(f"bisect-upstream-{variant}", source, here, options, key_parts)
         self._builds[(k, variant)] = result
         return result
 
@@ -458,11 +472,7 @@ class UpstreamBisector:
 
         Raises BisectError (with each checked end's detail) when GOOD fails or BAD passes.
         """
-        try:
-            k = bisect_first_bad(len(self.commits) - 1, self.passes, name=self._name)
-        except BisectError as exc:
-            ends = [f"{self.commits[i].short}: {o['detail']}" for i, o in sorted(self.outcomes.items())]
-            raise BisectError(f"{exc}\n  " + "\n  ".join(ends)) from None
+        k = self._first_bad(len(self.commits) - 1, lambda i: self.commits[i].short, name=self._name)
         commit = self.commits[k]
         return UpstreamBisectResult(commit.sha, commit.subject, k, len(self.commits) - 1, k not in self.not_applied,
                                     {self.commits[i].sha: p for i, p in sorted(self.not_applied.items())},
@@ -694,12 +704,13 @@ def main(argv: Sequence[str]) -> int:
                 f"commits of that line GOOD does not reach, from {commits[1].short} on")
         say(f"bisecting {len(commits) - 1} upstream commit(s) after {commits[0].short} on the first-parent line "
             f"of {commits[-1].short} in {repo}, each with the {len(patches)} patch(es) of {args.patches_dir}")
-        upstream = UpstreamBisector(repo, commits, patches, platform.name, options, targets, check,
-                                    args.work_dir.resolve() / "bisect-upstream" / platform.name, args.jobs, say)
+        upstream = UpstreamBisector(patches, platform.name, options, targets, check,
+                                    args.work_dir.resolve() / "bisect-upstream" / platform.name, args.jobs, say,
+                                    repo=repo, commits=commits)
         found = upstream.run()
     else:
-        bisector = SeriesBisector(base(), patches, platform.name, options, targets, check,
-                                  args.work_dir.resolve() / "bisect" / platform.name, args.jobs, say)
+        bisector = SeriesBisector(patches, platform.name, options, targets, check,
+                                  args.work_dir.resolve() / "bisect" / platform.name, args.jobs, say, base=base())
         try:
             result = bisector.run(args.good or 0, args.bad)
         except ValueError as exc:  # --good/--bad outside the series

@@ -64,15 +64,14 @@ from ..record.gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
 from ..stages.native_tests import WRAPPER_DID_NOT_RUN
 from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRecord, load_records, write_json
 
-KINDS = ("configure_error", "compile_error", "link_error", "patch_apply", "test_assertion", "signal",
-         "cuda_error", "sanitizer_report", "timeout", "output_mismatch", "other")
-
-#: Which signature of a step with several failures (tests, generations) is kept: the most
-#: specific first.  A CUDA error ends in an abort (SIGABRT) and an assertion too, so those
-#: rank above ``signal``.
-KIND_RANK = {"sanitizer_report": 0, "cuda_error": 1, "test_assertion": 2, "configure_error": 3,
-             "link_error": 3, "compile_error": 3, "patch_apply": 3, "timeout": 4, "signal": 5,
-             "output_mismatch": 6, "other": 7}
+#: Every signature kind, declared once here (the module docstring says what each key holds), with
+#: its rank: of a step with several failures (tests, generations) the signature of the lowest rank
+#: is kept, the most specific.  A CUDA error ends in an abort (SIGABRT) and an assertion too, so
+#: those rank above ``signal``.
+KIND_RANK = {"configure_error": 3, "compile_error": 3, "link_error": 3, "patch_apply": 3, "test_assertion": 2,
+             "signal": 5, "cuda_error": 1, "sanitizer_report": 0, "timeout": 4, "output_mismatch": 6, "other": 7}
+#: The kinds, in declaration order.
+KINDS = tuple(KIND_RANK)
 
 #: Longest key and summary, in characters (keys are compared, not read; they stay short).
 KEY_MAX_CHARS = 240

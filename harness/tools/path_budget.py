@@ -30,6 +30,7 @@ from pathlib import PureWindowsPath
 from typing import Iterable, Sequence
 
 from ..matrix.config import Matrix, Platform
+from ..matrix.platforms import executable_suffix
 from ..record.results import new_run_id
 
 #: Windows' MAX_PATH: the longest path, in characters, without long path support.
@@ -83,7 +84,7 @@ def files_added_by(patch_texts: Iterable[bytes]) -> list[str]:
 def layout_paths(matrix: Matrix, p: Platform, base_files: Sequence[str], fork_files: Sequence[str]) -> list[str]:
     """Every path of the layout of ``p``, relative to the workspace, with ``\\`` separators."""
     commit12 = matrix.base_commit[:12]
-    exe = ".exe" if p.os == "windows" else ""
+    exe = executable_suffix(p)
     rel: list[str] = []
     rel += [f"{CI_CACHE_DIR}/base/{commit12}/{f}" for f in base_files]
     rel += [f"{WORK_DIR}/base/llama.cpp/{f}" for f in base_files]
