@@ -455,10 +455,10 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
     """Configure ``tree`` into ``build_dir`` with ``options``, then compile and link what :func:`plan` selects.
 
     The plan is made from a configure without grouping, so compile_commands.json names every unit.
-    Where something is linked, the CUDA units it does not select are grouped into unity sources (harness.stages.cuda_unity:
-    :func:`grouping`, written to ``build_dir/cuda-unity-groups.cmake`` and applied by a second
-    configure through ``CMAKE_PROJECT_ggml_INCLUDE``); the selected ones compile alone, as
-    without grouping.  A unity source that fails to compile is dissolved (its units compile
+    Where something is linked, the CUDA units it does not select are grouped into unity sources
+    (harness.stages.cuda_unity; :func:`grouping`, written to ``build_dir/cuda-unity-groups.cmake``
+    and applied by a second configure through ``CMAKE_PROJECT_ggml_INCLUDE``); the selected ones
+    compile alone, as without grouping.  A unity source that fails to compile is dissolved (its units compile
     alone) and the build runs again, so a grouping the rule got wrong costs time, not a failure.
 
     Logs: ``configure.log``/``.rc`` (and ``configure-unity.log``) and ``build.log``/``.rc`` (one

@@ -189,7 +189,8 @@ def write_groups_file(path: Path, groups: Mapping[str, list[Member]]) -> None:
     each target with a group, and ``UNITY_GROUP`` on each grouped source (absolute paths; the other
     sources of the target get none and compile alone).  Raises ValueError for a path CMake could
     not take quoted (``"``, ``\\``, ``$`` or ``;``)."""
-    lines = ["# Written by the compile step (harness/stages/cuda_unity.py): CUDA units the series does not touch, grouped.\n"]
+    lines = ["# Written by the compile step (harness/stages/cuda_unity.py): the CUDA units the series\n"
+             "# does not touch, grouped.\n"]
     for target in sorted({m.target for ms in groups.values() for m in ms}):
         lines.append(f'set_target_properties("{target}" PROPERTIES UNITY_BUILD ON UNITY_BUILD_MODE GROUP)\n')
     for name, ms in sorted(groups.items()):
