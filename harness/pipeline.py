@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -354,7 +353,7 @@ class Pipeline:
         log: Path | None = None
         try:
             work = self.opts.work_dir.resolve()
-            toolkit = assemble_toolkit(work)
+            toolkit = assemble_toolkit(self.cache)
             base = self.base()
             tree = self._prepare_source(base, work, variant, logs)
             if variant == "fork":
@@ -506,7 +505,7 @@ class Pipeline:
         """
         runner = GreedyRunner(self._hooks(p), {k: v.text for k, v in self.matrix.prompts.items()},
                               self.opts.work_dir.resolve() / "tmp", self.opts.n_predict, self.opts.repeats, self.say,
-                              text_check_jobs=p.text_check_jobs)
+                              text_check=p.text_check)
         try:
             jobs = [job for gname in groups for job in self._jobs(p, gname, gen_steps)]
             runs = {(side, j.model, prompt): max(2, self.opts.repeats or j.generation.repeats)

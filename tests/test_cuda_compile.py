@@ -79,6 +79,23 @@ def test_toolkit_layout_from_the_wheels(tmp_path):
     assert assemble_toolkit(tmp_path) == tk  # reused, not rebuilt
 
 
+def test_toolkit_layout_is_one_path_per_wheel_versions_and_follows_moved_wheels(tmp_path, monkeypatch):
+    tk = _toolkit_or_skip(tmp_path)
+    real = (tk.root / "wheels").resolve()
+    assert (tk.root / "bin" / "nvcc").resolve() == real / "bin" / "nvcc"
+    # another virtual environment with the same wheel versions: the layout's one link is re-pointed
+    moved = tmp_path / "other-venv" / "cu13"
+    moved.mkdir(parents=True)
+    for name in ("bin", "include", "nvvm", "lib"):
+        (moved / name).symlink_to(real / name)
+    with monkeypatch.context() as m:
+        m.setattr(cuda_compile, "wheel_root", lambda: moved)
+        again = assemble_toolkit(tmp_path)
+    assert again.root == tk.root and (tk.root / "wheels").resolve() == moved.resolve()
+    assert (tk.root / "include" / "cuda_runtime.h").is_file()
+    assert assemble_toolkit(tmp_path).root == tk.root and (tk.root / "wheels").resolve() == real
+
+
 def test_driver_functions_take_the_header_renames(tmp_path):
     header = tmp_path / "cuda.h"
     header.write_text("typedef int CUresult;\n#define CUDAAPI\n#define cuMemAlloc cuMemAlloc_v2\n"

@@ -1,63 +1,49 @@
-"""llama-completion text checks run beside the engine: several at a time where the platform asks for it.
+"""Which prompts get a llama-completion text check: every prompt, or the first prompt of each group.
 
-The runner drives the fake engine (tests/fake_engine.py) and a fake llama-completion that records
-when it started and ended, so the overlap of the checks is measured, not assumed.
+The runner drives the fake engine (tests/fake_engine.py) and a fake llama-completion that logs
+each prompt it was given, so which text checks ran is observed, not assumed.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
+from harness.common.errors import HarnessError
+from harness.matrix.config import Comparison, Generation, load_matrix
 from harness.stages.compare import GenerationSpec
-from harness.matrix.config import Comparison, Generation
-from harness.stages.greedy import GreedyRunner, Hooks, Job, Side, text_check_slots
+from harness.stages.greedy import GreedyRunner, Hooks, Job, Side
 
-GIB = 1024 ** 3
+ROOT = Path(__file__).resolve().parents[1]
 
-# prints the engine's generation ("hello" then end of generation); records its start and end times
+# prints the engine's generation ("hello" then end of generation) and logs the prompt it got
 FAKE_COMPLETION = """
-import json, os, sys, time
-start = time.time()
-time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
+import os, sys
 prompt = open(sys.argv[sys.argv.index("-f") + 1]).read()
+with open(os.environ["FAKE_LOG"], "a") as fh:
+    fh.write(prompt.strip() + "\\n")
 if os.environ.get("FAKE_CRASH") and "crash" in prompt:
     sys.stderr.write("GGML_ASSERT(false) failed\\n")
     sys.exit(134)
 sys.stdout.write("hello [end of text]\\n\\n\\n")  # the piece, the end-of-generation marker, the trailer
-with open(os.environ["FAKE_SPANS"], "a") as fh:
-    fh.write(json.dumps([start, time.time()]) + "\\n")
 """
 
-
-@pytest.mark.parametrize("requested, model_bytes, ram, expected", [
-    (4, int(4.83e9), 128 * GIB, 4),   # moe-large on the one-H200 machine: 4 checks beside the engine
-    (4, int(4.83e9), 16 * GIB, 1),    # the platform's minimum host RAM holds one copy beside the engine's
-    (4, int(4.83e9), 24 * GIB, 1),
-    (4, int(4.83e9), 40 * GIB, 3),
-    (4, 300_000_000, 16 * GIB, 4),    # gemma3-270m
-    (1, 300_000_000, 128 * GIB, 1),   # the default: one after the other
-    (4, 300_000_000, None, 1),        # unknown host RAM: no parallel copies
-])
-def test_text_check_slots_keep_the_model_copies_within_half_the_host_ram(requested, model_bytes, ram, expected):
-    assert text_check_slots(requested, model_bytes, ram) == expected
+PROMPTS = {"p0": "prompt zero", "p1": "prompt one", "p2": "this one may crash"}
 
 
-def _runner(tmp_path: Path, jobs: int, sleep: float, env: dict[str, str] | None = None) -> tuple[GreedyRunner, Job]:
+def _run(tmp_path: Path, text_check: str, env: dict[str, str] | None = None):
     tmp_path.mkdir(parents=True, exist_ok=True)
     completion = tmp_path / "llama-completion"
     completion.write_text(f"#!{sys.executable}\n" + textwrap.dedent(FAKE_COMPLETION))
     completion.chmod(0o755)
-    spans = tmp_path / "spans.jsonl"
+    log = tmp_path / "prompts.log"
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF")
-    prompts = {f"p{i}": f"prompt {i}" for i in range(4)}
-    prompts["p3"] = "this one may crash"
-    extra = {"FAKE_SLEEP": str(sleep), "FAKE_SPANS": str(spans), **(env or {})}
+    extra = {"FAKE_LOG": str(log), **(env or {})}
 
     def engine(side: Side, model_path: Path, gen: Generation) -> tuple[list[str], dict[str, str]]:
         return [sys.executable, str(Path(__file__).with_name("fake_engine.py"))], {}
@@ -67,52 +53,78 @@ def _runner(tmp_path: Path, jobs: int, sleep: float, env: dict[str, str] | None 
                               env=extra, timeout_s=gen.timeout_s)
 
     hooks = Hooks(engine=engine, completion=spec, out_dir=lambda side: tmp_path / "out" / side.config)
-    ref, cands = Side("p", "ref"), (Side("p", "a"), Side("p", "b"))
-    job = Job(group="g", model="m", model_path=model, reference=ref, candidates=cands, prompts=tuple(prompts),
-              generation=Generation(n_predict=4, repeats=2, timeout_s=60), comparison=Comparison(), label="ref")
-    runner = GreedyRunner(hooks, prompts, tmp_path / "tmp", say=lambda _: None, text_check_jobs=jobs)
-    return runner, job
+    gen = Generation(n_predict=4, repeats=2, timeout_s=60)
+    ref = Side("p", "ref")
+    jobs = [Job(group="g1", model="m", model_path=model, reference=ref, candidates=(Side("p", "a"),),
+                prompts=("p0", "p1", "p2"), generation=gen, comparison=Comparison(), label="ref"),
+            Job(group="g2", model="m", model_path=model, reference=ref, candidates=(Side("p", "b"),),
+                prompts=("p2",), generation=gen, comparison=Comparison(), label="ref")]
+    runner = GreedyRunner(hooks, PROMPTS, tmp_path / "tmp", say=lambda _: None, text_check=text_check)
+    results = runner.run(jobs)
+    checked = sorted(log.read_text().splitlines()) if log.exists() else []
+    return runner, results, checked
 
 
-def _max_overlap(spans_file: Path) -> int:
-    spans = [json.loads(line) for line in spans_file.read_text().splitlines()]
-    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda x: (x[0], x[1]))
-    best = cur = 0
-    for _, d in edges:
-        cur += d
-        best = max(best, cur)
-    return best
+def _by_prompt(results) -> dict[tuple[str, str], object]:
+    return {(c.candidate, c.prompt_id): c for r in results for c in r.comparisons}
 
 
-def _outcome(results) -> list[tuple]:
-    return [(c.prompt_id, c.candidate, c.status) for r in results for c in r.comparisons]
+def test_every_prompt_checks_the_text_of_every_prompt_of_every_side(tmp_path):
+    runner, results, checked = _run(tmp_path, "every-prompt")
+    # ref runs p0-p2, a runs p0-p2, b runs p2
+    assert checked == sorted(["prompt zero", "prompt one", "this one may crash"] * 2 + ["this one may crash"])
+    assert runner.timing.completion_runs == 7
+    assert all(c.status == "identical" and c.text_check is not None and c.text_check.status == "identical"
+               for c in _by_prompt(results).values())
+    # one engine repeat and one llama-completion run per prompt
+    assert sorted(p.name for p in (tmp_path / "out" / "a" / "gen" / "m").glob("*.tokens.json")) == [
+        "p0.r1.tokens.json", "p1.r1.tokens.json", "p2.r1.tokens.json"]
 
 
-def test_parallel_text_checks_overlap_and_give_the_same_comparisons(tmp_path):
-    seq, job = _runner(tmp_path / "seq", jobs=1, sleep=0.3)
-    seq_results = seq.run([job])
-    par, pjob = _runner(tmp_path / "par", jobs=3, sleep=0.3)
-    par_results = par.run([pjob])
+def test_first_prompt_checks_each_groups_first_prompt_on_both_sides(tmp_path):
+    runner, results, checked = _run(tmp_path, "first-prompt")
+    # g1's first prompt (p0) for ref and a; g2's (p2) for ref and b
+    assert checked == sorted(["prompt zero", "prompt zero", "this one may crash", "this one may crash"])
+    assert runner.timing.completion_runs == 4
+    comps = _by_prompt(results)
+    assert comps[("a", "p0")].text_check is not None and comps[("a", "p0")].text_check.status == "identical"
+    assert comps[("b", "p2")].text_check is not None
+    assert comps[("a", "p1")].text_check is None and comps[("a", "p2")].text_check is None
+    assert {c.status for c in comps.values()} == {"identical"}
+    # a prompt without a text check gets both repeats from the engine, so nondeterminism is still seen
+    assert sorted(p.name for p in (tmp_path / "out" / "a" / "gen" / "m").glob("*.tokens.json")) == [
+        "p0.r1.tokens.json", "p1.r1.tokens.json", "p1.r2.tokens.json", "p2.r1.tokens.json", "p2.r2.tokens.json"]
+    assert runner.side_runs[Side("p", "a")] == 6  # two runs for each of the three prompts, as with every-prompt
 
-    assert _max_overlap(tmp_path / "seq" / "spans.jsonl") == 1
-    assert _max_overlap(tmp_path / "par" / "spans.jsonl") >= 2
-    assert _outcome(par_results) == _outcome(seq_results)
-    assert {s for _, _, s in _outcome(par_results)} == {"identical"}
-    assert par.timing.completion_runs == seq.timing.completion_runs == 12  # 3 sides x 4 prompts
-    # a side's time includes its text checks in both modes
-    for side in (job.reference, *job.candidates):
-        assert par.side_seconds[side] >= 4 * 0.3
-        assert par.side_runs[side] == seq.side_runs[side]
+
+def test_a_crashing_text_check_fails_its_comparison_in_either_mode(tmp_path):
+    facts = {}
+    for mode in ("every-prompt", "first-prompt"):
+        runner, results, _ = _run(tmp_path / mode, mode, env={"FAKE_CRASH": "1"})
+        comps = _by_prompt(results)
+        assert comps[("b", "p2")].status == "crashed"  # g2's first prompt is checked in both modes
+        # the reference's check of p2 crashed, so a's p2 comparison is crashed too, whoever ran a check
+        assert comps[("a", "p2")].status == "crashed"
+        assert comps[("a", "p0")].status == "identical"
+        facts[mode] = {(side.config, f.prompt, f.status) for side, fs in runner.problems.items() for f in fs}
+    assert facts["every-prompt"] == {("ref", "p2", "crashed"), ("a", "p2", "crashed"), ("b", "p2", "crashed")}
+    # in first-prompt mode a runs no llama-completion on p2 (not g1's first prompt)
+    assert facts["first-prompt"] == {("ref", "p2", "crashed"), ("b", "p2", "crashed")}
 
 
-def test_a_failing_parallel_text_check_is_recorded_like_a_sequential_one(tmp_path):
-    outcomes, facts = [], []
-    for jobs in (1, 3):
-        runner, job = _runner(tmp_path / f"j{jobs}", jobs=jobs, sleep=0.0, env={"FAKE_CRASH": "1"})
-        outcomes.append(_outcome(runner.run([job])))
-        facts.append(sorted((side.config, f.prompt, f.status, f.error_line)
-                            for side, fs in runner.problems.items() for f in fs))
-    assert outcomes[0] == outcomes[1]
-    assert facts[0] == facts[1]
-    assert ("a", "p3", "crashed", "llama-completion: GGML_ASSERT(false) failed") in facts[1]
-    assert [s for p, c, s in outcomes[1] if p == "p3"] == ["crashed", "crashed"]
+def test_an_unknown_text_check_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="every-prompt, first-prompt"):
+        GreedyRunner(Hooks(engine=None, completion=None, out_dir=None), {}, tmp_path,  # type: ignore[arg-type]
+                     text_check="some-prompts")
+    doc = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    doc["platforms"]["linux-x86_64-cpu"]["text_check"] = "some-prompts"
+    bad = tmp_path / "matrix.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    with pytest.raises(HarnessError, match="text_check"):
+        load_matrix(bad)
+
+
+def test_the_cuda_platform_checks_first_prompts_and_the_cpu_platform_every_prompt():
+    m = load_matrix(ROOT / "matrix.yaml")
+    assert m.platforms["linux-x86_64-cuda"].text_check == "first-prompt"
+    assert m.platforms["linux-x86_64-cpu"].text_check == "every-prompt"

@@ -150,8 +150,8 @@ class Platform:
     cross: CrossSpec | None = None
     #: CMake options added to ``cmake``'s for the compile step where no GPU is present (empty: no compile step)
     compile_only_cmake: Mapping[str, str] = field(default_factory=dict)
-    #: llama-completion text checks run at a time during compare-outputs (harness.stages.greedy); 1: one after the other
-    text_check_jobs: int = 1
+    #: which prompts of a group get a llama-completion text check: every-prompt or first-prompt (harness.stages.greedy)
+    text_check: str = "every-prompt"
 
 
 @dataclass(frozen=True)
@@ -508,7 +508,7 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
                       bool(ci.get("long_paths", False)), tuple(ci.get("hosted_runs_on", ()))) if ci else None,
             cross=_cross(p.get("cross"), rel),
             compile_only_cmake=dict(p.get("compile_only", {}).get("cmake", {})),
-            text_check_jobs=int(p.get("text_check_jobs", 1)))
+            text_check=p.get("text_check", "every-prompt"))
     models = {}
     for name, m in doc["models"].items():
         spec = dict(m)

@@ -8,7 +8,8 @@ tests nor its comparisons there; it can still be compiled.  This step
    libraries under ``nvidia/cu13/{bin,include,lib,nvvm}``, while nvcc and
    CMake's FindCUDAToolkit expect ``lib64/`` with unversioned library names
    and ``lib64/stubs/libcuda.so``.  :func:`assemble_toolkit` makes that layout
-   of symbolic links under the work directory, plus a ``libcuda.so`` stub
+   of symbolic links under the harness cache directory (one path for every
+   work directory and clone, so ccache hits across them), plus a ``libcuda.so`` stub
    compiled from the driver API functions that the wheel's ``cuda.h`` declares
    (PyPI has no driver stub);
 2. configures the platform with the matrix's ``compile_only`` CMake options
@@ -44,12 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from .cuda_unity import CMAKE_HOOK, INCLUDE_LINE, Member, unity_groups, unity_object, write_groups_file
+
 #: PyPI wheels of the CUDA 13.0 toolkit the step compiles with; nvidia-nvvm holds cicc, which
 #: nvidia-cuda-nvcc requires without pinning it.
 PACKAGES = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-runtime", "nvidia-cuda-crt",
             "nvidia-cuda-cccl", "nvidia-cublas")
 #: Bumped when the toolkit layout changes, so an old one is not reused.
-LAYOUT_SCHEME = 1
+LAYOUT_SCHEME = 2
 #: The value every function of the libcuda stub returns: CUDA_ERROR_NO_DEVICE (cuda.h).
 STUB_RESULT = 100
 
@@ -153,46 +156,61 @@ def _link_soname(stubs: Path) -> None:
         link.symlink_to("libcuda.so")
 
 
-def assemble_toolkit(work: Path, cc: str = "cc") -> Toolkit:
-    """The PyPI CUDA toolkit in the standard layout under ``work/cuda-toolkit/<digest>/``.
+def _point(link: Path, target: Path) -> None:
+    """Make ``link`` a symbolic link to ``target``, replacing an older one in one rename."""
+    tmp = link.with_name(f".{link.name}.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, link)
 
-    ``<digest>`` covers the wheel versions and their location, so a changed
-    wheel gets a fresh layout.  bin/ (nvcc finds nvcc.profile, cicc and the
-    libraries relative to the link it was started through), include/ and nvvm/
-    link to the wheels; lib64/ links every library of the wheels' lib/ under
-    its own and its unversioned name; lib64/stubs/libcuda.so is the driver
-    stub (:func:`write_driver_stub`, compiled with ``cc``), also under its
-    soname libcuda.so.1.  Raises
-    ToolkitMissing (a wheel absent) or RuntimeError (the stub or nvcc failed).
+
+def assemble_toolkit(cache: Path, cc: str = "cc") -> Toolkit:
+    """The PyPI CUDA toolkit in the standard layout under ``cache/cuda-toolkit/<digest>/``.
+
+    ``cache`` is the harness cache directory (harness.source.cache_dir), shared by every work
+    directory and clone on the machine, so nvcc's include paths into the toolkit, which are
+    absolute and enter ccache's hash, are the same in all of them.  ``<digest>`` covers the wheel
+    versions (and :data:`LAYOUT_SCHEME`), not their location: the layout reaches the wheels
+    through one link, ``wheels`` (-> ``site-packages/nvidia/cu13``), which is re-pointed in one
+    rename, under a file lock, when the wheels of those versions are found elsewhere (another
+    virtual environment).  bin/ (nvcc finds nvcc.profile, cicc and the libraries relative to the
+    link it was started through), include/ and nvvm/ link through ``wheels``; lib64/ links every
+    library of the wheels' lib/ under its own and its unversioned name;
+    lib64/stubs/libcuda.so is the driver stub (:func:`write_driver_stub`, compiled with ``cc``),
+    also under its soname libcuda.so.1.  Raises ToolkitMissing (a wheel absent) or RuntimeError
+    (the stub or nvcc failed).
     """
+    from ..common.locks import exclusive
     versions = wheel_versions()
     src = wheel_root()
-    digest = hashlib.sha256(json.dumps({"scheme": LAYOUT_SCHEME, "root": str(src), **versions},
-                                       sort_keys=True).encode()).hexdigest()[:12]
-    root = work / "cuda-toolkit" / digest
+    digest = hashlib.sha256(json.dumps({"scheme": LAYOUT_SCHEME, **versions}, sort_keys=True).encode()).hexdigest()[:12]
+    root = cache / "cuda-toolkit" / digest
     stamp = root / "toolkit.json"
-    _link_soname(root / "lib64" / "stubs")
-    if stamp.is_file():
-        info = json.loads(stamp.read_text())
-        return Toolkit(root, root / "bin" / "nvcc", info["version"], info["packages"])
-    shutil.rmtree(root, ignore_errors=True)
-    (root / "bin").mkdir(parents=True)
-    (root / "lib64" / "stubs").mkdir(parents=True)
-    for entry in sorted((src / "bin").iterdir()):
-        (root / "bin" / entry.name).symlink_to(entry)
-    for name in ("include", "nvvm"):
-        (root / name).symlink_to(src / name)
-    for entry in sorted((src / "lib").iterdir()):
-        (root / "lib64" / entry.name).symlink_to(entry)
-        m = re.match(r"(lib[\w+-]+\.so)\.\d+$", entry.name)
-        if m and not (root / "lib64" / m.group(1)).exists():
-            (root / "lib64" / m.group(1)).symlink_to(entry.name)
-    n_stub = write_driver_stub(src / "include" / "cuda.h", root / "lib64" / "stubs" / "libcuda.so", cc)
-    _link_soname(root / "lib64" / "stubs")
-    nvcc = root / "bin" / "nvcc"
-    version = _nvcc_version(nvcc)
-    stamp.write_text(json.dumps({"version": version, "packages": versions, "wheels": str(src),
-                                 "libcuda_stub_functions": n_stub}, indent=2) + "\n")
+    with exclusive(root, "the CUDA toolkit layout"):
+        if stamp.is_file():
+            if (root / "wheels").resolve() != src:
+                _point(root / "wheels", src)
+            info = json.loads(stamp.read_text())
+            return Toolkit(root, root / "bin" / "nvcc", info["version"], info["packages"])
+        shutil.rmtree(root, ignore_errors=True)
+        (root / "bin").mkdir(parents=True)
+        (root / "lib64" / "stubs").mkdir(parents=True)
+        (root / "wheels").symlink_to(src)
+        for entry in sorted((src / "bin").iterdir()):
+            (root / "bin" / entry.name).symlink_to(Path("..", "wheels", "bin", entry.name))
+        for name in ("include", "nvvm"):
+            (root / name).symlink_to(Path("wheels", name))
+        for entry in sorted((src / "lib").iterdir()):
+            (root / "lib64" / entry.name).symlink_to(Path("..", "wheels", "lib", entry.name))
+            m = re.match(r"(lib[\w+-]+\.so)\.\d+$", entry.name)
+            if m and not (root / "lib64" / m.group(1)).exists():
+                (root / "lib64" / m.group(1)).symlink_to(entry.name)
+        n_stub = write_driver_stub(src / "include" / "cuda.h", root / "lib64" / "stubs" / "libcuda.so", cc)
+        _link_soname(root / "lib64" / "stubs")
+        nvcc = root / "bin" / "nvcc"
+        version = _nvcc_version(nvcc)
+        stamp.write_text(json.dumps({"version": version, "packages": versions, "libcuda_stub_functions": n_stub},
+                                    indent=2) + "\n")
     return Toolkit(root, nvcc, version, versions)
 
 
@@ -217,12 +235,15 @@ class Plan:
     ``D`` deleted).  ``units``: the affected translation units (object paths relative to the
     build directory), each with the changed files that put it there.  ``link``: the targets to
     link.  ``scanned``: units decided by the include scan (the rest by ninja's dependency log).
+    ``selected``: the objects of ``units`` as planned, before :func:`refine` (the units compiled
+    alone; every other CUDA unit may be grouped, harness.stages.cuda_unity).
     """
 
     changed: dict[str, str]
     units: dict[str, list[str]] = field(default_factory=dict)
     link: list[str] = field(default_factory=list)
     scanned: int = 0
+    selected: list[str] = field(default_factory=list)
 
 
 def changed_files(tree: Path, base_rev: str) -> dict[str, str]:
@@ -269,7 +290,7 @@ def ninja_deps(build_dir: Path, ninja: str) -> dict[str, list[str]]:
 
 #: Sources and headers of the tree that the include scan reads.
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".h", ".hh", ".hpp", ".cuh", ".inc")
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^">\n]+)[">]', re.M)
+_INCLUDE = INCLUDE_LINE
 
 
 def _includes(path: Path) -> list[tuple[str | None, str]]:
@@ -341,6 +362,7 @@ def plan(tree: Path, build_dir: Path, changed: Mapping[str, str], link_targets: 
     if like is not None:
         outputs = {u.output for u in units}
         result.units = {o: r for o, r in like.units.items() if o in outputs}
+        result.selected = [o for o in like.selected if o in outputs]
         result.link = sorted(t for t in link_targets if t in targets)
         return result
     present = {str(tree / p): p for p in changed if (tree / p).is_file()}
@@ -362,6 +384,7 @@ def plan(tree: Path, build_dir: Path, changed: Mapping[str, str], link_targets: 
     added = {present[u.file] for u in units if u.file in present and changed[present[u.file]] == "A"}
     result.link = sorted({t for t in link_targets if t in targets} |
                          {u.target for u in units if u.file in present and present[u.file] in added and u.target})
+    result.selected = sorted(result.units)
     return result
 
 
@@ -406,42 +429,89 @@ def _up_to_date(ninja: str, build_dir: Path, target: str) -> bool:
     return proc.returncode == 0 and "no work to do" in proc.stdout
 
 
+def _include_dirs(argv: Sequence[str]) -> list[str]:
+    """The ``-I`` directories of a compile command (system directories, ``-isystem``, left out)."""
+    dirs = []
+    for i, arg in enumerate(argv):
+        if arg == "-I" and i + 1 < len(argv):
+            dirs.append(argv[i + 1])
+        elif arg.startswith("-I") and len(arg) > 2:
+            dirs.append(arg[2:])
+    return dirs
+
+
+def grouping(build_dir: Path, selected: Iterable[str]) -> dict[str, list[Member]]:
+    """The unity groups (harness.stages.cuda_unity) of the CUDA units of ``build_dir``'s
+    compile_commands.json that are not ``selected`` (object paths compiled alone)."""
+    alone = set(selected)
+    cuda = [u for u in read_units(build_dir) if u.file.endswith(".cu") and u.target and u.output not in alone]
+    dirs = {u.target: _include_dirs(u.argv) for u in cuda}
+    return unity_groups([Member(u.file, u.target, u.output) for u in cuda], dirs)
+
+
 def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], changed: Mapping[str, str],
                  link_targets: Sequence[str], logs_dir: Path, *, cmake: str, ninja: str, jobs: int = 2,
                  env: Mapping[str, str] | None = None, like: Plan | None = None) -> CompileResult:
     """Configure ``tree`` into ``build_dir`` with ``options``, then compile and link what :func:`plan` selects.
 
-    Logs: ``configure.log``/``.rc`` and ``build.log``/``.rc`` (one ``ninja -k 0`` over the
-    affected objects and the link targets; ``like`` as in :func:`plan`) in ``logs_dir``, and ``compile.json`` (the plan, the
-    targets linked and not linked, the times).  ``status`` is ``failed`` when configure or a
-    compile or link failed (``detail`` holds the first error line), else ``passed``.  Raises
-    nothing for a failing compile.
+    The plan is made from a configure without grouping, so compile_commands.json names every unit.
+    Where something is linked, the CUDA units it does not select are grouped into unity sources
+    (harness.stages.cuda_unity; :func:`grouping`, written to ``build_dir/cuda-unity-groups.cmake``
+    and applied by a second configure through ``CMAKE_PROJECT_ggml_INCLUDE``); the selected ones
+    compile alone, as without grouping.  A unity source that fails to compile is dissolved (its units compile
+    alone) and the build runs again, so a grouping the rule got wrong costs time, not a failure.
+
+    Logs: ``configure.log``/``.rc`` (and ``configure-unity.log``) and ``build.log``/``.rc`` (one
+    ``ninja -k 0`` over the affected objects and the link targets; ``like`` as in :func:`plan`)
+    in ``logs_dir`` (a first build with groups that failed stays as ``build-grouped.log``), and
+    ``compile.json`` (the plan, the unity groups, the targets linked and not linked, the times).
+    ``status`` is ``failed`` when configure or a compile or link failed (``detail`` holds the
+    first error line), else ``passed``.  Raises nothing for a failing compile.
     """
     from .build import _run_step, first_error_line
     start = time.monotonic()
     logs_dir.mkdir(parents=True, exist_ok=True)
     build_dir.mkdir(parents=True, exist_ok=True)
     result = CompileResult("passed", 0.0)
-    opts = {**options, "CMAKE_EXPORT_COMPILE_COMMANDS": "ON"}
-    configure = [cmake, "-S", str(tree), "-B", str(build_dir), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
-                 *[f"-D{k}={v}" for k, v in sorted(opts.items())]]
-    rc, _ = _run_step(configure, logs_dir / "configure.log", env)
-    result.logs["configure"] = logs_dir / "configure.log"
-    if rc != 0:
-        result.status = "failed"
-        result.detail = "configure failed: " + (first_error_line(logs_dir / "configure.log") or f"exit {rc}")
-        result.seconds = time.monotonic() - start
+    groups_file = build_dir / "cuda-unity-groups.cmake"
+    opts = {**options, "CMAKE_EXPORT_COMPILE_COMMANDS": "ON", "CMAKE_PROJECT_ggml_INCLUDE": CMAKE_HOOK.as_posix()}
+
+    def configure(groups: Mapping[str, list[Member]], log: str) -> bool:
+        if groups:
+            write_groups_file(groups_file, groups)
+        argv = [cmake, "-S", str(tree), "-B", str(build_dir), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
+                *[f"-D{k}={v}" for k, v in sorted(opts.items())],
+                f"-DHARNESS_CUDA_UNITY_GROUPS={groups_file.as_posix() if groups else ''}"]
+        rc, _ = _run_step(argv, logs_dir / log, env)
+        result.logs[log.removesuffix(".log")] = logs_dir / log
+        if rc != 0:
+            result.status = "failed"
+            result.detail = "configure failed: " + (first_error_line(logs_dir / log) or f"exit {rc}")
+            result.seconds = time.monotonic() - start
+        return rc == 0
+
+    if not configure({}, "configure.log"):
         return result
     scan_start = time.monotonic()
     result.plan = plan(tree, build_dir, changed, link_targets, ninja, like)
+    groups = grouping(build_dir, result.plan.selected) if result.plan.link else {}
     scan_seconds = time.monotonic() - scan_start
+    if groups and not configure(groups, "configure-unity.log"):
+        return result
     outputs = sorted(result.plan.units)
-    rc, build_seconds = _run_step([ninja, "-C", str(build_dir), "-k", "0", "-j", str(jobs), *outputs,
-                                   *result.plan.link], logs_dir / "build.log", env)
+    build = [ninja, "-C", str(build_dir), "-k", "0", "-j", str(jobs), *outputs, *result.plan.link]
+    rc, build_seconds = _run_step(build, logs_dir / "build.log", env)
+    dissolved = sorted({g for g in map(unity_object, _failed_outputs(logs_dir / "build.log")) if g in groups})
+    if dissolved:
+        (logs_dir / "build.log").replace(logs_dir / "build-grouped.log")
+        groups = {name: ms for name, ms in groups.items() if name not in dissolved}
+        if not configure(groups, "configure-unity.log"):
+            return result
+        rc, again = _run_step(build, logs_dir / "build.log", env)
+        build_seconds += again
     result.logs["build"] = logs_dir / "build.log"
     spare = refine(result.plan, tree, build_dir, ninja) if like is None else []
-    failed_objects = re.findall(r"^FAILED: (?:\[code=\d+\] )?(\S+)", (logs_dir / "build.log").read_text(errors="replace"),
-                                re.M)
+    failed_objects = _failed_outputs(logs_dir / "build.log")
     for target in result.plan.link:
         if _up_to_date(ninja, build_dir, target):
             result.linked.append(target)
@@ -453,6 +523,9 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
     n_cu = sum(1 for o in outputs if o.endswith(".cu.o"))
     what = (f"{len(outputs)} translation units the series touches ({n_cu} CUDA), "
             f"linked {', '.join(result.linked) or 'nothing'} against the libcuda stub")
+    if groups:
+        what += (f"; {sum(len(ms) for ms in groups.values())} other CUDA units compiled in "
+                 f"{len(groups)} unity groups")
     if result.not_linked:
         what += f"; not linked: {', '.join(sorted(result.not_linked))}"
     if rc != 0:
@@ -466,6 +539,13 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
         "build_seconds": round(build_seconds, 1), "options": opts, "changed": result.plan.changed,
         "units": result.plan.units, "units_decided_by_include_scan": result.plan.scanned,
         "compiled_not_affected": spare,
+        "unity_groups": {name: [os.path.relpath(m.source, tree.resolve()) for m in ms] for name, ms in groups.items()},
+        "unity_groups_dissolved": dissolved,
         "link_targets": result.plan.link, "linked": result.linked, "not_linked": result.not_linked,
         "failed_outputs": failed_objects})
     return result
+
+
+def _failed_outputs(log: Path) -> list[str]:
+    """The outputs ninja reports as ``FAILED:`` in ``log``."""
+    return re.findall(r"^FAILED: (?:\[code=\d+\] )?(\S+)", log.read_text(errors="replace"), re.M)

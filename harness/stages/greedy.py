@@ -10,26 +10,25 @@ references first.  After the session, llama-completion runs once per prompt:
 the text users see, compared byte for byte as the last repeat.  A session whose
 process dies or times out is restarted for the remaining requests.
 
-``text_check_jobs`` (a platform's ``text_check_jobs`` in ``matrix.yaml``) runs that many
-llama-completion text checks at a time, beside the next configuration's engine session; the
-comparisons wait for them.  Each check is its own process with its own model load, so on a GPU
-machine they overlap instead of queueing; 1 (the default) runs them one after the other, as a
-CPU platform needs, where parallel processes would take the engine's cores.  Each process holds
-its own copy of the model in host memory, so fewer run at a time where the host is small
-(:func:`text_check_slots`).
+Which prompts get that text check is the platform's ``text_check`` (``matrix.yaml``):
+``every-prompt`` (the default), or ``first-prompt``: only the first prompt of each group, the
+same prompt for the reference and its candidates, so their texts still meet byte for byte
+(and any prompt on which the engine failed, to record the failure as users see it).
+Each llama-completion run loads the model again; on a GPU machine with the 4.8 GB moe-large
+that load is most of the run, and ``first-prompt`` keeps the stage near one load per
+configuration and model.
 
-Repeats: ``repeats`` runs per configuration and prompt, ``repeats - 1`` of them
-(at least one) by the engine from one load and one by llama-completion.
+Repeats: ``repeats`` runs per configuration and prompt (at least two), ``repeats - 1`` of
+them (at least one) by the engine from one load and one by llama-completion; a prompt
+without a text check gets them all from the engine.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,9 +38,12 @@ from .compare import GenerationResult, GenerationSpec, find_error_line, run_gene
 from ..matrix.config import Comparison, Generation
 from .divergence import EngineRun, SideRuns, StreamComparison, compare_streams, summarize_kl
 from .engine import EngineError, EngineGeneration, EngineSession, ScoreResult
-from ..record.environment import ram_bytes
 from ..record.results import Failure, write_json
 from .upstream_support import unsupported_upstream
+
+
+#: The platform's ``text_check`` values (matrix.yaml): which prompts get a llama-completion text check.
+TEXT_CHECKS = ("every-prompt", "first-prompt")
 
 
 @dataclass(frozen=True)
@@ -103,21 +105,6 @@ class Timing:
     def pure_generation(self) -> float:
         """Seconds spent evaluating prompts and generating tokens, engine and llama-completion together."""
         return self.engine_generation + self.completion_generation
-
-
-def text_check_slots(requested: int, model_bytes: int, host_ram_bytes: int | None) -> int:
-    """How many llama-completion text checks of a model may run at a time (>= 1).
-
-    ``requested``: the platform's ``text_check_jobs``; ``model_bytes``: the GGUF file's size;
-    ``host_ram_bytes``: total host RAM (None: unknown, then 1).  The engine's session and every
-    running check each hold a copy of the model in host memory (with ``--load-mode none`` or host
-    expert tensors nothing is shared through the page cache), and together they stay within half
-    of the host RAM, leaving the rest to the system and the page-locked buffers' bookkeeping.
-    """
-    if requested <= 1 or host_ram_bytes is None:
-        return 1
-    copies = (host_ram_bytes // 2) // max(1, model_bytes)
-    return max(1, min(requested, int(copies) - 1))
 
 
 #: llama.cpp's end-of-run timing lines (src/llama-context.cpp, llama_perf_context_print).
@@ -194,17 +181,15 @@ def side_order(jobs: Iterable[Job]) -> list[Side]:
 class GreedyRunner:
     """Runs jobs (see the module docstring) and returns their comparisons; ``say`` prints progress.
 
-    ``text_check_jobs``: llama-completion text checks run at a time (>= 1; see the module docstring).
+    ``text_check``: ``every-prompt`` or ``first-prompt`` (see the module docstring).
     """
 
     def __init__(self, hooks: Hooks, prompts: Mapping[str, str], work_dir: Path, n_predict: int | None = None,
-                 repeats: int | None = None, say: Callable[[str], None] = print, text_check_jobs: int = 1):
+                 repeats: int | None = None, say: Callable[[str], None] = print, text_check: str = "every-prompt"):
+        if text_check not in TEXT_CHECKS:
+            raise ValueError(f"text_check must be one of {', '.join(TEXT_CHECKS)}, not {text_check!r}")
         self.hooks, self.prompts, self.work_dir, self.say = hooks, prompts, work_dir, say
-        self.n_predict, self.repeats = n_predict, repeats
-        self.text_check_jobs = max(1, text_check_jobs)
-        self._lock = threading.Lock()  # the bookkeeping below, shared with the text-check threads
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: list[tuple[tuple[Side, Generation, str], Future[GenerationResult]]] = []
+        self.n_predict, self.repeats, self.text_check = n_predict, repeats, text_check
         self.timing = Timing()
         self.problems: dict[Side, list[Failure]] = {}
         self.side_seconds: dict[Side, float] = {}
@@ -250,8 +235,9 @@ class GreedyRunner:
         for job in jobs:
             gen = self._gen(job)
             for side in (job.reference, *job.candidates, *job.upstream.values()):
-                n = needs.setdefault((side, gen), {"prompts": [], "dump": set(), "score": []})
+                n = needs.setdefault((side, gen), {"prompts": [], "dump": set(), "score": [], "checked": set()})
                 n["prompts"] += [p for p in job.prompts if p not in n["prompts"]]
+                n["checked"] |= set(job.prompts if self.text_check == "every-prompt" else job.prompts[:1])
             needs[(job.reference, gen)]["dump"] |= set(job.prompts)
             for c in job.candidates:
                 needs[(c, gen)]["score"] += [(p, job.reference) for p in job.prompts
@@ -262,33 +248,16 @@ class GreedyRunner:
         model_path = jobs[0].model_path
         model = jobs[0].model
         deferred: list[tuple[Side, Generation, list]] = []
-        slots = text_check_slots(self.text_check_jobs, model_path.stat().st_size if model_path.is_file() else 0,
-                                 ram_bytes())
-        if slots > 1:
-            self._pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="text-check")
-        try:
-            for side in side_order(jobs):
-                for (s, gen), n in needs.items():
-                    if s != side:
-                        continue
-                    later = self._run_side(side, gen, model, model_path, n, dumps)
-                    if later:
-                        deferred.append((side, gen, later))
-            for side, gen, later in deferred:  # references that ran after their candidate (a cycle of groups)
-                self._run_side(side, gen, model, model_path, {"prompts": [], "dump": set(), "score": later}, dumps,
-                               generate=False)
-            for key, future in self._pending:
-                self.runs[key].completion = future.result()
-        except BaseException:
-            if self._pool is not None:  # an interrupt: start no further check; harness.proc ends the running ones
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
-            raise
-        finally:
-            self._pending = []
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        for side in side_order(jobs):
+            for (s, gen), n in needs.items():
+                if s != side:
+                    continue
+                later = self._run_side(side, gen, model, model_path, n, dumps)
+                if later:
+                    deferred.append((side, gen, later))
+        for side, gen, later in deferred:  # references that ran after their candidate (a cycle of groups)
+            self._run_side(side, gen, model, model_path,
+                           {"prompts": [], "dump": set(), "score": later, "checked": set()}, dumps, generate=False)
         out = []
         for job in jobs:
             gen = self._gen(job)
@@ -329,8 +298,7 @@ class GreedyRunner:
             with self.hooks.doing(side):
                 return self._session(side, gen, model, model_path, need, dumps, generate)
         finally:
-            with self._lock:
-                self.side_seconds[side] = self.side_seconds.get(side, 0.0) + time.monotonic() - started
+            self.side_seconds[side] = self.side_seconds.get(side, 0.0) + time.monotonic() - started
 
     def _session(self, side: Side, gen: Generation, model: str, model_path: Path, need: dict, dumps: Path,
                  generate: bool) -> list:
@@ -375,20 +343,19 @@ class GreedyRunner:
                     load_failed.append(failed)
                 return failed
 
-        engine_repeats = max(1, gen.repeats - 1)
         if generate:
             for prompt in need["prompts"]:
                 runs: list[EngineRun] = []
+                # a text check is the last repeat; without one the engine runs them all
+                engine_repeats = max(1, gen.repeats - 1) if prompt in need["checked"] else max(2, gen.repeats)
                 for r in range(1, engine_repeats + 1):
                     t0 = time.monotonic()
                     got = call("generating", lambda s, _p=prompt: s.generate(self.prompts[_p]), prompt, r)
-                    with self._lock:
-                        self.side_runs[side] = self.side_runs.get(side, 0) + 1
+                    self.side_runs[side] = self.side_runs.get(side, 0) + 1
                     if isinstance(got, EngineRun):
                         runs.append(got)
                         continue
-                    with self._lock:
-                        self.hooks.progress(side, f"{model}/{prompt}.r{r}")
+                    self.hooks.progress(side, f"{model}/{prompt}.r{r}")
                     self.timing.engine_generation += (got.prompt_ms + got.gen_ms) / 1000.0
                     runs.append(EngineRun(status="ok", generation=got, seconds=time.monotonic() - t0))
                     self.side_ok.setdefault(side, set()).add(model)
@@ -422,35 +389,22 @@ class GreedyRunner:
         if session[0] is not None:
             session[0].close()
         if (out_dir / "engine.stderr").exists():
-            text = (out_dir / "engine.stderr").read_bytes().decode("utf-8", "replace")
-            with self._lock:
-                self.hooks.stderr(side, model, out_dir / "engine", text)
+            self.hooks.stderr(side, model, out_dir / "engine",
+                              (out_dir / "engine.stderr").read_bytes().decode("utf-8", "replace"))
         if generate:
-            repeat = gen.repeats if gen.repeats > 1 else 2
             for prompt in need["prompts"]:
-                if self._pool is None:
-                    self.runs[(side, gen, prompt)].completion = self._completion(side, gen, model, model_path, prompt,
-                                                                                 out_dir, repeat)
-                else:
-                    self._pending.append(((side, gen, prompt), self._pool.submit(
-                        self._completion, side, gen, model, model_path, prompt, out_dir, repeat, True)))
+                engine_runs = self.runs[(side, gen, prompt)].engine
+                # a prompt without a text check still gets a llama-completion run where the engine failed:
+                # the failure as users see it, and what tells an upstream limit from a fork failure
+                if prompt in need["checked"] or any(r.status != "ok" for r in engine_runs):
+                    self.runs[(side, gen, prompt)].completion = self._completion(
+                        side, gen, model, model_path, prompt, out_dir, len(engine_runs) + 1)
         return later
 
     def _completion(self, side: Side, gen: Generation, model: str, model_path: Path, prompt: str, out_dir: Path,
-                    repeat: int, apart: bool = False) -> GenerationResult:
-        """One llama-completion text check; ``apart``: it runs outside the side's session, whose time
-        (``side_seconds``) then gets the check's own wall time."""
+                    repeat: int) -> GenerationResult:
         spec = self.hooks.completion(side, model_path, self.prompts[prompt], gen)
         res = run_generation(spec, out_dir / f"{prompt}.r{repeat}")
-        with self._lock:
-            if apart:
-                self.side_seconds[side] = self.side_seconds.get(side, 0.0) + res.seconds
-            self._completion_done(side, model, prompt, out_dir, repeat, res)
-        return res
-
-    def _completion_done(self, side: Side, model: str, prompt: str, out_dir: Path, repeat: int,
-                         res: GenerationResult) -> None:
-        """Timing, failure facts, stderr records and progress of one finished llama-completion run."""
         self.timing.completion_runs += 1
         self.timing.completion_wall += res.seconds
         stderr = res.stderr_path.read_bytes()
@@ -463,3 +417,4 @@ class GreedyRunner:
                 log=self.hooks.relative(res.stderr_path)))
         self.hooks.stderr(side, model, out_dir / f"{prompt}.r{repeat}", stderr.decode("utf-8", "replace"))
         self.hooks.progress(side, f"{model}/{prompt}.r{repeat}")
+        return res

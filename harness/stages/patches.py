@@ -64,7 +64,7 @@ CHECK_DIFF_MAX_LINES = 30
 
 _SERIES_HEADER = (
     "# Order in which the patches are applied with git am, one file name per line.\n"
-    "# Written by harness.patches.export_series; lines starting with # are ignored.\n"
+    "# Written by python -m harness patches export; lines starting with # are ignored.\n"
 )
 
 #: ``-c`` settings for every git call: no CRLF conversion, paths past Windows' MAX_PATH (260
