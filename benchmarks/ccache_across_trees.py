@@ -1,6 +1,7 @@
 """Benchmark: does ccache hit across build trees?  Prints seconds and ccache hit counts.
 
     python benchmarks/ccache_across_trees.py [--platform linux-x86_64-cpu] [-j 2] [--work DIR]
+                                             [--check group:base-vs-fork]
 
 With an empty ccache directory of its own (``<work>/ccache``, so the numbers are not
 skewed by other caches), it builds in fresh trees under ``<work>``:
@@ -9,7 +10,9 @@ skewed by other caches), it builds in fresh trees under ``<work>``:
 2. the base after the fork — the unity sources of libllama and every file the series
    does not touch should come from the cache (issue 9's goal: ≤ 15 s on 2 cores);
 3. bisect step k = n (the whole series, in its own tree ``bisect/k<n>``), then
-   k = n − 1: the step that drops one patch (goal: ≤ 30 s on 2 cores).
+   k = n − 1, n − 2, … 0: each step drops one patch (goal: ≤ 30 s on 2 cores).  A bisect
+   step builds the targets its check needs (``--check``, as ``python -m harness bisect
+   --check`` takes it; harness.analysis.bisect.check_targets).
 
 For each build it prints the wall time of the build step and ccache's hits and misses
 (``ccache --print-stats`` after ``ccache --zero-stats``).  Nothing is asserted: the
@@ -29,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.analysis.bisect import SeriesBisector  # noqa: E402
+from harness.analysis.bisect import SeriesBisector, check_targets  # noqa: E402
 from harness.stages.build import find_tool  # noqa: E402
 from harness.matrix.config import load_matrix  # noqa: E402
 from harness.stages.patches import read_series  # noqa: E402
@@ -62,18 +65,31 @@ def measured(label: str, build) -> None:
         raise SystemExit(f"{label}: {result.detail}")
 
 
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ('unknown' where there is none)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
+
+
 def main() -> int:
-    """Run the three measurements; exit 0 when every build passed."""
+    """Run the measurements; exit 0 when every build passed."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--platform", default="linux-x86_64-cpu")
     ap.add_argument("-j", "--jobs", type=int, default=2)
     ap.add_argument("--work", type=Path, default=ROOT / ".harness" / "ccache-bench")
+    ap.add_argument("--check", default="group:base-vs-fork",
+                    help="the bisect check whose targets each bisect step builds (default: group:base-vs-fork)")
     args = ap.parse_args()
+    targets = check_targets(args.check)
     work = args.work.resolve()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     os.environ["CCACHE_DIR"] = str(work / "ccache")
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; ccache dir {work / 'ccache'}")
+    print(f"machine: {os.cpu_count()} CPUs ({cpu_model()}), load average {os.getloadavg()[0]:.1f}; "
+          f"ccache dir {work / 'ccache'}")
     matrix = load_matrix(ROOT / "matrix.yaml")
     p = matrix.platform(args.platform)
     run = Run.open(work / "results", "bench")
@@ -83,10 +99,12 @@ def main() -> int:
     measured("base after the fork", lambda: pipe.build_variant(p, "base"))
     patches = read_series(ROOT / "patches")
     n = len(patches)
-    bisector = SeriesBisector(patches, p.name, pipe.cmake_options(p, "base"), tuple(p.targets + p.test_targets),
+    print(f"bisect steps build {', '.join(targets)} (--check {args.check})")
+    bisector = SeriesBisector(patches, p.name, pipe.cmake_options(p, "base"), targets,
                               lambda b, k: (True, ""), work / "bisect", args.jobs, base=pipe.base())
     measured(f"bisect k={n} (whole series, new tree)", lambda: bisector.build(n))
-    measured(f"bisect k={n - 1} (one patch fewer)", lambda: bisector.build(n - 1))
+    for k in range(n - 1, -1, -1):
+        measured(f"bisect k={k} (without {patches[k].name})", lambda k=k: bisector.build(k))
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     return 0
 

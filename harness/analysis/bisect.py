@@ -587,6 +587,14 @@ def _parse_range(spec: str) -> tuple[str, str]:
     return good, bad
 
 
+def check_targets(spec: str) -> tuple[str, ...]:
+    """The build targets that bisect check ``spec`` needs at each step: the test's own target for
+    ``test:NAME``, llama-completion and llama-tokenize (generation and tokenization) for
+    ``group:...``.  Raises InputError for a malformed spec."""
+    kind, parts = _parse_check(spec)
+    return (parts[0],) if kind == "test" else ("llama-completion", "llama-tokenize")
+
+
 def _make_check(spec: str, matrix: Any, platform: Any, models: Any) -> tuple[Callable[[Any, int], tuple[bool, str]],
                                                                             tuple[str, ...]]:
     """The check ``spec`` names and the build targets it needs; InputError for an unknown group/model/prompt.
@@ -595,7 +603,7 @@ def _make_check(spec: str, matrix: Any, platform: Any, models: Any) -> tuple[Cal
     """
     kind, parts = _parse_check(spec)
     if kind == "test":
-        return TestCheck(parts[0], platform.test_labels), (parts[0],)
+        return TestCheck(parts[0], platform.test_labels), check_targets(spec)
     if parts[0] not in matrix.groups:
         raise InputError(f"--check {spec}: unknown group {parts[0]!r} "
                          f"(known: {', '.join(sorted(matrix.groups))})")
@@ -618,7 +626,7 @@ def _make_check(spec: str, matrix: Any, platform: Any, models: Any) -> tuple[Cal
             raise InputError(f"model {m}: {type(exc).__name__}: {exc}") from exc
     check = GroupCheck(group, matrix.configs, model_paths, {p: matrix.prompts[p].text for p in prompts},
                        group.generation)
-    return check, ("llama-completion", "llama-tokenize")
+    return check, check_targets(spec)
 
 
 def _print_upstream(result: UpstreamBisectResult) -> None:
