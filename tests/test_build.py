@@ -1,11 +1,13 @@
 """CMake + Ninja builds of a tiny project: keyed builds, no-op reruns, failures recorded with their first error."""
 
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
-from harness.stages.build import BuildRequest, build
+from harness.stages.build import BuildRequest, build, find_tool
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("ninja")),
@@ -72,3 +74,18 @@ def test_configure_error_is_recorded(tmp_path):
     assert result.status == "failed" and result.detail.startswith("configure failed: ")
     assert "CMake Error" in result.detail
     assert not (tmp_path / "logs" / "build.log").exists()
+
+
+def test_the_pinned_tools_beside_this_python_win_over_path(tmp_path, monkeypatch):
+    """A system CMake on PATH (Debian 12's 3.25) must not replace the pinned one, which the compile
+    step's CUDA unity groups need (3.31); a tool the environment lacks still comes from PATH."""
+    pinned = Path(sys.executable).parent / "cmake"
+    if not pinned.is_file():
+        pytest.skip("this Python's environment has no cmake from requirements.txt")
+    for name in ("cmake", "only-on-path"):
+        fake = tmp_path / name
+        fake.write_text("#!/bin/sh\nexit 0\n")
+        fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    assert find_tool("cmake") == str(pinned)
+    assert find_tool("only-on-path") == str(tmp_path / "only-on-path")

@@ -1,1 +1,1 @@
-"""The stages, in the order a run takes them: source, patches, build (cross, cuda_compile with cuda_unity), native_tests, then the greedy comparisons (greedy, engine, compare, divergence, upstream_support)."""
+"""The stages, in the order a run takes them: source, patches, build (cross, cuda_compile with unity), native_tests, then the greedy comparisons (greedy, engine, compare, divergence, upstream_support)."""

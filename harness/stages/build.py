@@ -80,9 +80,14 @@ class BuildResult:
 
 
 def find_tool(name: str) -> str | None:
-    """Path of executable ``name``: on PATH, else beside this Python (a virtual environment's bin/
-    holds cmake, ninja, ctest and ccache from requirements.txt even when it is not activated)."""
-    return shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+    """Path of executable ``name``: beside this Python first, else on PATH.
+
+    A virtual environment's bin/ holds cmake, ninja, ctest and ccache at the versions pinned in
+    requirements.txt, whether or not it is activated; a system CMake on PATH may be older than
+    the 3.31 the compile step's CUDA unity groups and the relocatable unity sources need (Debian
+    12 has 3.25, which configures without them and says nothing), so the pinned one wins.
+    """
+    return shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
 
 
 def _tool(name: str) -> str:

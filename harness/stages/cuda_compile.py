@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from .cuda_unity import CMAKE_HOOK, INCLUDE_LINE, Member, unity_groups, unity_object, write_groups_file
+from .unity import CMAKE_HOOK, INCLUDE_LINE, Member, unity_groups, unity_object, write_groups_file
 
 #: PyPI wheels of the CUDA 13.0 toolkit the step compiles with; nvidia-nvvm holds cicc, which
 #: nvidia-cuda-nvcc requires without pinning it.
@@ -236,7 +236,7 @@ class Plan:
     build directory), each with the changed files that put it there.  ``link``: the targets to
     link.  ``scanned``: units decided by the include scan (the rest by ninja's dependency log).
     ``selected``: the objects of ``units`` as planned, before :func:`refine` (the units compiled
-    alone; every other CUDA unit may be grouped, harness.stages.cuda_unity).
+    alone; every other unit may be grouped, harness.stages.unity).
     """
 
     changed: dict[str, str]
@@ -440,13 +440,38 @@ def _include_dirs(argv: Sequence[str]) -> list[str]:
     return dirs
 
 
-def grouping(build_dir: Path, selected: Iterable[str]) -> dict[str, list[Member]]:
-    """The unity groups (harness.stages.cuda_unity) of the CUDA units of ``build_dir``'s
-    compile_commands.json that are not ``selected`` (object paths compiled alone)."""
+def _flags(unit: Unit) -> str:
+    """A unit's compile command without the compiler launcher, the source, the object and the
+    dependency-file arguments: equal for units that CMake compiles with the same flags."""
+    argv = list(unit.argv)
+    while argv and Path(argv[0]).name in ("ccache", "sccache"):
+        argv = argv[1:]
+    kept, skip = [], 0
+    for arg in argv:
+        if skip:
+            skip -= 1
+        elif arg in ("-o", "-MT", "-MF", "-c"):
+            skip = 1
+        elif arg not in ("-MD", "-MMD") and os.path.normpath(arg) != os.path.normpath(unit.file):
+            kept.append(arg)
+    return shlex.join(kept)
+
+
+def grouping(build_dir: Path, tree: Path, selected: Iterable[str]) -> dict[str, list[Member]]:
+    """The unity groups (harness.stages.unity) of the units of ``build_dir``'s compile_commands.json
+    that are not ``selected`` (object paths compiled alone).
+
+    Left out: units outside ``tree`` (generated into the build directory) and every unit of a
+    target that upstream already builds as unity sources (an object under ``Unity/``: its own
+    batches stay as they are)."""
     alone = set(selected)
-    cuda = [u for u in read_units(build_dir) if u.file.endswith(".cu") and u.target and u.output not in alone]
-    dirs = {u.target: _include_dirs(u.argv) for u in cuda}
-    return unity_groups([Member(u.file, u.target, u.output) for u in cuda], dirs)
+    units = read_units(build_dir)
+    upstream_unity = {u.target for u in units if "/Unity/" in u.output}
+    root = str(tree.resolve()) + os.sep
+    free = [u for u in units if u.target and u.target not in upstream_unity and u.output not in alone
+            and u.file.startswith(root)]
+    dirs = {u.target: _include_dirs(u.argv) for u in free}
+    return unity_groups([Member(u.file, u.target, u.output, _flags(u)) for u in free], dirs)
 
 
 def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], changed: Mapping[str, str],
@@ -455,8 +480,8 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
     """Configure ``tree`` into ``build_dir`` with ``options``, then compile and link what :func:`plan` selects.
 
     The plan is made from a configure without grouping, so compile_commands.json names every unit.
-    Where something is linked, the CUDA units it does not select are grouped into unity sources
-    (harness.stages.cuda_unity; :func:`grouping`, written to ``build_dir/cuda-unity-groups.cmake``
+    Where something is linked, the units it does not select are grouped into unity sources
+    (harness.stages.unity; :func:`grouping`, written to ``build_dir/unity-groups.cmake``
     and applied by a second configure through ``CMAKE_PROJECT_ggml_INCLUDE``); the selected ones
     compile alone, as without grouping.  A unity source that fails to compile is dissolved (its units compile
     alone) and the build runs again, so a grouping the rule got wrong costs time, not a failure.
@@ -473,7 +498,7 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
     logs_dir.mkdir(parents=True, exist_ok=True)
     build_dir.mkdir(parents=True, exist_ok=True)
     result = CompileResult("passed", 0.0)
-    groups_file = build_dir / "cuda-unity-groups.cmake"
+    groups_file = build_dir / "unity-groups.cmake"
     opts = {**options, "CMAKE_EXPORT_COMPILE_COMMANDS": "ON", "CMAKE_PROJECT_ggml_INCLUDE": CMAKE_HOOK.as_posix()}
 
     def configure(groups: Mapping[str, list[Member]], log: str) -> bool:
@@ -481,7 +506,7 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
             write_groups_file(groups_file, groups)
         argv = [cmake, "-S", str(tree), "-B", str(build_dir), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
                 *[f"-D{k}={v}" for k, v in sorted(opts.items())],
-                f"-DHARNESS_CUDA_UNITY_GROUPS={groups_file.as_posix() if groups else ''}"]
+                f"-DHARNESS_UNITY_GROUPS={groups_file.as_posix() if groups else ''}"]
         rc, _ = _run_step(argv, logs_dir / log, env)
         result.logs[log.removesuffix(".log")] = logs_dir / log
         if rc != 0:
@@ -494,7 +519,7 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
         return result
     scan_start = time.monotonic()
     result.plan = plan(tree, build_dir, changed, link_targets, ninja, like)
-    groups = grouping(build_dir, result.plan.selected) if result.plan.link else {}
+    groups = grouping(build_dir, tree, result.plan.selected) if result.plan.link else {}
     scan_seconds = time.monotonic() - scan_start
     if groups and not configure(groups, "configure-unity.log"):
         return result
@@ -524,7 +549,8 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
     what = (f"{len(outputs)} translation units the series touches ({n_cu} CUDA), "
             f"linked {', '.join(result.linked) or 'nothing'} against the libcuda stub")
     if groups:
-        what += (f"; {sum(len(ms) for ms in groups.values())} other CUDA units compiled in "
+        n_cuda = sum(len(ms) for ms in groups.values() if ms[0].language == "CUDA")
+        what += (f"; {sum(len(ms) for ms in groups.values())} other units ({n_cuda} CUDA) compiled in "
                  f"{len(groups)} unity groups")
     if result.not_linked:
         what += f"; not linked: {', '.join(sorted(result.not_linked))}"
