@@ -388,7 +388,8 @@ class Pipeline:
         return result
 
     def emulator(self, p: Platform) -> Emulator | None:
-        """The emulator that runs ``p``'s executables here (prepared once), None for a native platform.
+        """The emulator that runs ``p``'s executables here (prepared once, made ready at every call:
+        the callers start programs with it), None for a native platform.
 
         Raises RuntimeError when it is missing or its prefix cannot be made.
         """
@@ -400,6 +401,8 @@ class Pipeline:
         got = self._emulators[p.name]
         if isinstance(got, Exception):
             raise got
+        if got is not None:
+            got.ready()
         return got
 
     # ----- native tests ----------------------------------------------------------------------

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -179,6 +180,52 @@ def test_a_mingw_program_runs_under_the_prepared_wine(tmp_path):
     assert proc.stdout == b"thread\r\n2 arg-1\r\n"  # the C runtime's text mode
     # prepared once: a second call reuses the prefix
     assert cross.prepare_wine(program, tmp_path / "wine-prefix") == emulator
+
+
+def _recorder(path: Path, record: Path, status: int) -> str:
+    """A program that appends its WINEPREFIX and arguments to ``record`` and exits with ``status``."""
+    path.write_text(f"#!{sys.executable}\nimport os, sys\n"
+                    f"open({str(record)!r}, 'a').write(os.environ['WINEPREFIX'] + ' ' + ' '.join(sys.argv[1:]) + '\\n')\n"
+                    f"sys.exit({status})\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("status, warmed", [(0, True), (2, False)], ids=["server-started", "server-running"])
+def test_ready_starts_the_server_and_warms_it_up_only_when_it_was_not_running(tmp_path, status, warmed):
+    record = tmp_path / "calls"
+    server = _recorder(tmp_path / "wineserver", record, status)
+    wine = _recorder(tmp_path / "wine64", record, 0)
+    emulator = cross.Emulator("wine", (wine,), {"WINEPREFIX": "/p"}, (server, f"-p{cross.WINESERVER_PERSIST_S}"),
+                              ("cmd", "/c", "exit"))
+    emulator.ready()
+    assert record.read_text() == "/p -p60\n" + ("/p cmd /c exit\n" if warmed else "")
+    cross.Emulator("wine", (wine,), {"WINEPREFIX": "/p"}).ready()  # nothing to keep alive: nothing runs
+    cross.Emulator("wine", (wine,), {}, (str(tmp_path / "missing"),), ("x",)).ready()  # a server that cannot start
+    assert record.read_text() == "/p -p60\n" + ("/p cmd /c exit\n" if warmed else "")
+
+
+@needs_cross
+def test_the_wineserver_outlives_the_programs_it_served(tmp_path):
+    # Debian's wrapper starts wineserver with -p0: it exits with its last client, and a program starting
+    # at that moment fails ("wine client error:0: recvmsg: Connection reset by peer")
+    program = cross.find_emulator_program("wine")
+    emulator = cross.prepare_wine(program, tmp_path / "wine-prefix")
+    assert emulator.keep_alive[-1] == f"-p{cross.WINESERVER_PERSIST_S}"
+    env = {**os.environ, **emulator.env}
+    try:
+        for _ in range(2):
+            # output read to its end: Wine's own processes, which live as long as the server, must not
+            # hold these pipes (they would until the server exits, 60 s later)
+            proc = subprocess.run(emulator.wrap(["cmd", "/c", "exit 3"]), env=env, capture_output=True, timeout=30)
+            assert proc.returncode == 3, proc.stderr[-2000:]
+        time.sleep(3)  # the program and Wine's own services have exited
+        # a second server for the prefix refuses to start (status 2) while the first still runs
+        again = subprocess.run(list(emulator.keep_alive), env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+        assert again.returncode == 2
+    finally:
+        subprocess.run([emulator.keep_alive[0], "-k"], env=env, capture_output=True, timeout=30)
 
 
 @needs_cross

@@ -41,18 +41,53 @@ EMULATORS: Mapping[str, EmulatorKind] = {
 #: Seconds ``wineboot --init`` may take to create a prefix (about 10-30 s on 2 cores).
 WINEBOOT_TIMEOUT_S = 300
 
+#: Seconds the prefix's wineserver stays up after its last program exits (``wineserver -p``).
+#: Debian's ``wineserver`` wrapper starts the server with ``-p0``: it exits the moment its last
+#: client does, and a program started at that moment fails with "wine client error:0: recvmsg:
+#: Connection reset by peer" (seen once in a CI run, on a llama-completion run of the Windows base).
+#: A server that outlives its clients by this long takes every program the harness starts one
+#: after another; :meth:`Emulator.ready` starts it again before each use where it has gone.
+WINESERVER_PERSIST_S = 60
+
 
 @dataclass(frozen=True)
 class Emulator:
-    """An emulator ready to run: ``argv`` goes in front of an executable's argv, ``env`` on top of os.environ."""
+    """An emulator ready to run: ``argv`` goes in front of an executable's argv, ``env`` on top of
+    os.environ; ``keep_alive``: a command that starts the emulator's server for the programs that
+    follow, where there is one (Wine's wineserver), and ``warm_up``: a program run through the
+    emulator after a new server started; both run by :meth:`ready`."""
 
     kind: str
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    keep_alive: tuple[str, ...] = ()
+    warm_up: tuple[str, ...] = ()
 
     def wrap(self, argv: list[str] | tuple[str, ...]) -> list[str]:
         """``argv`` prefixed with the emulator's own argv."""
         return [*self.argv, *argv]
+
+    def ready(self) -> None:
+        """Run ``keep_alive`` (a few milliseconds): for Wine, start the prefix's wineserver with
+        WINESERVER_PERSIST_S where none is running (where one is, the new one exits at once with
+        status 2).  Call it before starting programs.
+
+        Where it started a server (status 0), ``warm_up`` runs next, with every standard stream on
+        /dev/null: the first program of a Wine session starts Wine's own processes (services.exe,
+        winedevice.exe), which live as long as the server and keep the standard streams of the
+        program that started them; started by a program whose output the harness reads, they would
+        hold its pipes open, and the read would wait until the server exits.  Output and status are
+        not used otherwise: a server that could not be started leaves the programs to start their
+        own, as without it."""
+        if not self.keep_alive:
+            return
+        quiet = {"env": {**os.environ, **self.env}, "stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
+                 "stderr": subprocess.DEVNULL, "check": False}
+        try:
+            if subprocess.run(self.keep_alive, timeout=30, **quiet).returncode == 0 and self.warm_up:
+                subprocess.run(self.wrap(self.warm_up), timeout=WINEBOOT_TIMEOUT_S, **quiet)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
 
 
 def find_program(name: str) -> str | None:
@@ -131,7 +166,8 @@ def wine_env(prefix: Path, dll_dirs: tuple[Path, ...] = ()) -> dict[str, str]:
 
 
 def prepare_wine(program: str, prefix: Path, dll_dirs: tuple[Path, ...] = ()) -> Emulator:
-    """Create the Wine prefix ``prefix`` once (``wineboot --init``) and return the emulator using it.
+    """Create the Wine prefix ``prefix`` once (``wineboot --init``), start its wineserver
+    (:meth:`Emulator.ready`) and return the emulator using it.
 
     A prefix whose ``system.reg`` exists is used as it is.  The Mono and Gecko
     installers are disabled (WINEDLLOVERRIDES), so no download is attempted.
@@ -140,6 +176,7 @@ def prepare_wine(program: str, prefix: Path, dll_dirs: tuple[Path, ...] = ()) ->
     prefix could not be created within WINEBOOT_TIMEOUT_S seconds.
     """
     env = wine_env(prefix, dll_dirs)
+    server = Path(program).with_name("wineserver")
     if not (prefix / "system.reg").is_file():
         prefix.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
@@ -150,14 +187,16 @@ def prepare_wine(program: str, prefix: Path, dll_dirs: tuple[Path, ...] = ()) ->
         except subprocess.TimeoutExpired:
             rc = f"timeout after {WINEBOOT_TIMEOUT_S} s"
         # wineboot returns before wineserver has written the registry: wait for it
-        server = Path(program).with_name("wineserver")
         if server.exists():
             subprocess.run([str(server), "--wait"], env={**os.environ, **env}, capture_output=True,
                            timeout=WINEBOOT_TIMEOUT_S)
         if not (prefix / "system.reg").is_file():
             raise RuntimeError(f"wineboot --init did not create the Wine prefix {prefix} "
                                f"(exit {rc}, {time.monotonic() - start:.0f} s)")
-    return Emulator("wine", (program,), env)
+    keep_alive = (str(server), f"-p{WINESERVER_PERSIST_S}") if server.exists() else ()
+    emulator = Emulator("wine", (program,), env, keep_alive, ("cmd", "/c", "exit") if keep_alive else ())
+    emulator.ready()
+    return emulator
 
 
 def emulator_for(p: Platform, cache: Path) -> Emulator | None:
