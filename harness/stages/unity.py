@@ -55,6 +55,8 @@ CMAKE_HOOK = Path(__file__).resolve().parent / "unity.cmake"
 #: (``unity_<group>_<suffix>.<suffix>``) is :data:`UNITY_SUFFIX`.
 LANGUAGE = {".c": "C", ".cc": "CXX", ".cpp": "CXX", ".cxx": "CXX", ".cu": "CUDA"}
 UNITY_SUFFIX = {"C": "c", "CXX": "cxx", "CUDA": "cu"}
+_UNITY_OBJECT = re.compile(r"/Unity/unity_(?P<group>.+)_(?P<suffix>" + "|".join(UNITY_SUFFIX.values()) +
+                           r")\.(?P=suffix)\.o$")
 
 _FAMILY = re.compile(r"^(?P<family>.+?)-instance-")
 _GUARD = re.compile(r"^\s*(?:#\s*pragma\s+once|#\s*ifndef\s+(\w+)\s*\n\s*#\s*define\s+\1\b)", re.M)
@@ -256,5 +258,5 @@ def write_groups_file(path: Path, groups: Mapping[str, list[Member]]) -> None:
 def unity_object(output: str) -> str | None:
     """The group name of a unity object path (``.../Unity/unity_<group>_<suffix>.<suffix>.o``,
     :data:`UNITY_SUFFIX`), else None."""
-    m = re.search(r"/Unity/unity_(?P<group>.+)_(?P<suffix>cu|cxx|c)\.(?P=suffix)\.o$", output)
+    m = _UNITY_OBJECT.search(output)
     return m.group("group") if m else None
