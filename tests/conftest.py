@@ -13,6 +13,11 @@ the fixture is.
 
 import pytest
 
+#: Debian packages the suite needs beyond the harness's own (harness.tools.ci_matrix.debian_packages_of:
+#: MinGW-w64 and Wine), each with what needs it; without them those tests skip, saying so.  The report
+#: test's Chromium is looked for at /usr/bin/chromium, which is not always a Debian package's file.
+DEBIAN_PACKAGES = {"shellcheck": "tests/test_workflow_lint.py: the shell scripts of the workflow and of .ci/"}
+
 #: Fixture name -> markers of every test that uses it.  ``patched_tree``/``tree_copy``
 #: (tests/test_windows_check.py) clone the real base, apply the series and compile it
 #: with MinGW-w64.

@@ -8,7 +8,6 @@ lists no platform itself, so ``matrix.yaml`` stays the only place that does.
 Each entry carries what one platform job reads from ``matrix.<key>``:
 
 ``platform``       the platform's name in matrix.yaml (passed as ``--platform``)
-``os``             ``linux`` or ``windows``: the OS the platform builds for
 ``runner_os``      ``linux`` or ``windows``: the OS of the runner (a Windows
                    platform cross-built and run under Wine has a Linux runner)
 ``runs_on``        the runner labels of ``ci.runs_on`` (``runs-on`` takes a list;
@@ -212,7 +211,6 @@ def ci_plan(matrix: Matrix, platforms: Sequence[str] = (), *, self_hosted: bool 
         on_self_hosted = "self-hosted" in runs_on
         include.append({
             "platform": name,
-            "os": p.os,
             "runner_os": runner_os,
             "runs_on": list(runs_on),
             "shell": SHELLS[runner_os],
