@@ -3,7 +3,7 @@
 Markers (declared in pytest.ini): ``slow`` (builds or runs llama.cpp or a fake
 project, or bisects: seconds to minutes each), ``network`` (needs PyPI unless the
 download cache already holds the base source and models), ``debian`` (needs a Debian
-package: g++-mingw-w64-x86-64-posix or chromium; skipped, saying so, without it).
+package: g++-mingw-w64-x86-64-posix, chromium or shellcheck; skipped, saying so, without it).
 The fast tier is ``python -m pytest -m "not slow"``; ``python -m pytest`` runs everything.
 
 A test is marked where it is written (``@pytest.mark.slow``); a test that gets its
