@@ -186,3 +186,46 @@ def test_the_ci_scripts_pass_shellcheck():
     for script in CI_SCRIPTS:
         proc = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout
+
+
+# ----- what the linters leave to the workflow's authors ----------------------------------------
+
+def policy_problems(workflow: dict) -> list[str]:
+    """Problems with the rules of docs/ci.md that no linter enforces: a time limit on every job,
+    results/evidence/ out of every upload of results/, ccache saved from the default branch only
+    and not after a cancelled run, downloads saved only after a job that succeeded."""
+    problems = []
+    for name, job in workflow["jobs"].items():
+        if "timeout-minutes" not in job:
+            problems.append(f"job {name}: no timeout-minutes")
+        for step in job["steps"]:
+            uses, cond = step.get("uses", ""), " ".join(str(step.get("if", "")).split())
+            path = str((step.get("with") or {}).get("path", ""))
+            if uses.startswith("actions/upload-artifact@") and "results/" in path.split() \
+                    and "!results/evidence/" not in path.split():
+                problems.append(f"job {name}: step {step.get('name')!r} uploads results/evidence/")
+            if uses.startswith("actions/cache/save@") and "CCACHE_DIR" in path:
+                if "!cancelled()" not in cond or "github.event.repository.default_branch" not in cond:
+                    problems.append(f"job {name}: step {step.get('name')!r} saves ccache off the default branch "
+                                    "or after a cancelled run")
+            if uses.startswith("actions/cache/save@") and "HARNESS_CACHE_DIR" in path and \
+                    not cond.startswith("success()"):
+                problems.append(f"job {name}: step {step.get('name')!r} saves downloads after a failure")
+    return problems
+
+
+def test_time_limits_artifacts_and_cache_saves_follow_the_rules(tmp_path):
+    assert policy_problems(wc.load_workflow(WORKFLOW)) == []
+    bad = planted(tmp_path, "    timeout-minutes: 15\n", "")
+    assert policy_problems(wc.load_workflow(bad)) == ["job matrix: no timeout-minutes"]
+
+
+@pytest.mark.parametrize("old, new, problem", [
+    ("            !results/evidence/\n", "", "job platform: step 'Upload the results' uploads results/evidence/"),
+    ("        if: success() && steps.downloads", "        if: always() && steps.downloads",
+     "job platform: step 'Save the download cache' saves downloads after a failure"),
+    ("          && github.ref == format('refs/heads/{0}', github.event.repository.default_branch)\n", "",
+     "job platform: step 'Save ccache (default branch)' saves ccache off the default branch or after a cancelled run"),
+])
+def test_a_cache_or_artifact_rule_broken_is_caught(tmp_path, old, new, problem):
+    assert policy_problems(wc.load_workflow(planted(tmp_path, old, new))) == [problem]
