@@ -363,7 +363,9 @@ def test_summary_step_appends_the_run_summary(workflow, tmp_path):
     ("push", "refs/heads/main", True, "", "a push to the default branch main"),
     ("push", "refs/heads/feature", False, "", "a push to refs/heads/feature, not to the default branch main"),
     ("schedule", "refs/heads/main", True, "", "a scheduled run"),
-    ("workflow_dispatch", "refs/heads/feature", True, "", "a manual run"),
+    ("workflow_dispatch", "refs/heads/main", True, "", "a manual run of the default branch main"),
+    ("workflow_dispatch", "refs/heads/feature", True, "self-hosted-runners", "a manual run of refs/heads/feature: "
+                                                                           "its self-hosted jobs wait"),
     ("pull_request", "refs/pull/7/merge", True, "self-hosted-runners", "wait in the protected environment"),
     ("pull_request_target", "refs/heads/main", False, "", "a pull_request_target event, which may not use"),
 ])

@@ -224,7 +224,7 @@ def test_time_limits_artifacts_and_cache_saves_follow_the_rules(tmp_path):
     ("            !results/evidence/\n", "", "job platform: step 'Upload the results' uploads results/evidence/"),
     ("        if: success() && steps.downloads", "        if: always() && steps.downloads",
      "job platform: step 'Save the download cache' saves downloads after a failure"),
-    ("          && github.ref == format('refs/heads/{0}', github.event.repository.default_branch)\n", "",
+    ("\n          && github.ref == format('refs/heads/{0}', github.event.repository.default_branch) }}", " }}",
      "job platform: step 'Save ccache (default branch)' saves ccache off the default branch or after a cancelled run"),
 ])
 def test_a_cache_or_artifact_rule_broken_is_caught(tmp_path, old, new, problem):

@@ -30,8 +30,9 @@ Platforms whose runner labels include ``self-hosted`` are left out unless
 variable ``HARNESS_SELF_HOSTED_RUNNERS``), so a fork without them queues no
 job that would wait forever; each left-out platform comes with the reason.
 Where they exist, :func:`self_hosted_gate` queues them only for a push to the
-default branch, a scheduled or manual run, or a pull request, whose
-self-hosted jobs wait in a protected environment for a reviewer's approval.
+default branch or a scheduled run, or for a pull request or a manual run of
+another branch, whose self-hosted jobs wait in a protected environment for a
+reviewer's approval.
 More than MAX_JOBS entries are refused (GitHub's limit per matrix), and so is
 a platform of a Windows runner whose layout has a path past MAX_PATH
 (``harness.tools.path_budget``) unless its ``ci.long_paths`` says the runner
@@ -82,10 +83,10 @@ def self_hosted_gate(variable: str, event: str = "", ref: str = "", default_bran
 
     ``variable``: the repository variable HARNESS_SELF_HOSTED_RUNNERS (such runners exist when it
     is ``true``).  ``event``: ``github.event_name``; empty outside Actions, where the variable alone
-    decides.  Queued: a push to ``refs/heads/<default_branch>``, a ``schedule`` or
-    ``workflow_dispatch`` run (started by someone with write access), and a ``pull_request``, whose
-    self-hosted jobs then wait in APPROVAL_ENVIRONMENT: a GPU runner runs a branch's code only after
-    a reviewer approved it.  Any other event is refused, naming it.
+    decides.  Queued: a push to ``refs/heads/<default_branch>``, a ``schedule`` run (of the default
+    branch), and a ``pull_request`` or a ``workflow_dispatch`` run of another branch, whose
+    self-hosted jobs then wait in APPROVAL_ENVIRONMENT: a GPU runner runs code that is not on the
+    default branch only after a reviewer approved it.  Any other event is refused, naming it.
     """
     var = variable.strip().lower()
     if var != "true":
@@ -94,19 +95,23 @@ def self_hosted_gate(variable: str, event: str = "", ref: str = "", default_bran
                                      "runners exist")
     if not event:
         return SelfHostedGate(True, "HARNESS_SELF_HOSTED_RUNNERS is 'true' (no workflow event given)")
+    on_default = bool(default_branch) and ref == f"refs/heads/{default_branch}"
+    approval = f"its self-hosted jobs wait in the protected environment {APPROVAL_ENVIRONMENT} until a reviewer " \
+               "approves them"
     if event == "push":
-        if default_branch and ref == f"refs/heads/{default_branch}":
+        if on_default:
             return SelfHostedGate(True, f"a push to the default branch {default_branch}")
         return SelfHostedGate(False, f"a push to {ref or 'an unknown ref'}, not to the default branch "
                                      f"{default_branch or '(unknown)'}")
     if event == "schedule":
         return SelfHostedGate(True, "a scheduled run")
     if event == "workflow_dispatch":
-        return SelfHostedGate(True, "a manual run (workflow_dispatch, by a user with write access)")
-    if event == "pull_request":
-        return SelfHostedGate(True, f"a pull request: its self-hosted jobs wait in the protected environment "
-                                    f"{APPROVAL_ENVIRONMENT} until a reviewer approves them",
+        if on_default:
+            return SelfHostedGate(True, f"a manual run of the default branch {default_branch}")
+        return SelfHostedGate(True, f"a manual run of {ref or 'an unknown ref'}: {approval}",
                               environment=APPROVAL_ENVIRONMENT)
+    if event == "pull_request":
+        return SelfHostedGate(True, f"a pull request: {approval}", environment=APPROVAL_ENVIRONMENT)
     return SelfHostedGate(False, f"a {event} event, which may not use self-hosted runners")
 
 
@@ -306,8 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "default false: platforms that need them are left out)")
     ap.add_argument("--event", default="",
                     help="the workflow's github.event_name: self-hosted runners are used only for a push to the "
-                         "default branch, a scheduled or manual run, or a pull request approved in the environment "
-                         f"{APPROVAL_ENVIRONMENT} (default: the --self-hosted value alone decides)")
+                         "default branch, a scheduled run, or a pull request or manual run approved in the "
+                         f"environment {APPROVAL_ENVIRONMENT} (default: the --self-hosted value alone decides)")
     ap.add_argument("--ref", default="", help="the workflow's github.ref (with --event push)")
     ap.add_argument("--default-branch", default="", help="the repository's default branch (with --event push)")
     ap.add_argument("--patches-dir", type=Path, default=Path("patches"), help="patch series directory")
