@@ -8,6 +8,7 @@ linters come pinned from requirements.txt; ShellCheck from Debian (actionlint ru
 it is installed).
 """
 
+import importlib.metadata
 import re
 import shutil
 import subprocess
@@ -229,3 +230,30 @@ def test_time_limits_artifacts_and_cache_saves_follow_the_rules(tmp_path):
 ])
 def test_a_cache_or_artifact_rule_broken_is_caught(tmp_path, old, new, problem):
     assert policy_problems(wc.load_workflow(planted(tmp_path, old, new))) == [problem]
+
+
+def light_install_problems(workflow: dict) -> list[str]:
+    """Problems with the matrix job's light install: a module nox's sessions need
+    (noxfile.NEEDED_MODULES) that none of the packages it installs provides, or a package it
+    installs without the pin of requirements.txt (``-c requirements.txt``)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        import noxfile
+    finally:
+        sys.path.remove(str(ROOT))
+    [step] = [s for s in workflow["jobs"]["matrix"]["steps"] if "pip install" in s.get("run", "")]
+    words = step["run"].split()
+    if "-c" not in words or words[words.index("-c") + 1] != "requirements.txt":
+        return [f"job matrix: {step['run'].strip()!r} does not take the pins of requirements.txt"]
+    installed = {w.lower() for w in words[words.index("install") + 1:] if not w.startswith("-")}
+    providers = importlib.metadata.packages_distributions()
+    return [f"job matrix: no package it installs provides the module {module} (noxfile.NEEDED_MODULES)"
+            for module in noxfile.NEEDED_MODULES
+            if not {d.lower() for d in providers.get(module, [])} & installed]
+
+
+def test_the_matrix_jobs_light_install_covers_what_nox_needs(tmp_path):
+    assert light_install_problems(wc.load_workflow(WORKFLOW)) == []
+    bad = planted(tmp_path, " rich filelock\n", " rich\n")
+    assert light_install_problems(wc.load_workflow(bad)) == [
+        "job matrix: no package it installs provides the module filelock (noxfile.NEEDED_MODULES)"]
