@@ -23,7 +23,8 @@ Each entry carries what one platform job reads from ``matrix.<key>``:
                    (:func:`debian_packages_of`); empty on a Windows runner
 ``environment``    the protected environment the job waits in for approval
                    (APPROVAL_ENVIRONMENT, for a self-hosted job of a pull
-                   request), else empty: no environment
+                   request or of a manual run of another branch), else
+                   empty: no environment
 
 Platforms whose runner labels include ``self-hosted`` are left out unless
 ``self_hosted`` says such runners exist (the workflow passes the repository
@@ -60,7 +61,7 @@ SHELLS = {"linux": "bash", "windows": "pwsh"}
 #: GitHub Actions runs at most 256 jobs from one matrix per workflow run.
 MAX_JOBS = 256
 #: The protected environment (Settings > Environments, with required reviewers) in which the
-#: self-hosted jobs of a pull request wait until a reviewer approves them.
+#: self-hosted jobs of a pull request or a manual run of another branch wait for approval.
 APPROVAL_ENVIRONMENT = "self-hosted-runners"
 #: nox sessions that run the stages of every selected platform (``--platform``).
 PLATFORM_SESSIONS = frozenset({"build", "test", "compare-outputs"})
@@ -70,8 +71,8 @@ SESSION_DEBIAN_PACKAGES = {"check-windows": (MINGW_PACKAGE,)}
 
 @dataclass(frozen=True)
 class SelfHostedGate:
-    """Whether this workflow run queues jobs for self-hosted runners, the reason, and, for a pull
-    request, the environment those jobs wait in for approval (else empty)."""
+    """Whether this workflow run queues jobs for self-hosted runners, the reason, and, where they
+    need approval, the environment those jobs wait in for it (else empty)."""
 
     allowed: bool
     why: str
@@ -313,8 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="the workflow's github.event_name: self-hosted runners are used only for a push to the "
                          "default branch, a scheduled run, or a pull request or manual run approved in the "
                          f"environment {APPROVAL_ENVIRONMENT} (default: the --self-hosted value alone decides)")
-    ap.add_argument("--ref", default="", help="the workflow's github.ref (with --event push)")
-    ap.add_argument("--default-branch", default="", help="the repository's default branch (with --event push)")
+    ap.add_argument("--ref", default="", help="the workflow's github.ref (for --event push and workflow_dispatch)")
+    ap.add_argument("--default-branch", default="", help="the repository's default branch (for --event push and workflow_dispatch)")
     ap.add_argument("--patches-dir", type=Path, default=Path("patches"), help="patch series directory")
     ap.add_argument("--repo", default=None,
                     help="repository name for the Windows path budget (default: from $GITHUB_REPOSITORY, "
