@@ -22,6 +22,13 @@ out=${1:?usage: $0 OUTDIR [build-test|compare-1gpu|compare-2gpu|bench]...}
 shift
 phases=("$@")
 [ ${#phases[@]} -gt 0 ] || phases=(build-test compare-1gpu compare-2gpu bench)
+# checked before anything runs: inside the `| tee` of the loop an exit would leave only its subshell
+for phase in "${phases[@]}"; do
+    case "$phase" in
+        build-test|compare-1gpu|compare-2gpu|bench) ;;
+        *) echo "unknown phase: $phase (known: build-test compare-1gpu compare-2gpu bench)" >&2; exit 2 ;;
+    esac
+done
 mkdir -p "$out" .harness
 export PYTHONUNBUFFERED=1 HARNESS_CACHE_DIR="$PWD/.harness/cache" PATH="$PATH:/usr/local/cuda/bin"
 if [ -d .whl ]; then
@@ -33,6 +40,7 @@ if [ ! -f "$ids" ]; then
     stamp=$(date -u +%Y%m%dT%H%M%SZ)
     printf 'RUN_1GPU=gpu1-%s\nRUN_2GPU=gpu2-%s\n' "$stamp" "$stamp" > "$ids"
 fi
+# shellcheck source=/dev/null
 . "$ids"
 platform=linux-x86_64-cuda
 status=0
@@ -46,18 +54,25 @@ for phase in "${phases[@]}"; do
         compare-1gpu)
             one_gpu python3 -m harness compare-outputs --platform "$platform" ;;
         compare-2gpu)
-            mapfile -t groups < <(python3 -c 'from harness.matrix.config import load_matrix
+            # without a --group, compare-outputs would run every group: no list, no run
+            if ! listed=$(python3 -c 'import sys
+from harness.matrix.config import load_matrix
 m = load_matrix("matrix.yaml")
-print("\n".join(g for g in m.platforms["'"$platform"'"].groups if m.groups[g].min_gpus >= 2))')
+print("\n".join(g for g in m.platforms[sys.argv[1]].groups if m.groups[g].min_gpus >= 2))' "$platform"); then
+                echo "compare-2gpu: could not list the two-GPU groups of $platform" >&2
+                exit 1
+            fi
             args=()
-            for g in "${groups[@]}"; do args+=(--group "$g"); done
-            HARNESS_RUN_ID="$RUN_2GPU" python3 -m harness compare-outputs --platform "$platform" "${args[@]}" ;;
+            while read -r g; do [ -n "$g" ] && args+=(--group "$g"); done <<< "$listed"
+            if [ ${#args[@]} -eq 0 ]; then
+                echo "compare-2gpu: $platform has no group with min_gpus >= 2 in matrix.yaml; nothing to run"
+            else
+                HARNESS_RUN_ID="$RUN_2GPU" python3 -m harness compare-outputs --platform "$platform" "${args[@]}"
+            fi ;;
         bench)
             model=$(python3 -m harness models moe-large | sed -n 's/^moe-large: //p')
             one_gpu python3 -m harness bench --build-dir ".harness/fork/build-$platform" --model "$model" \
                 --n-layer 8 --out "results/$RUN_1GPU/$platform/bench.json" ;;
-        *)
-            echo "unknown phase: $phase" >&2; exit 2 ;;
     esac 2>&1 | tee "$out/$phase.log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
 done

@@ -3,7 +3,7 @@
 Markers (declared in pytest.ini): ``slow`` (builds or runs llama.cpp or a fake
 project, or bisects: seconds to minutes each), ``network`` (needs PyPI unless the
 download cache already holds the base source and models), ``debian`` (needs a Debian
-package: g++-mingw-w64-x86-64-posix or chromium; skipped, saying so, without it).
+package: g++-mingw-w64-x86-64-posix, chromium or shellcheck; skipped, saying so, without it).
 The fast tier is ``python -m pytest -m "not slow"``; ``python -m pytest`` runs everything.
 
 A test is marked where it is written (``@pytest.mark.slow``); a test that gets its
@@ -12,6 +12,11 @@ the fixture is.
 """
 
 import pytest
+
+#: Debian packages the suite needs beyond the harness's own (harness.tools.ci_matrix.debian_packages_of:
+#: MinGW-w64 and Wine), each with what needs it; without them those tests skip, saying so.  The report
+#: test's Chromium is looked for at /usr/bin/chromium, which is not always a Debian package's file.
+DEBIAN_PACKAGES = {"shellcheck": "tests/test_workflow_lint.py: the shell scripts of the workflow and of .ci/"}
 
 #: Fixture name -> markers of every test that uses it.  ``patched_tree``/``tree_copy``
 #: (tests/test_windows_check.py) clone the real base, apply the series and compile it

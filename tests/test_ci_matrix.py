@@ -12,16 +12,11 @@ import yaml
 
 from harness.tools import ci_matrix as ci
 from harness.matrix.config import MatrixError, load_matrix
+from workflow_checks import NOX_SESSIONS, matrix_entries, matrix_keys_used, strings
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX_PATH = ROOT / "matrix.yaml"
 WORKFLOW_PATH = ROOT / ".github" / "workflows" / "harness.yml"
-EXPR = re.compile(r"\$\{\{(.*?)\}\}", re.S)
-MATRIX_KEY = re.compile(r"(?<![\w.-])matrix\.([A-Za-z_][\w-]*)")
-STRING_LITERAL = re.compile(r"'(?:[^']|'')*'")  # expression strings, e.g. hashFiles('matrix.yaml')
-NOX_SESSIONS = re.compile(r"\bnox -s ((?:[A-Za-z][\w-]*)(?: [A-Za-z][\w-]*)*)")
-
-
 @pytest.fixture(scope="module")
 def matrix():
     return load_matrix(MATRIX_PATH)
@@ -36,31 +31,6 @@ def run_main(capsys, *argv):
     rc = ci.main(["--matrix", str(MATRIX_PATH), *argv])
     out, err = capsys.readouterr()
     return rc, out, err
-
-
-def strings(node):
-    """Every (key, string) pair in a parsed YAML tree; the key is the mapping key holding the string."""
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if isinstance(v, str):
-                yield k, v
-            else:
-                yield from strings(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from (strings(v) if not isinstance(v, str) else [(None, v)])
-
-
-def matrix_keys_used(job) -> set[str]:
-    """``matrix.<key>`` names referenced in ``${{ }}`` expressions and ``if:`` conditions of ``job``."""
-    used = set()
-    for key, text in strings(job):
-        exprs = EXPR.findall(text)
-        if key == "if" and not exprs:
-            exprs = [text]  # an `if:` is an expression without ${{ }}
-        for expr in exprs:
-            used.update(MATRIX_KEY.findall(STRING_LITERAL.sub("''", expr)))
-    return used
 
 
 def platform_steps(workflow):
@@ -82,18 +52,19 @@ def test_one_entry_per_platform_with_the_windows_self_hosted_labels(matrix, caps
         assert e["runs_on"] == list(p.ci.runs_on)
         assert e["steps"] == list(p.ci.steps) and e["gpu_steps"] == list(p.ci.gpu_steps)
         assert e["needs_gpu"] is bool(p.ci.gpu_steps)
-        assert e["os"] == p.os and e["gpu"] == p.gpu
+        assert e["gpu"] == p.gpu
         assert e["shell"] == {"linux": "bash", "windows": "pwsh"}[e["runner_os"]]
         assert e["base_commit"] == matrix.base_commit
     win = entries["windows-x86_64-cuda"]
     assert win["runs_on"][0] == "self-hosted" and {"windows", "cuda"} <= set(win["runs_on"])
-    assert win["shell"] == "pwsh" and win["os"] == "windows" and win["runner_os"] == "windows"
+    assert win["shell"] == "pwsh" and win["runner_os"] == "windows"
     assert entries["linux-x86_64-cuda"]["needs_gpu"] is True
     assert entries["linux-x86_64-cuda"]["steps"] == ["build"]
     assert entries["linux-x86_64-cpu"]["needs_gpu"] is False
     # Windows CPU: a hosted ubuntu runner cross-builds it and runs it under Wine, in bash
     wine = entries["windows-x86_64-cpu"]
-    assert wine["os"] == "windows" and wine["runner_os"] == "linux" and wine["shell"] == "bash"
+    assert wine["runner_os"] == "linux" and wine["shell"] == "bash"
+    assert wine["debian_packages"] == ["g++-mingw-w64-x86-64-posix", "wine64"]
     assert wine["runs_on"] == ["ubuntu-24.04"] and wine["steps"] == ["build", "test", "compare-outputs"]
     # the self-hosted Windows runner's layout was measured against MAX_PATH
     assert re.search(r"path budget: windows-x86_64-cuda: longest path \d+ of 260 characters: C:\\", err)
@@ -264,8 +235,8 @@ def test_github_output_without_the_variable(monkeypatch, capsys):
 
 def test_workflow_reads_only_keys_every_entry_has_and_uses_them_all(workflow, matrix):
     used = matrix_keys_used(workflow["jobs"]["platform"])
-    assert {"platform", "runs_on", "steps", "gpu_steps", "needs_gpu", "shell"} <= used
-    for entry in ci.ci_matrix(matrix)["include"]:
+    assert {"platform", "runs_on", "steps", "gpu_steps", "needs_gpu", "shell", "environment"} <= used
+    for entry in matrix_entries(matrix):
         assert used <= set(entry), f"{entry['platform']}: the workflow reads missing keys {used - set(entry)}"
         assert set(entry) <= used, f"keys no job reads: {set(entry) - used}"
     for name, job in workflow["jobs"].items():
@@ -384,3 +355,53 @@ def test_summary_step_appends_the_run_summary(workflow, tmp_path):
     assert files["GITHUB_STEP_SUMMARY"] == "## linux-test\n\n# Run 20260101T000000Z-abcd: ✅ passed\n\n"
     rc, out, files = run_step(step, tmp_path, {**env, "HARNESS_RUN_ID": "never-started"}, tmp_path)
     assert rc == 0 and "results/never-started/summary.md was not written" in files["GITHUB_STEP_SUMMARY"]
+
+
+# ----- which runs may use self-hosted runners -------------------------------------------------
+
+@pytest.mark.parametrize("event, ref, allowed, environment, why", [
+    ("push", "refs/heads/main", True, "", "a push to the default branch main"),
+    ("push", "refs/heads/feature", False, "", "a push to refs/heads/feature, not to the default branch main"),
+    ("schedule", "refs/heads/main", True, "", "a scheduled run"),
+    ("workflow_dispatch", "refs/heads/main", True, "", "a manual run of the default branch main"),
+    ("workflow_dispatch", "refs/heads/feature", True, "self-hosted-runners", "a manual run of refs/heads/feature: "
+                                                                           "its self-hosted jobs wait"),
+    ("pull_request", "refs/pull/7/merge", True, "self-hosted-runners", "wait in the protected environment"),
+    ("pull_request_target", "refs/heads/main", False, "", "a pull_request_target event, which may not use"),
+])
+def test_self_hosted_runners_only_for_trusted_events_or_approved_pull_requests(event, ref, allowed, environment, why):
+    gate = ci.self_hosted_gate("true", event, ref, "main")
+    assert (gate.allowed, gate.environment) == (allowed, environment) and why in gate.why
+    assert not ci.self_hosted_gate("false", event, ref, "main").allowed
+    assert not ci.self_hosted_gate("", event, ref, "main").allowed
+
+
+def test_a_pull_request_queues_self_hosted_jobs_in_the_approval_environment(tmp_path, monkeypatch, capsys):
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "out"))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    rc, out, err = run_main(capsys, "--github-output", "--self-hosted", "true", "--event", "pull_request",
+                            "--ref", "refs/pull/7/merge", "--default-branch", "main", "--platform",
+                            "linux-x86_64-cpu,linux-x86_64-cuda")
+    assert rc == 0, err
+    entries = {e["platform"]: e for e in json.loads(out)["include"]}
+    assert entries["linux-x86_64-cuda"]["environment"] == "self-hosted-runners"
+    assert entries["linux-x86_64-cuda"]["runs_on"][0] == "self-hosted"
+    assert entries["linux-x86_64-cpu"]["environment"] == ""  # hosted jobs do not wait
+    assert "## Self-hosted runners\n\nUsed: a pull request: its self-hosted jobs wait in the protected " \
+           "environment self-hosted-runners until a reviewer approves them.\n" in summary.read_text()
+
+
+def test_a_push_to_another_branch_leaves_the_self_hosted_jobs_out_saying_why(tmp_path, monkeypatch, capsys):
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "out"))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    rc, out, err = run_main(capsys, "--github-output", "--self-hosted", "true", "--event", "push",
+                            "--ref", "refs/heads/feature", "--default-branch", "main")
+    assert rc == 0, err
+    entries = {e["platform"]: e for e in json.loads(out)["include"]}
+    assert "windows-x86_64-cuda" not in entries and entries["linux-x86_64-cuda"]["runs_on"] == ["ubuntu-24.04"]
+    text = summary.read_text()
+    assert "Not used: a push to refs/heads/feature, not to the default branch main." in text
+    assert ("`windows-x86_64-cuda`: needs a self-hosted runner (self-hosted, windows, x64, cuda); a push to "
+            "refs/heads/feature, not to the default branch main") in text

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..record import environment
+from ..stages import cross
 from ..stages.cross import missing_build_tools, missing_run_tools
 from .config import CrossSpec, Platform
 
@@ -85,6 +86,21 @@ def cannot_run(p: Platform) -> str | None:
     if p.min_host_ram_gib and ram is not None and ram < p.min_host_ram_gib * 2**30:
         return f"needs {p.min_host_ram_gib} GiB of host RAM; this machine has {ram / 2**30:.1f} GiB"
     return None
+
+
+#: Steps (nox sessions of ``ci.steps``) that only build a platform; the other steps run its executables.
+BUILD_STEPS = frozenset({"build"})
+
+
+def debian_packages(p: Platform, step: str) -> tuple[str, ...]:
+    """The Debian packages a Linux host needs for step ``step`` (a nox session: build, test,
+    compare-outputs) of platform ``p``, the packages :func:`cannot_build` and :func:`cannot_run`
+    name when they are missing: for a platform of another OS with a ``cross`` section, its cross
+    compiler's and, for a step that runs executables, its emulator's; else none.
+    """
+    if p.os == "linux" or p.cross is None:
+        return ()
+    return cross.debian_packages(p.cross, run=step not in BUILD_STEPS)
 
 
 def find_nvcc() -> str | None:

@@ -130,6 +130,16 @@ def missing_run_tools(cross: CrossSpec) -> str | None:
     return None
 
 
+def debian_packages(cross: CrossSpec, run: bool) -> tuple[str, ...]:
+    """The Debian packages a Linux host needs to build a cross platform, and to run it where ``run``.
+
+    Building needs the compiler's package (``cross.compiler.debian`` in matrix.yaml), running also
+    the emulator's (:data:`EMULATORS`): the same packages :func:`missing_build_tools` and
+    :func:`missing_run_tools` name when their programs are absent.
+    """
+    return (cross.compiler_debian, EMULATORS[cross.emulator].debian) if run else (cross.compiler_debian,)
+
+
 #: The MinGW-w64 runtime DLLs a program may need: OpenMP and those it depends on.
 RUNTIME_DLLS = ("libgomp-1.dll", "libwinpthread-1.dll", "libgcc_s_seh-1.dll", "libstdc++-6.dll")
 

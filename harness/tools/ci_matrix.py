@@ -8,7 +8,6 @@ lists no platform itself, so ``matrix.yaml`` stays the only place that does.
 Each entry carries what one platform job reads from ``matrix.<key>``:
 
 ``platform``       the platform's name in matrix.yaml (passed as ``--platform``)
-``os``             ``linux`` or ``windows``: the OS the platform builds for
 ``runner_os``      ``linux`` or ``windows``: the OS of the runner (a Windows
                    platform cross-built and run under Wine has a Linux runner)
 ``runs_on``        the runner labels of ``ci.runs_on`` (``runs-on`` takes a list;
@@ -20,11 +19,21 @@ Each entry carries what one platform job reads from ``matrix.<key>``:
 ``gpu``            the GPU the platform's hardware needs: ``nvidia`` or ``none``
 ``base_commit``    the pinned upstream commit (a cache key part)
 ``models_digest``  SHA-256 of the matrix's model definitions (a cache key part)
+``debian_packages`` Debian packages a Linux runner installs for the job's steps
+                   (:func:`debian_packages_of`); empty on a Windows runner
+``environment``    the protected environment the job waits in for approval
+                   (APPROVAL_ENVIRONMENT, for a self-hosted job of a pull
+                   request or of a manual run of another branch), else
+                   empty: no environment
 
 Platforms whose runner labels include ``self-hosted`` are left out unless
 ``self_hosted`` says such runners exist (the workflow passes the repository
 variable ``HARNESS_SELF_HOSTED_RUNNERS``), so a fork without them queues no
 job that would wait forever; each left-out platform comes with the reason.
+Where they exist, :func:`self_hosted_gate` queues them only for a push to the
+default branch or a scheduled run, or for a pull request or a manual run of
+another branch, whose self-hosted jobs wait in a protected environment for a
+reviewer's approval.
 More than MAX_JOBS entries are refused (GitHub's limit per matrix), and so is
 a platform of a Windows runner whose layout has a path past MAX_PATH
 (``harness.tools.path_budget``) unless its ``ci.long_paths`` says the runner
@@ -43,12 +52,87 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..matrix.config import Matrix, MatrixError, Platform, load_matrix
+from ..matrix.platforms import debian_packages
 from .path_budget import MAX_PATH, PathBudget, files_added_by, path_budget, runs_on_windows
+from .windows_check import MINGW_PACKAGE
 
 #: The default shell of a platform job, by the runner's OS.
 SHELLS = {"linux": "bash", "windows": "pwsh"}
 #: GitHub Actions runs at most 256 jobs from one matrix per workflow run.
 MAX_JOBS = 256
+#: The protected environment (Settings > Environments, with required reviewers) in which the
+#: self-hosted jobs of a pull request or a manual run of another branch wait for approval.
+APPROVAL_ENVIRONMENT = "self-hosted-runners"
+#: nox sessions that run the stages of every selected platform (``--platform``).
+PLATFORM_SESSIONS = frozenset({"build", "test", "compare-outputs"})
+#: Debian packages of the nox sessions that need the same ones on every platform.
+SESSION_DEBIAN_PACKAGES = {"check-windows": (MINGW_PACKAGE,)}
+
+
+@dataclass(frozen=True)
+class SelfHostedGate:
+    """Whether this workflow run queues jobs for self-hosted runners, the reason, and, where they
+    need approval, the environment those jobs wait in for it (else empty)."""
+
+    allowed: bool
+    why: str
+    environment: str = ""
+
+
+def self_hosted_gate(variable: str, event: str = "", ref: str = "", default_branch: str = "") -> SelfHostedGate:
+    """Whether a workflow run of ``event`` on ``ref`` may queue jobs for self-hosted runners.
+
+    ``variable``: the repository variable HARNESS_SELF_HOSTED_RUNNERS (such runners exist when it
+    is ``true``).  ``event``: ``github.event_name``; empty outside Actions, where the variable alone
+    decides.  Queued: a push to ``refs/heads/<default_branch>``, a ``schedule`` run (of the default
+    branch), and a ``pull_request`` or a ``workflow_dispatch`` run of another branch, whose
+    self-hosted jobs then wait in APPROVAL_ENVIRONMENT: a GPU runner runs code that is not on the
+    default branch only after a reviewer approved it.  Any other event is refused, naming it.
+    """
+    var = variable.strip().lower()
+    if var != "true":
+        return SelfHostedGate(False, f"the repository variable HARNESS_SELF_HOSTED_RUNNERS is "
+                                     f"{repr(variable) if variable else 'unset'}, not 'true': set it where such "
+                                     "runners exist")
+    if not event:
+        return SelfHostedGate(True, "HARNESS_SELF_HOSTED_RUNNERS is 'true' (no workflow event given)")
+    on_default = bool(default_branch) and ref == f"refs/heads/{default_branch}"
+    approval = f"its self-hosted jobs wait in the protected environment {APPROVAL_ENVIRONMENT} until a reviewer " \
+               "approves them"
+    if event == "push":
+        if on_default:
+            return SelfHostedGate(True, f"a push to the default branch {default_branch}")
+        return SelfHostedGate(False, f"a push to {ref or 'an unknown ref'}, not to the default branch "
+                                     f"{default_branch or '(unknown)'}")
+    if event == "schedule":
+        return SelfHostedGate(True, "a scheduled run")
+    if event == "workflow_dispatch":
+        if on_default:
+            return SelfHostedGate(True, f"a manual run of the default branch {default_branch}")
+        return SelfHostedGate(True, f"a manual run of {ref or 'an unknown ref'}: {approval}",
+                              environment=APPROVAL_ENVIRONMENT)
+    if event == "pull_request":
+        return SelfHostedGate(True, f"a pull request: {approval}", environment=APPROVAL_ENVIRONMENT)
+    return SelfHostedGate(False, f"a {event} event, which may not use self-hosted runners")
+
+
+def debian_packages_of(matrix: Matrix, sessions: Sequence[str], platforms: Sequence[str] = ()) -> list[str]:
+    """The Debian packages a Linux runner needs for ``nox -s SESSIONS -- [--platform P ...]``, sorted.
+
+    ``platforms``: the platforms the sessions run (default: every platform, as the harness does
+    without ``--platform``).  A session of PLATFORM_SESSIONS needs what
+    :func:`harness.matrix.platforms.debian_packages` says for each platform, the sessions of
+    SESSION_DEBIAN_PACKAGES their own; other sessions need none.  Raises MatrixError for an
+    unknown platform name.
+    """
+    selected = [matrix.platform(n) for n in platforms] if platforms else list(matrix.platforms.values())
+    needed: set[str] = set()
+    for session in sessions:
+        needed.update(SESSION_DEBIAN_PACKAGES.get(session, ()))
+        if session in PLATFORM_SESSIONS:
+            for p in selected:
+                needed.update(debian_packages(p, session))
+    return sorted(needed)
 
 
 @dataclass(frozen=True)
@@ -87,13 +171,15 @@ def models_digest(matrix: Matrix) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def ci_plan(matrix: Matrix, platforms: Sequence[str] = (), *, self_hosted: bool = False,
+def ci_plan(matrix: Matrix, platforms: Sequence[str] = (), *, self_hosted: bool | SelfHostedGate = False,
             layout_files: Callable[[], tuple[list[str], list[str]]] | None = None, repo: str = "") -> CiPlan:
     """The GitHub Actions matrix ``{"include": [entry, ...]}`` for ``matrix`` and what it leaves out.
 
     ``platforms``: names to keep (default: every platform with a ``ci``
     section).  ``self_hosted``: self-hosted runners exist, so platforms that
-    need them are kept.  ``layout_files``: returns (base tree files, files the
+    need them are kept; a :class:`SelfHostedGate` also gives the reason
+    reported for the platforms left out and the approval environment of the
+    self-hosted entries.  ``layout_files``: returns (base tree files, files the
     series adds), called only when a kept platform runs on a Windows runner,
     whose path budget is then checked for repository name ``repo``.  Entries
     follow the order of matrix.yaml; their keys are listed in this module's
@@ -102,6 +188,8 @@ def ci_plan(matrix: Matrix, platforms: Sequence[str] = (), *, self_hosted: bool 
     rejects an empty ``include``), for more than MAX_JOBS entries, and for a
     path past MAX_PATH (naming the path and its length).
     """
+    gate = self_hosted if isinstance(self_hosted, SelfHostedGate) else SelfHostedGate(
+        self_hosted, "set the repository variable HARNESS_SELF_HOSTED_RUNNERS to true where such runners exist")
     wanted = set()
     for name in platforms:
         p = matrix.platform(name)  # MatrixError listing the known names
@@ -116,9 +204,8 @@ def ci_plan(matrix: Matrix, platforms: Sequence[str] = (), *, self_hosted: bool 
         if p.ci is None or (wanted and name not in wanted):
             continue
         runs_on, gpu_steps = p.ci.runs_on, p.ci.gpu_steps
-        if "self-hosted" in runs_on and not self_hosted:
-            why = (f"needs a self-hosted runner ({', '.join(runs_on)}); set the repository variable "
-                   "HARNESS_SELF_HOSTED_RUNNERS to true where such runners exist")
+        if "self-hosted" in runs_on and not gate.allowed:
+            why = f"needs a self-hosted runner ({', '.join(runs_on)}); {gate.why}"
             if not p.ci.hosted_runs_on:
                 left_out[name] = why
                 continue
@@ -127,9 +214,9 @@ def ci_plan(matrix: Matrix, platforms: Sequence[str] = (), *, self_hosted: bool 
                               f"{', '.join(p.ci.steps)} runs on {', '.join(runs_on)}")
         kept.append(p)
         runner_os = "windows" if any(lab == "windows" or lab.startswith("windows-") for lab in runs_on) else "linux"
+        on_self_hosted = "self-hosted" in runs_on
         include.append({
             "platform": name,
-            "os": p.os,
             "runner_os": runner_os,
             "runs_on": list(runs_on),
             "shell": SHELLS[runner_os],
@@ -139,6 +226,9 @@ def ci_plan(matrix: Matrix, platforms: Sequence[str] = (), *, self_hosted: bool 
             "gpu": p.gpu,
             "base_commit": matrix.base_commit,
             "models_digest": digest,
+            "debian_packages": (debian_packages_of(matrix, (*p.ci.steps, *gpu_steps), [name])
+                                if runner_os == "linux" else []),
+            "environment": gate.environment if on_self_hosted else "",
         })
     if not include:
         why = "; ".join(f"{n}: {r}" for n, r in left_out.items()) or "no platform has a ci section"
@@ -220,6 +310,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--self-hosted", default="false", type=lambda v: v.strip().lower(),
                     help="self-hosted runners exist (the repository variable HARNESS_SELF_HOSTED_RUNNERS; "
                          "default false: platforms that need them are left out)")
+    ap.add_argument("--event", default="",
+                    help="the workflow's github.event_name: self-hosted runners are used only for a push to the "
+                         "default branch, a scheduled run, or a pull request or manual run approved in the "
+                         f"environment {APPROVAL_ENVIRONMENT} (default: the --self-hosted value alone decides)")
+    ap.add_argument("--ref", default="", help="the workflow's github.ref (for --event push and workflow_dispatch)")
+    ap.add_argument("--default-branch", default="", help="the repository's default branch (for --event push and workflow_dispatch)")
     ap.add_argument("--patches-dir", type=Path, default=Path("patches"), help="patch series directory")
     ap.add_argument("--repo", default=None,
                     help="repository name for the Windows path budget (default: from $GITHUB_REPOSITORY, "
@@ -233,14 +329,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             or args.matrix.resolve().parent.name)
     from ..stages.patches import PatchError
     from ..stages.source import SourceError
+    gate = self_hosted_gate(args.self_hosted, args.event, args.ref, args.default_branch)
     try:
         matrix = load_matrix(args.matrix)
-        plan = ci_plan(matrix, _split(args.platform), self_hosted=args.self_hosted == "true",
+        plan = ci_plan(matrix, _split(args.platform), self_hosted=gate,
                        layout_files=lambda: base_layout_files(matrix, args.patches_dir), repo=repo)
     except (MatrixError, FileNotFoundError, SourceError, PatchError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(plan.matrix, indent=2))
+    print(f"self-hosted runners: {'used' if gate.allowed else 'not used'}: {gate.why}", file=sys.stderr)
     for name, reason in plan.left_out.items():
         print(f"left out: {name}: {reason}", file=sys.stderr)
     for budget in plan.budgets:
@@ -249,10 +347,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out_file:
         write_github_output(Path(out_file), "matrix", json.dumps(plan.matrix, separators=(",", ":")))
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary and plan.left_out:
+        if summary:
             with open(summary, "a", encoding="utf-8") as fh:
-                fh.write("## Platforms not queued\n\n")
-                fh.writelines(f"- `{name}`: {reason}\n" for name, reason in plan.left_out.items())
+                fh.write(f"## Self-hosted runners\n\n{'Used' if gate.allowed else 'Not used'}: {gate.why}.\n\n")
+                if plan.left_out:
+                    fh.write("## Platforms not queued\n\n")
+                    fh.writelines(f"- `{name}`: {reason}\n" for name, reason in plan.left_out.items())
     return 0
 
 
