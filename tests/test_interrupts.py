@@ -276,23 +276,41 @@ def test_triage_refuses_to_skip_a_newest_run_that_recorded_nothing(project):
                                    "summary.json (it was stopped before it recorded a step); name two runs to compare")
 
 
-def test_ctrl_c_to_nox_and_the_harness_under_it_leaves_no_process_and_an_incomplete_summary(project):
-    """A terminal's Ctrl-C reaches nox and the harness at once (one process group); nox must not kill
-    the harness before it has stopped its builds and written the summary."""
+@pytest.mark.parametrize("signum, to_group", [(signal.SIGINT, True), (signal.SIGINT, False), (signal.SIGTERM, False)],
+                         ids=["ctrl-c-to-both", "sigint-to-nox", "sigterm-to-nox"])
+def test_a_signal_to_nox_reaches_the_harness_which_leaves_no_process_and_an_incomplete_summary(project, signum,
+                                                                                                 to_group):
+    """A terminal's Ctrl-C reaches nox and the harness at once (one process group); a CI runner's cancel or
+    ``timeout`` signals nox alone.  Either way nox must pass the signal on and wait until the harness has
+    stopped its builds and written the summary, then exit with the harness's code."""
     pids = project.root / "pids"
     nox = shutil.which("nox", path=str(Path(sys.executable).parent)) or shutil.which("nox")
     argv = [nox, "-f", str(REPO_ROOT / "noxfile.py"), "-s", "build", "--", *project.argv("build")[4:]]
     run = subprocess.Popen(argv, cwd=REPO_ROOT, env=project.env(FAKE_BUILD_SLEEP_S="120", FAKE_PIDS=str(pids)),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the build's slow step")
-    os.killpg(run.pid, signal.SIGINT)
-    out, err = run.communicate(timeout=60)
-    assert run.returncode == 130, out + err
-    assert pids_alive(pids) == []
-    s = summary(project.results)
-    assert s["overall"] == "incomplete"
-    assert [(c["config"], c["status"]) for c in s["configurations"] if c["step"] == "build"] == \
-        [("fork", "interrupted")]
+    try:
+        wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the build's slow step")
+        if to_group:
+            os.killpg(run.pid, signum)
+        else:
+            run.send_signal(signum)
+        out, err = run.communicate(timeout=60)
+        assert run.returncode == 128 + signum, out + err
+        assert pids_alive(pids) == []
+        s = summary(project.results)
+        assert s["overall"] == "incomplete"
+        assert [(c["config"], c["status"]) for c in s["configurations"] if c["step"] == "build"] == \
+            [("fork", "interrupted")]
+        assert f"interrupted by {signal.Signals(signum).name}" in \
+            next(c["detail"] for c in s["configurations"] if c["step"] == "build")
+    finally:  # what a failing nox left behind must not run on
+        for pid in pids_alive(pids):
+            os.kill(pid, signal.SIGKILL)
+        try:
+            os.killpg(run.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        run.wait(timeout=60)
 
 
 def test_a_failure_found_before_the_interrupt_is_kept(project):

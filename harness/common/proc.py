@@ -231,6 +231,33 @@ def handle_signals() -> Iterator[None]:
             signal.signal(s, h)
 
 
+def run_passing_signals(argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> int:
+    """Run ``argv`` in this process's own group and wait for it, passing on every SIGINT and SIGTERM we get.
+
+    For a wrapper (noxfile.py) whose child stops its own children and records
+    its run when interrupted: the wrapper neither dies at once on SIGTERM
+    (leaving the child running) nor kills the child, it waits for it.  A
+    terminal's Ctrl-C reaches both; the child ignores the copy we pass on
+    (:func:`handle_signals`).  ``env`` is added on top of ``os.environ``.
+    Returns the child's exit code, ``128 + signal`` when a signal killed it.
+    Raises OSError when the program cannot be started.  Only usable from the
+    main thread.
+    """
+    child = subprocess.Popen(list(argv), env={**os.environ, **(env or {})})
+
+    def pass_on(signum: int, _frame: Any) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    old = {s: signal.signal(s, pass_on) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = child.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return 128 - rc if rc < 0 else rc
+
+
 def exit_code_for(exc: BaseException) -> int:
     """The process exit code for an exception that ended a run: 128 + signal for an interrupt, else 1."""
     if isinstance(exc, Interrupted):
@@ -241,4 +268,4 @@ def exit_code_for(exc: BaseException) -> int:
 
 
 __all__ = ["GRACE_S", "Completed", "Interrupted", "exit_code_for", "finish", "handle_signals", "live", "run",
-           "run_capture", "start", "terminate", "terminate_all"]
+           "run_capture", "run_passing_signals", "start", "terminate", "terminate_all"]
