@@ -205,6 +205,23 @@ def test_a_build_waits_for_a_running_generation_of_another_process(project):
     assert json.loads(stamp.read_text())["options"]["FAKE_OTHER"] == "1"
 
 
+def test_two_runs_that_use_one_up_to_date_build_run_at_once(project):
+    mark = with_second_model(project)
+    _built(project)
+    first = start(project.argv("compare-outputs"), hang_second(project, mark))
+    try:
+        wait_for(mark.exists, what="the first run's slow generation")  # it holds the build for reading
+        second = subprocess.run(project.argv("compare-outputs", extra=("--results-dir", str(project.root / "rb"))),
+                                cwd=REPO_ROOT, env=project.env(), capture_output=True, text=True, timeout=100)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert "waiting" not in second.stdout + second.stderr
+        assert first.poll() is None  # the second did not queue behind the first
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    assert first.returncode == 130
+
+
 def test_a_run_id_held_by_a_live_process_is_refused(project):
     _built(project)
     pids = project.root / "pids"
