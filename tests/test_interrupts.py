@@ -170,6 +170,57 @@ def test_sigterm_during_comparisons_keeps_the_finished_ones_and_names_the_cut_st
     assert any("generate base: interrupted by SIGTERM" in r for r in s["incomplete"])
 
 
+def _stat(pid: str) -> list[str]:
+    """Fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, session, ..."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _processes() -> dict[int, list[str]]:
+    out = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            out[int(entry.name)] = _stat(entry.name)
+        except (OSError, IndexError):
+            pass
+    return out
+
+
+def sessions_started_by(pid: int) -> set[int]:
+    """The session ids of ``pid``'s children (the harness starts each child in a new session)."""
+    return {int(f[3]) for f in _processes().values() if int(f[1]) == pid}
+
+
+def alive_in(sessions: set[int]) -> list[int]:
+    """The live (not zombie) processes of those sessions."""
+    return [pid for pid, f in _processes().items() if int(f[3]) in sessions and f[0] != "Z"]
+
+
+def test_a_build_left_running_by_a_sigkilled_harness_is_ended_before_the_next_build_and_its_stamp(project):
+    pids = project.root / "pids"
+    killed = start(project.argv("build", extra=("--results-dir", str(project.root / "ra"))),
+                   project.env(FAKE_BUILD_SLEEP_S="10", FAKE_PIDS=str(pids)))
+    wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the build's slow step")
+    slow_step_ends = time.monotonic() + 10
+    sessions = sessions_started_by(killed.pid)
+    killed.kill()
+    killed.communicate(timeout=60)
+    try:
+        assert alive_in(sessions), "SIGKILL left no build running: the test proves nothing"
+        rerun = subprocess.run(project.argv("build"), cwd=REPO_ROOT, env=project.env(), capture_output=True,
+                               text=True, timeout=300)
+        assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+        assert alive_in(sessions) == []  # cmake --build, ninja and the slow step of the killed run are gone
+        assert "that a killed harness process left running under" in rerun.stdout
+        time.sleep(max(0.0, slow_step_ends - time.monotonic()) + 3)  # when the orphaned build would have gone on
+        build_dir = project.work / "fork" / "build-linux-x86_64-cpu"
+        stamp = build_dir / "harness-build.json"
+        later = [p for p in build_dir.rglob("*") if p.is_file() and p.stat().st_mtime_ns > stamp.stat().st_mtime_ns]
+        assert later == []  # nothing changed the tree after its stamp
+    finally:
+        for pid in alive_in(sessions):
+            os.kill(pid, signal.SIGKILL)
+
+
 # --------------------------------------------------------------------------- concurrent processes
 
 
