@@ -325,6 +325,26 @@ def test_triage_names_an_interrupted_newest_run_incomplete_and_finds_no_regressi
     assert report["b_incomplete"] and len(report["not_compared"]) >= 2 and report["verdict"] == "clean"
 
 
+def test_triage_of_a_narrower_run_lists_what_it_did_not_run_apart_and_fails_on_it_only_when_strict(project):
+    with_second_model(project)
+    full = subprocess.run(project.argv("build", "test", "compare-outputs"), cwd=REPO_ROOT, env=project.env(),
+                          capture_output=True, text=True)
+    assert full.returncode == 0, full.stdout + full.stderr
+    narrow = subprocess.run(project.argv("compare-outputs", extra=("--model", "tiny")), cwd=REPO_ROOT,
+                            env=project.env(), capture_output=True, text=True)
+    assert narrow.returncode == 0, narrow.stdout + narrow.stderr
+
+    done = triage(project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "not compared: linux-x86_64-cpu base-vs-fork second/one: fork vs base (identical in A; not run in B)" \
+        in done.stdout
+    assert "not compared: linux-x86_64-cpu fork test (passed in A; not run in B)" in done.stdout
+    assert "REGRESSIONS (0)" in done.stdout and "verdict: no regressions" in done.stdout
+    strict = triage(project, "--strict")
+    assert strict.returncode == 1, strict.stdout + strict.stderr
+    assert "identical -> absent" in strict.stdout and "passed -> absent" in strict.stdout
+
+
 def test_triage_refuses_to_skip_a_newest_run_that_recorded_nothing(project):
     for _ in range(2):
         done = subprocess.run(project.argv("build"), cwd=REPO_ROOT, env=project.env(), capture_output=True, text=True)
