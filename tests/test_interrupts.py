@@ -120,6 +120,24 @@ def test_a_group_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path,
     assert pids_alive(pid_file) == []
 
 
+def test_end_holders_ends_every_process_a_hold_started_grandchildren_too_and_nothing_else(tmp_path):
+    pid_file = tmp_path / "pids"
+    with proc.holding("token-a"):
+        held = proc.start(["sh", "-c", f"sleep 600 & echo $! >> {pid_file}; echo $$ >> {pid_file}; wait"])
+        with proc.holding("token-b"):
+            both = proc.start(["sleep", "600"])
+    other = proc.start(["sleep", "600"])  # started after the holds: carries no token
+    try:
+        wait_for(lambda: pid_file.exists() and len(pid_file.read_text().split()) == 2, what="the children")
+        assert sorted(proc.holders("token-a")) == sorted([*map(int, pid_file.read_text().split()), both.pid])
+        assert proc.end_holders("token-a", grace_s=2) == 3
+        assert pids_alive(pid_file) == [] and held.wait(timeout=10) and both.wait(timeout=10)
+        assert proc.holders("token-a") == proc.holders("token-b") == [] and proc.end_holders("token-a") == 0
+        assert other.poll() is None
+    finally:
+        proc.terminate_all()
+
+
 # --------------------------------------------------------------------------- signals to the harness
 
 

@@ -8,6 +8,8 @@ threads of a server are one unit.  A child that times out, or that is running
 when the harness is interrupted (SIGINT, SIGTERM) or fails with an exception,
 has its whole group terminated: SIGTERM, then SIGKILL after
 :data:`GRACE_S` seconds, and is waited for.  No child outlives the harness.
+A harness killed with SIGKILL cannot do this; what it started under a lock is
+found by :data:`HOLDS_ENV` and ended by the next holder (harness.common.locks).
 
 :func:`handle_signals` turns SIGINT and SIGTERM into :class:`Interrupted`, a
 ``BaseException`` (like ``KeyboardInterrupt``), so the ``except Exception``
