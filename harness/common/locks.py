@@ -9,8 +9,9 @@ so a crashed run never leaves a stale lock behind.
 * :func:`build_lock`: a reader/writer lock per build directory
   (``filelock.ReadWriteLock``).  A build holds it for writing while it
   configures and builds; test and generation stages hold it for reading while
-  they run the binaries, so no build in another process relinks a library
-  under a running ``llama-completion``, and any number of readers share it.
+  they run the binaries (and check under it that the build is up to date), so no
+  build in another process relinks a library under a running
+  ``llama-completion``, and any number of readers share an up-to-date build.
   ``filelock`` (>= 3.21) provides this lock on SQLite's own locking, which
   lets us use one library for every lock instead of adding ``fasteners``.
 
