@@ -314,6 +314,8 @@ def run_passing_signals(argv: Sequence[str], *, env: Mapping[str, str] | None = 
     child = subprocess.Popen(list(argv), env={**os.environ, **(env or {})})
 
     def pass_on(signum: int, _frame: Any) -> None:
+        if os.name == "nt" and signum == signal.SIGINT:  # pragma: no cover - the console sends it to the child too
+            return
         if child.poll() is None:
             child.send_signal(signum)
 
