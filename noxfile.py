@@ -116,7 +116,7 @@ def check_windows(session: nox.Session) -> None:
 
 @nox.session
 def triage(session: nox.Session) -> None:
-    """What changed between two runs: ``nox -s triage -- [A B] [--json]``; exit 1 on a regression."""
+    """What changed between two runs: ``nox -s triage -- [A B] [--json] [--strict]``; exit 1 on a regression."""
     _harness(session, "triage")
 
 
