@@ -7,16 +7,15 @@ in the project's ``.venv`` when nox itself runs elsewhere (pipx); the stages of 
 invocation share one results run.
 
 The first session that fails stops the chain, and nox exits with the harness's own exit
-code (harness/common/errors.py: 1 failed, 2 bad input, 3 incomplete, 4 environment): the session
-raises SystemExit with it, which nox lets through, so nox prints no "Session ... failed"
-line and writes no --report for that invocation.
+code (harness/common/errors.py: 1 failed, 2 bad input or environment, 3 incomplete): the
+session raises SystemExit with it, which nox lets through, so nox prints no "Session ...
+failed" line and writes no --report for that invocation.  SIGINT and SIGTERM that nox gets
+are passed on to the harness, and nox waits for it to stop its children and record the run.
 """
 
 import importlib.util
 import os
 import shlex
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 from harness.common.errors import EXIT_ENVIRONMENT  # noqa: E402
+from harness.common.proc import run_passing_signals  # noqa: E402
 from harness.record.results import new_run_id  # noqa: E402
 
 nox.options.default_venv_backend = "none"
@@ -55,16 +55,8 @@ def _python() -> str:
 def _run(session: nox.Session, *args: str) -> None:
     argv = [_python(), *args]
     session.log(shlex.join(argv))
-    child = subprocess.Popen(argv, env={**os.environ, "HARNESS_RUN_ID": RUN_ID})
-    while True:
-        try:
-            rc = child.wait()
-            break
-        except KeyboardInterrupt:
-            # Ctrl-C: the harness stops its own children and writes the run's summary before it exits
-            # (130); let it finish instead of killing it after subprocess's quarter second, which would
-            # leave its builds and generations running.  A SIGINT nox alone got is passed on.
-            child.send_signal(signal.SIGINT)
+    # SIGINT and SIGTERM are passed on and waited for: the harness stops its children and records the run
+    rc = run_passing_signals(argv, env={"HARNESS_RUN_ID": RUN_ID})
     if rc:
         session.log(f"Session {session.name} failed with exit code {rc}")
         raise SystemExit(rc)  # nox would turn every failure into 1
@@ -124,7 +116,7 @@ def check_windows(session: nox.Session) -> None:
 
 @nox.session
 def triage(session: nox.Session) -> None:
-    """What changed between two runs: ``nox -s triage -- [A B] [--json]``; exit 1 on a regression."""
+    """What changed between two runs: ``nox -s triage -- [A B] [--json] [--strict]``; exit 1 on a regression."""
     _harness(session, "triage")
 
 

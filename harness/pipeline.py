@@ -22,7 +22,7 @@ from .record import environment, gpu
 from .common import proc
 from .stages.cross import Emulator, emulator_for, find_emulator_program
 from .stages.build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
-                    cuda_architectures_from_nvidia_smi, find_tool, is_up_to_date)
+                    cuda_architectures_from_nvidia_smi, find_tool, is_up_to_date, up_to_date_result)
 from .stages.cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
 from .stages.compare import GenerationSpec, to_json
 from .matrix.config import Generation, Matrix, Platform
@@ -236,25 +236,32 @@ class Pipeline:
             return prepare_tree(base, work, "base")
 
     def _build_and_hold(self, req: BuildRequest, logs: Path) -> BuildResult:
-        """Build ``req``, then hold its directory for reading until the run ends (see harness.common.locks).
+        """Hold ``req``'s directory for reading until the run ends (see harness.common.locks), building it first
+        unless it is up to date.
 
+        An up-to-date directory is only read-locked, so runs that use the same
+        build share it; a build takes the write lock, which waits for them.
         Between the build releasing its write lock and this process taking the
         read lock, another process may have rebuilt the directory with other
         options; the build is then done again (at most 3 times).
         """
-        for _ in range(3):
-            result = build(req, logs, self.say)
-            if result.status != "passed":
-                return result
+        built: BuildResult | None = None
+        for attempt in range(4):
             hold = BuildLock(req.build_dir)
             hold.read(self.say)
             if is_up_to_date(req):
                 self._held.append(hold)
-                return result
+                return built or up_to_date_result(req, logs)
             hold.release()
-        result.status, result.detail = "error", (f"{req.build_dir} was rebuilt with other options by another "
-                                                 "harness process three times in a row")
-        return result
+            if attempt == 3:
+                break
+            built = build(req, logs, self.say)
+            if built.status != "passed":
+                return built
+        assert built is not None
+        built.status, built.detail = "error", (f"{req.build_dir} was rebuilt with other options by another "
+                                               "harness process three times in a row")
+        return built
 
     def _build_variant(self, p: Platform, variant: str) -> BuildResult:
         logs = self.run.layout.build_logs(p.name, variant)

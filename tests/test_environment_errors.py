@@ -7,6 +7,7 @@ mount namespace (``unshare``), around a real harness process.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -118,5 +119,31 @@ def test_a_disk_that_fills_mid_run_keeps_what_was_written_and_says_incomplete(pr
         "--results-dir", str(where)))], where, "1m"), FAKE_BIG_MB="2")
     kept = json.loads((project.root / "kept.json").read_text())
     assert kept["overall"] == "incomplete"
-    assert any(f"holding {where}/" in r and "is full (No space left on device)" in r for r in kept["incomplete"])
+    assert any(re.search(rf"holding {re.escape(str(where))}/\S+ is full \({re.escape(str(where))}/\S+: No space left on "
+                         r"device\)", r) for r in kept["incomplete"])
     assert "engine.stderr" in (project.root / "kept-gen.txt").read_text()  # what was written stays
+
+
+@needs_mount
+def test_a_disk_that_fills_mid_run_names_the_file_leaves_no_temporary_file_and_a_summary_md(project):
+    build = harness(project, project.argv("build"))
+    assert build.returncode == 0, build.stdout + build.stderr
+    where = project.root / "small"
+    # the base engine's 1 MiB of log fills a 600 KiB results file system; what is left there is read
+    # from inside the same mount namespace, before the tmpfs goes with it
+    kept = project.root / "kept"
+    kept.mkdir()
+    script = project.root / "run-and-read.sh"
+    script.write_text(f'"$@" > {kept}/stdout 2> {kept}/stderr; echo $? > {kept}/rc; '
+                      f'find {where} -name "*.tmp" > {kept}/tmp-files; '
+                      f'cp {where}/latest/summary.md {kept}/summary.md\n')
+    harness(project, in_tmpfs(["sh", str(script), *project.argv("compare-outputs", extra=(
+        "--results-dir", str(where)))], where, "600k"), FAKE_BIG_MB="1")
+    stderr = (kept / "stderr").read_text()
+    assert (kept / "rc").read_text().strip() == "2", (kept / "stdout").read_text() + stderr
+    assert "Traceback" not in stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and re.fullmatch(rf"error: {re.escape(str(where))}/\S+: No space left on device", lines[0])
+    assert (kept / "tmp-files").read_text() == ""
+    md = (kept / "summary.md").read_text()
+    assert "incomplete" in md.splitlines()[0] and "is full" in md

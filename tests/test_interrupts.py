@@ -120,6 +120,24 @@ def test_a_group_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path,
     assert pids_alive(pid_file) == []
 
 
+def test_end_holders_ends_every_process_a_hold_started_grandchildren_too_and_nothing_else(tmp_path):
+    pid_file = tmp_path / "pids"
+    with proc.holding("token-a"):
+        held = proc.start(["sh", "-c", f"sleep 600 & echo $! >> {pid_file}; echo $$ >> {pid_file}; wait"])
+        with proc.holding("token-b"):
+            both = proc.start(["sleep", "600"])
+    other = proc.start(["sleep", "600"])  # started after the holds: carries no token
+    try:
+        wait_for(lambda: pid_file.exists() and len(pid_file.read_text().split()) == 2, what="the children")
+        assert sorted(proc.holders("token-a")) == sorted([*map(int, pid_file.read_text().split()), both.pid])
+        assert proc.end_holders("token-a", grace_s=2) == 3
+        assert pids_alive(pid_file) == [] and held.wait(timeout=10) and both.wait(timeout=10)
+        assert proc.holders("token-a") == proc.holders("token-b") == [] and proc.end_holders("token-a") == 0
+        assert other.poll() is None
+    finally:
+        proc.terminate_all()
+
+
 # --------------------------------------------------------------------------- signals to the harness
 
 
@@ -170,6 +188,57 @@ def test_sigterm_during_comparisons_keeps_the_finished_ones_and_names_the_cut_st
     assert any("generate base: interrupted by SIGTERM" in r for r in s["incomplete"])
 
 
+def _stat(pid: str) -> list[str]:
+    """Fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, session, ..."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _processes() -> dict[int, list[str]]:
+    out = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            out[int(entry.name)] = _stat(entry.name)
+        except (OSError, IndexError):
+            pass
+    return out
+
+
+def sessions_started_by(pid: int) -> set[int]:
+    """The session ids of ``pid``'s children (the harness starts each child in a new session)."""
+    return {int(f[3]) for f in _processes().values() if int(f[1]) == pid}
+
+
+def alive_in(sessions: set[int]) -> list[int]:
+    """The live (not zombie) processes of those sessions."""
+    return [pid for pid, f in _processes().items() if int(f[3]) in sessions and f[0] != "Z"]
+
+
+def test_a_build_left_running_by_a_sigkilled_harness_is_ended_before_the_next_build_and_its_stamp(project):
+    pids = project.root / "pids"
+    killed = start(project.argv("build", extra=("--results-dir", str(project.root / "ra"))),
+                   project.env(FAKE_BUILD_SLEEP_S="10", FAKE_PIDS=str(pids)))
+    wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the build's slow step")
+    slow_step_ends = time.monotonic() + 10
+    sessions = sessions_started_by(killed.pid)
+    killed.kill()
+    killed.communicate(timeout=60)
+    try:
+        assert alive_in(sessions), "SIGKILL left no build running: the test proves nothing"
+        rerun = subprocess.run(project.argv("build"), cwd=REPO_ROOT, env=project.env(), capture_output=True,
+                               text=True, timeout=300)
+        assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+        assert alive_in(sessions) == []  # cmake --build, ninja and the slow step of the killed run are gone
+        assert "that a killed harness process left running under" in rerun.stdout
+        time.sleep(max(0.0, slow_step_ends - time.monotonic()) + 3)  # when the orphaned build would have gone on
+        build_dir = project.work / "fork" / "build-linux-x86_64-cpu"
+        stamp = build_dir / "harness-build.json"
+        later = [p for p in build_dir.rglob("*") if p.is_file() and p.stat().st_mtime_ns > stamp.stat().st_mtime_ns]
+        assert later == []  # nothing changed the tree after its stamp
+    finally:
+        for pid in alive_in(sessions):
+            os.kill(pid, signal.SIGKILL)
+
+
 # --------------------------------------------------------------------------- concurrent processes
 
 
@@ -203,6 +272,23 @@ def test_a_build_waits_for_a_running_generation_of_another_process(project):
     stamp = project.work / "fork" / "build-linux-x86_64-cpu" / "harness-build.json"
     assert stamp.stat().st_mtime >= gen_end - 0.5  # relinked only after the generations ended
     assert json.loads(stamp.read_text())["options"]["FAKE_OTHER"] == "1"
+
+
+def test_two_runs_that_use_one_up_to_date_build_run_at_once(project):
+    mark = with_second_model(project)
+    _built(project)
+    first = start(project.argv("compare-outputs"), hang_second(project, mark))
+    try:
+        wait_for(mark.exists, what="the first run's slow generation")  # it holds the build for reading
+        second = subprocess.run(project.argv("compare-outputs", extra=("--results-dir", str(project.root / "rb"))),
+                                cwd=REPO_ROOT, env=project.env(), capture_output=True, text=True, timeout=100)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert "waiting" not in second.stdout + second.stderr
+        assert first.poll() is None  # the second did not queue behind the first
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    assert first.returncode == 130
 
 
 def test_a_run_id_held_by_a_live_process_is_refused(project):
@@ -257,6 +343,26 @@ def test_triage_names_an_interrupted_newest_run_incomplete_and_finds_no_regressi
     assert report["b_incomplete"] and len(report["not_compared"]) >= 2 and report["verdict"] == "clean"
 
 
+def test_triage_of_a_narrower_run_lists_what_it_did_not_run_apart_and_fails_on_it_only_when_strict(project):
+    with_second_model(project)
+    full = subprocess.run(project.argv("build", "test", "compare-outputs"), cwd=REPO_ROOT, env=project.env(),
+                          capture_output=True, text=True)
+    assert full.returncode == 0, full.stdout + full.stderr
+    narrow = subprocess.run(project.argv("compare-outputs", extra=("--model", "tiny")), cwd=REPO_ROOT,
+                            env=project.env(), capture_output=True, text=True)
+    assert narrow.returncode == 0, narrow.stdout + narrow.stderr
+
+    done = triage(project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "not compared: linux-x86_64-cpu base-vs-fork second/one: fork vs base (identical in A; not run in B)" \
+        in done.stdout
+    assert "not compared: linux-x86_64-cpu fork test (passed in A; not run in B)" in done.stdout
+    assert "REGRESSIONS (0)" in done.stdout and "verdict: no regressions" in done.stdout
+    strict = triage(project, "--strict")
+    assert strict.returncode == 1, strict.stdout + strict.stderr
+    assert "identical -> absent" in strict.stdout and "passed -> absent" in strict.stdout
+
+
 def test_triage_refuses_to_skip_a_newest_run_that_recorded_nothing(project):
     for _ in range(2):
         done = subprocess.run(project.argv("build"), cwd=REPO_ROOT, env=project.env(), capture_output=True, text=True)
@@ -276,23 +382,41 @@ def test_triage_refuses_to_skip_a_newest_run_that_recorded_nothing(project):
                                    "summary.json (it was stopped before it recorded a step); name two runs to compare")
 
 
-def test_ctrl_c_to_nox_and_the_harness_under_it_leaves_no_process_and_an_incomplete_summary(project):
-    """A terminal's Ctrl-C reaches nox and the harness at once (one process group); nox must not kill
-    the harness before it has stopped its builds and written the summary."""
+@pytest.mark.parametrize("signum, to_group", [(signal.SIGINT, True), (signal.SIGINT, False), (signal.SIGTERM, False)],
+                         ids=["ctrl-c-to-both", "sigint-to-nox", "sigterm-to-nox"])
+def test_a_signal_to_nox_reaches_the_harness_which_leaves_no_process_and_an_incomplete_summary(project, signum,
+                                                                                                 to_group):
+    """A terminal's Ctrl-C reaches nox and the harness at once (one process group); a CI runner's cancel or
+    ``timeout`` signals nox alone.  Either way nox must pass the signal on and wait until the harness has
+    stopped its builds and written the summary, then exit with the harness's code."""
     pids = project.root / "pids"
     nox = shutil.which("nox", path=str(Path(sys.executable).parent)) or shutil.which("nox")
     argv = [nox, "-f", str(REPO_ROOT / "noxfile.py"), "-s", "build", "--", *project.argv("build")[4:]]
     run = subprocess.Popen(argv, cwd=REPO_ROOT, env=project.env(FAKE_BUILD_SLEEP_S="120", FAKE_PIDS=str(pids)),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the build's slow step")
-    os.killpg(run.pid, signal.SIGINT)
-    out, err = run.communicate(timeout=60)
-    assert run.returncode == 130, out + err
-    assert pids_alive(pids) == []
-    s = summary(project.results)
-    assert s["overall"] == "incomplete"
-    assert [(c["config"], c["status"]) for c in s["configurations"] if c["step"] == "build"] == \
-        [("fork", "interrupted")]
+    try:
+        wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the build's slow step")
+        if to_group:
+            os.killpg(run.pid, signum)
+        else:
+            run.send_signal(signum)
+        out, err = run.communicate(timeout=60)
+        assert run.returncode == 128 + signum, out + err
+        assert pids_alive(pids) == []
+        s = summary(project.results)
+        assert s["overall"] == "incomplete"
+        assert [(c["config"], c["status"]) for c in s["configurations"] if c["step"] == "build"] == \
+            [("fork", "interrupted")]
+        assert f"interrupted by {signal.Signals(signum).name}" in \
+            next(c["detail"] for c in s["configurations"] if c["step"] == "build")
+    finally:  # what a failing nox left behind must not run on
+        for pid in pids_alive(pids):
+            os.kill(pid, signal.SIGKILL)
+        try:
+            os.killpg(run.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        run.wait(timeout=60)
 
 
 def test_a_failure_found_before_the_interrupt_is_kept(project):

@@ -807,7 +807,7 @@ def test_group_check_compares_fork_configs_at_k_against_the_base(tmp_path):
     assert (tmp_path / "calls.log").read_text().split() == ["k0", "k2", "k3", "k0", "k5"]
 
 
-def test_a_step_lost_from_a_platform_that_still_ran_is_a_regression(tmp_path):
+def test_a_step_not_run_in_b_is_not_compared_and_a_regression_only_when_strict(tmp_path):
     a = make_run(tmp_path, "a", regressed=False, platforms=(CPU,))
     b = Run.open(tmp_path, "b")
     for step in a.steps:
@@ -815,8 +815,13 @@ def test_a_step_lost_from_a_platform_that_still_ran_is_a_regression(tmp_path):
             b.record_step(step)
     b.record_comparisons([c for c in a.comparisons if c.group == "base-vs-fork"])
     report = diff_runs(a.dir, b.dir)
-    regressions = {(t.kind, t.what, t.before, t.after) for t in report.regressions}
-    assert regressions == {("step", "fork-load-none generate", "passed", "absent")}
+    assert report.regressions == []
+    assert f"{CPU} fork-load-none generate (passed in A; not run in B)" in report.not_compared
+    assert "NOT RUN IN b (" in triage.format_report(report)
+    strict = diff_runs(a.dir, b.dir, strict=True)
+    regressions = {(t.kind, t.what, t.before, t.after) for t in strict.regressions}
+    assert ("step", "fork-load-none generate", "passed", "absent") in regressions
+    assert strict.not_compared == []
 
 
 def _cmp(status: str, div: dict | None = None, kl_mean: float | None = None, prompt: str = "story") -> ComparisonRecord:

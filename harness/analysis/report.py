@@ -29,6 +29,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ..common.fs import write_text_whole
 from ..record.results import COMPARISON, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
 from .signatures import load_signatures, step_logs
 from ..record.results import describe_divergence_record
@@ -524,9 +525,7 @@ def write_report(run_dir: Path, out: Path | None = None, baseline: Path | None =
     """Write the HTML report of ``run_dir`` to ``out`` (default ``run_dir/report.html``); return its path."""
     out = out or RunLayout(run_dir).report_html
     html_text = render_html(run_dir, baseline)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(html_text, encoding="utf-8")
-    tmp.replace(out)
+    write_text_whole(out, html_text)
     return out
 
 

@@ -18,10 +18,16 @@ B.  It reports, from the two ``summary.json`` files and the run directories:
 
 A run B that is incomplete (stopped by a signal, an exception or a full disk, or with
 something asked for not run) is named so and compared only on what it recorded: what A
-has and B did not get to is listed as not compared, never as a regression.  When the
+has and B did not get to is listed as not compared, not as a regression.  When the
 newest run has no summary.json at all, triage says so instead of comparing older runs.
 
-Exit status: 1 when there is any regression, 0 when there is none, 2 for bad input.
+A record of A that B has not is "not run in B", apart from the regressions: B may be
+narrower on purpose (``--model``, fewer stages or platforms).  ``--strict`` counts such
+records (and those B was interrupted in) as regressions, for a gate that wants B to cover A.
+
+Exit status: 1 when there is any regression (something that ran in both runs got worse;
+with ``--strict`` also something of A that B did not run), 0 when there is none, 2 for
+bad input.
 
 Bisecting the patch series or upstream commits is harness.analysis.bisect.
 """
@@ -289,10 +295,11 @@ class TriageReport:
     signatures_gone: list[SignatureSeen] = field(default_factory=list)
     pin_changes: list[PinChange] = field(default_factory=list)
     timing_changes: list[TimingChange] = field(default_factory=list)
-    #: why run B is incomplete ([] when it is complete); an incomplete B is compared only on what it
-    #: recorded, and ``not_compared`` lists what A has that B did not get to (never a regression)
+    #: why run B is incomplete ([] when it is complete); B is compared only on what it recorded, and
+    #: ``not_compared`` lists what A has that B did not run or was stopped in (a regression only when ``strict``)
     b_incomplete: list[str] = field(default_factory=list)
     not_compared: list[str] = field(default_factory=list)
+    strict: bool = False
 
     @property
     def regressions(self) -> list[Transition]:
@@ -344,24 +351,28 @@ def _short(sig: dict | None) -> dict[str, str] | None:
     return None if sig is None else {"kind": sig["kind"], "key": sig["key"], "summary": sig["summary"]}
 
 
-def _unfinished(after: str, b_incomplete: bool) -> bool:
-    """True when B's side of a record says nothing: B was stopped before it (absent) or during it."""
-    return after == "interrupted" or (b_incomplete and after == "absent")
+def _unfinished(after: str) -> bool:
+    """True when B's side of a record says nothing: B did not run it (absent) or was stopped during it."""
+    return after in ("absent", "interrupted")
+
+
+def _not_run(before: str, after: str) -> str:
+    """The parenthesis of a not-compared record: ``(identical in A; not run in B)``."""
+    return f"({before} in A; {'not run' if after == 'absent' else after} in B)"
 
 
 def _step_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set,
-                      not_compared: list[str] | None = None) -> list[Transition]:
+                      not_compared: list[str] | None = None, strict: bool = False) -> list[Transition]:
     steps_a = {(s["platform"], s["config"], s["step"]): s for s in sa.get("configurations", [])}
     steps_b = {(s["platform"], s["config"], s["step"]): s for s in sb.get("configurations", [])}
-    b_incomplete = bool(incomplete_reasons(sb))
     out = []
     for key in sorted(set(steps_a) | set(steps_b)):
         a, b = steps_a.get(key), steps_b.get(key)
         before = a["status"] if a else "absent"
         after = b["status"] if b else "absent"
-        if before != after and _unfinished(after, b_incomplete):
+        if before != after and _unfinished(after) and not strict:
             if not_compared is not None and a is not None:
-                not_compared.append(f"{key[0]} {key[1]} {key[2]} ({before} in A; {after} in B)")
+                not_compared.append(f"{key[0]} {key[1]} {key[2]} {_not_run(before, after)}")
             continue
         if before == after:
             sa_sig, sb_sig = sig_a.get(key), sig_b.get(key)
@@ -372,8 +383,7 @@ def _step_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set,
                                       (sb_sig["kind"], sb_sig["key"]) in known))
             continue
         category = _category(before, after, BAD_STEP)
-        if after == "absent" and before in GOOD and any(k[0] == key[0] and k[2] == key[2] for k in steps_b):
-            # B ran this step on this platform but no longer for this configuration: something was lost
+        if strict and _unfinished(after):
             category = "regression"
         failing_side = sig_a.get(key) if category == "fix" else sig_b.get(key)
         detail = (b or a or {}).get("detail", "")
@@ -395,10 +405,9 @@ def _cmp_what(key: tuple) -> str:
 
 
 def _comparison_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set,
-                            not_compared: list[str] | None = None) -> list[Transition]:
+                            not_compared: list[str] | None = None, strict: bool = False) -> list[Transition]:
     ca = {_cmp_key(c): c for c in sa.get("comparisons", [])}
     cb = {_cmp_key(c): c for c in sb.get("comparisons", [])}
-    b_incomplete = bool(incomplete_reasons(sb))
     out = []
     for key in sorted(set(ca) | set(cb)):
         a, b = ca.get(key), cb.get(key)
@@ -406,14 +415,11 @@ def _comparison_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known:
         after = b["status"] if b else "absent"
         if before == after:
             continue
-        if _unfinished(after, b_incomplete):
+        if _unfinished(after) and not strict:
             if not_compared is not None:
-                not_compared.append(f"{key[0]} {_cmp_what(key)} ({before} in A; not run in B)")
+                not_compared.append(f"{key[0]} {_cmp_what(key)} {_not_run(before, after)}")
             continue
-        category = _category(before, after, BAD_COMPARISON)
-        if after == "absent" and any(k[0] == key[0] and k[1] == key[1] for k in cb):
-            # B ran this group on this platform but lost this comparison
-            category = "regression"
+        category = "regression" if _unfinished(after) else _category(before, after, BAD_COMPARISON)
         sigs, side = (sig_a, a) if category == "fix" else (sig_b, b)
         status = (side or {}).get("status")
         platform, _, model, prompt, reference, candidate = key
@@ -570,11 +576,14 @@ def _order(t: Transition) -> tuple:
     return ({"regression": 0, "fix": 1}.get(t.category, 2), t.platform, t.kind != "step", t.what)
 
 
-def diff_runs(a: Path, b: Path) -> TriageReport:
+def diff_runs(a: Path, b: Path, strict: bool = False) -> TriageReport:
     """Compare run directory ``a`` (earlier) with ``b`` (later) and return what changed.
 
     Reads both summary.json files, their signatures (signatures.json, else computed from
-    the logs without writing), and pin-ladder files.  Raises TriageInputError when either
+    the logs without writing), and pin-ladder files.  A record of A that B has not
+    (B was narrower: fewer models, stages or platforms; or stopped before it) or that B
+    was interrupted in goes to ``not_compared``, never to the regressions, unless
+    ``strict``: then it is a regression.  Raises TriageInputError when either
     directory has no readable summary.json.
     """
     try:
@@ -592,8 +601,9 @@ def diff_runs(a: Path, b: Path) -> TriageReport:
     if owner is not None:
         report.b_incomplete.insert(0, f"still running (pid {owner})")
         sb = {**sb, "incomplete": [*sb.get("incomplete", []), f"still running (pid {owner})"]}
-    report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known, report.not_compared)
-                                + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared)
+    report.strict = strict
+    report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
+                                + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
                                 + _kl_transitions(sa, sb), key=_order)
     report.divergences = _divergence_changes(sa, sb)
     report.signatures_new, report.signatures_known, report.signatures_gone = _signature_sets(entries_a, entries_b)
@@ -632,6 +642,11 @@ def format_report(report: TriageReport) -> str:
                    f"{len(report.not_compared)} record(s) of {report.a} it did not get to are not compared "
                    "(and are not regressions)")
         out += [f"  {r}" for r in report.b_incomplete]
+        out += [f"  not compared: {r}" for r in report.not_compared]
+        out.append("")
+    elif report.not_compared:
+        out.append(f"NOT RUN IN {report.b} ({len(report.not_compared)}): records of {report.a} that {report.b} "
+                   "did not ask for, not compared (and not regressions; --strict counts them)")
         out += [f"  not compared: {r}" for r in report.not_compared]
         out.append("")
     sections = [("REGRESSIONS", report.regressions), ("FIXES", report.fixes),
@@ -687,7 +702,8 @@ def format_report(report: TriageReport) -> str:
 def main(argv: Sequence[str]) -> int:
     """``python -m harness triage [A [B]] [--json] [--results-dir DIR]``; returns the exit status.
 
-    0: no regression; 1: at least one regression.  Raises TriageInputError (exit code 2
+    0: nothing that ran in both runs got worse; 1: at least one regression (with ``--strict``, also a
+    record of A that B did not run).  Raises TriageInputError (exit code 2
     through harness.cli) for an unknown run, nothing to compare with or an unreadable summary.
     """
     ap = argparse.ArgumentParser(prog="python -m harness triage",
@@ -696,6 +712,8 @@ def main(argv: Sequence[str]) -> int:
                     help="run ids or directories: A B, or only B (A: the previous run covering its platforms); "
                          "default: latest against its previous run")
     ap.add_argument("--json", action="store_true", help="print a machine-readable JSON object")
+    ap.add_argument("--strict", action="store_true",
+                    help="count a record of A that B did not run (or was interrupted in) as a regression")
     ap.add_argument("--results-dir", type=Path, default=Path("results"))
     args = ap.parse_args(strip_dashdash(argv))
     if len(args.runs) > 2:
@@ -705,7 +723,7 @@ def main(argv: Sequence[str]) -> int:
     else:
         b = resolve_run(args.runs[0] if args.runs else "latest", args.results_dir)
         a = previous_run(b, args.results_dir)
-    report = diff_runs(a, b)
+    report = diff_runs(a, b, args.strict)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:

@@ -12,6 +12,7 @@ import errno
 import hashlib
 import os
 from pathlib import Path
+from typing import Callable
 
 from . import errors
 
@@ -54,6 +55,30 @@ def writable_dir(path: Path, what: str) -> Path:
     except OSError as exc:
         raise EnvironmentProblem(f"{what} {path}: {describe(exc)}") from None
     return path
+
+
+def replace_whole(path: Path, write: Callable[[Path], None]) -> None:
+    """Replace ``path`` whole: ``write`` fills ``<path>.tmp``, which is then renamed over ``path``.
+
+    A reader never sees half a file, and a failed write (a full disk, an
+    interrupt) leaves no ``.tmp`` behind.  An OSError that names no file (a
+    write that ran out of space names none) is raised again naming ``path``,
+    so the one-line error says which file could not be written.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        write(tmp)
+        tmp.replace(path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        raise
+
+
+def write_text_whole(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through :func:`replace_whole`."""
+    replace_whole(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def sha256_file(path: Path) -> str:

@@ -9,23 +9,35 @@ so a crashed run never leaves a stale lock behind.
 * :func:`build_lock`: a reader/writer lock per build directory
   (``filelock.ReadWriteLock``).  A build holds it for writing while it
   configures and builds; test and generation stages hold it for reading while
-  they run the binaries, so no build in another process relinks a library
-  under a running ``llama-completion``, and any number of readers share it.
+  they run the binaries (and check under it that the build is up to date), so no
+  build in another process relinks a library under a running
+  ``llama-completion``, and any number of readers share an up-to-date build.
   ``filelock`` (>= 3.21) provides this lock on SQLite's own locking, which
   lets us use one library for every lock instead of adding ``fasteners``.
 
 A lock that is busy is waited for; the wait is announced once through ``say``.
+
+A holder killed with SIGKILL cannot stop its children, and the OS releases its
+lock at once: a ``cmake --build`` it started would go on writing into the tree
+under the next holder.  So every exclusive or write hold has a token, kept in
+``<lock>.holder`` while it is held and given to every child started meanwhile
+(harness.common.proc.holding); the next process that takes the lock and finds a
+token there ends the processes that still carry it (proc.end_holders) before
+it touches the tree.  A holder that ends normally has waited for its children
+and removes the file.  This needs ``/proc`` (Linux); elsewhere nothing is found.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
 import filelock
 
+from . import proc
 from .errors import InputError
 
 
@@ -33,6 +45,28 @@ def lock_path(target: Path) -> Path:
     """The lock file guarding ``target``: ``<target>.lock`` beside it (its parent is created)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     return target.with_name(target.name + ".lock")
+
+
+@contextmanager
+def _owned(lock_file: str, say: Callable[[str], None] | None) -> Iterator[None]:
+    """The block of a just-taken exclusive or write lock: end what a killed earlier holder left running, then
+    hold a fresh token in ``<lock_file>.holder`` for the children started in the block (see the module)."""
+    holder = Path(lock_file + ".holder")
+    try:
+        left = holder.read_text().strip()
+    except FileNotFoundError:
+        left = ""
+    if left:
+        ended = proc.end_holders(left)
+        if ended and say:
+            say(f"ended {ended} process(es) that a killed harness process left running under {lock_file}")
+    token = uuid.uuid4().hex
+    holder.write_text(token + "\n")
+    try:
+        with proc.holding(token):
+            yield
+    finally:
+        holder.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -49,7 +83,8 @@ def exclusive(target: Path, what: str, say: Callable[[str], None] | None = None)
             say(f"waiting for {what}: another harness process holds {lock.lock_file}")
         lock.acquire()
     try:
-        yield
+        with _owned(lock.lock_file, say):
+            yield
     finally:
         lock.release()
 
@@ -76,7 +111,8 @@ class BuildLock:
         """Hold the lock for writing (a build): waits for every reader and writer to leave."""
         self._acquire("write", say)
         try:
-            yield
+            with _owned(str(self.path), say):
+                yield
         finally:
             self._lock.release()
 

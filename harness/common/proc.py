@@ -8,6 +8,8 @@ threads of a server are one unit.  A child that times out, or that is running
 when the harness is interrupted (SIGINT, SIGTERM) or fails with an exception,
 has its whole group terminated: SIGTERM, then SIGKILL after
 :data:`GRACE_S` seconds, and is waited for.  No child outlives the harness.
+A harness killed with SIGKILL cannot do this; what it started under a lock is
+found by :data:`HOLDS_ENV` and ended by the next holder (harness.common.locks).
 
 :func:`handle_signals` turns SIGINT and SIGTERM into :class:`Interrupted`, a
 ``BaseException`` (like ``KeyboardInterrupt``), so the ``except Exception``
@@ -32,8 +34,14 @@ from typing import IO, Any, Iterator, Mapping, Sequence
 #: compilers and clean up partial outputs; 5 s is ample for that and short for a user waiting).
 GRACE_S = 5.0
 
+#: The variable every child gets in its environment: the tokens (space-separated) of the locks this process
+#: holds when it starts the child (harness.common.locks).  Children inherit it, so the compilers that ninja
+#: forks carry it too, and a later holder of a lock can find what a killed holder left running.
+HOLDS_ENV = "HARNESS_LOCK_HOLDS"
+
 _live: set[subprocess.Popen] = set()
 _live_lock = threading.Lock()
+_holds: list[str] = []
 
 
 class Interrupted(BaseException):
@@ -119,7 +127,8 @@ def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Pat
           stdin: Any = subprocess.DEVNULL, stdout: Any = None, stderr: Any = None) -> subprocess.Popen:
     """Start ``argv`` (a list, never a shell string) as the leader of a new process group.
 
-    ``env`` is added on top of ``os.environ``.  The child is registered until
+    ``env`` is added on top of ``os.environ``; :data:`HOLDS_ENV` names the
+    :func:`holding` tokens in force.  The child is registered until
     :func:`finish` or :func:`terminate_all` handles it.  Raises OSError when
     the program cannot be started.
     """
@@ -128,8 +137,10 @@ def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Pat
         kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
     else:
         kwargs["start_new_session"] = True
-    proc = subprocess.Popen(list(argv), stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd,
-                            env={**os.environ, **(env or {})}, **kwargs)
+    full_env = {**os.environ, **(env or {})}
+    if _holds:
+        full_env[HOLDS_ENV] = " ".join([*full_env.get(HOLDS_ENV, "").split(), *_holds])
+    proc = subprocess.Popen(list(argv), stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd, env=full_env, **kwargs)
     with _live_lock:
         _live.add(proc)
     return proc
@@ -207,6 +218,63 @@ def terminate_all() -> int:
 
 
 @contextmanager
+def holding(token: str) -> Iterator[None]:
+    """Within the block, every child started gets ``token`` in :data:`HOLDS_ENV` (see :func:`end_holders`)."""
+    _holds.append(token)
+    try:
+        yield
+    finally:
+        _holds.remove(token)
+
+
+def holders(token: str) -> list[int]:
+    """The pids of the live processes (other than this one) whose environment carries ``token`` in
+    :data:`HOLDS_ENV`, read from ``/proc/<pid>/environ``; processes we may not read, and zombies, are left
+    out.  Always empty where there is no ``/proc`` (Windows, macOS)."""
+    found = []
+    want = token.encode()
+    prefix = HOLDS_ENV.encode() + b"="
+    for entry in Path("/proc").glob("[0-9]*") if Path("/proc/self/environ").exists() else ():
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        for var in environ.split(b"\0"):
+            if var.startswith(prefix) and want in var[len(prefix):].split():
+                found.append(int(entry.name))
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def end_holders(token: str, grace_s: float = GRACE_S) -> int:
+    """End every process :func:`holders` finds for ``token``, with its process group, and wait until it is gone.
+
+    For what a holder killed with SIGKILL left running (a ``cmake --build``,
+    its ninja and compilers): SIGTERM to each one's group (so ninja stops its
+    compilers and cleans partial outputs), SIGKILL after ``grace_s`` seconds
+    to anything still carrying the token.  This process's own group is never
+    signalled.  Returns how many processes were found (0: nothing to do).
+    """
+    found = holders(token)
+    if not found:
+        return 0
+    own = os.getpgrp()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in holders(token):
+            try:
+                pgid = os.getpgid(pid)
+                if pgid != own:
+                    os.killpg(pgid, sig)
+                else:
+                    os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while holders(token) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return len(found)
+
+
+@contextmanager
 def handle_signals() -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread.
 
@@ -231,6 +299,35 @@ def handle_signals() -> Iterator[None]:
             signal.signal(s, h)
 
 
+def run_passing_signals(argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> int:
+    """Run ``argv`` in this process's own group and wait for it, passing on every SIGINT and SIGTERM we get.
+
+    For a wrapper (noxfile.py) whose child stops its own children and records
+    its run when interrupted: the wrapper neither dies at once on SIGTERM
+    (leaving the child running) nor kills the child, it waits for it.  A
+    terminal's Ctrl-C reaches both; the child ignores the copy we pass on
+    (:func:`handle_signals`).  ``env`` is added on top of ``os.environ``.
+    Returns the child's exit code, ``128 + signal`` when a signal killed it.
+    Raises OSError when the program cannot be started.  Only usable from the
+    main thread.
+    """
+    child = subprocess.Popen(list(argv), env={**os.environ, **(env or {})})
+
+    def pass_on(signum: int, _frame: Any) -> None:
+        if os.name == "nt" and signum == signal.SIGINT:  # pragma: no cover - the console sends it to the child too
+            return
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    old = {s: signal.signal(s, pass_on) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = child.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return 128 - rc if rc < 0 else rc
+
+
 def exit_code_for(exc: BaseException) -> int:
     """The process exit code for an exception that ended a run: 128 + signal for an interrupt, else 1."""
     if isinstance(exc, Interrupted):
@@ -240,5 +337,6 @@ def exit_code_for(exc: BaseException) -> int:
     return 1
 
 
-__all__ = ["GRACE_S", "Completed", "Interrupted", "exit_code_for", "finish", "handle_signals", "live", "run",
-           "run_capture", "start", "terminate", "terminate_all"]
+__all__ = ["GRACE_S", "HOLDS_ENV", "Completed", "Interrupted", "end_holders", "exit_code_for", "finish",
+           "handle_signals", "holders", "holding", "live", "run",
+           "run_capture", "run_passing_signals", "start", "terminate", "terminate_all"]

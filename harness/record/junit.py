@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Iterable
 
+from ..common.fs import replace_whole
 from .results import COMPARISON, ComparisonRecord, Run, junit_dir
 
 
@@ -66,8 +67,7 @@ def write_comparisons_junit(run: Run) -> list[Path]:
     for platform in sorted({c.platform for c in run.comparisons}):
         path = junit_dir(run.root) / f"comparisons-{platform}.xml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        comparisons_xml(platform, run.comparisons).write(tmp, encoding="utf-8", xml_declaration=True)
-        tmp.replace(path)
+        tree = comparisons_xml(platform, run.comparisons)
+        replace_whole(path, lambda tmp: tree.write(tmp, encoding="utf-8", xml_declaration=True))
         out.append(path)
     return out

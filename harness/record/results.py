@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
-from ..common.fs import describe, writable_dir
+from ..common.fs import describe, writable_dir, write_text_whole
 from ..common.locks import RunLock
 
 #: Version of summary.json's record format.  1: steps without ``failures`` (facts only in
@@ -584,9 +584,7 @@ def _jsonable(obj: Any) -> Any:
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` (dataclasses, paths and bytes allowed) as indented UTF-8 JSON, atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_jsonable(data), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text_whole(path, json.dumps(_jsonable(data), indent=2, ensure_ascii=False) + "\n")
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -736,25 +734,31 @@ class Run:
         n = len(self.skipped_platforms)
         return self.overall() + (f" ({n} platform{'s' if n != 1 else ''} skipped)" if n else "")
 
+    def _write_summary_files(self) -> None:
+        write_json(self.layout.summary_json, {
+            "run_id": self.id, "record_version": RECORD_VERSION, "updated": datetime.now(timezone.utc).isoformat(),
+            "overall": self.overall(), "configurations": self.steps, "comparisons": self.comparisons,
+            "skipped_platforms": self.skipped_platforms, "incomplete": self.incomplete})
+        write_text_whole(self.layout.summary_md, render_markdown(self))
+
     def write_summary(self) -> None:
-        """Write summary.json and summary.md for everything recorded so far."""
-        data = {"run_id": self.id, "record_version": RECORD_VERSION, "updated": datetime.now(timezone.utc).isoformat(),
-                "overall": self.overall(), "configurations": self.steps, "comparisons": self.comparisons,
-                "skipped_platforms": self.skipped_platforms, "incomplete": self.incomplete}
+        """Write summary.json and summary.md for everything recorded so far, each replaced whole.
+
+        When the disk is full the first time, the run's reserve (RESERVE_BYTES) is
+        given up so that both files can still be written, saying the run is
+        incomplete because the file system is full; the OSError (naming the file
+        that could not be written) is then raised.  Raises OSError otherwise.
+        """
         try:
-            write_json(self.layout.summary_json, data)
+            self._write_summary_files()
         except OSError as exc:
             reserve = self.dir / RESERVE_NAME
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not reserve.exists():
                 raise
-            # the disk is full: give up the reserve so the summary can still say so, then fail
-            self.layout.summary_json.with_name(self.layout.summary_json.name + ".tmp").unlink(missing_ok=True)
             reserve.unlink()
             self.incomplete.append(f"stopped: the file system holding {self.dir} is full ({describe(exc)})")
-            data["incomplete"], data["overall"] = self.incomplete, self.overall()
-            write_json(self.layout.summary_json, data)
+            self._write_summary_files()
             raise
-        self.layout.summary_md.write_text(render_markdown(self), encoding="utf-8")
 
 
 #: Longest text a summary table cell shows; the full text stays in summary.json and the logs.

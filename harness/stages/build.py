@@ -191,18 +191,23 @@ def build(req: BuildRequest, logs_dir: Path, say: Callable[[str], None] | None =
         return _build_locked(req, logs_dir)
 
 
+def up_to_date_result(req: BuildRequest, logs_dir: Path) -> BuildResult:
+    """The BuildResult of a build directory :func:`is_up_to_date` accepted (a line goes to ``build.log``)."""
+    key = req.key()
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    with open(logs_dir / "build.log", "a") as fh:  # a later stage of the run keeps the real build's log
+        fh.write(f"up to date: key {key}, {req.build_dir}\n")
+    return BuildResult(req.platform, req.variant, "passed", key, req.build_dir, 0.0, True,
+                       detail=f"up to date (key {key})", logs={"build": logs_dir / "build.log"})
+
+
 def _build_locked(req: BuildRequest, logs_dir: Path) -> BuildResult:
+    if is_up_to_date(req):
+        return up_to_date_result(req, logs_dir)
     key = req.key()
     stamp = req.build_dir / "harness-build.json"
     logs_dir.mkdir(parents=True, exist_ok=True)
     result = BuildResult(req.platform, req.variant, "passed", key, req.build_dir, 0.0, False)
-    if is_up_to_date(req):
-        result.up_to_date = True
-        result.detail = f"up to date (key {key})"
-        with open(logs_dir / "build.log", "a") as fh:  # a later stage of the run keeps the real build's log
-            fh.write(f"up to date: key {key}, {req.build_dir}\n")
-        result.logs["build"] = logs_dir / "build.log"
-        return result
     try:
         cmake, ninja = _tool("cmake"), _tool("ninja")
     except BuildError as exc:

@@ -13,7 +13,8 @@
 //       tokens parsed and BOS added per the vocabulary, decoded in chunks of n_batch, then one
 //       token per decode, each chosen by the configured sampler chain (temperature 0: the
 //       highest logit). Generation stops after an end-of-generation token (which is recorded)
-//       or after n_predict tokens.
+//       or after n_predict tokens. A prompt that ends in an end-of-generation token (or any of
+//       its n_batch-token batches does) generates nothing, as llama-completion.
 //   score <prompt> <id,id,...> <dump path or -> <reference dump path or ->
 //       Teacher forcing: the prompt plus the given tokens decoded in chunks of n_batch; for
 //       generated position k the distribution over the vocabulary given the prompt and tokens
@@ -232,6 +233,17 @@ struct engine {
             reply_error("prompt (" + std::to_string(n_prompt) + " tokens) plus n_predict (" + std::to_string(n_predict) +
                         ") must be positive and fit the context (" + std::to_string(n_ctx) + " tokens)");
             return;
+        }
+        // llama-completion queues the prompt n_batch tokens at a time and ends the run, before that batch is
+        // decoded, when the queued batch ends in an end-of-generation token (tools/completion/completion.cpp,
+        // "end of generation"): nothing is generated
+        const size_t n_batch = (size_t) std::max(1, params.n_batch);
+        for (size_t start = 0; start < n_prompt; start += n_batch) {
+            if (llama_vocab_is_eog(vocab, tokens[std::min(n_prompt, start + n_batch) - 1])) {
+                reply("{\"ok\":true,\"prompt_tokens\":" + std::to_string(n_prompt) +
+                      ",\"tokens\":[],\"eog\":true,\"prompt_ms\":" + json_number(ms_since(t_start)) + ",\"gen_ms\":0}");
+                return;
+            }
         }
         llama_memory_clear(llama_get_memory(ctx), true);
         common_sampler_reset(smpl);
