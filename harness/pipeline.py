@@ -24,6 +24,7 @@ from .stages.cross import Emulator, emulator_for, find_emulator_program
 from .stages.build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
                     cuda_architectures_from_nvidia_smi, find_tool, is_up_to_date)
 from .stages.cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
+from .stages.checks import CheckContext, run_checks
 from .stages.compare import GenerationSpec, to_json
 from .matrix.config import Generation, Matrix, Platform
 from .matrix.platforms import cannot_build, cannot_run, compiles_instead, cross_built, executable_suffix
@@ -462,7 +463,9 @@ class Pipeline:
         Jobs (group x model) whose model, builds or emulator are missing are
         recorded as failures of their configurations' ``generate`` steps; the
         rest run through ``GreedyRunner`` (one engine load per configuration and
-        model), each model's comparisons recorded as soon as they are decided.
+        model), each model's comparisons recorded as soon as they are decided;
+        then the checks of harness.stages.checks judge every configuration's records
+        (the ``expectations`` step).
         Where the time went is written to ``<platform>/compare-timing.json``.
         """
         for p in self.platforms("compare-outputs"):
@@ -489,6 +492,7 @@ class Pipeline:
             self.record_generate_steps(p, runner, gen_steps)
             for config, per_model in self._placements.get(p.name, {}).items():
                 write_json(self.run.layout.config(p.name, config) / "placement.json", per_model)
+            run_checks(CheckContext(self.matrix, p, self.run, list(gen_steps)), self.say)
             t = runner.timing
             if t.sessions or t.completion_runs:
                 write_json(self.run.layout.platform(p.name) / "compare-timing.json",

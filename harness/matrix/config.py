@@ -177,7 +177,10 @@ class RunConfig:
 
     ``upstream``: for a fork configuration, the configuration of upstream's
     build that runs the same mode; a fork failure that it shares is recorded
-    as unsupported upstream rather than as a fork failure.
+    as unsupported upstream rather than as a fork failure.  ``expectations``: the
+    declared placement, pinning and warning rules (matrix.yaml's ``expectations``, as
+    validated by the schema; read by harness.stages.expectations, which gives every rule
+    left out its default).
     """
 
     name: str
@@ -186,6 +189,7 @@ class RunConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
     upstream: str | None = None
+    expectations: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -518,7 +522,7 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
     prompts = {p["id"]: Prompt(p["id"], p["text"]) for p in doc["prompts"]}
     configs = {name: RunConfig(name=name, build=c["build"], args=tuple(c.get("args", ())),
                                env=dict(c.get("env", {})), description=c.get("description", ""),
-                               upstream=c.get("upstream"))
+                               upstream=c.get("upstream"), expectations=dict(c.get("expectations", {})))
                for name, c in doc["configs"].items()}
     groups = {name: Group(name=name, models=tuple(g["models"]),
                           prompts=tuple(g.get("prompts", list(prompts))),
