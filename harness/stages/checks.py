@@ -6,6 +6,9 @@ A check never runs a program: it judges records, so it runs in seconds and a fai
 in one check leaves every other result in place.  The checks, in order:
 
 * harness.stages.expectations: placement, pinning and warnings of each configuration.
+
+The list the compare-outputs stage runs is harness.stages.registered_checks (a new check is
+one line there).
 """
 
 from __future__ import annotations
@@ -33,18 +36,11 @@ class CheckContext:
 Check = Callable[[CheckContext], Iterable[StepRecord]]
 
 
-def registered_checks() -> tuple[Check, ...]:
-    """The checks every compare-outputs stage runs, in order (imported here: checks import the pipeline's
-    record types, not the other way round)."""
-    from . import expectations
-    return (expectations.check,)
-
-
-def run_checks(ctx: CheckContext, say: Callable[[str], None], checks: Sequence[Check] | None = None) -> None:
-    """Run ``checks`` (default: :func:`registered_checks`) on ``ctx`` and record each step they return in
-    ``ctx.run``, with one console line per step (``say``).  A check that raises is recorded as an
-    ``error`` step of config ``-`` naming the exception; the other checks still run."""
-    for check in (registered_checks() if checks is None else checks):
+def run_checks(ctx: CheckContext, checks: Sequence[Check], say: Callable[[str], None]) -> None:
+    """Run ``checks`` on ``ctx`` in order and record each step they return in ``ctx.run``, with one
+    console line per step (``say``).  A check that raises is recorded as an ``error`` step of config
+    ``-`` naming the exception; the other checks still run."""
+    for check in checks:
         try:
             steps = list(check(ctx))
         except Exception as exc:  # a broken record must not lose the other checks' results

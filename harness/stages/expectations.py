@@ -46,12 +46,14 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..matrix.config import Platform, RunConfig
 from ..record.gpu import SUMMARY_KINDS
 from ..record.results import Failure, RunLayout, StepRecord, write_json
-from .checks import CheckContext
+
+if TYPE_CHECKING:  # harness.stages.checks imports this module
+    from .checks import CheckContext
 
 #: The step every configuration that generated gets.
 STEP_NAME = "expectations"
