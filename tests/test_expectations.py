@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness.analysis import triage
+from harness.analysis.report import render_html
 from harness.analysis.signatures import classify_step
 from harness.matrix.config import MatrixError, load_matrix
 from harness.record import gpu
@@ -87,7 +88,7 @@ def test_the_checked_rules_of_the_clean_run_are_the_documented_defaults():
     rules = {c: {f.rule for f in check(c, *records(c))[1]} for c in EVIDENCE_CONFIGS}
     assert rules["cuda-pin-all"] == rules["cuda-pin-layers-half"] == {"placement", "pinned", "warnings"}
     assert rules["cuda-nopin"] == {"placement", "pinned"}  # exactly 0: nothing to warn about
-    assert rules["cuda-sim-sticky"] == {"placement", "warnings"}  # no bound under a sticky refusal
+    assert rules["cuda-sim-sticky"] == {"placement", "pinned", "warnings"}  # declared in matrix.yaml
     assert rules["base"] == rules["fork"] == rules["cuda-base-host-experts"] == {"placement"}
 
 
@@ -215,8 +216,10 @@ def test_defaults_follow_the_documented_rule():
     assert rules("cuda-nopin")["pinned"] == "0"
     assert rules("cuda-sim-partial")["pinned"] == "at least what a 2048 MiB cap allows"
     assert rules("cuda-sim-partial")["present"] == ("partial-pin",)
-    assert rules("cuda-sim-sticky") == {"experts": [("0-", "CUDA_Host")], "pinned": None, "present": ("no-pin",),
-                                        "absent": ()}
+    sticky = MATRIX.configs["cuda-sim-sticky"]
+    assert ex.default_expectations(CUDA, sticky, moe_large()).pinned is None  # no bound under a sticky refusal
+    assert rules("cuda-sim-sticky") == {"experts": [("0-", "CUDA_Host")], "pinned": "0", "present": ("no-pin",),
+                                        "absent": ("partial-pin",)}  # declared in matrix.yaml
     assert rules("cuda-pin-layers-garbage")["present"] == ("pin-layers-invalid",)
     assert rules("cuda-pin-layers-huge")["present"] == ("pin-layers-clamped",)
     assert rules("cuda-base-host-experts") == {"experts": [("0-", "CUDA_Host")], "pinned": None, "present": (),
@@ -321,6 +324,10 @@ def test_the_step_records_status_log_and_signature(tmp_path):
     failure = suite.find("./testsuite/testcase[@name='cuda-pin-all']/failure")
     assert failure is not None and "expected CUDA_Host" in failure.get("message")
     assert ET.tostring(suite)  # a well-formed document
+
+    html = render_html(planted.dir)
+    assert "<th>experts pinned</th>" in html
+    assert "placement: failed (expert tensors of layers 0-7 in CPU (4733 MiB), expected CUDA_Host)" in html
 
     report = triage.diff_runs(clean.dir, planted.dir)
     kinds = {(t.kind, t.what) for t in report.regressions}
