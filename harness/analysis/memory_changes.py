@@ -68,8 +68,8 @@ def placement_changes(a_dir: Path, b_dir: Path) -> list[dict[str, Any]]:
             if before == after:
                 continue
             platform, config, model = key
-            lost = sorted(t for t in before if after.get(t, 0.0) < before[t])
-            gained = sorted(t for t in after if before.get(t, 0.0) < after[t])
+            lost = sorted(t for t in before if t not in after or after[t] < before[t])
+            gained = sorted(t for t in after if t not in before or before[t] < after[t])
             where = f"{config}/{model}"
             stable = f"model weights moved from {', '.join(lost) or 'nowhere'} to {', '.join(gained) or 'nowhere'}"
             out.append({"platform": platform, "config": config, "model": model, "load": load,
