@@ -84,6 +84,20 @@ def test_every_rule_passes_on_every_load_of_the_clean_h200_run(config):
         assert findings and all(f.status == "passed" for f in findings)
 
 
+EVIDENCE_2GPU = ROOT / "results" / "evidence" / "gpu2-20261201T012119Z" / "linux-x86_64-cuda"
+LOADS_2GPU = sorted((d.name, p) for d in EVIDENCE_2GPU.iterdir() if (d / "gen" / "moe-large").is_dir()
+                    for p in sorted((d / "gen" / "moe-large").glob("*.placement.json")))
+
+
+@pytest.mark.parametrize("config, record", LOADS_2GPU, ids=[f"{c}-{p.name}" for c, p in LOADS_2GPU])
+def test_every_rule_passes_on_the_two_gpu_run(config, record):
+    ladder = record.with_name(record.name.replace(".placement.json", ".pin-ladder.json"))
+    failed, findings, _ = check(config, json.loads(record.read_text()),
+                                json.loads(ladder.read_text()) if ladder.exists() else [])
+    assert not failed, [f.message for f in failed.values()]
+    assert {f.rule for f in findings} >= {"placement"}
+
+
 def test_the_checked_rules_of_the_clean_run_are_the_documented_defaults():
     rules = {c: {f.rule for f in check(c, *records(c))[1]} for c in EVIDENCE_CONFIGS}
     assert rules["cuda-pin-all"] == rules["cuda-pin-layers-half"] == {"placement", "pinned", "warnings"}
@@ -360,6 +374,22 @@ def test_missing_or_unreadable_records_make_the_step_incomplete_never_passed(tmp
     assert run.overall() == "incomplete"
     run.layout.model_json("linux-x86_64-cuda", "moe-large").unlink()
     assert ex.check_config(run.layout, CUDA, MATRIX.configs["cuda-pin-all"], run.steps[0]).status == "incomplete"
+
+
+def test_a_check_that_raises_is_an_error_step_and_the_others_still_run(tmp_path):
+    run = Run.open(tmp_path, "r")
+
+    def broken(ctx):
+        raise KeyError("buffers")
+
+    def fine(ctx):
+        return [StepRecord(ctx.platform.name, "fork", "other-check", "passed")]
+
+    lines = []
+    run_checks(CheckContext(MATRIX, CUDA, run, ["fork"]), (broken, fine), lines.append)
+    assert [(s.config, s.step, s.status) for s in run.steps] == [("-", "test_expectations", "error"),
+                                                                 ("fork", "other-check", "passed")]
+    assert "KeyError: 'buffers'" in run.steps[0].detail and len(lines) == 2
 
 
 def test_loads_of_a_failed_generation_are_left_to_the_generate_step(tmp_path):
