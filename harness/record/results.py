@@ -15,7 +15,8 @@ Everything a run knows is declared here once:
             tests/ tests-<tool>/      ctest.log, junit.xml, tests.json (tests-<tool>: under compute-sanitizer)
             models/<model>.json       path and summary of each model used
             tokenize/                 llama-tokenize runs of the comparisons
-            <config>/                 config.json, gen/<model>/<prompt>.r<k>.{stdout,stderr,cmd}, compare.json
+            <config>/                 config.json, gen/<model>/<prompt>.r<k>.{stdout,stderr,cmd}, compare.json,
+                                      expectations.json and .log (harness.stages.expectations)
     results/latest -> <run-id>
     results/junit/                    JUnit XML of the latest comparisons (a stable path for CI)
 
