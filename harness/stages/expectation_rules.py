@@ -108,10 +108,8 @@ def _arg_value(args: Sequence[str], *names: str) -> str | None:
 
 def uses_mmap(args: Sequence[str]) -> bool:
     """True when llama memory-maps the model with these arguments: load mode ``auto`` (default), ``mmap``,
-    ``mlock`` or ``mmap+mlock``; False for ``--load-mode none``/``dio`` and ``--no-mmap``
-    (common/arg.cpp at the pinned commit)."""
-    if "--no-mmap" in args:
-        return False
+    ``mlock`` or ``mmap+mlock``; False for ``--load-mode none`` or ``dio`` (``-lm``; common/arg.cpp at
+    the pinned commit, which has no other mmap option)."""
     return _arg_value(args, "--load-mode", "-lm") not in _MMAP_OFF_MODES
 
 
