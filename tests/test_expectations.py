@@ -126,6 +126,18 @@ def test_the_plant_fails_every_pin_configuration_but_not_the_pageable_reference(
     assert not check("cuda-nopin", *lose_host_buffer(*records("cuda-nopin")))[0]
 
 
+def test_no_host_buffer_type_for_cpu_weights_fails_placement_and_pinning_under_pin_layers():
+    """What tests/plants/llama-host-buffer-type-only-with-several-devices.patch does with one GPU: the CPU-resident
+    weights get the CPU buffer type, so GGML_CUDA_MOE_PIN_LAYERS finds no host buffer to route (no routing
+    line) and the 2429 MiB that were CUDA_Host (layers 0-3 and the token embeddings) are a CPU buffer too."""
+    placement, ladder = lose_host_buffer(*records("cuda-pin-layers-half"))
+    placement["routing"] = []
+    failed, findings, facts = check("cuda-pin-layers-half", placement, ladder)
+    assert set(failed) == {"placement", "pinned"}
+    assert failed["placement"].message == "expert tensors of layers 0-3 in CPU (4733 MiB), expected CUDA_Host"
+    assert failed["pinned"].key == "pinned fraction below 0.5" and facts["pinned_fraction"] == 0.0
+
+
 def test_pin_layers_ignored_by_the_loader_fails_placement_per_layer():
     placement, ladder = records("cuda-pin-all")  # every expert in CUDA_Host, as if PIN_LAYERS=4 did nothing
     failed, _, _ = check("cuda-pin-layers-half", placement, ladder)
