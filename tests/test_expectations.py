@@ -287,6 +287,7 @@ def test_declared_expectations_replace_the_defaults_they_name(tmp_path):
     ("      pinned: 1.5\n", "configs.cuda-pin-all.expectations.pinned"),
     ("      experts: {\"four\": CPU}\n", "configs.cuda-pin-all.expectations.experts"),
     ("      expert: CPU\n", "expectations.expert: unknown key"),
+    ("      experts: {\"5-3\": CPU}\n", "configs.cuda-pin-all.expectations.experts.5-3: layer range ends before it starts"),
 ])
 def test_a_bad_declaration_is_refused_naming_the_key(tmp_path, declaration, message):
     with pytest.raises(MatrixError) as err:

@@ -391,6 +391,12 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
                     out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: unknown generator parameter "
                                f"(known: {', '.join(sorted(known_params))})")
     for cname, c in doc["configs"].items():
+        experts = c.get("expectations", {}).get("experts")
+        for key in experts if isinstance(experts, dict) else ():
+            first, _, last = str(key).partition("-")
+            if last and int(last) < int(first):
+                keys = ["configs", cname, "expectations", "experts", key]
+                out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: layer range ends before it starts")
         up = c.get("upstream")
         if up is not None and up not in doc["configs"]:
             bad(["configs", cname, "upstream"], "config", up, doc["configs"])
