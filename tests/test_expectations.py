@@ -145,6 +145,15 @@ def test_pin_layers_ignored_by_the_loader_fails_placement_per_layer():
     assert failed["pinned"].key == "pinned fraction above 0.5"
 
 
+def test_fewer_layers_pinned_than_asked_names_what_each_buffer_type_holds():
+    placement, ladder = records("cuda-pin-layers-2")  # layers 0-1 in CUDA_Host, as if PIN_LAYERS=4 gave 2
+    failed, _, _ = check("cuda-pin-layers-half", placement, ladder)
+    assert failed["placement"].message == ("expert tensors of layers 0-3: CUDA_Host holds 1277 MiB of their 2304 MiB; "
+                                           "more than expected in CPU (3456 MiB)")
+    assert failed["placement"].key == "expert tensors of layers 0-3 not all in CUDA_Host (also in CPU)"
+    assert failed["pinned"].key == "pinned fraction below 0.5"
+
+
 def test_a_partial_grant_fails_pinning_and_the_partial_pin_warning_is_unexpected():
     placement, ladder = records("cuda-sim-partial")  # 2048 of 4733 MiB granted, with its WARN line
     failed, findings, facts = check("cuda-pin-all", placement, ladder)

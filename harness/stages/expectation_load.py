@@ -111,35 +111,36 @@ def place_experts(buffers: Sequence[Buffer], by_layer: Sequence[int], other_byte
     by_pattern: dict[str, list[int]] = {}  # ranges of one buffer type are checked together
     for r in ranges:
         by_pattern.setdefault(r.buffer_type, []).extend(r.layers(n_layer))
-    groups = [(LayerRange(0, None, pattern), sorted(set(layers)), sum(by_layer[i] for i in set(layers)))
+    groups = [(pattern, sorted(set(layers)), sum(by_layer[i] for i in set(layers)))
               for pattern, layers in by_pattern.items() if layers]
 
     def expected_in(buffer_type: str) -> int:
-        return sum(need for r, _, need in groups if _matches(buffer_type, r.buffer_type))
+        return sum(need for pattern, _, need in groups if _matches(buffer_type, pattern))
 
     excess = {t: n - expected_in(t) for t, n in have.items() if n > expected_in(t) + other_bytes + tol}
     findings: list[Finding] = []
     expected = []
-    for r, layers, need in groups:
-        got = sum(n for t, n in have.items() if _matches(t, r.buffer_type))
-        expected.append((_layers_text(layers), r.buffer_type, need, got))
+    named: set[str] = set()  # buffer types named as where a short range's experts went
+    for pattern, layers, need in groups:
+        got = sum(n for t, n in have.items() if _matches(t, pattern))
+        expected.append((_layers_text(layers), pattern, need, got))
         if got + tol >= need:
             continue
-        where = sorted(excess, key=lambda t: -excess[t]) or sorted(t for t in have if not _matches(t, r.buffer_type))
+        where = sorted(excess, key=lambda t: -excess[t]) or sorted(t for t in have if not _matches(t, pattern))
+        named.update(where)
         found = ", ".join(f"{t} ({_mib(have[t])})" for t in where) or "no model buffer"
         what = f"expert tensors of layers {_layers_text(layers)}"
         if got == 0:
-            findings.append(Finding("placement", "failed", f"{what} in {', '.join(where) or 'none'}, expected {r.buffer_type}",
-                                    f"{what} in {found}, expected {r.buffer_type}"))
+            findings.append(Finding("placement", "failed", f"{what} in {', '.join(where) or 'none'}, expected {pattern}",
+                                    f"{what} in {found}, expected {pattern}"))
         else:
             findings.append(Finding("placement", "failed",
-                                    f"{what} not all in {r.buffer_type} (also in {', '.join(where) or 'none'})",
-                                    f"{what}: {r.buffer_type} holds {_mib(got)} of their {_mib(need)}; "
+                                    f"{what} not all in {pattern} (also in {', '.join(where) or 'none'})",
+                                    f"{what}: {pattern} holds {_mib(got)} of their {_mib(need)}; "
                                     f"more than expected in {found}"))
-    short = {f.key for f in findings}
     for t, extra in sorted(excess.items()):
-        if any(t in k for k in short):
-            continue  # already named as where a short range's experts went
+        if t in named:
+            continue
         findings.append(Finding("placement", "failed", f"expert tensors of other layers in {t}",
                                 f"{t} holds {_mib(have[t])}: {_mib(extra)} more than its expected experts "
                                 f"({_mib(expected_in(t))}) plus every non-expert tensor ({_mib(other_bytes)})"))
