@@ -377,6 +377,10 @@ def test_the_step_records_status_log_and_signature(tmp_path):
                                          "CUDA_Host to CPU"
     assert triage.main([str(clean.dir), str(planted.dir)]) == 1
     assert triage.main([str(clean.dir), str(clean.dir)]) == 0
+    back = triage.diff_runs(planted.dir, clean.dir)  # the fault removed: the buffers went back, more is pinned
+    assert back.regressions == []
+    assert {(t.kind, t.what) for t in back.fixes} == {("step", "cuda-pin-all expectations"),
+                                                      ("placement", "cuda-pin-all moe-large: placement")}
 
 
 def test_missing_or_unreadable_records_make_the_step_incomplete_never_passed(tmp_path):

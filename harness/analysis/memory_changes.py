@@ -6,7 +6,8 @@ does not wait for a status to change: it compares the records themselves.
 * **Placement**: per platform, configuration and model, the model buffers of every load
   both runs have (``*.placement.json``, harness.record.gpu.buffer_placement), as
   ``{buffer type: MiB}``.  Any difference is a regression: the weights moved (``CUDA_Host
-  4733 MiB -> CPU 4733 MiB``).
+  4733 MiB -> CPU 4733 MiB``), unless triage sees that it brought the configuration's
+  failed ``expectations`` step back to passed (a fix).
 * **Pinned bytes**: per platform and configuration, the bytes granted by the pin ladder
   over the generations both runs have (harness.analysis.triage.pin_totals).  Fewer
   granted bytes in the later run is a regression; more is another change, reported

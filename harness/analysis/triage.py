@@ -487,15 +487,24 @@ def _kl_transitions(sa: dict, sb: dict) -> list[Transition]:
     return out
 
 
-def _memory_transitions(a: Path, b: Path, pin_changes: list[PinChange]) -> list[Transition]:
+def _memory_transitions(a: Path, b: Path, pin_changes: list[PinChange], sa: dict, sb: dict) -> list[Transition]:
     """Regressions that no status shows: model buffers that moved (any load both runs have) and fewer
-    page-locked bytes granted (harness.analysis.memory_changes); more granted bytes is not a transition."""
+    page-locked bytes granted (harness.analysis.memory_changes); more granted bytes is not a transition.
+    A move is a fix instead where it made the configuration's ``expectations`` step go from failed to
+    passed (the buffers went back where they belong)."""
+    def expectations(summary: dict, platform: str, config: str) -> str:
+        return next((s["status"] for s in summary.get("configurations", []) if (s["platform"], s["config"], s["step"])
+                     == (platform, config, "expectations")), "absent")
+
     out = []
     for c in memory_changes.placement_changes(a, b):
         where = {"platform": c["platform"], "config": c["config"], "model": c["model"], "load": c["load"]}
-        out.append(Transition("regression", "placement", c["platform"], f"{c['config']} {c['model']}: placement",
+        back = expectations(sa, c["platform"], c["config"]) in BAD_STEP and \
+            expectations(sb, c["platform"], c["config"]) == "passed"
+        out.append(Transition("fix" if back else "regression", "placement", c["platform"],
+                              f"{c['config']} {c['model']}: placement",
                               memory_changes.describe_buffers(c["before"]), memory_changes.describe_buffers(c["after"]),
-                              where, f"model buffers of load {c['load']} changed", c["signature"]))
+                              where, f"model buffers of load {c['load']} changed", None if back else c["signature"]))
     for p in pin_changes:
         if p.after_granted >= p.before_granted:
             continue
@@ -619,7 +628,7 @@ def diff_runs(a: Path, b: Path) -> TriageReport:
     report.pin_changes = _pin_changes(a, b)
     report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known, report.not_compared)
                                 + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared)
-                                + _kl_transitions(sa, sb) + _memory_transitions(a, b, report.pin_changes),
+                                + _kl_transitions(sa, sb) + _memory_transitions(a, b, report.pin_changes, sa, sb),
                                 key=_order)
     report.divergences = _divergence_changes(sa, sb)
     report.signatures_new, report.signatures_known, report.signatures_gone = _signature_sets(entries_a, entries_b)
