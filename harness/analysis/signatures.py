@@ -43,6 +43,11 @@ Kinds and what the key holds:
     the test or program that ran out of time.
 ``output_mismatch``
     a diverged greedy comparison: group, model, prompt, candidate and reference.
+``placement``, ``pinning``, ``warning``
+    a failed ``expectations`` step (harness.stages.expectations): configuration and model
+    and the rule's stable finding (``expert tensors of layers 0-7 in CPU, expected
+    CUDA_Host``, ``pinned fraction below 1``, ``unexpected warning partial-pin``), without
+    byte counts; the summary has them.
 ``other``
     a failure none of the rules recognise; the key is the normalised detail.
 
@@ -69,7 +74,10 @@ from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRec
 #: is kept, the most specific.  A CUDA error ends in an abort (SIGABRT) and an assertion too, so
 #: those rank above ``signal``.
 KIND_RANK = {"configure_error": 3, "compile_error": 3, "link_error": 3, "patch_apply": 3, "test_assertion": 2,
-             "signal": 5, "cuda_error": 1, "sanitizer_report": 0, "timeout": 4, "output_mismatch": 6, "other": 7}
+             "signal": 5, "cuda_error": 1, "sanitizer_report": 0, "timeout": 4, "output_mismatch": 6,
+             "placement": 6, "pinning": 6, "warning": 7, "other": 8}
+#: The signature kind of each rule of harness.stages.expectations (``weights`` is a placement too).
+EXPECTATION_KINDS = {"placement": "placement", "weights": "placement", "pinned": "pinning", "warnings": "warning"}
 #: The kinds, in declaration order.
 KINDS = tuple(KIND_RANK)
 
@@ -778,9 +786,39 @@ def classify_step(run_dir: Path, step: StepRecord | dict) -> Signature | None:
         return _classify_test(run_dir, step)
     if step.step == "generate":
         return _classify_generate(run_dir, step)
+    if step.step == "expectations":
+        found = expectation_signatures(run_dir, step)
+        if found:
+            return found[0]
     detail = "; ".join(f.text() for f in step.failures) or step.detail or f"{step.step} {step.status}"
     found = classify_text(detail)
     return found or _other(detail, (), [detail])
+
+
+def expectation_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
+    """The signatures of a failed ``expectations`` step, most specific first (:data:`KIND_RANK`): one per
+    failed rule and model.  Keys come from ``<platform>/<config>/expectations.json`` (the findings'
+    stable keys); where it is missing or unreadable, from the step's failure facts, normalised."""
+    record_path = RunLayout(run_dir).config(step.platform, step.config) / "expectations.json"
+    keys: dict[tuple[str, str, str], str] = {}
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        for load in record.get("loads", []):
+            for f in load.get("findings", []):
+                if f.get("status") == "failed":
+                    keys.setdefault((load.get("model", ""), f.get("rule", ""), f.get("message", "")), f.get("key", ""))
+    except (OSError, ValueError, AttributeError):
+        pass
+    out = []
+    for fact in step.failures:
+        if fact.kind != "expectation":
+            continue
+        kind = EXPECTATION_KINDS.get(fact.status, "other")
+        stable = keys.get((fact.model, fact.status, fact.message)) or normalise(fact.message)
+        where = f"{step.config}/{fact.model}"
+        out.append(_sig(kind, f"{fact.status}: {where}: {stable}", f"{fact.status}: {where}: {fact.message}",
+                        [fact.message]))
+    return sorted(out, key=lambda s: KIND_RANK[s.kind])
 
 
 def comparison_signature(cmp: ComparisonRecord | dict) -> Signature | None:
@@ -808,7 +846,8 @@ def step_logs(run_dir: Path, step: StepRecord | dict) -> list[Path]:
 
     build: build.log when the build ran (else configure.log) and error.log; test: the
     per-test logs of failed tests, then ctest.log; generate: the .stderr files of the
-    generations its failure facts name (all .stderr files when they name none).
+    generations its failure facts name (all .stderr files when they name none); expectations:
+    its log, then the stderr of each load a rule failed on.
     """
     step = _as_step(step)
     layout = RunLayout(run_dir)
@@ -832,6 +871,8 @@ def step_logs(run_dir: Path, step: StepRecord | dict) -> list[Path]:
             found += layout.generation_files(step.platform, step.config, ".stderr")
     if step.log:
         found.append(run_dir / step.log)
+    if step.step == "expectations":  # the stderr of each load a rule failed on, where the buffer lines are
+        found += [run_dir / f.log for f in step.failures if f.kind == "expectation" and f.log]
     seen: list[Path] = []
     for path in found:
         if path.is_file() and path not in seen and path.suffix != ".xml":
@@ -855,8 +896,10 @@ def classify_run(run_dir: Path, *, write: bool = True) -> list[dict]:
         sig = classify_step(run_dir, step)
         if sig:
             entry = {"platform": step.platform, "config": step.config, "step": step.step, "signature": asdict(sig)}
-            if step.step == "generate":
-                others = [asdict(s) for s in generate_signatures(run_dir, step) if (s.kind, s.key) != (sig.kind, sig.key)]
+            if step.step in ("generate", "expectations"):
+                every = generate_signatures(run_dir, step) if step.step == "generate" else \
+                    expectation_signatures(run_dir, step)
+                others = [asdict(s) for s in every if (s.kind, s.key) != (sig.kind, sig.key)]
                 if others:
                     entry["other_signatures"] = others  # every failing model's and generation's error is kept
             entries.append(entry)

@@ -12,7 +12,9 @@ B.  It reports, from the two ``summary.json`` files and the run directories:
 * failure signatures (harness.analysis.signatures) that are new, still present, or gone,
   matched by (kind, key);
 * pin-ladder changes: granted bytes per platform/config summed over the
-  ``*.pin-ladder.json`` files of the generations both runs have;
+  ``*.pin-ladder.json`` files of the generations both runs have; fewer granted bytes is a
+  regression, and so is any change of where a configuration's model buffers are
+  (harness.analysis.memory_changes), each with a signature;
 * build and test times that changed by more than :data:`TIME_NOISE_FRACTION` of the
   earlier time and at least :data:`TIME_NOISE_FLOOR_S` seconds.
 
@@ -45,6 +47,7 @@ from ..args import strip_dashdash
 from ..common.errors import InputError
 from ..common.locks import RunLock
 from ..record.results import COMPARISON, STEP, RecordError, RunLayout, StepRecord, read_summary
+from . import memory_changes
 from .signatures import load_signatures
 
 #: Statuses that count as a failure or a success (declared in harness.record.results).
@@ -189,7 +192,7 @@ def previous_run(b: Path, results_dir: Path) -> Path:
 class Transition:
     """A status change of one step or comparison between run A and run B.
 
-    ``category`` is regression, fix or other; ``kind`` is step or comparison; ``where``
+    ``category`` is regression, fix or other; ``kind`` is step, comparison, kl, placement or pinning; ``where``
     holds the identifying fields (platform, config, step / group, model, prompt,
     reference, candidate); ``before``/``after`` are statuses or ``absent``; ``detail``
     is B's detail (A's when the record is gone); ``signature`` the failure signature
@@ -490,6 +493,36 @@ def _kl_transitions(sa: dict, sb: dict) -> list[Transition]:
     return out
 
 
+def _memory_transitions(a: Path, b: Path, pin_changes: list[PinChange], sa: dict, sb: dict) -> list[Transition]:
+    """Regressions that no status shows: model buffers that moved (any load both runs have) and fewer
+    page-locked bytes granted (harness.analysis.memory_changes); more granted bytes is not a transition.
+    A move is a fix instead where it made the configuration's ``expectations`` step go from failed to
+    passed (the buffers went back where they belong)."""
+    def expectations(summary: dict, platform: str, config: str) -> str:
+        return next((s["status"] for s in summary.get("configurations", []) if (s["platform"], s["config"], s["step"])
+                     == (platform, config, "expectations")), "absent")
+
+    out = []
+    for c in memory_changes.placement_changes(a, b):
+        where = {"platform": c["platform"], "config": c["config"], "model": c["model"], "load": c["load"]}
+        back = expectations(sa, c["platform"], c["config"]) in BAD_STEP and \
+            expectations(sb, c["platform"], c["config"]) == "passed"
+        out.append(Transition("fix" if back else "regression", "placement", c["platform"],
+                              f"{c['config']} {c['model']}: placement",
+                              memory_changes.describe_buffers(c["before"]), memory_changes.describe_buffers(c["after"]),
+                              where, f"model buffers of load {c['load']} changed", None if back else c["signature"]))
+    for p in pin_changes:
+        if p.after_granted >= p.before_granted:
+            continue
+        sig = memory_changes.pinned_drop_signature(p.platform, p.config, p.before_granted, p.after_granted,
+                                                   p.after_requested)
+        out.append(Transition("regression", "pinning", p.platform, f"{p.config}: pinned bytes",
+                              f"{_bytes(p.before_granted)} granted", f"{_bytes(p.after_granted)} granted",
+                              {"platform": p.platform, "config": p.config},
+                              f"over {p.generations} generation(s), {_bytes(p.after_requested)} requested", sig))
+    return out
+
+
 def _signature_sets(entries_a: list[dict], entries_b: list[dict]) -> tuple[list, list, list]:
     def group(entries: list[dict]) -> dict[tuple, SignatureSeen]:
         seen: dict[tuple, SignatureSeen] = {}
@@ -602,12 +635,13 @@ def diff_runs(a: Path, b: Path, strict: bool = False) -> TriageReport:
         report.b_incomplete.insert(0, f"still running (pid {owner})")
         sb = {**sb, "incomplete": [*sb.get("incomplete", []), f"still running (pid {owner})"]}
     report.strict = strict
+    report.pin_changes = _pin_changes(a, b)
     report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
                                 + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
-                                + _kl_transitions(sa, sb), key=_order)
+                                + _kl_transitions(sa, sb) + _memory_transitions(a, b, report.pin_changes, sa, sb),
+                                key=_order)
     report.divergences = _divergence_changes(sa, sb)
     report.signatures_new, report.signatures_known, report.signatures_gone = _signature_sets(entries_a, entries_b)
-    report.pin_changes = _pin_changes(a, b)
     report.timing_changes = _timing_changes(sa, sb)
     return report
 

@@ -177,7 +177,10 @@ class RunConfig:
 
     ``upstream``: for a fork configuration, the configuration of upstream's
     build that runs the same mode; a fork failure that it shares is recorded
-    as unsupported upstream rather than as a fork failure.
+    as unsupported upstream rather than as a fork failure.  ``expectations``: the
+    declared placement, pinning and warning rules (matrix.yaml's ``expectations``, as
+    validated by the schema; read by harness.stages.expectations, which gives every rule
+    left out its default).
     """
 
     name: str
@@ -186,6 +189,7 @@ class RunConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
     upstream: str | None = None
+    expectations: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -387,6 +391,12 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
                     out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: unknown generator parameter "
                                f"(known: {', '.join(sorted(known_params))})")
     for cname, c in doc["configs"].items():
+        experts = c.get("expectations", {}).get("experts")
+        for key in experts if isinstance(experts, dict) else ():
+            first, _, last = str(key).partition("-")
+            if last and int(last) < int(first):
+                keys = ["configs", cname, "expectations", "experts", key]
+                out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: layer range ends before it starts")
         up = c.get("upstream")
         if up is not None and up not in doc["configs"]:
             bad(["configs", cname, "upstream"], "config", up, doc["configs"])
@@ -518,7 +528,7 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
     prompts = {p["id"]: Prompt(p["id"], p["text"]) for p in doc["prompts"]}
     configs = {name: RunConfig(name=name, build=c["build"], args=tuple(c.get("args", ())),
                                env=dict(c.get("env", {})), description=c.get("description", ""),
-                               upstream=c.get("upstream"))
+                               upstream=c.get("upstream"), expectations=dict(c.get("expectations", {})))
                for name, c in doc["configs"].items()}
     groups = {name: Group(name=name, models=tuple(g["models"]),
                           prompts=tuple(g.get("prompts", list(prompts))),

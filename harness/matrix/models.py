@@ -751,6 +751,15 @@ def generate_synthetic_moe(vocab_gguf: Path, params: MoeParams, cache_dir: Path,
 # ---------------------------------------------------------------------------
 
 
+#: The layer of a tensor named ``blk.<n>.<...>`` (llama.cpp's per-layer tensor names).
+_LAYER_OF = re.compile(r"^blk\.(\d+)\.")
+
+#: Keys every model summary has; a cached summary without one of them (an older harness) is made again.
+SUMMARY_KEYS = frozenset({"path", "architecture", "name", "n_layer", "n_expert", "n_expert_used", "n_tensors",
+                          "expert_tensor_bytes", "expert_tensor_types", "expert_tensor_bytes_by_layer",
+                          "tensor_bytes", "file_bytes"})
+
+
 def _field_value(reader: gguf.GGUFReader, key: str, default: Any = None) -> Any:
     field = reader.fields.get(key)
     return default if field is None else field.contents()
@@ -764,8 +773,9 @@ def model_summary(path: Path, *, cache: bool = True) -> dict[str, Any]:
     ``n_expert`` and ``n_expert_used`` (0 for dense models), ``n_tensors``,
     ``expert_tensor_bytes`` (bytes of all tensors whose name contains
     ``_exps``), ``expert_tensor_types`` (their ggml type names, sorted),
-    ``tensor_bytes`` (all tensor data) and ``file_bytes`` (file size), all in
-    bytes.
+    ``expert_tensor_bytes_by_layer`` (those bytes per layer, from the ``blk.<n>.``
+    of each name; ``n_layer`` entries), ``tensor_bytes`` (all tensor data) and
+    ``file_bytes`` (file size), all in bytes.
 
     ``gguf.GGUFReader`` parses every metadata array element, which takes
     seconds for a 32k-token vocabulary and tens of seconds for gemma-3's 262k
@@ -777,23 +787,30 @@ def model_summary(path: Path, *, cache: bool = True) -> dict[str, Any]:
     path = Path(path)
     if cache:
         known = _read_sidecar(path, ".summary.json", "summary")
-        if isinstance(known, dict) and known.get("path") == str(path):
+        if isinstance(known, dict) and known.get("path") == str(path) and SUMMARY_KEYS <= set(known):
             return known
     reader = open_gguf(path)
     arch = _field_value(reader, "general.architecture")
     if arch is None:
         raise ModelError(f"{path}: no general.architecture key")
     experts = [t for t in reader.tensors if "_exps" in t.name]
+    n_layer = int(_field_value(reader, f"{arch}.block_count", 0))
+    by_layer = [0] * n_layer
+    for t in experts:
+        m = _LAYER_OF.match(t.name)
+        if m and int(m.group(1)) < n_layer:
+            by_layer[int(m.group(1))] += int(t.n_bytes)
     summary = {
         "path": str(path),
         "architecture": arch,
         "name": _field_value(reader, "general.name"),
-        "n_layer": int(_field_value(reader, f"{arch}.block_count", 0)),
+        "n_layer": n_layer,
         "n_expert": int(_field_value(reader, f"{arch}.expert_count", 0)),
         "n_expert_used": int(_field_value(reader, f"{arch}.expert_used_count", 0)),
         "n_tensors": len(reader.tensors),
         "expert_tensor_bytes": int(sum(int(t.n_bytes) for t in experts)),
         "expert_tensor_types": sorted({t.tensor_type.name for t in experts}),
+        "expert_tensor_bytes_by_layer": by_layer,
         "tensor_bytes": int(sum(int(t.n_bytes) for t in reader.tensors)),
         "file_bytes": path.stat().st_size,
     }

@@ -7,6 +7,11 @@ reference).  A comparison whose status is a failure (harness.record.results.COMP
 detail); a neutral one (e.g. ``unsupported-upstream``) is ``<skipped>``.  The format is
 the one JUnit's Ant task writes and CI test-report tools read (testsuites / testsuite /
 testcase with failure and skipped children).
+
+``results/junit/checks-<platform>.xml`` holds the checks of harness.stages.checks the same
+way: one ``<testsuite>`` per check step (``expectations``), one ``<testcase>`` per
+configuration; a failed or errored step is a ``<failure>`` (its detail the message), an
+incomplete or skipped one ``<skipped>`` with its reason.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..common.fs import replace_whole
-from .results import COMPARISON, ComparisonRecord, Run, junit_dir
+from .results import COMPARISON, STEP, ComparisonRecord, Run, StepRecord, junit_dir
 
 
 def _skipped(c: ComparisonRecord) -> bool:
@@ -68,6 +73,49 @@ def write_comparisons_junit(run: Run) -> list[Path]:
         path = junit_dir(run.root) / f"comparisons-{platform}.xml"
         path.parent.mkdir(parents=True, exist_ok=True)
         tree = comparisons_xml(platform, run.comparisons)
+        replace_whole(path, lambda tmp: tree.write(tmp, encoding="utf-8", xml_declaration=True))
+        out.append(path)
+    return out
+
+
+def checks_xml(platform: str, steps: Iterable[StepRecord], names: Iterable[str]) -> ET.ElementTree:
+    """The JUnit document of ``platform``'s check steps whose step name is one of ``names``."""
+    wanted = set(names)
+    suites: dict[str, list[StepRecord]] = {}
+    for s in steps:
+        if s.platform == platform and s.step in wanted:
+            suites.setdefault(s.step, []).append(s)
+    root = ET.Element("testsuites", name=f"checks {platform}")
+    totals = {"tests": 0, "failures": 0, "skipped": 0}
+    for name, records in sorted(suites.items()):
+        failures = sum(STEP.is_failure(s.status) for s in records)
+        skipped = sum(not STEP.is_failure(s.status) and not STEP[s.status].success for s in records)
+        suite = ET.SubElement(root, "testsuite", name=f"{platform}/{name}", tests=str(len(records)),
+                              failures=str(failures), errors="0", skipped=str(skipped))
+        for key, value in (("tests", len(records)), ("failures", failures), ("skipped", skipped)):
+            totals[key] += value
+        for s in records:
+            case = ET.SubElement(suite, "testcase", classname=f"{platform}.{name}", name=s.config)
+            if STEP.is_failure(s.status):
+                node = ET.SubElement(case, "failure", message=s.detail[:500], type=s.status)
+                node.text = "\n".join(f.text() for f in s.failures) or s.detail
+            elif not STEP[s.status].success:
+                ET.SubElement(case, "skipped", message=f"{s.status}: {s.detail[:500]}")
+    for key, value in totals.items():
+        root.set(key, str(value))
+    ET.indent(root)
+    return ET.ElementTree(root)
+
+
+def write_checks_junit(run: Run, names: Iterable[str]) -> list[Path]:
+    """Write ``<results>/junit/checks-<platform>.xml`` for each platform with a check step named in
+    ``names`` (harness.stages.checks.STEP_NAMES); returns the paths written, each replaced whole."""
+    names = tuple(names)
+    out = []
+    for platform in sorted({s.platform for s in run.steps if s.step in names}):
+        path = junit_dir(run.root) / f"checks-{platform}.xml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tree = checks_xml(platform, run.steps, names)
         replace_whole(path, lambda tmp: tree.write(tmp, encoding="utf-8", xml_declaration=True))
         out.append(path)
     return out

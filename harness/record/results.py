@@ -15,7 +15,8 @@ Everything a run knows is declared here once:
             tests/ tests-<tool>/      ctest.log, junit.xml, tests.json (tests-<tool>: under compute-sanitizer)
             models/<model>.json       path and summary of each model used
             tokenize/                 llama-tokenize runs of the comparisons
-            <config>/                 config.json, gen/<model>/<prompt>.r<k>.{stdout,stderr,cmd}, compare.json
+            <config>/                 config.json, gen/<model>/<prompt>.r<k>.{stdout,stderr,cmd}, compare.json,
+                                      expectations.json and .log (harness.stages.expectations)
     results/latest -> <run-id>
     results/junit/                    JUnit XML of the latest comparisons (a stable path for CI)
 
@@ -138,6 +139,9 @@ STEP = StatusSet("step", (
     Status("skipped", "neutral", "⏭️", "the step did not run on this machine (the reason is in the detail)"),
     Status("interrupted", "neutral", "⏹️", "the step was running when the run was stopped (a signal, an exception, "
                                           "a full disk); the run is incomplete"),
+    Status("incomplete", "neutral", "⚠️", "the step ran, but a record it checks is missing or cannot be read "
+                                         "(harness.stages.expectations); nothing failed, and nothing is proven: "
+                                         "the run is incomplete"),
 ))
 
 #: Statuses of one greedy comparison (one prompt, one candidate against its reference).
@@ -178,6 +182,8 @@ FAILURE_KINDS = {
     "patch": "a patch of the series did not apply: patch (its file name), message",
     "compare": "a comparison could not be made (e.g. tokenizing failed): model, prompt, message",
     "exception": "the step stopped with an error: message (exception type and text)",
+    "expectation": "a configuration did not do what it must (harness.stages.expectations): model, status (the rule: "
+                   "placement, weights, pinned, warnings), message (what was found), log (the record it was read from)",
 }
 
 
@@ -217,6 +223,8 @@ class Failure:
             return f"patch {self.patch} does not apply: {self.message.splitlines()[0] if self.message else ''}".rstrip(": ")
         if self.kind == "compare":
             return f"compare {self.model}/{self.prompt}: {self.message}"
+        if self.kind == "expectation":
+            return f"{self.status}: {self.model}: {self.message}"
         return self.message
 
     @classmethod
@@ -501,6 +509,15 @@ class RunLayout:
             return []
         return sorted(d.glob(f"{model or '*'}/{prompt or '*'}.r*{suffix}"))
 
+    def load_logs(self, platform: str, config: str) -> list[tuple[str, str, Path]]:
+        """Every stderr of a process of one configuration that loaded a model, sorted: (model, stem, path)
+        for ``gen/<model>/engine.stderr`` (stem ``engine``) and ``gen/<model>/<prompt>.r<k>.stderr``;
+        their parsed records are ``<stem>.placement.json`` and ``<stem>.pin-ladder.json`` beside them."""
+        d = self.gen_dir(platform, config)
+        if not d.is_dir():
+            return []
+        return [(path.parent.name, path.name[:-len(".stderr")], path) for path in sorted(d.glob("*/*.stderr"))]
+
     def all_generation_files(self, suffix: str) -> Iterator[tuple[str, str, str, str, Path]]:
         """Every generation file of the run with ``suffix``: (platform, config, model, stem, path),
         sorted; ``stem`` is ``<prompt>.r<k>``."""
@@ -718,12 +735,12 @@ class Run:
 
         ``failed`` when a step failed or errored or a comparison fails
         (:meth:`ComparisonRecord.failed`, by its group's ``expect``); else ``incomplete`` when something explicitly asked for did
-        not run; else ``skipped`` when nothing ran at all; else ``passed``.
+        not run, or a step was interrupted or could not read what it checks; else ``skipped`` when nothing ran at all; else ``passed``.
         Only ``passed`` is a success.
         """
         if any(STEP.is_failure(s.status) for s in self.steps) or any(c.failed() for c in self.comparisons):
             return "failed"
-        if self.incomplete or any(s.status == "interrupted" for s in self.steps):
+        if self.incomplete or any(s.status in ("interrupted", "incomplete") for s in self.steps):
             return "incomplete"
         if not any(s.status in STEP.successes for s in self.steps) and not self.comparisons:
             return "skipped"

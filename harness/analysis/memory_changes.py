@@ -1,0 +1,91 @@
+"""Triage of where the weights live and what is page-locked: changes between two runs that count as regressions.
+
+A silent fallback to pageable memory leaves every greedy token unchanged, so triage
+does not wait for a status to change: it compares the records themselves.
+
+* **Placement**: per platform, configuration and model, the model buffers of every load
+  both runs have (``*.placement.json``, harness.record.gpu.buffer_placement), as
+  ``{buffer type: MiB}``.  Any difference is a regression: the weights moved (``CUDA_Host
+  4733 MiB -> CPU 4733 MiB``), unless triage sees that it brought the configuration's
+  failed ``expectations`` step back to passed (a fix).
+* **Pinned bytes**: per platform and configuration, the bytes granted by the pin ladder
+  over the generations both runs have (harness.analysis.triage.pin_totals).  Fewer
+  granted bytes in the later run is a regression; more is another change, reported
+  by triage's pin-ladder section only.
+
+Each regression carries a signature (kind ``placement`` or ``pinning``, the same kinds as
+harness.analysis.signatures gives a failed ``expectations`` step) whose key holds no byte
+counts, so the same fault gives the same key in every run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def model_buffers_mib(placement: dict[str, Any]) -> dict[str, float]:
+    """``{buffer type: MiB}`` of the model (weight) buffers of one placement record, summed per type."""
+    out: dict[str, float] = {}
+    for b in placement.get("buffers", []):
+        if b.get("stage") == "load_tensors" and b.get("what") == "model":
+            out[b["buffer_type"]] = round(out.get(b["buffer_type"], 0.0) + float(b["mib"]), 2)
+    return out
+
+
+def load_placements(run_dir: Path) -> dict[tuple[str, str, str], dict[str, dict[str, float]]]:
+    """Per (platform, configuration, model), per load (``engine``, ``<prompt>.r<k>``): the model buffers
+    of its placement record (:func:`model_buffers_mib`).  Loads without a readable record are left out."""
+    out: dict[tuple[str, str, str], dict[str, dict[str, float]]] = {}
+    for path in sorted(run_dir.glob("*/*/gen/*/*.placement.json")):
+        platform, config, model = path.parents[3].name, path.parents[2].name, path.parent.name
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        buffers = model_buffers_mib(record) if isinstance(record, dict) else {}
+        if buffers:
+            stem = path.name[:-len(".placement.json")]
+            out.setdefault((platform, config, model), {})[stem] = buffers
+    return out
+
+
+def describe_buffers(buffers: dict[str, float]) -> str:
+    """``CUDA0 319 MiB, CUDA_Host 4733 MiB``: model buffers in words, by type name."""
+    return ", ".join(f"{t} {mib:.0f} MiB" for t, mib in sorted(buffers.items())) or "no model buffer"
+
+
+def placement_changes(a_dir: Path, b_dir: Path) -> list[dict[str, Any]]:
+    """Every (platform, configuration, model) whose model buffers differ between run ``a_dir`` and
+    ``b_dir`` in a load both have.  Each item: ``platform``, ``config``, ``model``, ``load`` (the first
+    differing load), ``before`` and ``after`` (``{type: MiB}``) and ``signature`` ({kind: placement,
+    key, summary}); the key names the buffer types that gained or lost weights, not their sizes."""
+    pa, pb = load_placements(a_dir), load_placements(b_dir)
+    out = []
+    for key in sorted(set(pa) & set(pb)):
+        for load in sorted(set(pa[key]) & set(pb[key])):
+            before, after = pa[key][load], pb[key][load]
+            if before == after:
+                continue
+            platform, config, model = key
+            lost = sorted(t for t in before if t not in after or after[t] < before[t])
+            gained = sorted(t for t in after if t not in before or before[t] < after[t])
+            where = f"{config}/{model}"
+            stable = f"model weights moved from {', '.join(lost) or 'nowhere'} to {', '.join(gained) or 'nowhere'}"
+            out.append({"platform": platform, "config": config, "model": model, "load": load,
+                        "before": before, "after": after,
+                        "signature": {"kind": "placement", "key": f"placement change: {where}: {stable}",
+                                      "summary": f"placement changed: {where}: {describe_buffers(before)} -> "
+                                                 f"{describe_buffers(after)}"}})
+            break
+    return out
+
+
+def pinned_drop_signature(platform: str, config: str, before_granted: int, after_granted: int,
+                          requested: int) -> dict[str, str]:
+    """The ``pinning`` signature of a drop in page-locked bytes of ``config`` on ``platform`` (bytes)."""
+    return {"kind": "pinning", "key": f"pinned bytes dropped: {config}",
+            "summary": f"pinned bytes dropped: {config}: {before_granted / 2**20:.0f} MiB -> "
+                       f"{after_granted / 2**20:.0f} MiB granted of {requested / 2**20:.0f} MiB requested "
+                       f"({platform})"}

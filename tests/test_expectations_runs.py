@@ -1,0 +1,89 @@
+"""Expectations in whole runs: a silent loss of mmap fails the run, on the fake project and on the real CPU build.
+
+The fake project's engine logs its model buffer as llama does (tests/fake_upstream.py);
+``FAKE_LOSE_MMAP`` makes it ``CPU`` instead of ``CPU_Mapped``.  The real run builds the
+fork with tests/plants/llama-no-mmap-by-default.patch on top of the series (the default
+load mode no longer memory-maps) and runs the CPU group that compares mmap with
+``--load-mode none``: every token stays identical, and the run fails on the fork's
+expectations.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fake_upstream import make_fake_project
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "plants"))
+from series_with import series_with  # noqa: E402
+
+
+def _summary(results: Path) -> dict:
+    return json.loads((results / "latest" / "summary.json").read_text())
+
+
+def _steps(summary: dict, step: str) -> dict:
+    return {s["config"]: s for s in summary["configurations"] if s["step"] == step}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler")
+def test_a_lost_mmap_fails_the_fake_run_and_triage_names_the_placement_change(tmp_path):
+    project = make_fake_project(tmp_path)
+    clean = subprocess.run(project.argv("build", "compare-outputs"), cwd=ROOT, env=project.env(),
+                           capture_output=True, text=True)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    steps = _steps(_summary(project.results), "expectations")
+    assert {c: s["status"] for c, s in steps.items()} == {"base": "passed", "fork": "passed"}
+    clean_run = (project.results / "latest").resolve()
+    junit = (project.results / "junit" / "checks-linux-x86_64-cpu.xml").read_text()
+    assert 'name="fork"' in junit and 'failures="0"' in junit
+
+    lost = subprocess.run(project.argv("compare-outputs"), cwd=ROOT, env=project.env(FAKE_LOSE_MMAP="1"),
+                          capture_output=True, text=True)
+    assert lost.returncode == 1, lost.stdout + lost.stderr
+    summary = _summary(project.results)
+    assert all(c["status"] == "identical" for c in summary["comparisons"])  # the tokens see nothing
+    fork = _steps(summary, "expectations")["fork"]
+    assert fork["status"] == "failed"
+    assert "weights: tiny: model weights in CPU (0 MiB), expected CPU_Mapped or CPU_REPACK" in fork["detail"]
+    signatures = json.loads((project.results / "latest" / "signatures.json").read_text())
+    kinds = {(e["config"], e["step"], e["signature"]["kind"]) for e in signatures}
+    assert ("fork", "expectations", "placement") in kinds
+    assert "expectations" in lost.stdout  # the console names the step
+
+    report = subprocess.run([sys.executable, "-m", "harness", "triage", str(clean_run),
+                             str((project.results / "latest").resolve())], cwd=ROOT, env=project.env(),
+                            capture_output=True, text=True)
+    assert report.returncode == 1, report.stdout + report.stderr
+    assert "fork expectations: passed -> failed" in report.stdout
+    assert "[placement] placement changed: fork/tiny: CPU_Mapped 0 MiB -> CPU 0 MiB" in report.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CPU platform is Linux")
+def test_a_silent_loss_of_mmap_in_the_real_fork_fails_the_cpu_run(tmp_path):
+    series = series_with(tmp_path / "series", [ROOT / "tests" / "plants" / "llama-no-mmap-by-default.patch"])
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_RUN_ID"}
+    results = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "-m", "harness", "build", "compare-outputs", "--platform",
+                           "linux-x86_64-cpu", "--group", "mmap-vs-load-mode-none", "--model", "moe-small",
+                           "--n-predict", "8", "-j", "2", "--patches-dir", str(series),
+                           "--work-dir", str(tmp_path / "work"), "--results-dir", str(results)],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-4000:]
+    summary = _summary(results)
+    assert [c["status"] for c in summary["comparisons"]] == ["identical"] * 4  # mmap or not, the same tokens
+    steps = _steps(summary, "expectations")
+    assert steps["fork-load-none"]["status"] == "passed"  # --load-mode none reads into CPU buffers anyway
+    fork = steps["fork"]
+    assert fork["status"] == "failed"
+    assert {f["status"] for f in fork["failures"]} == {"placement", "weights"}
+    assert "expert tensors of layers 0-3 in CPU" in fork["detail"] and "expected CPU_Mapped" in fork["detail"]
