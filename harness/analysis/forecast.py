@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 from ..args import add_common, parse_defines, positive, split_names
 from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
 from ..matrix.config import Group, Matrix, RunConfig, Source, load_matrix
-from ..record.results import COMPARISON, PATCH, STEP, VERDICT_EXIT_CODES, RunLayout, load_records, write_json
+from ..record.results import PATCH, STEP, VERDICT_EXIT_CODES, RunLayout, load_records, write_json
 from ..stages.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
 from ..stages.source import BaseTree, SourceError, archive_commit, cache_dir, git, obtain_base, unpacked_sdist
 from .forecast_patches import PatchOutcome, added_files, try_series
@@ -340,6 +340,8 @@ def forecast_markdown(rec: dict) -> str:
            f"- onto: `{onto['spec']}` → upstream {onto['commit']} ({onto['source']})",
            f"- from: the pinned base {old['commit']} ({old['source']})",
            f"- written {rec['written']}", "", f"**Verdict: {rec['verdict']}**", "",
+           f"Upstream's own output changes (old base against new base, not the series'): "
+           f"{len(rec['upstream_output_changes'])} of {len(rec['upstream_comparisons'])} comparisons.", "",
            "## Patches", "", "| # | patch | status | detail | applied without |", "|---|---|---|---|---|"]
     for p in rec["patches"]:
         out.append(f"| {p['index']} | {_md(p['name'])} | {PATCH.icon(p['status'])} | {_md(p['detail'])} | "
@@ -370,7 +372,7 @@ def forecast_markdown(rec: dict) -> str:
     out += ["", "## Upstream's own output changes (old base against new base)", ""]
     if rec["upstream_comparisons"]:
         for u in rec["upstream_comparisons"]:
-            out.append(f"- {u['platform']} {u['group']} {u['model']}/{u['prompt']}: {COMPARISON.icon(u['status'])}"
+            out.append(f"- {u['platform']} {u['group']} {u['model']}/{u['prompt']}: {u['status']}"
                        + (f" — {_md(u['difference'])}" if u["status"] != "identical" else ""))
     else:
         out.append("none compared")

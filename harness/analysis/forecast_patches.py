@@ -133,15 +133,16 @@ def _clip(lines: list[str]) -> list[str]:
 
 
 def conflict_regions(text: str) -> list[tuple[int, list[str], list[str]]]:
-    """The conflicts git's two-sided markers left in ``text``: (1-based line in the merged file where the
-    upstream side starts, upstream's lines (``<<<<<<<`` side), the patch's lines (``>>>>>>>`` side))."""
+    """The conflicts git's two-sided markers left in ``text``: (1-based line of upstream's file where its
+    side starts, counting upstream's lines only, upstream's lines (``<<<<<<<`` side), the patch's lines
+    (``>>>>>>>`` side))."""
     regions = []
     ours: list[str] | None = None
     theirs: list[str] | None = None
-    start = 0
-    for number, line in enumerate(text.splitlines(), start=1):
+    start = upstream_line = 0
+    for line in text.splitlines():
         if line.startswith("<<<<<<< "):
-            ours, theirs, start = [], None, number + 1
+            ours, theirs, start = [], None, upstream_line + 1
         elif line == "=======" and ours is not None and theirs is None:
             theirs = []
         elif line.startswith(">>>>>>> ") and ours is not None and theirs is not None:
@@ -149,8 +150,10 @@ def conflict_regions(text: str) -> list[tuple[int, list[str], list[str]]]:
             ours = theirs = None
         elif theirs is not None:
             theirs.append(line)
-        elif ours is not None:
-            ours.append(line)
+        else:
+            upstream_line += 1
+            if ours is not None:
+                ours.append(line)
     return regions
 
 
