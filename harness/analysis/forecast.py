@@ -37,9 +37,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..args import add_common, parse_defines, positive, split_names
-from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
+from ..common.errors import EXIT_FAILED, EXIT_PASSED, InputError
 from ..matrix.config import Group, Matrix, RunConfig, Source, load_matrix
-from ..record.results import PATCH, STEP, VERDICT_EXIT_CODES, RunLayout, load_records, write_json
+from ..record.results import (PATCH, STEP, VERDICT_EXIT_CODES, ComparisonRecord, RunLayout, load_records,
+                              write_json)
 from ..stages.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
 from ..stages.source import BaseTree, SourceError, archive_commit, cache_dir, git, obtain_base, unpacked_sdist
 from .forecast_patches import PatchOutcome, added_files, try_series
@@ -283,12 +284,10 @@ def verdict(outcomes: Sequence[PatchOutcome], steps: Sequence[dict], comparisons
 
 
 def _failed(c: dict) -> bool:
-    from ..record.results import ComparisonRecord
     return ComparisonRecord.from_json(c).failed()
 
 
 def _difference(c: dict) -> str:
-    from ..record.results import ComparisonRecord
     return ComparisonRecord.from_json(c).difference() or c.get("status", "")
 
 
@@ -376,6 +375,8 @@ def forecast_markdown(rec: dict) -> str:
                        + (f" — {_md(u['difference'])}" if u["status"] != "identical" else ""))
     else:
         out.append("none compared")
+    if rec.get("not_built"):
+        out += ["", "## Not built", "", *[f"- {_md(i)}" for i in rec["not_built"]]]
     if rec.get("incomplete"):
         out += ["", "## Not run", "", *[f"- {_md(i)}" for i in rec["incomplete"]]]
     if rec.get("bisect"):
@@ -384,12 +385,12 @@ def forecast_markdown(rec: dict) -> str:
     return "\n".join(out)
 
 
-def exit_code(rec: dict, overall: str) -> int:
-    """0 when the series moves cleanly and the run passed, 1 when patches need work or outputs change,
-    else the run's verdict's code (3: something asked for did not run)."""
+def exit_code(rec: dict, overall: str | None) -> int:
+    """1 when patches need work or outputs change; else the run's verdict's code (0 passed, 3 something asked
+    for did not run), or 0 for a patch stage alone (``overall`` None: --patches-only)."""
     if rec["needs_work"] or rec["output_changes"]:
         return EXIT_FAILED
-    return VERDICT_EXIT_CODES.get(overall, EXIT_INCOMPLETE) if overall != "passed" else EXIT_PASSED
+    return EXIT_PASSED if overall is None else VERDICT_EXIT_CODES[overall]
 
 
 # --------------------------------------------------------------------------- bisect
@@ -507,9 +508,8 @@ def main(argv: Sequence[str]) -> int:
             if stages:
                 rc = run_stages(fmatrix, run, opts, stages, bases={"base": base, OLD_VARIANT: old})
             else:
-                run.mark_incomplete("build, test, compare-outputs: not run (--patches-only)")
                 run.write_summary()
-                rc = EXIT_INCOMPLETE
+                rc = EXIT_PASSED
             seconds["stages"] = round(time.monotonic() - tried, 1)
             seconds["total"] = round(time.monotonic() - started, 1)
             summary = json.loads(RunLayout(run.dir).summary_json.read_text())
@@ -528,4 +528,4 @@ def main(argv: Sequence[str]) -> int:
     say(f"forecast: {RunLayout(run.dir).forecast_md} (patch stage {seconds['patches']} s, total {seconds['total']} s)")
     if rc >= 128:
         return rc
-    return exit_code(rec, run.overall())
+    return exit_code(rec, run.overall() if stages else None)

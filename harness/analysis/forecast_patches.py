@@ -176,8 +176,38 @@ def _nearest_window(current: list[str], hunk) -> tuple[int, list[str]]:
     return best + 1, current[best:best + size]
 
 
+def _at_head(git: _Git, path: str) -> list[str] | None:
+    """The lines of ``path`` at HEAD (the new base with the patches applied so far); None when it has no such file."""
+    proc = git.run(["show", f"HEAD:{path}"], check=False)
+    return None if proc.returncode else proc.stdout.decode("utf-8", errors="replace").splitlines()
+
+
+def _unplaced(git: _Git, patch: Patch, path: str, hunks: list, why: str) -> list[HunkConflict]:
+    """Conflicts of ``path`` without git's markers: one for a file HEAD lacks (its first hunk, with the count
+    of the others), else the first hunk that does not apply, with the upstream lines most like its pre-image."""
+    current = _at_head(git, path)
+    if current is None:
+        more = f" (and {len(hunks) - 1} more hunks)" if len(hunks) > 1 else ""
+        first = hunks[0] if hunks else None
+        return [HunkConflict(path, (_header(first) if first else "?") + more, _clip(_wanted(first)) if first else [],
+                             0, [], f"{path} is not in the new base with the patches applied so far")]
+    for hunk in hunks:
+        check = git.run(["apply", "--check", f"--include={path}", str(patch.path.resolve())], check=False)
+        if check.returncode == 0:
+            continue
+        at, met = _nearest_window(current, hunk)
+        return [HunkConflict(path, _header(hunk), _clip(_wanted(hunk)), at, _clip(met), why)]
+    return []
+
+
 def _conflicts(git: _Git, patch: Patch, said: str) -> list[HunkConflict]:
-    """Every conflicting place of ``patch`` after a failed ``git am -3`` (before it is aborted)."""
+    """Every conflicting place of ``patch`` after a failed ``git am -3`` (before it is aborted).
+
+    Where the 3-way merge ran, the conflicts are its unmerged files: each region between git's markers,
+    or (a file one side deleted) the file.  Where it could not run (``said``: git's output names the
+    reason, e.g. a blob missing), the files ``git apply`` names as failing, each with its first hunk
+    that does not apply.
+    """
     hunks = _hunks(patch)
     found: list[HunkConflict] = []
     unmerged = [p for p in git.out(["diff", "--name-only", "--diff-filter=U"], check=False).splitlines() if p]
@@ -188,27 +218,16 @@ def _conflicts(git: _Git, patch: Patch, said: str) -> list[HunkConflict]:
         for line, ours, theirs in regions:
             hunk = _best_hunk(hunks.get(path, []), theirs)
             found.append(HunkConflict(path, _header(hunk) if hunk else "?", _clip(theirs), line, _clip(ours)))
-        if not regions:  # e.g. deleted on one side: git names the file, there are no markers
-            for hunk in hunks.get(path, []):
-                found.append(HunkConflict(path, _header(hunk), _clip(_wanted(hunk)), 0, [], "no conflict markers: "
-                                          "the file was deleted or renamed on one side"))
-    # files git could not merge at all: the hunks that do not apply, and where they met upstream
+        if not regions:  # deleted on one side: git names the file, there are no markers
+            found += _unplaced(git, patch, path, hunks.get(path, []), "git left no conflict markers")
+    if unmerged:
+        return found
     reasons = [m.group("msg") for m in _GIT_REASON.finditer(said)
-               if not m.group("msg").startswith(("patch failed", "Failed to merge"))]
-    for m in _FAILED_AT.finditer(said):
-        path = m.group("file")
-        if path in unmerged or any(c.file == path for c in found):
-            continue
-        full = git.cwd / path
-        current = full.read_text(encoding="utf-8", errors="replace").splitlines() if full.is_file() else []
-        why = "; ".join(dict.fromkeys(reasons)) or "git am -3 could not merge it"
-        for hunk in hunks.get(path, []):
-            check = git.run(["apply", "--check", f"--include={path}", str(patch.path.resolve())], check=False)
-            if check.returncode == 0:
-                continue
-            at, met = _nearest_window(current, hunk) if current else (0, [])
-            found.append(HunkConflict(path, _header(hunk), _clip(_wanted(hunk)), at, _clip(met), why))
-            break  # git apply checks a file's hunks together: the first that fails is the one named
+               if not m.group("msg").startswith(("patch failed", "Failed to merge")) and "patch does not apply"
+               not in m.group("msg")]
+    why = "; ".join(dict.fromkeys(reasons)) or "git am -3 could not merge it"
+    for path in dict.fromkeys(m.group("file") for m in _FAILED_AT.finditer(said)):
+        found += _unplaced(git, patch, path, hunks.get(path, []), why)
     return found
 
 
@@ -273,11 +292,16 @@ def try_series(repo: Path, base_rev: str, patches: Sequence[Patch], *, old_repo:
     _reset_to_base(git, git.commit_id(base_rev))
     outcomes: list[PatchOutcome] = []
     left_out: list[str] = []
+    created: dict[str, str] = {}  # path -> the left-out patch that creates it
     for index, patch in enumerate(patches, start=1):
         result = try_patch(git, patch, index)
         if result.applied and left_out:
             result.applied_without = list(left_out)
         if result.status == "conflict":
+            for c in result.conflicts:
+                if c.upstream_line == 0 and c.file in created:
+                    c.reason = f"{c.file} comes with {created[c.file]}, which was left out"
             left_out.append(patch.name)
+            created.update({path: patch.name for path in added_files(patch)})
         outcomes.append(result)
     return outcomes
