@@ -42,6 +42,7 @@ from ..matrix.config import Group, Matrix, RunConfig, Source, load_matrix
 from ..record.results import (PATCH, STEP, VERDICT_EXIT_CODES, ComparisonRecord, RunLayout, load_records,
                               write_json)
 from ..stages.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
+from ..common.locks import exclusive
 from ..stages.source import BaseTree, SourceError, archive_commit, cache_dir, git, obtain_base, unpacked_sdist
 from .forecast_patches import PatchOutcome, added_files, try_series
 
@@ -455,10 +456,6 @@ def main(argv: Sequence[str]) -> int:
     Raises ForecastError / harness.stages.source.SourceError (exit 2) when the source cannot be read
     or is not the commit it claims, and harness.stages.patches.PatchError for a broken series.
     """
-    from ..common import proc
-    from ..pipeline import Options, run_stages
-    from ..record.results import Run
-    from .report import write_report
     from ..args import strip_dashdash
     args = _parser().parse_args(strip_dashdash(list(argv)))
     started = time.monotonic()
@@ -479,6 +476,19 @@ def main(argv: Sequence[str]) -> int:
     obtained = time.monotonic()
     say(f"forecast: onto {new.commit} ({new.source}), from the pinned base {old.commit[:12]}")
     work = (args.work_dir / "forecast" / new.commit[:12]).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    with exclusive(work, f"the forecast directory {work}", say):  # one forecast of a commit at a time
+        return _forecast(args, matrix, platforms, onto, patches, old, new, work, started, obtained, say)
+
+
+def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], onto: Onto, patches: list[Patch],
+              old: BaseTree, new: BaseTree, work: Path, started: float, obtained: float,
+              say: Callable[[str], None]) -> int:
+    """The patch stage, the stages and the report of :func:`main`, in the forecast directory ``work``."""
+    from ..common import proc
+    from ..pipeline import Options, run_stages
+    from ..record.results import Run
+    from .report import write_report
     base = forecast_base(new, old, patches, work / "upstream")
     trial = work / "trial"
     shutil.rmtree(trial, ignore_errors=True)
