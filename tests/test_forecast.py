@@ -93,6 +93,23 @@ def test_parse_onto_reads_every_kind_of_source(tmp_path: Path, drift: DriftProje
             parse_onto(bad)
 
 
+def test_parse_onto_reads_an_archive_s_commit_from_its_manifest(tmp_path: Path):
+    import io
+    import tarfile
+    archive = tmp_path / "mirror.tar.gz"
+    data = json.dumps({"commit": "b" * 40}).encode()
+    with tarfile.open(archive, "w:gz") as tf:
+        info = tarfile.TarInfo("HARNESS-MIRROR.json")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    onto = parse_onto(f"{archive}#sha256={'c' * 64}")
+    assert (onto.source.kind, onto.source.sha256, onto.commit) == ("archive", "c" * 64, "b" * 40)
+    (tmp_path / "mirror.tar.gz.sha256").write_text("d" * 64 + "  mirror.tar.gz\n")
+    assert parse_onto(str(archive)).source.sha256_file == (tmp_path / "mirror.tar.gz.sha256").resolve()
+    with pytest.raises(ForecastError):
+        parse_onto(f"{archive}#sha256=short")
+
+
 def test_verdict_names_conflicts_compile_errors_and_output_changes(drift: DriftProject, tmp_path: Path):
     outcomes, _ = _trial(drift, drift.drift, tmp_path)
     build = {"platform": "p", "config": "fork", "step": "build", "status": "failed", "detail": "x", "failures": []}
