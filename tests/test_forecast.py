@@ -120,6 +120,9 @@ def test_verdict_names_conflicts_compile_errors_and_output_changes(drift: DriftP
     assert [w["patch"] for w in work] == [outcomes[1].name, outcomes[4].name]
     diverged = {"platform": "p", "group": "base-vs-fork", "model": "m", "prompt": "one", "reference": "base",
                 "candidate": "fork", "status": "diverged", "first_divergence": None, "detail": "differs"}
+    elsewhere = dict(sig, key="ggml.c: error: x", summary="compile error in ggml.c:1: x")
+    unowned, _, _ = verdict([outcomes[0]], [build], [], {("p", "fork", "build"): elsewhere}, [])
+    assert unowned == "0 patches need work; not attributed to a patch: build p/fork (compile error in ggml.c:1: x)"
     clean, _, _ = verdict([outcomes[0]], [], [], {}, [])
     assert clean == "the series moves cleanly"
     changed, _, changes = verdict([outcomes[0]], [], [diverged], {}, [])

@@ -247,8 +247,9 @@ def verdict(outcomes: Sequence[PatchOutcome], steps: Sequence[dict], comparisons
             signatures: dict[tuple, dict], old_groups: Sequence[str]) -> tuple[str, list[dict], list[dict]]:
     """The forecast's one-line verdict, the patches that need work and the output changes of the fork.
 
-    A conflicting patch needs work; so does an applied patch that changes the file a failing fork
-    step's compile error names (a fork step failing elsewhere is listed under the step).  Output changes
+    A conflicting patch needs work; so does an applied patch that changes the file a failing step's
+    compile error names; a failing step no patch's files explain (upstream's own build included) is
+    listed after the patches, "not attributed to a patch".  Output changes
     are failed comparisons outside ``old_groups`` (new base against new fork).  Returns (verdict,
     [{patch|step, why}], [{group, model, prompt, candidate, reference, difference}]).
     """
@@ -272,10 +273,12 @@ def verdict(outcomes: Sequence[PatchOutcome], steps: Sequence[dict], comparisons
                | {"difference": _difference(c)}
                for c in comparisons if c.get("group") not in old_groups and _failed(c)]
     if work:
-        named = {w.get("patch") or w.get("step") for w in work}
-        n = len(named)
-        line = (f"{n} patch{'es' if n != 1 else ''} need{'' if n != 1 else 's'} work: "
-                + "; ".join(f"{w.get('patch') or w.get('step')} ({w['why']})" for w in work))
+        n = len({w["patch"] for w in work if "patch" in w})
+        line = f"{n} patch{'es' if n != 1 else ''} need{'' if n != 1 else 's'} work"
+        named = [f"{w['patch']} ({w['why']})" for w in work if "patch" in w]
+        others = [f"{w['step']} ({w['why']})" for w in work if "step" in w]
+        line += (": " + "; ".join(named) if named else "")
+        line += ("; not attributed to a patch: " + "; ".join(others) if others else "")
     elif changes:
         line = "builds but outputs change: " + "; ".join(
             f"{c['platform']} {c['group']} {c['model']}/{c['prompt']}: {c['difference']}" for c in changes)
