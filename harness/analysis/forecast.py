@@ -343,8 +343,9 @@ def forecast_markdown(rec: dict) -> str:
            f"- onto: `{onto['spec']}` → upstream {onto['commit']} ({onto['source']})",
            f"- from: the pinned base {old['commit']} ({old['source']})",
            f"- written {rec['written']}", "", f"**Verdict: {rec['verdict']}**", "",
-           f"Upstream's own output changes (old base against new base, not the series'): "
-           f"{len(rec['upstream_output_changes'])} of {len(rec['upstream_comparisons'])} comparisons.", "",
+           "Upstream's own output changes (old base against new base, not the series'): "
+           + (f"{len(rec['upstream_output_changes'])} of {len(rec['upstream_comparisons'])} comparisons."
+              if rec["upstream_comparisons"] else "none compared."), "",
            "## Patches", "", "| # | patch | status | detail | applied without |", "|---|---|---|---|---|"]
     for p in rec["patches"]:
         out.append(f"| {p['index']} | {_md(p['name'])} | {PATCH.icon(p['status'])} | {_md(p['detail'])} | "
@@ -353,7 +354,7 @@ def forecast_markdown(rec: dict) -> str:
         for c in p["conflicts"]:
             out += ["", f"### {p['name']}: `{c['file']}` `{c['hunk']}`", ""]
             if c["reason"]:
-                out.append(f"git: {c['reason']}")
+                out.append(f"Why: {c['reason']}")
                 out.append("")
             where = f"line {c['upstream_line']} of the new base" if c["upstream_line"] else "not in the new base"
             out += [f"The patch writes:", "", "```", *c["wanted"], "```", "",
