@@ -519,7 +519,8 @@ def render_html(run_dir: Path, baseline: Path | None = None) -> str:
              f'<header><h1>Run {escape(run_id)} <span class="verdict {escape(overall)}">{escape(overall)}</span></h1>'
              f'<p class="muted">steps: {escape(_count_text(_counts(steps)))} · comparisons: '
              f'{escape(_count_text(_counts(comparisons)))} · summary updated {escape(str(data.get("updated", "?")))}</p>',
-             '<nav><a href="#steps">steps</a><a href="#comparisons">comparisons</a><a href="#divergences">divergences</a>'
+             '<nav>' + ('<a href="#forecast">forecast</a>' if RunLayout(run_dir).forecast_json.is_file() else '')
+             + '<a href="#steps">steps</a><a href="#comparisons">comparisons</a><a href="#divergences">divergences</a>'
              '<a href="#configurations">configurations</a><a href="#pin-ladder">pin ladder</a></nav></header>']
     if data.get("skipped_platforms"):
         parts.append("<p>Skipped platforms: " + "; ".join(
