@@ -127,6 +127,12 @@ def bisect(session: nox.Session) -> None:
 
 
 @nox.session
+def forecast(session: nox.Session) -> None:
+    """What the series would hit on another upstream commit: ``nox -s forecast -- --onto SOURCE``."""
+    _harness(session, "forecast")
+
+
+@nox.session
 def report(session: nox.Session) -> None:
     """Self-contained ``results/<run-id>/report.html``: ``nox -s report -- [RUN] [--markdown]``."""
     _harness(session, "report")

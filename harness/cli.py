@@ -2,7 +2,7 @@
 
 Stages: ``build``, ``test``, ``compare-outputs`` (any of them, in that order).
 Tools: ``patches apply|export|check``, ``source fetch|export-mirror``,
-``models``, ``ci-matrix``, ``check-windows``, ``triage``, ``bisect``, ``report``, ``bench``,
+``models``, ``ci-matrix``, ``check-windows``, ``triage``, ``bisect``, ``forecast``, ``report``, ``bench``,
 ``bench-compile``.
 The nox sessions call exactly these commands and pass ``session.posargs`` through.
 """
@@ -206,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 ("tools.compile_bench", {"bench-compile": "main"}),
                                 ("analysis.triage", {"triage": "main"}),
                                 ("analysis.bisect", {"bisect": "main"}),
+                                ("analysis.forecast", {"forecast": "main"}),
                                 ("analysis.report", {"report": "report_main"})):
             try:
                 mod = importlib.import_module(f"harness.{module}")

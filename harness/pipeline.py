@@ -115,8 +115,11 @@ class Pipeline:
     """Runs stages for the selected platforms and records everything in ``run``."""
 
     def __init__(self, matrix: Matrix, run: Run, opts: Options, say: Callable[[str], None] | None = None,
-                 console: Console | None = None):
+                 console: Console | None = None, bases: Mapping[str, BaseTree] | None = None):
         self.console = console or Console()
+        # variant -> its base tree where the caller gives one (an upstream forecast: "base" the other upstream,
+        # "old-base" the pinned one); other variants than base and fork are built unpatched from theirs
+        self.bases = dict(bases or {})
         self.matrix, self.run, self.opts, self.say = matrix, run, opts, say or self.console.say
         self._shown: Step | None = None  # the console step of the comparison group running
         self.cache = cache_dir()
@@ -191,6 +194,8 @@ class Pipeline:
     # ----- inputs ----------------------------------------------------------------------------
     def base(self) -> BaseTree:
         """The verified base tree (obtained once per process)."""
+        if self._base is None and "base" in self.bases:
+            self._base = self.bases["base"]
         if self._base is None:
             log: list[str] = []
             self._base = obtain_base(self.matrix, self.cache, log)
@@ -235,7 +240,7 @@ class Pipeline:
         with exclusive(work / variant / "llama.cpp", f"the {variant} source tree", self.say):
             if variant == "fork":
                 return prepare_series_tree(base, work, "fork", self.patches(), log=logs / "patches.log")
-            return prepare_tree(base, work, "base")
+            return prepare_tree(self.bases.get(variant, base), work, variant)
 
     def _build_and_hold(self, req: BuildRequest, logs: Path) -> BuildResult:
         """Hold ``req``'s directory for reading until the run ends (see harness.common.locks), building it first
@@ -277,7 +282,7 @@ class Pipeline:
                 key_parts = {"base": base.commit, "series": series_digest(self.patches()),
                              "engine": engine_source_digest()}
             else:
-                key_parts = {"base": base.commit, "engine": engine_source_digest()}
+                key_parts = {"base": self.bases.get(variant, base).commit, "engine": engine_source_digest()}
             targets = (*p.targets, ENGINE_TARGET) + (p.test_targets if variant == "fork" else ())
             req = BuildRequest(p.name, variant, source, work / variant / f"build-{p.name}",
                                self.cmake_options(p, variant), tuple(targets), key_parts, self.opts.jobs,
@@ -739,7 +744,7 @@ def describe_abort(exc: BaseException) -> str:
 
 
 def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
-               say: Callable[[str], None] | None = None) -> int:
+               say: Callable[[str], None] | None = None, bases: Mapping[str, BaseTree] | None = None) -> int:
     """Run ``stages`` (build, test, compare-outputs) in order; return the exit code of the run's verdict
     (harness.record.results.VERDICT_EXIT_CODES: 0 passed, 1 failed, 3 incomplete or nothing ran).
 
@@ -748,9 +753,9 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
     ``interrupted`` and the stages not reached as not run, the summary is
     written (``overall: incomplete`` unless something already failed) and,
     for a signal, 128 + its number is returned (130, 143); any other
-    exception is raised again once the summary is written.
+    exception is raised again once the summary is written.  ``bases``: see :class:`Pipeline`.
     """
-    pipe = Pipeline(matrix, run, opts, say)
+    pipe = Pipeline(matrix, run, opts, say, bases=bases)
     say = pipe.say
     try:
         for i, stage in enumerate(stages):

@@ -7,6 +7,8 @@ import struct
 import sys
 
 N_VOCAB = 4
+#: (id, piece) of the one token every generation gives before end of generation; a fake tree may change it
+TOKEN = (2, b"hello")
 
 
 def reply(obj: dict) -> None:
@@ -31,7 +33,8 @@ def handle(parts: list) -> bool:
     if parts[0] == "quit":
         return False
     if parts[0] == "generate":
-        tokens = [{"id": 2, "piece": b"hello".hex(), "eog": False, "top": [[2, 5.0], [3, 1.0]], "lse": 5.1},
+        tokens = [{"id": TOKEN[0], "piece": TOKEN[1].hex(), "eog": False, "top": [[TOKEN[0], 5.0], [5 - TOKEN[0], 1.0]],
+                   "lse": 5.1},
                   {"id": 1, "piece": "", "eog": True, "top": [[1, 6.0], [2, 2.0]], "lse": 6.1}]
         reply({"ok": True, "prompt_tokens": 3, "tokens": tokens, "eog": True, "prompt_ms": 1.0, "gen_ms": 1.0})
     elif parts[0] == "score":

@@ -280,3 +280,86 @@ def pids_alive(pid_file: Path) -> list[int]:
         if state != "Z":
             alive.append(pid)
     return alive
+
+
+# --------------------------------------------------------------------------- upstream drift
+
+API_H = "#define FAKE_API_VALUE 1\n"
+NOTES = "".join(f"line {i}\n" for i in range(1, 31))
+OTHER = "".join(f"other {i}\n" for i in range(1, 21))
+
+
+def _lines(text: str, changes: dict[int, str], prepend: str = "") -> str:
+    """``text`` with 1-based line numbers replaced by ``changes`` and ``prepend`` put before it."""
+    lines = text.splitlines(keepends=True)
+    for number, new in changes.items():
+        lines[number - 1] = new + "\n"
+    return prepend + "".join(lines)
+
+
+#: The drift series, in order: (subject, {path: content after the patch}), each on top of the one before.
+DRIFT_SERIES = (
+    ("Mark line 5 of the notes", "notes.txt", {5: "line 5 (fork)"}),
+    ("Mark line 20 of the notes", "notes.txt", {20: "line 20 (fork)"}),
+    ("Mark the third other line", "other.txt", {3: "other 3 (fork)"}),
+    ("Mark the fifteenth other line", "other.txt", {15: "other 15 (fork)"}),
+)
+
+
+@dataclass
+class DriftProject:
+    """A fake project whose pinned base ``old`` carries a five-patch series, and two later upstream commits
+    with planted drift: ``drift`` (patch 1's hunk moved and its context changed: 3-way; patch 2's line
+    rewritten: conflict in notes.txt; patch 3 upstreamed verbatim; patch 4 untouched, so it applies after
+    patch 2 conflicts; FAKE_API_VALUE renamed FAKE_API_LEVEL in api.h, which patch 5 uses in launcher.c:
+    a compile error) and ``output`` (every patch applies; upstream's programs print ``howdy`` instead of
+    ``hello``: an output change of upstream alone)."""
+
+    project: FakeProject
+    old: str
+    drift: str
+    output: str
+
+
+def make_drift_project(root: Path) -> DriftProject:
+    """Write :func:`make_fake_project`'s tree plus notes.txt, other.txt and api.h, the drift series in
+    ``root/patches`` and the two drifted upstream commits (branches ``drift`` and ``output``)."""
+    project = make_fake_project(root)
+    repo = project.repo
+    first = _git(repo, "rev-parse", "main")
+    _git(repo, "checkout", "-q", "main")
+    (repo / "notes.txt").write_text(NOTES)
+    (repo / "other.txt").write_text(OTHER)
+    (repo / "api.h").write_text(API_H)
+    launcher = (repo / "launcher.c").read_text().replace('#include "gen.h"\n', '#include "gen.h"\n#include "api.h"\n')
+    (repo / "launcher.c").write_text(launcher)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "fake upstream: notes, other lines and an API header")
+    old = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "checkout", "-q", "-B", "fork")
+    texts = {"notes.txt": NOTES, "other.txt": OTHER}
+    for subject, path, change in DRIFT_SERIES:
+        texts[path] = _lines(texts[path], change)
+        (repo / path).write_text(texts[path])
+        _git(repo, "commit", "-q", "-am", f"{subject}\n\nThe fork marks the lines it owns.")
+    (repo / "launcher.c").write_text(launcher.replace("    int n = 0;\n", "    int n = FAKE_API_VALUE - 1;\n"))
+    _git(repo, "commit", "-q", "-am", "Start the argument count at the API value\n\nThe fork counts from the API.")
+    export_series(repo, old, project.patches)
+    _git(repo, "checkout", "-q", "-B", "drift", old)
+    # patch 1's hunk moves down 5 lines and a line of its context changes; patch 2's line is rewritten
+    (repo / "notes.txt").write_text(_lines(NOTES, {3: "line 3 (upstream)", 20: "line 20 (upstream rewrite)"},
+                                           prepend="".join(f"new {i}\n" for i in range(1, 6))))
+    (repo / "other.txt").write_text(_lines(OTHER, {3: "other 3 (fork)"}))  # patch 3, verbatim
+    _git(repo, "commit", "-q", "-am", "upstream: reword the notes, take the fork's third line")
+    (repo / "api.h").write_text(API_H.replace("FAKE_API_VALUE", "FAKE_API_LEVEL"))
+    _git(repo, "commit", "-q", "-am", "upstream: rename FAKE_API_VALUE to FAKE_API_LEVEL")
+    drift = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "checkout", "-q", "-B", "output", old)
+    for name in ("fake_completion.py", "fake_harness-engine.py"):
+        text = (repo / name).read_text().replace('sys.stdout.write("hello', 'sys.stdout.write("howdy')
+        (repo / name).write_text(text.replace("import fake_engine\n", 'import fake_engine\nfake_engine.TOKEN = (3, b"howdy")\n'))
+    _git(repo, "commit", "-q", "-am", "upstream: greet with howdy")
+    output = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "checkout", "-q", "main")
+    project.matrix.write_text(project.matrix.read_text().replace(f"commit: {first}", f"commit: {old}"))
+    return DriftProject(project, old, drift, output)

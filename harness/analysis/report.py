@@ -12,7 +12,9 @@ project keeps its dependencies few).  Sections:
 * a token-level view of every divergence: both sides' generated text, the common
   prefix dimmed and the first divergent token marked (re-derived from compare.json's
   texts and the first_divergence pieces);
-* the pin ladder per allocation (requested vs granted bytes) as an SVG bar chart.
+* the pin ladder per allocation (requested vs granted bytes) as an SVG bar chart;
+* for an upstream forecast (``forecast.json``, harness.analysis.forecast): its verdict, one row per
+  patch with each conflict's hunk and the upstream lines it met, then one row per stage.
 
 :func:`markdown_summary` gives the same summary as Markdown for a CI job summary or a
 pull-request comment.
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..common.fs import write_text_whole
-from ..record.results import COMPARISON, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
+from ..record.results import COMPARISON, PATCH, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
 from .signatures import load_signatures, step_logs
 from ..record.results import describe_divergence_record
 
@@ -289,7 +291,7 @@ document.getElementById('only-bad').addEventListener('change', function (e) {
 
 
 def _status(status: str) -> str:
-    outcome = next((k[status].outcome for k in (STEP, COMPARISON) if status in k), "neutral")
+    outcome = next((k[status].outcome for k in (STEP, COMPARISON, PATCH) if status in k), "neutral")
     return f'<span class="st st-{outcome} st-{escape(status)}">{escape(status)}</span>'
 
 
@@ -470,6 +472,47 @@ def _expectations_html(run_dir: Path, platform: str, config: str) -> str:
             + "".join(rows) + "</tbody></table>")
 
 
+def _forecast_html(run_dir: Path) -> str:
+    """The forecast section: verdict, one row per patch (conflicts with the upstream lines they met),
+    one row per stage with its signature, and upstream's own output changes; '' without forecast.json."""
+    rec = _read_json(RunLayout(run_dir).forecast_json)
+    if not isinstance(rec, dict):
+        return ""
+    onto, old = rec.get("onto", {}), rec.get("old_base", {})
+    rows = []
+    for p in rec.get("patches", []):
+        bad = PATCH.is_failure(p.get("status", ""))
+        conflicts = "".join(
+            f'<details><summary><code>{escape(c["file"])}</code> <code>{escape(c["hunk"])}</code></summary>'
+            + (f'<p class="muted">{escape(c["reason"])}</p>' if c.get("reason") else "")
+            + f'<p>the patch writes:</p><pre>{escape(chr(10).join(c["wanted"]))}</pre><p>upstream has '
+            + (f'at line {c["upstream_line"]}' if c.get("upstream_line") else "nothing there (not in the new base)")
+            + f':</p><pre>{escape(chr(10).join(c["upstream"]))}</pre></details>' for c in p.get("conflicts", []))
+        rows.append(f'<tr class="{"bad" if bad else "ok"}"><td class="num">{p.get("index")}</td>'
+                    f'<td>{escape(p.get("name", ""))}</td><td>{_status(p.get("status", ""))}</td>'
+                    f'<td>{escape(p.get("detail", ""))}{conflicts}</td>'
+                    f'<td>{escape(", ".join(p.get("applied_without", [])))}</td></tr>')
+    stage_rows = _steps_table(rec.get("stages", []), {(s["platform"], s["config"], s["step"]): s["signature"]
+                                                      for s in rec.get("stages", []) if s.get("signature")})
+    first = rec.get("first_failure")
+    first_html = "none"
+    if first:
+        first_html = (f'{escape(first["step"])} {escape(first["platform"])}/{escape(first["config"])}: '
+                      + (_sig_html(first.get("signature")) or escape(first.get("detail", ""))))
+    upstream = "".join(f'<li>{escape(u["platform"])} {escape(u["group"])} {escape(u["model"])}/{escape(u["prompt"])}: '
+                       f'{escape(u["status"])}{" — " + escape(u["difference"]) if u["status"] != "identical" else ""}</li>'
+                       for u in rec.get("upstream_comparisons", []))
+    return (f'<section id="forecast"><h2>Forecast onto {escape(str(onto.get("commit", ""))[:12])}</h2>'
+            f'<p>From the pinned base {escape(str(old.get("commit", ""))[:12])} onto '
+            f'<code>{escape(str(onto.get("spec", "")))}</code> ({escape(str(onto.get("source", "")))}).</p>'
+            f'<p class="verdict-line"><b>{escape(rec.get("verdict", ""))}</b></p>'
+            '<h3>Patches</h3><table><thead><tr><th>#</th><th>patch</th><th>status</th><th>detail</th>'
+            f'<th>applied without</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+            f'<h3>Stages</h3>{stage_rows}<p>First failing step: {first_html}</p>'
+            f'<h3>Upstream\'s own output changes (old base against new base)</h3>'
+            f'<ul>{upstream or "<li class=muted>none compared</li>"}</ul></section>')
+
+
 def _changes_html(baseline: Path, run_dir: Path) -> str:
     from .triage import diff_runs
     rep = diff_runs(baseline, run_dir)
@@ -500,13 +543,15 @@ def render_html(run_dir: Path, baseline: Path | None = None) -> str:
              f'<header><h1>Run {escape(run_id)} <span class="verdict {escape(overall)}">{escape(overall)}</span></h1>'
              f'<p class="muted">steps: {escape(_count_text(_counts(steps)))} · comparisons: '
              f'{escape(_count_text(_counts(comparisons)))} · summary updated {escape(str(data.get("updated", "?")))}</p>',
-             '<nav><a href="#steps">steps</a><a href="#comparisons">comparisons</a><a href="#divergences">divergences</a>'
+             '<nav>' + ('<a href="#forecast">forecast</a>' if RunLayout(run_dir).forecast_json.is_file() else '')
+             + '<a href="#steps">steps</a><a href="#comparisons">comparisons</a><a href="#divergences">divergences</a>'
              '<a href="#configurations">configurations</a><a href="#pin-ladder">pin ladder</a></nav></header>']
     if data.get("skipped_platforms"):
         parts.append("<p>Skipped platforms: " + "; ".join(
             f"<b>{escape(k)}</b>: {escape(v)}" for k, v in sorted(data["skipped_platforms"].items())) + "</p>")
     if baseline is not None:
         parts.append(_changes_html(baseline, run_dir))
+    parts.append(_forecast_html(run_dir))
     parts.append('<section id="steps"><h2>Steps <label class="filter"><input type="checkbox" id="only-bad"> '
                  'failures only</label></h2>' + _steps_table(steps, sigs) + "</section>")
     parts.append('<section id="comparisons"><h2>Greedy comparisons</h2>'

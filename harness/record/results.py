@@ -9,6 +9,7 @@ Everything a run knows is declared here once:
         run.json                      run id, command line, times, platforms
         summary.json  summary.md      every step and every comparison
         signatures.json  report.html  written after the stages (harness.analysis.signatures, harness.analysis.report)
+        forecast.json  forecast.md    an upstream forecast's patches, stages and verdict (harness.analysis.forecast)
         <platform>/
             environment.json          OS, compilers, CUDA, GPU, RAM, base commit, patches
             build-base/ build-fork/   configure.log, build.log (+ .rc files), patches.log, error.log
@@ -161,6 +162,17 @@ VERDICT = StatusSet("verdict", (
     Status("failed", "failure", "❌", "a step failed or errored, or a comparison is a failure"),
     Status("incomplete", "failure", "⚠️", "nothing failed, but something asked for did not run"),
     Status("skipped", "neutral", "⏭️", "nothing ran at all"),
+))
+
+#: Outcomes of applying one patch of the series onto another upstream commit (harness.analysis.forecast).
+PATCH = StatusSet("patch", (
+    Status("clean", "success", "✅", "git apply takes the patch as it is (offsets allowed, no fuzz)"),
+    Status("3-way", "success", "🔀", "the patch does not apply as it is; git am -3 merges it through the blobs it "
+                                    "names (its hunks moved or their context changed upstream)"),
+    Status("already-upstream", "neutral", "➖", "the new base already holds the patch's changes: it reverses "
+                                               "cleanly, or git am -3 finds nothing left to change"),
+    Status("conflict", "failure", "❌", "git am -3 leaves conflicts: the patch is left out and the files and hunks "
+                                       "are recorded with the upstream lines they met"),
 ))
 
 #: The exit code of each verdict (harness.common.errors).
@@ -524,6 +536,16 @@ class RunLayout:
         for path in sorted(self.dir.glob(f"*/*/gen/*/*.r*{suffix}")):
             yield (path.parents[3].name, path.parents[2].name, path.parent.name,
                    path.name[:-len(suffix)], path)
+
+    @property
+    def forecast_json(self) -> Path:
+        """``forecast.json``: an upstream forecast's patches, stages and verdict (harness.analysis.forecast)."""
+        return self.dir / "forecast.json"
+
+    @property
+    def forecast_md(self) -> Path:
+        """``forecast.md``: the same for people."""
+        return self.dir / "forecast.md"
 
     def compare_json(self, platform: str, config: str) -> Path:
         """``<platform>/<candidate>/compare.json``: the full comparison records of a candidate."""

@@ -280,7 +280,10 @@ def _pip_download_sdist(package: str, version: str, into: Path) -> Path:
     return found[0]
 
 
-def _from_pypi_sdist(src: Source, dest: Path, commit: str, cache: Path) -> str:
+def unpacked_sdist(src: Source, cache: Path) -> tuple[Path, Path]:
+    """(the sdist archive, its vendored upstream checkout ``src.subdir``) of a ``pypi-sdist`` source,
+    downloaded and unpacked into ``cache`` once.  Raises SourceError when pip yields no sdist, its
+    sha256 is not ``src.sha256`` (when set) or it has no ``src.subdir``."""
     assert src.package and src.version and src.subdir
     sdist = _pip_download_sdist(src.package, src.version, cache / "downloads")
     if src.sha256 and sha256_file(sdist) != src.sha256:
@@ -297,6 +300,11 @@ def _from_pypi_sdist(src: Source, dest: Path, commit: str, cache: Path) -> str:
     vendored = roots[0] / src.subdir if len(roots) == 1 else unpacked / src.subdir
     if not vendored.exists():
         raise SourceError(f"{sdist.name} has no {src.subdir}")
+    return sdist, vendored
+
+
+def _from_pypi_sdist(src: Source, dest: Path, commit: str, cache: Path) -> str:
+    sdist, vendored = unpacked_sdist(src, cache)
     reason = _verify_checkout(vendored, commit)
     if reason:
         raise SourceError(f"{sdist.name}:{src.subdir}: {reason}")
@@ -310,6 +318,22 @@ def _archive_digest(src: Source) -> str | None:
     if src.sha256_file and src.sha256_file.exists():
         return src.sha256_file.read_text().split()[0]
     return None
+
+
+def archive_commit(path: Path) -> str:
+    """The upstream commit a mirror archive at ``path`` names in its HARNESS-MIRROR.json (not yet verified:
+    :func:`obtain_base` checks the archive's sha256 and the manifest again).  Raises SourceError when the
+    archive cannot be read or has no manifest naming a commit."""
+    try:
+        with tarfile.open(path) as tf:
+            member = tf.extractfile(MIRROR_MANIFEST)
+            manifest = json.loads(member.read()) if member else {}
+    except (OSError, KeyError, tarfile.TarError, ValueError) as exc:
+        raise SourceError(f"archive {path}: no readable {MIRROR_MANIFEST} ({exc})") from None
+    commit = manifest.get("commit") if isinstance(manifest, dict) else None
+    if not isinstance(commit, str) or len(commit) != 40:
+        raise SourceError(f"archive {path}: {MIRROR_MANIFEST} names no full commit id")
+    return commit
 
 
 def _from_archive(src: Source, dest: Path, commit: str) -> str:
