@@ -43,6 +43,9 @@ Kinds and what the key holds:
     the test or program that ran out of time.
 ``output_mismatch``
     a diverged greedy comparison: group, model, prompt, candidate and reference.
+``speed_regression``
+    a speed rule that found a slowdown (harness.stages.speed): group, model, candidate, metric
+    (pp or tg) and reference; the numbers are in the summary only.
 ``other``
     a failure none of the rules recognise; the key is the normalised detail.
 
@@ -62,6 +65,7 @@ from typing import Any, Iterable, Sequence
 
 from ..record.gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
 from ..stages.native_tests import WRAPPER_DID_NOT_RUN
+from ..record.bench import parse_step, read_bench
 from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRecord, load_records, write_json
 
 #: Every signature kind, declared once here (the module docstring says what each key holds), with
@@ -69,7 +73,7 @@ from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRec
 #: is kept, the most specific.  A CUDA error ends in an abort (SIGABRT) and an assertion too, so
 #: those rank above ``signal``.
 KIND_RANK = {"configure_error": 3, "compile_error": 3, "link_error": 3, "patch_apply": 3, "test_assertion": 2,
-             "signal": 5, "cuda_error": 1, "sanitizer_report": 0, "timeout": 4, "output_mismatch": 6, "other": 7}
+             "signal": 5, "cuda_error": 1, "sanitizer_report": 0, "timeout": 4, "output_mismatch": 6, "speed_regression": 6, "other": 7}
 #: The kinds, in declaration order.
 KINDS = tuple(KIND_RANK)
 
@@ -778,9 +782,29 @@ def classify_step(run_dir: Path, step: StepRecord | dict) -> Signature | None:
         return _classify_test(run_dir, step)
     if step.step == "generate":
         return _classify_generate(run_dir, step)
+    if step.status == "failed" and parse_step(step.step):
+        return speed_signature(run_dir, step)
     detail = "; ".join(f.text() for f in step.failures) or step.detail or f"{step.step} {step.status}"
     found = classify_text(detail)
     return found or _other(detail, (), [detail])
+
+
+def speed_signature(run_dir: Path, step: StepRecord) -> Signature:
+    """The ``speed_regression`` signature of a failed speed rule step (``speed:<group>:<metric>``), from the
+    rule's record in ``<platform>/speed/bench.json``; without that record, from the step alone."""
+    group, metric = parse_step(step.step) or ("?", "?")
+    bench = read_bench(run_dir, step.platform) or {}
+    rule = next((r for r in bench.get("rules", []) if (r.get("group"), r.get("candidate"), r.get("metric"))
+                 == (group, step.config, metric)), {})
+    reference, model = rule.get("reference", "?"), rule.get("model", "?")
+    key = f"{group}/{model}: {step.config} vs {reference} {metric}"
+    if "ratio" in rule:
+        want = "no slowdown" if rule.get("min_ratio") == 1.0 else f"at least {rule.get('min_ratio'):g}x"
+        summary = (f"speed {key}: {rule['ratio']:.2f}x ({rule['candidate_spread']['median']:.1f} vs "
+                   f"{rule['reference_spread']['median']:.1f} tok/s, Mann-Whitney p {rule['p_value']:.2g}), {want} asked")
+    else:
+        summary = f"speed {key}: {step.detail}"
+    return _sig("speed_regression", key, summary, [step.detail])
 
 
 def comparison_signature(cmp: ComparisonRecord | dict) -> Signature | None:

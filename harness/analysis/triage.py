@@ -14,7 +14,10 @@ B.  It reports, from the two ``summary.json`` files and the run directories:
 * pin-ladder changes: granted bytes per platform/config summed over the
   ``*.pin-ladder.json`` files of the generations both runs have;
 * build and test times that changed by more than :data:`TIME_NOISE_FRACTION` of the
-  earlier time and at least :data:`TIME_NOISE_FLOOR_S` seconds.
+  earlier time and at least :data:`TIME_NOISE_FLOOR_S` seconds;
+* speed: each configuration's pp and tg tok/s of the speed stage in both runs, judged by the
+  speed rule (harness.analysis.speed_diff): a slowdown is a regression with a ``speed_regression``
+  signature; runs of different machines are "not comparable", never a regression.
 
 A run B that is incomplete (stopped by a signal, an exception or a full disk, or with
 something asked for not run) is named so and compared only on what it recorded: what A
@@ -40,6 +43,7 @@ from ..common.errors import InputError
 from ..common.locks import RunLock
 from ..record.results import COMPARISON, STEP, RecordError, RunLayout, StepRecord, read_summary
 from .signatures import load_signatures
+from .speed_diff import SpeedChange, compare_speed
 
 #: Statuses that count as a failure or a success (declared in harness.record.results).
 BAD_STEP = STEP.failures
@@ -293,6 +297,9 @@ class TriageReport:
     #: recorded, and ``not_compared`` lists what A has that B did not get to (never a regression)
     b_incomplete: list[str] = field(default_factory=list)
     not_compared: list[str] = field(default_factory=list)
+    #: speed of the configurations both runs measured (same machine only), and why other pairs were not compared
+    speed_changes: list[SpeedChange] = field(default_factory=list)
+    speed_not_comparable: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[Transition]:
@@ -566,6 +573,22 @@ def _timing_changes(sa: dict, sb: dict) -> list[TimingChange]:
     return out
 
 
+def _speed_transitions(changes: list[SpeedChange]) -> list[Transition]:
+    """A regression, with its ``speed_regression`` signature, per speed change that is a slowdown by the rule."""
+    out = []
+    for c in changes:
+        if not c.regressed:
+            continue
+        key = f"{c.config} {c.model} {c.metric}"
+        summary = (f"speed {key}: {c.after_median:.1f} tok/s against {c.before_median:.1f} in the earlier run "
+                   f"({c.ratio:.2f}x, fails below {c.threshold:.3g}x; Mann-Whitney p {c.p_value:.2g} <= {c.p_max:g})")
+        out.append(Transition("regression", "speed", c.platform, f"{key} tok/s", f"{c.before_median:.1f} tok/s",
+                              f"{c.after_median:.1f} tok/s",
+                              {"platform": c.platform, "config": c.config, "model": c.model, "metric": c.metric},
+                              summary, {"kind": "speed_regression", "key": f"speed {key}", "summary": summary}))
+    return out
+
+
 def _order(t: Transition) -> tuple:
     return ({"regression": 0, "fix": 1}.get(t.category, 2), t.platform, t.kind != "step", t.what)
 
@@ -595,6 +618,8 @@ def diff_runs(a: Path, b: Path) -> TriageReport:
     report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known, report.not_compared)
                                 + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared)
                                 + _kl_transitions(sa, sb), key=_order)
+    report.speed_changes, report.speed_not_comparable = compare_speed(a, b)
+    report.transitions = sorted(report.transitions + _speed_transitions(report.speed_changes), key=_order)
     report.divergences = _divergence_changes(sa, sb)
     report.signatures_new, report.signatures_known, report.signatures_gone = _signature_sets(entries_a, entries_b)
     report.pin_changes = _pin_changes(a, b)
@@ -672,6 +697,15 @@ def format_report(report: TriageReport) -> str:
             out.append(f"  {p.platform}  {p.config}: granted {_bytes(p.before_granted)} -> {_bytes(p.after_granted)} "
                        f"of {_bytes(p.after_requested)} requested, {p.before_allocations} -> {p.after_allocations} "
                        f"allocations over {p.generations} generation(s)")
+        out.append("")
+    if report.speed_changes or report.speed_not_comparable:
+        out.append(f"SPEED ({len(report.speed_changes)} measurement(s) in both runs; a slowdown counts past the factor "
+                   "and at the Mann-Whitney p)")
+        out += [f"  not comparable: {line}" for line in report.speed_not_comparable]
+        for c in report.speed_changes:
+            mark = "  SLOWER" if c.regressed else ""
+            out.append(f"  {c.platform}  {c.config} {c.model} {c.metric}: {c.before_median:.1f} -> {c.after_median:.1f} "
+                       f"tok/s ({c.ratio:.2f}x, p {c.p_value:.2g}){mark}")
         out.append("")
     if report.timing_changes:
         out.append(f"TIMES BEYOND NOISE ({len(report.timing_changes)}; threshold max(20 %, 5 s))")

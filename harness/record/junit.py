@@ -1,4 +1,4 @@
-"""JUnit XML of a run's greedy comparisons, at a path CI systems find without knowing the run id.
+"""JUnit XML of a run's greedy comparisons and speed rules, at paths CI systems find without knowing the run id.
 
 ``results/junit/comparisons-<platform>.xml`` holds one ``<testsuite>`` per comparison
 group and one ``<testcase>`` per comparison (model, prompt, candidate against
@@ -7,6 +7,11 @@ reference).  A comparison whose status is a failure (harness.record.results.COMP
 detail); a neutral one (e.g. ``unsupported-upstream``) is ``<skipped>``.  The format is
 the one JUnit's Ant task writes and CI test-report tools read (testsuites / testsuite /
 testcase with failure and skipped children).
+
+``results/junit/speed-<platform>.xml`` holds one ``<testsuite>`` per group with speed rules and
+one ``<testcase>`` per rule step (harness.stages.speed: ``speed:<group>:<metric>`` of a
+candidate): a failed rule is a ``<failure>``, a rule that could not be measured an ``<error>``,
+the step's detail (medians, ratio, p) the message.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Iterable
 
-from .results import COMPARISON, ComparisonRecord, Run, junit_dir
+from .bench import parse_step
+from .results import COMPARISON, STEP, ComparisonRecord, Run, StepRecord, junit_dir
 
 
 def _skipped(c: ComparisonRecord) -> bool:
@@ -56,18 +62,55 @@ def comparisons_xml(platform: str, comparisons: Iterable[ComparisonRecord]) -> E
     return ET.ElementTree(root)
 
 
+def speed_xml(platform: str, steps: Iterable[StepRecord]) -> ET.ElementTree:
+    """The JUnit document of ``platform``'s speed rule steps (other steps and platforms are left out)."""
+    suites: dict[str, list[tuple[str, StepRecord]]] = {}
+    for s in steps:
+        parsed = parse_step(s.step)
+        if s.platform == platform and parsed:
+            suites.setdefault(parsed[0], []).append((parsed[1], s))
+    root = ET.Element("testsuites", name=f"speed rules {platform}")
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    for group, records in sorted(suites.items()):
+        failures = sum(s.status == "failed" for _, s in records)
+        errors = sum(STEP.is_failure(s.status) and s.status != "failed" for _, s in records)
+        suite = ET.SubElement(root, "testsuite", name=f"{platform}/{group}", tests=str(len(records)),
+                              failures=str(failures), errors=str(errors), skipped="0")
+        for key, value in (("tests", len(records)), ("failures", failures), ("errors", errors)):
+            totals[key] += value
+        for metric, s in records:
+            case = ET.SubElement(suite, "testcase", classname=f"{platform}.{group}", name=f"{s.config} {metric}",
+                                 time=f"{s.seconds:.1f}")
+            if STEP.is_failure(s.status):
+                ET.SubElement(case, "failure" if s.status == "failed" else "error", message=s.detail, type=s.status)
+            else:
+                ET.SubElement(case, "system-out").text = s.detail
+    for key, value in totals.items():
+        root.set(key, str(value))
+    ET.indent(root)
+    return ET.ElementTree(root)
+
+
+def _write(tree: ET.ElementTree, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tree.write(tmp, encoding="utf-8", xml_declaration=True)
+    tmp.replace(path)
+    return path
+
+
+def write_speed_junit(run: Run) -> list[Path]:
+    """Write ``<results>/junit/speed-<platform>.xml`` for each platform with speed rule steps in ``run``;
+    returns the paths written (each replaced whole)."""
+    platforms = sorted({s.platform for s in run.steps if parse_step(s.step)})
+    return [_write(speed_xml(p, run.steps), junit_dir(run.root) / f"speed-{p}.xml") for p in platforms]
+
+
 def write_comparisons_junit(run: Run) -> list[Path]:
     """Write ``<results>/junit/comparisons-<platform>.xml`` for each platform with comparisons in ``run``.
 
     Returns the paths written.  Each file is replaced whole (write, then rename), so a
     reader never sees half a file.
     """
-    out = []
-    for platform in sorted({c.platform for c in run.comparisons}):
-        path = junit_dir(run.root) / f"comparisons-{platform}.xml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        comparisons_xml(platform, run.comparisons).write(tmp, encoding="utf-8", xml_declaration=True)
-        tmp.replace(path)
-        out.append(path)
-    return out
+    return [_write(comparisons_xml(platform, run.comparisons), junit_dir(run.root) / f"comparisons-{platform}.xml")
+            for platform in sorted({c.platform for c in run.comparisons})]

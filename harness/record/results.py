@@ -15,6 +15,7 @@ Everything a run knows is declared here once:
             tests/ tests-<tool>/      ctest.log, junit.xml, tests.json (tests-<tool>: under compute-sanitizer)
             models/<model>.json       path and summary of each model used
             tokenize/                 llama-tokenize runs of the comparisons
+            speed/                    bench.json (tok/s samples, rule verdicts, machine), <rule>.log, engine stderr
             <config>/                 config.json, gen/<model>/<prompt>.r<k>.{stdout,stderr,cmd}, compare.json
     results/latest -> <run-id>
     results/junit/                    JUnit XML of the latest comparisons (a stable path for CI)
@@ -507,6 +508,11 @@ class RunLayout:
         for path in sorted(self.dir.glob(f"*/*/gen/*/*.r*{suffix}")):
             yield (path.parents[3].name, path.parents[2].name, path.parent.name,
                    path.name[:-len(suffix)], path)
+
+    def speed(self, platform: str) -> Path:
+        """``<platform>/speed/``: the speed stage's bench.json, one log per speed rule and the engines' stderr
+        (harness.stages.speed)."""
+        return self.platform(platform) / "speed"
 
     def compare_json(self, platform: str, config: str) -> Path:
         """``<platform>/<candidate>/compare.json``: the full comparison records of a candidate."""
