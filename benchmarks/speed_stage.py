@@ -122,9 +122,9 @@ def main() -> int:
     ap.add_argument("--results-dir", type=Path, default=ROOT / "results" / "speed-bench")
     ap.add_argument("--platform", action="append", default=[])
     ap.add_argument("--group", action="append", default=[])
-    ap.add_argument("extra", nargs=argparse.REMAINDER, help="after --: arguments of compare-outputs (cost)")
-    args = ap.parse_args()
-    extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []  # after --: arguments of compare-outputs (cost)
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.what == "cost":
         return cost(args.results_dir, extra)
     return repeat(args.runs, args.results_dir, args.platform or ["linux-x86_64-cpu"], args.group)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import queue
 import signal
+import statistics
 import subprocess
 import threading
 import time
@@ -157,12 +158,13 @@ class ScoreResult:
 @dataclass(frozen=True)
 class BenchResult:
     """One timed ``bench`` request: ``n_prompt`` tokens processed in ``pp_ms`` and ``n_gen`` tokens
-    generated in ``tg_ms`` (milliseconds, the engine's own wall clock)."""
+    generated in ``tg_ms``, ``token_ms`` per generated token (milliseconds, the engine's own clock)."""
 
     n_prompt: int
     n_gen: int
     pp_ms: float
     tg_ms: float
+    token_ms: tuple[float, ...] = ()
 
     @property
     def pp_tok_s(self) -> float:
@@ -171,7 +173,11 @@ class BenchResult:
 
     @property
     def tg_tok_s(self) -> float:
-        """Generation speed in tokens per second."""
+        """Generation speed in tokens per second: 1000 over the median milliseconds per generated token
+        (over ``tg_ms / n_gen`` without per-token times).  The median, since on a shared machine a few
+        tokens of a request are delayed by other processes and would otherwise decide the sample."""
+        if self.token_ms:
+            return 1000.0 / statistics.median(self.token_ms)
         return self.n_gen / (self.tg_ms / 1000.0)
 
 
@@ -285,7 +291,8 @@ class EngineSession:
         ``bench``); raises ``EngineError`` (a refusal: the counts do not fit the context)."""
         reply = self._request(["bench", str(int(n_prompt)), str(int(n_gen))], "benchmarking")
         return BenchResult(n_prompt=int(reply["n_prompt"]), n_gen=int(reply["n_gen"]),
-                           pp_ms=float(reply["pp_ms"]), tg_ms=float(reply["tg_ms"]))
+                           pp_ms=float(reply["pp_ms"]), tg_ms=float(reply["tg_ms"]),
+                           token_ms=tuple(float(x) for x in reply.get("tg_token_ms", ())))
 
     def kill(self) -> None:
         """End the process and its process group (harness.common.proc.terminate) and unregister it."""

@@ -26,7 +26,8 @@
 //       generator of fixed seed, the same in every process) decoded in chunks of n_batch
 //       (prompt processing), then n_gen tokens generated one per decode, each chosen by the
 //       configured sampler chain and not stopped at an end-of-generation token (generation).
-//       Replies the two wall times in milliseconds.
+//       Replies the two wall times in milliseconds and each generated token's (sampling and
+//       its decode).
 //   quit
 //
 // Replies, one per request, are single lines on stdout starting with "@@engine " followed by
@@ -315,7 +316,9 @@ struct engine {
         }
         const double pp_ms = ms_since(t_pp);
         const auto t_tg = clock_type::now();
+        std::ostringstream token_ms;
         for (long n = 0; n < n_gen; n++) {
+            const auto t_token = clock_type::now();
             const llama_token id = common_sampler_sample(smpl, ctx, -1);
             common_sampler_accept(smpl, id, true);
             tokens.push_back(id);
@@ -323,10 +326,12 @@ struct engine {
                 reply_error("llama_process failed at bench token " + std::to_string(n));
                 return;
             }
+            token_ms << (n ? "," : "") << json_number(ms_since(t_token));
         }
         const double tg_ms = ms_since(t_tg);
         reply("{\"ok\":true,\"n_prompt\":" + std::to_string(n_prompt) + ",\"n_gen\":" + std::to_string(n_gen) +
-              ",\"pp_ms\":" + json_number(pp_ms) + ",\"tg_ms\":" + json_number(tg_ms) + "}");
+              ",\"pp_ms\":" + json_number(pp_ms) + ",\"tg_ms\":" + json_number(tg_ms) +
+              ",\"tg_token_ms\":[" + token_ms.str() + "]}");
     }
 
     void score(const std::string & prompt, const std::string & ids_text, const std::string & dump_path,
