@@ -72,7 +72,7 @@ def cost(results: Path, extra: list[str]) -> int:
     return 0
 
 
-def repeat(runs: int, results: Path, platforms: list[str], groups: list[str]) -> int:
+def repeat(runs: int, results: Path, platforms: list[str], groups: list[str], work_dir: Path) -> int:
     """``runs`` back-to-back speed stages on the same builds; prints verdicts and run-to-run triage."""
     from harness.pipeline import Options, Pipeline
     from harness.stages.speed import stage_speed
@@ -83,7 +83,7 @@ def repeat(runs: int, results: Path, platforms: list[str], groups: list[str]) ->
     for i in range(runs):
         run = Run.open(results, None, argv=["benchmarks/speed_stage.py", "repeat"])
         try:
-            pipe = Pipeline(matrix, run, Options(platforms=platforms, groups=groups, work_dir=ROOT / ".harness"),
+            pipe = Pipeline(matrix, run, Options(platforms=platforms, groups=groups, work_dir=work_dir),
                             say=lambda _: None)
             t0 = time.monotonic()
             stage_speed(pipe)
@@ -122,12 +122,13 @@ def main() -> int:
     ap.add_argument("--results-dir", type=Path, default=ROOT / "results" / "speed-bench")
     ap.add_argument("--platform", action="append", default=[])
     ap.add_argument("--group", action="append", default=[])
+    ap.add_argument("--work-dir", type=Path, default=ROOT / ".harness", help="where the builds are (repeat)")
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []  # after --: arguments of compare-outputs (cost)
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.what == "cost":
         return cost(args.results_dir, extra)
-    return repeat(args.runs, args.results_dir, args.platform or ["linux-x86_64-cpu"], args.group)
+    return repeat(args.runs, args.results_dir, args.platform or ["linux-x86_64-cpu"], args.group, args.work_dir)
 
 
 if __name__ == "__main__":

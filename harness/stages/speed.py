@@ -151,7 +151,8 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
         records = [_judge(pipe, p, r, measured, problems, out, seconds.get(r.unit, 0.0)) for r in rules]
         failed = [s for s in records if s["status"] != "passed"]
         shown.finish("failed" if failed else "passed",
-                     f"{len(records) - len(failed)} of {len(records)} speed rule(s) passed")
+                     f"{len(records) - len(failed)} of {len(records)} speed rule(s) passed",
+                     out / f"{failed[0]['group']}.{failed[0]['candidate']}.{failed[0]['metric']}.log" if failed else "")
     write_json(out / "bench.json", {"machine": environment.machine_fingerprint(), "defaults": pipe.matrix.speed,
                                     "wall_s": round(time.monotonic() - start, 2), "load_average": load,
                                     "load_average_after": _load_average(),
