@@ -263,3 +263,13 @@ def test_triage_does_not_compare_speed_across_machines(tmp_path):
     assert not report.regressions and not report.speed_changes
     assert report.speed_not_comparable == [f"{CPU}: another machine (cpu differ); speed not compared"]
     assert "not comparable" in triage.format_report(report)
+
+
+def test_the_command_line_turns_the_stage_off_and_refuses_too_few_rounds(capsys):
+    from harness import cli
+    args = cli._stage_parser().parse_args(["--no-bench", "--bench-repeats", "7"])
+    assert args.bench is False and args.bench_repeats == 7
+    assert cli._stage_parser().parse_args([]).bench is True
+    with pytest.raises(SystemExit):
+        cli._stage_parser().parse_args(["--bench-repeats", "3"])
+    assert "at least 5 rounds" in capsys.readouterr().err
