@@ -187,9 +187,10 @@ def previous_run(b: Path, results_dir: Path) -> Path:
 class Transition:
     """A status change of one step or comparison between run A and run B.
 
-    ``category`` is regression, fix or other; ``kind`` is step or comparison; ``where``
+    ``category`` is regression, fix or other; ``kind`` is step, comparison, kl (a mean KL
+    divergence past its threshold) or speed (a slowdown between the runs); ``where``
     holds the identifying fields (platform, config, step / group, model, prompt,
-    reference, candidate); ``before``/``after`` are statuses or ``absent``; ``detail``
+    reference, candidate / platform, config, model, metric); ``before``/``after`` are statuses or ``absent``; ``detail``
     is B's detail (A's when the record is gone); ``signature`` the failure signature
     ({kind, key, summary}) of the failing side, with ``signature_known`` telling whether
     run A already had that key; ``blocked_by`` names a failed build the step waited on.
