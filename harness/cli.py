@@ -26,6 +26,15 @@ from .stages.native_tests import SANITIZERS
 STAGES = ("build", "test", "compare-outputs")
 
 
+def _bench_repeats(text: str) -> int:
+    """An argparse type: timed rounds of the speed stage, an integer >= 5 (the matrix schema's minimum:
+    fewer samples give the rank test no power; harness/analysis/statistics.py)."""
+    value = positive(text)
+    if value < 5:
+        raise argparse.ArgumentTypeError(f"{text}: the speed stage needs at least 5 rounds")
+    return value
+
+
 def _stage_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m harness build|test|compare-outputs ...",
                                  description="Build the fork, run its native tests and greedy comparisons.")
@@ -43,6 +52,10 @@ def _stage_parser() -> argparse.ArgumentParser:
     ap.add_argument("--group", action="append", default=[], help="only these comparison groups (repeatable)")
     ap.add_argument("--n-predict", type=positive, default=None, help="tokens per generation (default: matrix)")
     ap.add_argument("--repeats", type=positive, default=None, help="runs per configuration (default: matrix)")
+    ap.add_argument("--no-bench", dest="bench", action="store_false",
+                    help="compare-outputs without its speed stage (the groups' speed rules; docs/speed.md)")
+    ap.add_argument("--bench-repeats", type=_bench_repeats, default=None,
+                    help="timed rounds per speed rule (default: matrix; at least 5)")
     ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE",
                     help="extra CMake cache option passed through to every configure")
     return ap
@@ -67,7 +80,7 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
     opts = Options(platforms=platforms, cmake_defines=defines, cuda_arch=args.cuda_arch, jobs=args.jobs,
                    sanitize=args.sanitize, models=split_names(args.model), groups=split_names(args.group),
                    n_predict=args.n_predict, repeats=args.repeats, work_dir=args.work_dir,
-                   patches_dir=args.patches_dir)
+                   patches_dir=args.patches_dir, bench=args.bench, bench_repeats=args.bench_repeats)
     order = [s for s in STAGES if s in stages]
     with proc.handle_signals():
         run = Run.open(args.results_dir, args.run_id, argv=sys.argv)

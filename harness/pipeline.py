@@ -34,9 +34,10 @@ from .stages.engine import ENGINE_TARGET, engine_argv, engine_cmake_options, eng
 from .stages.greedy import GreedyRunner, Hooks, Job, JobResult, Side
 from .matrix.models import ModelStore, model_summary
 from .stages.native_tests import run_ctest
+from .stages.speed import stage_speed
 from .stages.patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
 from .record.results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
-from .record.junit import write_checks_junit, write_comparisons_junit
+from .record.junit import write_checks_junit, write_comparisons_junit, write_speed_junit
 from .common.locks import BuildLock, exclusive
 from .analysis.report import write_report
 from .analysis.signatures import classify_run
@@ -53,7 +54,8 @@ class Options:
     architectures read from nvidia-smi.  ``jobs``: build parallelism.
     ``sanitize``: a compute-sanitizer tool to run the native tests under.
     ``models``/``groups``: restrict comparisons.  ``n_predict``/``repeats``:
-    override the matrix's generation settings (tokens, runs per config).
+    override the matrix's generation settings (tokens, runs per config).  ``bench``: run the speed
+    stage after the comparisons (harness.stages.speed); ``bench_repeats``: its rounds per rule.
     """
 
     platforms: list[str] = field(default_factory=list)
@@ -67,6 +69,8 @@ class Options:
     repeats: int | None = None
     work_dir: Path = Path(".harness")
     patches_dir: Path = Path("patches")
+    bench: bool = True
+    bench_repeats: int | None = None
 
 
 def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda_arch: str | None = None,
@@ -743,6 +747,12 @@ def describe_abort(exc: BaseException) -> str:
     return f"stopped by {type(exc).__name__}: {exc}"
 
 
+#: What each stage of the command line runs, in order; compare-outputs ends with the speed stage.
+STAGE_TABLE: dict[str, tuple[Callable[[Pipeline], None], ...]] = {
+    "build": (Pipeline.stage_build,), "test": (Pipeline.stage_test,),
+    "compare-outputs": (Pipeline.stage_compare, stage_speed)}
+
+
 def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
                say: Callable[[str], None] | None = None, bases: Mapping[str, BaseTree] | None = None) -> int:
     """Run ``stages`` (build, test, compare-outputs) in order; return the exit code of the run's verdict
@@ -760,7 +770,8 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
     try:
         for i, stage in enumerate(stages):
             try:
-                {"build": pipe.stage_build, "test": pipe.stage_test, "compare-outputs": pipe.stage_compare}[stage]()
+                for run_stage in STAGE_TABLE[stage]:
+                    run_stage(pipe)
             except BaseException as exc:
                 proc.terminate_all()
                 why = describe_abort(exc)
@@ -787,6 +798,7 @@ def _finish(run: Run, say: Callable[[str], None]) -> None:
     run.write_summary()
     write_comparisons_junit(run)
     write_checks_junit(run, CHECK_STEPS)
+    write_speed_junit(run)
     classify_run(run.dir)
     report = write_report(run.dir)
     say(f"results: {run.dir} — {run.headline()} (report: {report})")

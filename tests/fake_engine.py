@@ -1,10 +1,14 @@
 """A stand-in for llama-harness-engine in tests: the request protocol of harness/stages/engine/engine.cpp
 with a four-token vocabulary. Every generation is "hello" then end of generation; teacher-forced
-rows are uniform, so every KL divergence is 0."""
+rows are uniform, so every KL divergence is 0. A ``bench`` request takes ``FAKE_BENCH_MS``
+milliseconds per token (default 1) times ``FAKE_BENCH_SCALE`` (default 1), with a small
+deterministic jitter, and reports that time."""
 
 import json
+import os
 import struct
 import sys
+import time
 
 N_VOCAB = 4
 #: (id, piece) of the one token every generation gives before end of generation; a fake tree may change it
@@ -46,6 +50,14 @@ def handle(parts: list) -> bool:
         if parts[4] != "-":
             out.update(kl=[0.0] * n, top1=[1] * n)
         reply(out)
+    elif parts[0] == "bench":
+        handle.benches = getattr(handle, "benches", 0) + 1
+        per_token = float(os.environ.get("FAKE_BENCH_MS", "1")) * float(os.environ.get("FAKE_BENCH_SCALE", "1"))
+        per_token *= 1 + 0.01 * (handle.benches % 5)
+        n_prompt, n_gen = int(parts[1]), int(parts[2])
+        time.sleep(per_token * (n_prompt + n_gen) / 1000 / 10)
+        reply({"ok": True, "n_prompt": n_prompt, "n_gen": n_gen, "pp_ms": per_token * n_prompt / 10,
+               "tg_ms": per_token * n_gen, "tg_token_ms": [per_token] * n_gen})
     else:
         reply({"ok": False, "error": "bad request"})
     return True

@@ -15,6 +15,8 @@ project keeps its dependencies few).  Sections:
 * the pin ladder per allocation (requested vs granted bytes) as an SVG bar chart;
 * for an upstream forecast (``forecast.json``, harness.analysis.forecast): its verdict, one row per
   patch with each conflict's hunk and the upstream lines it met, then one row per stage.
+* speed: each speed rule's verdict and every configuration's pp and tg tok/s (median and
+  quartiles) from ``<platform>/speed/bench.json`` (harness.stages.speed).
 
 :func:`markdown_summary` gives the same summary as Markdown for a CI job summary or a
 pull-request comment.
@@ -34,6 +36,7 @@ from typing import Any, Iterable, Sequence
 from ..common.fs import write_text_whole
 from ..record.results import COMPARISON, PATCH, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
 from .signatures import load_signatures, step_logs
+from ..record.bench import bench_platforms, read_bench
 from ..record.results import describe_divergence_record
 
 #: Lines of a failing log shown in the report (the end of a log holds the error).
@@ -403,6 +406,55 @@ def _comparisons_table(comparisons: list[dict]) -> str:
             + "".join(rows) + "</tbody></table>")
 
 
+def _spread_text(sp: dict | None) -> str:
+    return "–" if not sp else f"{sp['median']:.1f} ({sp['q1']:.1f}–{sp['q3']:.1f}, n={sp['n']})"
+
+
+def speed_rows(run_dir: Path) -> list[tuple[str, dict, list[dict]]]:
+    """Per platform with a bench.json: (platform, its machine fingerprint, its rule records) for the report."""
+    out = []
+    for platform in bench_platforms(run_dir):
+        bench = read_bench(run_dir, platform) or {}
+        out.append((platform, bench, list(bench.get("rules", []))))
+    return out
+
+
+def _speed_html(run_dir: Path) -> str:
+    rows = speed_rows(run_dir)
+    if not rows:
+        return '<p class="muted">no speed stage in this run</p>'
+    parts = []
+    for platform, bench, rules in rows:
+        machine = bench.get("machine") or {}
+        parts.append(f'<h3>{escape(platform)}</h3><p class="muted">machine: {escape(str(machine.get("cpu")))}, '
+                     f'{escape(str(machine.get("cpu_count")))} CPUs, GPUs {escape(str(machine.get("gpus") or "none"))}; '
+                     f'speed stage {float(bench.get("wall_s") or 0):.1f} s</p>')
+        body = []
+        for r in rules:
+            ratio = f'{r["ratio"]:.2f}x' if "ratio" in r else "–"
+            p_value = f'{r["p_value"]:.3g}' if "p_value" in r else "–"
+            bad = r.get("status") in _BAD
+            body.append(f'<tr class="{"bad" if bad else "ok"}"><td>{escape(r["group"])}</td><td>{escape(r["model"])}</td>'
+                        f'<td>{escape(r["candidate"])} vs {escape(r["reference"])}</td><td>{escape(r["metric"])}</td>'
+                        f'<td>{_status(r.get("status", "?"))}</td>'
+                        f'<td class="num">{_spread_text(r.get("candidate_spread"))}</td>'
+                        f'<td class="num">{_spread_text(r.get("reference_spread"))}</td><td class="num">{ratio}</td>'
+                        f'<td class="num">≥ {r["min_ratio"] / (1 + r["factor"]):.3g}x</td><td class="num">{p_value} '
+                        f'(≤ {r["p_max"]:g})</td></tr>')
+        parts.append('<table><thead><tr><th>group</th><th>model</th><th>rule</th><th>metric</th><th>status</th>'
+                     '<th>candidate tok/s median (quartiles)</th><th>reference tok/s</th><th>ratio</th>'
+                     '<th>fails below</th><th>Mann-Whitney p</th></tr></thead><tbody>' + "".join(body)
+                     + "</tbody></table>")
+        meas = [f'<tr><td>{escape(m["config"])}</td><td>{escape(m["model"])}</td><td class="num">{m["n_prompt"]} / '
+                f'{m["n_gen"]}</td><td class="num">{_spread_text(m.get("pp"))}</td>'
+                f'<td class="num">{_spread_text(m.get("tg"))}</td><td>{escape("; ".join(m.get("errors") or []))}</td></tr>'
+                for m in bench.get("measurements", [])]
+        parts.append('<table><thead><tr><th>configuration</th><th>model</th><th>tokens pp / tg</th>'
+                     '<th>pp tok/s median (quartiles)</th><th>tg tok/s median (quartiles)</th><th>errors</th></tr>'
+                     '</thead><tbody>' + "".join(meas) + "</tbody></table>")
+    return "".join(parts)
+
+
 def _environment_html(run_dir: Path, platform: str) -> str:
     env = _read_json(RunLayout(run_dir).environment_json(platform))
     if not isinstance(env, dict):
@@ -544,7 +596,7 @@ def render_html(run_dir: Path, baseline: Path | None = None) -> str:
              f'<p class="muted">steps: {escape(_count_text(_counts(steps)))} · comparisons: '
              f'{escape(_count_text(_counts(comparisons)))} · summary updated {escape(str(data.get("updated", "?")))}</p>',
              '<nav>' + ('<a href="#forecast">forecast</a>' if RunLayout(run_dir).forecast_json.is_file() else '')
-             + '<a href="#steps">steps</a><a href="#comparisons">comparisons</a><a href="#divergences">divergences</a>'
+             + '<a href="#steps">steps</a><a href="#comparisons">comparisons</a><a href="#speed">speed</a><a href="#divergences">divergences</a>'
              '<a href="#configurations">configurations</a><a href="#pin-ladder">pin ladder</a></nav></header>']
     if data.get("skipped_platforms"):
         parts.append("<p>Skipped platforms: " + "; ".join(
@@ -557,6 +609,7 @@ def render_html(run_dir: Path, baseline: Path | None = None) -> str:
     parts.append('<section id="comparisons"><h2>Greedy comparisons</h2>'
                  + (_comparisons_table(comparisons) if comparisons else '<p class="muted">none recorded</p>')
                  + "</section>")
+    parts.append('<section id="speed"><h2>Speed</h2>' + _speed_html(run_dir) + "</section>")
     diverged = [c for c in comparisons if c.get("status") == "diverged"]
     parts.append('<section id="divergences"><h2>Divergences</h2>'
                  + ("".join(_divergence_html(run_dir, c) for c in diverged) or '<p class="muted">none</p>')
@@ -653,6 +706,18 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
                 what = _md(c.get("detail", ""))
             lines.append(f"- {c['platform']} {c['group']} {c['model']}/{c['prompt']}: {c['candidate']} vs "
                          f"{c['reference']} **{c['status']}** — {what}")
+        lines.append("")
+    speed = [(platform, r) for platform, _, rules in speed_rows(run_dir) for r in rules]
+    if speed:
+        lines += ["### Speed rules", "", "| platform | group | rule | metric | status | candidate / reference tok/s "
+                  "(medians) | ratio | Mann-Whitney p |", "|---|---|---|---|---|---:|---:|---:|"]
+        for platform, r in speed:
+            medians = (f"{r['candidate_spread']['median']:.1f} / {r['reference_spread']['median']:.1f}"
+                       if "ratio" in r else "–")
+            ratio = f"{r['ratio']:.2f}x (fails below {r['threshold']:.3g}x)" if "ratio" in r else _md(r.get("detail", ""))
+            p_value = f"{r['p_value']:.3g}" if "p_value" in r else "–"
+            lines.append(f"| {platform} | {r['group']} | {r['candidate']} vs {r['reference']} | {r['metric']} "
+                         f"| {r.get('status')} | {medians} | {ratio} | {p_value} |")
         lines.append("")
     if not failed and not bad_cmp:
         lines += ["Every step passed and every comparison is identical.", ""]

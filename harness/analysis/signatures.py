@@ -48,6 +48,11 @@ Kinds and what the key holds:
     and the rule's stable finding (``expert tensors of layers 0-7 in CPU, expected
     CUDA_Host``, ``pinned fraction below 1``, ``unexpected warning partial-pin``), without
     byte counts; the summary has them.
+
+
+``speed_regression``
+    a speed rule that found a slowdown (harness.stages.speed): group, model, candidate, metric
+    (pp or tg) and reference; the numbers are in the summary only.
 ``other``
     a failure none of the rules recognise; the key is the normalised detail.
 
@@ -67,6 +72,7 @@ from typing import Any, Iterable, Sequence
 
 from ..record.gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
 from ..stages.native_tests import WRAPPER_DID_NOT_RUN
+from ..record.bench import parse_step, read_bench
 from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRecord, load_records, write_json
 
 #: Every signature kind, declared once here (the module docstring says what each key holds), with
@@ -75,7 +81,7 @@ from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRec
 #: those rank above ``signal``.
 KIND_RANK = {"configure_error": 3, "compile_error": 3, "link_error": 3, "patch_apply": 3, "test_assertion": 2,
              "signal": 5, "cuda_error": 1, "sanitizer_report": 0, "timeout": 4, "output_mismatch": 6,
-             "placement": 6, "pinning": 6, "warning": 7, "other": 8}
+             "placement": 6, "pinning": 6, "warning": 7, "speed_regression": 6, "other": 8}
 #: The signature kind of each rule of harness.stages.expectations (``weights`` is a placement too).
 EXPECTATION_KINDS = {"placement": "placement", "weights": "placement", "pinned": "pinning", "warnings": "warning"}
 #: The kinds, in declaration order.
@@ -790,6 +796,8 @@ def classify_step(run_dir: Path, step: StepRecord | dict) -> Signature | None:
         found = expectation_signatures(run_dir, step)
         if found:
             return found[0]
+    if step.status == "failed" and parse_step(step.step):
+        return speed_signature(run_dir, step)
     detail = "; ".join(f.text() for f in step.failures) or step.detail or f"{step.step} {step.status}"
     found = classify_text(detail)
     return found or _other(detail, (), [detail])
@@ -819,6 +827,24 @@ def expectation_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
         out.append(_sig(kind, f"{fact.status}: {where}: {stable}", f"{fact.status}: {where}: {fact.message}",
                         [fact.message]))
     return sorted(out, key=lambda s: KIND_RANK[s.kind])
+
+
+def speed_signature(run_dir: Path, step: StepRecord) -> Signature:
+    """The ``speed_regression`` signature of a failed speed rule step (``speed:<group>:<metric>``), from the
+    rule's record in ``<platform>/speed/bench.json``; without that record, from the step alone."""
+    group, metric = parse_step(step.step) or ("?", "?")
+    bench = read_bench(run_dir, step.platform) or {}
+    rule = next((r for r in bench.get("rules", []) if (r.get("group"), r.get("candidate"), r.get("metric"))
+                 == (group, step.config, metric)), {})
+    reference, model = rule.get("reference", "?"), rule.get("model", "?")
+    key = f"{group}/{model}: {step.config} vs {reference} {metric}"
+    if "ratio" in rule:
+        want = "no slowdown" if rule.get("min_ratio") == 1.0 else f"at least {rule.get('min_ratio'):g}x"
+        summary = (f"speed {key}: {rule['ratio']:.2f}x ({rule['candidate_spread']['median']:.1f} vs "
+                   f"{rule['reference_spread']['median']:.1f} tok/s, Mann-Whitney p {rule['p_value']:.2g}), {want} asked")
+    else:
+        summary = f"speed {key}: {step.detail}"
+    return _sig("speed_regression", key, summary, [step.detail])
 
 
 def comparison_signature(cmp: ComparisonRecord | dict) -> Signature | None:

@@ -16,7 +16,10 @@ B.  It reports, from the two ``summary.json`` files and the run directories:
   regression, and so is any change of where a configuration's model buffers are
   (harness.analysis.memory_changes), each with a signature;
 * build and test times that changed by more than :data:`TIME_NOISE_FRACTION` of the
-  earlier time and at least :data:`TIME_NOISE_FLOOR_S` seconds.
+  earlier time and at least :data:`TIME_NOISE_FLOOR_S` seconds;
+* speed: each configuration's pp and tg tok/s of the speed stage in both runs, judged by the
+  speed rule (harness.analysis.speed_diff): a slowdown is a regression with a ``speed_regression``
+  signature; runs of different machines are "not comparable", never a regression.
 
 A run B that is incomplete (stopped by a signal, an exception or a full disk, or with
 something asked for not run) is named so and compared only on what it recorded: what A
@@ -49,6 +52,7 @@ from ..common.locks import RunLock
 from ..record.results import COMPARISON, STEP, RecordError, RunLayout, StepRecord, read_summary
 from . import memory_changes
 from .signatures import load_signatures
+from .speed_diff import SpeedChange, compare_speed
 
 #: Statuses that count as a failure or a success (declared in harness.record.results).
 BAD_STEP = STEP.failures
@@ -192,9 +196,10 @@ def previous_run(b: Path, results_dir: Path) -> Path:
 class Transition:
     """A status change of one step or comparison between run A and run B.
 
-    ``category`` is regression, fix or other; ``kind`` is step, comparison, kl, placement or pinning; ``where``
+    ``category`` is regression, fix or other; ``kind`` is step, comparison, kl (a mean KL
+    divergence past its threshold), placement, pinning or speed (a slowdown between the runs); ``where``
     holds the identifying fields (platform, config, step / group, model, prompt,
-    reference, candidate); ``before``/``after`` are statuses or ``absent``; ``detail``
+    reference, candidate / platform, config, model, metric); ``before``/``after`` are statuses or ``absent``; ``detail``
     is B's detail (A's when the record is gone); ``signature`` the failure signature
     ({kind, key, summary}) of the failing side, with ``signature_known`` telling whether
     run A already had that key; ``blocked_by`` names a failed build the step waited on.
@@ -303,6 +308,9 @@ class TriageReport:
     b_incomplete: list[str] = field(default_factory=list)
     not_compared: list[str] = field(default_factory=list)
     strict: bool = False
+    #: speed of the configurations both runs measured (same machine only), and why other pairs were not compared
+    speed_changes: list[SpeedChange] = field(default_factory=list)
+    speed_not_comparable: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[Transition]:
@@ -605,6 +613,22 @@ def _timing_changes(sa: dict, sb: dict) -> list[TimingChange]:
     return out
 
 
+def _speed_transitions(changes: list[SpeedChange]) -> list[Transition]:
+    """A regression, with its ``speed_regression`` signature, per speed change that is a slowdown by the rule."""
+    out = []
+    for c in changes:
+        if not c.regressed:
+            continue
+        key = f"{c.config} {c.model} {c.metric}"
+        summary = (f"speed {key}: {c.after_median:.1f} tok/s against {c.before_median:.1f} in the earlier run "
+                   f"({c.ratio:.2f}x, fails below {c.threshold:.3g}x; Mann-Whitney p {c.p_value:.2g} <= {c.p_max:g})")
+        out.append(Transition("regression", "speed", c.platform, f"{key} tok/s", f"{c.before_median:.1f} tok/s",
+                              f"{c.after_median:.1f} tok/s",
+                              {"platform": c.platform, "config": c.config, "model": c.model, "metric": c.metric},
+                              summary, {"kind": "speed_regression", "key": f"speed {key}", "summary": summary}))
+    return out
+
+
 def _order(t: Transition) -> tuple:
     return ({"regression": 0, "fix": 1}.get(t.category, 2), t.platform, t.kind != "step", t.what)
 
@@ -636,10 +660,11 @@ def diff_runs(a: Path, b: Path, strict: bool = False) -> TriageReport:
         sb = {**sb, "incomplete": [*sb.get("incomplete", []), f"still running (pid {owner})"]}
     report.strict = strict
     report.pin_changes = _pin_changes(a, b)
+    report.speed_changes, report.speed_not_comparable = compare_speed(a, b)
     report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
                                 + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
-                                + _kl_transitions(sa, sb) + _memory_transitions(a, b, report.pin_changes, sa, sb),
-                                key=_order)
+                                + _kl_transitions(sa, sb) + _memory_transitions(a, b, report.pin_changes, sa, sb)
+                                + _speed_transitions(report.speed_changes), key=_order)
     report.divergences = _divergence_changes(sa, sb)
     report.signatures_new, report.signatures_known, report.signatures_gone = _signature_sets(entries_a, entries_b)
     report.timing_changes = _timing_changes(sa, sb)
@@ -721,6 +746,15 @@ def format_report(report: TriageReport) -> str:
             out.append(f"  {p.platform}  {p.config}: granted {_bytes(p.before_granted)} -> {_bytes(p.after_granted)} "
                        f"of {_bytes(p.after_requested)} requested, {p.before_allocations} -> {p.after_allocations} "
                        f"allocations over {p.generations} generation(s)")
+        out.append("")
+    if report.speed_changes or report.speed_not_comparable:
+        out.append(f"SPEED ({len(report.speed_changes)} measurement(s) in both runs; a slowdown counts past the factor "
+                   "and at the Mann-Whitney p)")
+        out += [f"  not comparable: {line}" for line in report.speed_not_comparable]
+        for c in report.speed_changes:
+            mark = "  SLOWER" if c.regressed else ""
+            out.append(f"  {c.platform}  {c.config} {c.model} {c.metric}: {c.before_median:.1f} -> {c.after_median:.1f} "
+                       f"tok/s ({c.ratio:.2f}x, p {c.p_value:.2g}){mark}")
         out.append("")
     if report.timing_changes:
         out.append(f"TIMES BEYOND NOISE ({len(report.timing_changes)}; threshold max(20 %, 5 s))")

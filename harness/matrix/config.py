@@ -30,6 +30,10 @@ DEFAULT_GENERATION = {"n_predict": 120, "repeats": 2, "seed": 42, "ctx_size": 10
 #: Comparison thresholds used when matrix.yaml gives none (README, "Greedy comparisons").
 DEFAULT_COMPARISON = {"near_tie_margin": 0.1, "kl_mean_max": 1e-4}
 
+#: Speed stage settings used when matrix.yaml gives none (docs/speed.md: tokens, repeats, and the
+#: slowdown rule of asv: past ``factor`` and the Mann-Whitney U test at ``p_max``).
+DEFAULT_SPEED = {"n_prompt": 64, "n_gen": 16, "repeats": 5, "factor": 0.10, "p_max": 0.01}
+
 
 class MatrixError(InputError):
     """matrix.yaml is malformed; ``problems`` holds one ``file:line: key: message`` string per problem."""
@@ -93,6 +97,48 @@ class Comparison:
 
     near_tie_margin: float = 0.1
     kl_mean_max: float = 1e-4
+
+
+@dataclass(frozen=True)
+class SpeedSettings:
+    """How the speed stage measures and judges (harness.stages.speed, docs/speed.md).
+
+    ``n_prompt``/``n_gen``: tokens of the timed prompt (pp) and generation (tg) per request.
+    ``repeats``: timed requests per configuration, interleaved with the other configurations'.
+    ``factor``: a slowdown counts only when the candidate's median tok/s is below
+    ``min_ratio / (1 + factor)`` times the reference's ...  ``p_max``: ... and the one-sided
+    Mann-Whitney U test (harness.analysis.statistics) gives p at most this.
+    """
+
+    n_prompt: int = 64
+    n_gen: int = 16
+    repeats: int = 5
+    factor: float = 0.10
+    p_max: float = 0.01
+
+
+@dataclass(frozen=True)
+class SpeedRule:
+    """One speed rule of a group: ``candidate``'s ``metric`` (``pp`` or ``tg``, tok/s) must reach
+    ``min_ratio`` times the group reference's (1.0: no slowdown), judged with ``factor`` and ``p_max``."""
+
+    candidate: str
+    metric: str
+    min_ratio: float = 1.0
+    factor: float = 0.10
+    p_max: float = 0.01
+
+
+@dataclass(frozen=True)
+class GroupSpeed:
+    """A group's speed rules and how they are measured: ``model`` (one of the group's), the
+    tokens and repeats of :class:`SpeedSettings`, and ``rules`` (one per candidate and metric)."""
+
+    model: str
+    n_prompt: int
+    n_gen: int
+    repeats: int
+    rules: tuple[SpeedRule, ...]
 
 
 @dataclass(frozen=True)
@@ -217,6 +263,8 @@ class Group:
     expect: str = "identical"
     min_gpus: int = 1
     reference_platform: str | None = None
+    #: speed rules measured after the comparisons (None: the group has none)
+    speed: GroupSpeed | None = None
 
 
 @dataclass(frozen=True)
@@ -235,6 +283,8 @@ class Matrix:
     #: the pinned commit's file list (``base.files``): its path and sha256, or None when not pinned
     base_files: Path | None = None
     base_files_sha256: str | None = None
+    #: ``defaults.speed``: the speed settings of groups that do not set their own, and triage's rule
+    speed: SpeedSettings = field(default_factory=SpeedSettings)
 
     def platform(self, name: str) -> Platform:
         """Return the platform called ``name``; raises MatrixError listing the known names."""
@@ -375,6 +425,7 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
         ref_platform = g.get("reference_platform")
         if ref_platform is not None and ref_platform not in doc["platforms"]:
             bad(["groups", gname, "reference_platform"], "platform", ref_platform, doc["platforms"])
+        out += _speed_problems(doc, gname, g, loc)
         for i, c in enumerate(g["candidates"]):
             if c not in doc["configs"]:
                 bad(["groups", gname, "candidates", i], "config", c, doc["configs"])
@@ -413,6 +464,50 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
                 out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: group {g!r} takes its reference from "
                            f"platform {pname!r} itself; leave reference_platform out for a group within one platform")
     return out
+
+
+def _speed_problems(doc: Mapping[str, Any], gname: str, g: Mapping[str, Any], loc: _Locator) -> list[str]:
+    """Problems of group ``gname``'s ``speed`` section: a model or candidate not of the group, a group
+    whose reference runs on another platform, a timed request that does not fit the context."""
+    speed = g.get("speed")
+    if speed is None:
+        return []
+    out = []
+
+    def say(keys: list[Any], message: str) -> None:
+        out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: {message}")
+
+    base = ["groups", gname, "speed"]
+    if g.get("reference_platform") is not None:
+        say(base, "speed is measured on one platform's machine; a group whose reference runs on another "
+                  "platform (reference_platform) cannot declare speed rules")
+    if "model" in speed and speed["model"] not in g["models"]:
+        say(base + ["model"], f"model {speed['model']!r} is not one of the group's models ({', '.join(g['models'])})")
+    for i, rule in enumerate(speed["rules"]):
+        if "candidate" in rule and rule["candidate"] not in g["candidates"]:
+            say(base + ["rules", i, "candidate"], f"{rule['candidate']!r} is not a candidate of the group "
+                                                  f"({', '.join(g['candidates'])})")
+    settings = {**DEFAULT_SPEED, **doc.get("defaults", {}).get("speed", {}), **speed}
+    ctx = {**DEFAULT_GENERATION, **doc.get("defaults", {}).get("generation", {}), **g.get("generation", {})}["ctx_size"]
+    if settings["n_prompt"] + settings["n_gen"] > ctx:
+        say(base, f"n_prompt + n_gen ({settings['n_prompt']} + {settings['n_gen']}) do not fit the group's "
+                  f"ctx_size ({ctx} tokens)")
+    return out
+
+
+def _group_speed(g: Mapping[str, Any], defaults: Mapping[str, Any]) -> GroupSpeed | None:
+    """The typed ``speed`` section of group ``g`` (None without one): a rule without ``candidate``
+    becomes one rule per candidate; unset settings come from ``defaults`` (``defaults.speed``)."""
+    speed = g.get("speed")
+    if speed is None:
+        return None
+    settings = {**defaults, **{k: v for k, v in speed.items() if k in DEFAULT_SPEED}}
+    rules = tuple(SpeedRule(candidate=c, metric=r["metric"], min_ratio=float(r.get("min_ratio", 1.0)),
+                            factor=float(r.get("factor", settings["factor"])),
+                            p_max=float(r.get("p_max", settings["p_max"])))
+                  for r in speed["rules"] for c in ([r["candidate"]] if "candidate" in r else g["candidates"]))
+    return GroupSpeed(model=speed.get("model", g["models"][0]), n_prompt=int(settings["n_prompt"]),
+                      n_gen=int(settings["n_gen"]), repeats=int(settings["repeats"]), rules=rules)
 
 
 #: Plain-words hints for PyYAML's syntax errors, by a phrase of its message.  Tabs: YAML
@@ -505,6 +600,7 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
     gen_defaults = {**DEFAULT_GENERATION, **doc.get("defaults", {}).get("generation", {})}
     generation = Generation(**gen_defaults)
     cmp_defaults = {**DEFAULT_COMPARISON, **doc.get("defaults", {}).get("comparison", {})}
+    speed_defaults = {**DEFAULT_SPEED, **doc.get("defaults", {}).get("speed", {})}
     platforms = {}
     for name, p in doc["platforms"].items():
         ci = p.get("ci")
@@ -537,10 +633,12 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
                           description=g.get("description", ""),
                           comparison=Comparison(**{**cmp_defaults, **g.get("comparison", {})}),
                           expect=g.get("expect", "identical"), min_gpus=int(g.get("min_gpus", 1)),
-                          reference_platform=g.get("reference_platform"))
+                          reference_platform=g.get("reference_platform"),
+                          speed=_group_speed(g, speed_defaults))
               for name, g in doc["groups"].items()}
     files = doc["base"].get("files")
     return Matrix(path=path, base_commit=doc["base"]["commit"], sources=sources, generation=generation,
                   platforms=platforms, models=models, prompts=prompts, configs=configs, groups=groups,
                   base_files=rel(files["path"]) if files else None,
-                  base_files_sha256=files["sha256"] if files else None)
+                  base_files_sha256=files["sha256"] if files else None,
+                  speed=SpeedSettings(**speed_defaults))

@@ -162,3 +162,21 @@ def collect(base_commit: str, base_source: str, patches: list[dict[str, str]],
     for variant, d in (build_dirs or {}).items():
         env[f"compilers_{variant}"] = cmake_cache_compilers(d)
     return env
+
+
+def machine_fingerprint(env: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What makes speeds of two runs comparable: CPU model and core count, the GPUs (name and driver),
+    how many are visible, the CUDA driver and toolkit versions.
+
+    ``env`` is an environment.json record (:func:`collect`); without it the facts are read from
+    this machine.  Two runs' tok/s are compared only when these dicts are equal
+    (harness.analysis.triage); anything else, RAM or the OS patch level, is left out.
+    """
+    if env is None:
+        gpus = nvidia_gpus()
+        env = {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "gpus": gpus, "visible_gpus": visible_gpu_count(gpus),
+               "cuda_driver": cuda_driver_version(), "cuda_toolkit": nvcc_version()}
+    return {"cpu": env.get("cpu"), "cpu_count": env.get("cpu_count"),
+            "gpus": [[g.get("name"), g.get("driver")] for g in env.get("gpus") or [] if isinstance(g, dict)],
+            "visible_gpus": env.get("visible_gpus"), "cuda_driver": env.get("cuda_driver"),
+            "cuda_toolkit": env.get("cuda_toolkit")}

@@ -1,4 +1,4 @@
-"""JUnit XML of a run's greedy comparisons, at a path CI systems find without knowing the run id.
+"""JUnit XML of a run's greedy comparisons and speed rules, at paths CI systems find without knowing the run id.
 
 ``results/junit/comparisons-<platform>.xml`` holds one ``<testsuite>`` per comparison
 group and one ``<testcase>`` per comparison (model, prompt, candidate against
@@ -12,6 +12,11 @@ testcase with failure and skipped children).
 way: one ``<testsuite>`` per check step (``expectations``), one ``<testcase>`` per
 configuration; a failed or errored step is a ``<failure>`` (its detail the message), an
 incomplete or skipped one ``<skipped>`` with its reason.
+
+``results/junit/speed-<platform>.xml`` holds one ``<testsuite>`` per group with speed rules and
+one ``<testcase>`` per rule step (harness.stages.speed: ``speed:<group>:<metric>`` of a
+candidate): a failed rule is a ``<failure>``, a rule that could not be measured an ``<error>``,
+the step's detail (medians, ratio, p) the message.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..common.fs import replace_whole
+from .bench import parse_step
 from .results import COMPARISON, STEP, ComparisonRecord, Run, StepRecord, junit_dir
 
 
@@ -62,20 +68,58 @@ def comparisons_xml(platform: str, comparisons: Iterable[ComparisonRecord]) -> E
     return ET.ElementTree(root)
 
 
+def speed_xml(platform: str, steps: Iterable[StepRecord]) -> ET.ElementTree:
+    """The JUnit document of ``platform``'s speed rule steps (other steps and platforms are left out)."""
+    suites: dict[str, list[tuple[str, StepRecord]]] = {}
+    for s in steps:
+        parsed = parse_step(s.step)
+        if s.platform == platform and parsed:
+            suites.setdefault(parsed[0], []).append((parsed[1], s))
+    root = ET.Element("testsuites", name=f"speed rules {platform}")
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    for group, records in sorted(suites.items()):
+        failures = sum(s.status == "failed" for _, s in records)
+        errors = sum(STEP.is_failure(s.status) and s.status != "failed" for _, s in records)
+        suite = ET.SubElement(root, "testsuite", name=f"{platform}/{group}", tests=str(len(records)),
+                              failures=str(failures), errors=str(errors), skipped="0")
+        for key, value in (("tests", len(records)), ("failures", failures), ("errors", errors)):
+            totals[key] += value
+        for metric, s in records:
+            case = ET.SubElement(suite, "testcase", classname=f"{platform}.{group}", name=f"{s.config} {metric}",
+                                 time=f"{s.seconds:.1f}")
+            if STEP.is_failure(s.status):
+                ET.SubElement(case, "failure" if s.status == "failed" else "error", message=s.detail, type=s.status)
+            else:
+                ET.SubElement(case, "system-out").text = s.detail
+    for key, value in totals.items():
+        root.set(key, str(value))
+    ET.indent(root)
+    return ET.ElementTree(root)
+
+
+def _write(tree: ET.ElementTree, path: Path) -> Path:
+    """Write ``tree`` to ``path`` whole (harness.common.fs.replace_whole: no half file, no temporary
+    left behind); returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    replace_whole(path, lambda tmp: tree.write(tmp, encoding="utf-8", xml_declaration=True))
+    return path
+
+
+def write_speed_junit(run: Run) -> list[Path]:
+    """Write ``<results>/junit/speed-<platform>.xml`` for each platform with speed rule steps in ``run``;
+    returns the paths written (each replaced whole)."""
+    platforms = sorted({s.platform for s in run.steps if parse_step(s.step)})
+    return [_write(speed_xml(p, run.steps), junit_dir(run.root) / f"speed-{p}.xml") for p in platforms]
+
+
 def write_comparisons_junit(run: Run) -> list[Path]:
     """Write ``<results>/junit/comparisons-<platform>.xml`` for each platform with comparisons in ``run``.
 
     Returns the paths written.  Each file is replaced whole (write, then rename), so a
     reader never sees half a file.
     """
-    out = []
-    for platform in sorted({c.platform for c in run.comparisons}):
-        path = junit_dir(run.root) / f"comparisons-{platform}.xml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tree = comparisons_xml(platform, run.comparisons)
-        replace_whole(path, lambda tmp: tree.write(tmp, encoding="utf-8", xml_declaration=True))
-        out.append(path)
-    return out
+    return [_write(comparisons_xml(platform, run.comparisons), junit_dir(run.root) / f"comparisons-{platform}.xml")
+            for platform in sorted({c.platform for c in run.comparisons})]
 
 
 def checks_xml(platform: str, steps: Iterable[StepRecord], names: Iterable[str]) -> ET.ElementTree:
@@ -113,9 +157,5 @@ def write_checks_junit(run: Run, names: Iterable[str]) -> list[Path]:
     names = tuple(names)
     out = []
     for platform in sorted({s.platform for s in run.steps if s.step in names}):
-        path = junit_dir(run.root) / f"checks-{platform}.xml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tree = checks_xml(platform, run.steps, names)
-        replace_whole(path, lambda tmp: tree.write(tmp, encoding="utf-8", xml_declaration=True))
-        out.append(path)
+        out.append(_write(checks_xml(platform, run.steps, names), junit_dir(run.root) / f"checks-{platform}.xml"))
     return out

@@ -16,6 +16,7 @@ Everything a run knows is declared here once:
             tests/ tests-<tool>/      ctest.log, junit.xml, tests.json (tests-<tool>: under compute-sanitizer)
             models/<model>.json       path and summary of each model used
             tokenize/                 llama-tokenize runs of the comparisons
+            speed/                    bench.json (tok/s samples, rule verdicts, machine), <rule>.log, engine stderr
             <config>/                 config.json, gen/<model>/<prompt>.r<k>.{stdout,stderr,cmd}, compare.json,
                                       expectations.json and .log (harness.stages.expectations)
     results/latest -> <run-id>
@@ -546,6 +547,11 @@ class RunLayout:
     def forecast_md(self) -> Path:
         """``forecast.md``: the same for people."""
         return self.dir / "forecast.md"
+
+    def speed(self, platform: str) -> Path:
+        """``<platform>/speed/``: the speed stage's bench.json, one log per speed rule and the engines' stderr
+        (harness.stages.speed)."""
+        return self.platform(platform) / "speed"
 
     def compare_json(self, platform: str, config: str) -> Path:
         """``<platform>/<candidate>/compare.json``: the full comparison records of a candidate."""

@@ -10,7 +10,9 @@ model once and then serves requests read from stdin:
   highest logits with their token ids and the log-sum-exp of the row;
 * ``score``: the prompt plus given tokens evaluated teacher-forced, writing the
   full log-probability rows to a dump file and/or computing KL divergence and
-  top-1 agreement against a reference dump.
+  top-1 agreement against a reference dump;
+* ``bench``: a timed prompt of given length and a timed generation of given length
+  (the speed stage, harness.stages.speed).
 
 ``EngineSession`` runs one such process with a configuration's arguments and
 environment (optionally behind an emulator prefix such as ``wine``); stderr goes
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import queue
 import signal
+import statistics
 import subprocess
 import threading
 import time
@@ -152,6 +155,32 @@ class ScoreResult:
     score_ms: float = 0.0
 
 
+@dataclass(frozen=True)
+class BenchResult:
+    """One timed ``bench`` request: ``n_prompt`` tokens processed in ``pp_ms`` and ``n_gen`` tokens
+    generated in ``tg_ms``, ``token_ms`` per generated token (milliseconds, the engine's own clock)."""
+
+    n_prompt: int
+    n_gen: int
+    pp_ms: float
+    tg_ms: float
+    token_ms: tuple[float, ...] = ()
+
+    @property
+    def pp_tok_s(self) -> float:
+        """Prompt processing speed in tokens per second."""
+        return self.n_prompt / (self.pp_ms / 1000.0)
+
+    @property
+    def tg_tok_s(self) -> float:
+        """Generation speed in tokens per second: 1000 over the median milliseconds per generated token
+        (over ``tg_ms / n_gen`` without per-token times).  The median, since on a shared machine a few
+        tokens of a request are delayed by other processes and would otherwise decide the sample."""
+        if self.token_ms:
+            return 1000.0 / statistics.median(self.token_ms)
+        return self.n_gen / (self.tg_ms / 1000.0)
+
+
 def parse_generation(reply: Mapping[str, Any]) -> EngineGeneration:
     """Build an ``EngineGeneration`` from a ``generate`` reply (pieces hex-encoded); raises KeyError/ValueError on a malformed reply."""
     tokens = [GenToken(id=int(t["id"]), piece=bytes.fromhex(t["piece"]), eog=bool(t["eog"]),
@@ -256,6 +285,14 @@ class EngineSession:
                                str(reference).encode().hex() if reference else "-"], "scoring")
         return ScoreResult(positions=int(reply["positions"]), kl=[float(x) for x in reply.get("kl", [])],
                            top1=[bool(x) for x in reply.get("top1", [])], score_ms=float(reply.get("score_ms", 0.0)))
+
+    def bench(self, n_prompt: int, n_gen: int) -> BenchResult:
+        """Time ``n_prompt`` tokens of prompt processing and ``n_gen`` generated tokens (see engine.cpp's
+        ``bench``); raises ``EngineError`` (a refusal: the counts do not fit the context)."""
+        reply = self._request(["bench", str(int(n_prompt)), str(int(n_gen))], "benchmarking")
+        return BenchResult(n_prompt=int(reply["n_prompt"]), n_gen=int(reply["n_gen"]),
+                           pp_ms=float(reply["pp_ms"]), tg_ms=float(reply["tg_ms"]),
+                           token_ms=tuple(float(x) for x in reply.get("tg_token_ms", ())))
 
     def kill(self) -> None:
         """End the process and its process group (harness.common.proc.terminate) and unregister it."""

@@ -21,6 +21,14 @@
 //       0..k-1. With a dump path, the log-probabilities (float32, n_positions x n_vocab after
 //       an int32 header of n_positions and n_vocab) are written there. With a reference dump,
 //       KL(reference || this) in nats and top-1 agreement are computed per position.
+//   bench <n_prompt> <n_gen>
+//       A timed request for speed measurements, as llama-bench times pp and tg: the memory
+//       cleared, n_prompt token ids (BOS where the vocabulary adds one, then ids drawn from a
+//       generator of fixed seed, the same in every process) decoded in chunks of n_batch
+//       (prompt processing), then n_gen tokens generated one per decode, each chosen by the
+//       configured sampler chain and not stopped at an end-of-generation token (generation).
+//       Replies the two wall times in milliseconds and each generated token's (sampling and
+//       its decode).
 //   quit
 //
 // Replies, one per request, are single lines on stdout starting with "@@engine " followed by
@@ -286,6 +294,58 @@ struct engine {
         reply(out.str());
     }
 
+    void bench(const std::string & n_prompt_text, const std::string & n_gen_text) {
+        long n_prompt = 0;
+        long n_gen = 0;
+        try {
+            n_prompt = std::stol(n_prompt_text);
+            n_gen = std::stol(n_gen_text);
+        } catch (const std::exception &) {
+            reply_error("bench needs two token counts, not " + json_string(n_prompt_text) + " " + json_string(n_gen_text));
+            return;
+        }
+        if (n_prompt < 1 || n_gen < 1 || n_prompt + n_gen > n_ctx) {
+            reply_error("bench: n_prompt (" + std::to_string(n_prompt) + ") and n_gen (" + std::to_string(n_gen) +
+                        ") must be positive and fit the context (" + std::to_string(n_ctx) + " tokens)");
+            return;
+        }
+        std::vector<llama_token> tokens;
+        tokens.reserve(n_prompt + n_gen);
+        if (llama_vocab_get_add_bos(vocab)) {
+            tokens.push_back(llama_vocab_bos(vocab));
+        }
+        uint32_t state = 12345;  // a fixed-seed linear congruential generator: the same ids in every process
+        while ((long) tokens.size() < n_prompt) {
+            state = state * 1664525u + 1013904223u;
+            tokens.push_back((llama_token) ((state >> 8) % (uint32_t) n_vocab));
+        }
+        llama_memory_clear(llama_get_memory(ctx), true);
+        common_sampler_reset(smpl);
+        const auto t_pp = clock_type::now();
+        if (!decode(tokens, 0, tokens.size(), [](int32_t, size_t) { return true; })) {
+            reply_error("llama_process failed on the bench prompt");
+            return;
+        }
+        const double pp_ms = ms_since(t_pp);
+        const auto t_tg = clock_type::now();
+        std::ostringstream token_ms;
+        for (long n = 0; n < n_gen; n++) {
+            const auto t_token = clock_type::now();
+            const llama_token id = common_sampler_sample(smpl, ctx, -1);
+            common_sampler_accept(smpl, id, true);
+            tokens.push_back(id);
+            if (!decode(tokens, tokens.size() - 1, tokens.size(), [](int32_t, size_t) { return true; })) {
+                reply_error("llama_process failed at bench token " + std::to_string(n));
+                return;
+            }
+            token_ms << (n ? "," : "") << json_number(ms_since(t_token));
+        }
+        const double tg_ms = ms_since(t_tg);
+        reply("{\"ok\":true,\"n_prompt\":" + std::to_string(n_prompt) + ",\"n_gen\":" + std::to_string(n_gen) +
+              ",\"pp_ms\":" + json_number(pp_ms) + ",\"tg_ms\":" + json_number(tg_ms) +
+              ",\"tg_token_ms\":[" + token_ms.str() + "]}");
+    }
+
     void score(const std::string & prompt, const std::string & ids_text, const std::string & dump_path,
                const std::string & ref_path) {
         const auto t_start = clock_type::now();
@@ -459,6 +519,10 @@ int main(int argc, char ** argv) {
         }
         if (parts[0] == "generate" && parts.size() == 2 && hex_decode(parts[1], prompt)) {
             eng.generate(prompt);
+            continue;
+        }
+        if (parts[0] == "bench" && parts.size() == 3) {
+            eng.bench(parts[1], parts[2]);
             continue;
         }
         std::string dump_path;

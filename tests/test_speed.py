@@ -1,0 +1,275 @@
+"""The speed stage and its rules: statistics, matrix declarations, the stage on fake engines, records, triage."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import xml.etree.ElementTree as ET
+from contextlib import nullcontext
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from harness.analysis import triage
+from harness.analysis.report import markdown_summary, render_html
+from harness.analysis.signatures import classify_run
+from harness.analysis.statistics import judge, spread
+from harness.common.console import Console
+from harness.matrix.config import MatrixError, load_matrix
+from harness.pipeline import Options
+from harness.record.bench import parse_step, read_bench, step_name
+from harness.record.junit import write_speed_junit
+from harness.record.results import Run, StepRecord, write_json
+from harness.stages.engine import EngineSession
+from harness.stages.speed import stage_speed
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE_ENGINE = Path(__file__).resolve().parent / "fake_engine.py"
+CPU = "linux-x86_64-cpu"
+
+# --------------------------------------------------------------------------- the rule
+
+
+def test_a_planted_twofold_slowdown_is_a_regression():
+    ref = [100, 104, 98, 101, 103]
+    v = judge(ref, [x / 2 for x in ref])
+    assert v.regressed and v.slower and v.significant
+    assert v.ratio == pytest.approx(0.5) and v.p_value == pytest.approx(1 / 252)
+
+
+def test_samples_of_one_distribution_pass():
+    v = judge([100, 104, 98, 101, 103], [102, 99, 103, 100, 101])
+    assert not v.regressed and not v.slower and v.p_value > 0.3
+
+
+def test_a_small_separated_slowdown_is_within_the_factor():
+    ref = [100, 100.5, 101, 101.5, 102]
+    v = judge(ref, [x * 0.95 for x in ref])  # every sample 5 % slower: significant, but not past 10 %
+    assert v.significant and not v.slower and not v.regressed
+
+
+def test_a_large_slowdown_the_rank_test_does_not_support_is_not_counted():
+    v = judge([100, 20, 100, 20, 100], [50, 100, 20, 30, 25])  # medians 0.3x, samples interleaved
+    assert v.slower and not v.significant and not v.regressed
+
+
+def test_a_speedup_rule_needs_the_factor_asked():
+    nopin = [1000, 1010, 990, 1005, 995]
+    assert judge(nopin, [5000, 5100, 4900, 5050, 4950], min_ratio=3.0, factor=0).regressed is False
+    v = judge(nopin, [2000, 2020, 1980, 2010, 1990], min_ratio=3.0, factor=0)
+    assert v.regressed and v.threshold == 3.0 and v.ratio == pytest.approx(2.0)
+    assert "at least 3x asked" in v.describe()
+
+
+def test_the_rule_refuses_too_few_samples():
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        judge([1.0], [1.0, 2.0])
+    sp = spread([3, 1, 2, 5, 4])
+    assert (sp.n, sp.median, sp.min, sp.max, sp.q1, sp.q3) == (5, 3, 1, 5, 2, 4)
+
+
+# --------------------------------------------------------------------------- matrix
+
+
+def matrix_with(tmp_path: Path, old: str, new: str) -> Path:
+    text = (ROOT / "matrix.yaml").read_text(encoding="utf-8")
+    assert old in text
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    return path
+
+
+SPEED_OF_BASE_VS_FORK = "      model: gemma3-270m\n      rules: [{metric: pp}, {metric: tg}]\n"
+
+
+def test_the_shipped_matrix_declares_the_issue_s_rules():
+    m = load_matrix(ROOT / "matrix.yaml")
+    fork = m.groups["base-vs-fork"].speed
+    assert fork is not None and fork.model == "gemma3-270m" and fork.repeats >= 5
+    assert [(r.candidate, r.metric, r.min_ratio) for r in fork.rules] == [("fork", "pp", 1.0), ("fork", "tg", 1.0)]
+    cuda = m.groups["cuda-base-vs-fork"].speed
+    assert cuda is not None and {r.metric for r in cuda.rules} == {"pp", "tg"}
+    pin = m.groups["cuda-pin-routes"].speed
+    assert pin is not None and [(r.candidate, r.metric, r.min_ratio, r.factor) for r in pin.rules] == \
+        [("cuda-pin-all", "pp", 3.0, 0.0)]
+    assert m.groups["cuda-pin-routes"].reference == "cuda-nopin"
+
+
+@pytest.mark.parametrize("new, message", [
+    ("      model: gemma3-270m\n      rules: [{metric: pp, candidate: fork-fa-off}]\n",
+     "speed.rules[0].candidate: 'fork-fa-off' is not a candidate of the group"),
+    ("      model: moe-large\n      rules: [{metric: pp}]\n", "speed.model: model 'moe-large' is not one of"),
+    ("      model: gemma3-270m\n      repeats: 3\n      rules: [{metric: pp}]\n", "speed.repeats: 3 is less than"),
+    ("      model: gemma3-270m\n      n_prompt: 1020\n      rules: [{metric: pp}]\n",
+     "do not fit the group's ctx_size (1024 tokens)"),
+    ("      model: gemma3-270m\n      rules: [{metric: speed}]\n", "speed.rules[0].metric: 'speed' is not one of"),
+])
+def test_bad_speed_declarations_name_the_line_and_key(tmp_path, new, message):
+    path = matrix_with(tmp_path, SPEED_OF_BASE_VS_FORK, new)
+    with pytest.raises(MatrixError) as err:
+        load_matrix(path)
+    assert message in str(err.value) and f"{path}:" in str(err.value)
+
+
+def test_a_cross_platform_group_cannot_declare_speed(tmp_path):
+    path = matrix_with(tmp_path, "    expect: informational\n",
+                       "    expect: informational\n    speed: {rules: [{metric: tg}]}\n")
+    with pytest.raises(MatrixError, match="groups.cross-os.speed: speed is measured on one platform's machine"):
+        load_matrix(path)
+
+
+# --------------------------------------------------------------------------- the stage on fake engines
+
+
+def test_the_engine_session_times_a_bench_request(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_BENCH_MS", "2")
+    with EngineSession([sys.executable, str(FAKE_ENGINE)], {}, tmp_path / "e.stderr", tmp_path / "e.cmd", 30, 30) as s:
+        got = s.bench(40, 8)
+    assert (got.n_prompt, got.n_gen) == (40, 8)
+    assert got.tg_tok_s == pytest.approx(8 / (got.tg_ms / 1000)) and 400 < got.tg_tok_s < 500
+
+
+class FakePipeline:
+    """What the speed stage uses of harness.pipeline.Pipeline, with fake engines (tests/fake_engine.py):
+    ``scale`` maps a configuration to its FAKE_BENCH_SCALE (2: twice as slow), ``crash`` names one whose
+    engine exits before it is ready."""
+
+    def __init__(self, tmp_path: Path, run_id: str, scale: dict[str, float] | None = None, crash: str = ""):
+        self.matrix = load_matrix(ROOT / "matrix.yaml")
+        self.run = Run(tmp_path / "results", run_id)
+        self.opts = Options(platforms=[CPU], groups=["base-vs-fork"])
+        self.console = Console(out=io.StringIO())
+        self.scale, self.crash, self.tmp = scale or {}, crash, tmp_path
+        self.requests: list[str] = []
+
+    def model_path(self, name: str) -> Path:
+        return self.tmp / f"{name}.gguf"
+
+    def build_variant(self, p, variant):
+        return SimpleNamespace(status="passed")
+
+    def doing(self, *what):
+        return nullcontext()
+
+    def _hooks(self, p):
+        def engine(side, model_path, gen):
+            self.requests.append(side.config)
+            if side.config == self.crash:
+                return [sys.executable, "-c", "import sys; sys.exit(3)"], {}
+            return [sys.executable, str(FAKE_ENGINE)], {"FAKE_BENCH_SCALE": str(self.scale.get(side.config, 1))}
+        return SimpleNamespace(engine=engine)
+
+
+def speed_steps(run: Run) -> dict[str, StepRecord]:
+    return {s.step: s for s in run.steps if parse_step(s.step)}
+
+
+def test_a_clean_fork_passes_both_rules(tmp_path):
+    pipe = FakePipeline(tmp_path, "clean")
+    stage_speed(pipe)
+    steps = speed_steps(pipe.run)
+    assert set(steps) == {step_name("base-vs-fork", "pp"), step_name("base-vs-fork", "tg")}
+    assert all(s.status == "passed" and s.config == "fork" for s in steps.values()), steps
+    assert "no slowdown by the rule" in steps["speed:base-vs-fork:tg"].detail
+    bench = read_bench(pipe.run.dir, CPU)
+    assert bench is not None and bench["machine"]["cpu_count"]
+    assert [(m["config"], len(m["pp_tok_s"]), len(m["tg_tok_s"])) for m in bench["measurements"]] == \
+        [("base", 5, 5), ("fork", 5, 5)]
+    assert (pipe.run.dir / steps["speed:base-vs-fork:pp"].log).read_text().count("tok/s") >= 2
+
+
+def test_the_speed_stage_interleaves_one_resident_engine_per_configuration(tmp_path):
+    pipe = FakePipeline(tmp_path, "order")
+    stage_speed(pipe)
+    assert pipe.requests == ["base", "fork"]  # each engine started once, for every round
+    # the fake engine's jitter counts its own requests: 1 warm-up then 5 timed ones each, in both engines
+    bench = read_bench(pipe.run.dir, CPU)
+    for m in bench["measurements"]:
+        assert m["pp"]["n"] == 5 and m["position"] == ["base", "fork"].index(m["config"])
+
+
+def test_a_planted_slowdown_fails_both_rules_with_a_signature_in_every_record(tmp_path):
+    pipe = FakePipeline(tmp_path, "slow", scale={"fork": 2.0})
+    stage_speed(pipe)
+    steps = speed_steps(pipe.run)
+    assert {s.status for s in steps.values()} == {"failed"}
+    assert "slowdown" in steps["speed:base-vs-fork:pp"].detail and "0.50x" in steps["speed:base-vs-fork:pp"].detail
+    assert pipe.run.overall() == "failed"
+    sigs = {e["step"]: e["signature"] for e in classify_run(pipe.run.dir)}
+    sig = sigs["speed:base-vs-fork:tg"]
+    assert sig["kind"] == "speed_regression"
+    assert sig["key"] == "base-vs-fork/gemma3-270m: fork vs base tg"  # no numbers in the key
+    assert "0.50x" in sig["summary"] and "no slowdown asked" in sig["summary"]
+    junit = ET.parse(write_speed_junit(pipe.run)[0]).getroot()
+    assert junit.get("tests") == "2" and junit.get("failures") == "2"
+    assert {c.get("name") for c in junit.iter("testcase")} == {"fork pp", "fork tg"}
+    html = render_html(pipe.run.dir)
+    assert 'id="speed"' in html and "0.50x" in html
+    md = markdown_summary(pipe.run.dir)
+    assert "### Speed rules" in md and "| failed |" in md
+
+
+def test_an_engine_that_does_not_start_makes_the_rules_errors_not_passes(tmp_path):
+    pipe = FakePipeline(tmp_path, "crash", crash="fork")
+    stage_speed(pipe)
+    steps = speed_steps(pipe.run)
+    assert {s.status for s in steps.values()} == {"error"}
+    assert "not measured" in steps["speed:base-vs-fork:pp"].detail and "engine for fork" in \
+        steps["speed:base-vs-fork:pp"].detail
+    assert pipe.run.overall() == "failed"
+
+
+def test_no_bench_runs_nothing(tmp_path):
+    pipe = FakePipeline(tmp_path, "off")
+    pipe.opts.bench = False
+    stage_speed(pipe)
+    assert not speed_steps(pipe.run) and read_bench(pipe.run.dir, CPU) is None
+
+
+# --------------------------------------------------------------------------- triage across runs
+
+
+def write_bench_run(root: Path, run_id: str, fork_tg: list[float], *, cpu: str = "AMD EPYC") -> Path:
+    run = Run(root, run_id)
+    run.record_step(StepRecord(CPU, "fork", "build", "passed"))
+    measurement = {"config": "fork", "model": "gemma3-270m", "n_prompt": 64, "n_gen": 16, "repeats": 5,
+                   "pp_tok_s": [300, 301, 299, 302, 298], "tg_tok_s": fork_tg}
+    write_json(run.layout.speed(CPU) / "bench.json",
+               {"machine": {"cpu": cpu, "cpu_count": 2, "gpus": []}, "defaults": {"factor": 0.1, "p_max": 0.01},
+                "measurements": [measurement], "rules": []})
+    run.close()
+    return run.dir
+
+
+def test_triage_counts_a_speed_regression_between_runs_of_one_machine(tmp_path):
+    a = write_bench_run(tmp_path, "a", [40, 41, 39, 40.5, 39.5])
+    b = write_bench_run(tmp_path, "b", [20, 20.5, 19.5, 20.2, 19.8])
+    report = triage.diff_runs(a, b)
+    assert [t.what for t in report.regressions] == ["fork gemma3-270m tg tok/s"]
+    assert report.regressions[0].signature["kind"] == "speed_regression"
+    assert {c.metric: c.regressed for c in report.speed_changes} == {"pp": False, "tg": True}
+    text = triage.format_report(report)
+    assert "SLOWER" in text and "verdict: 1 regression(s)" in text
+    assert triage.main([str(a), str(b)]) == 1
+    assert triage.main([str(a), str(write_bench_run(tmp_path, "c", [40.2, 40.8, 39.1, 40.1, 39.9]))]) == 0
+
+
+def test_triage_does_not_compare_speed_across_machines(tmp_path):
+    a = write_bench_run(tmp_path, "a", [40, 41, 39, 40.5, 39.5])
+    b = write_bench_run(tmp_path, "b", [20, 20.5, 19.5, 20.2, 19.8], cpu="Intel Xeon")
+    report = triage.diff_runs(a, b)
+    assert not report.regressions and not report.speed_changes
+    assert report.speed_not_comparable == [f"{CPU}: another machine (cpu differ); speed not compared"]
+    assert "not comparable" in triage.format_report(report)
+
+
+def test_the_command_line_turns_the_stage_off_and_refuses_too_few_rounds(capsys):
+    from harness import cli
+    args = cli._stage_parser().parse_args(["--no-bench", "--bench-repeats", "7"])
+    assert args.bench is False and args.bench_repeats == 7
+    assert cli._stage_parser().parse_args([]).bench is True
+    with pytest.raises(SystemExit):
+        cli._stage_parser().parse_args(["--bench-repeats", "3"])
+    assert "at least 5 rounds" in capsys.readouterr().err
