@@ -195,6 +195,13 @@ def models_cmd(argv: Sequence[str]) -> int:
     return rc
 
 
+#: Commands beside the stages: the module under harness/ that holds each and its entry point.
+TOOL_COMMANDS = {"ci-matrix": ("tools.ci_matrix", "main"), "check-windows": ("tools.windows_check", "main"),
+                 "bench": ("tools.bench", "main"), "bench-compile": ("tools.compile_bench", "main"),
+                 "triage": ("analysis.triage", "main"), "bisect": ("analysis.bisect", "main"),
+                 "forecast": ("analysis.forecast", "main"), "report": ("analysis.report", "report_main")}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code (see harness.common.errors).
 
@@ -213,24 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         cmd, rest = argv[0], argv[1:]
         commands = {"patches": patches_cmd, "source": source_cmd, "models": models_cmd}
-        for module, entries in (("tools.ci_matrix", {"ci-matrix": "main"}),
-                                ("tools.windows_check", {"check-windows": "main"}),
-                                ("tools.bench", {"bench": "main"}),
-                                ("tools.compile_bench", {"bench-compile": "main"}),
-                                ("analysis.triage", {"triage": "main"}),
-                                ("analysis.bisect", {"bisect": "main"}),
-                                ("analysis.forecast", {"forecast": "main"}),
-                                ("analysis.report", {"report": "report_main"})):
-            try:
-                mod = importlib.import_module(f"harness.{module}")
-            except ModuleNotFoundError as exc:
-                if exc.name != f"harness.{module}":
-                    raise
-                continue
-            for name, attr in entries.items():
-                commands[name] = getattr(mod, attr)
+        if cmd in TOOL_COMMANDS:  # imported only when asked for: one tool's needs never stop another
+            module, attr = TOOL_COMMANDS[cmd]
+            commands[cmd] = getattr(importlib.import_module(f"harness.{module}"), attr)
         if cmd not in commands:
-            print(f"error: unknown command {cmd!r}; expected one of: {', '.join([*STAGES, *commands])}",
+            print(f"error: unknown command {cmd!r}; expected one of: {', '.join([*STAGES, *commands, *TOOL_COMMANDS])}",
                   file=sys.stderr)
             return EXIT_BAD_INPUT
         return commands[cmd](rest)
