@@ -1,0 +1,234 @@
+"""README.md and docs/ kept true: their shell blocks parse, their nox sessions exist,
+their links resolve and the repository paths they name exist.
+
+The pages are read with markdown-it-py (CommonMark plus tables, as GitHub renders
+them).  What is checked, per page:
+
+- every fenced ``sh`` (``bash``, ``shell``) block parses with ``bash -n``;
+- every ``nox -s NAME ...`` shown, in prose, tables or blocks, names sessions that
+  ``noxfile.py`` registers (read from nox's own registry);
+- every relative link resolves to a file or directory of the checkout, and an
+  ``#anchor`` to a heading of the Markdown page it points into (GitHub's heading ids);
+- every path of the repository named in a code span or a shell block exists: a word
+  whose first component is a top-level entry of the checkout (``harness/...``,
+  ``.ci/run``, ``results/evidence/``) must be a file or directory there, unless git
+  ignores it (``results/latest``, ``.harness/...``: what a run writes).  Words holding
+  a placeholder (``<run-id>``, ``*``, ``…``) are not paths.
+
+The README's bisect example is run as written by tests/test_readme_bisect.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import nox.registry
+import pytest
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Info strings of the fenced blocks that are shell commands.
+SHELL_FENCES = ("sh", "bash", "shell")
+
+#: ``nox -s`` and what follows it up to a code span's end, a comment, a shell operator or an escaped pipe.
+NOX_COMMAND = re.compile(r"\bnox\s+(?:-s|--sessions?)\s+([^`#;&|\\\n]*)")
+
+#: Characters that make a word a placeholder or a pattern rather than a path.
+NOT_A_PATH = re.compile(r"[\s<>*…{}$|\[\]=:?\"'()]")
+
+
+def doc_pages(root: Path = ROOT) -> dict[str, str]:
+    """README.md and every ``docs/*.md`` of ``root`` as {path relative to root: text}."""
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8") for p in pages}
+
+
+def parse(text: str) -> list[Token]:
+    """The block tokens of a Markdown text (CommonMark with tables, as GitHub reads it)."""
+    return MarkdownIt("commonmark").enable("table").parse(text)
+
+
+def line_of(token: Token, content: str, offset: int) -> int:
+    """The 1-based line of ``offset`` into ``content``, the text of block ``token``."""
+    start = token.map[0] if token.map else 0
+    if token.type == "fence":
+        start += 1  # the content starts after the opening fence
+    return start + 1 + content.count("\n", 0, offset)
+
+
+def heading_text(inline: Token) -> str:
+    """A heading's text as rendered (code spans without their backticks, links without targets)."""
+    return "".join(c.content for c in inline.children or () if c.type in ("text", "code_inline"))
+
+
+def github_slug(text: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation but ``-`` and ``_`` dropped, spaces as ``-``."""
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    """Every heading id of a Markdown text; a repeated heading gets ``-1``, ``-2``, … as on GitHub."""
+    seen: dict[str, int] = {}
+    ids = set()
+    tokens = parse(text)
+    for i, tok in enumerate(tokens):
+        if tok.type != "heading_open":
+            continue
+        slug = github_slug(heading_text(tokens[i + 1]))
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        ids.add(slug if n == 0 else f"{slug}-{n}")
+    return ids
+
+
+@cache
+def nox_sessions(root: Path = ROOT) -> frozenset[str]:
+    """The session names ``root/noxfile.py`` registers with nox."""
+    spec = importlib.util.spec_from_file_location("noxfile_under_test", root / "noxfile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return frozenset(nox.registry.get())
+
+
+@cache
+def checkout_entries(root: Path = ROOT) -> tuple[frozenset[str], frozenset[str]]:
+    """(files, directories) of the checkout that git tracks or would add, relative to ``root``."""
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+                         cwd=root, check=True, capture_output=True, text=True).stdout
+    files = frozenset(f for f in out.split("\0") if f)
+    dirs = frozenset(str(Path(f).parents[i].as_posix()) for f in files for i in range(len(Path(f).parts) - 1))
+    return files, dirs
+
+
+def git_ignored(root: Path, paths: list[str]) -> set[str]:
+    """Those of ``paths`` (relative to ``root``) that git ignores: outputs a run writes."""
+    if not paths:
+        return set()
+    done = subprocess.run(["git", "check-ignore", "--no-index", "--stdin", "-z"], cwd=root,
+                          input="\0".join(paths) + "\0", capture_output=True, text=True)
+    return {p for p in done.stdout.split("\0") if p}
+
+
+def code_words(tokens: list[Token]):
+    """Yield (token, content, offset, word) for every word of a code span or a shell block."""
+    for tok in tokens:
+        if tok.type == "inline":
+            pos = 0
+            for child in tok.children or ():
+                if child.type == "code_inline":
+                    pos = max(tok.content.find(child.content, pos), 0)
+                    for m in re.finditer(r"\S+", child.content):
+                        yield tok, tok.content, pos + m.start(), m.group()
+        elif tok.type == "fence" and tok.info.strip() in SHELL_FENCES:
+            for m in re.finditer(r"\S+", tok.content):
+                yield tok, tok.content, m.start(), m.group()
+
+
+def doc_problems(pages: dict[str, str], root: Path = ROOT) -> list[str]:
+    """Every broken promise of ``pages`` ({path relative to root: Markdown}), one ``path:line: what`` each.
+
+    Links and anchors are resolved against ``pages`` first and the checkout second, so a
+    page changed in memory is checked as it stands.  Raises CalledProcessError when git
+    cannot list the checkout.
+    """
+    problems: list[str] = []
+    files, dirs = checkout_entries(root)
+    top = {Path(p).parts[0] for p in files}
+    sessions = nox_sessions(root)
+    page_anchors = {name: anchors(text) for name, text in pages.items()}
+    named: list[tuple[str, int, str]] = []
+    for name, text in pages.items():
+        tokens = parse(text)
+        for tok in tokens:
+            content = tok.content if tok.type in ("inline", "fence", "code_block") else ""
+            for m in NOX_COMMAND.finditer(content):
+                for word in m.group(1).split():
+                    if word.startswith(("-", "[")):
+                        break
+                    if word not in sessions:
+                        problems.append(f"{name}:{line_of(tok, content, m.start())}: nox session {word!r} "
+                                        f"is not in noxfile.py")
+            if tok.type == "fence" and tok.info.strip() in SHELL_FENCES:
+                done = subprocess.run(["bash", "-n"], input=tok.content, capture_output=True, text=True)
+                if done.returncode:
+                    problems.append(f"{name}:{line_of(tok, content, 0)}: sh block does not parse: "
+                                    f"{done.stderr.strip()}")
+            if tok.type == "inline":
+                for child in tok.children or ():
+                    href = child.attrs.get("href") if child.type == "link_open" else None
+                    if not href or re.match(r"[a-z][a-z0-9+.-]*:", href):
+                        continue  # not a link, or an absolute URL (not fetched)
+                    target, _, anchor = href.partition("#")
+                    where = f"{name}:{line_of(tok, content, max(content.find(href), 0))}: link {href!r}"
+                    path = (Path(name).parent / target).as_posix() if target else name
+                    path = Path(path).as_posix()
+                    resolved = (root / path).resolve()
+                    rel = resolved.relative_to(root.resolve()).as_posix() if resolved.is_relative_to(root.resolve()) else None
+                    if rel is None:
+                        problems.append(f"{where} leaves the repository")
+                    elif rel not in pages and rel not in files and rel not in dirs:
+                        problems.append(f"{where}: {rel} does not exist")
+                    elif anchor and rel.endswith(".md"):
+                        ids = page_anchors.get(rel) or anchors((root / rel).read_text(encoding="utf-8"))
+                        if anchor not in ids:
+                            problems.append(f"{where}: {rel} has no heading #{anchor}")
+        for tok, content, offset, word in code_words(tokens):
+            word = word.rstrip(".,;")
+            if NOT_A_PATH.search(word) or word.startswith("-") or "/" not in word.rstrip("/"):
+                continue
+            path = word.rstrip("/")
+            if Path(path).parts[0] in top and path not in files and path not in dirs and path not in pages:
+                named.append((name, line_of(tok, content, offset), path))
+    ignored = git_ignored(root, sorted({p for _, _, p in named}))
+    problems += [f"{name}:{line}: path {path} does not exist" for name, line, path in named if path not in ignored]
+    return problems
+
+
+def test_the_readme_and_docs_hold_true():
+    assert doc_problems(doc_pages()) == []
+
+
+def test_the_readme_links_every_page_of_docs():
+    readme = doc_pages()["README.md"]
+    linked = {c.attrs["href"].partition("#")[0] for t in parse(readme) if t.type == "inline"
+              for c in t.children or () if c.type == "link_open"}
+    assert {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")} <= linked
+
+
+def planted(page: str, text: str) -> list[str]:
+    """The problems of the real pages with ``text`` appended to ``page``."""
+    pages = doc_pages()
+    pages[page] += "\n" + text + "\n"
+    return doc_problems(pages)
+
+
+@pytest.mark.parametrize("page, fault, problem", [
+    ("README.md", "See [the guide](docs/no-such-page.md).", "link 'docs/no-such-page.md': docs/no-such-page.md does not exist"),
+    ("docs/triage.md", "See [rules](comparisons.md#no-such-heading).", "docs/comparisons.md has no heading #no-such-heading"),
+    ("docs/ci.md", "Run `nox -s build no-such-session -- --platform x`.", "nox session 'no-such-session' is not in noxfile.py"),
+    ("docs/matrix.md", "The rule is in `harness/matrix/no_such_module.py`.", "path harness/matrix/no_such_module.py does not exist"),
+    ("README.md", "```sh\npython benchmarks/no_such_benchmark.py\n```", "path benchmarks/no_such_benchmark.py does not exist"),
+    ("docs/gpu.md", "```sh\nif true; then echo unfinished\n```", "sh block does not parse"),
+])
+def test_a_planted_fault_is_found_with_its_page_and_line(page, fault, problem):
+    found = planted(page, fault)
+    assert len(found) == 1, found
+    assert found[0].startswith(f"{page}:") and problem in found[0], found
+    line = int(found[0].split(":")[1])
+    lines = doc_pages()[page].count("\n") + 1
+    assert lines < line <= lines + fault.count("\n") + 1  # the line of the planted text
+
+
+def test_outputs_a_run_writes_are_not_missing_paths():
+    assert planted("README.md", "The newest run is `results/latest`; trees are in `.harness/fork`.") == []
+
+
+def test_heading_ids_are_githubs():
+    text = "# A `b.py` page\n## Where things live\n## Where things live\n## CPU (`x86_64`), 2× faster\n"
+    assert anchors(text) == {"a-bpy-page", "where-things-live", "where-things-live-1", "cpu-x86_64-2-faster"}
