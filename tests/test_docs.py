@@ -1,5 +1,6 @@
 """README.md and docs/ kept true: their shell blocks parse, their nox sessions exist,
-their links resolve and the repository paths they name exist.
+their links resolve and the repository paths they name exist (results/README.md and
+results/evidence/README.md are held to the same).
 
 The pages are read with markdown-it-py (CommonMark plus tables, as GitHub renders
 them).  What is checked, per page:
@@ -36,16 +37,18 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Info strings of the fenced blocks that are shell commands.
 SHELL_FENCES = ("sh", "bash", "shell")
 
-#: ``nox -s`` and what follows it up to a code span's end, a comment, a shell operator or an escaped pipe.
-NOX_COMMAND = re.compile(r"\bnox\s+(?:-s|--sessions?)\s+([^`#;&|\\\n]*)")
+#: ``nox -s`` and what follows it up to a code span's end, a comment, a shell operator, a closing
+#: parenthesis or an escaped pipe.
+NOX_COMMAND = re.compile(r"\bnox\s+(?:-s|--sessions?)\s+([^`#;&|)\\\n]*)")
 
 #: Characters that make a word a placeholder or a pattern rather than a path.
 NOT_A_PATH = re.compile(r"[\s<>*…{}$|\[\]=:?\"'()]")
 
 
 def doc_pages(root: Path = ROOT) -> dict[str, str]:
-    """README.md and every ``docs/*.md`` of ``root`` as {path relative to root: text}."""
-    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    """README.md, every ``docs/*.md`` and the results READMEs of ``root`` as {path relative to root: text}."""
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md")),
+             root / "results" / "README.md", root / "results" / "evidence" / "README.md"]
     return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8") for p in pages}
 
 
