@@ -21,6 +21,7 @@ The README's bisect example is run as written by tests/test_readme_bisect.py.
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shutil
 import subprocess
@@ -140,63 +141,93 @@ def code_words(tokens: list[Token]):
                 yield tok, tok.content, m.start(), m.group()
 
 
+def session_problems(name: str, tokens: list[Token], sessions: frozenset[str]) -> list[str]:
+    """``path:line`` problems for every ``nox -s NAME`` of a page whose NAME is not in ``sessions``."""
+    problems = []
+    for tok in tokens:
+        content = tok.content if tok.type in ("inline", "fence", "code_block") else ""
+        for m in NOX_COMMAND.finditer(content):
+            for word in m.group(1).split():
+                if word.startswith(("-", "[")):
+                    break  # the session names end where nox's options or the posargs start
+                if word not in sessions:
+                    problems.append(f"{name}:{line_of(tok, content, m.start())}: nox session {word!r} "
+                                    f"is not in noxfile.py")
+    return problems
+
+
+def shell_problems(name: str, tokens: list[Token]) -> list[str]:
+    """``path:line`` problems for every shell block of a page that ``bash -n`` refuses."""
+    problems = []
+    for tok in tokens:
+        if tok.type == "fence" and tok.info.strip() in SHELL_FENCES:
+            done = subprocess.run(["bash", "-n"], input=tok.content, capture_output=True, text=True)
+            if done.returncode:
+                problems.append(f"{name}:{line_of(tok, tok.content, 0)}: sh block does not parse: "
+                                f"{done.stderr.strip()}")
+    return problems
+
+
+def link_problems(name: str, tokens: list[Token], pages: dict[str, str], root: Path) -> list[str]:
+    """``path:line`` problems for every relative link of page ``name`` whose file or ``#anchor`` is missing.
+
+    A target is looked up in ``pages`` first, then in the checkout; absolute URLs are not fetched.
+    """
+    files, dirs = checkout_entries(root)
+    problems = []
+    for tok in tokens:
+        for child in tok.children or () if tok.type == "inline" else ():
+            href = child.attrs.get("href") if child.type == "link_open" else None
+            if not href or re.match(r"[a-z][a-z0-9+.-]*:", href):
+                continue
+            target, _, anchor = href.partition("#")
+            where = f"{name}:{line_of(tok, tok.content, max(tok.content.find(href), 0))}: link {href!r}"
+            rel = posixpath.normpath(posixpath.join(posixpath.dirname(name), target)) if target else name
+            if rel == ".." or rel.startswith("../"):
+                problems.append(f"{where} leaves the repository")
+            elif rel not in pages and rel not in files and rel not in dirs:
+                problems.append(f"{where}: {rel} does not exist")
+            elif anchor and rel.endswith(".md"):
+                text = pages[rel] if rel in pages else (root / rel).read_text(encoding="utf-8")
+                if anchor not in anchors(text):
+                    problems.append(f"{where}: {rel} has no heading #{anchor}")
+    return problems
+
+
+def path_problems(name: str, tokens: list[Token], pages: dict[str, str], root: Path) -> list[str]:
+    """``path:line`` problems for every repository path a page names (code spans, shell blocks) that is missing.
+
+    A word is a repository path when it holds a ``/`` and its first component is a top-level
+    entry of the checkout; one git ignores is something a run writes and is not missing.
+    """
+    files, dirs = checkout_entries(root)
+    top = {Path(f).parts[0] for f in files}
+    named = []
+    for tok, content, offset, word in code_words(tokens):
+        path = word.rstrip(".,;").rstrip("/")
+        if NOT_A_PATH.search(path) or path.startswith("-") or "/" not in path:
+            continue
+        if Path(path).parts[0] in top and path not in files and path not in dirs and path not in pages:
+            named.append((line_of(tok, content, offset), path))
+    ignored = git_ignored(root, sorted({p for _, p in named}))
+    return [f"{name}:{line}: path {path} does not exist" for line, path in named if path not in ignored]
+
+
 def doc_problems(pages: dict[str, str], root: Path = ROOT) -> list[str]:
     """Every broken promise of ``pages`` ({path relative to root: Markdown}), one ``path:line: what`` each.
 
     Links and anchors are resolved against ``pages`` first and the checkout second, so a
     page changed in memory is checked as it stands.  Raises CalledProcessError when git
-    cannot list the checkout.
+    or nox cannot list the checkout or its sessions.
     """
-    problems: list[str] = []
-    files, dirs = checkout_entries(root)
-    top = {Path(p).parts[0] for p in files}
     sessions = nox_sessions(root)
-    page_anchors = {name: anchors(text) for name, text in pages.items()}
-    named: list[tuple[str, int, str]] = []
+    problems: list[str] = []
     for name, text in pages.items():
         tokens = parse(text)
-        for tok in tokens:
-            content = tok.content if tok.type in ("inline", "fence", "code_block") else ""
-            for m in NOX_COMMAND.finditer(content):
-                for word in m.group(1).split():
-                    if word.startswith(("-", "[")):
-                        break
-                    if word not in sessions:
-                        problems.append(f"{name}:{line_of(tok, content, m.start())}: nox session {word!r} "
-                                        f"is not in noxfile.py")
-            if tok.type == "fence" and tok.info.strip() in SHELL_FENCES:
-                done = subprocess.run(["bash", "-n"], input=tok.content, capture_output=True, text=True)
-                if done.returncode:
-                    problems.append(f"{name}:{line_of(tok, content, 0)}: sh block does not parse: "
-                                    f"{done.stderr.strip()}")
-            if tok.type == "inline":
-                for child in tok.children or ():
-                    href = child.attrs.get("href") if child.type == "link_open" else None
-                    if not href or re.match(r"[a-z][a-z0-9+.-]*:", href):
-                        continue  # not a link, or an absolute URL (not fetched)
-                    target, _, anchor = href.partition("#")
-                    where = f"{name}:{line_of(tok, content, max(content.find(href), 0))}: link {href!r}"
-                    path = (Path(name).parent / target).as_posix() if target else name
-                    path = Path(path).as_posix()
-                    resolved = (root / path).resolve()
-                    rel = resolved.relative_to(root.resolve()).as_posix() if resolved.is_relative_to(root.resolve()) else None
-                    if rel is None:
-                        problems.append(f"{where} leaves the repository")
-                    elif rel not in pages and rel not in files and rel not in dirs:
-                        problems.append(f"{where}: {rel} does not exist")
-                    elif anchor and rel.endswith(".md"):
-                        ids = page_anchors.get(rel) or anchors((root / rel).read_text(encoding="utf-8"))
-                        if anchor not in ids:
-                            problems.append(f"{where}: {rel} has no heading #{anchor}")
-        for tok, content, offset, word in code_words(tokens):
-            word = word.rstrip(".,;")
-            if NOT_A_PATH.search(word) or word.startswith("-") or "/" not in word.rstrip("/"):
-                continue
-            path = word.rstrip("/")
-            if Path(path).parts[0] in top and path not in files and path not in dirs and path not in pages:
-                named.append((name, line_of(tok, content, offset), path))
-    ignored = git_ignored(root, sorted({p for _, _, p in named}))
-    problems += [f"{name}:{line}: path {path} does not exist" for name, line, path in named if path not in ignored]
+        problems += session_problems(name, tokens, sessions)
+        problems += shell_problems(name, tokens)
+        problems += link_problems(name, tokens, pages, root)
+        problems += path_problems(name, tokens, pages, root)
     return problems
 
 
@@ -220,11 +251,18 @@ def planted(page: str, text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("page, fault, problem", [
-    ("README.md", "See [the guide](docs/no-such-page.md).", "link 'docs/no-such-page.md': docs/no-such-page.md does not exist"),
-    ("docs/triage.md", "See [rules](comparisons.md#no-such-heading).", "docs/comparisons.md has no heading #no-such-heading"),
-    ("docs/ci.md", "Run `nox -s build no-such-session -- --platform x`.", "nox session 'no-such-session' is not in noxfile.py"),
-    ("docs/matrix.md", "The rule is in `harness/matrix/no_such_module.py`.", "path harness/matrix/no_such_module.py does not exist"),
-    ("README.md", "```sh\npython benchmarks/no_such_benchmark.py\n```", "path benchmarks/no_such_benchmark.py does not exist"),
+    ("README.md", "See [the guide](docs/no-such-page.md).",
+     "link 'docs/no-such-page.md': docs/no-such-page.md does not exist"),
+    ("docs/benchmarks.md", "The runs: [evidence](results/evidence/README.md).",  # relative to docs/, not the root
+     "docs/results/evidence/README.md does not exist"),
+    ("docs/triage.md", "See [rules](comparisons.md#no-such-heading).",
+     "docs/comparisons.md has no heading #no-such-heading"),
+    ("docs/ci.md", "Run `nox -s build no-such-session -- --platform x`.",
+     "nox session 'no-such-session' is not in noxfile.py"),
+    ("docs/matrix.md", "The rule is in `harness/matrix/no_such_module.py`.",
+     "path harness/matrix/no_such_module.py does not exist"),
+    ("README.md", "```sh\npython benchmarks/no_such_benchmark.py\n```",
+     "path benchmarks/no_such_benchmark.py does not exist"),
     ("docs/gpu.md", "```sh\nif true; then echo unfinished\n```", "sh block does not parse"),
 ])
 def test_a_planted_fault_is_found_with_its_page_and_line(page, fault, problem):
