@@ -7,7 +7,7 @@ in the project's ``.venv`` when nox itself runs elsewhere (pipx); the stages of 
 invocation share one results run.
 
 The first session that fails stops the chain, and nox exits with the harness's own exit
-code (harness/common/errors.py: 1 failed, 2 bad input, 3 incomplete, 4 environment): the session
+code (harness/common/errors.py: 1 failed, 2 bad input or environment, 3 incomplete): the session
 raises SystemExit with it, which nox lets through, so nox prints no "Session ... failed"
 line and writes no --report for that invocation.
 """
