@@ -16,7 +16,7 @@ skewed by other caches), it builds in fresh trees under ``<work>``:
 
 For each build it prints the wall time of the build step and ccache's hits and misses
 (``ccache --print-stats`` after ``ccache --zero-stats``).  Nothing is asserted: the
-numbers go into the README with the machine they came from.
+numbers go into docs/benchmarks.md with the machine they came from.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
 #: Generation defaults used when matrix.yaml gives none (issue 2: 120 tokens, 2 repeats).
 DEFAULT_GENERATION = {"n_predict": 120, "repeats": 2, "seed": 42, "ctx_size": 1024, "timeout_s": 300.0}
 
-#: Comparison thresholds used when matrix.yaml gives none (README, "Greedy comparisons").
+#: Comparison thresholds used when matrix.yaml gives none (docs/comparisons.md, "Thresholds").
 DEFAULT_COMPARISON = {"near_tie_margin": 0.1, "kl_mean_max": 1e-4}
 
 #: Speed stage settings used when matrix.yaml gives none (docs/speed.md: tokens, repeats, and the

@@ -7,7 +7,7 @@ every row, ``harness.stages.engine``), the llama-completion run's text
 against the reference.  Everything here is a pure function of those records, so
 it is tested on recorded streams.
 
-Rules (README, "Greedy comparisons"):
+Rules (docs/comparisons.md, "Rules"):
 
 * A crash in any run of either side gives ``crashed``; otherwise a timeout gives
   ``timeout``.

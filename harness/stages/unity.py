@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-#: Most units in one group.  Measured with the compile-only flags (README, "CUDA compiled without
-#: a GPU"): a group's shared headers cost about what one unit costs alone, each further unit a
+#: Most units in one group.  Measured with the compile-only flags (docs/platforms.md, "CUDA
+#: compiled without a GPU"): a group's shared headers cost about what one unit costs alone, each further unit a
 #: fraction of that; bigger groups cut less and leave one of the two jobs of a 2-core machine idle
 #: while the last group compiles.
 GROUP_SIZE = 8

@@ -5,7 +5,7 @@ fork and the base (``--fork-only``: the fork) in a fresh work directory, so neit
 build directory helps, and prints the seconds of each with the machine it ran
 on.  Warm (default): ccache's usual directory, filled by an earlier run, serves
 the compiles.  ``--cold``: an empty ccache directory, so every unit is
-compiled.  The targets (README): cold at most 10 minutes, warm at most 1 minute,
+compiled.  The targets (docs/platforms.md, docs/benchmarks.md): cold at most 10 minutes, warm at most 1 minute,
 on 2 cores.  The load average is printed before and after, because a shared
 machine makes the numbers slower than the step is.
 """
