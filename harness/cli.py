@@ -45,6 +45,9 @@ def _stage_parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeats", type=positive, default=None, help="runs per configuration (default: matrix)")
     ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE",
                     help="extra CMake cache option passed through to every configure")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="regenerate every generation and rerun every native test instead of reusing results "
+                         "whose inputs are byte-identical (docs/cache.md); fresh results still refresh the cache")
     return ap
 
 
@@ -67,7 +70,7 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
     opts = Options(platforms=platforms, cmake_defines=defines, cuda_arch=args.cuda_arch, jobs=args.jobs,
                    sanitize=args.sanitize, models=split_names(args.model), groups=split_names(args.group),
                    n_predict=args.n_predict, repeats=args.repeats, work_dir=args.work_dir,
-                   patches_dir=args.patches_dir)
+                   patches_dir=args.patches_dir, no_cache=args.no_cache)
     order = [s for s in STAGES if s in stages]
     with proc.handle_signals():
         run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
