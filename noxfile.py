@@ -152,6 +152,12 @@ def bench_compile(session: nox.Session) -> None:
     _harness(session, "bench-compile")
 
 
+@nox.session(name="bench-loop")
+def bench_loop(session: nox.Session) -> None:
+    """Time edit -> verdict on a fresh clone with warm caches (docs/cache.md): ``nox -s bench-loop [-- --keep]``."""
+    _harness(session, "bench-loop")
+
+
 @nox.session
 def pytest(session: nox.Session) -> None:
     """The project's own test suite (including the end-to-end build of the real llama.cpp)."""

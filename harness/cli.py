@@ -3,7 +3,7 @@
 Stages: ``build``, ``test``, ``compare-outputs`` (any of them, in that order).
 Tools: ``patches apply|export|check``, ``source fetch|export-mirror``,
 ``models``, ``ci-matrix``, ``check-windows``, ``triage``, ``bisect``, ``report``, ``bench``,
-``bench-compile``.
+``bench-compile``, ``bench-loop``.
 The nox sessions call exactly these commands and pass ``session.posargs`` through.
 """
 
@@ -207,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 ("tools.windows_check", {"check-windows": "main"}),
                                 ("tools.bench", {"bench": "main"}),
                                 ("tools.compile_bench", {"bench-compile": "main"}),
+                                ("tools.bench_loop", {"bench-loop": "main"}),
                                 ("analysis.triage", {"triage": "main"}),
                                 ("analysis.bisect", {"bisect": "main"}),
                                 ("analysis.report", {"report": "report_main"})):

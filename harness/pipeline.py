@@ -76,7 +76,8 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
     """The CMake cache options of platform ``p``'s ``variant`` build.
 
     The matrix's options, the compiler launcher (ccache), the harness's engine target
-    (harness.stages.engine.engine_cmake_options), CMAKE_CUDA_ARCHITECTURES
+    (harness.stages.engine.engine_cmake_options), a RUNPATH relative to the binaries
+    (CMAKE_BUILD_RPATH_USE_ORIGIN), CMAKE_CUDA_ARCHITECTURES
     (``cuda_arch``, else from nvidia-smi where the matrix says ``auto``), the cross toolchain and
     emulator of a cross-built platform, LLAMA_FORK_SERIES naming ``patches`` for the fork (and on a
     platform without GPU the CUDA headers for test-cuda-pin-ladder-host), then ``defines`` (-D
@@ -94,6 +95,9 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
         opts["CMAKE_CUDA_ARCHITECTURES"] = cuda_arch
     opts.update(compiler_launcher_options())
     opts.update(engine_cmake_options())
+    # the build tree's RUNPATH relative to the binaries ($ORIGIN), not the build directory's path: the same code
+    # built in another checkout is the same bytes, and the result cache knows it (docs/cache.md)
+    opts["CMAKE_BUILD_RPATH_USE_ORIGIN"] = "ON"
     if cross_built(p):
         assert p.cross is not None
         opts["CMAKE_TOOLCHAIN_FILE"] = str(p.cross.toolchain)
