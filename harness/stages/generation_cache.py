@@ -45,7 +45,7 @@ from ..common import proc
 from ..record import environment
 from ..record.cache import DigestMemo, Hit, ResultCache, identity_key, images_digest
 from .compare import GenerationResult, GenerationSpec, from_text_mode, prepare_generation, split_completion_stdout
-from .engine import EngineGeneration, GenToken
+from .engine import EngineGeneration, parse_generation
 
 #: The entry kind of a generation session in the store.
 KIND = "generation"
@@ -205,12 +205,8 @@ def generation_from_record(record: Mapping[str, Any]) -> EngineGeneration:
 
     Raises KeyError/ValueError/TypeError for a record of another shape.
     """
-    tokens = [GenToken(id=int(t["id"]), piece=bytes.fromhex(t["piece_hex"]), eog=bool(t["eog"]),
-                       top=((int(t["top"][0][0]), float(t["top"][0][1])), (int(t["top"][1][0]), float(t["top"][1][1]))),
-                       lse=float(t["lse"]))
-              for t in record["tokens"]]
-    return EngineGeneration(tokens=tokens, prompt_tokens=int(record["prompt_tokens"]), eog=bool(record["eog"]),
-                            prompt_ms=float(record["prompt_ms"]), gen_ms=float(record["gen_ms"]))
+    # the record keeps each piece's bytes as piece_hex, where the engine's reply has them as piece
+    return parse_generation({**record, "tokens": [{**t, "piece": t["piece_hex"]} for t in record["tokens"]]})
 
 
 def restored_completion(spec: GenerationSpec, stem: Path, stdout: bytes, stderr: bytes,
