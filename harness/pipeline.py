@@ -33,6 +33,7 @@ from .stages.greedy import GreedyRunner, Hooks, Job, JobResult, Side
 from .matrix.models import ModelStore, model_summary
 from .stages.generation_cache import SessionCache, side_identity
 from .stages.test_cache import run_tests_reusing
+from .stages.compile_cache import compile_reusing, step_identity
 from .record.cache import DigestMemo, ResultCache, max_bytes_from_env
 from .stages.patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
 from .record.results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
@@ -360,6 +361,7 @@ class Pipeline:
         result: CompileResult | None = None
         failures: list[Failure] = []
         log: Path | None = None
+        reused = ""  # the run a passed compile step with the same inputs was taken from (docs/cache.md)
         try:
             work = self.opts.work_dir.resolve()
             toolkit = assemble_toolkit(self.cache)
@@ -374,10 +376,14 @@ class Pipeline:
             options = {**self.compile_options(p, variant), **toolkit.cmake_options()}
             write_json(logs / "toolkit.json", toolkit)
             build_dir = work / variant / f"compile-{p.name}"
+            cmake, ninja = find_tool("cmake") or "cmake", find_tool("ninja") or "ninja"
             with exclusive(build_dir, f"the {variant} compile directory of {p.name}", self.say):
-                result = compile_tree(tree, build_dir, options, changed, targets, logs,
-                                      cmake=find_tool("cmake") or "cmake", ninja=find_tool("ninja") or "ninja",
-                                      jobs=self.opts.jobs or os.cpu_count() or 2, env=ccache_env(work), like=like)
+                identity = step_identity(tree, build_dir, work, options, changed, targets, like, cmake, ninja,
+                                         str(toolkit.nvcc), ccache_env(work))
+                result, reused = compile_reusing(
+                    self.results_cache, self.run.id, identity, lambda: compile_tree(
+                        tree, build_dir, options, changed, targets, logs, cmake=cmake, ninja=ninja,
+                        jobs=self.opts.jobs or os.cpu_count() or 2, env=ccache_env(work), like=like), logs)
             status, detail = result.status, result.detail
             log = result.logs.get("build") or result.logs.get("configure")
         except ToolkitMissing as exc:
@@ -392,7 +398,8 @@ class Pipeline:
             log = logs / "error.log"
             log.write_text(detail + "\n")
         self.run.record_step(StepRecord(p.name, variant, "compile", status, round(time.monotonic() - start, 1),
-                                        detail, self.run.layout.relative(log) if log else "", failures))
+                                        detail, self.run.layout.relative(log) if log else "", failures,
+                                        cached=reused))
         self.say(f"[{p.name}] compile {variant}: {status} — {detail}")
         return result
 

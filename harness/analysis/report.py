@@ -31,7 +31,7 @@ from typing import Any, Iterable, Sequence
 
 from ..record.results import COMPARISON, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
 from .signatures import load_signatures, step_logs
-from ..record.results import describe_cache, describe_cached, describe_divergence_record
+from ..record.results import describe_cache, describe_cached, describe_divergence_record, shown_as_reused
 
 #: Lines of a failing log shown in the report (the end of a log holds the error).
 LOG_TAIL_LINES = 40
@@ -352,7 +352,7 @@ def _step_status(s: dict) -> str:
     the run it came from, restored generations their status and ``cached: <run-id>`` (docs/cache.md)."""
     if not s.get("cached"):
         return _status(s.get("status", ""))
-    if RunLayout.is_test_step(s.get("step", "")):
+    if shown_as_reused(s.get("step", "")):
         return (f'<span class="st st-success st-reused">reused</span> '
                 f'<span class="muted">from run {escape(s["cached"])}</span>')
     return f'{_status(s.get("status", ""))} <span class="muted">cached: {escape(s["cached"])}</span>'

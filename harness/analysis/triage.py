@@ -39,7 +39,7 @@ from ..args import strip_dashdash
 from ..common.errors import InputError
 from ..common.locks import RunLock
 from ..record.results import (COMPARISON, STEP, RecordError, RunLayout, StepRecord, describe_cache, describe_cached,
-                              read_summary)
+                              read_summary, shown_as_reused)
 from .signatures import load_signatures
 
 #: Statuses that count as a failure or a success (declared in harness.record.results).
@@ -398,7 +398,7 @@ def _step_cached(step: dict | None) -> str:
     """``cached: <run-id>`` (``reused`` for a test step) when the result cache supplied ``step``, else ""."""
     if not step or not step.get("cached"):
         return ""
-    return f"{'reused' if RunLayout.is_test_step(step['step']) else 'cached'}: {step['cached']}"
+    return f"{'reused' if shown_as_reused(step['step']) else 'cached'}: {step['cached']}"
 
 
 def _cmp_key(c: dict) -> tuple:

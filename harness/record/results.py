@@ -278,7 +278,8 @@ class StepRecord:
     a failed, errored or blocked step (empty when it passed); ``up_to_date`` is True for a
     build that found nothing to do (its time says nothing about the build).  ``cached`` names the
     run(s) whose results the step took from the result cache (docs/cache.md): a test step whose
-    labels were all reused, a generate step whose sessions were restored ("" when it ran).
+    labels were all reused, a compile step reused, a generate step whose sessions were restored
+    ("" when it ran).
     """
 
     platform: str
@@ -796,7 +797,14 @@ def describe_divergence_record(d: dict) -> str:
 
 
 #: What the result cache's kinds count, for people.
-CACHE_KINDS = {"generation": "generation sessions", "tests": "ctest labels"}
+CACHE_KINDS = {"generation": "generation sessions", "tests": "ctest labels", "compile": "compile steps"}
+
+
+def shown_as_reused(step: str) -> bool:
+    """Whether ``step`` taken from the result cache is shown as ``reused`` (test and compile steps: their
+    checks did not run again) rather than with its status and ``cached`` (generate steps, whose records
+    are rebuilt from the stored streams)."""
+    return RunLayout.is_test_step(step) or step == "compile"
 
 
 def describe_cache(counts: Mapping[str, Mapping[str, int]]) -> str:
@@ -805,7 +813,7 @@ def describe_cache(counts: Mapping[str, Mapping[str, int]]) -> str:
     parts, corrupt = [], 0
     for kind, events in counts.items():
         hits, misses = events.get("hits", 0), events.get("misses", 0)
-        verb = "reused" if kind == "tests" else "from the cache"
+        verb = "from the cache" if kind == "generation" else "reused"
         parts.append(f"{hits} of {hits + misses} {CACHE_KINDS.get(kind, kind)} {verb}")
         corrupt += events.get("corrupt", 0)
     text = ", ".join(parts)
@@ -823,7 +831,7 @@ def describe_cached(cached: Mapping[str, str]) -> str:
 def step_status_text(s: StepRecord) -> str:
     """A step's status for people: its icon and name, or ``reused (run …)`` for a test step taken from the
     result cache (never shown as newly passed), ``passed, cached (run …)`` for restored generations."""
-    if s.cached and RunLayout.is_test_step(s.step):
+    if s.cached and shown_as_reused(s.step):
         return f"♻️ reused (run {s.cached})"
     if s.cached:
         return f"{STEP.icon(s.status)} cached (run {s.cached})"
