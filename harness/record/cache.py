@@ -55,6 +55,20 @@ def identity_key(identity: Mapping[str, Any]) -> str:
                                      default=str).encode()).hexdigest()
 
 
+def abstract_paths(value: Any, paths: Mapping[str, str]) -> Any:
+    """``value`` (JSON: strings, lists, dicts) with each occurrence of a path of ``paths`` replaced by its
+    placeholder, longest path first, so a key does not depend on where a checkout or build lives."""
+    if isinstance(value, str):
+        for prefix in sorted(paths, key=len, reverse=True):
+            value = value.replace(prefix, paths[prefix])
+        return value
+    if isinstance(value, dict):
+        return {k: abstract_paths(v, paths) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [abstract_paths(v, paths) for v in value]
+    return value
+
+
 def max_bytes_from_env(environ: Mapping[str, str] | None = None) -> int:
     """The store's bound in bytes: ``$HARNESS_RESULT_CACHE_BYTES`` or :data:`DEFAULT_MAX_BYTES`.
 

@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..record.cache import ResultCache, identity_key
+from ..record.cache import ResultCache, abstract_paths, identity_key
 from .cuda_compile import CompileResult, Plan
 
 #: The entry kind of a compile step in the store.
@@ -58,18 +58,6 @@ def tree_id(tree: Path) -> str | None:
         return None
 
 
-def _abstract(value: Any, paths: Mapping[str, str]) -> Any:
-    if isinstance(value, str):
-        for prefix in sorted(paths, key=len, reverse=True):
-            value = value.replace(prefix, paths[prefix])
-        return value
-    if isinstance(value, dict):
-        return {k: _abstract(v, paths) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_abstract(v, paths) for v in value]
-    return value
-
-
 def step_identity(tree: Path, build_dir: Path, work: Path, options: Mapping[str, str], changed: Mapping[str, str],
                   targets: Sequence[str], like: Plan | None, cmake: str, ninja: str, nvcc: str,
                   env: Mapping[str, str]) -> dict[str, Any] | None:
@@ -80,8 +68,8 @@ def step_identity(tree: Path, build_dir: Path, work: Path, options: Mapping[str,
     here = Path(__file__).resolve().parent
     code = hashlib.sha256(b"".join((here / n).read_bytes() for n in HARNESS_FILES)).hexdigest()
     paths = {str(tree): "<tree>", str(build_dir): "<build>", str(work): "<work>"}
-    return {"tree": tid, "options": _abstract(dict(options), paths), "changed": dict(changed),
-            "targets": list(targets), "like": asdict(like) if like else None, "env": _abstract(dict(env), paths),
+    return {"tree": tid, "options": abstract_paths(dict(options), paths), "changed": dict(changed),
+            "targets": list(targets), "like": asdict(like) if like else None, "env": abstract_paths(dict(env), paths),
             "tools": {"cmake": _version([cmake, "--version"]), "ninja": _version([ninja, "--version"]),
                       "nvcc": _version([nvcc, "--version"]), "c++": _version(["c++", "--version"]),
                       "cc": _version(["cc", "--version"])},

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common import proc
-from ..record.cache import ResultCache, identity_key, image_digest, images_digest
+from ..record.cache import ResultCache, abstract_paths, identity_key, image_digest, images_digest
 from .build import find_tool
 from .generation_cache import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
 from .native_tests import TestCase, TestRun, run_ctest
@@ -58,19 +58,6 @@ def show_tests(build_dir: Path, label: str) -> list[dict[str, Any]]:
     return list(json.loads(out.decode("utf-8", "replace")).get("tests", []))
 
 
-def _abstract(value: Any, paths: Mapping[str, str]) -> Any:
-    """``value`` (JSON) with every string's path prefixes of ``paths`` replaced, longest first."""
-    if isinstance(value, str):
-        for prefix in sorted(paths, key=len, reverse=True):
-            value = value.replace(prefix, paths[prefix])
-        return value
-    if isinstance(value, list):
-        return [_abstract(v, paths) for v in value]
-    if isinstance(value, dict):
-        return {k: _abstract(v, paths) for k, v in value.items()}
-    return value
-
-
 def label_identity(build_dir: Path, source_dir: Path | None, label: str, tests: Sequence[dict[str, Any]],
                    env: Mapping[str, str], emulator_argv: Sequence[str], wrapper: Sequence[str],
                    gpu: bool) -> dict[str, Any]:
@@ -86,9 +73,9 @@ def label_identity(build_dir: Path, source_dir: Path | None, label: str, tests: 
         for arg in t.get("command") or []:
             p = Path(arg)
             if p.is_absolute() and p.is_file():
-                files[_abstract(arg, paths)] = image_digest(p, labels)
-        described.append({"name": t.get("name"), "command": _abstract(t.get("command"), paths),
-                          "properties": _abstract(t.get("properties"), paths), "files": files})
+                files[abstract_paths(arg, paths)] = image_digest(p, labels)
+        described.append({"name": t.get("name"), "command": abstract_paths(t.get("command"), paths),
+                          "properties": abstract_paths(t.get("properties"), paths), "files": files})
     facts: dict[str, Any] = {"format": FORMAT, "harness": harness_digest(), "label": label, "tests": described,
                              "libraries": images_digest(shared_libraries(build_dir / "bin"), labels),
                              "env": dict(env), "wrapper": list(wrapper), "machine": machine_facts(gpu, build_dir / "CMakeCache.txt"),
