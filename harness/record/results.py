@@ -834,7 +834,7 @@ def step_status_text(s: StepRecord) -> str:
     if s.cached and shown_as_reused(s.step):
         return f"♻️ reused (run {s.cached})"
     if s.cached:
-        return f"{STEP.icon(s.status)} cached (run {s.cached})"
+        return f"{STEP.icon(s.status)}, cached (run {s.cached})"
     return STEP.icon(s.status)
 
 
