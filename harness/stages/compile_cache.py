@@ -58,6 +58,12 @@ def tree_id(tree: Path) -> str | None:
         return None
 
 
+def _plan_used(like: Plan | None) -> dict[str, Any] | None:
+    """The parts of the fork's plan that the base's step uses (harness.stages.cuda_compile.plan): not
+    ``scanned``, a count that depends on the state of the fork's ninja log."""
+    return {k: v for k, v in asdict(like).items() if k != "scanned"} if like else None
+
+
 def step_identity(tree: Path, build_dir: Path, work: Path, options: Mapping[str, str], changed: Mapping[str, str],
                   targets: Sequence[str], like: Plan | None, cmake: str, ninja: str, nvcc: str,
                   env: Mapping[str, str]) -> dict[str, Any] | None:
@@ -69,7 +75,7 @@ def step_identity(tree: Path, build_dir: Path, work: Path, options: Mapping[str,
     code = hashlib.sha256(b"".join((here / n).read_bytes() for n in HARNESS_FILES)).hexdigest()
     paths = {str(tree): "<tree>", str(build_dir): "<build>", str(work): "<work>"}
     return {"tree": tid, "options": abstract_paths(dict(options), paths), "changed": dict(changed),
-            "targets": list(targets), "like": asdict(like) if like else None, "env": abstract_paths(dict(env), paths),
+            "targets": list(targets), "like": _plan_used(like), "env": abstract_paths(dict(env), paths),
             "tools": {"cmake": _version([cmake, "--version"]), "ninja": _version([ninja, "--version"]),
                       "nvcc": _version([nvcc, "--version"]), "c++": _version(["c++", "--version"]),
                       "cc": _version(["cc", "--version"])},

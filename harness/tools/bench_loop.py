@@ -9,9 +9,11 @@ starting from the state the one before left:
 
 1. ``warm-up``: the first run in the clone (its build directories are new; not a target);
 2. ``no-op``: the same again;
-3. ``comment``: a comment-only edit in patch 3 (``keyed by the loader`` -> ``keyed by its loader``);
+3. ``comment``: a comment-only edit in patch 3 (``keyed by the loader`` -> ``keyed by its loader (bench …)``);
 4. ``code-patch-3``: a code edit in patch 3 changing ``src/llama-model-loader.cpp`` (a log message);
 5. ``code-patch-2``: a code edit in patch 2 changing ``ggml/src/ggml-cuda/ggml-cuda.cu`` (a log message).
+
+Each edit carries a mark of this bench run, so no earlier bench run's results can serve it.
 
 For each it prints the seconds of each stage (each nox session's wall time), the verdict,
 and what came from the result cache (generation sessions, ctest labels), with the machine
@@ -50,7 +52,8 @@ PATCH_3 = "patches/llama-route-expert-tensors-to-pinned-memory-by-layer-ggml_cud
 @dataclass(frozen=True)
 class Edit:
     """Replace ``old`` by ``new`` (each exactly once) in ``path`` of the clone; same line count, so the
-    patch's hunk headers stay right."""
+    patch's hunk headers stay right.  ``{stamp}`` in ``new`` becomes a mark of this bench-loop run, so an
+    edit is new to the result cache every time (a result stored by an earlier bench run cannot serve it)."""
 
     path: str
     old: str
@@ -61,10 +64,11 @@ class Edit:
 SCENARIOS: dict[str, tuple[Edit | None, float | None]] = {
     "warm-up": (None, None),
     "no-op": (None, 15.0),
-    "comment": (Edit(PATCH_3, "keyed by the loader", "keyed by its loader"), 60.0),
-    "code-patch-3": (Edit(PATCH_3, "(host buffers are not used with mmap)", "(mmap does not use host buffers)"),
-                     150.0),
-    "code-patch-2": (Edit(PATCH_2, "the range stays registered", "the range is still registered"), None),
+    "comment": (Edit(PATCH_3, "keyed by the loader", "keyed by its loader ({stamp})"), 60.0),
+    "code-patch-3": (Edit(PATCH_3, "(host buffers are not used with mmap)",
+                          "(mmap does not use host buffers, {stamp})"), 150.0),
+    "code-patch-2": (Edit(PATCH_2, "bytes failed: %s; the range stays registered",
+                          "bytes failed: %s; the range is still registered ({stamp})"), None),
 }
 
 
@@ -89,14 +93,15 @@ def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
 
 
-def apply_edit(clone: Path, edit: Edit) -> None:
-    """Apply ``edit`` in ``clone``; raises InputError naming the patch when its text is not there once."""
+def apply_edit(clone: Path, edit: Edit, stamp: str) -> None:
+    """Apply ``edit`` in ``clone`` (``stamp`` for its ``{stamp}``); raises InputError naming the patch when its
+    text is not there once."""
     path = clone / edit.path
     text = path.read_text(encoding="utf-8")
     if text.count(edit.old) != 1:
         raise InputError(f"{edit.path}: expected {edit.old!r} exactly once, found it {text.count(edit.old)} times; "
                          "update SCENARIOS in harness/tools/bench_loop.py for the series")
-    path.write_text(text.replace(edit.old, edit.new), encoding="utf-8")
+    path.write_text(text.replace(edit.old, edit.new.format(stamp=stamp)), encoding="utf-8")
 
 
 def run_main_job(clone: Path, scenario: str, harness_args: Sequence[str], log_dir: Path) -> Outcome:
@@ -172,6 +177,7 @@ def main(argv: Sequence[str]) -> int:
     log_dir = clone / "bench-loop"
     log_dir.mkdir()
     where = machine()
+    stamp = f"bench {new_run_id()}"
     print(f"bench-loop: fresh clone of {root} at {clone}; {where}", flush=True)
     outcomes = []
     try:
@@ -179,7 +185,7 @@ def main(argv: Sequence[str]) -> int:
             if args.scenario and name not in args.scenario:
                 continue
             if edit is not None:
-                apply_edit(clone, edit)
+                apply_edit(clone, edit, stamp)
             o = run_main_job(clone, name, strip_dashdash(args.harness_args), log_dir)
             o.target_s = target
             outcomes.append(o)
