@@ -423,7 +423,8 @@ class Pipeline:
 
     # ----- native tests ----------------------------------------------------------------------
     def stage_test(self) -> None:
-        """Run the native tests (ctest, by label) of the fork build of each selected platform."""
+        """Run the native tests (ctest, by label) of the fork build of each selected platform; a label whose
+        tests, libraries and environment are byte-identical to a passed run is reused (harness.stages.test_cache)."""
         for p in self.platforms("test"):
             fork = self.build_variant(p, "fork")
             if fork.status != "passed":

@@ -21,6 +21,10 @@ configuration and model.
 Repeats: ``repeats`` runs per configuration and prompt (at least two), ``repeats - 1`` of
 them (at least one) by the engine from one load and one by llama-completion; a prompt
 without a text check gets them all from the engine.
+
+With a result cache (harness.stages.generation_cache, docs/cache.md) a session whose inputs are
+byte-identical to a stored one is restored instead of run: its files are written as a fresh
+session writes them and its runs and scores come back, so the comparisons are decided the same way.
 """
 
 from __future__ import annotations
