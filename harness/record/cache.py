@@ -39,9 +39,9 @@ import filelock
 
 from ..common.fs import sha256_file
 
-#: Default bound of the store in bytes (2 GiB); ``$HARNESS_RESULT_CACHE_BYTES`` overrides it.  A main job's
-#: generations and native tests on the CPU platforms take about 15 MiB (docs/cache.md), so this holds
-#: the results of a hundred or more distinct builds.
+#: Default bound of the store in bytes (2 GiB); ``$HARNESS_RESULT_CACHE_BYTES`` overrides it.  The whole main
+#: job on the defaults stores about 3 MiB (measured, docs/cache.md), so this holds the results of several
+#: hundred distinct builds.
 DEFAULT_MAX_BYTES = 2 << 30
 MAX_BYTES_ENV = "HARNESS_RESULT_CACHE_BYTES"
 
