@@ -35,7 +35,7 @@ nox.options.stop_on_first_error = True
 RUN_ID = os.environ.get("HARNESS_RUN_ID") or new_run_id()
 
 #: Modules of requirements.txt the harness imports; nox's own Python may lack them (pipx).
-NEEDED_MODULES = ("yaml", "jsonschema", "gguf", "numpy", "rich", "filelock")
+NEEDED_MODULES = ("yaml", "jsonschema", "gguf", "numpy", "rich", "filelock", "elftools", "pefile")
 
 
 def _python() -> str:
