@@ -35,7 +35,7 @@ nox.options.stop_on_first_error = True
 RUN_ID = os.environ.get("HARNESS_RUN_ID") or new_run_id()
 
 #: Modules of requirements.txt the harness imports; nox's own Python may lack them (pipx).
-NEEDED_MODULES = ("yaml", "jsonschema", "gguf", "numpy", "rich", "filelock")
+NEEDED_MODULES = ("yaml", "jsonschema", "gguf", "numpy", "rich", "filelock", "elftools", "pefile")
 
 
 def _python() -> str:
@@ -148,6 +148,12 @@ def bench(session: nox.Session) -> None:
 def bench_compile(session: nox.Session) -> None:
     """Time the compile step of the CUDA platform, fork and base: ``nox -s bench-compile [-- --cold] [-j N]``."""
     _harness(session, "bench-compile")
+
+
+@nox.session(name="bench-loop")
+def bench_loop(session: nox.Session) -> None:
+    """Time edit -> verdict on a fresh clone with warm caches (docs/cache.md): ``nox -s bench-loop [-- --keep]``."""
+    _harness(session, "bench-loop")
 
 
 @nox.session

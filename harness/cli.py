@@ -3,7 +3,7 @@
 Stages: ``build``, ``test``, ``compare-outputs`` (any of them, in that order).
 Tools: ``patches apply|export|check``, ``source fetch|export-mirror``,
 ``models``, ``ci-matrix``, ``check-windows``, ``triage``, ``bisect``, ``forecast``, ``report``, ``bench``,
-``bench-compile``.
+``bench-compile``, ``bench-loop``.
 The nox sessions call exactly these commands and pass ``session.posargs`` through.
 """
 
@@ -58,6 +58,9 @@ def _stage_parser() -> argparse.ArgumentParser:
                     help="timed rounds per speed rule (default: matrix; at least 5)")
     ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE",
                     help="extra CMake cache option passed through to every configure")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="regenerate every generation and rerun every native test instead of reusing results "
+                         "whose inputs are byte-identical (docs/cache.md); fresh results still refresh the cache")
     return ap
 
 
@@ -80,7 +83,8 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
     opts = Options(platforms=platforms, cmake_defines=defines, cuda_arch=args.cuda_arch, jobs=args.jobs,
                    sanitize=args.sanitize, models=split_names(args.model), groups=split_names(args.group),
                    n_predict=args.n_predict, repeats=args.repeats, work_dir=args.work_dir,
-                   patches_dir=args.patches_dir, bench=args.bench, bench_repeats=args.bench_repeats)
+                   patches_dir=args.patches_dir, bench=args.bench, bench_repeats=args.bench_repeats,
+                   no_cache=args.no_cache)
     order = [s for s in STAGES if s in stages]
     with proc.handle_signals():
         run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
@@ -198,6 +202,7 @@ def models_cmd(argv: Sequence[str]) -> int:
 #: Commands beside the stages: the module under harness/ that holds each and its entry point.
 TOOL_COMMANDS = {"ci-matrix": ("tools.ci_matrix", "main"), "check-windows": ("tools.windows_check", "main"),
                  "bench": ("tools.bench", "main"), "bench-compile": ("tools.compile_bench", "main"),
+                 "bench-loop": ("tools.bench_loop", "main"),
                  "triage": ("analysis.triage", "main"), "bisect": ("analysis.bisect", "main"),
                  "forecast": ("analysis.forecast", "main"), "report": ("analysis.report", "report_main")}
 

@@ -35,6 +35,10 @@ from .stages.greedy import GreedyRunner, Hooks, Job, JobResult, Side
 from .matrix.models import ModelStore, model_summary
 from .stages.native_tests import run_ctest
 from .stages.speed import stage_speed
+from .stages.generation_cache import SessionCache, side_identity
+from .stages.test_cache import run_tests_reusing
+from .stages.compile_cache import compile_reusing, step_identity
+from .record.cache import DigestMemo, ResultCache, max_bytes_from_env
 from .stages.patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
 from .record.results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
 from .record.junit import write_checks_junit, write_comparisons_junit, write_speed_junit
@@ -56,6 +60,8 @@ class Options:
     ``models``/``groups``: restrict comparisons.  ``n_predict``/``repeats``:
     override the matrix's generation settings (tokens, runs per config).  ``bench``: run the speed
     stage after the comparisons (harness.stages.speed); ``bench_repeats``: its rounds per rule.
+    ``no_cache``: regenerate every generation and rerun every native test instead of taking them
+    from the result cache (docs/cache.md).
     """
 
     platforms: list[str] = field(default_factory=list)
@@ -71,6 +77,7 @@ class Options:
     patches_dir: Path = Path("patches")
     bench: bool = True
     bench_repeats: int | None = None
+    no_cache: bool = False
 
 
 def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda_arch: str | None = None,
@@ -78,7 +85,8 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
     """The CMake cache options of platform ``p``'s ``variant`` build.
 
     The matrix's options, the compiler launcher (ccache), the harness's engine target
-    (harness.stages.engine.engine_cmake_options), CMAKE_CUDA_ARCHITECTURES
+    (harness.stages.engine.engine_cmake_options), a RUNPATH relative to the binaries
+    (CMAKE_BUILD_RPATH_USE_ORIGIN), CMAKE_CUDA_ARCHITECTURES
     (``cuda_arch``, else from nvidia-smi where the matrix says ``auto``), the cross toolchain and
     emulator of a cross-built platform, LLAMA_FORK_SERIES naming ``patches`` for the fork (and on a
     platform without GPU the CUDA headers for test-cuda-pin-ladder-host), then ``defines`` (-D
@@ -96,6 +104,9 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
         opts["CMAKE_CUDA_ARCHITECTURES"] = cuda_arch
     opts.update(compiler_launcher_options())
     opts.update(engine_cmake_options())
+    # the build tree's RUNPATH relative to the binaries ($ORIGIN), not the build directory's path: the same code
+    # built in another checkout is the same bytes, and the result cache knows it (docs/cache.md)
+    opts["CMAKE_BUILD_RPATH_USE_ORIGIN"] = "ON"
     if cross_built(p):
         assert p.cross is not None
         opts["CMAKE_TOOLCHAIN_FILE"] = str(p.cross.toolchain)
@@ -127,6 +138,7 @@ class Pipeline:
         self.matrix, self.run, self.opts, self.say = matrix, run, opts, say or self.console.say
         self._shown: Step | None = None  # the console step of the comparison group running
         self.cache = cache_dir()
+        self.results_cache = ResultCache(self.cache / "results", max_bytes_from_env(), read=not opts.no_cache)
         self._base: BaseTree | None = None
         self._patches: list[Patch] | None = None
         self._builds: dict[tuple[str, str], BuildResult] = {}
@@ -369,6 +381,7 @@ class Pipeline:
         result: CompileResult | None = None
         failures: list[Failure] = []
         log: Path | None = None
+        reused = ""  # the run a passed compile step with the same inputs was taken from (docs/cache.md)
         try:
             work = self.opts.work_dir.resolve()
             toolkit = assemble_toolkit(self.cache)
@@ -383,10 +396,14 @@ class Pipeline:
             options = {**self.compile_options(p, variant), **toolkit.cmake_options()}
             write_json(logs / "toolkit.json", toolkit)
             build_dir = work / variant / f"compile-{p.name}"
+            cmake, ninja = find_tool("cmake") or "cmake", find_tool("ninja") or "ninja"
             with exclusive(build_dir, f"the {variant} compile directory of {p.name}", self.say):
-                result = compile_tree(tree, build_dir, options, changed, targets, logs,
-                                      cmake=find_tool("cmake") or "cmake", ninja=find_tool("ninja") or "ninja",
-                                      jobs=self.opts.jobs or os.cpu_count() or 2, env=ccache_env(work), like=like)
+                identity = step_identity(tree, build_dir, work, options, changed, targets, like, cmake, ninja,
+                                         str(toolkit.nvcc), ccache_env(work))
+                result, reused = compile_reusing(
+                    self.results_cache, self.run.id, identity, lambda: compile_tree(
+                        tree, build_dir, options, changed, targets, logs, cmake=cmake, ninja=ninja,
+                        jobs=self.opts.jobs or os.cpu_count() or 2, env=ccache_env(work), like=like), logs)
             status, detail = result.status, result.detail
             log = result.logs.get("build") or result.logs.get("configure")
         except ToolkitMissing as exc:
@@ -401,7 +418,8 @@ class Pipeline:
             log = logs / "error.log"
             log.write_text(detail + "\n")
         self.run.record_step(StepRecord(p.name, variant, "compile", status, round(time.monotonic() - start, 1),
-                                        detail, self.run.layout.relative(log) if log else "", failures))
+                                        detail, self.run.layout.relative(log) if log else "", failures,
+                                        cached=reused))
         self.say(f"[{p.name}] compile {variant}: {status} — {detail}")
         return result
 
@@ -425,7 +443,8 @@ class Pipeline:
 
     # ----- native tests ----------------------------------------------------------------------
     def stage_test(self) -> None:
-        """Run the native tests (ctest, by label) of the fork build of each selected platform."""
+        """Run the native tests (ctest, by label) of the fork build of each selected platform; a label whose
+        tests, libraries and environment are byte-identical to a passed run is reused (harness.stages.test_cache)."""
         for p in self.platforms("test"):
             fork = self.build_variant(p, "fork")
             if fork.status != "passed":
@@ -450,10 +469,13 @@ class Pipeline:
                                                     detail="compute-sanitizer not found"))
                     continue
                 with self.doing(p.name, "fork", step), self.console.step(f"[{p.name}] {step}") as shown:
-                    tr = run_ctest(fork.build_dir, p.test_labels, p.test_targets, target_dir, wrapper=wrapper,
-                                   reference_junit=self.run.layout.tests(p.name, "test") / "junit.xml",
-                                   env=emulator.env if emulator else None)
-                    shown.finish(tr.status, tr.detail, target_dir / "ctest.log")
+                    tr, reused = run_tests_reusing(
+                        self.results_cache, self.run.id, fork.build_dir, p.test_labels, p.test_targets, target_dir,
+                        wrapper=wrapper, reference_junit=self.run.layout.tests(p.name, "test") / "junit.xml",
+                        env=emulator.env if emulator else None, emulator_argv=emulator.argv if emulator else (),
+                        gpu=p.gpu == "nvidia")
+                    all_reused = bool(reused.labels) and all(c.message.startswith("reused") for c in tr.cases)
+                    shown.finish("reused" if all_reused else tr.status, tr.detail, target_dir / "ctest.log")
                 detail = tr.detail
                 if wrapper:
                     summary = gpu.sanitizer_summary(target_dir / "ctest.log")
@@ -464,7 +486,8 @@ class Pipeline:
                     write_json(target_dir / "gpu-facts.json", facts)
                 write_json(target_dir / "tests.json", tr)
                 self.run.record_step(StepRecord(p.name, "fork", step, tr.status, round(tr.seconds, 1), detail,
-                                                self.run.layout.relative(target_dir / "junit.xml")))
+                                                self.run.layout.relative(target_dir / "junit.xml"),
+                                                cached=", ".join(reused.run_ids) if all_reused else ""))
             self.write_environment(p)
 
     # ----- models ------------------------------------------------------------------------------
@@ -529,7 +552,7 @@ class Pipeline:
         """
         runner = GreedyRunner(self._hooks(p), {k: v.text for k, v in self.matrix.prompts.items()},
                               self.opts.work_dir.resolve() / "tmp", self.opts.n_predict, self.opts.repeats, self.say,
-                              text_check=p.text_check)
+                              text_check=p.text_check, cache=self._session_cache())
         try:
             jobs = [job for gname in groups for job in self._jobs(p, gname, gen_steps)]
             runs = {(side, j.model, prompt): max(2, self.opts.repeats or j.generation.repeats)
@@ -538,7 +561,7 @@ class Pipeline:
             with self.console.step(f"[{p.name}] compare {', '.join(groups) or 'nothing'}", total=total) as shown:
                 self._shown = shown
                 try:
-                    runner.run(jobs, lambda res: self._record_job(p, res))
+                    runner.run(jobs, lambda res: self._record_job(p, res, runner.origins))
                 finally:
                     self._shown = None
                 mine = [c for c in self.run.comparisons if c.platform == p.name and c.group in groups]
@@ -594,8 +617,13 @@ class Pipeline:
             if problems and all(f.kind == "generation" and (f.model, f.prompt) in unsupported for f in problems):
                 # every failed generation is a mode that upstream's build fails the same way: not a fork failure
                 status, detail = "skipped", f"unsupported upstream: {detail}"
+            origins = [r for (s, _), r in runner.origins.items() if s == side]
+            if origins and not problems:
+                detail = (f"{len(origins)} session(s) from the cache (run {', '.join(dict.fromkeys(origins))}); "
+                          + detail)
             self.run.record_step(StepRecord(p.name, config, "generate", status, round(seconds, 1),
-                                            detail=detail, failures=unique))
+                                            detail=detail, failures=unique,
+                                            cached=", ".join(dict.fromkeys(origins))))
 
     def _record_cut_generations(self, p: Platform, exc: BaseException, runner: GreedyRunner,
                                 gen_steps: dict) -> None:
@@ -610,6 +638,17 @@ class Pipeline:
             self.run.mark_incomplete(f"{p.name}: generate {config}: {why}; did not finish")
         # recorded here with their facts: record_unfinished must not replace them with a bare "interrupted"
         self._doing = [d for d in self._doing if not (d[0] == p.name and d[2] == "generate" and d[1] in gen_steps)]
+
+    def _session_cache(self) -> SessionCache:
+        """The result cache as the greedy runner uses it: a side's identity from its build's binaries."""
+        def identity(side: Side):
+            q = self.matrix.platform(side.platform)
+            b = self.build_variant(q, self.matrix.configs[side.config].build)
+            emu = self.emulator(q)
+            sfx = executable_suffix(q)
+            return side_identity(b.bin_dir, [f"{ENGINE_TARGET}{sfx}", f"llama-completion{sfx}"],
+                                 emu.argv if emu else (), dict(emu.env) if emu else {}, gpu=q.gpu == "nvidia")
+        return SessionCache(self.results_cache, self.run.id, identity, DigestMemo(self.results_cache.root / "digests"))
 
     def _hooks(self, p: Platform) -> Hooks:
         """How the greedy runner starts the engine and llama-completion of a configuration (a Side), with the
@@ -718,16 +757,20 @@ class Pipeline:
                             expect=group.expect, upstream={c: Side(p.name, u) for c, u in upstream.items()}))
         return jobs
 
-    def _record_job(self, p: Platform, res: JobResult) -> None:
-        """Record a job's comparisons in the summary and in each candidate's compare.json."""
+    def _record_job(self, p: Platform, res: JobResult, origins: Mapping[tuple[Side, str], str]) -> None:
+        """Record a job's comparisons in the summary and in each candidate's compare.json; ``origins``: the
+        runs that sides restored from the result cache came from."""
         job = res.job
         records = []
         for pc in res.comparisons:
             entry = to_json(pc) | {"group": job.group, "model": job.model}
+            cached = {label: origins[(side, job.model)]
+                      for label, side in ((job.label, job.reference), (pc.candidate, Side(p.name, pc.candidate)))
+                      if (side, job.model) in origins}
             rec = ComparisonRecord(p.name, job.group, job.model, pc.prompt_id, job.label, pc.candidate, pc.status,
                                    entry["first_divergence"], pc.detail, list(pc.nondeterministic),
                                    kl=entry["kl"], text_check=entry["text_check"],
-                                   kl_mean_max=job.comparison.kl_mean_max, expected=job.expect)
+                                   kl_mean_max=job.comparison.kl_mean_max, expected=job.expect, cached=cached)
             records.append(rec)
             self.say(f"[{p.name}] {job.group} {job.model} {pc.prompt_id}: {pc.candidate} vs {job.label}: {pc.detail}")
             cmp_path = self.run.layout.compare_json(p.name, pc.candidate)
@@ -781,20 +824,23 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
                     run.mark_incomplete(f"{stage}: {why}; did not finish")
                     for later in stages[i + 1:]:
                         run.mark_incomplete(f"{later}: not run ({why})")
-                    _finish(run, say)
+                    _finish(run, say, pipe.results_cache)
                 except OSError as werr:  # e.g. the disk is full: what was written before stays
                     say(f"error: the summary could not be updated ({werr}); {run.dir / 'summary.json'} "
                         f"holds the run up to the last step that was written")
                 if isinstance(exc, (proc.Interrupted, KeyboardInterrupt)):
                     return proc.exit_code_for(exc)
                 raise
-        _finish(run, say)
+        _finish(run, say, pipe.results_cache)
     finally:
         pipe.release_builds()
     return VERDICT_EXIT_CODES[run.overall()]
 
 
-def _finish(run: Run, say: Callable[[str], None]) -> None:
+def _finish(run: Run, say: Callable[[str], None], cache: ResultCache | None = None) -> None:
+    if cache is not None:
+        run.count_cache(cache.stats)
+        cache.stats.clear()
     run.write_summary()
     write_comparisons_junit(run)
     write_checks_junit(run, CHECK_STEPS)

@@ -201,10 +201,14 @@ class FakeProject:
     model: Path
 
     def argv(self, *stages: str, extra: tuple[str, ...] = ()) -> list[str]:
-        """``python -m harness STAGES --matrix ... --platform linux-x86_64-cpu -j 1`` for this project."""
+        """``python -m harness STAGES --matrix ... --platform linux-x86_64-cpu -j 1 --no-cache`` for this project.
+
+        ``--no-cache``: these tests watch generations and tests run (hang, crash, get interrupted); the
+        result cache would serve a rerun of the same project (its own tests: tests/test_result_cache.py).
+        """
         return [sys.executable, "-m", "harness", *stages, "--matrix", str(self.matrix), "--patches-dir",
                 str(self.patches), "--work-dir", str(self.work), "--results-dir", str(self.results),
-                "--platform", "linux-x86_64-cpu", "-j", "1", *extra]
+                "--platform", "linux-x86_64-cpu", "-j", "1", "--no-cache", *extra]
 
     def env(self, **extra: str) -> dict[str, str]:
         """The environment for a harness process: the venv's tools first, this project's cache."""

@@ -37,7 +37,7 @@ from ..common.fs import write_text_whole
 from ..record.results import COMPARISON, PATCH, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
 from .signatures import load_signatures, step_logs
 from ..record.bench import bench_platforms, read_bench
-from ..record.results import describe_divergence_record
+from ..record.results import describe_cache, describe_cached, describe_divergence_record, shown_as_reused
 
 #: Lines of a failing log shown in the report (the end of a log holds the error).
 LOG_TAIL_LINES = 40
@@ -353,6 +353,17 @@ def _divergence_html(run_dir: Path, cmp: dict) -> str:
             f'Shared prefix greyed, the divergent token marked.</p><div class="sides">{"".join(sides)}</div></article>')
 
 
+def _step_status(s: dict) -> str:
+    """A step's status badge; a test step taken from the result cache shows ``reused`` (never ``passed``) and
+    the run it came from, restored generations their status and ``cached: <run-id>`` (docs/cache.md)."""
+    if not s.get("cached"):
+        return _status(s.get("status", ""))
+    if shown_as_reused(s.get("step", "")):
+        return (f'<span class="st st-success st-reused">reused</span> '
+                f'<span class="muted">from run {escape(s["cached"])}</span>')
+    return f'{_status(s.get("status", ""))} <span class="muted">cached: {escape(s["cached"])}</span>'
+
+
 def _steps_table(steps: list[dict], sigs: dict) -> str:
     rows = []
     for s in steps:
@@ -360,7 +371,7 @@ def _steps_table(steps: list[dict], sigs: dict) -> str:
         sig = sigs.get((s.get("platform"), s.get("config"), s.get("step")))
         rows.append(f'<tr class="{"bad" if bad else "ok"}"><td class="nw">{escape(s.get("platform", ""))}</td>'
                     f'<td class="nw">{escape(s.get("config", ""))}</td><td class="nw">{escape(s.get("step", ""))}</td>'
-                    f'<td>{_status(s.get("status", ""))}</td><td class="num">{float(s.get("seconds") or 0):.1f} s</td>'
+                    f'<td>{_step_status(s)}</td><td class="num">{float(s.get("seconds") or 0):.1f} s</td>'
                     f'<td>{escape(s.get("detail", ""))}</td><td>{_sig_html(sig)}</td></tr>')
     return ('<table class="steps"><thead><tr><th>platform</th><th>config</th><th>step</th><th>status</th>'
             '<th>time</th><th>detail</th><th>signature</th></tr></thead><tbody>' + "".join(rows) + "</tbody></table>")
@@ -395,6 +406,8 @@ def _comparisons_table(comparisons: list[dict]) -> str:
             nondet_expected = ""
         nondet = f' <span class="muted">(nondeterministic: {escape(", ".join(c["nondeterministic"]))})</span>' \
             if c.get("nondeterministic") else ""
+        if c.get("cached"):
+            nondet += f' <span class="muted cached">({escape(describe_cached(c["cached"]))})</span>'
         rows.append(f'<tr class="{"bad" if bad else "ok"}"><td class="nw">{escape(c["platform"])}</td>'
                     f'<td class="nw">{escape(c["group"])}</td>'
                     f'<td>{escape(c["model"])}</td><td>{escape(c["prompt"])}</td><td>{escape(c["reference"])}</td>'
@@ -598,6 +611,8 @@ def render_html(run_dir: Path, baseline: Path | None = None) -> str:
              '<nav>' + ('<a href="#forecast">forecast</a>' if RunLayout(run_dir).forecast_json.is_file() else '')
              + '<a href="#steps">steps</a><a href="#comparisons">comparisons</a><a href="#speed">speed</a><a href="#divergences">divergences</a>'
              '<a href="#configurations">configurations</a><a href="#pin-ladder">pin ladder</a></nav></header>']
+    if data.get("cache"):
+        parts.append(f'<p class="cache">Result cache (docs/cache.md): {escape(describe_cache(data["cache"]))}</p>')
     if data.get("skipped_platforms"):
         parts.append("<p>Skipped platforms: " + "; ".join(
             f"<b>{escape(k)}</b>: {escape(v)}" for k, v in sorted(data["skipped_platforms"].items())) + "</p>")
@@ -675,6 +690,8 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
     headline = overall + (f" ({skipped} platform{'s' if skipped != 1 else ''} skipped)" if skipped else "")
     lines = [f"## {icon} Run {run_id}: {headline}", "",
              f"**Steps:** {_count_text(_counts(steps))} · **comparisons:** {_count_text(_counts(comparisons))}", ""]
+    if data.get("cache"):
+        lines += [f"**Result cache:** {_md(describe_cache(data['cache']))}", ""]
     if data.get("skipped_platforms"):
         lines += ["Skipped platforms: " + "; ".join(f"`{k}` ({_md(v)})"
                                                     for k, v in sorted(data["skipped_platforms"].items())), ""]
@@ -704,6 +721,8 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
                 what = f"first divergent token {_md(describe_divergence_record(d))}"
             else:
                 what = _md(c.get("detail", ""))
+            if c.get("cached"):
+                what += f" ({_md(describe_cached(c['cached']))})"
             lines.append(f"- {c['platform']} {c['group']} {c['model']}/{c['prompt']}: {c['candidate']} vs "
                          f"{c['reference']} **{c['status']}** — {what}")
         lines.append("")

@@ -49,7 +49,8 @@ from ..record import gpu
 from ..args import strip_dashdash
 from ..common.errors import InputError
 from ..common.locks import RunLock
-from ..record.results import COMPARISON, STEP, RecordError, RunLayout, StepRecord, read_summary
+from ..record.results import (COMPARISON, STEP, RecordError, RunLayout, StepRecord, describe_cache, describe_cached,
+                              read_summary, shown_as_reused)
 from . import memory_changes
 from .signatures import load_signatures
 from .speed_diff import SpeedChange, compare_speed
@@ -202,7 +203,9 @@ class Transition:
     reference, candidate / platform, config, model, metric); ``before``/``after`` are statuses or ``absent``; ``detail``
     is B's detail (A's when the record is gone); ``signature`` the failure signature
     ({kind, key, summary}) of the failing side, with ``signature_known`` telling whether
-    run A already had that key; ``blocked_by`` names a failed build the step waited on.
+    run A already had that key; ``blocked_by`` names a failed build the step waited on;
+    ``cached`` says where B's record came from when the result cache supplied it
+    (``cached: <run-id>``, docs/cache.md; "" when B ran it).
     """
 
     category: str
@@ -216,6 +219,7 @@ class Transition:
     signature: dict[str, str] | None = None
     signature_known: bool | None = None
     blocked_by: str = ""
+    cached: str = ""
 
 
 @dataclass
@@ -226,7 +230,8 @@ class DivergenceChange:
     ``moved_by`` is ``after_index - before_index`` in generated tokens for a moved one.
     ``reference_piece``/``candidate_piece`` are B's tokens at the divergence and
     ``reference_margin``/``candidate_margin`` their rows' top-1 minus top-2 logits
-    (nats).  ``near_tie`` is B's flag (None for records without one).
+    (nats).  ``near_tie`` is B's flag (None for records without one).  ``cached``: where B's
+    generations came from when the result cache supplied them ("" when B generated them).
     """
 
     change: str
@@ -244,6 +249,7 @@ class DivergenceChange:
     reference_margin: float | None = None
     candidate_margin: float | None = None
     moved_by: int | None = None
+    cached: str = ""
 
 
 @dataclass
@@ -311,6 +317,8 @@ class TriageReport:
     #: speed of the configurations both runs measured (same machine only), and why other pairs were not compared
     speed_changes: list[SpeedChange] = field(default_factory=list)
     speed_not_comparable: list[str] = field(default_factory=list)
+    #: B's result cache counts in words (harness.record.results.describe_cache), "" without any
+    b_cache: str = ""
 
     @property
     def regressions(self) -> list[Transition]:
@@ -403,8 +411,15 @@ def _step_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set,
             sig_known = (failing_side["kind"], failing_side["key"]) in known
         out.append(Transition(category, "step", key[0], f"{key[1]} {key[2]}", before, after,
                               {"platform": key[0], "config": key[1], "step": key[2]}, detail,
-                              _short(failing_side), sig_known, _blocked_by(key[0], b)))
+                              _short(failing_side), sig_known, _blocked_by(key[0], b), _step_cached(b)))
     return out
+
+
+def _step_cached(step: dict | None) -> str:
+    """``cached: <run-id>`` (``reused`` for a test step) when the result cache supplied ``step``, else ""."""
+    if not step or not step.get("cached"):
+        return ""
+    return f"{'reused' if shown_as_reused(step['step']) else 'cached'}: {step['cached']}"
 
 
 def _cmp_key(c: dict) -> tuple:
@@ -445,7 +460,8 @@ def _comparison_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known:
         where = {"platform": platform, "group": key[1], "model": model, "prompt": prompt,
                  "reference": reference, "candidate": candidate}
         out.append(Transition(category, "comparison", platform, _cmp_what(key), before, after, where,
-                              (b or a or {}).get("detail", ""), _short(sig), sig_known))
+                              (b or a or {}).get("detail", ""), _short(sig), sig_known,
+                              cached=describe_cached(b["cached"]) if b and b.get("cached") else ""))
     return out
 
 
@@ -472,7 +488,8 @@ def _divergence_changes(sa: dict, sb: dict) -> list[DivergenceChange]:
         out.append(DivergenceChange(change, key[0], key[1], key[2], key[3], key[4], key[5], before, index,
                                     ref.get("piece") if div else None, cand.get("piece") if div else None,
                                     (div or {}).get("near_tie"), ref.get("margin"), cand.get("margin"),
-                                    index - before if isinstance(index, int) and isinstance(before, int) else None))
+                                    index - before if isinstance(index, int) and isinstance(before, int) else None,
+                                    describe_cached(c["cached"]) if c.get("cached") else ""))
     return out
 
 
@@ -604,8 +621,8 @@ def _timing_changes(sa: dict, sb: dict) -> list[TimingChange]:
             continue  # only build and test steps have meaningful times
         if a["status"] != "passed" or s["status"] != "passed":
             continue  # a failed step stops early; its time says nothing
-        if any(StepRecord.from_json(x).up_to_date for x in (a, s)):
-            continue  # an up-to-date build did not build
+        if any(StepRecord.from_json(x).up_to_date or x.get("cached") for x in (a, s)):
+            continue  # an up-to-date build did not build; a reused test step ran nothing
         before, after = float(a.get("seconds") or 0), float(s.get("seconds") or 0)
         threshold = time_threshold(before)
         if abs(after - before) > threshold:
@@ -654,6 +671,7 @@ def diff_runs(a: Path, b: Path, strict: bool = False) -> TriageReport:
                           a_dir=str(a), b_dir=str(b),
                           platforms=sorted(covered_platforms(sa) | covered_platforms(sb)))
     report.b_incomplete = incomplete_reasons(sb)
+    report.b_cache = describe_cache(sb["cache"]) if sb.get("cache") else ""
     owner = RunLock.live_owner(b)
     if owner is not None:
         report.b_incomplete.insert(0, f"still running (pid {owner})")
@@ -690,12 +708,16 @@ def _transition_line(t: Transition) -> str:
         line += f"\n      {t.detail[:200]}"
     if t.blocked_by:
         line += f"\n      blocked by: {t.blocked_by}"
+    if t.cached:
+        line += f"\n      {t.cached}"
     return line
 
 
 def format_report(report: TriageReport) -> str:
     """The report as plain text for a terminal: sections in order of importance, then the verdict."""
     out = [f"triage {report.a} -> {report.b}  (platforms: {', '.join(report.platforms) or 'none'})", ""]
+    if report.b_cache:
+        out += [f"result cache in {report.b}: {report.b_cache}", ""]
     if report.b_incomplete:
         out.append(f"RUN {report.b} IS INCOMPLETE: compared only on what it recorded; "
                    f"{len(report.not_compared)} record(s) of {report.a} it did not get to are not compared "
@@ -732,6 +754,8 @@ def format_report(report: TriageReport) -> str:
             else:
                 out.append(f"{where}: new, at generated token {d.after_index} "
                            f"({d.reference_piece!r} vs {d.candidate_piece!r}{margins})")
+            if d.cached:
+                out.append(f"      {d.cached}")
         out.append("")
     out.append(f"SIGNATURES: {len(report.signatures_new)} new, {len(report.signatures_known)} known, "
                f"{len(report.signatures_gone)} gone")

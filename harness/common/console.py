@@ -35,7 +35,8 @@ WATCH_S = 0.5
 NINJA_PROGRESS = re.compile(rb"^\[(\d+)/(\d+)\] ", re.M)
 
 #: Status words shown on end lines; anything else is shown as it is.
-_MARK = {"passed": "✔", "failed": "✘", "error": "✘", "skipped": "–", "interrupted": "■"}
+_MARK = {"passed": "✔", "failed": "✘", "error": "✘", "skipped": "–", "interrupted": "■",
+         "reused": "♻"}  # reused: a step whose results came from the result cache (docs/cache.md)
 
 
 def _escape_data(text: str) -> str:

@@ -46,7 +46,7 @@ import secrets
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
 from ..common.fs import describe, writable_dir, write_text_whole
@@ -297,7 +297,10 @@ class StepRecord:
     ``seconds`` is wall time; ``detail`` is a line for people (never parsed); ``log`` is the
     step's main log relative to the run directory; ``failures`` are the structured facts of
     a failed, errored or blocked step (empty when it passed); ``up_to_date`` is True for a
-    build that found nothing to do (its time says nothing about the build).
+    build that found nothing to do (its time says nothing about the build).  ``cached`` names the
+    run(s) whose results the step took from the result cache (docs/cache.md): a test step whose
+    labels were all reused, a compile step reused, a generate step whose sessions were restored
+    ("" when it ran).
     """
 
     platform: str
@@ -309,6 +312,7 @@ class StepRecord:
     log: str = ""
     failures: list[Failure] = field(default_factory=list)
     up_to_date: bool = False
+    cached: str = ""
 
     def __post_init__(self) -> None:
         STEP.check(self.status)
@@ -351,7 +355,9 @@ class ComparisonRecord:
     ``expected`` is the group's expected status: ``identical``; ``diverged`` for a control
     group whose candidate changes numerics on purpose (only a divergence passes); ``near-tie``
     for builds of different compilers or OSes (identical, or diverged at a near tie with the
-    KL divergence within its threshold, passes).  :meth:`failed` decides.
+    KL divergence within its threshold, passes).  :meth:`failed` decides.  ``cached`` maps each side
+    (the reference's label, the candidate's config) whose generations came from the result cache to the
+    run that generated them (docs/cache.md); empty when both sides generated in this run.
     """
 
     platform: str
@@ -368,6 +374,7 @@ class ComparisonRecord:
     text_check: dict | None = None
     kl_mean_max: float | None = None
     expected: str = "identical"
+    cached: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         COMPARISON.check(self.status)
@@ -656,6 +663,7 @@ class Run:
         self.comparisons: list[ComparisonRecord] = []
         self.skipped_platforms: dict[str, str] = {}
         self.incomplete: list[str] = []
+        self.cache: dict[str, dict[str, int]] = {}  # result cache events per kind (harness.record.cache.EVENTS)
         self._lock: RunLock | None = None
         now = datetime.now(timezone.utc).isoformat()
         if create:
@@ -719,6 +727,14 @@ class Run:
         self.steps, self.comparisons, data = load_records(self.dir)
         self.skipped_platforms = dict(data.get("skipped_platforms", {}))
         self.incomplete = list(data.get("incomplete", []))
+        self.cache = {k: dict(v) for k, v in (data.get("cache") or {}).items()}
+
+    def count_cache(self, stats: Mapping[str, Mapping[str, int]]) -> None:
+        """Add one process's result cache counts (kind -> event -> n, harness.record.cache) to the run's."""
+        for kind, events in stats.items():
+            mine = self.cache.setdefault(kind, {})
+            for event, n in events.items():
+                mine[event] = mine.get(event, 0) + n
 
     def platform_dir(self, platform: str) -> Path:
         """``results/<run-id>/<platform>/`` (created)."""
@@ -783,7 +799,7 @@ class Run:
         write_json(self.layout.summary_json, {
             "run_id": self.id, "record_version": RECORD_VERSION, "updated": datetime.now(timezone.utc).isoformat(),
             "overall": self.overall(), "configurations": self.steps, "comparisons": self.comparisons,
-            "skipped_platforms": self.skipped_platforms, "incomplete": self.incomplete})
+            "skipped_platforms": self.skipped_platforms, "incomplete": self.incomplete, "cache": self.cache})
         write_text_whole(self.layout.summary_md, render_markdown(self))
 
     def write_summary(self) -> None:
@@ -829,6 +845,48 @@ def describe_divergence_record(d: dict) -> str:
     return f"#{d.get('index')}{kind}: {side(d.get('reference'))} vs {side(d.get('candidate'))}"
 
 
+#: What the result cache's kinds count, for people.
+CACHE_KINDS = {"generation": "generation sessions", "tests": "ctest labels", "compile": "compile steps"}
+
+
+def shown_as_reused(step: str) -> bool:
+    """Whether ``step`` taken from the result cache is shown as ``reused`` (test and compile steps: their
+    checks did not run again) rather than with its status and ``cached`` (generate steps, whose records
+    are rebuilt from the stored streams)."""
+    return RunLayout.is_test_step(step) or step == "compile"
+
+
+def describe_cache(counts: Mapping[str, Mapping[str, int]]) -> str:
+    """Result cache counts in one line: ``12 of 14 generation sessions from the cache, 2 of 2 ctest labels
+    reused; 1 corrupt entry regenerated``."""
+    parts, corrupt = [], 0
+    for kind, events in counts.items():
+        hits, misses = events.get("hits", 0), events.get("misses", 0)
+        verb = "from the cache" if kind == "generation" else "reused"
+        parts.append(f"{hits} of {hits + misses} {CACHE_KINDS.get(kind, kind)} {verb}")
+        corrupt += events.get("corrupt", 0)
+    text = ", ".join(parts)
+    return text + (f"; {corrupt} corrupt entr{'y' if corrupt == 1 else 'ies'} regenerated" if corrupt else "")
+
+
+def describe_cached(cached: Mapping[str, str]) -> str:
+    """Where a comparison's cached sides came from: ``cached: <run-id>`` when from one run, else per side."""
+    runs = set(cached.values())
+    if len(runs) == 1:
+        return f"cached: {next(iter(runs))} ({', '.join(cached)})"
+    return "cached: " + ", ".join(f"{side} from {run}" for side, run in cached.items())
+
+
+def step_status_text(s: StepRecord) -> str:
+    """A step's status for people: its icon and name, or ``reused (run …)`` for a test step taken from the
+    result cache (never shown as newly passed), ``passed, cached (run …)`` for restored generations."""
+    if s.cached and shown_as_reused(s.step):
+        return f"♻️ reused (run {s.cached})"
+    if s.cached:
+        return f"{STEP.icon(s.status)}, cached (run {s.cached})"
+    return STEP.icon(s.status)
+
+
 def render_markdown(run: Run) -> str:
     """The run summary as Markdown: overall verdict, a steps table and a comparisons table."""
     lines = [f"# Run {run.id}: {VERDICT[run.overall()].icon} {run.headline()}", ""]
@@ -838,10 +896,12 @@ def render_markdown(run: Run) -> str:
         lines += ["| platform | skipped because |", "|---|---|"]
         lines += [f"| {p} | {_cell(r)} |" for p, r in sorted(run.skipped_platforms.items())]
         lines.append("")
+    if run.cache:
+        lines += [f"Result cache (docs/cache.md): {describe_cache(run.cache)}", ""]
     if run.steps:
         lines += ["## Steps", "", "| platform | config | step | status | time | detail |", "|---|---|---|---|---:|---|"]
         for s in run.steps:
-            lines.append(f"| {s.platform} | {s.config} | {s.step} | {STEP.icon(s.status)} "
+            lines.append(f"| {s.platform} | {s.config} | {s.step} | {step_status_text(s)} "
                          f"| {s.seconds:.1f} s | {_cell(s.detail)} |")
         lines.append("")
     if run.comparisons:
@@ -859,6 +919,8 @@ def render_markdown(run: Run) -> str:
                 div += f" (nondeterministic: {', '.join(c.nondeterministic)})"
             if c.expected != "identical":
                 div += f" (expected: {c.expected})"
+            if c.cached:
+                div += f" ({describe_cached(c.cached)})"
             kl = c.kl or {}
             kl_cell = f"{kl['mean']:.3g} / {kl['max']:.3g}" if kl else "–"
             if kl and c.kl_mean_max is not None and kl["mean"] > c.kl_mean_max:

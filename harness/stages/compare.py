@@ -283,22 +283,14 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
-    """Run ``llama-completion`` once for ``spec`` and collect the generated text.
+def prepare_generation(spec: GenerationSpec, log_stem: Path) -> tuple[list[str], Path, Path]:
+    """Write ``<log_stem>.prompt`` and ``<log_stem>.cmd`` for ``spec``; return (argv, stdout path, stderr path).
 
-    Writes ``<log_stem>.prompt`` (the prompt file passed with ``-f``),
-    ``<log_stem>.stdout``, ``<log_stem>.stderr`` and ``<log_stem>.cmd`` (JSON
-    with argv, the environment added on top of ``os.environ``, and the timeout
-    in seconds); parent directories are created.  The process gets stdin from
-    ``/dev/null`` and its own process group (harness.common.proc); on timeout or an
-    interrupt the whole group is terminated.  Returns a ``GenerationResult``; a crash or timeout is
-    a result, not an exception.  Raises ``OSError`` if the binary cannot be
-    started or the log files cannot be written.
+    ``.cmd`` is JSON with argv, the environment added on top of ``os.environ`` and the
+    timeout in seconds.  Parent directories are created; raises OSError when they cannot be written.
     """
     log_stem.parent.mkdir(parents=True, exist_ok=True)
     prompt_path = log_stem.with_name(log_stem.name + ".prompt")
-    stdout_path = log_stem.with_name(log_stem.name + ".stdout")
-    stderr_path = log_stem.with_name(log_stem.name + ".stderr")
     cmd_path = log_stem.with_name(log_stem.name + ".cmd")
 
     write_prompt_file(spec.prompt, prompt_path)
@@ -312,7 +304,22 @@ def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
         + "\n",
         encoding="utf-8",
     )
+    return argv, log_stem.with_name(log_stem.name + ".stdout"), log_stem.with_name(log_stem.name + ".stderr")
 
+
+def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
+    """Run ``llama-completion`` once for ``spec`` and collect the generated text.
+
+    Writes ``<log_stem>.prompt`` (the prompt file passed with ``-f``),
+    ``<log_stem>.stdout``, ``<log_stem>.stderr`` and ``<log_stem>.cmd`` (JSON
+    with argv, the environment added on top of ``os.environ``, and the timeout
+    in seconds); parent directories are created.  The process gets stdin from
+    ``/dev/null`` and its own process group (harness.common.proc); on timeout or an
+    interrupt the whole group is terminated.  Returns a ``GenerationResult``; a crash or timeout is
+    a result, not an exception.  Raises ``OSError`` if the binary cannot be
+    started or the log files cannot be written.
+    """
+    argv, stdout_path, stderr_path = prepare_generation(spec, log_stem)
     with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
         done = proc.run(argv, stdout=out, stderr=err, env={**spec.launcher_env, **spec.env},
                         timeout_s=spec.timeout_s)

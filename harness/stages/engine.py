@@ -198,6 +198,12 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def write_engine_cmd(cmd_path: Path, argv: Sequence[str], env: Mapping[str, str], timeout_s: float) -> None:
+    """Write ``engine.cmd``: JSON with the engine's argv, the environment added and the request timeout (seconds)."""
+    cmd_path.write_text(json.dumps({"argv": [str(a) for a in argv], "env": dict(env), "timeout_s": timeout_s},
+                                   indent=2) + "\n", encoding="utf-8")
+
+
 class EngineSession:
     """A running engine process for one configuration and model.
 
@@ -216,8 +222,7 @@ class EngineSession:
         self.request_timeout_s = request_timeout_s
         self.stderr_path = stderr_path
         stderr_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd_path.write_text(json.dumps({"argv": self.argv, "env": dict(env), "timeout_s": request_timeout_s},
-                                       indent=2) + "\n", encoding="utf-8")
+        write_engine_cmd(cmd_path, self.argv, env, request_timeout_s)
         self._stderr: IO[bytes] = stderr_path.open("ab")
         start = time.monotonic()
         # its own process group, registered so that an interrupt of the harness ends it (harness.common.proc)

@@ -21,6 +21,10 @@ configuration and model.
 Repeats: ``repeats`` runs per configuration and prompt (at least two), ``repeats - 1`` of
 them (at least one) by the engine from one load and one by llama-completion; a prompt
 without a text check gets them all from the engine.
+
+With a result cache (harness.stages.generation_cache, docs/cache.md) a session whose inputs are
+byte-identical to a stored one is restored instead of run: its files are written as a fresh
+session writes them and its runs and scores come back, so the comparisons are decided the same way.
 """
 
 from __future__ import annotations
@@ -37,7 +41,9 @@ from typing import ContextManager
 from .compare import GenerationResult, GenerationSpec, find_error_line, run_generation
 from ..matrix.config import Comparison, Generation
 from .divergence import EngineRun, SideRuns, StreamComparison, compare_streams, summarize_kl
-from .engine import EngineError, EngineGeneration, EngineSession, ScoreResult
+from .engine import EngineError, EngineGeneration, EngineSession, ScoreResult, write_engine_cmd
+from .generation_cache import SessionCache, generation_from_record, generation_identity, read_json_file, \
+    restored_completion, spec_identity
 from ..record.results import Failure, write_json
 from .upstream_support import unsupported_upstream
 
@@ -89,7 +95,8 @@ class JobResult:
 class Timing:
     """Where the stage's time went, in seconds: ``wall`` in total; ``loads``: engine model loads (process start to
     ready); ``engine_generation``: the engine's own prompt + generation time; ``engine_scoring``: teacher-forced
-    scoring; ``completion_wall``: llama-completion runs end to end; ``completion_generation``: their prompt eval +
+    scoring; ``cached_sessions``: sessions taken from the result cache (harness.stages.generation_cache);
+    ``completion_wall``: llama-completion runs end to end; ``completion_generation``: their prompt eval +
     eval time as llama-completion's perf lines report it; ``sessions``/``completion_runs``: counts."""
 
     wall: float = 0.0
@@ -100,6 +107,7 @@ class Timing:
     completion_generation: float = 0.0
     sessions: int = 0
     completion_runs: int = 0
+    cached_sessions: int = 0
 
     @property
     def pure_generation(self) -> float:
@@ -181,11 +189,14 @@ def side_order(jobs: Iterable[Job]) -> list[Side]:
 class GreedyRunner:
     """Runs jobs (see the module docstring) and returns their comparisons; ``say`` prints progress.
 
-    ``text_check``: ``every-prompt`` or ``first-prompt`` (see the module docstring).
+    ``text_check``: ``every-prompt`` or ``first-prompt`` (see the module docstring).  ``cache``: where
+    sessions whose inputs are byte-identical to a stored one are taken from (None: every session runs);
+    ``origins[(side, model)]`` then names the run a restored session came from.
     """
 
     def __init__(self, hooks: Hooks, prompts: Mapping[str, str], work_dir: Path, n_predict: int | None = None,
-                 repeats: int | None = None, say: Callable[[str], None] = print, text_check: str = "every-prompt"):
+                 repeats: int | None = None, say: Callable[[str], None] = print, text_check: str = "every-prompt",
+                 cache: SessionCache | None = None):
         if text_check not in TEXT_CHECKS:
             raise ValueError(f"text_check must be one of {', '.join(TEXT_CHECKS)}, not {text_check!r}")
         self.hooks, self.prompts, self.work_dir, self.say = hooks, prompts, work_dir, say
@@ -196,6 +207,9 @@ class GreedyRunner:
         self.side_runs: dict[Side, int] = {}
         self.side_ok: dict[Side, set[str]] = {}  # models of which at least one generation of the side succeeded
         self.unsupported: set[tuple[Side, str, str]] = set()  # (side, model, prompt) that upstream fails alike
+        self.cache = cache
+        self.origins: dict[tuple[Side, str], str] = {}  # (side, model) -> run id of a session taken from the cache
+        self._undumped: dict[tuple[Side, Generation], list[str]] = {}  # restored references: prompts without dump
 
     def _gen(self, job: Job) -> Generation:
         g = job.generation
@@ -306,6 +320,10 @@ class GreedyRunner:
         out_dir.mkdir(parents=True, exist_ok=True)
         argv, env = self.hooks.engine(side, model_path, gen)
         problems = self.problems.setdefault(side, [])
+        identity = self._session_identity(side, gen, model, model_path, need, argv, env) if generate else None
+        if identity is not None and self._restore(side, gen, model, model_path, need, out_dir, argv, env, identity):
+            return []
+        problems_before = len(problems)
         session: list[EngineSession | None] = [None]
         n_session = [0]
         load_failed: list[EngineRun] = []
@@ -378,6 +396,8 @@ class GreedyRunner:
                 later.append((prompt, ref))
                 continue
             first = ref_runs.engine[0]
+            if (ref, gen, prompt) not in self.dumped and prompt in self._undumped.get((ref, gen), ()):
+                self._dump_restored(ref, gen, model, model_path, dumps)
             dump = self.dumped.get((ref, gen, prompt))
             if first.generation is None or not first.generation.tokens or dump is None:
                 continue
@@ -399,6 +419,8 @@ class GreedyRunner:
                 if prompt in need["checked"] or any(r.status != "ok" for r in engine_runs):
                     self.runs[(side, gen, prompt)].completion = self._completion(
                         side, gen, model, model_path, prompt, out_dir, len(engine_runs) + 1)
+        if identity is not None and not later and len(problems) == problems_before:
+            self._store(side, gen, need, out_dir, identity)
         return later
 
     def _completion(self, side: Side, gen: Generation, model: str, model_path: Path, prompt: str, out_dir: Path,
@@ -418,3 +440,142 @@ class GreedyRunner:
         self.hooks.stderr(side, model, out_dir / f"{prompt}.r{repeat}", stderr.decode("utf-8", "replace"))
         self.hooks.progress(side, f"{model}/{prompt}.r{repeat}")
         return res
+
+    # ----- the result cache ----------------------------------------------------------------------
+    def _session_identity(self, side: Side, gen: Generation, model: str, model_path: Path, need: dict,
+                          argv: Sequence[str], env: Mapping[str, str]) -> dict | None:
+        """The key material of ``side``'s session (harness.stages.generation_cache), None without a cache or
+        when an input cannot be read (the session then runs, uncached)."""
+        if self.cache is None:
+            return None
+        try:
+            digest = self.cache.models.digest(model_path)
+            mine = self.cache.side(side)
+            prompts = []
+            for p in need["prompts"]:
+                checked = p in need["checked"]
+                spec = self.hooks.completion(side, model_path, self.prompts[p], gen) if checked else None
+                prompts.append({"id": p, "text": self.prompts[p], "checked": checked, "dumped": p in need["dump"],
+                                "completion": spec_identity(spec, {**mine.paths, str(model_path): "<model>"})
+                                if spec else None})
+            scores = []
+            for p, ref in need["score"]:
+                ref_argv, ref_env = self.hooks.engine(ref, model_path, gen)
+                scores.append(generation_identity(self.cache.side(ref), digest, ref_argv, ref_env, p,
+                                                  self.prompts[p], model_path))
+        except OSError:
+            return None
+        own = generation_identity(mine, digest, argv, env, "", "", model_path)
+        return {**own, "prompt": None, "repeats": gen.repeats, "prompts": prompts, "scores": scores}
+
+    def _store(self, side: Side, gen: Generation, need: dict, out_dir: Path, identity: dict) -> None:
+        """Store the session just run when every run of it succeeded and every score it owes was made."""
+        assert self.cache is not None
+        files: dict[str, bytes] = {"engine.stderr": (out_dir / "engine.stderr").read_bytes()}
+        prompts: dict[str, dict] = {}
+        for p in need["prompts"]:
+            runs = self.runs[(side, gen, p)]
+            if any(r.status != "ok" or r.generation is None for r in runs.engine):
+                return
+            for k in range(1, len(runs.engine) + 1):
+                files[f"{p}.r{k}.tokens.json"] = (out_dir / f"{p}.r{k}.tokens.json").read_bytes()
+            entry: dict = {"engine_seconds": [r.seconds for r in runs.engine], "completion": None}
+            c = runs.completion
+            if c is not None:
+                if c.status != "ok" or not c.complete:
+                    return  # a failed or cut run is not a result to keep
+                n = len(runs.engine) + 1
+                files[f"{p}.r{n}.stdout"] = c.stdout_path.read_bytes()
+                files[f"{p}.r{n}.stderr"] = c.stderr_path.read_bytes()
+                entry["completion"] = {"repeat": n, "seconds": c.seconds}
+            prompts[p] = entry
+        scores = []
+        for p, ref in need["score"]:
+            got = self.scores.get((side, gen, p, ref))
+            if isinstance(got, ScoreResult):
+                scores.append({"positions": got.positions, "kl": got.kl, "top1": got.top1, "score_ms": got.score_ms})
+                continue
+            first = self.runs[(ref, gen, p)].engine[0] if (ref, gen, p) in self.runs else None
+            if got is not None or first is None or first.generation is None or first.generation.tokens:
+                return  # a score that failed or could not be made: the session is not whole
+            scores.append(None)  # the reference generated nothing: nothing to score, as in a fresh run
+        self.cache.put(identity, {"prompts": prompts, "scores": scores}, files)
+
+    def _restore(self, side: Side, gen: Generation, model: str, model_path: Path, need: dict, out_dir: Path,
+                 argv: Sequence[str], env: Mapping[str, str], identity: dict) -> bool:
+        """Take ``side``'s session from the cache when stored; write its files as a fresh session would.
+
+        Returns False on a miss (or an entry whose content does not read back: the session then runs).
+        """
+        assert self.cache is not None
+        hit = self.cache.get(identity)
+        if hit is None:
+            return False
+        try:
+            prompts, scores = hit.meta["prompts"], hit.meta["scores"]
+            restored: dict[str, SideRuns] = {}
+            for p in need["prompts"]:
+                entry = prompts[p]
+                engine = [EngineRun(status="ok", seconds=float(sec), generation=generation_from_record(
+                    read_json_file(hit.files[f"{p}.r{k}.tokens.json"]))) for k, sec in enumerate(entry["engine_seconds"], 1)]
+                restored[p] = SideRuns(engine=engine)
+            if len(scores) != len(need["score"]):
+                return False
+        except (KeyError, ValueError, TypeError):
+            return False
+        for name, data in hit.files.items():
+            (out_dir / name).write_bytes(data)
+        write_engine_cmd(out_dir / "engine.cmd", argv, env, gen.timeout_s)
+        for p, runs in restored.items():
+            self.runs[(side, gen, p)] = runs
+            self.side_runs[side] = self.side_runs.get(side, 0) + len(runs.engine)
+            for k in range(1, len(runs.engine) + 1):
+                self.hooks.progress(side, f"{model}/{p}.r{k}")
+        for (p, ref), got in zip(need["score"], scores):
+            if got is not None:
+                self.scores[(side, gen, p, ref)] = ScoreResult(positions=int(got["positions"]), kl=list(got["kl"]),
+                                                               top1=list(got["top1"]), score_ms=float(got["score_ms"]))
+        self.side_ok.setdefault(side, set()).add(model)
+        self.origins[(side, model)] = hit.run_id
+        self.timing.cached_sessions += 1
+        self._undumped[(side, gen)] = [p for p in need["prompts"] if p in need["dump"]]
+        self.hooks.stderr(side, model, out_dir / "engine", hit.files["engine.stderr"].decode("utf-8", "replace"))
+        for p in need["prompts"]:
+            done = prompts[p]["completion"]
+            if done is None:
+                continue
+            n = int(done["repeat"])
+            spec = self.hooks.completion(side, model_path, self.prompts[p], gen)
+            stderr = hit.files[f"{p}.r{n}.stderr"]
+            self.runs[(side, gen, p)].completion = restored_completion(
+                spec, out_dir / f"{p}.r{n}", hit.files[f"{p}.r{n}.stdout"], stderr, float(done["seconds"]))
+            self.side_runs[side] += 1
+            self.hooks.stderr(side, model, out_dir / f"{p}.r{n}", stderr.decode("utf-8", "replace"))
+            self.hooks.progress(side, f"{model}/{p}.r{n}")
+        return True
+
+    def _dump_restored(self, ref: Side, gen: Generation, model: str, model_path: Path, dumps: Path) -> None:
+        """Write the full-distribution dumps of a reference taken from the cache, for a candidate that runs:
+        one engine load of the reference scoring its own stored tokens (stderr kept beside the dumps, so the
+        reference's restored ``engine.stderr`` stays as stored).  A failure is a fact of the reference."""
+        prompts = self._undumped.pop((ref, gen), [])
+        argv, env = self.hooks.engine(ref, model_path, gen)
+        stem = dumps / f"dump-{len(self.dumped)}"
+        try:
+            self.timing.sessions += 1
+            with EngineSession(argv, env, stem.with_suffix(".stderr"), stem.with_suffix(".cmd"),
+                               load_timeout_s=gen.timeout_s, request_timeout_s=gen.timeout_s) as session:
+                self.timing.loads += session.load_seconds
+                for p in prompts:
+                    first = self.runs[(ref, gen, p)].engine[0]
+                    if first.generation is None or not first.generation.tokens:
+                        continue
+                    path = dumps / f"{len(self.dumped)}.f32"
+                    got = session.score(self.prompts[p], first.generation.ids, dump=path)
+                    self.timing.engine_scoring += got.score_ms / 1000.0
+                    self.dumped[(ref, gen, p)] = path
+        except (EngineError, OSError) as exc:
+            self.problems.setdefault(ref, []).append(Failure(
+                "generation", model=model, prompt=prompts[0] if prompts else "", status=getattr(exc, "kind", "crashed"),
+                error_line=f"engine scoring its cached tokens for a candidate: {exc}",
+                log=self.hooks.relative(stem.with_suffix(".stderr"))))
