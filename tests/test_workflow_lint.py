@@ -254,6 +254,6 @@ def light_install_problems(workflow: dict) -> list[str]:
 
 def test_the_matrix_jobs_light_install_covers_what_nox_needs(tmp_path):
     assert light_install_problems(wc.load_workflow(WORKFLOW)) == []
-    bad = planted(tmp_path, " rich filelock\n", " rich\n")
+    bad = planted(tmp_path, " pefile filelock\n", " pefile\n")
     assert light_install_problems(wc.load_workflow(bad)) == [
         "job matrix: no package it installs provides the module filelock (noxfile.NEEDED_MODULES)"]
