@@ -12,7 +12,7 @@ import errno
 import hashlib
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from . import errors
 
@@ -79,6 +79,16 @@ def replace_whole(path: Path, write: Callable[[Path], None]) -> None:
 def write_text_whole(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` through :func:`replace_whole`."""
     replace_whole(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def sha256_files(paths: Iterable[Path]) -> str:
+    """Hex sha256 over ``paths`` in the order given, each as its file name, a NUL byte, its bytes and a
+    NUL byte: the digest of a set of source files, for build and cache keys (a changed byte or a renamed
+    file changes it).  Raises OSError for a file that cannot be read."""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def sha256_file(path: Path) -> str:

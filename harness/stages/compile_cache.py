@@ -19,13 +19,13 @@ A reused step writes the logs and ``compile.json`` of the run it came from into 
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..common.fs import sha256_files
 from ..record.cache import ResultCache, abstract_paths, identity_key
 from .cuda_compile import CompileResult, Plan
 
@@ -72,7 +72,7 @@ def step_identity(tree: Path, build_dir: Path, work: Path, options: Mapping[str,
     if tid is None:
         return None
     here = Path(__file__).resolve().parent
-    code = hashlib.sha256(b"".join((here / n).read_bytes() for n in HARNESS_FILES)).hexdigest()
+    code = sha256_files(here / n for n in HARNESS_FILES)
     paths = {str(tree): "<tree>", str(build_dir): "<build>", str(work): "<work>"}
     return {"tree": tid, "options": abstract_paths(dict(options), paths), "changed": dict(changed),
             "targets": list(targets), "like": _plan_used(like), "env": abstract_paths(dict(env), paths),

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..common import proc
+from ..common.fs import sha256_files
 
 #: The CMake target and binary name of the engine program.
 ENGINE_TARGET = "llama-harness-engine"
@@ -58,12 +59,7 @@ def engine_cmake_options() -> dict[str, str]:
 
 def engine_source_digest() -> str:
     """sha256 over the engine's source files (name and bytes), for build keys: a changed engine rebuilds."""
-    import hashlib
-    h = hashlib.sha256()
-    for path in sorted(ENGINE_SOURCE_DIR.iterdir()):
-        if path.is_file():
-            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
+    return sha256_files(p for p in sorted(ENGINE_SOURCE_DIR.iterdir()) if p.is_file())
 
 
 def engine_argv(binary: Path, model: Path, gen: Any, args: Sequence[str] = ()) -> list[str]:

@@ -31,7 +31,6 @@ run succeeded are stored.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform as pyplatform
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common import proc
+from ..common.fs import sha256_files
 from ..record import environment
 from ..record.cache import DigestMemo, Hit, ResultCache, identity_key, images_digest
 from .compare import GenerationResult, GenerationSpec, from_text_mode, prepare_generation, split_completion_stdout
@@ -66,11 +66,8 @@ _BUILD_LABEL = re.compile(r'(?:LLAMA_COMMIT|LLAMA_FORK_SERIES)\s*=\s*"((?:[^"\\]
 
 def harness_digest() -> str:
     """sha256 over :data:`HARNESS_SOURCES` (name and bytes)."""
-    h = hashlib.sha256()
     here = Path(__file__).resolve().parent
-    for name in HARNESS_SOURCES:
-        h.update(name.encode() + b"\0" + (here / name).read_bytes() + b"\0")
-    return h.hexdigest()
+    return sha256_files(here / name for name in HARNESS_SOURCES)
 
 
 def build_labels(build_dir: Path) -> list[bytes]:

@@ -20,7 +20,6 @@ before.  Only labels whose every test passed are stored.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common import proc
+from ..common.fs import sha256_files
 from ..record.cache import ResultCache, abstract_paths, identity_key, image_digest, images_digest
 from .build import find_tool
 from .generation_cache import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
@@ -43,9 +43,9 @@ FORMAT = 1
 
 
 def harness_digest() -> str:
-    """sha256 over this module's and native_tests.py's bytes."""
+    """sha256 over this module and native_tests.py (harness.common.fs.sha256_files: names and bytes)."""
     here = Path(__file__).resolve().parent
-    return hashlib.sha256(b"".join((here / n).read_bytes() for n in ("native_tests.py", "test_cache.py"))).hexdigest()
+    return sha256_files(here / n for n in ("native_tests.py", "test_cache.py"))
 
 
 def show_tests(build_dir: Path, label: str) -> list[dict[str, Any]]:
