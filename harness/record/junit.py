@@ -22,6 +22,7 @@ the step's detail (medians, ratio, p) the message.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -37,64 +38,82 @@ def _skipped(c: ComparisonRecord) -> bool:
             and not (c.expected == "near-tie" and c.tolerated_near_tie()))
 
 
-def comparisons_xml(platform: str, comparisons: Iterable[ComparisonRecord]) -> ET.ElementTree:
-    """The JUnit document of ``platform``'s comparisons (records of other platforms are left out)."""
-    suites: dict[str, list[ComparisonRecord]] = {}
-    for c in comparisons:
-        if c.platform == platform:
-            suites.setdefault(c.group, []).append(c)
-    root = ET.Element("testsuites", name=f"greedy comparisons {platform}")
-    totals = {"tests": 0, "failures": 0, "skipped": 0}
-    for group, records in sorted(suites.items()):
-        failures = sum(c.failed() for c in records)
-        skipped = sum(_skipped(c) for c in records)
-        suite = ET.SubElement(root, "testsuite", name=f"{platform}/{group}", tests=str(len(records)),
-                              failures=str(failures), errors="0", skipped=str(skipped))
-        for key, value in (("tests", len(records)), ("failures", failures), ("skipped", skipped)):
-            totals[key] += value
-        for c in records:
-            case = ET.SubElement(suite, "testcase", classname=f"{platform}.{group}.{c.model}",
-                                 name=f"{c.prompt}: {c.candidate} vs {c.reference}")
-            if c.failed():  # a numerics control (expected: diverged) fails when it does not diverge
-                what = c.difference()
-                message = f"{c.status}: first divergent token {what}" if c.first_divergence else f"{c.status}: {what}"
-                node = ET.SubElement(case, "failure", message=message, type=c.status)
-                node.text = c.detail
-            elif _skipped(c):
-                ET.SubElement(case, "skipped", message=f"{c.status}: {c.detail}")
+@dataclass(frozen=True)
+class _Case:
+    """One ``<testcase>``: ``outcome`` is passed, failure, error or skipped; ``message``/``kind``/``text``
+    fill the outcome's element (``text`` of a passed case, where given, goes to ``<system-out>``), ``time``
+    in seconds."""
+
+    classname: str
+    name: str
+    outcome: str = "passed"
+    message: str = ""
+    kind: str = ""
+    text: str | None = None
+    time: float | None = None
+
+
+def _document(title: str, suites: dict[str, list[_Case]], counted: tuple[str, ...]) -> ET.ElementTree:
+    """A JUnit ``<testsuites>`` named ``title`` with one ``<testsuite>`` per key of ``suites`` (sorted);
+    ``counted``: the outcome totals the root carries besides ``tests`` (each suite carries them all)."""
+    root = ET.Element("testsuites", name=title)
+    totals = dict.fromkeys(("tests", *counted), 0)
+    for suite_name, cases in sorted(suites.items()):
+        n = {o: sum(c.outcome == o for c in cases) for o in ("failure", "error", "skipped")}
+        suite = ET.SubElement(root, "testsuite", name=suite_name, tests=str(len(cases)), failures=str(n["failure"]),
+                              errors=str(n["error"]), skipped=str(n["skipped"]))
+        totals["tests"] += len(cases)
+        for key in counted:
+            totals[key] += n[{"failures": "failure", "errors": "error", "skipped": "skipped"}[key]]
+        for c in cases:
+            attrs = {"classname": c.classname, "name": c.name}
+            if c.time is not None:
+                attrs["time"] = f"{c.time:.1f}"
+            case = ET.SubElement(suite, "testcase", attrs)
+            if c.outcome in ("failure", "error"):
+                node = ET.SubElement(case, c.outcome, message=c.message, type=c.kind)
+                node.text = c.text
+            elif c.outcome == "skipped":
+                ET.SubElement(case, "skipped", message=c.message)
+            elif c.text is not None:
+                ET.SubElement(case, "system-out").text = c.text
     for key, value in totals.items():
         root.set(key, str(value))
     ET.indent(root)
     return ET.ElementTree(root)
+
+
+def comparisons_xml(platform: str, comparisons: Iterable[ComparisonRecord]) -> ET.ElementTree:
+    """The JUnit document of ``platform``'s comparisons (records of other platforms are left out)."""
+    suites: dict[str, list[_Case]] = {}
+    for c in comparisons:
+        if c.platform != platform:
+            continue
+        case = _Case(f"{platform}.{c.group}.{c.model}", f"{c.prompt}: {c.candidate} vs {c.reference}")
+        if c.failed():  # a numerics control (expected: diverged) fails when it does not diverge
+            what = c.difference()
+            message = f"{c.status}: first divergent token {what}" if c.first_divergence else f"{c.status}: {what}"
+            case = replace(case, outcome="failure", message=message, kind=c.status, text=c.detail)
+        elif _skipped(c):
+            case = replace(case, outcome="skipped", message=f"{c.status}: {c.detail}")
+        suites.setdefault(f"{platform}/{c.group}", []).append(case)
+    return _document(f"greedy comparisons {platform}", suites, ("failures", "skipped"))
 
 
 def speed_xml(platform: str, steps: Iterable[StepRecord]) -> ET.ElementTree:
     """The JUnit document of ``platform``'s speed rule steps (other steps and platforms are left out)."""
-    suites: dict[str, list[tuple[str, StepRecord]]] = {}
+    suites: dict[str, list[_Case]] = {}
     for s in steps:
         parsed = parse_step(s.step)
-        if s.platform == platform and parsed:
-            suites.setdefault(parsed[0], []).append((parsed[1], s))
-    root = ET.Element("testsuites", name=f"speed rules {platform}")
-    totals = {"tests": 0, "failures": 0, "errors": 0}
-    for group, records in sorted(suites.items()):
-        failures = sum(s.status == "failed" for _, s in records)
-        errors = sum(STEP.is_failure(s.status) and s.status != "failed" for _, s in records)
-        suite = ET.SubElement(root, "testsuite", name=f"{platform}/{group}", tests=str(len(records)),
-                              failures=str(failures), errors=str(errors), skipped="0")
-        for key, value in (("tests", len(records)), ("failures", failures), ("errors", errors)):
-            totals[key] += value
-        for metric, s in records:
-            case = ET.SubElement(suite, "testcase", classname=f"{platform}.{group}", name=f"{s.config} {metric}",
-                                 time=f"{s.seconds:.1f}")
-            if STEP.is_failure(s.status):
-                ET.SubElement(case, "failure" if s.status == "failed" else "error", message=s.detail, type=s.status)
-            else:
-                ET.SubElement(case, "system-out").text = s.detail
-    for key, value in totals.items():
-        root.set(key, str(value))
-    ET.indent(root)
-    return ET.ElementTree(root)
+        if s.platform != platform or not parsed:
+            continue
+        group, metric = parsed
+        case = _Case(f"{platform}.{group}", f"{s.config} {metric}", time=s.seconds, text=s.detail)
+        if STEP.is_failure(s.status):
+            case = replace(case, outcome="failure" if s.status == "failed" else "error", message=s.detail,
+                           kind=s.status, text=None)
+        suites.setdefault(f"{platform}/{group}", []).append(case)
+    return _document(f"speed rules {platform}", suites, ("failures", "errors"))
 
 
 def _write(tree: ET.ElementTree, path: Path) -> Path:
@@ -125,30 +144,18 @@ def write_comparisons_junit(run: Run) -> list[Path]:
 def checks_xml(platform: str, steps: Iterable[StepRecord], names: Iterable[str]) -> ET.ElementTree:
     """The JUnit document of ``platform``'s check steps whose step name is one of ``names``."""
     wanted = set(names)
-    suites: dict[str, list[StepRecord]] = {}
+    suites: dict[str, list[_Case]] = {}
     for s in steps:
-        if s.platform == platform and s.step in wanted:
-            suites.setdefault(s.step, []).append(s)
-    root = ET.Element("testsuites", name=f"checks {platform}")
-    totals = {"tests": 0, "failures": 0, "skipped": 0}
-    for name, records in sorted(suites.items()):
-        failures = sum(STEP.is_failure(s.status) for s in records)
-        skipped = sum(not STEP.is_failure(s.status) and not STEP[s.status].success for s in records)
-        suite = ET.SubElement(root, "testsuite", name=f"{platform}/{name}", tests=str(len(records)),
-                              failures=str(failures), errors="0", skipped=str(skipped))
-        for key, value in (("tests", len(records)), ("failures", failures), ("skipped", skipped)):
-            totals[key] += value
-        for s in records:
-            case = ET.SubElement(suite, "testcase", classname=f"{platform}.{name}", name=s.config)
-            if STEP.is_failure(s.status):
-                node = ET.SubElement(case, "failure", message=s.detail[:500], type=s.status)
-                node.text = "\n".join(f.text() for f in s.failures) or s.detail
-            elif not STEP[s.status].success:
-                ET.SubElement(case, "skipped", message=f"{s.status}: {s.detail[:500]}")
-    for key, value in totals.items():
-        root.set(key, str(value))
-    ET.indent(root)
-    return ET.ElementTree(root)
+        if s.platform != platform or s.step not in wanted:
+            continue
+        case = _Case(f"{platform}.{s.step}", s.config)
+        if STEP.is_failure(s.status):
+            case = replace(case, outcome="failure", message=s.detail[:500], kind=s.status,
+                           text="\n".join(f.text() for f in s.failures) or s.detail)
+        elif not STEP[s.status].success:
+            case = replace(case, outcome="skipped", message=f"{s.status}: {s.detail[:500]}")
+        suites.setdefault(f"{platform}/{s.step}", []).append(case)
+    return _document(f"checks {platform}", suites, ("failures", "skipped"))
 
 
 def write_checks_junit(run: Run, names: Iterable[str]) -> list[Path]:
