@@ -550,7 +550,7 @@ class Pipeline:
         runner (its timing, per-side seconds and runs feed the generate steps).  On
         an interrupt or exception the generate steps cut short are recorded first.
         """
-        runner = GreedyRunner(self._hooks(p), {k: v.text for k, v in self.matrix.prompts.items()},
+        runner = GreedyRunner(self.hooks(p), {k: v.text for k, v in self.matrix.prompts.items()},
                               self.opts.work_dir.resolve() / "tmp", self.opts.n_predict, self.opts.repeats, self.say,
                               text_check=p.text_check, cache=self._session_cache())
         try:
@@ -650,9 +650,10 @@ class Pipeline:
                                  emu.argv if emu else (), dict(emu.env) if emu else {}, gpu=q.gpu == "nvidia")
         return SessionCache(self.results_cache, self.run.id, identity, DigestMemo(self.results_cache.root / "digests"))
 
-    def _hooks(self, p: Platform) -> Hooks:
-        """How the greedy runner starts the engine and llama-completion of a configuration (a Side), with the
-        platform's executable suffix and emulator (Wine for windows-x86_64-cpu), and what it does with stderr."""
+    def hooks(self, p: Platform) -> Hooks:
+        """How the greedy runner and the speed stage (harness.stages.speed) start the engine and llama-completion
+        of a configuration (a Side), with the platform's executable suffix and emulator (Wine for
+        windows-x86_64-cpu), and what they do with stderr."""
         layout = self.run.layout
 
         def where(side: Side) -> tuple[Platform, Path, Emulator | None]:

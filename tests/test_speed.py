@@ -153,7 +153,7 @@ class FakePipeline:
     def doing(self, *what):
         return nullcontext()
 
-    def _hooks(self, p):
+    def hooks(self, p):
         def engine(side, model_path, gen):
             self.requests.append(side.config)
             if side.config == self.crash:
