@@ -207,25 +207,32 @@ struct engine {
     // on_outputs(batch index, position) is called after each chunk for the positions with output set
     template <typename F>
     bool decode(const std::vector<llama_token> & tokens, size_t first, size_t first_output, F on_output) {
+        // llama_batch and llama_decode rather than common_batch and llama_process: the engine is built on
+        // every upstream a forecast names, and the older commits (those llama-cpp-python 0.3.30-0.3.35
+        // vendor) have only the former
         const size_t n_batch = (size_t) std::max(1, params.n_batch);
-        for (size_t start = first; start < tokens.size(); start += n_batch) {
+        llama_batch batch = llama_batch_init((int32_t) n_batch, 0, 1);
+        bool ok = true;
+        for (size_t start = first; ok && start < tokens.size(); start += n_batch) {
             const size_t end = std::min(tokens.size(), start + n_batch);
-            common_batch batch(ctx);
+            batch.n_tokens = 0;
             for (size_t i = start; i < end; i++) {
-                batch.add(tokens[i], (llama_pos) i, 0, i >= first_output || i + 1 == tokens.size());
+                const int32_t k = batch.n_tokens++;
+                batch.token[k] = tokens[i];
+                batch.pos[k] = (llama_pos) i;
+                batch.n_seq_id[k] = 1;
+                batch.seq_id[k][0] = 0;
+                batch.logits[k] = i >= first_output || i + 1 == tokens.size();
             }
-            if (llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch.get()) != 0) {
-                return false;
-            }
-            for (size_t i = start; i < end; i++) {
+            ok = llama_decode(ctx, batch) == 0;
+            for (size_t i = start; ok && i < end; i++) {
                 if (i >= first_output || i + 1 == tokens.size()) {
-                    if (!on_output((int32_t) (i - start), i)) {
-                        return false;
-                    }
+                    ok = on_output((int32_t) (i - start), i);
                 }
             }
         }
-        return true;
+        llama_batch_free(batch);
+        return ok;
     }
 
     void generate(const std::string & prompt) {
