@@ -26,6 +26,7 @@ def ready() -> None:
 
 
 def main() -> None:
+    time.sleep(float(os.environ.get("FAKE_LOAD_S", "0")))  # the model load
     ready()
     for line in sys.stdin:
         if not handle(line.rstrip("\r\n").split("\t")):

@@ -156,3 +156,20 @@ def test_the_matrix_points_editors_at_its_schema():
     first = MATRIX.splitlines()[0]
     assert first == "# yaml-language-server: $schema=harness/matrix/matrix.schema.json"
     assert (ROOT / "harness" / "matrix" / "matrix.schema.json").is_file()
+
+
+#: The x86 options ggml turns on by default when it builds for the machine it runs on with GGML_NATIVE off,
+#: and off when it cross-compiles (ggml/CMakeLists.txt of the pinned base: ``option(GGML_SSE42 ...
+#: ${INS_ENB})`` and the five after it, ``INS_ENB`` OFF under CMAKE_CROSSCOMPILING).
+NATIVE_DEFAULT_X86 = ("GGML_SSE42", "GGML_AVX", "GGML_AVX2", "GGML_BMI2", "GGML_FMA", "GGML_F16C")
+
+
+def test_a_cross_built_x86_platform_gets_the_instruction_set_of_the_native_one():
+    m = load_matrix(ROOT / "matrix.yaml")
+    cross = [p for p in m.platforms.values() if p.cross is not None and p.arch == "x86_64"]
+    assert cross, "the matrix has a cross-built x86_64 platform (windows-x86_64-cpu)"
+    for p in cross:
+        assert p.cmake.get("GGML_NATIVE") == "OFF"
+        # without them the MinGW build runs ggml's SSE2-only kernels, other code than the Linux build's
+        missing = [o for o in NATIVE_DEFAULT_X86 if p.cmake.get(o) != "ON"]
+        assert not missing, f"{p.name}: cmake options {missing} must be ON"

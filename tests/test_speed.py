@@ -23,11 +23,13 @@ from harness.record.bench import parse_step, read_bench, step_name
 from harness.record.junit import write_speed_junit
 from harness.record.results import Run, StepRecord, write_json
 from harness.stages.engine import EngineSession
+from harness.stages import speed
 from harness.stages.speed import stage_speed
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_ENGINE = Path(__file__).resolve().parent / "fake_engine.py"
 CPU = "linux-x86_64-cpu"
+WINDOWS = "windows-x86_64-cpu"
 
 # --------------------------------------------------------------------------- the rule
 
@@ -82,6 +84,7 @@ def matrix_with(tmp_path: Path, old: str, new: str) -> Path:
 
 
 SPEED_OF_BASE_VS_FORK = "      model: gemma3-270m\n      rules: [{metric: pp}, {metric: tg}]\n"
+SPEED_PLATFORMS = "      platforms: [linux-x86_64-cpu]\n"
 
 
 def test_the_shipped_matrix_declares_the_issue_s_rules():
@@ -111,6 +114,29 @@ def test_bad_speed_declarations_name_the_line_and_key(tmp_path, new, message):
     with pytest.raises(MatrixError) as err:
         load_matrix(path)
     assert message in str(err.value) and f"{path}:" in str(err.value)
+
+
+def test_a_speed_platform_that_does_not_run_the_group_is_refused(tmp_path):
+    path = matrix_with(tmp_path, SPEED_PLATFORMS, "      platforms: [linux-x86_64-cuda]\n")
+    with pytest.raises(MatrixError) as err:
+        load_matrix(path)
+    assert "groups.base-vs-fork.speed.platforms[0]: platform 'linux-x86_64-cuda' does not run group " \
+           "'base-vs-fork' (platforms that do: linux-x86_64-cpu, windows-x86_64-cpu)" in str(err.value)
+
+
+def test_the_speed_platforms_decide_where_the_rules_are_measured(tmp_path, monkeypatch):
+    # a matrix written under tmp_path names a toolchain file that is not there: whether this machine can
+    # run the platform is not what is tested
+    monkeypatch.setattr(speed, "cannot_run", lambda p: None)
+    shipped = load_matrix(ROOT / "matrix.yaml")
+    assert shipped.groups["base-vs-fork"].speed.platforms == (CPU,)
+    both = load_matrix(matrix_with(tmp_path, SPEED_PLATFORMS, ""))
+    for matrix, on_windows in ((shipped, []), (both, [step_name("base-vs-fork", "pp"), step_name("base-vs-fork", "tg")])):
+        pipe = FakePipeline(tmp_path, f"win-{len(on_windows)}")
+        pipe.matrix, pipe.opts = matrix, Options(platforms=[WINDOWS], groups=["base-vs-fork"])
+        stage_speed(pipe)
+        assert sorted(speed_steps(pipe.run)) == on_windows
+        assert (read_bench(pipe.run.dir, WINDOWS) is not None) == bool(on_windows)
 
 
 def test_a_cross_platform_group_cannot_declare_speed(tmp_path):
@@ -188,6 +214,16 @@ def test_the_speed_stage_interleaves_one_resident_engine_per_configuration(tmp_p
     bench = read_bench(pipe.run.dir, CPU)
     for m in bench["measurements"]:
         assert m["pp"]["n"] == 5 and m["position"] == ["base", "fork"].index(m["config"])
+
+
+def test_the_engines_load_their_models_at_the_same_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_LOAD_S", "1.5")
+    pipe = FakePipeline(tmp_path, "loads")
+    stage_speed(pipe)
+    bench = read_bench(pipe.run.dir, CPU)
+    assert {s.status for s in speed_steps(pipe.run).values()} == {"passed"}
+    # two loads of 1.5 s each: one after the other the stage could not end before 3 s
+    assert bench["wall_s"] < 2.9, bench["wall_s"]
 
 
 def test_a_planted_slowdown_fails_both_rules_with_a_signature_in_every_record(tmp_path):

@@ -25,8 +25,6 @@ import statistics as pystats
 from dataclasses import dataclass
 from typing import Sequence
 
-from scipy.stats import mannwhitneyu
-
 #: The fewest samples per side the rank test is run on.
 MIN_SAMPLES = 2
 
@@ -117,6 +115,10 @@ def judge(reference: Sequence[float], candidate: Sequence[float], min_ratio: flo
         raise ValueError(f"min_ratio must be positive, not {min_ratio}")
     ref, cand = spread(reference), spread(candidate)
     scaled = [min_ratio * float(x) for x in reference]
+    # imported here: scipy.stats takes 1.1 s to import on the 2-core development machine, and every
+    # harness command imports this module through the pipeline, most of them never judging a sample
+    from scipy.stats import mannwhitneyu
+
     p = float(mannwhitneyu([float(x) for x in candidate], scaled, alternative="less").pvalue)
     return SpeedVerdict(ratio=cand.median / ref.median, threshold=min_ratio / (1.0 + factor), min_ratio=min_ratio,
                         factor=factor, p_value=p, p_max=p_max, reference=ref, candidate=cand)

@@ -132,13 +132,19 @@ class SpeedRule:
 @dataclass(frozen=True)
 class GroupSpeed:
     """A group's speed rules and how they are measured: ``model`` (one of the group's), the
-    tokens and repeats of :class:`SpeedSettings`, and ``rules`` (one per candidate and metric)."""
+    tokens and repeats of :class:`SpeedSettings`, ``rules`` (one per candidate and metric), and
+    ``platforms``, the platforms that measure them (empty: every platform that runs the group)."""
 
     model: str
     n_prompt: int
     n_gen: int
     repeats: int
     rules: tuple[SpeedRule, ...]
+    platforms: tuple[str, ...] = ()
+
+    def measured_on(self, platform: str) -> bool:
+        """Whether ``platform`` (a platform name) measures these rules."""
+        return not self.platforms or platform in self.platforms
 
 
 @dataclass(frozen=True)
@@ -483,6 +489,11 @@ def _speed_problems(doc: Mapping[str, Any], gname: str, g: Mapping[str, Any], lo
                   "platform (reference_platform) cannot declare speed rules")
     if "model" in speed and speed["model"] not in g["models"]:
         say(base + ["model"], f"model {speed['model']!r} is not one of the group's models ({', '.join(g['models'])})")
+    running = [pname for pname, p in doc["platforms"].items() if gname in p.get("groups", [])]
+    for i, pname in enumerate(speed.get("platforms", [])):
+        if pname not in running:
+            say(base + ["platforms", i], f"platform {pname!r} does not run group {gname!r} "
+                                         f"(platforms that do: {', '.join(running) or 'none'})")
     for i, rule in enumerate(speed["rules"]):
         if "candidate" in rule and rule["candidate"] not in g["candidates"]:
             say(base + ["rules", i, "candidate"], f"{rule['candidate']!r} is not a candidate of the group "
@@ -507,7 +518,8 @@ def _group_speed(g: Mapping[str, Any], defaults: Mapping[str, Any]) -> GroupSpee
                             p_max=float(r.get("p_max", settings["p_max"])))
                   for r in speed["rules"] for c in ([r["candidate"]] if "candidate" in r else g["candidates"]))
     return GroupSpeed(model=speed.get("model", g["models"][0]), n_prompt=int(settings["n_prompt"]),
-                      n_gen=int(settings["n_gen"]), repeats=int(settings["repeats"]), rules=rules)
+                      n_gen=int(settings["n_gen"]), repeats=int(settings["repeats"]), rules=rules,
+                      platforms=tuple(speed.get("platforms", ())))
 
 
 #: Plain-words hints for PyYAML's syntax errors, by a phrase of its message.  Tabs: YAML
