@@ -205,3 +205,36 @@ def test_forecast_bisects_upstream_between_the_two_commits(drift: DriftProject):
     first = subprocess.run(["git", "rev-parse", "drift~1"], cwd=drift.project.repo, capture_output=True, text=True,
                            check=True).stdout.strip()
     assert bisect["first_bad"] == first and bisect["series_applies"] is False
+
+
+def test_the_old_base_group_judges_the_new_base_against_the_old_by_the_group_s_speed_rules():
+    from harness.analysis.forecast import with_old_base
+    from harness.matrix.config import load_matrix
+    shipped = load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml")
+    matrix, made = with_old_base(shipped, ["linux-x86_64-cpu"])
+    group = matrix.groups["old-base-vs-new-base"]
+    assert made["old-base-vs-new-base"] == "base-vs-fork"
+    assert (group.reference, group.candidates, group.expect) == ("old-base", ("base",), "informational")
+    assert matrix.configs["old-base"].build == "old-base"
+    # the new base is measured against the old one, never the fork against the old base
+    assert group.speed is not None
+    assert sorted((r.candidate, r.metric) for r in group.speed.rules) == [("base", "pp"), ("base", "tg")]
+    assert group.speed.platforms == shipped.groups["base-vs-fork"].speed.platforms
+
+
+def test_a_test_target_whose_definition_comes_with_a_left_out_patch_is_not_built():
+    # onto llama-cpp-python 0.3.34's upstream, patches 1-4 conflict: test-cuda-pin-ladder-host is defined
+    # by patch 4's lines in tests/CMakeLists.txt (its source comes with patch 2), so ninja has no such target
+    from harness.analysis.forecast import without_left_out_tests
+    from harness.analysis.forecast_patches import PatchOutcome
+    from harness.matrix.config import load_matrix
+    root = Path(__file__).resolve().parents[1]
+    patches = read_series(root / "patches")
+    statuses = ["conflict", "clean", "clean", "conflict", "clean"]
+    outcomes = [PatchOutcome(i + 1, p.name, p.name, s, [], "", commit="" if s == "conflict" else f"c{i}")
+                for i, (p, s) in enumerate(zip(patches, statuses))]
+    matrix, dropped = without_left_out_tests(load_matrix(root / "matrix.yaml"), ["linux-x86_64-cpu"], outcomes, patches)
+    targets = matrix.platforms["linux-x86_64-cpu"].test_targets
+    assert "test-cuda-pin-ladder-host" not in targets and "test-moe-pin-layers" in targets
+    assert dropped == ["linux-x86_64-cpu: test target test-cuda-pin-ladder-host not built: its definition in "
+                       f"tests/CMakeLists.txt comes with {patches[3].name}, which was left out"]

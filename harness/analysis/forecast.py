@@ -44,7 +44,7 @@ from ..record.results import (PATCH, STEP, VERDICT_EXIT_CODES, ComparisonRecord,
 from ..stages.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
 from ..common.locks import exclusive
 from ..stages.source import BaseTree, SourceError, archive_commit, cache_dir, git, obtain_base, unpacked_sdist
-from .forecast_patches import PatchOutcome, added_files, try_series
+from .forecast_patches import PatchOutcome, added_files, defined_targets, try_series
 
 #: The upstream that llama-cpp-python's sdists vendor, and where.
 SDIST_SUBDIR = "vendor/llama.cpp"
@@ -188,13 +188,16 @@ def write_applied_series(outcomes: Sequence[PatchOutcome], patches: Sequence[Pat
 def without_left_out_tests(matrix: Matrix, platforms: Sequence[str], outcomes: Sequence[PatchOutcome],
                            patches: Sequence[Patch]) -> tuple[Matrix, list[str]]:
     """``matrix`` without the test targets of ``platforms`` whose source (``tests/<target>.cpp``) a
-    patch that was left out would have created: the fork cannot build them, and that is the conflict's
-    consequence, already reported.  Returns the matrix and one line per target dropped."""
+    patch that was left out would have created, or whose definition its added CMake lines hold
+    (harness.analysis.forecast_patches.defined_targets): the fork cannot build them, and that is the
+    conflict's consequence, already reported.  Returns the matrix and one line per target dropped."""
     gone = {}
     for o, p in zip(outcomes, patches):
         if not o.applied:
             for path in added_files(p):
                 gone[Path(path).stem] = (path, p.name)
+            for target, cmake in defined_targets(p).items():
+                gone.setdefault(target, (f"its definition in {cmake}", p.name))
     plats, dropped = dict(matrix.platforms), []
     for name in platforms:
         q = matrix.platform(name)
@@ -209,8 +212,10 @@ def with_old_base(matrix: Matrix, platforms: Sequence[str]) -> tuple[Matrix, dic
     """``matrix`` plus, for every group of ``platforms`` whose reference is upstream's build and whose
     candidates include the fork's, a group comparing the same reference configuration on the old base
     (config ``old-<reference>``, build ``old-base``) against the new base: ``expect: informational``, so an
-    upstream change is recorded with its first divergent token and does not fail the run.  Returns the
-    matrix and {new group: the group it was made from}."""
+    upstream change is recorded with its first divergent token and does not fail the run.  The group's
+    speed rules, if any, judge the new base against the old one (a slowdown of upstream's own is a failing
+    step of the base, which the verdict lists as not attributed to a patch).  Returns the matrix and
+    {new group: the group it was made from}."""
     configs, groups, made = dict(matrix.configs), dict(matrix.groups), {}
     plats = dict(matrix.platforms)
     for name in platforms:
@@ -225,8 +230,15 @@ def with_old_base(matrix: Matrix, platforms: Sequence[str]) -> tuple[Matrix, dic
             old = f"old-{ref.name}"
             configs[old] = RunConfig(old, OLD_VARIANT, ref.args, ref.env, f"{ref.name} built from the pinned base")
             new = OLD_VS_NEW if g == "base-vs-fork" else f"{OLD_VS_NEW}-{g}"
+            speed = group.speed
+            if speed is not None:
+                # the group's rules judge the new base against the old one: one rule per metric of the
+                # fork's candidates, its candidate the new base (a rule's candidate is the fork's otherwise)
+                rules = {(r.metric, r.min_ratio): replace(r, candidate=ref.name) for r in speed.rules
+                         if matrix.configs[r.candidate].build == "fork"}
+                speed = replace(speed, rules=tuple(rules.values())) if rules else None
             groups[new] = replace(group, name=new, reference=old, candidates=(ref.name,), expect="informational",
-                                  description=f"{g}'s reference on the pinned base against the new base")
+                                  speed=speed, description=f"{g}'s reference on the pinned base against the new base")
             made[new] = g
             extra.append(new)
         plats[name] = replace(p, groups=(*p.groups, *extra))

@@ -115,6 +115,30 @@ def added_files(patch: Patch) -> list[str]:
     return sorted(f.path for f in parsed if f.is_added_file)
 
 
+#: A target a CMake line defines: ``add_executable(NAME ...)``, or the ``NAME`` argument of upstream's
+#: test helpers (``llama_build_and_test(src.cpp ... NAME test-x LABEL ...)``, tests/CMakeLists.txt).
+_CMAKE_TARGET = re.compile(r"\badd_executable\(\s*([A-Za-z0-9_.+-]+)|\bNAME\s+([A-Za-z0-9_.+-]+)")
+
+
+def defined_targets(patch: Patch) -> dict[str, str]:
+    """Target -> the CMake file whose lines added by ``patch`` define it (:data:`_CMAKE_TARGET`, in
+    ``CMakeLists.txt`` and ``*.cmake`` files); {} when unidiff cannot read the patch."""
+    try:
+        parsed = PatchSet(patch.path.read_text(encoding="utf-8", errors="replace"))
+    except UnidiffParseError:
+        return {}
+    out: dict[str, str] = {}
+    for f in parsed:
+        if not (f.path.endswith("CMakeLists.txt") or f.path.endswith(".cmake")):
+            continue
+        for hunk in f:
+            for line in hunk:
+                if line.is_added:
+                    for m in _CMAKE_TARGET.finditer(line.value):
+                        out.setdefault(m.group(1) or m.group(2), f.path)
+    return out
+
+
 def _header(hunk) -> str:
     """``@@ -a,b +c,d @@ section`` of a unidiff Hunk."""
     head = f"@@ -{hunk.source_start},{hunk.source_length} +{hunk.target_start},{hunk.target_length} @@"
