@@ -9,3 +9,14 @@ endif()
 add_executable(llama-harness-engine "${HARNESS_ENGINE_SOURCE_DIR}/engine.cpp")
 target_link_libraries(llama-harness-engine PRIVATE llama-common llama ${CMAKE_THREAD_LIBS_INIT})
 target_compile_features(llama-harness-engine PRIVATE cxx_std_17)
+
+# build-info.cpp holds the strings that name the build (the commit, the patch series). In a
+# mergeable string section the linker lays out every string of the library by their contents,
+# so another series name could move unrelated strings and change bytes the result cache hashes
+# (harness.record.cache.normalized_image zeroes only the names). Compiled without constant merging,
+# they sit in that object's own read-only data. Upstream names the library llama-common-base.
+foreach(_harness_build_info llama-common-base build_info)
+    if (TARGET ${_harness_build_info} AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+        target_compile_options(${_harness_build_info} PRIVATE -fno-merge-constants)
+    endif()
+endforeach()
