@@ -460,6 +460,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--n-predict", type=positive, default=None)
     ap.add_argument("--repeats", type=positive, default=None)
     ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE")
+    ap.add_argument("--no-bench", dest="bench", action="store_false",
+                    help="without the speed stage (docs/speed.md)")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="regenerate and rerun everything instead of reusing stored results (docs/cache.md)")
     ap.add_argument("--bisect", metavar="CHECK", default=None,
                     help="also bisect the upstream commits between the two bases for this check "
                          "(test:NAME or group:G[:MODEL[:PROMPT]]); needs a local or git source")
@@ -526,7 +530,8 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
         groups += [g for g, src in old_groups.items() if src in groups]
     opts = Options(platforms=platforms, cmake_defines=parse_defines(args.defines), cuda_arch=args.cuda_arch,
                    jobs=args.jobs, models=split_names(args.model), groups=groups, n_predict=args.n_predict,
-                   repeats=args.repeats, work_dir=work, patches_dir=work / "patches")
+                   repeats=args.repeats, work_dir=work, patches_dir=work / "patches", bench=args.bench,
+                   no_cache=args.no_cache)
     stages = [] if args.patches_only else ["build", "test", "compare-outputs"]
     with proc.handle_signals():
         run = Run.open(args.results_dir, None, argv=sys.argv)
