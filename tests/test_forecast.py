@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from fake_upstream import DriftProject, make_drift_project
-from harness.analysis.forecast import ForecastError, forecast_markdown, parse_onto, verdict
-from harness.analysis.forecast_patches import conflict_regions, try_series
+from harness.analysis.forecast import (ForecastError, forecast_markdown, parse_onto, verdict, with_old_base,
+                                      without_left_out_tests)
+from harness.analysis.forecast_patches import PatchOutcome, conflict_regions, try_series
+from harness.matrix.config import load_matrix
 from harness.analysis.report import render_html
 from harness.common.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PASSED
 from harness.stages.patches import apply_series, read_series
@@ -208,8 +210,6 @@ def test_forecast_bisects_upstream_between_the_two_commits(drift: DriftProject):
 
 
 def test_the_old_base_group_judges_the_new_base_against_the_old_by_the_group_s_speed_rules():
-    from harness.analysis.forecast import with_old_base
-    from harness.matrix.config import load_matrix
     shipped = load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml")
     matrix, made = with_old_base(shipped, ["linux-x86_64-cpu"])
     group = matrix.groups["old-base-vs-new-base"]
@@ -225,9 +225,6 @@ def test_the_old_base_group_judges_the_new_base_against_the_old_by_the_group_s_s
 def test_a_test_target_whose_definition_comes_with_a_left_out_patch_is_not_built():
     # onto llama-cpp-python 0.3.34's upstream, patches 1-4 conflict: test-cuda-pin-ladder-host is defined
     # by patch 4's lines in tests/CMakeLists.txt (its source comes with patch 2), so ninja has no such target
-    from harness.analysis.forecast import without_left_out_tests
-    from harness.analysis.forecast_patches import PatchOutcome
-    from harness.matrix.config import load_matrix
     root = Path(__file__).resolve().parents[1]
     patches = read_series(root / "patches")
     statuses = ["conflict", "clean", "clean", "conflict", "clean"]

@@ -96,23 +96,22 @@ class PatchOutcome:
         return bool(self.commit)
 
 
+def _parsed(patch: Patch) -> list:
+    """The patch's files as unidiff reads them (PatchedFile objects); [] when unidiff cannot read the diff."""
+    try:
+        return list(PatchSet(patch.path.read_text(encoding="utf-8", errors="replace")))
+    except UnidiffParseError:
+        return []
+
+
 def _hunks(patch: Patch) -> dict[str, list]:
     """The patch's hunks by target path (unidiff's Hunk objects); {} when unidiff cannot read the diff."""
-    text = patch.path.read_text(encoding="utf-8", errors="replace")
-    try:
-        parsed = PatchSet(text)
-    except UnidiffParseError:
-        return {}
-    return {(f.target_file[2:] if f.target_file.startswith("b/") else f.path): list(f) for f in parsed}
+    return {(f.target_file[2:] if f.target_file.startswith("b/") else f.path): list(f) for f in _parsed(patch)}
 
 
 def added_files(patch: Patch) -> list[str]:
     """The paths ``patch`` creates (``new file`` entries of its diff); [] when unidiff cannot read it."""
-    try:
-        parsed = PatchSet(patch.path.read_text(encoding="utf-8", errors="replace"))
-    except UnidiffParseError:
-        return []
-    return sorted(f.path for f in parsed if f.is_added_file)
+    return sorted(f.path for f in _parsed(patch) if f.is_added_file)
 
 
 #: A target a CMake line defines: ``add_executable(NAME ...)``, or the ``NAME`` argument of upstream's
@@ -123,12 +122,8 @@ _CMAKE_TARGET = re.compile(r"\badd_executable\(\s*([A-Za-z0-9_.+-]+)|\bNAME\s+([
 def defined_targets(patch: Patch) -> dict[str, str]:
     """Target -> the CMake file whose lines added by ``patch`` define it (:data:`_CMAKE_TARGET`, in
     ``CMakeLists.txt`` and ``*.cmake`` files); {} when unidiff cannot read the patch."""
-    try:
-        parsed = PatchSet(patch.path.read_text(encoding="utf-8", errors="replace"))
-    except UnidiffParseError:
-        return {}
     out: dict[str, str] = {}
-    for f in parsed:
+    for f in _parsed(patch):
         if not (f.path.endswith("CMakeLists.txt") or f.path.endswith(".cmake")):
             continue
         for hunk in f:

@@ -184,6 +184,11 @@ def _start(pipe: Pipeline, p: Platform, model: str, configs: list[str], units: d
         return {}
     hooks = pipe.hooks(p)
     starts: dict[str, tuple[list[str], dict[str, str], str, float]] = {}
+
+    def cannot_start(config: str, exc: Exception) -> None:
+        problems.setdefault(config, []).append(Failure("exception", model=model,
+                                                       message=f"engine for {config} on {model}: {exc}"))
+
     for config in configs:
         variant = pipe.matrix.configs[config].build
         if pipe.build_variant(p, variant).status != "passed":
@@ -197,8 +202,7 @@ def _start(pipe: Pipeline, p: Platform, model: str, configs: list[str], units: d
         try:
             argv, env = hooks.engine(Side(p.name, config), model_path, gen)
         except (EngineError, OSError, RuntimeError) as exc:
-            problems.setdefault(config, []).append(Failure("exception", model=model,
-                                                           message=f"engine for {config} on {model}: {exc}"))
+            cannot_start(config, exc)
             continue
         starts[config] = (argv, env, f"{config}.{model}.engine", gen.timeout_s)
 
@@ -216,8 +220,7 @@ def _start(pipe: Pipeline, p: Platform, model: str, configs: list[str], units: d
         try:
             sessions[config] = future.result()
         except (EngineError, OSError, RuntimeError) as exc:
-            problems.setdefault(config, []).append(Failure("exception", model=model,
-                                                           message=f"engine for {config} on {model}: {exc}"))
+            cannot_start(config, exc)
     return sessions
 
 
