@@ -52,6 +52,10 @@ def _stage_parser() -> argparse.ArgumentParser:
     ap.add_argument("--group", action="append", default=[], help="only these comparison groups (repeatable)")
     ap.add_argument("--n-predict", type=positive, default=None, help="tokens per generation (default: matrix)")
     ap.add_argument("--repeats", type=positive, default=None, help="runs per configuration (default: matrix)")
+    ap.add_argument("--lanes", type=positive, default=None,
+                    help="generations at once on a CPU platform, each process with cores/lanes threads "
+                         "(default: the machine's cores, at most 8; 1: one at a time with llama.cpp's default "
+                         "threads; docs/cache.md)")
     ap.add_argument("--no-bench", dest="bench", action="store_false",
                     help="compare-outputs without its speed stage (the groups' speed rules; docs/speed.md)")
     ap.add_argument("--bench-repeats", type=_bench_repeats, default=None,
@@ -84,7 +88,7 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
                    sanitize=args.sanitize, models=split_names(args.model), groups=split_names(args.group),
                    n_predict=args.n_predict, repeats=args.repeats, work_dir=args.work_dir,
                    patches_dir=args.patches_dir, bench=args.bench, bench_repeats=args.bench_repeats,
-                   no_cache=args.no_cache)
+                   no_cache=args.no_cache, lanes=args.lanes)
     order = [s for s in STAGES if s in stages]
     with proc.handle_signals():
         run = Run.open(args.results_dir, args.run_id, argv=sys.argv)

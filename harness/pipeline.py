@@ -31,7 +31,7 @@ from .matrix.config import Generation, Matrix, Platform
 from .matrix.platforms import cannot_build, cannot_run, compiles_instead, cross_built, executable_suffix
 from .common.console import Console, Step
 from .stages.engine import ENGINE_TARGET, engine_argv, engine_cmake_options, engine_source_digest
-from .stages.greedy import GreedyRunner, Hooks, Job, JobResult, Side
+from .stages.greedy import GreedyRunner, Hooks, Job, JobResult, Side, available_cores, lanes_for
 from .matrix.models import ModelStore, model_summary
 from .stages.native_tests import run_ctest
 from .stages.speed import stage_speed
@@ -61,7 +61,8 @@ class Options:
     override the matrix's generation settings (tokens, runs per config).  ``bench``: run the speed
     stage after the comparisons (harness.stages.speed); ``bench_repeats``: its rounds per rule.
     ``no_cache``: regenerate every generation and rerun every native test instead of taking them
-    from the result cache (docs/cache.md).
+    from the result cache (docs/cache.md).  ``lanes``: generations at once on a CPU platform
+    (None: :func:`harness.stages.greedy.lanes_for` decides).
     """
 
     platforms: list[str] = field(default_factory=list)
@@ -78,6 +79,7 @@ class Options:
     bench: bool = True
     bench_repeats: int | None = None
     no_cache: bool = False
+    lanes: int | None = None
 
 
 def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda_arch: str | None = None,
@@ -550,9 +552,10 @@ class Pipeline:
         runner (its timing, per-side seconds and runs feed the generate steps).  On
         an interrupt or exception the generate steps cut short are recorded first.
         """
+        lanes, threads = lanes_for(p.gpu, self.opts.lanes, available_cores())
         runner = GreedyRunner(self.hooks(p), {k: v.text for k, v in self.matrix.prompts.items()},
                               self.opts.work_dir.resolve() / "tmp", self.opts.n_predict, self.opts.repeats, self.say,
-                              text_check=p.text_check, cache=self._session_cache())
+                              text_check=p.text_check, cache=self._session_cache(), lanes=lanes, threads=threads)
         try:
             jobs = [job for gname in groups for job in self._jobs(p, gname, gen_steps)]
             runs = {(side, j.model, prompt): max(2, self.opts.repeats or j.generation.repeats)
@@ -676,7 +679,7 @@ class Pipeline:
             config = self.matrix.configs[side.config]
             return GenerationSpec(binary=bin_dir / f"llama-completion{executable_suffix(q)}", model=model_path,
                                   prompt=prompt, n_predict=gen.n_predict, seed=gen.seed, ctx_size=gen.ctx_size,
-                                  args=config.args, env=dict(config.env), timeout_s=gen.timeout_s,
+                                  threads=gen.threads, args=config.args, env=dict(config.env), timeout_s=gen.timeout_s,
                                   launcher=emu.argv if emu else (), launcher_env=dict(emu.env) if emu else {},
                                   crlf_stdout=q.os == "windows")
 

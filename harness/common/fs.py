@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import threading
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -58,14 +59,15 @@ def writable_dir(path: Path, what: str) -> Path:
 
 
 def replace_whole(path: Path, write: Callable[[Path], None]) -> None:
-    """Replace ``path`` whole: ``write`` fills ``<path>.tmp``, which is then renamed over ``path``.
+    """Replace ``path`` whole: ``write`` fills ``<path>.<pid>-<thread>.tmp``, which is then renamed over ``path``.
 
-    A reader never sees half a file, and a failed write (a full disk, an
-    interrupt) leaves no ``.tmp`` behind.  An OSError that names no file (a
+    A reader never sees half a file, two threads or processes writing the same
+    file at once each rename a whole one of their own, and a failed write (a
+    full disk, an interrupt) leaves no ``.tmp`` behind.  An OSError that names no file (a
     write that ran out of space names none) is raised again naming ``path``,
     so the one-line error says which file could not be written.
     """
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
         write(tmp)
         tmp.replace(path)

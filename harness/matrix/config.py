@@ -75,13 +75,19 @@ class Source:
 
 @dataclass(frozen=True)
 class Generation:
-    """Greedy generation settings: tokens, repeats, seed, context size (tokens), timeout (seconds)."""
+    """Greedy generation settings: tokens, repeats, seed, context size (tokens), timeout (seconds).
+
+    ``threads``: CPU threads of each process (``-t``), not a matrix key: the greedy runner sets it
+    when it spreads a platform's generations over several lanes (harness.stages.greedy); None
+    leaves llama.cpp's default (the machine's cores).
+    """
 
     n_predict: int = 120
     repeats: int = 2
     seed: int = 42
     ctx_size: int = 1024
     timeout_s: float = 300.0
+    threads: int | None = None
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,15 @@ def completion_argv(spec: GenerationSpec, prompt_file: Path) -> list[str]:
     * ``--simple-io`` and ``--color off``: no terminal handling or colour codes.
     * ``--no-warmup``: skips the empty warm-up decode, which does not change
       the output.
+    * ``-fit off``: the configuration's arguments are the run's settings. With
+      fit on (upstream's default since before llama-cpp-python 0.3.30), every
+      process first loads the model's metadata and vocabulary once more to project
+      its memory use and may then change unset settings (context, offloaded
+      layers) to fit the free memory of that moment, so two runs of one
+      configuration could differ by what else held memory. In every run of the
+      matrix it changed nothing ("no changes needed"), and it cost 0.9 s of each
+      gemma3-270m process start on the 2-core development machine (0.2 s on the
+      H200 machine).
     * ``-lv 4``: ggml's and llama's INFO lines (model facts, buffer types,
       the pin ladder's per-allocation summary) reach stderr; common/log.cpp
       maps them to verbosity 4, one above the default.  stdout is unchanged.
@@ -219,6 +228,7 @@ def completion_argv(spec: GenerationSpec, prompt_file: Path) -> list[str]:
         "--simple-io",
         "--color", "off",
         "--no-warmup",
+        "-fit", "off",
         "-lv", "4",
     ]
     if spec.threads is not None:

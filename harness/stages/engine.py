@@ -66,13 +66,15 @@ def engine_argv(binary: Path, model: Path, gen: Any, args: Sequence[str] = ()) -
     """The engine's command line for one configuration: binary, model and generation settings, then ``args``.
 
     ``gen`` is a ``harness.matrix.config.Generation`` (n_predict tokens, seed, ctx_size
-    tokens).  The flags are llama-completion's (``--temp 0``: greedy;
-    ``--no-warmup``; ``-lv 4``: INFO lines such as buffer types and the pin
-    ladder reach stderr), so configuration ``args`` mean the same to both and,
-    coming last, override the defaults.
+    tokens; ``threads``, when set, becomes ``-t``).  The flags are llama-completion's (``--temp 0``: greedy;
+    ``--no-warmup``; ``-fit off``: see :func:`harness.stages.compare.completion_argv`;
+    ``-lv 4``: INFO lines such as buffer types and the pin ladder reach stderr), so
+    configuration ``args`` mean the same to both and, coming last, override the defaults.
     """
+    threads = getattr(gen, "threads", None)
     return [str(binary), "-m", str(model), "-n", str(gen.n_predict), "-c", str(gen.ctx_size),
-            "--seed", str(gen.seed), "--temp", "0", "--no-warmup", "-lv", "4", *args]
+            "--seed", str(gen.seed), "--temp", "0", "--no-warmup", "-fit", "off", "-lv", "4",
+            *(["-t", str(threads)] if threads else []), *args]
 
 
 class EngineError(RuntimeError):

@@ -22,6 +22,13 @@ Repeats: ``repeats`` runs per configuration and prompt (at least two), ``repeats
 them (at least one) by the engine from one load and one by llama-completion; a prompt
 without a text check gets them all from the engine.
 
+Lanes: on a CPU platform the sessions and text checks run side by side, on one lane per core by
+default (:func:`lanes_for`), each process with ``cores // lanes`` threads.  A session starts once the
+sessions of its references have ended (their dumps are written); text checks wait for nothing and fill
+the lanes.  Every record is keyed by side and prompt and the comparisons are decided after all of a
+model's work, so the records do not depend on the order the lanes finish in.  A GPU platform runs one
+process at a time.
+
 With a result cache (harness.stages.generation_cache, docs/cache.md) a session whose inputs are
 byte-identical to a stored one is restored instead of run: its files are written as a fresh
 session writes them and its runs and scores come back, so the comparisons are decided the same way.
@@ -29,9 +36,12 @@ session writes them and its runs and scores come back, so the comparisons are de
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -44,12 +54,48 @@ from .divergence import EngineRun, SideRuns, StreamComparison, compare_streams, 
 from .engine import EngineError, EngineGeneration, EngineSession, ScoreResult, write_engine_cmd
 from .generation_cache import SessionCache, generation_from_record, generation_identity, read_json_file, \
     restored_completion, spec_identity
+from ..common import proc
 from ..record.results import Failure, write_json
 from .upstream_support import unsupported_upstream
 
 
 #: The platform's ``text_check`` values (matrix.yaml): which prompts get a llama-completion text check.
 TEXT_CHECKS = ("every-prompt", "first-prompt")
+
+#: Lanes by default on a CPU platform: one per core up to this many.  Each lane holds a process with a model
+#: loaded (gemma3-270m: about 0.8 GB with its compute buffers), and the groups of matrix.yaml rarely have more
+#: sessions and text checks ready at once.
+MAX_LANES = 8
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one, else the CPU count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - no affinity on Windows and macOS
+        return os.cpu_count() or 1
+
+
+def lanes_for(gpu: str, requested: int | None, cores: int) -> tuple[int, int | None]:
+    """How a platform's generations share the machine: (lanes, threads per process, None: llama.cpp's default).
+
+    ``gpu`` is the platform's ``hardware.gpu``; ``requested`` the ``--lanes`` option (None: the default);
+    ``cores`` what :func:`available_cores` gives.  A GPU platform runs one process at a time: its sessions
+    share the GPU's memory, the pinned host memory the fork's pin ladder registers, and the bus that the
+    speed of pinned transfers is about.  A CPU platform runs ``requested`` or one lane per core (at most
+    :data:`MAX_LANES`), each process with ``cores // lanes`` threads (at least one), so that the lanes never
+    ask for more threads than there are cores: ggml's threads wait for each other by spinning, and two
+    2-thread decodes on 2 cores ran at 7 tok/s each against 59 tok/s alone (docs/cache.md).  Decoding a
+    small model does not speed up with threads as prefill does (gemma3-270m on the 2-core development
+    machine: 17 ms per token at 2 threads, 21 ms at 1), so two 1-thread processes at once do about 1.6
+    times the work of one 2-thread process.  One lane keeps llama.cpp's default threads.
+    """
+    if gpu != "none":
+        return 1, None
+    lanes = requested or min(max(1, cores), MAX_LANES)
+    if lanes <= 1:
+        return 1, None
+    return lanes, max(1, cores // lanes)
 
 
 @dataclass(frozen=True)
@@ -81,6 +127,32 @@ class Job:
     label: str
     expect: str = "identical"
     upstream: Mapping[str, Side] = field(default_factory=dict)
+
+
+class _Stopped(Exception):
+    """What a lane raises when the runner was stopped (an interrupt or an exception elsewhere): the process it
+    waited on was ended by the stop, which is not a failure of the side."""
+
+
+@dataclass(eq=False)
+class _SideWork:
+    """What one side runs on one model, outside the cache: its engine session (which starts once the
+    sessions of ``waits_for`` have ended, their dumps written) and the text checks of ``checks`` (which wait
+    for nothing).  ``later_refs``: references planned after it (a cycle of groups), scored afterwards.  The
+    lanes fill ``completions``, ``later`` and ``failed``."""
+
+    side: Side
+    gen: Generation
+    need: dict
+    identity: dict | None
+    waits_for: set[tuple[Side, Generation]]
+    checks: list[str]
+    generate: bool = True
+    later_refs: set[tuple[Side, Generation]] = field(default_factory=set)
+    completions: dict[str, GenerationResult] = field(default_factory=dict)
+    check_facts: dict[str, list[Failure]] = field(default_factory=dict)
+    later: list = field(default_factory=list)
+    failed: bool = False
 
 
 @dataclass
@@ -196,9 +268,16 @@ class GreedyRunner:
 
     def __init__(self, hooks: Hooks, prompts: Mapping[str, str], work_dir: Path, n_predict: int | None = None,
                  repeats: int | None = None, say: Callable[[str], None] = print, text_check: str = "every-prompt",
-                 cache: SessionCache | None = None):
+                 cache: SessionCache | None = None, lanes: int = 1, threads: int | None = None):
         if text_check not in TEXT_CHECKS:
             raise ValueError(f"text_check must be one of {', '.join(TEXT_CHECKS)}, not {text_check!r}")
+        if lanes < 1 or (threads is not None and threads < 1):
+            raise ValueError(f"lanes and threads must be at least 1, not {lanes} and {threads}")
+        self.lanes, self.threads = lanes, threads
+        self._lock = threading.Lock()  # the shared records below, written from every lane
+        self._dump_lock = threading.Lock()  # writing a restored reference's dumps, once
+        self._stop = threading.Event()  # set by an interrupt or an exception: the lanes start nothing more
+        self._dumps_made = 0
         self.hooks, self.prompts, self.work_dir, self.say = hooks, prompts, work_dir, say
         self.n_predict, self.repeats, self.text_check = n_predict, repeats, text_check
         self.timing = Timing()
@@ -214,7 +293,7 @@ class GreedyRunner:
     def _gen(self, job: Job) -> Generation:
         g = job.generation
         return Generation(n_predict=self.n_predict or g.n_predict, repeats=self.repeats or g.repeats, seed=g.seed,
-                          ctx_size=g.ctx_size, timeout_s=g.timeout_s)
+                          ctx_size=g.ctx_size, timeout_s=g.timeout_s, threads=self.threads)
 
     def run(self, jobs: Sequence[Job], on_result: Callable[[JobResult], None] = lambda r: None) -> list[JobResult]:
         """Run every job; a failure of one side is recorded in its comparisons and the others still run.
@@ -261,14 +340,16 @@ class GreedyRunner:
         self.dumped: dict[tuple[Side, Generation, str], Path] = {}
         model_path = jobs[0].model_path
         model = jobs[0].model
-        deferred: list[tuple[Side, Generation, list]] = []
-        for side in side_order(jobs):
-            for (s, gen), n in needs.items():
-                if s != side:
-                    continue
-                later = self._run_side(side, gen, model, model_path, n, dumps)
-                if later:
-                    deferred.append((side, gen, later))
+        plan = [(side, gen, n) for side in side_order(jobs) for (s, gen), n in needs.items() if s == side]
+        work = []
+        for side, gen, need in plan:  # the cache first: what is restored needs no lane
+            w = self._side_work(side, gen, model, model_path, need, [(x.side, x.gen) for x in work])
+            if w is not None:
+                work.append(w)
+        for i, w in enumerate(work):
+            w.later_refs = {(ref, w.gen) for _, ref in w.need["score"] if ref != w.side} & \
+                {(x.side, x.gen) for x in work[i + 1:]}
+        deferred = [(w.side, w.gen, w.later) for w in self._execute(work, model, model_path, dumps) if w.later]
         for side, gen, later in deferred:  # references that ran after their candidate (a cycle of groups)
             self._run_side(side, gen, model, model_path,
                            {"prompts": [], "dump": set(), "score": later, "checked": set()}, dumps, generate=False)
@@ -292,6 +373,99 @@ class GreedyRunner:
             out.append(res)
         return out
 
+    def _side_work(self, side: Side, gen: Generation, model: str, model_path: Path, need: dict,
+                   earlier: list[tuple[Side, Generation]]) -> "_SideWork | None":
+        """Restore ``side``'s session from the cache (None: nothing left to run) or describe what it runs:
+        its engine session, which waits for the references among ``earlier`` (sides planned before it), and
+        its prompts' llama-completion text checks, which wait for nothing."""
+        out_dir = self.hooks.out_dir(side) / "gen" / model
+        out_dir.mkdir(parents=True, exist_ok=True)
+        argv, env = self.hooks.engine(side, model_path, gen)
+        identity = self._session_identity(side, gen, model, model_path, need, argv, env)
+        if identity is not None and self._restore(side, gen, model, model_path, need, out_dir, argv, env, identity):
+            return None
+        refs = {(ref, gen) for _, ref in need["score"] if ref != side}
+        return _SideWork(side, gen, need, identity, waits_for=refs & set(earlier),
+                         checks=[p for p in need["prompts"] if p in need["checked"]])
+
+    def _execute(self, work: list["_SideWork"], model: str, model_path: Path, dumps: Path) -> list["_SideWork"]:
+        """Run the sessions and text checks of ``work`` on ``self.lanes`` lanes; returns ``work``.
+
+        A session starts once the sessions it waits for have ended (their dumps are written); text checks fill
+        the lanes sessions leave free.  With one lane everything runs here, in plan order.  An interrupt or an
+        exception stops what runs (harness.common.proc.terminate_all), lets the lanes return, and propagates.
+        """
+        tasks: list[tuple[_SideWork, str | None]] = [(w, None) for w in work] + [(w, p) for w in work for p in w.checks]
+        left = {id(w): 1 + len(w.checks) for w in work}
+        if self.lanes <= 1:
+            for w in work:
+                self._task(w, None, model, model_path, dumps)
+                for p in w.checks:
+                    self._task(w, p, model, model_path, dumps)
+                self._finish_side(w, model, model_path)
+            return work
+        ended: set[tuple[Side, Generation]] = set()
+        running: dict[Future, tuple[_SideWork, str | None]] = {}
+        pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="greedy-lane")
+        try:
+            while tasks or running:
+                for task in [t for t in tasks if t[1] is None and t[0].waits_for <= ended] + \
+                        [t for t in tasks if t[1] is not None]:
+                    if len(running) >= self.lanes:
+                        break
+                    tasks.remove(task)
+                    running[pool.submit(self._task, task[0], task[1], model, model_path, dumps)] = task
+                if not running:  # pragma: no cover - waits_for holds only earlier sides, so something is ready
+                    raise RuntimeError("greedy runner: no task can start")
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    w, prompt = running.pop(fut)
+                    fut.result()
+                    if prompt is None:
+                        ended.add((w.side, w.gen))
+                    left[id(w)] -= 1
+                    if not left[id(w)]:
+                        self._finish_side(w, model, model_path)
+        except BaseException:
+            self._stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            while running:  # end what the lanes run, also a process a lane started as the stop came
+                proc.terminate_all()
+                done, _ = wait(running, timeout=0.2)
+                for fut in done:
+                    running.pop(fut)
+            raise
+        pool.shutdown(wait=True)
+        return work
+
+    def _task(self, w: "_SideWork", prompt: str | None, model: str, model_path: Path, dumps: Path) -> None:
+        """One task of ``w``: its engine session (``prompt`` None) or the text check of ``prompt``."""
+        started = time.monotonic()
+        try:
+            with self.hooks.doing(w.side):
+                if prompt is None:
+                    w.later = self._session(w, model, model_path, dumps)
+                else:
+                    out_dir = self.hooks.out_dir(w.side) / "gen" / model
+                    w.completions[prompt] = self._completion(w.side, w.gen, model, model_path, prompt, out_dir,
+                                                             max(1, w.gen.repeats - 1) + 1,
+                                                             facts=w.check_facts.setdefault(prompt, []))
+        finally:
+            with self._lock:
+                self.side_seconds[w.side] = self.side_seconds.get(w.side, 0.0) + time.monotonic() - started
+
+    def _finish_side(self, w: "_SideWork", model: str, model_path: Path) -> None:
+        """After every task of ``w``: its text checks join its runs and their failure facts follow the session's
+        (in prompt order, however the lanes finished), and a whole session is stored."""
+        for prompt, res in w.completions.items():
+            self.runs[(w.side, w.gen, prompt)].completion = res
+        facts = [f for p in w.checks for f in w.check_facts.get(p, [])]
+        if facts:
+            with self._lock:
+                self.problems.setdefault(w.side, []).extend(facts)
+        if w.identity is not None and not w.later and not w.failed and not facts:
+            self._store(w.side, w.gen, w.need, self.hooks.out_dir(w.side) / "gen" / model, w.identity)
+
     def _judge_upstream(self, pc: StreamComparison, up: SideRuns, cand_runs: SideRuns, up_side: Side, cand: Side,
                         model: str, prompt: str) -> None:
         """Mark ``pc`` unsupported-upstream when every run of upstream's build and the candidate failed, and
@@ -306,23 +480,18 @@ class GreedyRunner:
 
     def _run_side(self, side: Side, gen: Generation, model: str, model_path: Path, need: dict, dumps: Path,
                   generate: bool = True) -> list:
-        """One session for ``side``; returns the scorings that must wait for a reference not run yet."""
-        started = time.monotonic()
-        try:
-            with self.hooks.doing(side):
-                return self._session(side, gen, model, model_path, need, dumps, generate)
-        finally:
-            self.side_seconds[side] = self.side_seconds.get(side, 0.0) + time.monotonic() - started
+        """One session for ``side`` outside the cache (the scorings left over from a cycle of groups);
+        returns the scorings that must wait for a reference not run yet."""
+        w = _SideWork(side, gen, need, None, set(), [], generate=generate)
+        self._task(w, None, model, model_path, dumps)
+        return w.later
 
-    def _session(self, side: Side, gen: Generation, model: str, model_path: Path, need: dict, dumps: Path,
-                 generate: bool) -> list:
+    def _session(self, w: "_SideWork", model: str, model_path: Path, dumps: Path) -> list:
+        side, gen, need, generate = w.side, w.gen, w.need, w.generate
         out_dir = self.hooks.out_dir(side) / "gen" / model
-        out_dir.mkdir(parents=True, exist_ok=True)
         argv, env = self.hooks.engine(side, model_path, gen)
-        problems = self.problems.setdefault(side, [])
-        identity = self._session_identity(side, gen, model, model_path, need, argv, env) if generate else None
-        if identity is not None and self._restore(side, gen, model, model_path, need, out_dir, argv, env, identity):
-            return []
+        with self._lock:
+            problems = self.problems.setdefault(side, [])
         problems_before = len(problems)
         session: list[EngineSession | None] = [None]
         n_session = [0]
@@ -336,12 +505,13 @@ class GreedyRunner:
             loading = False
             try:
                 if session[0] is None:
+                    self._check_stop()
                     loading = True
                     n_session[0] += 1
-                    self.timing.sessions += 1
+                    self._count(sessions=1)
                     session[0] = EngineSession(argv, env, out_dir / "engine.stderr", out_dir / "engine.cmd",
                                                load_timeout_s=gen.timeout_s, request_timeout_s=gen.timeout_s)
-                    self.timing.loads += session[0].load_seconds
+                    self._count(loads=session[0].load_seconds)
                     loading = False
                 return fn(session[0])
             except (EngineError, OSError) as exc:
@@ -350,6 +520,7 @@ class GreedyRunner:
                     session[0].kill()
                     session[0].close()
                 session[0] = None
+                self._check_stop()  # a process ended by the stop is not a failure of the side
                 log = out_dir / "engine.stderr"
                 line = find_error_line(log.read_bytes()) if log.exists() else None
                 problems.append(Failure("generation", model=model, prompt=prompt, repeat=repeat, status=kind,
@@ -361,53 +532,11 @@ class GreedyRunner:
                     load_failed.append(failed)
                 return failed
 
-        if generate:
-            for prompt in need["prompts"]:
-                runs: list[EngineRun] = []
-                # a text check is the last repeat; without one the engine runs them all
-                engine_repeats = max(1, gen.repeats - 1) if prompt in need["checked"] else max(2, gen.repeats)
-                for r in range(1, engine_repeats + 1):
-                    t0 = time.monotonic()
-                    got = call("generating", lambda s, _p=prompt: s.generate(self.prompts[_p]), prompt, r)
-                    self.side_runs[side] = self.side_runs.get(side, 0) + 1
-                    if isinstance(got, EngineRun):
-                        runs.append(got)
-                        continue
-                    self.hooks.progress(side, f"{model}/{prompt}.r{r}")
-                    self.timing.engine_generation += (got.prompt_ms + got.gen_ms) / 1000.0
-                    runs.append(EngineRun(status="ok", generation=got, seconds=time.monotonic() - t0))
-                    self.side_ok.setdefault(side, set()).add(model)
-                    write_json(out_dir / f"{prompt}.r{r}.tokens.json", generation_record(got))
-                self.runs[(side, gen, prompt)] = SideRuns(engine=runs)
-            for prompt in sorted(need["dump"], key=need["prompts"].index):
-                first = self.runs[(side, gen, prompt)].engine[0]
-                if first.generation is None or not first.generation.tokens:
-                    continue
-                path = dumps / f"{len(self.dumped)}.f32"
-                got = call("scoring its own tokens", lambda s, _p=prompt, _t=first.generation.ids, _d=path:
-                           s.score(self.prompts[_p], _t, dump=_d), prompt)
-                if isinstance(got, ScoreResult):
-                    self.timing.engine_scoring += got.score_ms / 1000.0
-                    self.dumped[(side, gen, prompt)] = path
-        later = []
-        for prompt, ref in need["score"]:
-            ref_runs = self.runs.get((ref, gen, prompt))
-            if ref_runs is None:
-                later.append((prompt, ref))
-                continue
-            first = ref_runs.engine[0]
-            if (ref, gen, prompt) not in self.dumped and prompt in self._undumped.get((ref, gen), ()):
-                self._dump_restored(ref, gen, model, model_path, dumps)
-            dump = self.dumped.get((ref, gen, prompt))
-            if first.generation is None or not first.generation.tokens or dump is None:
-                continue
-            got = call(f"scoring {ref.config}'s tokens", lambda s, _p=prompt, _t=first.generation.ids, _d=dump:
-                       s.score(self.prompts[_p], _t, reference=_d), prompt)
-            if isinstance(got, ScoreResult):
-                self.timing.engine_scoring += got.score_ms / 1000.0
-            self.scores[(side, gen, prompt, ref)] = got  # type: ignore[assignment]
-        if session[0] is not None:
-            session[0].close()
+        try:
+            later = self._session_requests(w, model, model_path, dumps, call)
+        finally:
+            if session[0] is not None:
+                session[0].close()
         if (out_dir / "engine.stderr").exists():
             self.hooks.stderr(side, model, out_dir / "engine",
                               (out_dir / "engine.stderr").read_bytes().decode("utf-8", "replace"))
@@ -416,30 +545,111 @@ class GreedyRunner:
                 engine_runs = self.runs[(side, gen, prompt)].engine
                 # a prompt without a text check still gets a llama-completion run where the engine failed:
                 # the failure as users see it, and what tells an upstream limit from a fork failure
-                if prompt in need["checked"] or any(r.status != "ok" for r in engine_runs):
-                    self.runs[(side, gen, prompt)].completion = self._completion(
-                        side, gen, model, model_path, prompt, out_dir, len(engine_runs) + 1)
-        if identity is not None and not later and len(problems) == problems_before:
-            self._store(side, gen, need, out_dir, identity)
+                if prompt not in w.checks and any(r.status != "ok" for r in engine_runs):
+                    w.completions[prompt] = self._completion(side, gen, model, model_path, prompt, out_dir,
+                                                             len(engine_runs) + 1)
+        w.failed = w.failed or len(problems) != problems_before
+        return later
+
+    def _session_requests(self, w: "_SideWork", model: str, model_path: Path, dumps: Path,
+                          call: Callable[..., object]) -> list:
+        """The requests of ``w``'s session through ``call``: generations, its own dumps, then its scorings of
+        references' tokens; returns the scorings whose reference runs after it (a cycle of groups)."""
+        side, gen, need = w.side, w.gen, w.need
+        out_dir = self.hooks.out_dir(side) / "gen" / model
+        if w.generate:
+            for prompt in need["prompts"]:
+                runs: list[EngineRun] = []
+                # a text check is the last repeat; without one the engine runs them all
+                engine_repeats = max(1, gen.repeats - 1) if prompt in need["checked"] else max(2, gen.repeats)
+                for r in range(1, engine_repeats + 1):
+                    t0 = time.monotonic()
+                    got = call("generating", lambda s, _p=prompt: s.generate(self.prompts[_p]), prompt, r)
+                    self._count_run(side)
+                    if isinstance(got, EngineRun):
+                        runs.append(got)
+                        continue
+                    self.hooks.progress(side, f"{model}/{prompt}.r{r}")
+                    self._count(engine_generation=(got.prompt_ms + got.gen_ms) / 1000.0)
+                    runs.append(EngineRun(status="ok", generation=got, seconds=time.monotonic() - t0))
+                    with self._lock:
+                        self.side_ok.setdefault(side, set()).add(model)
+                    write_json(out_dir / f"{prompt}.r{r}.tokens.json", generation_record(got))
+                self.runs[(side, gen, prompt)] = SideRuns(engine=runs)
+            for prompt in sorted(need["dump"], key=need["prompts"].index):
+                first = self.runs[(side, gen, prompt)].engine[0]
+                if first.generation is None or not first.generation.tokens:
+                    continue
+                path = self._dump_path(dumps)
+                got = call("scoring its own tokens", lambda s, _p=prompt, _t=first.generation.ids, _d=path:
+                           s.score(self.prompts[_p], _t, dump=_d), prompt)
+                if isinstance(got, ScoreResult):
+                    self._count(engine_scoring=got.score_ms / 1000.0)
+                    self.dumped[(side, gen, prompt)] = path
+        later = []
+        for prompt, ref in need["score"]:
+            ref_runs = self.runs.get((ref, gen, prompt))
+            if ref_runs is None or (ref, gen) in w.later_refs:
+                later.append((prompt, ref))
+                continue
+            first = ref_runs.engine[0]
+            with self._dump_lock:  # one load of a restored reference, whichever candidate needs it first
+                if (ref, gen, prompt) not in self.dumped and prompt in self._undumped.get((ref, gen), ()):
+                    self._dump_restored(ref, gen, model, model_path, dumps)
+            dump = self.dumped.get((ref, gen, prompt))
+            if first.generation is None or not first.generation.tokens or dump is None:
+                continue
+            got = call(f"scoring {ref.config}'s tokens", lambda s, _p=prompt, _t=first.generation.ids, _d=dump:
+                       s.score(self.prompts[_p], _t, reference=_d), prompt)
+            if isinstance(got, ScoreResult):
+                self._count(engine_scoring=got.score_ms / 1000.0)
+            self.scores[(side, gen, prompt, ref)] = got  # type: ignore[assignment]
         return later
 
     def _completion(self, side: Side, gen: Generation, model: str, model_path: Path, prompt: str, out_dir: Path,
-                    repeat: int) -> GenerationResult:
+                    repeat: int, facts: list[Failure] | None = None) -> GenerationResult:
+        """llama-completion's run of ``prompt`` as repeat ``repeat``; a failure's fact goes to ``facts`` (None: the
+        side's problems).  Raises :class:`_Stopped` when the lanes were stopped."""
+        self._check_stop()
         spec = self.hooks.completion(side, model_path, self.prompts[prompt], gen)
         res = run_generation(spec, out_dir / f"{prompt}.r{repeat}")
-        self.timing.completion_runs += 1
-        self.timing.completion_wall += res.seconds
+        self._check_stop()  # a run ended by the stop is not a failure of the side
         stderr = res.stderr_path.read_bytes()
-        self.timing.completion_generation += completion_generation_seconds(stderr)
-        self.side_runs[side] = self.side_runs.get(side, 0) + 1
+        self._count(completion_runs=1, completion_wall=res.seconds,
+                    completion_generation=completion_generation_seconds(stderr))
+        self._count_run(side)
         if res.status != "ok":
-            self.problems.setdefault(side, []).append(Failure(
-                "generation", model=model, prompt=prompt, repeat=repeat, status=res.status, signal=res.signal or "",
-                error_line=f"llama-completion: {res.error_line or ''}".rstrip(": "),
-                log=self.hooks.relative(res.stderr_path)))
+            fact = Failure("generation", model=model, prompt=prompt, repeat=repeat, status=res.status,
+                           signal=res.signal or "", error_line=f"llama-completion: {res.error_line or ''}".rstrip(": "),
+                           log=self.hooks.relative(res.stderr_path))
+            with self._lock:
+                (self.problems.setdefault(side, []) if facts is None else facts).append(fact)
         self.hooks.stderr(side, model, out_dir / f"{prompt}.r{repeat}", stderr.decode("utf-8", "replace"))
         self.hooks.progress(side, f"{model}/{prompt}.r{repeat}")
         return res
+
+    # ----- shared state of the lanes -------------------------------------------------------------
+    def _check_stop(self) -> None:
+        """Raise :class:`_Stopped` once an interrupt or an exception has stopped the lanes."""
+        if self._stop.is_set():
+            raise _Stopped()
+
+    def _count(self, **seconds_or_counts: float) -> None:
+        """Add to the :class:`Timing` fields named."""
+        with self._lock:
+            for name, value in seconds_or_counts.items():
+                setattr(self.timing, name, getattr(self.timing, name) + value)
+
+    def _count_run(self, side: Side) -> None:
+        """One more generation (engine or llama-completion) of ``side``."""
+        with self._lock:
+            self.side_runs[side] = self.side_runs.get(side, 0) + 1
+
+    def _dump_path(self, dumps: Path) -> Path:
+        """A new file for a full-distribution dump in ``dumps``."""
+        with self._lock:
+            self._dumps_made += 1
+            return dumps / f"{self._dumps_made}.f32"
 
     # ----- the result cache ----------------------------------------------------------------------
     def _session_identity(self, side: Side, gen: Generation, model: str, model_path: Path, need: dict,
@@ -537,7 +747,7 @@ class GreedyRunner:
                                                                top1=list(got["top1"]), score_ms=float(got["score_ms"]))
         self.side_ok.setdefault(side, set()).add(model)
         self.origins[(side, model)] = hit.run_id
-        self.timing.cached_sessions += 1
+        self._count(cached_sessions=1)
         self._undumped[(side, gen)] = [p for p in need["prompts"] if p in need["dump"]]
         self.hooks.stderr(side, model, out_dir / "engine", hit.files["engine.stderr"].decode("utf-8", "replace"))
         for p in need["prompts"]:
@@ -560,22 +770,26 @@ class GreedyRunner:
         reference's restored ``engine.stderr`` stays as stored).  A failure is a fact of the reference."""
         prompts = self._undumped.pop((ref, gen), [])
         argv, env = self.hooks.engine(ref, model_path, gen)
-        stem = dumps / f"dump-{len(self.dumped)}"
+        stem = self._dump_path(dumps).with_suffix("")
+        log = stem.with_name(f"dump-{stem.name}.stderr")
         try:
-            self.timing.sessions += 1
-            with EngineSession(argv, env, stem.with_suffix(".stderr"), stem.with_suffix(".cmd"),
+            self._check_stop()
+            self._count(sessions=1)
+            with EngineSession(argv, env, log, stem.with_name(f"dump-{stem.name}.cmd"),
                                load_timeout_s=gen.timeout_s, request_timeout_s=gen.timeout_s) as session:
-                self.timing.loads += session.load_seconds
+                self._count(loads=session.load_seconds)
                 for p in prompts:
                     first = self.runs[(ref, gen, p)].engine[0]
                     if first.generation is None or not first.generation.tokens:
                         continue
-                    path = dumps / f"{len(self.dumped)}.f32"
+                    path = self._dump_path(dumps)
                     got = session.score(self.prompts[p], first.generation.ids, dump=path)
-                    self.timing.engine_scoring += got.score_ms / 1000.0
+                    self._count(engine_scoring=got.score_ms / 1000.0)
                     self.dumped[(ref, gen, p)] = path
         except (EngineError, OSError) as exc:
-            self.problems.setdefault(ref, []).append(Failure(
-                "generation", model=model, prompt=prompts[0] if prompts else "", status=getattr(exc, "kind", "crashed"),
-                error_line=f"engine scoring its cached tokens for a candidate: {exc}",
-                log=self.hooks.relative(stem.with_suffix(".stderr"))))
+            self._check_stop()
+            with self._lock:
+                self.problems.setdefault(ref, []).append(Failure(
+                    "generation", model=model, prompt=prompts[0] if prompts else "",
+                    status=getattr(exc, "kind", "crashed"),
+                    error_line=f"engine scoring its cached tokens for a candidate: {exc}", log=self.hooks.relative(log)))
