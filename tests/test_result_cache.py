@@ -72,7 +72,7 @@ class Setup:
             f'char const * LLAMA_COMMIT = "abc1234";\nstatic char const * LLAMA_FORK_SERIES = "{series}";\n')
         (self.bin / "libllama.so").write_bytes(b"\x00library code\x00fork series: " + series.encode() + b"\x00")
 
-    def run(self, run_id: str, read: bool = True, out: str | None = None) -> GreedyRunner:
+    def run(self, run_id: str, read: bool = True, out: str | None = None, lanes: int = 1) -> GreedyRunner:
         """One comparison run: group g (ref vs a, b) on two prompts, into ``out`` (default: run_id)."""
         out_root = self.tmp / "runs" / (out or run_id)
 
@@ -98,7 +98,7 @@ class Setup:
         job = Job(group="g", model="m", model_path=self.model, reference=Side("p", "ref"),
                   candidates=(Side("p", "a"), Side("p", "b")), prompts=tuple(self.prompts), generation=gen,
                   comparison=Comparison(), label="ref")
-        runner = GreedyRunner(hooks, self.prompts, self.tmp / "work", say=lambda _: None, cache=cache)
+        runner = GreedyRunner(hooks, self.prompts, self.tmp / "work", say=lambda _: None, cache=cache, lanes=lanes)
         self.results = runner.run([job])
         return runner
 
@@ -190,6 +190,20 @@ def test_a_candidate_that_misses_scores_against_a_cached_reference(tmp_path):
     # one load of the reference to write its distributions again, one of the candidate
     assert again.timing.sessions == 2
     assert _comparisons(s.results) == first  # the KL divergence is there, as in a fresh run
+
+
+def test_with_two_lanes_a_cached_references_dumps_are_written_beside_the_candidates_generations(tmp_path):
+    s = Setup(tmp_path)
+    s.run("run-1")
+    first = _comparisons(s.results)
+    s.env["a"] = {"X": "1"}
+    s.env["b"] = {"X": "1"}
+    again = s.run("run-2", lanes=2)
+    assert (Side("p", "ref"), "m") in again.origins and len(again.origins) == 1
+    # one load of the reference to write its distributions again, for both candidates, and one of each
+    assert again.timing.sessions == 3
+    assert _comparisons(s.results) == first
+    assert Side("p", "ref") in again.side_seconds  # that load is the reference's time, not a candidate's
 
 
 def test_a_corrupt_entry_is_detected_and_regenerated(tmp_path):

@@ -138,8 +138,10 @@ class _Stopped(Exception):
 class _SideWork:
     """What one side runs on one model, outside the cache: its engine session (which starts once the
     sessions of ``waits_for`` have ended, their dumps written) and the text checks of ``checks`` (which wait
-    for nothing).  ``later_refs``: references planned after it (a cycle of groups), scored afterwards.  The
-    lanes fill ``completions``, ``later`` and ``failed``."""
+    for nothing).  ``later_refs``: references planned after it (a cycle of groups), scored afterwards;
+    ``needs_dumps``: references taken from the cache whose dumps it scores against (written again by a task
+    of their own, which the session waits for when it comes to score).  The lanes fill ``completions``,
+    ``later`` and ``failed``."""
 
     side: Side
     gen: Generation
@@ -149,6 +151,7 @@ class _SideWork:
     checks: list[str]
     generate: bool = True
     later_refs: set[tuple[Side, Generation]] = field(default_factory=set)
+    needs_dumps: set[tuple[Side, Generation]] = field(default_factory=set)
     completions: dict[str, GenerationResult] = field(default_factory=dict)
     check_facts: dict[str, list[Failure]] = field(default_factory=dict)
     later: list = field(default_factory=list)
@@ -275,7 +278,7 @@ class GreedyRunner:
             raise ValueError(f"lanes and threads must be at least 1, not {lanes} and {threads}")
         self.lanes, self.threads = lanes, threads
         self._lock = threading.Lock()  # the shared records below, written from every lane
-        self._dump_lock = threading.Lock()  # writing a restored reference's dumps, once
+        self._dump_lock = threading.Lock()  # writing a restored reference's dumps, once, before they are read
         self._stop = threading.Event()  # set by an interrupt or an exception: the lanes start nothing more
         self._dumps_made = 0
         self.hooks, self.prompts, self.work_dir, self.say = hooks, prompts, work_dir, say
@@ -349,6 +352,7 @@ class GreedyRunner:
         for i, w in enumerate(work):
             w.later_refs = {(ref, w.gen) for _, ref in w.need["score"] if ref != w.side} & \
                 {(x.side, x.gen) for x in work[i + 1:]}
+            w.needs_dumps = {(ref, w.gen) for p, ref in w.need["score"] if p in self._undumped.get((ref, w.gen), ())}
         deferred = [(w.side, w.gen, w.later) for w in self._execute(work, model, model_path, dumps) if w.later]
         for side, gen, later in deferred:  # references that ran after their candidate (a cycle of groups)
             self._run_side(side, gen, model, model_path,
@@ -395,9 +399,12 @@ class GreedyRunner:
         the lanes sessions leave free.  With one lane everything runs here, in plan order.  An interrupt or an
         exception stops what runs (harness.common.proc.terminate_all), lets the lanes return, and propagates.
         """
+        dump_tasks = list(dict.fromkeys(d for w in work for d in sorted(w.needs_dumps, key=str)))
         tasks: list[tuple[_SideWork, str | None]] = [(w, None) for w in work] + [(w, p) for w in work for p in w.checks]
         left = {id(w): 1 + len(w.checks) for w in work}
         if self.lanes <= 1:
+            for ref, gen in dump_tasks:
+                self._dump_task(ref, gen, model, model_path, dumps)
             for w in work:
                 self._task(w, None, model, model_path, dumps)
                 for p in w.checks:
@@ -405,12 +412,19 @@ class GreedyRunner:
                 self._finish_side(w, model, model_path)
             return work
         ended: set[tuple[Side, Generation]] = set()
-        running: dict[Future, tuple[_SideWork, str | None]] = {}
+        running: dict[Future, tuple[_SideWork, str | None] | None] = {}
         pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="greedy-lane")
         try:
-            while tasks or running:
-                for task in [t for t in tasks if t[1] is None and t[0].waits_for <= ended] + \
-                        [t for t in tasks if t[1] is not None]:
+            # the restored references' dumps first: they wait for nothing, and a session that scores against
+            # them starts only once they are being written, so a lane never waits for a dump no lane writes
+            started = set()
+            while tasks or running or dump_tasks:
+                while dump_tasks and len(running) < self.lanes:
+                    ref, gen = dump_tasks.pop(0)
+                    started.add((ref, gen))
+                    running[pool.submit(self._dump_task, ref, gen, model, model_path, dumps)] = None
+                for task in [t for t in tasks if t[1] is None and t[0].waits_for <= ended
+                             and t[0].needs_dumps <= started] + [t for t in tasks if t[1] is not None]:
                     if len(running) >= self.lanes:
                         break
                     tasks.remove(task)
@@ -419,8 +433,11 @@ class GreedyRunner:
                     raise RuntimeError("greedy runner: no task can start")
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    w, prompt = running.pop(fut)
+                    task = running.pop(fut)
                     fut.result()
+                    if task is None:
+                        continue
+                    w, prompt = task
                     if prompt is None:
                         ended.add((w.side, w.gen))
                     left[id(w)] -= 1
@@ -453,6 +470,18 @@ class GreedyRunner:
         finally:
             with self._lock:
                 self.side_seconds[w.side] = self.side_seconds.get(w.side, 0.0) + time.monotonic() - started
+
+    def _dump_task(self, ref: Side, gen: Generation, model: str, model_path: Path, dumps: Path) -> None:
+        """Write the dumps of ``ref``, a reference taken from the cache, for the candidates that run (under the
+        lock their sessions take before they score, so they wait for it)."""
+        started = time.monotonic()
+        try:
+            with self._dump_lock:
+                if (ref, gen) in self._undumped:
+                    self._dump_restored(ref, gen, model, model_path, dumps)
+        finally:
+            with self._lock:
+                self.side_seconds[ref] = self.side_seconds.get(ref, 0.0) + time.monotonic() - started
 
     def _finish_side(self, w: "_SideWork", model: str, model_path: Path) -> None:
         """After every task of ``w``: its text checks join its runs and their failure facts follow the session's
@@ -593,7 +622,9 @@ class GreedyRunner:
                 later.append((prompt, ref))
                 continue
             first = ref_runs.engine[0]
-            with self._dump_lock:  # one load of a restored reference, whichever candidate needs it first
+            # a restored reference's dumps: written by a task of their own (this waits for it to end) or,
+            # where none runs, by the first session that needs them
+            with self._dump_lock:
                 if (ref, gen, prompt) not in self.dumped and prompt in self._undumped.get((ref, gen), ()):
                     self._dump_restored(ref, gen, model, model_path, dumps)
             dump = self.dumped.get((ref, gen, prompt))
