@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from contextlib import contextmanager
@@ -343,17 +345,43 @@ class Pipeline:
                    environment.collect(commit, source, patches, dirs))
 
     def stage_build(self) -> None:
-        """Build every needed variant of every selected platform; compile those :func:`compiles_instead` names."""
-        for p in self.platforms("build"):
-            for variant in self.variants_for(p):
-                self.build_variant(p, variant)
-            self.write_environment(p)
-        for name in self.opts.platforms or list(self.matrix.platforms):
-            p = self.matrix.platform(name)
-            if compiles_instead(p):
-                fork = self.compile_variant(p, "fork")
-                if fork is not None and fork.plan is not None and "base" in self.variants_for(p):
-                    self.compile_variant(p, "base", like=fork.plan)
+        """Build every needed variant of every selected platform; compile those :func:`compiles_instead` names.
+
+        The compile steps run in a thread of their own beside the builds: after a code edit each is mostly
+        one compiler on one changed file, so the two overlap on the cores (docs/cache.md).  An interrupt or
+        an exception stops both (harness.common.proc.stop_children) and propagates.
+        """
+        compiles = [p for p in (self.matrix.platform(n) for n in self.opts.platforms or list(self.matrix.platforms))
+                    if compiles_instead(p)]
+        for prepare in (self.base, self.patches) if compiles else ():  # once, before two threads need them
+            try:
+                prepare()
+            except Exception:
+                pass  # each step that needs it records the error itself
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile") if compiles else None
+        compiling = pool.submit(self._compile_platforms, compiles) if pool else None
+        try:
+            for p in self.platforms("build"):
+                for variant in self.variants_for(p):
+                    self.build_variant(p, variant)
+                self.write_environment(p)
+            if compiling is not None:
+                compiling.result()
+        except BaseException as exc:
+            if compiling is not None:
+                with proc.stop_children(getattr(exc, "signum", signal.SIGTERM)):
+                    wait([compiling])
+            raise
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+
+    def _compile_platforms(self, platforms: Sequence[Platform]) -> None:
+        """The compile steps of ``platforms``: the fork, then the base on the fork's plan."""
+        for p in platforms:
+            fork = self.compile_variant(p, "fork")
+            if fork is not None and fork.plan is not None and "base" in self.variants_for(p):
+                self.compile_variant(p, "base", like=fork.plan)
 
     # ----- compile only ----------------------------------------------------------------------
     def compile_options(self, p: Platform, variant: str) -> dict[str, str]:

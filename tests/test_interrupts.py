@@ -451,3 +451,31 @@ def test_triage_of_a_run_still_in_progress_says_so_and_finds_no_regression(proje
         live.send_signal(signal.SIGINT)
         live.communicate(timeout=60)
     assert live.returncode == 130
+
+
+def test_a_stop_ends_a_child_another_thread_waits_for_and_interrupts_that_thread(tmp_path):
+    outcome: list[object] = []
+
+    def lane() -> None:
+        try:
+            outcome.append(proc.run(["sleep", "30"]))
+        except proc.Interrupted as exc:
+            outcome.append(exc)
+        try:  # while the stop is in force, nothing new starts
+            proc.run(["true"])
+            outcome.append("started")
+        except proc.Interrupted as exc:
+            outcome.append(exc)
+
+    import threading
+    worker = threading.Thread(target=lane)
+    worker.start()
+    wait_for(lambda: proc.live(), what="the lane's child")
+    t0 = time.monotonic()
+    with proc.stop_children(signal.SIGINT):
+        worker.join(timeout=30)
+    assert not worker.is_alive() and time.monotonic() - t0 < 15
+    assert [type(o) for o in outcome] == [proc.Interrupted, proc.Interrupted]
+    assert outcome[0].signum == signal.SIGINT  # type: ignore[union-attr]
+    assert proc.live() == []
+    assert proc.run(["true"]).returncode == 0  # after the block, children start again

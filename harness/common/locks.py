@@ -80,7 +80,7 @@ def exclusive(target: Path, what: str, say: Callable[[str], None] | None = None)
         lock.acquire(blocking=False)
     except filelock.Timeout:
         if say:
-            say(f"waiting for {what}: another harness process holds {lock.lock_file}")
+            say(f"waiting for {what}: another harness process, or another step of this one, holds {lock.lock_file}")
         lock.acquire()
     try:
         with _owned(lock.lock_file, say):

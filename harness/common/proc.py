@@ -42,6 +42,7 @@ HOLDS_ENV = "HARNESS_LOCK_HOLDS"
 _live: set[subprocess.Popen] = set()
 _live_lock = threading.Lock()
 _holds: list[str] = []
+_stopping: list[int] = []  # the signal of a stop in force (see stop_children)
 
 
 class Interrupted(BaseException):
@@ -123,6 +124,27 @@ def terminate(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
         time.sleep(0.05)  # members killed with SIGKILL are reaped by init; wait until they are gone
 
 
+def _raise_if_stopping() -> None:
+    """Raise :class:`Interrupted` in a thread other than the main one while :func:`stop_children` is in force."""
+    if _stopping and threading.current_thread() is not threading.main_thread():
+        raise Interrupted(_stopping[0])
+
+
+@contextmanager
+def stop_children(signum: int = signal.SIGTERM) -> Iterator[None]:
+    """For the block, the harness is stopping: every child is terminated, a thread other than the main one
+    that starts a child or waits for one gets :class:`Interrupted` (``signum``), as the main thread got it
+    from the signal, so what it was doing is recorded as interrupted, not as failed; the block joins those
+    threads.  Children are terminated again as the block ends, for one started as the stop came."""
+    _stopping[:] = [signum]
+    try:
+        terminate_all()
+        yield
+        terminate_all()
+    finally:
+        _stopping.clear()
+
+
 def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
           stdin: Any = subprocess.DEVNULL, stdout: Any = None, stderr: Any = None) -> subprocess.Popen:
     """Start ``argv`` (a list, never a shell string) as the leader of a new process group.
@@ -130,8 +152,10 @@ def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Pat
     ``env`` is added on top of ``os.environ``; :data:`HOLDS_ENV` names the
     :func:`holding` tokens in force.  The child is registered until
     :func:`finish` or :func:`terminate_all` handles it.  Raises OSError when
-    the program cannot be started.
+    the program cannot be started, :class:`Interrupted` in another thread than
+    the main one while :func:`stop_children` is in force.
     """
+    _raise_if_stopping()
     kwargs: dict[str, Any] = {}
     if os.name == "nt":  # pragma: no cover
         kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
@@ -151,7 +175,9 @@ def finish(proc: subprocess.Popen, timeout_s: float | None = None) -> tuple[int 
 
     Returns (exit code, timed out).  On timeout the group is terminated and the
     exit code is None.  On any exception while waiting (an interrupt among
-    them) the group is terminated and the exception propagates.  Members of
+    them) the group is terminated and the exception propagates; in another
+    thread than the main one a child ended while :func:`stop_children` is in
+    force raises :class:`Interrupted`.  Members of
     the group that outlive a leader which exited normally are terminated too.
     """
     try:
@@ -162,6 +188,7 @@ def finish(proc: subprocess.Popen, timeout_s: float | None = None) -> tuple[int 
             return None, True
         if os.name != "nt" and _group_alive(proc.pid):
             terminate(proc)
+        _raise_if_stopping()  # the child was ended by a stop: not its own outcome
         return rc, False
     except BaseException:
         terminate(proc)

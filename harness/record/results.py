@@ -43,6 +43,7 @@ import json
 import os
 import re
 import secrets
+import threading
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -665,6 +666,7 @@ class Run:
         self.incomplete: list[str] = []
         self.cache: dict[str, dict[str, int]] = {}  # result cache events per kind (harness.record.cache.EVENTS)
         self._lock: RunLock | None = None
+        self._records = threading.RLock()  # steps, comparisons and the summary files, from any thread
         now = datetime.now(timezone.utc).isoformat()
         if create:
             writable_dir(root, "results directory")
@@ -745,13 +747,14 @@ class Run:
     def record_step(self, step: StepRecord) -> None:
         """Add or replace (same platform, config, step) a step record and rewrite the summary."""
         key = (step.platform, step.config, step.step)
-        for i, s in enumerate(self.steps):
-            if (s.platform, s.config, s.step) == key:
-                self.steps[i] = step  # keep the table's order stable
-                break
-        else:
-            self.steps.append(step)
-        self.write_summary()
+        with self._records:
+            for i, s in enumerate(self.steps):
+                if (s.platform, s.config, s.step) == key:
+                    self.steps[i] = step  # keep the table's order stable
+                    break
+            else:
+                self.steps.append(step)
+            self.write_summary()
 
     def step(self, platform: str, config: str, step: str) -> StepRecord | None:
         """The recorded step (platform, config, step), or None."""
@@ -764,15 +767,17 @@ class Run:
         """Add comparison records (replacing same platform/group/model/prompt/candidate) and rewrite the summary."""
         new = list(records)
         keys = {(r.platform, r.group, r.model, r.prompt, r.candidate) for r in new}
-        self.comparisons = [c for c in self.comparisons
-                            if (c.platform, c.group, c.model, c.prompt, c.candidate) not in keys] + new
-        self.write_summary()
+        with self._records:
+            self.comparisons = [c for c in self.comparisons
+                                if (c.platform, c.group, c.model, c.prompt, c.candidate) not in keys] + new
+            self.write_summary()
 
     def mark_incomplete(self, reason: str) -> None:
         """Record that something the user asked for did not run (e.g. an explicitly selected platform was skipped)."""
-        if reason not in self.incomplete:
-            self.incomplete.append(reason)
-        self.write_summary()
+        with self._records:
+            if reason not in self.incomplete:
+                self.incomplete.append(reason)
+            self.write_summary()
 
     def overall(self) -> str:
         """The run's verdict.
@@ -811,7 +816,8 @@ class Run:
         that could not be written) is then raised.  Raises OSError otherwise.
         """
         try:
-            self._write_summary_files()
+            with self._records:
+                self._write_summary_files()
         except OSError as exc:
             reserve = self.dir / RESERVE_NAME
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not reserve.exists():
