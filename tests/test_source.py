@@ -103,3 +103,25 @@ def test_vendored_tree_must_be_the_pinned_commit_and_clean(upstream):
     assert "expected the pinned" in _verify_checkout(repo, pinned)
     (repo / "CMakeLists.txt").write_text("edited\n")
     assert "tree differs" in _verify_checkout(repo, later)
+
+
+def test_checking_a_tree_leaves_its_git_index_alone(tmp_path):
+    # llama.cpp's build-info lists .git/index as a CMake input: a check that wrote the index back would make
+    # a build of the tree reconfigure while the compile step builds from it in another thread
+    from harness.stages.source import git, tree_state
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    git(["init", "--quiet"], tree)
+    (tree / "a.txt").write_text("a\n")
+    git(["add", "a.txt"], tree)
+    git(["-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "a"], tree)
+    index = tree / ".git" / "index"
+    before = index.stat().st_mtime_ns
+    import os
+    os.utime(tree / "a.txt", ns=(before + 10**9, before + 10**9))  # same bytes, newer file time
+    head, dirty = tree_state(tree)
+    assert not dirty and len(head) == 40
+    assert index.stat().st_mtime_ns == before
+    # plain git status does write it back here, so the check above can fail
+    subprocess.run(["git", "-C", str(tree), "status", "--porcelain"], check=True, capture_output=True)
+    assert index.stat().st_mtime_ns != before

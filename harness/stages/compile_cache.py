@@ -48,7 +48,7 @@ def _version(argv: Sequence[str]) -> str:
 def tree_id(tree: Path) -> str | None:
     """git's tree id of ``HEAD`` in ``tree``, or None when the tree has uncommitted changes or is no git tree."""
     try:
-        status = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=all"],
+        status = subprocess.run(["git", "-C", str(tree), "--no-optional-locks", "status", "--porcelain", "--untracked-files=all"],
                                 capture_output=True, check=True).stdout
         if status.strip():
             return None

@@ -201,9 +201,12 @@ def git(args: Sequence[str], cwd: Path | None = None, *, check: bool = True,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``git`` with ``args`` (a list, never a shell string) and return the completed process.
 
-    Raises SourceError with git's stderr when ``check`` and git exits non-zero.
+    Raises SourceError with git's stderr when ``check`` and git exits non-zero.  ``GIT_OPTIONAL_LOCKS=0``:
+    a read such as ``git status`` leaves ``.git/index`` alone (it would otherwise write the index back
+    with refreshed file times), so checking a tree does not make builds of it that list the index as a
+    CMake input (llama.cpp's build-info) reconfigure, while another thread compiles from it.
     """
-    full_env = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", **(env or {})}
+    full_env = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0", **(env or {})}
     proc = subprocess.run(["git", *GIT_CONFIG, *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True)
     if check and proc.returncode != 0:
