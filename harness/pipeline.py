@@ -13,7 +13,7 @@ import os
 import shutil
 import signal
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from contextlib import contextmanager
@@ -369,8 +369,7 @@ class Pipeline:
                 compiling.result()
         except BaseException as exc:
             if compiling is not None:
-                with proc.stop_children(getattr(exc, "signum", signal.SIGTERM)):
-                    wait([compiling])
+                proc.stop_and_wait([compiling], getattr(exc, "signum", signal.SIGTERM))
             raise
         finally:
             if pool is not None:

@@ -25,10 +25,11 @@ import signal
 import subprocess
 import threading
 import time
+from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterator, Mapping, Sequence
+from typing import IO, Any, Iterable, Iterator, Mapping, Sequence
 
 #: Seconds a process group gets between SIGTERM and SIGKILL (ninja needs a moment to stop its
 #: compilers and clean up partial outputs; 5 s is ample for that and short for a user waiting).
@@ -143,6 +144,16 @@ def stop_children(signum: int = signal.SIGTERM) -> Iterator[None]:
         terminate_all()
     finally:
         _stopping.clear()
+
+
+def stop_and_wait(futures: Iterable[Future], signum: int = signal.SIGTERM) -> None:
+    """Stop what other threads run for ``futures`` (:func:`stop_children` with ``signum``) and wait until every
+    one is done, terminating children again every 0.2 s, also one a thread started as the stop came."""
+    with stop_children(signum):
+        pending = set(futures)
+        while pending:
+            terminate_all()
+            _, pending = wait(pending, timeout=0.2)
 
 
 def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,

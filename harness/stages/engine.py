@@ -71,10 +71,9 @@ def engine_argv(binary: Path, model: Path, gen: Any, args: Sequence[str] = ()) -
     ``-lv 4``: INFO lines such as buffer types and the pin ladder reach stderr), so
     configuration ``args`` mean the same to both and, coming last, override the defaults.
     """
-    threads = getattr(gen, "threads", None)
     return [str(binary), "-m", str(model), "-n", str(gen.n_predict), "-c", str(gen.ctx_size),
             "--seed", str(gen.seed), "--temp", "0", "--no-warmup", "-fit", "off", "-lv", "4",
-            *(["-t", str(threads)] if threads else []), *args]
+            *(["-t", str(gen.threads)] if gen.threads else []), *args]
 
 
 class EngineError(RuntimeError):
@@ -311,8 +310,10 @@ class EngineSession:
                 self.proc.stdin.close()
             except OSError:
                 pass
-        proc.finish(self.proc, 30)  # terminates the group if it does not quit in time
-        self._stderr.close()
+        try:
+            proc.finish(self.proc, 30)  # terminates the group if it does not quit in time
+        finally:
+            self._stderr.close()
 
     def __enter__(self) -> "EngineSession":
         return self

@@ -38,15 +38,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ContextManager
+from typing import ContextManager, Iterator
 
 from .compare import GenerationResult, GenerationSpec, find_error_line, run_generation
 from ..matrix.config import Comparison, Generation
@@ -85,7 +86,7 @@ def lanes_for(gpu: str, requested: int | None, cores: int) -> tuple[int, int | N
     speed of pinned transfers is about.  A CPU platform runs ``requested`` or one lane per core (at most
     :data:`MAX_LANES`), each process with ``cores // lanes`` threads (at least one), so that the lanes never
     ask for more threads than there are cores: ggml's threads wait for each other by spinning, and two
-    2-thread decodes on 2 cores ran at 7 tok/s each against 59 tok/s alone (docs/cache.md).  Decoding a
+    2-thread decodes on 2 cores ran at 7 tok/s each against 59 tok/s alone (docs/benchmarks.md).  Decoding a
     small model does not speed up with threads as prefill does (gemma3-270m on the 2-core development
     machine: 17 ms per token at 2 threads, 21 ms at 1), so two 1-thread processes at once do about 1.6
     times the work of one 2-thread process.  One lane keeps llama.cpp's default threads.
@@ -129,16 +130,11 @@ class Job:
     upstream: Mapping[str, Side] = field(default_factory=dict)
 
 
-class _Stopped(Exception):
-    """What a lane raises when the runner was stopped (an interrupt or an exception elsewhere): the process it
-    waited on was ended by the stop, which is not a failure of the side."""
-
-
 @dataclass(eq=False)
 class _SideWork:
     """What one side runs on one model, outside the cache: its engine session (which starts once the
     sessions of ``waits_for`` have ended, their dumps written) and the text checks of ``checks`` (which wait
-    for nothing).  ``later_refs``: references planned after it (a cycle of groups), scored afterwards;
+    for nothing), into ``out_dir`` with the engine's ``argv`` and ``env``.  ``later_refs``: references planned after it (a cycle of groups), scored afterwards;
     ``needs_dumps``: references taken from the cache whose dumps it scores against (written again by a task
     of their own, which the session waits for when it comes to score).  The lanes fill ``completions``,
     ``later`` and ``failed``."""
@@ -149,6 +145,9 @@ class _SideWork:
     identity: dict | None
     waits_for: set[tuple[Side, Generation]]
     checks: list[str]
+    out_dir: Path
+    argv: list[str]
+    env: dict[str, str]
     generate: bool = True
     later_refs: set[tuple[Side, Generation]] = field(default_factory=set)
     needs_dumps: set[tuple[Side, Generation]] = field(default_factory=set)
@@ -279,7 +278,6 @@ class GreedyRunner:
         self.lanes, self.threads = lanes, threads
         self._lock = threading.Lock()  # the shared records below, written from every lane
         self._dump_lock = threading.Lock()  # writing a restored reference's dumps, once, before they are read
-        self._stop = threading.Event()  # set by an interrupt or an exception: the lanes start nothing more
         self._dumps_made = 0
         self.hooks, self.prompts, self.work_dir, self.say = hooks, prompts, work_dir, say
         self.n_predict, self.repeats, self.text_check = n_predict, repeats, text_check
@@ -355,8 +353,7 @@ class GreedyRunner:
             w.needs_dumps = {(ref, w.gen) for p, ref in w.need["score"] if p in self._undumped.get((ref, w.gen), ())}
         deferred = [(w.side, w.gen, w.later) for w in self._execute(work, model, model_path, dumps) if w.later]
         for side, gen, later in deferred:  # references that ran after their candidate (a cycle of groups)
-            self._run_side(side, gen, model, model_path,
-                           {"prompts": [], "dump": set(), "score": later, "checked": set()}, dumps, generate=False)
+            self._score_later(side, gen, later, model, model_path, dumps)
         out = []
         for job in jobs:
             gen = self._gen(job)
@@ -390,18 +387,18 @@ class GreedyRunner:
             return None
         refs = {(ref, gen) for _, ref in need["score"] if ref != side}
         return _SideWork(side, gen, need, identity, waits_for=refs & set(earlier),
-                         checks=[p for p in need["prompts"] if p in need["checked"]])
+                         checks=[p for p in need["prompts"] if p in need["checked"]], out_dir=out_dir, argv=argv,
+                         env=env)
 
     def _execute(self, work: list["_SideWork"], model: str, model_path: Path, dumps: Path) -> list["_SideWork"]:
         """Run the sessions and text checks of ``work`` on ``self.lanes`` lanes; returns ``work``.
 
         A session starts once the sessions it waits for have ended (their dumps are written); text checks fill
         the lanes sessions leave free.  With one lane everything runs here, in plan order.  An interrupt or an
-        exception stops what runs (harness.common.proc.terminate_all), lets the lanes return, and propagates.
+        exception stops what the lanes run (harness.common.proc.stop_and_wait: what they were doing is
+        interrupted, not failed), waits for them, and propagates.
         """
         dump_tasks = list(dict.fromkeys(d for w in work for d in sorted(w.needs_dumps, key=str)))
-        tasks: list[tuple[_SideWork, str | None]] = [(w, None) for w in work] + [(w, p) for w in work for p in w.checks]
-        left = {id(w): 1 + len(w.checks) for w in work}
         if self.lanes <= 1:
             for ref, gen in dump_tasks:
                 self._dump_task(ref, gen, model, model_path, dumps)
@@ -411,6 +408,8 @@ class GreedyRunner:
                     self._task(w, p, model, model_path, dumps)
                 self._finish_side(w, model, model_path)
             return work
+        tasks: list[tuple[_SideWork, str | None]] = [(w, None) for w in work] + [(w, p) for w in work for p in w.checks]
+        left = {id(w): 1 + len(w.checks) for w in work}
         ended: set[tuple[Side, Generation]] = set()
         running: dict[Future, tuple[_SideWork, str | None] | None] = {}
         pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="greedy-lane")
@@ -443,45 +442,29 @@ class GreedyRunner:
                     left[id(w)] -= 1
                     if not left[id(w)]:
                         self._finish_side(w, model, model_path)
-        except BaseException:
-            self._stop.set()
+        except BaseException as exc:
             pool.shutdown(wait=False, cancel_futures=True)
-            while running:  # end what the lanes run, also a process a lane started as the stop came
-                proc.terminate_all()
-                done, _ = wait(running, timeout=0.2)
-                for fut in done:
-                    running.pop(fut)
+            proc.stop_and_wait(running, getattr(exc, "signum", signal.SIGTERM))
             raise
         pool.shutdown(wait=True)
         return work
 
     def _task(self, w: "_SideWork", prompt: str | None, model: str, model_path: Path, dumps: Path) -> None:
         """One task of ``w``: its engine session (``prompt`` None) or the text check of ``prompt``."""
-        started = time.monotonic()
-        try:
-            with self.hooks.doing(w.side):
-                if prompt is None:
-                    w.later = self._session(w, model, model_path, dumps)
-                else:
-                    out_dir = self.hooks.out_dir(w.side) / "gen" / model
-                    w.completions[prompt] = self._completion(w.side, w.gen, model, model_path, prompt, out_dir,
-                                                             max(1, w.gen.repeats - 1) + 1,
-                                                             facts=w.check_facts.setdefault(prompt, []))
-        finally:
-            with self._lock:
-                self.side_seconds[w.side] = self.side_seconds.get(w.side, 0.0) + time.monotonic() - started
+        with self._timed(w.side), self.hooks.doing(w.side):
+            if prompt is None:
+                w.later = self._session(w, model, model_path, dumps)
+            else:
+                w.completions[prompt] = self._completion(w.side, w.gen, model, model_path, prompt, w.out_dir,
+                                                         max(1, w.gen.repeats - 1) + 1,
+                                                         facts=w.check_facts.setdefault(prompt, []))
 
     def _dump_task(self, ref: Side, gen: Generation, model: str, model_path: Path, dumps: Path) -> None:
         """Write the dumps of ``ref``, a reference taken from the cache, for the candidates that run (under the
         lock their sessions take before they score, so they wait for it)."""
-        started = time.monotonic()
-        try:
-            with self._dump_lock:
-                if (ref, gen) in self._undumped:
-                    self._dump_restored(ref, gen, model, model_path, dumps)
-        finally:
-            with self._lock:
-                self.side_seconds[ref] = self.side_seconds.get(ref, 0.0) + time.monotonic() - started
+        with self._timed(ref), self._dump_lock:
+            if (ref, gen) in self._undumped:
+                self._dump_restored(ref, gen, model, model_path, dumps)
 
     def _finish_side(self, w: "_SideWork", model: str, model_path: Path) -> None:
         """After every task of ``w``: its text checks join its runs and their failure facts follow the session's
@@ -493,7 +476,7 @@ class GreedyRunner:
             with self._lock:
                 self.problems.setdefault(w.side, []).extend(facts)
         if w.identity is not None and not w.later and not w.failed and not facts:
-            self._store(w.side, w.gen, w.need, self.hooks.out_dir(w.side) / "gen" / model, w.identity)
+            self._store(w.side, w.gen, w.need, w.out_dir, w.identity)
 
     def _judge_upstream(self, pc: StreamComparison, up: SideRuns, cand_runs: SideRuns, up_side: Side, cand: Side,
                         model: str, prompt: str) -> None:
@@ -507,18 +490,18 @@ class GreedyRunner:
             pc.status, pc.detail = "unsupported-upstream", why
             self.unsupported |= {(up_side, model, prompt), (cand, model, prompt)}
 
-    def _run_side(self, side: Side, gen: Generation, model: str, model_path: Path, need: dict, dumps: Path,
-                  generate: bool = True) -> list:
-        """One session for ``side`` outside the cache (the scorings left over from a cycle of groups);
-        returns the scorings that must wait for a reference not run yet."""
-        w = _SideWork(side, gen, need, None, set(), [], generate=generate)
+    def _score_later(self, side: Side, gen: Generation, later: list, model: str, model_path: Path,
+                     dumps: Path) -> None:
+        """One more session of ``side`` for the scorings ``later`` (prompt, reference) whose reference ran after
+        it (a cycle of groups)."""
+        argv, env = self.hooks.engine(side, model_path, gen)
+        w = _SideWork(side, gen, {"prompts": [], "dump": set(), "score": later, "checked": set()}, None, set(), [],
+                      out_dir=self.hooks.out_dir(side) / "gen" / model, argv=argv, env=env, generate=False)
         self._task(w, None, model, model_path, dumps)
-        return w.later
 
     def _session(self, w: "_SideWork", model: str, model_path: Path, dumps: Path) -> list:
         side, gen, need, generate = w.side, w.gen, w.need, w.generate
-        out_dir = self.hooks.out_dir(side) / "gen" / model
-        argv, env = self.hooks.engine(side, model_path, gen)
+        out_dir, argv, env = w.out_dir, w.argv, w.env
         with self._lock:
             problems = self.problems.setdefault(side, [])
         problems_before = len(problems)
@@ -534,7 +517,6 @@ class GreedyRunner:
             loading = False
             try:
                 if session[0] is None:
-                    self._check_stop()
                     loading = True
                     n_session[0] += 1
                     self._count(sessions=1)
@@ -549,7 +531,6 @@ class GreedyRunner:
                     session[0].kill()
                     session[0].close()
                 session[0] = None
-                self._check_stop()  # a process ended by the stop is not a failure of the side
                 log = out_dir / "engine.stderr"
                 line = find_error_line(log.read_bytes()) if log.exists() else None
                 problems.append(Failure("generation", model=model, prompt=prompt, repeat=repeat, status=kind,
@@ -584,8 +565,7 @@ class GreedyRunner:
                           call: Callable[..., object]) -> list:
         """The requests of ``w``'s session through ``call``: generations, its own dumps, then its scorings of
         references' tokens; returns the scorings whose reference runs after it (a cycle of groups)."""
-        side, gen, need = w.side, w.gen, w.need
-        out_dir = self.hooks.out_dir(side) / "gen" / model
+        side, gen, need, out_dir = w.side, w.gen, w.need, w.out_dir
         if w.generate:
             for prompt in need["prompts"]:
                 runs: list[EngineRun] = []
@@ -640,11 +620,9 @@ class GreedyRunner:
     def _completion(self, side: Side, gen: Generation, model: str, model_path: Path, prompt: str, out_dir: Path,
                     repeat: int, facts: list[Failure] | None = None) -> GenerationResult:
         """llama-completion's run of ``prompt`` as repeat ``repeat``; a failure's fact goes to ``facts`` (None: the
-        side's problems).  Raises :class:`_Stopped` when the lanes were stopped."""
-        self._check_stop()
+        side's problems)."""
         spec = self.hooks.completion(side, model_path, self.prompts[prompt], gen)
         res = run_generation(spec, out_dir / f"{prompt}.r{repeat}")
-        self._check_stop()  # a run ended by the stop is not a failure of the side
         stderr = res.stderr_path.read_bytes()
         self._count(completion_runs=1, completion_wall=res.seconds,
                     completion_generation=completion_generation_seconds(stderr))
@@ -660,10 +638,15 @@ class GreedyRunner:
         return res
 
     # ----- shared state of the lanes -------------------------------------------------------------
-    def _check_stop(self) -> None:
-        """Raise :class:`_Stopped` once an interrupt or an exception has stopped the lanes."""
-        if self._stop.is_set():
-            raise _Stopped()
+    @contextmanager
+    def _timed(self, side: Side) -> Iterator[None]:
+        """Add the block's wall time to ``side_seconds[side]``."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.side_seconds[side] = self.side_seconds.get(side, 0.0) + time.monotonic() - started
 
     def _count(self, **seconds_or_counts: float) -> None:
         """Add to the :class:`Timing` fields named."""
@@ -804,7 +787,6 @@ class GreedyRunner:
         stem = self._dump_path(dumps).with_suffix("")
         log = stem.with_name(f"dump-{stem.name}.stderr")
         try:
-            self._check_stop()
             self._count(sessions=1)
             with EngineSession(argv, env, log, stem.with_name(f"dump-{stem.name}.cmd"),
                                load_timeout_s=gen.timeout_s, request_timeout_s=gen.timeout_s) as session:
@@ -818,7 +800,6 @@ class GreedyRunner:
                     self._count(engine_scoring=got.score_ms / 1000.0)
                     self.dumped[(ref, gen, p)] = path
         except (EngineError, OSError) as exc:
-            self._check_stop()
             with self._lock:
                 self.problems.setdefault(ref, []).append(Failure(
                     "generation", model=model, prompt=prompts[0] if prompts else "",
