@@ -349,7 +349,7 @@ class Pipeline:
 
         The compile steps run in a thread of their own beside the builds: after a code edit each is mostly
         one compiler on one changed file, so the two overlap on the cores (docs/cache.md).  An interrupt or
-        an exception stops both (harness.common.proc.stop_children) and propagates.
+        an exception stops both (harness.common.proc.stop_and_wait) and propagates.
         """
         compiles = [p for p in (self.matrix.platform(n) for n in self.opts.platforms or list(self.matrix.platforms))
                     if compiles_instead(p)]

@@ -28,6 +28,7 @@ from typing import Any
 from ..common.fs import sha256_files
 from ..record.cache import ResultCache, abstract_paths, identity_key
 from .cuda_compile import CompileResult, Plan
+from .source import git
 
 #: The entry kind of a compile step in the store.
 KIND = "compile"
@@ -48,14 +49,13 @@ def _version(argv: Sequence[str]) -> str:
 def tree_id(tree: Path) -> str | None:
     """git's tree id of ``HEAD`` in ``tree``, or None when the tree has uncommitted changes or is no git tree."""
     try:
-        status = subprocess.run(["git", "-C", str(tree), "--no-optional-locks", "status", "--porcelain", "--untracked-files=all"],
-                                capture_output=True, check=True).stdout
-        if status.strip():
+        status = git(["status", "--porcelain", "--untracked-files=all"], tree, check=False)
+        if status.returncode != 0 or status.stdout.strip():
             return None
-        return subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD^{tree}"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+        head = git(["rev-parse", "HEAD^{tree}"], tree, check=False)
+    except OSError:
         return None
+    return head.stdout.strip() if head.returncode == 0 else None
 
 
 def _plan_used(like: Plan | None) -> dict[str, Any] | None:
