@@ -418,10 +418,10 @@ class Pipeline:
             tree = self._prepare_source(base, work, variant, logs)
             if variant == "fork":
                 changed = changed_files(tree, base.git_rev)
-                targets = [*p.targets, *p.test_targets]
+                targets = [*p.targets, ENGINE_TARGET, *p.test_targets]
             else:
                 changed = dict(like.changed) if like else {}
-                targets = list(p.targets)
+                targets = [*p.targets, ENGINE_TARGET]
             options = {**self.compile_options(p, variant), **toolkit.cmake_options()}
             write_json(logs / "toolkit.json", toolkit)
             build_dir = work / variant / f"compile-{p.name}"
@@ -568,7 +568,8 @@ class Pipeline:
                            {**asdict(t), "pure_generation": t.pure_generation,
                             "wall_over_pure_generation": t.wall / t.pure_generation if t.pure_generation else None})
                 self.say(f"[{p.name}] compare-outputs: {t.wall:.1f} s wall, {t.pure_generation:.1f} s generating, "
-                         f"{t.loads:.1f} s in {t.sessions} engine load(s), {t.engine_scoring:.1f} s scoring, "
+                         f"{t.loads:.1f} s in {t.sessions} engine load(s) ({t.probes:.1f} s probing them), "
+                         f"{t.engine_scoring:.1f} s scoring, "
                          f"{t.completion_runs} llama-completion runs")
             self.write_environment(p)
 

@@ -2,7 +2,10 @@
 with a four-token vocabulary. Every generation is "hello" then end of generation; teacher-forced
 rows are uniform, so every KL divergence is 0. A ``bench`` request takes ``FAKE_BENCH_MS``
 milliseconds per token (default 1) times ``FAKE_BENCH_SCALE`` (default 1), with a small
-deterministic jitter, and reports that time."""
+deterministic jitter, and reports that time. A ``probe`` request writes the record of one weight of
+4096 bytes in ``CPU_Mapped`` memory backed by the model file (``CPU``, anonymous, with
+``--load-mode none`` or under ``FAKE_LOSE_MMAP``; ``FAKE_PROBE_ANON`` keeps the name ``CPU_Mapped`` over
+anonymous memory, as a load that copies the mapping would), as the fake load log reports it."""
 
 import json
 import os
@@ -51,6 +54,17 @@ def handle(parts: list) -> bool:
         if parts[4] != "-":
             out.update(kl=[0.0] * n, top1=[1] * n)
         reply(out)
+    elif parts[0] == "probe":
+        mapped = "none" not in sys.argv[1:] and not os.environ.get("FAKE_LOSE_MMAP")
+        backed = 4096 if mapped and not os.environ.get("FAKE_PROBE_ANON") else 0
+        record = {"weights": [{"name": "token_embd.weight", "layer": -1, "type": "f32", "bytes": 4096, "buffer": 0,
+                               "page_locked": None, "file_backed": backed}],
+                  "buffers": [{"name": "CPU_Mapped" if mapped else "CPU", "buffer_type": "CPU_Mapped" if mapped else "CPU",
+                               "bytes": 4096, "host": True, "page_locked": None, "file_backed": backed}],
+                  "driver": None, "probe_ms": 1.0}
+        with open(bytes.fromhex(parts[1]).decode(), "w", encoding="utf-8") as f:
+            json.dump(record, f)
+        reply({"ok": True, "weights": 1, "buffers": 1, "probe_ms": 1.0})
     elif parts[0] == "bench":
         handle.benches = getattr(handle, "benches", 0) + 1
         per_token = float(os.environ.get("FAKE_BENCH_MS", "1")) * float(os.environ.get("FAKE_BENCH_SCALE", "1"))

@@ -82,8 +82,10 @@ from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRec
 KIND_RANK = {"configure_error": 3, "compile_error": 3, "link_error": 3, "patch_apply": 3, "test_assertion": 2,
              "signal": 5, "cuda_error": 1, "sanitizer_report": 0, "timeout": 4, "output_mismatch": 6,
              "placement": 6, "pinning": 6, "warning": 7, "speed_regression": 6, "other": 8}
-#: The signature kind of each rule of harness.stages.expectations (``weights`` is a placement too).
-EXPECTATION_KINDS = {"placement": "placement", "weights": "placement", "pinned": "pinning", "warnings": "warning"}
+#: The signature kind of each rule of harness.stages.expectations (``weights`` and ``mapped`` are placements
+#: too; a failed ``claims`` finding is a pinning where its key starts so, else a placement).
+EXPECTATION_KINDS = {"placement": "placement", "weights": "placement", "mapped": "placement", "pinned": "pinning",
+                     "claims": "placement", "warnings": "warning"}
 #: The kinds, in declaration order.
 KINDS = tuple(KIND_RANK)
 
@@ -821,8 +823,9 @@ def expectation_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
     for fact in step.failures:
         if fact.kind != "expectation":
             continue
-        kind = EXPECTATION_KINDS.get(fact.status, "other")
         stable = keys.get((fact.model, fact.status, fact.message)) or normalise(fact.message)
+        kind = "pinning" if fact.status == "claims" and stable.startswith("pinning") else \
+            EXPECTATION_KINDS.get(fact.status, "other")
         where = f"{step.config}/{fact.model}"
         out.append(_sig(kind, f"{fact.status}: {where}: {stable}", f"{fact.status}: {where}: {fact.message}",
                         [fact.message]))

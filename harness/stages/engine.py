@@ -296,6 +296,11 @@ class EngineSession:
                            pp_ms=float(reply["pp_ms"]), tg_ms=float(reply["tg_ms"]),
                            token_ms=tuple(float(x) for x in reply.get("tg_token_ms", ())))
 
+    def probe(self, path: Path) -> dict:
+        """Write the load's probe record to ``path`` (engine.cpp's ``probe``, harness.record.probe) and return
+        the engine's reply (``weights``, ``buffers``: counts; ``probe_ms``); raises ``EngineError``."""
+        return self._request(["probe", str(path).encode().hex()], "probing the load")
+
     def kill(self) -> None:
         """End the process and its process group (harness.common.proc.terminate) and unregister it."""
         proc.terminate(self.proc)

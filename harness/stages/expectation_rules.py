@@ -9,13 +9,13 @@ puts a configuration's declarations (matrix.yaml ``configs.<name>.expectations``
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from ..matrix.config import Platform, RunConfig
 
 #: The rules, in the order they are checked and reported.
-RULES = ("placement", "weights", "pinned", "warnings")
+RULES = ("placement", "weights", "pinned", "mapped", "claims", "warnings")
 
 #: The warnings a configuration can require or forbid, and how each is recognised.  The pin ladder's
 #: WARN lines (patch 0002, harness.record.gpu.parse_ladder_lines) and the loader's
@@ -81,6 +81,18 @@ class Pinned:
         return text or "any"
 
 
+@dataclass
+class Finding:
+    """The outcome of one rule on one load: ``status`` passed, failed or incomplete; ``key`` stable across
+    runs (no byte counts); ``message`` for people (with sizes); ``evidence`` the record lines it rests on."""
+
+    rule: str
+    status: str
+    key: str
+    message: str
+    evidence: list[str] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class Expectations:
     """Every rule of one configuration on one platform for one model.  A rule that is None is not checked;
@@ -92,6 +104,7 @@ class Expectations:
     present: tuple[str, ...] = ()
     absent: tuple[str, ...] = ()
     origin: Mapping[str, str] = field(default_factory=dict)
+    mapped: bool | None = None
 
 
 def _arg_value(args: Sequence[str], *names: str) -> str | None:
@@ -128,6 +141,15 @@ def _mib_env(env: Mapping[str, str], name: str) -> int | None:
 
 
 def default_expectations(platform: Platform, config: RunConfig, model: Mapping[str, Any]) -> Expectations:
+    """The default rules of ``config`` on ``platform`` for ``model``: those of :func:`_placement_defaults`, and
+    ``mapped`` from the load mode (:func:`uses_mmap`): a memory-mapped load keeps its host weights outside
+    ``CPU_REPACK`` backed by the model file, a load with mmap off keeps none there."""
+    base = _placement_defaults(platform, config, model)
+    mmap = uses_mmap(config.args)
+    return replace(base, mapped=mmap, origin={**base.origin, "mapped": f"default: {'mmap' if mmap else 'mmap off'}"})
+
+
+def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[str, Any]) -> Expectations:
     """The default rules of ``config`` on ``platform`` for ``model`` (its summary: ``n_layer``,
     ``expert_tensor_bytes_by_layer``), derived from the build, ``env`` and ``args`` (docs/checks.md):
 
@@ -268,6 +290,7 @@ def expectations_for(platform: Platform, config: RunConfig, model: Mapping[str, 
     decl = config.expectations
     origin = dict(base.origin)
     experts, weights, pinned, present, absent = base.experts, base.weights, base.pinned, base.present, base.absent
+    mapped = base.mapped
     if "experts" in decl:
         experts, origin["placement"] = parse_experts(decl["experts"]), "declared"
     if "weights" in decl:
@@ -278,10 +301,13 @@ def expectations_for(platform: Platform, config: RunConfig, model: Mapping[str, 
         present = tuple(decl["warnings"].get("present", ()))
         absent = tuple(decl["warnings"].get("absent", ()))
         origin["warnings"] = "declared"
-    return Expectations(experts, weights, pinned, present, absent, origin)
+    if "mapped" in decl:
+        mapped, origin["mapped"] = bool(decl["mapped"]), "declared"
+    return Expectations(experts, weights, pinned, present, absent, origin, mapped)
 
 
 def rule_on(exp: Expectations, rule: str) -> bool:
     """True when ``exp`` checks ``rule`` (one of :data:`RULES`)."""
     return {"placement": exp.experts is not None, "weights": exp.weights is not None,
-            "pinned": exp.pinned is not None, "warnings": bool(exp.present or exp.absent)}[rule]
+            "pinned": exp.pinned is not None, "mapped": exp.mapped is not None, "claims": True,
+            "warnings": bool(exp.present or exp.absent)}[rule]

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ..matrix.config import Platform, RunConfig
+from ..record.probe import PROBE_FILE, Probe, ProbeError, read_probe
 from ..record.results import Failure, RunLayout, StepRecord, write_json
 from .expectation_load import LOGGED_MIB_TOLERANCE_BYTES, Finding, check_load
 from .expectation_rules import (RULES, WARNINGS, Expectations, default_expectations, expectations_for, pin_layers,
@@ -98,6 +99,7 @@ def check_config(layout: RunLayout, platform: Platform, config: RunConfig,
     failed_models = _failed_models(generate)
     loads: list[dict[str, Any]] = []
     rules: dict[str, dict[str, Any]] = {}
+    probes: dict[str, tuple[Probe | None, str]] = {}
     for model, stem, stderr in layout.load_logs(platform.name, config.name):
         entry: dict[str, Any] = {"model": model, "load": stem, "log": layout.relative(stderr), "findings": []}
         loads.append(entry)
@@ -132,16 +134,30 @@ def check_config(layout: RunLayout, platform: Platform, config: RunConfig,
                 entry["findings"].append(asdict(Finding("records", "incomplete", "pin-ladder record unreadable",
                                                         f"{layout.relative(ladder_path)}: {why or 'not a list'}")))
                 continue
-        findings, facts = check_load(exp, placement, ladder, summary)
+        probe, probe_problem = probes.get(model) or _probe(layout, stderr.with_name(PROBE_FILE), probes, model)
+        source = "the engine" if stem == "engine" else f"llama-completion ({stem})"
+        findings, facts = check_load(exp, placement, ladder, summary, probe, probe_problem, source)
         entry["facts"] = facts
         entry["findings"] = [asdict(f) for f in findings]
     return _step(layout, platform, config, loads, rules)
+
+
+def _probe(layout: RunLayout, path: Path, probes: dict[str, tuple[Probe | None, str]],
+           model: str) -> tuple[Probe | None, str]:
+    """The probe of the configuration's engine load of ``model`` (``gen/<model>/engine.probe.json``), read once
+    per model into ``probes``: (probe, "") or (None, why there is none)."""
+    try:
+        probes[model] = (read_probe(path), "")
+    except ProbeError as exc:
+        probes[model] = (None, f"{layout.relative(path.parent)}: {exc}")
+    return probes[model]
 
 
 def _describe_rules(exp: Expectations) -> dict[str, Any]:
     return {"experts": [[r.describe(), r.buffer_type] for r in exp.experts] if exp.experts is not None else None,
             "weights": list(exp.weights) if exp.weights is not None else None,
             "pinned": exp.pinned.describe() if exp.pinned is not None else None,
+            "mapped": exp.mapped,
             "warnings": {"present": list(exp.present), "absent": list(exp.absent)},
             "origin": dict(exp.origin)}
 

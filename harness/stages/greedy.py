@@ -56,6 +56,7 @@ from .engine import EngineError, EngineGeneration, EngineSession, ScoreResult, w
 from .generation_cache import SessionCache, generation_from_record, generation_identity, read_json_file, \
     restored_completion, spec_identity
 from ..common import proc
+from ..record.probe import PROBE_FILE
 from ..record.results import Failure, write_json
 from .upstream_support import unsupported_upstream
 
@@ -171,10 +172,12 @@ class Timing:
     ready); ``engine_generation``: the engine's own prompt + generation time; ``engine_scoring``: teacher-forced
     scoring; ``cached_sessions``: sessions taken from the result cache (harness.stages.generation_cache);
     ``completion_wall``: llama-completion runs end to end; ``completion_generation``: their prompt eval +
-    eval time as llama-completion's perf lines report it; ``sessions``/``completion_runs``: counts."""
+    eval time as llama-completion's perf lines report it; ``probes``: the runtime probe of each load
+    (harness.record.probe), request to reply; ``sessions``/``completion_runs``: counts."""
 
     wall: float = 0.0
     loads: float = 0.0
+    probes: float = 0.0
     engine_generation: float = 0.0
     engine_scoring: float = 0.0
     completion_wall: float = 0.0
@@ -523,6 +526,7 @@ class GreedyRunner:
                     session[0] = EngineSession(argv, env, out_dir / "engine.stderr", out_dir / "engine.cmd",
                                                load_timeout_s=gen.timeout_s, request_timeout_s=gen.timeout_s)
                     self._count(loads=session[0].load_seconds)
+                    self._probe(session[0], out_dir / PROBE_FILE)
                     loading = False
                 return fn(session[0])
             except (EngineError, OSError) as exc:
@@ -560,6 +564,19 @@ class GreedyRunner:
                                                              len(engine_runs) + 1)
         w.failed = w.failed or len(problems) != problems_before
         return later
+
+    def _probe(self, session: EngineSession, path: Path) -> None:
+        """The probe of a load just made (harness.record.probe), once per load; the speed stage's engines are
+        never probed.  A refusal of a live engine is written as ``{"error": ...}``, which the expectations
+        step reports as incomplete; an engine that dies while probing fails the load like any request."""
+        t0 = time.monotonic()
+        try:
+            session.probe(path)
+        except EngineError as exc:
+            if session.proc.poll() is not None:
+                raise
+            write_json(path, {"error": str(exc)})
+        self._count(probes=time.monotonic() - t0)
 
     def _session_requests(self, w: "_SideWork", model: str, model_path: Path, dumps: Path,
                           call: Callable[..., object]) -> list:
@@ -696,6 +713,8 @@ class GreedyRunner:
         """Store the session just run when every run of it succeeded and every score it owes was made."""
         assert self.cache is not None
         files: dict[str, bytes] = {"engine.stderr": (out_dir / "engine.stderr").read_bytes()}
+        if (out_dir / PROBE_FILE).exists():
+            files[PROBE_FILE] = (out_dir / PROBE_FILE).read_bytes()
         prompts: dict[str, dict] = {}
         for p in need["prompts"]:
             runs = self.runs[(side, gen, p)]

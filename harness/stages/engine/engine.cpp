@@ -29,6 +29,17 @@
 //       configured sampler chain and not stopped at an end-of-generation token (generation).
 //       Replies the two wall times in milliseconds and each generated token's (sampling and
 //       its decode).
+//   probe <path>
+//       What the runtime says about the model's weights, written as JSON to path (the harness asks once
+//       per load, never in the speed stage). A context of its own, whose scheduler eval callback sees
+//       every weight the graphs read as a source of the nodes reading it, decodes one token: fewer than
+//       the 32 at which a backend takes over an op on host weights and reads a copy of them in a compute
+//       buffer. The callback inspects the sources while it is asked, and declines, so the graph is not
+//       split and the numerics do not change. Per weight and per weight buffer: name, layer, type,
+//       bytes, buffer and buffer type (read from the tensor), and for host memory the bytes the driver
+//       reports page-locked (CUDA builds: cudaPointerGetAttributes, cudaMemoryTypeHost, sampled every
+//       MiB) and the bytes backed by the model file (/proc/self/maps; on Windows VirtualQuery, MEM_MAPPED).
+//       Replies the counts and the time it took.
 //   quit
 //
 // Replies, one per request, are single lines on stdout starting with "@@engine " followed by
@@ -40,13 +51,17 @@
 #include "log.h"
 #include "sampling.h"
 #include "llama.h"
+#include "ggml-backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <clocale>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -54,6 +69,20 @@
 #if defined(_WIN32)
 #include <fcntl.h>
 #include <io.h>
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#include <windows.h>
+#else
+#include <climits>
+#include <cstdlib>
+#endif
+
+#if defined(HARNESS_ENGINE_CUDA)
+#include <cuda_runtime.h>
 #endif
 
 namespace {
@@ -187,8 +216,157 @@ row_facts facts_of(const float * logits, int n_vocab) {
     return f;
 }
 
+// ---------------------------------------------------------------------------------------------- probe
+
+// the weights the graphs read, in the order the scheduler's eval callback first sees them
+struct probe_state {
+    std::vector<const ggml_tensor *> weights;
+    std::set<const ggml_tensor *> seen;
+};
+
+const ggml_tensor * probe_weight_of(const ggml_tensor * t) {
+    if (t == nullptr) {
+        return nullptr;
+    }
+    if (t->view_src != nullptr) {
+        t = t->view_src;  // a view of a weight reads the weight
+    }
+    if (t->buffer == nullptr || t->data == nullptr ||
+            ggml_backend_buffer_get_usage(t->buffer) != GGML_BACKEND_BUFFER_USAGE_WEIGHTS) {
+        return nullptr;  // an activation, or a scheduler copy of a weight in a compute buffer
+    }
+    return t;
+}
+
+// the scheduler asks (ask == true) whether the node is to be observed: the sources are read then and the
+// answer is no, so that the graph is computed as without a callback
+bool probe_eval(ggml_tensor * t, bool ask, void * user_data) {
+    auto * st = (probe_state *) user_data;
+    if (ask) {
+        for (int i = 0; i < GGML_MAX_SRC; i++) {
+            const ggml_tensor * w = probe_weight_of(t->src[i]);
+            if (w != nullptr && st->seen.insert(w).second) {
+                st->weights.push_back(w);
+            }
+        }
+    }
+    return false;
+}
+
+// the layer of a tensor named blk.<n>.*, else -1
+int probe_layer(const char * name) {
+    int layer = -1;
+    return sscanf(name, "blk.%d.", &layer) == 1 ? layer : -1;
+}
+
+constexpr size_t PROBE_STEP = 1u << 20;  // page-locked bytes are sampled at most 1 MiB apart
+
+// bytes of [p, p + n) the driver reports page-locked, -1 where the build has no CUDA runtime: the range
+// is sampled every PROBE_STEP bytes and each sample stands for the bytes up to the next one
+long long probe_page_locked(const char * p, size_t n) {
+#if defined(HARNESS_ENGINE_CUDA)
+    long long locked = 0;
+    for (size_t off = 0; off < n; off += PROBE_STEP) {
+        cudaPointerAttributes attr = {};
+        if (cudaPointerGetAttributes(&attr, p + off) != cudaSuccess) {
+            (void) cudaGetLastError();  // older runtimes fail on memory they do not know: not page-locked
+            continue;
+        }
+        if (attr.type == cudaMemoryTypeHost) {
+            locked += (long long) std::min(PROBE_STEP, n - off);
+        }
+    }
+    return locked;
+#else
+    (void) p;
+    (void) n;
+    return -1;
+#endif
+}
+
+// the address ranges of this process backed by the model file
+struct probe_file_map {
+    std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+    bool known = false;
+
+    explicit probe_file_map(const std::string & model_path) {
+#if defined(_WIN32)
+        (void) model_path;
+        known = true;  // VirtualQuery is asked per range
+#else
+        char resolved[PATH_MAX];
+        const std::string want = realpath(model_path.c_str(), resolved) ? std::string(resolved) : model_path;
+        std::ifstream maps("/proc/self/maps");
+        std::string line;
+        while (std::getline(maps, line)) {
+            // start-end perms offset dev inode path
+            std::istringstream in(line);
+            std::string span, perms, offset, dev, inode, path;
+            if (!(in >> span >> perms >> offset >> dev >> inode)) {
+                continue;
+            }
+            std::getline(in >> std::ws, path);
+            const size_t dash = span.find('-');
+            if (path != want || dash == std::string::npos) {
+                continue;
+            }
+            ranges.emplace_back((uintptr_t) std::stoull(span.substr(0, dash), nullptr, 16),
+                                (uintptr_t) std::stoull(span.substr(dash + 1), nullptr, 16));
+            known = true;
+        }
+        known = known || maps.is_open();
+#endif
+    }
+
+    // bytes of [p, p + n) backed by the model file
+    long long backed(const char * p, size_t n) const {
+        if (!known) {
+            return -1;
+        }
+        long long total = 0;
+#if defined(_WIN32)
+        const char * q = p;
+        const char * end = p + n;
+        while (q < end) {
+            MEMORY_BASIC_INFORMATION mbi;
+            if (VirtualQuery(q, &mbi, sizeof(mbi)) == 0) {
+                break;
+            }
+            const char * region_end = (const char *) mbi.BaseAddress + mbi.RegionSize;
+            const char * stop = std::min(region_end, end);
+            if (mbi.Type == MEM_MAPPED) {
+                total += (long long) (stop - q);
+            }
+            q = stop;
+        }
+#else
+        const uintptr_t lo = (uintptr_t) p;
+        const uintptr_t hi = lo + n;
+        for (const auto & r : ranges) {
+            const uintptr_t a = std::max(lo, r.first);
+            const uintptr_t b = std::min(hi, r.second);
+            if (a < b) {
+                total += (long long) (b - a);
+            }
+        }
+#endif
+        return total;
+    }
+};
+
+std::string probe_memory_json(const char * p, size_t n, bool host, const probe_file_map & map) {
+    if (!host) {
+        return "\"page_locked\":null,\"file_backed\":null";
+    }
+    const long long locked = probe_page_locked(p, n);
+    const long long backed = map.backed(p, n);
+    return std::string("\"page_locked\":") + (locked < 0 ? "null" : std::to_string(locked)) +
+           ",\"file_backed\":" + (backed < 0 ? "null" : std::to_string(backed));
+}
+
 struct engine {
     common_params & params;
+    llama_model * model;
     llama_context * ctx;
     const llama_vocab * vocab;
     common_sampler * smpl;
@@ -483,6 +661,78 @@ struct engine {
         out << ",\"score_ms\":" << json_number(ms_since(t_start)) << "}";
         reply(out.str());
     }
+
+    void probe(const std::string & path) {
+        const auto t_start = clock_type::now();
+        probe_state st;
+        llama_context_params cparams = common_context_params_to_llama(params);
+        cparams.n_ctx = 256;
+        cparams.n_batch = 8;
+        cparams.n_ubatch = 8;
+        cparams.n_seq_max = 1;
+        cparams.cb_eval = probe_eval;
+        cparams.cb_eval_user_data = &st;
+        llama_context * pctx = llama_init_from_model(model, cparams);
+        if (pctx == nullptr) {
+            reply_error("probe: cannot create a context of its own");
+            return;
+        }
+        llama_token token = llama_vocab_bos(vocab);
+        if (token < 0 || token >= n_vocab) {
+            token = 0;
+        }
+        llama_batch batch = llama_batch_get_one(&token, 1);
+        const bool ok = llama_decode(pctx, batch) == 0;
+        llama_free(pctx);
+        if (!ok) {
+            reply_error("probe: the decode of one token failed");
+            return;
+        }
+
+        const probe_file_map map(params.model.path);
+        std::vector<ggml_backend_buffer_t> buffers;
+        std::ostringstream out;
+        out << "{\"weights\":[";
+        for (size_t i = 0; i < st.weights.size(); i++) {
+            const ggml_tensor * w = st.weights[i];
+            const auto it = std::find(buffers.begin(), buffers.end(), w->buffer);
+            const size_t b = (size_t) (it - buffers.begin());
+            if (it == buffers.end()) {
+                buffers.push_back(w->buffer);
+            }
+            const bool host = ggml_backend_buffer_is_host(w->buffer);
+            out << (i ? "," : "") << "{\"name\":" << json_string(w->name) << ",\"layer\":" << probe_layer(w->name)
+                << ",\"type\":" << json_string(ggml_type_name(w->type)) << ",\"bytes\":" << ggml_nbytes(w)
+                << ",\"buffer\":" << b << ","
+                << probe_memory_json((const char *) w->data, ggml_nbytes(w), host, map) << "}";
+        }
+        out << "],\"buffers\":[";
+        for (size_t b = 0; b < buffers.size(); b++) {
+            ggml_backend_buffer_t buf = buffers[b];
+            const bool host = ggml_backend_buffer_is_host(buf);
+            out << (b ? "," : "") << "{\"name\":" << json_string(ggml_backend_buffer_name(buf))
+                << ",\"buffer_type\":" << json_string(ggml_backend_buft_name(ggml_backend_buffer_get_type(buf)))
+                << ",\"bytes\":" << ggml_backend_buffer_get_size(buf) << ",\"host\":" << (host ? "true" : "false") << ","
+                << probe_memory_json((const char *) ggml_backend_buffer_get_base(buf), ggml_backend_buffer_get_size(buf),
+                                     host, map) << "}";
+        }
+#if defined(HARNESS_ENGINE_CUDA)
+        out << "],\"driver\":\"cuda\"";
+#else
+        out << "],\"driver\":null";
+#endif
+        out << ",\"probe_ms\":" << json_number(ms_since(t_start)) << "}\n";
+        const std::string text = out.str();
+        FILE * f = fopen(path.c_str(), "wb");
+        bool written = f != nullptr && fwrite(text.data(), 1, text.size(), f) == text.size();
+        written = (f != nullptr && fclose(f) == 0) && written;
+        if (!written) {
+            reply_error("probe: cannot write " + path);
+            return;
+        }
+        reply("{\"ok\":true,\"weights\":" + std::to_string(st.weights.size()) + ",\"buffers\":" +
+              std::to_string(buffers.size()) + ",\"probe_ms\":" + json_number(ms_since(t_start)) + "}");
+    }
 };
 
 } // namespace
@@ -510,7 +760,7 @@ int main(int argc, char ** argv) {
         return 1;
     }
     const llama_vocab * vocab = llama_model_get_vocab(model);
-    engine eng{ params, ctx, vocab, init->sampler(0), llama_vocab_n_tokens(vocab), (int) llama_n_ctx(ctx) };
+    engine eng{ params, model, ctx, vocab, init->sampler(0), llama_vocab_n_tokens(vocab), (int) llama_n_ctx(ctx) };
     reply("{\"ok\":true,\"ready\":true,\"n_vocab\":" + std::to_string(eng.n_vocab) + ",\"n_ctx\":" +
           std::to_string(eng.n_ctx) + ",\"load_ms\":" + json_number(ms_since(t_load)) + "}");
 
@@ -526,6 +776,11 @@ int main(int argc, char ** argv) {
         }
         if (parts[0] == "generate" && parts.size() == 2 && hex_decode(parts[1], prompt)) {
             eng.generate(prompt);
+            continue;
+        }
+        std::string probe_path;
+        if (parts[0] == "probe" && parts.size() == 2 && hex_decode(parts[1], probe_path)) {
+            eng.probe(probe_path);
             continue;
         }
         if (parts[0] == "bench" && parts.size() == 3) {

@@ -20,3 +20,16 @@ foreach(_harness_build_info llama-common-base build_info)
         target_compile_options(${_harness_build_info} PRIVATE -fno-merge-constants)
     endif()
 endforeach()
+
+# On a CUDA build the probe asks the CUDA runtime which host bytes are page-locked
+# (cudaPointerGetAttributes). ggml-cuda links the runtime privately, so the engine finds the
+# toolkit itself and links the same flavour of the runtime as ggml-cuda (static with GGML_STATIC).
+if (GGML_CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    if (GGML_STATIC)
+        target_link_libraries(llama-harness-engine PRIVATE CUDA::cudart_static)
+    else()
+        target_link_libraries(llama-harness-engine PRIVATE CUDA::cudart)
+    endif()
+    target_compile_definitions(llama-harness-engine PRIVATE HARNESS_ENGINE_CUDA)
+endif()

@@ -1,0 +1,176 @@
+"""The runtime probe's record: what the runtime, the driver and the OS say about one load's weights.
+
+The harness's engine (harness/stages/engine/engine.cpp, request ``probe``) writes
+``<config>/gen/<model>/engine.probe.json`` once per load.  It lists every weight the
+model's graphs read, as the scheduler's eval callback sees it (a source of the nodes
+that read it), and every buffer holding such a weight:
+
+- per weight: ``name``, ``layer`` (``blk.<n>.``, else -1), ``type`` (ggml type name),
+  ``bytes``, ``buffer`` (an index into ``buffers``), ``page_locked`` and ``file_backed``;
+- per buffer: ``name`` (the buffer's, from ggml_backend_buffer_name), ``buffer_type``
+  (ggml_backend_buft_name of its type), ``bytes``, ``host``, ``page_locked``, ``file_backed``;
+- ``driver``: ``"cuda"`` when the engine was built with the CUDA runtime, else null;
+- ``probe_ms``: what the probe cost the load, in milliseconds.
+
+``page_locked``: bytes the CUDA driver reports page-locked (``cudaPointerGetAttributes``
+gives ``cudaMemoryTypeHost``), sampled at most 1 MiB apart over the range, each sample
+standing for the bytes up to the next one; null for device memory and on builds without
+CUDA.  ``file_backed``: bytes of the range that the process's memory map backs with the
+model file (``/proc/self/maps``; on Windows ``VirtualQuery`` type ``MEM_MAPPED``); null for
+device memory.
+
+The fork's own lines (the pin ladder's grants, the GGML_CUDA_MOE_PIN_LAYERS summary) and
+llama's buffer-size lines are claims; this record is what they are checked against
+(harness.stages.expectation_probe).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+#: The name of a load's probe record beside its ``engine.stderr``.
+PROBE_FILE = "engine.probe.json"
+#: The distance between two samples of the page-locked check (engine.cpp's PROBE_STEP): a count is exact
+#: to within this many bytes per range.
+PROBE_STEP_BYTES = 2**20
+#: Weights whose name has this part are expert tensors (as the model summary counts them,
+#: harness.matrix.models, and as the fork's routing recognises them).
+EXPERT_MARK = "_exps"
+
+
+class ProbeError(ValueError):
+    """A probe record that cannot be read or does not have the shape above; the message names the path."""
+
+
+@dataclass(frozen=True)
+class ProbeBuffer:
+    """One buffer holding weights: its name, buffer type, size in bytes, whether it is host memory, and the
+    bytes the driver reports page-locked / the model file backs (None: not asked, see the module)."""
+
+    name: str
+    buffer_type: str
+    bytes: int
+    host: bool
+    page_locked: int | None
+    file_backed: int | None
+
+
+@dataclass(frozen=True)
+class ProbeWeight:
+    """One weight the graphs read: name, layer (-1: none), ggml type, bytes, the buffer holding it, and the
+    bytes the driver reports page-locked / the model file backs (None: not asked)."""
+
+    name: str
+    layer: int
+    type: str
+    bytes: int
+    buffer: ProbeBuffer
+    page_locked: int | None
+    file_backed: int | None
+
+    @property
+    def expert(self) -> bool:
+        """True for an expert tensor (its name has :data:`EXPERT_MARK`)."""
+        return EXPERT_MARK in self.name
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One load's probe record (see the module)."""
+
+    weights: tuple[ProbeWeight, ...]
+    buffers: tuple[ProbeBuffer, ...]
+    driver: str | None
+    probe_ms: float
+
+    @property
+    def experts(self) -> tuple[ProbeWeight, ...]:
+        """The expert tensors among the weights."""
+        return tuple(w for w in self.weights if w.expert)
+
+    def expert_layers(self) -> dict[int, set[str]]:
+        """Layer -> the buffer types holding that layer's expert tensors."""
+        out: dict[int, set[str]] = {}
+        for w in self.experts:
+            out.setdefault(w.layer, set()).add(w.buffer.buffer_type)
+        return out
+
+    def expert_bytes_by_layer(self) -> dict[int, int]:
+        """Layer -> bytes of that layer's expert tensors the probe saw."""
+        out: dict[int, int] = {}
+        for w in self.experts:
+            out[w.layer] = out.get(w.layer, 0) + w.bytes
+        return out
+
+    def layers_by_buffer_type(self) -> dict[str, list[int]]:
+        """Buffer type -> the sorted layers with expert tensors in it (a layer split over two types is in both)."""
+        out: dict[str, set[int]] = {}
+        for layer, types in self.expert_layers().items():
+            for t in types:
+                out.setdefault(t, set()).add(layer)
+        return {t: sorted(v) for t, v in sorted(out.items())}
+
+    def buffer_bytes_by_type(self) -> dict[str, int]:
+        """Buffer type -> bytes of the weight buffers of that type."""
+        out: dict[str, int] = {}
+        for b in self.buffers:
+            out[b.buffer_type] = out.get(b.buffer_type, 0) + b.bytes
+        return out
+
+    def page_locked_bytes(self) -> int | None:
+        """Bytes of the weight buffers the driver reports page-locked (None on a build without CUDA)."""
+        if self.driver is None:
+            return None
+        return sum(b.page_locked or 0 for b in self.buffers)
+
+
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ProbeError(f"{where}: expected a byte count, got {value!r}")
+    return value
+
+
+def _opt_int(value: Any, where: str) -> int | None:
+    return None if value is None else _int(value, where)
+
+
+def parse_probe(data: Mapping[str, Any], where: str = "probe") -> Probe:
+    """The :class:`Probe` of a parsed record; raises :class:`ProbeError` naming ``where`` and the key that is
+    missing or of the wrong kind."""
+    try:
+        buffers = tuple(ProbeBuffer(str(b["name"]), str(b["buffer_type"]), _int(b["bytes"], f"{where}: buffers[{i}].bytes"),
+                                    bool(b["host"]), _opt_int(b.get("page_locked"), f"{where}: buffers[{i}].page_locked"),
+                                    _opt_int(b.get("file_backed"), f"{where}: buffers[{i}].file_backed"))
+                        for i, b in enumerate(data["buffers"]))
+        weights = []
+        for i, w in enumerate(data["weights"]):
+            index = w["buffer"]
+            if not isinstance(index, int) or not 0 <= index < len(buffers):
+                raise ProbeError(f"{where}: weights[{i}].buffer {index!r} names no buffer")
+            weights.append(ProbeWeight(str(w["name"]), int(w["layer"]), str(w["type"]),
+                                       _int(w["bytes"], f"{where}: weights[{i}].bytes"), buffers[index],
+                                       _opt_int(w.get("page_locked"), f"{where}: weights[{i}].page_locked"),
+                                       _opt_int(w.get("file_backed"), f"{where}: weights[{i}].file_backed")))
+        driver = data.get("driver")
+        return Probe(tuple(weights), buffers, None if driver is None else str(driver), float(data.get("probe_ms", 0.0)))
+    except (KeyError, TypeError) as exc:
+        raise ProbeError(f"{where}: not a probe record ({type(exc).__name__}: {exc})") from None
+
+
+def read_probe(path: Path) -> Probe:
+    """The probe record at ``path``; raises :class:`ProbeError` (missing, unreadable, or an ``error`` record the
+    harness wrote when the engine refused the probe, whose message it carries)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProbeError(f"{path.name} missing: the load has no probe record") from None
+    except (OSError, ValueError) as exc:
+        raise ProbeError(f"{path.name} cannot be read ({exc})") from None
+    if isinstance(data, dict) and "error" in data:
+        raise ProbeError(f"{path.name}: the engine could not probe the load: {data['error']}")
+    if not isinstance(data, dict):
+        raise ProbeError(f"{path.name}: not a probe record")
+    return parse_probe(data, path.name)
