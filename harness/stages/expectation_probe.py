@@ -200,8 +200,14 @@ def _buffer_of_size(buffers: Sequence[ProbeBuffer], size: int, used: set[int]) -
     return best
 
 
-def routing_claims(lines: Sequence[str]) -> dict[int, str] | None:
-    """Layer -> buffer type, as the fork's GGML_CUDA_MOE_PIN_LAYERS summary line names them (None: no summary)."""
+#: The summary's note that the host buffer type hands out plain memory (GGML_CUDA_NO_PINNED, a device without
+#: pinned host buffers): its layers then sit in a buffer of type CPU of their own.
+_NOT_PAGE_LOCKED = "is not page-locked on this device"
+
+
+def routing_claims(lines: Sequence[str]) -> tuple[dict[int, str], bool] | None:
+    """(layer -> buffer type as the fork's GGML_CUDA_MOE_PIN_LAYERS summary line names them, whether the line
+    says the host buffer type is not page-locked), or None where no summary was logged."""
     for line in lines:
         m = _SUMMARY.search(line)
         if not m:
@@ -213,8 +219,32 @@ def routing_claims(lines: Sequence[str]) -> dict[int, str] | None:
             first = int(part.group("first"))
             last = int(part.group("last") or first)
             out.update({n: part.group("buft") for n in range(first, last + 1)})
-        return out
+        return out, _NOT_PAGE_LOCKED in line
     return None
+
+
+def routing_disagreements(probe: Probe, named: Mapping[int, str], host_unpinned: bool) -> list[int]:
+    """The layers whose experts the probe does not find where the summary puts them.  The summary splits the
+    layers into groups by buffer type; a group's experts must sit in buffers of that type (or, where the
+    summary says the host type is not page-locked, of type CPU) and in no buffer of another group."""
+    groups: dict[str, list[int]] = {}
+    for layer, t in named.items():
+        groups.setdefault(t, []).append(layer)
+    holders: dict[int, set[int]] = {}  # layer -> indices of the buffers holding its experts
+    kinds: dict[int, set[str]] = {}
+    index = {id(b): i for i, b in enumerate(probe.buffers)}
+    for w in probe.experts:
+        holders.setdefault(w.layer, set()).add(index[id(w.buffer)])
+        kinds.setdefault(w.layer, set()).add(w.buffer.buffer_type)
+    used = {t: set().union(*(holders.get(n, set()) for n in layers)) for t, layers in groups.items()}
+    wrong = []
+    for t, layers in groups.items():
+        allowed = {t, "CPU"} if host_unpinned else {t}
+        others = set().union(*(b for u, b in used.items() if u != t))
+        for n in layers:
+            if n in kinds and (not kinds[n] <= allowed or holders[n] & others):
+                wrong.append(n)
+    return sorted(wrong)
 
 
 def claim_findings(probe: Probe, buffers: Mapping[str, int], ladder: Sequence[Mapping[str, Any]],
@@ -248,10 +278,11 @@ def claim_findings(probe: Probe, buffers: Mapping[str, int], ladder: Sequence[Ma
                                     f"pinning: {source}'s pin line reports {mib(granted)} granted for the {mib(b.bytes)} "
                                     f"{b.buffer_type} buffer; the driver reports {mib(locked)} page-locked",
                                     [str(r.get("line", ""))]))
-    named = routing_claims(routing)
-    if named:
+    claimed = routing_claims(routing)
+    if claimed and claimed[0]:
+        named, host_unpinned = claimed
         found = probe.expert_layers()
-        wrong = sorted(n for n, t in named.items() if n in found and found[n] != {t})
+        wrong = routing_disagreements(probe, named, host_unpinned)
         if wrong:
             said = {named[n] for n in wrong}
             got = sorted({t for n in wrong for t in found[n]})
