@@ -247,6 +247,14 @@ def routing_disagreements(probe: Probe, named: Mapping[int, str], host_unpinned:
     return sorted(wrong)
 
 
+def _by_type(layers: Mapping[int, set[str]]) -> str:
+    """``0-1 in CUDA_Host, 2-7 in CPU``: layers grouped by the buffer types holding their experts."""
+    groups: dict[str, list[int]] = {}
+    for n, types in sorted(layers.items()):
+        groups.setdefault(", ".join(sorted(types)), []).append(n)
+    return ", ".join(f"{layers_text(v)} in {t}" for t, v in sorted(groups.items(), key=lambda kv: kv[1][0]))
+
+
 def claim_findings(probe: Probe, buffers: Mapping[str, int], ladder: Sequence[Mapping[str, Any]],
                    routing: Sequence[str], source: str) -> list[Finding]:
     """``claims``: the load's logged model buffers per type (``buffers``, bytes), its pin-ladder records and its
@@ -281,14 +289,13 @@ def claim_findings(probe: Probe, buffers: Mapping[str, int], ladder: Sequence[Ma
     claimed = routing_claims(routing)
     if claimed and claimed[0]:
         named, host_unpinned = claimed
-        found = probe.expert_layers()
         wrong = routing_disagreements(probe, named, host_unpinned)
         if wrong:
-            said = {named[n] for n in wrong}
-            got = sorted({t for n in wrong for t in found[n]})
+            said = _by_type({n: {t} for n, t in named.items()})
+            got = _by_type({n: t for n, t in probe.expert_layers().items() if n in named})
             out.append(_finding("claims", "failed", "routing: the summary names other layers than the probe finds",
-                                f"routing: {source}'s summary puts the experts of layers {layers_text(wrong)} in "
-                                f"{', '.join(sorted(said))}; the probe finds them in {', '.join(got)}",
+                                f"routing: {source}'s summary puts layers {said}; the probe finds {got} "
+                                f"(layers {layers_text(wrong)} disagree)",
                                 [line for line in routing if "expert tensors of" in line][:1]))
     if not out:
         out.append(_finding("claims", "passed", "as probed", f"{source}'s buffer, pin and routing lines agree with the probe"))
