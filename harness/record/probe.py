@@ -41,6 +41,21 @@ PROBE_STEP_BYTES = 2**20
 EXPERT_MARK = "_exps"
 
 
+def layers_text(layers: Sequence[int]) -> str:
+    """``0-7``, ``0-3, 6`` : sorted layers, consecutive ones joined into ranges."""
+    parts: list[str] = []
+    start = prev = None
+    for n in list(layers) + [None]:
+        if start is not None and (n is None or n != prev + 1):
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = None
+        if n is not None and start is None:
+            start = n
+        prev = n
+    return ", ".join(parts)
+
+
+
 class ProbeError(ValueError):
     """A probe record that cannot be read or does not have the shape above; the message names the path."""
 

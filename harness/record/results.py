@@ -52,6 +52,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
 from ..common.fs import describe, writable_dir, write_text_whole
 from ..common.locks import RunLock
+from .review import review_lines
 
 #: Version of summary.json's record format.  1: steps without ``failures`` (facts only in
 #: ``detail``); 2: steps with ``failures``.  A run written by a newer harness is refused.
@@ -894,7 +895,8 @@ def step_status_text(s: StepRecord) -> str:
 
 
 def render_markdown(run: Run) -> str:
-    """The run summary as Markdown: overall verdict, a steps table and a comparisons table."""
+    """The run summary as Markdown: overall verdict, a steps table, a comparisons table and the table per
+    configuration a reviewer reads (harness.record.review)."""
     lines = [f"# Run {run.id}: {VERDICT[run.overall()].icon} {run.headline()}", ""]
     if run.incomplete:
         lines += ["Did not run although asked for:", ""] + [f"- {_cell(r)}" for r in run.incomplete] + [""]
@@ -935,5 +937,6 @@ def render_markdown(run: Run) -> str:
             lines.append(f"| {c.platform} | {c.group} | {c.model} | {c.prompt} | {c.reference} | {c.candidate} "
                          f"| {COMPARISON.icon(c.status)} | {_cell(div)} | {kl_cell} | {agree} |")
         lines.append("")
+    lines += review_lines(run)
     return "\n".join(lines)
 

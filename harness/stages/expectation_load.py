@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..record.gpu import SUMMARY_KINDS
 from ..record.probe import Probe
 from .expectation_probe import (LOGGED_MIB_TOLERANCE_BYTES, claim_findings, coverage, mapped_findings,
-                                placement_findings, pinned_findings, weights_findings)
+                                pin_claims, placement_findings, pinned_findings, weights_findings)
 from .expectation_rules import WARNINGS, Expectations, Finding, rule_on
 
 __all__ = ["LOGGED_MIB_TOLERANCE_BYTES", "Finding", "check_load", "model_buffers", "warnings_found"]
@@ -63,7 +62,7 @@ def check_load(exp: Expectations, placement: Mapping[str, Any], ladder: Sequence
     ({type: bytes} as logged), ``probe_buffers`` ({type: bytes}), ``layers`` ({type: [layer, ...]} of
     the experts), ``expert_bytes``, ``pinned_expert_bytes``, ``pinned_fraction`` (None without experts
     or without a driver count), ``page_locked_bytes`` (every weight buffer, the driver's count),
-    ``claimed_granted_bytes`` (the pin lines' grants) and ``warnings`` (names found).  Without a probe,
+    ``claimed_granted_bytes`` (the grants the load's pin lines claim for those buffers; None without such a line) and ``warnings`` (names found).  Without a probe,
     every rule but ``warnings`` is ``incomplete``: never passed on the fork's word.
     """
     by_layer = [int(x) for x in model.get("expert_tensor_bytes_by_layer") or []]
@@ -72,7 +71,7 @@ def check_load(exp: Expectations, placement: Mapping[str, Any], ladder: Sequence
     logged = model_buffers(placement)
     facts: dict[str, Any] = {"model_buffers": logged, "probe_buffers": None, "layers": None, "expert_bytes": expert_total,
                              "pinned_expert_bytes": None, "pinned_fraction": None, "page_locked_bytes": None,
-                             "claimed_granted_bytes": sum(int(r["granted"]) for r in ladder if r.get("kind") in SUMMARY_KINDS) or None,
+                             "claimed_granted_bytes": None,
                              "warnings": []}
     findings: list[Finding] = []
     if probe is None:
@@ -80,8 +79,10 @@ def check_load(exp: Expectations, placement: Mapping[str, Any], ladder: Sequence
             if rule_on(exp, rule):
                 findings.append(Finding(rule, "incomplete", "no probe record", probe_problem or "no probe record"))
     else:
+        claimed = pin_claims(probe, ladder)
         facts.update(probe_buffers=probe.buffer_bytes_by_type(), layers=probe.layers_by_buffer_type(),
-                     page_locked_bytes=probe.page_locked_bytes())
+                     page_locked_bytes=probe.page_locked_bytes(),
+                     claimed_granted_bytes=sum(int(r["granted"]) for r, _ in claimed) if claimed else None)
         short = coverage(probe, by_layer) if expert_total else ""
         if exp.experts is not None:
             if not expert_total:

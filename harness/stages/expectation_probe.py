@@ -30,7 +30,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from ..record.gpu import SUMMARY_KINDS
-from ..record.probe import PROBE_STEP_BYTES, Probe, ProbeBuffer
+from ..record.probe import PROBE_STEP_BYTES, Probe, ProbeBuffer, layers_text
 from .expectation_rules import Expectations, Finding, Pinned
 
 #: The buffer type of weights upstream repacks for its CPU kernels (ggml-cpu's extra buffer type): anonymous
@@ -55,20 +55,6 @@ _PART = re.compile(r"(?:layers? (?P<first>\d+)(?:-(?P<last>\d+))?|none) in (?P<b
 def mib(n: float) -> str:
     """``n`` bytes as whole MiB, e.g. ``4733 MiB``."""
     return f"{n / 2**20:.0f} MiB"
-
-
-def layers_text(layers: Sequence[int]) -> str:
-    """``0-7``, ``0-3, 6`` : sorted layers, consecutive ones joined into ranges."""
-    parts: list[str] = []
-    start = prev = None
-    for n in list(layers) + [None]:
-        if start is not None and (n is None or n != prev + 1):
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = None
-        if n is not None and start is None:
-            start = n
-        prev = n
-    return ", ".join(parts)
 
 
 def matches(buffer_type: str, pattern: str) -> bool:
@@ -205,6 +191,22 @@ def _buffer_of_size(buffers: Sequence[ProbeBuffer], size: int, used: set[int]) -
 _NOT_PAGE_LOCKED = "is not page-locked on this device"
 
 
+def pin_claims(probe: Probe, ladder: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], ProbeBuffer]]:
+    """The pin-ladder summary records of a load that claim a grant for one of the probe's weight buffers, each
+    with that buffer (matched by size, each buffer once); records of other buffers (a context's compute or
+    output buffer) are left out: the probe does not cover them."""
+    used: set[int] = set()
+    out = []
+    for r in ladder:
+        if r.get("kind") not in SUMMARY_KINDS:
+            continue
+        i = _buffer_of_size(probe.buffers, int(r["requested"]), used)
+        if i is not None:
+            used.add(i)
+            out.append((r, probe.buffers[i]))
+    return out
+
+
 def routing_claims(lines: Sequence[str]) -> tuple[dict[int, str], bool] | None:
     """(layer -> buffer type as the fork's GGML_CUDA_MOE_PIN_LAYERS summary line names them, whether the line
     says the host buffer type is not page-locked), or None where no summary was logged."""
@@ -270,15 +272,7 @@ def claim_findings(probe: Probe, buffers: Mapping[str, int], ladder: Sequence[Ma
                                 f"buffer sizes: {source} logs {t} {mib(buffers.get(t, 0))}; "
                                 f"the probe finds {mib(probed[t])} of weight buffers of that type"))
     if probe.driver is not None:
-        used: set[int] = set()
-        for r in ladder:
-            if r.get("kind") not in SUMMARY_KINDS:
-                continue
-            i = _buffer_of_size(probe.buffers, int(r["requested"]), used)
-            if i is None:
-                continue  # not a weight buffer (compute, output): the probe does not cover it
-            used.add(i)
-            b = probe.buffers[i]
+        for r, b in pin_claims(probe, ladder):
             granted, locked = int(r["granted"]), b.page_locked or 0
             if abs(granted - locked) > CLAIM_TOLERANCE_BYTES:
                 rel = "more" if granted > locked else "less"

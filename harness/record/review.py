@@ -1,0 +1,95 @@
+"""What a reviewer asks of each configuration, in one table: the ``Per configuration`` part of summary.md.
+
+One row per platform, configuration and model that an ``expectations`` step judged, from
+the records the run already wrote (nothing is measured here):
+
+- **layers per buffer type**: where the runtime probe found each layer's expert tensors
+  (``<config>/expectations.json``, the engine load's facts; harness.record.probe);
+- **page-locked MiB**: the driver's count over the weight buffers, against what the fork's
+  pin lines claimed for the same load;
+- **warnings** the load logged;
+- **tokens**: the configuration's greedy comparisons against its reference, by status;
+- **pp / tg**: the median tok/s the speed stage measured (``<platform>/speed/bench.json``).
+
+The table reads as a pull-request comment; a dash is a fact the run does not have.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .probe import layers_text
+
+if TYPE_CHECKING:  # harness.record.results imports this module to render summary.md
+    from .results import Run
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _mib(n: int | None) -> str:
+    return "–" if n is None else f"{n / 2**20:.0f}"
+
+
+def _layers(layers: dict[str, list[int]] | None) -> str:
+    if not layers:
+        return "–"
+    return "; ".join(f"{t}: {layers_text(v)}" for t, v in sorted(layers.items(), key=lambda kv: kv[1][0]))
+
+
+def _speed(run_dir: Path, platform: str) -> dict[tuple[str, str], tuple[float, float]]:
+    """(config, model) -> (pp, tg) median tok/s, the first measurement of each."""
+    bench = _read(run_dir / platform / "speed" / "bench.json")
+    out: dict[tuple[str, str], tuple[float, float]] = {}
+    for m in (bench or {}).get("measurements", []) if isinstance(bench, dict) else []:
+        try:
+            out.setdefault((m["config"], m["model"]), (float(m["pp"]["median"]), float(m["tg"]["median"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def review_lines(run: "Run") -> list[str]:
+    """The ``Per configuration`` table of summary.md for ``run`` (see the module), or [] when no configuration
+    has an expectations record."""
+    rows = []
+    speeds: dict[str, dict[tuple[str, str], tuple[float, float]]] = {}
+    for step in run.steps:
+        if step.step != "expectations":
+            continue
+        record = _read(run.layout.config(step.platform, step.config) / "expectations.json")
+        if not isinstance(record, dict):
+            continue
+        speed = speeds.setdefault(step.platform, _speed(run.dir, step.platform))
+        for load in record.get("loads", []):
+            if load.get("load") != "engine":
+                continue
+            facts = load.get("facts") or {}
+            model = load.get("model", "")
+            counts: dict[str, int] = {}
+            refs = set()
+            for c in run.comparisons:
+                if (c.platform, c.candidate, c.model) == (step.platform, step.config, model):
+                    counts[c.status] = counts.get(c.status, 0) + 1
+                    refs.add(c.reference)
+            tokens = (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + f" vs {', '.join(sorted(refs))}"
+                      if counts else "–")
+            pp_tg = speed.get((step.config, model))
+            rows.append(f"| {step.platform} | {step.config} | {model} | {_layers(facts.get('layers'))} "
+                        f"| {_mib(facts.get('page_locked_bytes'))} / {_mib(facts.get('claimed_granted_bytes'))} "
+                        f"| {', '.join(facts.get('warnings') or []) or '–'} | {tokens} "
+                        f"| {'–' if pp_tg is None else f'{pp_tg[0]:.0f} / {pp_tg[1]:.0f}'} | {step.status} |")
+    if not rows:
+        return []
+    return ["## Per configuration", "",
+            "Expert layers per buffer type and page-locked MiB as the runtime probe found them (the driver's count "
+            "against the fork's pin lines), warnings logged, tokens against the reference, pp / tg tok/s.", "",
+            "| platform | config | model | expert layers per buffer type | page-locked MiB: driver / claimed "
+            "| warnings | tokens | pp / tg tok/s | expectations |",
+            "|---|---|---|---|---:|---|---|---:|---|", *rows, ""]
