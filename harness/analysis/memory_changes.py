@@ -13,6 +13,10 @@ does not wait for a status to change: it compares the records themselves.
   granted bytes in the later run is a regression; more is another change, reported
   by triage's pin-ladder section only.
 
+* **What the runtime probe found** (harness.record.probe), per configuration and model both
+  runs probed: an expert layer in another buffer type, or fewer bytes the driver reports
+  page-locked, is a regression whatever the logs say (:func:`probe_changes`).
+
 Each regression carries a signature (kind ``placement`` or ``pinning``, the same kinds as
 harness.analysis.signatures gives a failed ``expectations`` step) whose key holds no byte
 counts, so the same fault gives the same key in every run.
@@ -23,6 +27,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+
+from ..record.probe import PROBE_FILE, PROBE_STEP_BYTES, Probe, ProbeError, layers_text, read_probe
 
 
 def model_buffers_mib(placement: dict[str, Any]) -> dict[str, float]:
@@ -89,3 +95,51 @@ def pinned_drop_signature(platform: str, config: str, before_granted: int, after
             "summary": f"pinned bytes dropped: {config}: {before_granted / 2**20:.0f} MiB -> "
                        f"{after_granted / 2**20:.0f} MiB granted of {requested / 2**20:.0f} MiB requested "
                        f"({platform})"}
+
+
+def load_probes(run_dir: Path) -> dict[tuple[str, str, str], Probe]:
+    """Per (platform, configuration, model): the engine load's probe record (harness.record.probe); loads
+    without a readable record are left out."""
+    out: dict[tuple[str, str, str], Probe] = {}
+    for path in sorted(run_dir.glob(f"*/*/gen/*/{PROBE_FILE}")):
+        try:
+            out[(path.parents[3].name, path.parents[2].name, path.parent.name)] = read_probe(path)
+        except ProbeError:
+            continue
+    return out
+
+
+def probe_changes(a_dir: Path, b_dir: Path) -> list[dict[str, Any]]:
+    """What the runtime probe found differently between run ``a_dir`` and ``b_dir``, per (platform,
+    configuration, model) both probed: expert layers that moved to another buffer type (a ``placement``
+    signature naming the layers and types), and fewer bytes the driver reports page-locked (a ``pinning``
+    signature; more is not a change of concern).  Each item: ``platform``, ``config``, ``model``, ``what``
+    (``layers`` or ``page-locked``), ``before``, ``after`` (text) and ``signature``; keys hold no byte counts."""
+    pa, pb = load_probes(a_dir), load_probes(b_dir)
+    out = []
+    for key in sorted(set(pa) & set(pb)):
+        platform, config, model = key
+        where = f"{config}/{model}"
+        before, after = pa[key].expert_layers(), pb[key].expert_layers()
+        moved = sorted(n for n in set(before) & set(after) if before[n] != after[n])
+        if moved:
+            was, now = _layers_by_type(before, moved), _layers_by_type(after, moved)
+            out.append({"platform": platform, "config": config, "model": model, "what": "layers", "before": was,
+                        "after": now, "signature": {
+                            "kind": "placement", "key": f"probed layers moved: {where}: layers {layers_text(moved)}",
+                            "summary": f"probed layers moved: {where}: {was} -> {now}"}})
+        locked_a, locked_b = pa[key].page_locked_bytes(), pb[key].page_locked_bytes()
+        if locked_a is not None and locked_b is not None and locked_b + PROBE_STEP_BYTES < locked_a:
+            out.append({"platform": platform, "config": config, "model": model, "what": "page-locked",
+                        "before": f"{locked_a / 2**20:.0f} MiB", "after": f"{locked_b / 2**20:.0f} MiB",
+                        "signature": {"kind": "pinning", "key": f"page-locked bytes dropped: {where}",
+                                      "summary": f"page-locked bytes dropped (the driver): {where}: "
+                                                 f"{locked_a / 2**20:.0f} MiB -> {locked_b / 2**20:.0f} MiB"}})
+    return out
+
+
+def _layers_by_type(layers: dict[int, set[str]], which: list[int]) -> str:
+    groups: dict[str, list[int]] = {}
+    for n in which:
+        groups.setdefault(", ".join(sorted(layers[n])), []).append(n)
+    return "; ".join(f"{t}: {layers_text(v)}" for t, v in sorted(groups.items(), key=lambda kv: kv[1][0]))

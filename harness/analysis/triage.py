@@ -519,8 +519,9 @@ def _kl_transitions(sa: dict, sb: dict) -> list[Transition]:
 
 
 def _memory_transitions(a: Path, b: Path, pin_changes: list[PinChange], sa: dict, sb: dict) -> list[Transition]:
-    """Regressions that no status shows: model buffers that moved (any load both runs have) and fewer
-    page-locked bytes granted (harness.analysis.memory_changes); more granted bytes is not a transition.
+    """Regressions that no status shows: model buffers that moved (any load both runs have), expert layers the
+    runtime probe finds in another buffer type, fewer page-locked bytes by the driver's count, and fewer
+    page-locked bytes granted by the pin lines (harness.analysis.memory_changes); more is not a transition.
     A move is a fix instead where it made the configuration's ``expectations`` step go from failed to
     passed (the buffers went back where they belong)."""
     def expectations(summary: dict, platform: str, config: str) -> str:
@@ -536,6 +537,11 @@ def _memory_transitions(a: Path, b: Path, pin_changes: list[PinChange], sa: dict
                               f"{c['config']} {c['model']}: placement",
                               memory_changes.describe_buffers(c["before"]), memory_changes.describe_buffers(c["after"]),
                               where, f"model buffers of load {c['load']} changed", None if back else c["signature"]))
+    for c in memory_changes.probe_changes(a, b):
+        out.append(Transition("regression", "placement" if c["what"] == "layers" else "pinning", c["platform"],
+                              f"{c['config']} {c['model']}: probed {c['what']}", c["before"], c["after"],
+                              {"platform": c["platform"], "config": c["config"], "model": c["model"]},
+                              "the runtime probe of the engine load", c["signature"]))
     for p in pin_changes:
         if p.after_granted >= p.before_granted:
             continue
