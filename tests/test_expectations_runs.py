@@ -87,3 +87,47 @@ def test_a_silent_loss_of_mmap_in_the_real_fork_fails_the_cpu_run(tmp_path):
     assert fork["status"] == "failed"
     assert {f["status"] for f in fork["failures"]} == {"placement", "weights"}
     assert "expert tensors of layers 0-3 in CPU" in fork["detail"] and "expected CPU_Mapped" in fork["detail"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler")
+def test_a_mapping_served_from_anonymous_memory_fails_the_fake_run_on_the_probe(tmp_path):
+    """The fake engine's probe under FAKE_PROBE_ANON: the buffer keeps its name CPU_Mapped and its size, the load
+    log is the clean one, and only the process's memory map tells that no weight is backed by the model file."""
+    project = make_fake_project(tmp_path)
+    run = subprocess.run(project.argv("build", "compare-outputs"), cwd=ROOT, env=project.env(FAKE_PROBE_ANON="1"),
+                         capture_output=True, text=True)
+    assert run.returncode == 1, run.stdout + run.stderr
+    summary = _summary(project.results)
+    assert all(c["status"] == "identical" for c in summary["comparisons"])
+    fork = _steps(summary, "expectations")["fork"]
+    assert fork["status"] == "failed"
+    assert {f["status"] for f in fork["failures"]} == {"mapped"}
+    assert "host weights in CPU_Mapped not backed by the model file" in fork["detail"] or \
+        "not backed by the model file (anonymous memory)" in fork["detail"]
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CPU platform is Linux")
+def test_a_mapping_copied_into_anonymous_memory_in_the_real_fork_fails_the_cpu_run_on_the_probe(tmp_path):
+    """tests/plants/llama-mmap-served-from-an-anonymous-copy.patch maps the model, copies it into anonymous
+    memory and serves the CPU_Mapped buffers from the copy: the same tokens, the same buffer names and sizes;
+    the probe's memory map fails the fork's ``mapped`` rule, and nothing else."""
+    series = series_with(tmp_path / "series", [ROOT / "tests" / "plants" / "llama-mmap-served-from-an-anonymous-copy.patch"])
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_RUN_ID"}
+    results = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "-m", "harness", "build", "compare-outputs", "--platform",
+                           "linux-x86_64-cpu", "--group", "mmap-vs-load-mode-none", "--model", "moe-small",
+                           "--n-predict", "8", "-j", "2", "--no-bench", "--patches-dir", str(series),
+                           "--work-dir", str(tmp_path / "work"), "--results-dir", str(results)],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-4000:]
+    summary = _summary(results)
+    assert [c["status"] for c in summary["comparisons"]] == ["identical"] * 4
+    steps = _steps(summary, "expectations")
+    assert steps["fork-load-none"]["status"] == "passed"  # --load-mode none maps nothing: nothing to lose
+    fork = steps["fork"]
+    assert fork["status"] == "failed"
+    assert {f["status"] for f in fork["failures"]} == {"mapped"}  # placement and weights still look right
+    assert "in CPU_Mapped" in fork["detail"] and "not backed by the model file" in fork["detail"]
