@@ -37,6 +37,7 @@ from ..common.fs import write_text_whole
 from ..record.results import COMPARISON, PATCH, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
 from .signatures import load_signatures, step_logs
 from ..record.bench import bench_platforms, read_bench
+from ..record.probe import layers_text
 from ..record.results import describe_cache, describe_cached, describe_divergence_record, shown_as_reused
 
 #: Lines of a failing log shown in the report (the end of a log holds the error).
@@ -525,16 +526,21 @@ def _expectations_html(run_dir: Path, platform: str, config: str) -> str:
     for load in record["loads"]:
         facts = load.get("facts") or {}
         buffers = ", ".join(f"{t} {_bytes(n)}" for t, n in sorted((facts.get("model_buffers") or {}).items()))
+        layers = "; ".join(f"{t}: {layers_text(v)}" for t, v in sorted((facts.get("layers") or {}).items(),
+                                                                         key=lambda kv: kv[1][0]))
         fraction = facts.get("pinned_fraction")
+        locked, claimed = facts.get("page_locked_bytes"), facts.get("claimed_granted_bytes")
+        pinning = ("–" if fraction is None else f"{fraction:.3f}") + \
+            ("" if locked is None else f"; driver {_bytes(locked)}") + ("" if claimed is None else f", claimed {_bytes(claimed)}")
         outcomes = "; ".join(f"{f.get('rule')}: {f.get('status')}" + ("" if f.get("status") == "passed"
                                                                         else f" ({f.get('message')})")
                              for f in load.get("findings", [])) or load.get("skipped", "")
         rows.append(f'<tr><td class="nw">{escape(load.get("model", ""))}</td><td class="nw">{escape(load.get("load", ""))}'
-                    f'</td><td>{escape(buffers) or "–"}</td><td>{"–" if fraction is None else f"{fraction:.3f}"}</td>'
+                    f'</td><td>{escape(buffers) or "–"}</td><td>{escape(layers) or "–"}</td><td>{escape(pinning)}</td>'
                     f'<td>{escape(", ".join(facts.get("warnings") or [])) or "–"}</td><td>{escape(outcomes)}</td></tr>')
-    return ('<table class="steps"><thead><tr><th>model</th><th>load</th><th>model buffers</th>'
-            '<th>experts pinned</th><th>warnings</th><th>expectations</th></tr></thead><tbody>'
-            + "".join(rows) + "</tbody></table>")
+    return ('<table class="steps"><thead><tr><th>model</th><th>load</th><th>model buffers (logged)</th>'
+            '<th>expert layers (probe)</th><th>experts pinned; page-locked (driver) and claimed</th><th>warnings</th>'
+            '<th>expectations</th></tr></thead><tbody>' + "".join(rows) + "</tbody></table>")
 
 
 def _forecast_html(run_dir: Path) -> str:
