@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .probe import layers_text
-
-if TYPE_CHECKING:  # harness.record.results imports this module to render summary.md
-    from .results import Run
 
 
 def _read(path: Path) -> Any:
@@ -55,9 +52,10 @@ def _speed(run_dir: Path, platform: str) -> dict[tuple[str, str], tuple[float, f
     return out
 
 
-def review_lines(run: "Run") -> list[str]:
-    """The ``Per configuration`` table of summary.md for ``run`` (see the module), or [] when no configuration
-    has an expectations record."""
+def review_lines(run: Any) -> list[str]:
+    """The ``Per configuration`` table of summary.md for ``run`` (a harness.record.results.Run, which renders
+    summary.md with it: typed loosely so that the two modules do not import each other), or [] when no
+    configuration has an expectations record."""
     rows = []
     speeds: dict[str, dict[tuple[str, str], tuple[float, float]]] = {}
     for step in run.steps:
