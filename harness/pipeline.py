@@ -299,6 +299,7 @@ class Pipeline:
                 self._take_again(h)
 
     def _hold(self, req: BuildRequest, logs: Path) -> BuildResult:
+        """The read hold of :meth:`_build_and_hold`, building first where the directory is not up to date."""
         built: BuildResult | None = None
         for attempt in range(4):
             hold = BuildLock(req.build_dir)
