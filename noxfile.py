@@ -47,7 +47,8 @@ def _python() -> str:
     if venv.exists():
         return str(venv)
     print(f"error: nox runs in {sys.executable}, which lacks {', '.join(missing)}: run "
-          f"`python -m pip install -r requirements.txt` and then `python -m nox` in the project's environment",
+          f"`python -m pip install --require-hashes -r requirements.txt` and then `python -m nox` in the "
+          f"project's environment",
           file=sys.stderr)
     raise SystemExit(EXIT_ENVIRONMENT)
 

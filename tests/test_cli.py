@@ -55,7 +55,8 @@ def test_nox_outside_the_projects_environment_says_how_to_fix_it(monkeypatch, tm
         noxfile._python()
     assert exc.value.code == errors.EXIT_ENVIRONMENT
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "lacks yaml" in err and "pip install -r requirements.txt" in err
+    assert len(err.strip().splitlines()) == 1 and "lacks yaml" in err
+    assert "pip install --require-hashes -r requirements.txt" in err
     venv_python = tmp_path / ".venv" / "bin" / "python"
     venv_python.parent.mkdir(parents=True)
     venv_python.write_text("")

@@ -254,6 +254,34 @@ def test_two_builds_of_the_same_key_at_once_one_waits_and_finds_it_up_to_date(pr
     assert "waiting" in text
 
 
+def test_two_runs_that_need_two_builds_rebuilt_in_opposite_orders_both_finish(project):
+    # each run holds the builds it has for reading until it ends; the other run's options (-DFAKE_OTHER=1) make
+    # it rebuild them: without one order each run would hold one platform's builds and wait for the other's
+    text = project.matrix.read_text()
+    platform = text[text.index("  linux-x86_64-cpu:\n"):text.index("models:\n")]
+    project.matrix.write_text(text.replace("models:\n", platform.replace("linux-x86_64-cpu:", "other-cpu:") +
+                                           "models:\n", 1))
+
+    def argv(first: str, second: str, *extra: str) -> list[str]:
+        words = project.argv("build", extra=extra)
+        at = words.index("--platform")
+        return words[:at] + ["--platform", first, "--platform", second] + words[at + 2:]
+
+    env = project.env(FAKE_BUILD_SLEEP_S="3")  # both runs are in their first build at once
+    runs = [start(argv("linux-x86_64-cpu", "other-cpu"), env),
+            start(argv("other-cpu", "linux-x86_64-cpu", "-DFAKE_OTHER=1", "--results-dir", str(project.root / "rb")),
+                  env)]
+    try:
+        outs = [p.communicate(timeout=240) for p in runs]
+    except subprocess.TimeoutExpired:
+        for p in runs:
+            p.kill()
+        outs = [p.communicate() for p in runs]
+        pytest.fail("the two runs waited on each other for 240 s:\n" + "\n".join(o + e for o, e in outs))
+    assert [p.returncode for p in runs] == [0, 0], outs
+    assert summary(project.results)["overall"] == summary(project.root / "rb")["overall"] == "passed"
+
+
 def test_a_build_waits_for_a_running_generation_of_another_process(project):
     _built(project)
     pids = project.root / "pids"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.utils import canonicalize_name
 
 import workflow_checks as wc
 from harness.matrix.config import load_matrix
@@ -232,10 +233,10 @@ def test_a_cache_or_artifact_rule_broken_is_caught(tmp_path, old, new, problem):
     assert policy_problems(wc.load_workflow(planted(tmp_path, old, new))) == [problem]
 
 
-def light_install_problems(workflow: dict) -> list[str]:
-    """Problems with the matrix job's light install: a module nox's sessions need
-    (noxfile.NEEDED_MODULES) that none of the packages it installs provides, or a package it
-    installs without the pin of requirements.txt (``-c requirements.txt``)."""
+def light_install_problems(workflow: dict, root: Path = ROOT) -> list[str]:
+    """Problems with the matrix job's light install: not a lock installed with its hashes checked
+    (``--require-hashes -r LOCK``; a constraints file's hashes are not checked), or a module nox's sessions
+    need (noxfile.NEEDED_MODULES) that no package of that lock (under ``root``) provides."""
     sys.path.insert(0, str(ROOT))
     try:
         import noxfile
@@ -243,17 +244,27 @@ def light_install_problems(workflow: dict) -> list[str]:
         sys.path.remove(str(ROOT))
     [step] = [s for s in workflow["jobs"]["matrix"]["steps"] if "pip install" in s.get("run", "")]
     words = step["run"].split()
-    if "-c" not in words or words[words.index("-c") + 1] != "requirements.txt":
-        return [f"job matrix: {step['run'].strip()!r} does not take the pins of requirements.txt"]
-    installed = {w.lower() for w in words[words.index("install") + 1:] if not w.startswith("-")}
+    if "--require-hashes" not in words or "-r" not in words or "-c" in words:
+        return [f"job matrix: {step['run'].strip()!r} does not install a lock with its hashes checked"]
+    lock = (root / words[words.index("-r") + 1]).read_text()
+    installed = {canonicalize_name(m) for m in re.findall(r"^([A-Za-z0-9_.-]+)==", lock, re.MULTILINE)}
     providers = importlib.metadata.packages_distributions()
     return [f"job matrix: no package it installs provides the module {module} (noxfile.NEEDED_MODULES)"
             for module in noxfile.NEEDED_MODULES
-            if not {d.lower() for d in providers.get(module, [])} & installed]
+            if not {canonicalize_name(d) for d in providers.get(module, [])} & installed]
 
 
 def test_the_matrix_jobs_light_install_covers_what_nox_needs(tmp_path):
     assert light_install_problems(wc.load_workflow(WORKFLOW)) == []
-    bad = planted(tmp_path, " pefile filelock\n", " pefile\n")
+    bad = planted(tmp_path, "--require-hashes -r .ci/requirements-matrix.txt",
+                  "-c requirements.txt nox pyyaml jsonschema gguf numpy rich pyelftools pefile filelock")
     assert light_install_problems(wc.load_workflow(bad)) == [
+        "job matrix: 'python -m pip install -c requirements.txt nox pyyaml jsonschema gguf numpy rich pyelftools "
+        "pefile filelock' does not install a lock with its hashes checked"]
+    lock = (ROOT / ".ci" / "requirements-matrix.txt").read_text()
+    without = re.sub(r"^filelock==.*?(?=^\S)", "", lock, flags=re.MULTILINE | re.DOTALL)
+    assert without != lock
+    (tmp_path / "root" / ".ci").mkdir(parents=True)
+    (tmp_path / "root" / ".ci" / "requirements-matrix.txt").write_text(without)
+    assert light_install_problems(wc.load_workflow(WORKFLOW), tmp_path / "root") == [
         "job matrix: no package it installs provides the module filelock (noxfile.NEEDED_MODULES)"]

@@ -42,7 +42,7 @@ from ..matrix.config import Group, Matrix, RunConfig, Source, load_matrix
 from ..record.results import (PATCH, STEP, VERDICT_EXIT_CODES, ComparisonRecord, RunLayout, load_records,
                               write_json)
 from ..stages.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
-from ..common.locks import exclusive
+from ..common.locks import Rank, exclusive
 from ..stages.source import BaseTree, SourceError, archive_commit, cache_dir, git, obtain_base, unpacked_sdist
 from .forecast_patches import PatchOutcome, added_files, defined_targets, try_series
 
@@ -497,7 +497,7 @@ def main(argv: Sequence[str]) -> int:
     say(f"forecast: onto {new.commit} ({new.source}), from the pinned base {old.commit[:12]}")
     work = (args.work_dir / "forecast" / new.commit[:12]).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    with exclusive(work, f"the forecast directory {work}", say):  # one forecast of a commit at a time
+    with exclusive(work, f"the forecast directory {work}", Rank.FORECAST, say):  # one forecast of a commit at a time
         return _forecast(args, matrix, platforms, onto, patches, old, new, work, started, obtained, say)
 
 

@@ -17,6 +17,15 @@ so a crashed run never leaves a stale lock behind.
 
 A lock that is busy is waited for; the wait is announced once through ``say``.
 
+Every lock that can be waited for has a place in one global order, :class:`Rank` and then
+its lock file's absolute path, and a thread waits only for a lock after every lock it
+holds (:func:`ordered` checks it and raises :class:`LockOrderError` otherwise).  A cycle
+of waits between processes needs one thread that waits for a lock before one it holds,
+so two runs can never wait on each other for ever, whatever order they ask for builds
+in (docs/interrupts.md, "The lock order").  A thread that a lock holder may wait for
+(the compile thread and the lanes, joined by the main thread that holds build
+directories) takes only locks after the holder's (:func:`joined_by_holder_of`).
+
 A holder killed with SIGKILL cannot stop its children, and the OS releases its
 lock at once: a ``cmake --build`` it started would go on writing into the tree
 under the next holder.  So every exclusive or write hold has a token, kept in
@@ -30,8 +39,10 @@ and removes the file.  This needs ``/proc`` (Linux); elsewhere nothing is found.
 from __future__ import annotations
 
 import os
+import threading
 import uuid
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from enum import IntEnum
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -39,6 +50,72 @@ import filelock
 
 from . import proc
 from .errors import InputError
+
+
+class Rank(IntEnum):
+    """The kinds of lock in the global order, first to last (docs/interrupts.md, "The lock order").
+
+    Within a rank, locks are ordered by their lock file's absolute path.  A source tree or the
+    CUDA toolkit layout comes after the build directories because a run holds its builds for
+    reading until it ends and prepares the source tree of a later build meanwhile; nothing
+    else is taken while a source tree, the toolkit layout or a result cache entry is held.
+    """
+
+    FORECAST = 0  # a forecast directory, held for a whole forecast (harness.analysis.forecast)
+    BUILD = 1  # a build directory: read while a run uses its binaries, written while it is built
+    COMPILE = 2  # a compile-only directory of the CUDA compile step (harness.stages.cuda_compile)
+    SOURCE = 3  # the source cache entry of the base, a variant's source tree (harness.stages.source)
+    TOOLKIT = 4  # the CUDA toolkit layout in the harness cache
+    CACHE_EVICT = 5  # the result cache's eviction (harness.record.cache)
+    CACHE_ENTRY = 6  # one result cache entry
+
+
+class LockOrderError(RuntimeError):
+    """A thread asked for a lock that is not after every lock it holds: a bug of the harness, which could
+    make two runs wait on each other for ever."""
+
+
+#: Per thread: ``held``, the order keys of the locks it holds; ``floor``, the rank its locks must be after.
+_thread = threading.local()
+
+
+def order_key(rank: Rank, lock_file: str | Path) -> tuple[int, str]:
+    """The place of ``lock_file`` (a lock of kind ``rank``) in the global order: the rank, then the absolute path."""
+    return int(rank), os.path.abspath(lock_file)
+
+
+def _describe(key: tuple[int, str]) -> str:
+    return f"{Rank(key[0]).name.lower()} lock {key[1]}"
+
+
+def joined_by_holder_of(rank: Rank) -> None:
+    """Mark the calling thread as one that a thread holding locks of ``rank`` or before may wait for (join): from
+    now on it may take only locks of later ranks.  A ThreadPoolExecutor's ``initializer`` (the compile thread,
+    the lanes of the comparisons), since a wait for the thread counts as a wait for every lock it asks for."""
+    _thread.floor = rank
+
+
+@contextmanager
+def ordered(rank: Rank, lock_file: str | Path) -> Iterator[None]:
+    """Record, for the block, that this thread holds (or is about to wait for) ``lock_file`` of kind ``rank``.
+
+    Enter it before waiting for the lock.  Raises LockOrderError, before any wait, when the lock is not after
+    every lock this thread holds, or not after the rank :func:`joined_by_holder_of` set for this thread.
+    """
+    key = order_key(rank, lock_file)
+    held: list[tuple[int, str]] = _thread.__dict__.setdefault("held", [])
+    floor = getattr(_thread, "floor", None)
+    if floor is not None and key[0] <= floor:
+        raise LockOrderError(f"{_describe(key)} asked for by a thread that a holder of {floor.name.lower()} locks "
+                             "may wait for; such a thread takes only later locks (harness.common.locks.Rank)")
+    if held and max(held) >= key:
+        raise LockOrderError(f"{_describe(key)} asked for while holding {_describe(max(held))}; locks are taken in "
+                             "the order of harness.common.locks.Rank, then by path")
+    held.append(key)
+    try:
+        yield
+    finally:
+        held.remove(key)
 
 
 def lock_path(target: Path) -> Path:
@@ -70,59 +147,96 @@ def _owned(lock_file: str, say: Callable[[str], None] | None) -> Iterator[None]:
 
 
 @contextmanager
-def exclusive(target: Path, what: str, say: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Hold the exclusive lock on ``target`` for the block, waiting as long as another process holds it.
+def exclusive(target: Path, what: str, rank: Rank, say: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the exclusive lock on ``target`` (a lock of kind ``rank``) for the block, waiting as long as another
+    process holds it.
 
-    ``what`` names the resource in the message ``say`` gets when it has to wait.
+    ``what`` names the resource in the message ``say`` gets when it has to wait.  Raises LockOrderError
+    (:func:`ordered`) when this thread holds a lock that is not before it.
     """
     lock = filelock.FileLock(str(lock_path(target)), is_singleton=False)
-    try:
-        lock.acquire(blocking=False)
-    except filelock.Timeout:
-        if say:
-            say(f"waiting for {what}: another harness process, or another step of this one, holds {lock.lock_file}")
-        lock.acquire()
-    try:
-        with _owned(lock.lock_file, say):
-            yield
-    finally:
-        lock.release()
+    with ordered(rank, lock.lock_file):
+        try:
+            lock.acquire(blocking=False)
+        except filelock.Timeout:
+            if say:
+                say(f"waiting for {what}: another harness process, or another step of this one, "
+                    f"holds {lock.lock_file}")
+            lock.acquire()
+        try:
+            with _owned(lock.lock_file, say):
+                yield
+        finally:
+            lock.release()
+
+
+@contextmanager
+def plain(lock_file: Path, rank: Rank) -> Iterator[None]:
+    """Hold the ``filelock.FileLock`` at ``lock_file`` (a lock of kind ``rank``, no holder token: nothing is
+    started under it) for the block, waiting as long as another process holds it.
+
+    Raises LockOrderError (:func:`ordered`) when this thread holds a lock that is not before it.
+    """
+    with ordered(rank, lock_file), filelock.FileLock(str(lock_file), is_singleton=False):
+        yield
 
 
 class BuildLock:
-    """The reader/writer lock of one build directory (``<build_dir>.lock``, an SQLite file)."""
+    """The reader/writer lock of one build directory (``<build_dir>.lock``, an SQLite file); ``key`` its place
+    in the global order (:func:`order_key`, rank BUILD)."""
 
     def __init__(self, build_dir: Path):
         self.path = lock_path(build_dir)
+        self.key = order_key(Rank.BUILD, self.path)
         self._lock = filelock.ReadWriteLock(str(self.path), is_singleton=False)
+        self._hold: ExitStack | None = None
 
     def _acquire(self, mode: str, say: Callable[[str], None] | None) -> None:
+        hold = ExitStack()
+        hold.enter_context(ordered(Rank.BUILD, self.path))  # raises LockOrderError before any wait
         acquire = self._lock.acquire_write if mode == "write" else self._lock.acquire_read
         try:
-            acquire(blocking=False)
-        except filelock.Timeout:
-            if say:
-                say(f"waiting to {'build in' if mode == 'write' else 'use'} {self.path.with_suffix('')}: "
-                    f"another harness process is {'using' if mode == 'write' else 'building'} it")
-            acquire(timeout=-1)
+            try:
+                acquire(blocking=False)
+            except filelock.Timeout:
+                if say:
+                    say(f"waiting to {'build in' if mode == 'write' else 'use'} {self.path.with_suffix('')}: "
+                        f"another harness process is {'using' if mode == 'write' else 'building'} it")
+                acquire(timeout=-1)
+        except BaseException:
+            hold.close()
+            raise
+        self._hold = hold
+
+    def _release(self) -> None:
+        self._lock.release()
+        if self._hold is not None:
+            self._hold.close()
+            self._hold = None
 
     @contextmanager
     def write(self, say: Callable[[str], None] | None = None) -> Iterator[None]:
-        """Hold the lock for writing (a build): waits for every reader and writer to leave."""
+        """Hold the lock for writing (a build): waits for every reader and writer to leave.
+
+        Raises LockOrderError (:func:`ordered`) when this thread holds a lock that is not before it.
+        """
         self._acquire("write", say)
         try:
             with _owned(str(self.path), say):
                 yield
         finally:
-            self._lock.release()
+            self._release()
 
     def read(self, say: Callable[[str], None] | None = None) -> None:
-        """Take the lock for reading (running the binaries) until :meth:`release`; waits for a writer."""
+        """Take the lock for reading (running the binaries) until :meth:`release`; waits for a writer.
+
+        Raises LockOrderError (:func:`ordered`) when this thread holds a lock that is not before it.
+        """
         self._acquire("read", say)
 
     def release(self) -> None:
         """Release a hold taken with :meth:`read`."""
-        self._lock.release()
+        self._release()
         self._lock.close()
 
 

@@ -14,7 +14,7 @@ Layout under ``<harness cache>/results/``:
 * ``digests/``: file digests keyed by path, size, mtime and inode (models are GB).
 
 Concurrency: an entry is written into a temporary directory and renamed into
-place under the entry's lock (``filelock``); readers take the same lock while
+place under the entry's lock (``filelock``, harness.common.locks.plain); readers take the same lock while
 they verify and read, and eviction takes it before deleting, so a reader never
 sees half an entry.  Integrity: every read checks the manifest's digest and
 every file's size and sha256; an entry that fails is deleted and reported as
@@ -25,6 +25,7 @@ deleted until the store holds at most ``max_bytes``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -35,9 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import filelock
-
 from ..common.fs import sha256_file
+from ..common.locks import Rank, plain
 
 #: Default bound of the store in bytes (2 GiB); ``$HARNESS_RESULT_CACHE_BYTES`` overrides it.  The whole main
 #: job on the defaults stores about 3 MiB (measured, docs/cache.md), so this holds the results of several
@@ -115,10 +115,10 @@ class ResultCache:
     def _dir(self, key: str) -> Path:
         return self.entries / key[:2] / key
 
-    def _lock(self, key: str) -> filelock.FileLock:
+    def _lock(self, key: str) -> contextlib.AbstractContextManager[None]:
         path = self.entries / key[:2] / f"{key}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
-        return filelock.FileLock(str(path), is_singleton=False)
+        return plain(path, Rank.CACHE_ENTRY)
 
     # ----- reading ---------------------------------------------------------------------------------
     def get(self, kind: str, key: str) -> Hit | None:
@@ -214,7 +214,7 @@ class ResultCache:
     def evict(self) -> list[str]:
         """Delete least recently used entries until the store holds at most ``max_bytes``; returns their keys."""
         gone = []
-        with filelock.FileLock(str(self.root / "evict.lock"), is_singleton=False):
+        with plain(self.root / "evict.lock", Rank.CACHE_EVICT):
             listing = sorted(self._listing())
             total = sum(size for _, _, size in listing)
             for _, key, size in listing:

@@ -180,13 +180,13 @@ def assemble_toolkit(cache: Path, cc: str = "cc") -> Toolkit:
     also under its soname libcuda.so.1.  Raises ToolkitMissing (a wheel absent) or RuntimeError
     (the stub or nvcc failed).
     """
-    from ..common.locks import exclusive
+    from ..common.locks import Rank, exclusive
     versions = wheel_versions()
     src = wheel_root()
     digest = hashlib.sha256(json.dumps({"scheme": LAYOUT_SCHEME, **versions}, sort_keys=True).encode()).hexdigest()[:12]
     root = cache / "cuda-toolkit" / digest
     stamp = root / "toolkit.json"
-    with exclusive(root, "the CUDA toolkit layout"):
+    with exclusive(root, "the CUDA toolkit layout", Rank.TOOLKIT):
         if stamp.is_file():
             if (root / "wheels").resolve() != src:
                 _point(root / "wheels", src)

@@ -55,6 +55,7 @@ from .divergence import EngineRun, SideRuns, StreamComparison, compare_streams, 
 from .engine import EngineError, EngineGeneration, EngineSession, ScoreResult, write_engine_cmd
 from .generation_cache import SessionCache, generation_from_record, generation_identity, read_json_file, \
     restored_completion, spec_identity
+from ..common.locks import Rank, joined_by_holder_of
 from ..common import proc
 from ..record.probe import PROBE_FILE
 from ..record.results import Failure, write_json
@@ -415,7 +416,9 @@ class GreedyRunner:
         left = {id(w): 1 + len(w.checks) for w in work}
         ended: set[tuple[Side, Generation]] = set()
         running: dict[Future, tuple[_SideWork, str | None] | None] = {}
-        pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="greedy-lane")
+        # the caller holds its builds for reading while it waits for the lanes: they take only later locks
+        pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="greedy-lane",
+                                  initializer=joined_by_holder_of, initargs=(Rank.BUILD,))
         try:
             # the restored references' dumps first: they wait for nothing, and a session that scores against
             # them starts only once they are being written, so a lane never waits for a dump no lane writes

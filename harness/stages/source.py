@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 from ..matrix.config import Matrix, Source
 from ..common.errors import InputError
 from ..common.fs import sha256_file, writable_dir
-from ..common.locks import exclusive
+from ..common.locks import Rank, exclusive
 
 #: Paths left out of the trimmed mirror (issue 4: ~10 MB without models/ and docs/),
 #: except the vocab files listed in MIRROR_KEEP, which the synthetic models need.
@@ -386,7 +386,7 @@ def obtain_base(matrix: Matrix, cache: Path | None = None, log: list[str] | None
     # below a runner's workspace (harness.tools.path_budget); the record keeps the full commit
     dest = cache / "base" / matrix.base_commit[:12]
     # one process fills a cache entry; another waits and then finds it there
-    with exclusive(dest, f"the source cache entry {dest}", (log.append if log is not None else None)):
+    with exclusive(dest, f"the source cache entry {dest}", Rank.SOURCE, (log.append if log is not None else None)):
         return _obtain_base(matrix, cache, dest, log)
 
 
