@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.record import environment, gpu
+from harness.stages.expectation_load import model_buffers
 from harness.stages.compare import GenerationResult
 from harness.matrix.config import MatrixError, load_matrix
 from harness.record.results import ComparisonRecord, Run, StepRecord
@@ -57,8 +58,21 @@ def test_buffer_placement_per_device():
     pl = gpu.buffer_placement(log)
     assert pl["offloaded_layers"] == [9, 9]
     assert pl["by_buffer_type"] == {"CUDA0": 394.76, "CUDA1": 175.57, "CUDA_Host": 4742.01}
-    assert pl["buffers"][0] == {"stage": "load_tensors", "buffer_type": "CUDA0", "what": "model", "mib": 159.56}
+    assert pl["buffers"][0] == {"stage": "load_tensors", "buffer_type": "CUDA0", "what": "model", "mib": 159.56,
+                                "load": 1}
     assert len(pl["routing"]) == 2 and "999999999999 is larger" in pl["routing"][1]
+
+
+def test_an_engine_log_of_two_processes_claims_the_buffers_of_the_last_load():
+    """An engine's stderr is appended to by every process started for it (a restart, the dumps a later
+    platform's comparison needs): each load's buffer lines are numbered, and the buffers a load claims are
+    those of the last load, which wrote the probe beside it, not the sum of both."""
+    one = ("0.00.013.417 I llama_model_loader: loaded meta data with 25 key-value pairs and 43 tensors from m.gguf\n"
+           "0.00.072.551 I load_tensors:   CPU_Mapped model buffer size =    56.79 MiB\n")
+    pl = gpu.buffer_placement(one + one.replace("56.79", "60.00"))
+    assert [b["load"] for b in pl["buffers"]] == [1, 2]
+    assert model_buffers(pl) == {"CPU_Mapped": round(60.0 * 2**20)}
+    assert model_buffers(gpu.buffer_placement(one)) == {"CPU_Mapped": round(56.79 * 2**20)}
 
 
 def test_pin_environment_records_inherited_variables_whatever_their_value():

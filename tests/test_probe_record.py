@@ -86,11 +86,13 @@ def test_a_malformed_record_raises_naming_the_file_and_the_key(tmp_path, change,
     assert str(err.value) == message
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="parse_probe converts layer and probe_ms with int()/float() outside its checks: a plain "
-                          "ValueError escapes, which check_config (catching ProbeError) does not turn into incomplete")
 @pytest.mark.parametrize("change", [lambda d: {**d, "weights": [dict(d["weights"][0], layer="blk")] + d["weights"][1:]},
-                                    lambda d: {**d, "probe_ms": "fast"}], ids=["layer", "probe_ms"])
+                                    lambda d: {**d, "probe_ms": "fast"},
+                                    lambda d: {**d, "weights": [dict(d["weights"][0], buffer=True)] + d["weights"][1:]},
+                                    lambda d: {**d, "buffers": [dict(d["buffers"][0], host="false")] + d["buffers"][1:]},
+                                    lambda d: {**d, "weights": [dict(d["weights"][0], page_locked=d["weights"][0]["bytes"] + 1)]
+                                               + d["weights"][1:]}],
+                         ids=["layer", "probe_ms", "buffer-index-true", "host-a-string", "page-locked-past-the-range"])
 def test_a_field_that_is_no_number_raises_probe_error(tmp_path, change):
     with pytest.raises(ProbeError):
         read_probe(_write(tmp_path, change(record())))

@@ -106,14 +106,17 @@ def pin_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
 # sched_reserve); the buffer type name carries the device (CUDA0, CUDA1, CUDA_Host, CPU, CPU_Mapped, CUDA0_Split)
 _BUFFER = re.compile(r"\b(?P<stage>\w+):\s+(?P<buft>[\w.-]+)\s+(?P<what>\w+) buffer size =\s*(?P<mib>[0-9.]+) MiB")
 _ROUTING = re.compile(r"llama_model_loader: (GGML_CUDA_MOE_PIN_LAYERS(?!=\d+: tensor ).*)$")
+#: The line llama's model loader prints once per model load (src/llama-model-loader.cpp).
+_LOAD_START = "llama_model_loader: loaded meta data"
 _OFFLOADED = re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU")
 
 
 def buffer_placement(text: str) -> dict[str, Any]:
     """Where llama put its buffers, from one run's stderr (``-lv 4``).
 
-    Returns ``buffers``: [{stage, buffer_type, what, mib}] in log order
-    (``what``: model, KV, output, compute, ...; ``mib``: MiB as logged);
+    Returns ``buffers``: [{stage, buffer_type, what, mib, load}] in log order
+    (``what``: model, KV, output, compute, ...; ``mib``: MiB as logged; ``load``: which model load of
+    the log, from 1: an engine's stderr holds every process started for it, one after the other);
     ``by_buffer_type``: MiB summed per buffer type (the device is part of the
     name: CUDA0, CUDA1, CUDA_Host, CPU, CUDA0_Split); ``offloaded_layers``:
     [offloaded, total] or None; ``routing``: the GGML_CUDA_MOE_PIN_LAYERS lines
@@ -122,11 +125,15 @@ def buffer_placement(text: str) -> dict[str, Any]:
     buffers = []
     routing = []
     offloaded = None
+    load = 0
     for line in text.splitlines():
+        if _LOAD_START in line:
+            load += 1
+            continue
         m = _BUFFER.search(line)
         if m:
             buffers.append({"stage": m.group("stage"), "buffer_type": m.group("buft"), "what": m.group("what"),
-                            "mib": float(m.group("mib"))})
+                            "mib": float(m.group("mib")), "load": max(load, 1)})
             continue
         m = _ROUTING.search(line)
         if m:

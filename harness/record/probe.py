@@ -152,25 +152,48 @@ def _opt_int(value: Any, where: str) -> int | None:
     return None if value is None else _int(value, where)
 
 
+def _part(value: Any, whole: int, where: str) -> int | None:
+    """A count of bytes within a range of ``whole`` bytes (page-locked, file-backed), or None."""
+    n = _opt_int(value, where)
+    if n is not None and n > whole:
+        raise ProbeError(f"{where}: {n} bytes of a {whole}-byte range")
+    return n
+
+
+def _typed(value: Any, kind: type | tuple[type, ...], what: str, where: str) -> Any:
+    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+        raise ProbeError(f"{where}: expected {what}, got {value!r}")
+    return value
+
+
 def parse_probe(data: Mapping[str, Any], where: str = "probe") -> Probe:
     """The :class:`Probe` of a parsed record; raises :class:`ProbeError` naming ``where`` and the key that is
-    missing or of the wrong kind."""
+    missing or of the wrong kind (a page-locked or file-backed count larger than its range included)."""
     try:
-        buffers = tuple(ProbeBuffer(str(b["name"]), str(b["buffer_type"]), _int(b["bytes"], f"{where}: buffers[{i}].bytes"),
-                                    bool(b["host"]), _opt_int(b.get("page_locked"), f"{where}: buffers[{i}].page_locked"),
-                                    _opt_int(b.get("file_backed"), f"{where}: buffers[{i}].file_backed"))
-                        for i, b in enumerate(data["buffers"]))
+        buffers = []
+        for i, b in enumerate(data["buffers"]):
+            at = f"{where}: buffers[{i}]"
+            size = _int(b["bytes"], f"{at}.bytes")
+            buffers.append(ProbeBuffer(_typed(b["name"], str, "a name", f"{at}.name"),
+                                       _typed(b["buffer_type"], str, "a name", f"{at}.buffer_type"), size,
+                                       _typed(b["host"], bool, "true or false", f"{at}.host"),
+                                       _part(b.get("page_locked"), size, f"{at}.page_locked"),
+                                       _part(b.get("file_backed"), size, f"{at}.file_backed")))
         weights = []
         for i, w in enumerate(data["weights"]):
+            at = f"{where}: weights[{i}]"
             index = w["buffer"]
-            if not isinstance(index, int) or not 0 <= index < len(buffers):
-                raise ProbeError(f"{where}: weights[{i}].buffer {index!r} names no buffer")
-            weights.append(ProbeWeight(str(w["name"]), int(w["layer"]), str(w["type"]),
-                                       _int(w["bytes"], f"{where}: weights[{i}].bytes"), buffers[index],
-                                       _opt_int(w.get("page_locked"), f"{where}: weights[{i}].page_locked"),
-                                       _opt_int(w.get("file_backed"), f"{where}: weights[{i}].file_backed")))
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(buffers):
+                raise ProbeError(f"{at}.buffer {index!r} names no buffer")
+            size = _int(w["bytes"], f"{at}.bytes")
+            weights.append(ProbeWeight(_typed(w["name"], str, "a name", f"{at}.name"),
+                                       _typed(w["layer"], int, "a layer number", f"{at}.layer"),
+                                       _typed(w["type"], str, "a type name", f"{at}.type"), size, buffers[index],
+                                       _part(w.get("page_locked"), size, f"{at}.page_locked"),
+                                       _part(w.get("file_backed"), size, f"{at}.file_backed")))
         driver = data.get("driver")
-        return Probe(tuple(weights), buffers, None if driver is None else str(driver), float(data.get("probe_ms", 0.0)))
+        probe_ms = _typed(data.get("probe_ms", 0.0), (int, float), "milliseconds", f"{where}: probe_ms")
+        return Probe(tuple(weights), tuple(buffers), None if driver is None else str(driver), float(probe_ms))
     except (KeyError, TypeError) as exc:
         raise ProbeError(f"{where}: not a probe record ({type(exc).__name__}: {exc})") from None
 

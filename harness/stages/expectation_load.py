@@ -26,10 +26,13 @@ _ROUTING_WARNINGS = (("pin-layers-invalid", "- ignoring it"), ("pin-layers-clamp
 
 def model_buffers(placement: Mapping[str, Any]) -> dict[str, int]:
     """The model (weight) buffers of a placement record (harness.record.gpu.buffer_placement) as logged: bytes
-    per buffer type (from the logged MiB) over the ``load_tensors`` lines whose buffer is ``model``."""
+    per buffer type (from the logged MiB) over the ``load_tensors`` lines whose buffer is ``model``, of the
+    log's last model load (the one the probe beside it describes: each load rewrites the probe)."""
+    model = [b for b in placement.get("buffers", []) if b.get("stage") == "load_tensors" and b.get("what") == "model"]
+    last = max((int(b.get("load", 1)) for b in model), default=1)
     out: dict[str, int] = {}
-    for b in placement.get("buffers", []):
-        if b.get("stage") == "load_tensors" and b.get("what") == "model":
+    for b in model:
+        if int(b.get("load", 1)) == last:
             out[b["buffer_type"]] = out.get(b["buffer_type"], 0) + round(float(b["mib"]) * 2**20)
     return out
 
