@@ -17,9 +17,11 @@ B.  It reports, from the two ``summary.json`` files and the run directories:
   (harness.analysis.memory_changes), each with a signature;
 * build and test times that changed by more than :data:`TIME_NOISE_FRACTION` of the
   earlier time and at least :data:`TIME_NOISE_FLOOR_S` seconds;
-* speed: each configuration's pp and tg tok/s of the speed stage in both runs, judged by the
-  speed rule (harness.analysis.speed_diff): a slowdown is a regression with a ``speed_regression``
-  signature; runs of different machines are "not comparable", never a regression.
+* speed: each configuration's within-run ratio to the reference it was measured interleaved
+  with, run B's per-round ratios against run A's by the speed rule (harness.analysis.speed_diff):
+  a slowdown is a regression with a ``speed_regression`` signature; absolute tok/s are
+  information, and a tok/s slowdown that no ratio settles is "suspect", never a regression;
+  runs of different machines are "not comparable", never a regression.
 
 A run B that is incomplete (stopped by a signal, an exception or a full disk, or with
 something asked for not run) is named so and compared only on what it recorded: what A
@@ -53,7 +55,9 @@ from ..record.results import (COMPARISON, STEP, RecordError, RunLayout, StepReco
                               read_summary, shown_as_reused)
 from . import memory_changes
 from .signatures import load_signatures
+from ..matrix.config import load_matrix
 from .speed_diff import SpeedChange, compare_speed
+from .speed_ratios import same_mode_upstream
 
 #: Statuses that count as a failure or a success (declared in harness.record.results).
 BAD_STEP = STEP.failures
@@ -326,6 +330,12 @@ class TriageReport:
         return [t for t in self.transitions if t.category == "regression"]
 
     @property
+    def speed_suspects(self) -> list[SpeedChange]:
+        """Speed changes whose tok/s fell past the factor with no within-run ratio to settle them: never
+        regressions; ``triage --confirm`` re-measures them (harness.analysis.speed_diff)."""
+        return [c for c in self.speed_changes if c.suspect]
+
+    @property
     def fixes(self) -> list[Transition]:
         """Transitions whose category is fix."""
         return [t for t in self.transitions if t.category == "fix"]
@@ -335,7 +345,8 @@ class TriageReport:
         data = asdict(self)
         data["verdict"] = "regressed" if self.regressions else "clean"
         data["counts"] = {"regressions": len(self.regressions), "fixes": len(self.fixes),
-                          "other_changes": len(self.transitions) - len(self.regressions) - len(self.fixes)}
+                          "other_changes": len(self.transitions) - len(self.regressions) - len(self.fixes),
+                          "speed_suspects": len(self.speed_suspects)}
         return data
 
 
@@ -631,14 +642,17 @@ def _timing_changes(sa: dict, sb: dict) -> list[TimingChange]:
 
 
 def _speed_transitions(changes: list[SpeedChange]) -> list[Transition]:
-    """A regression, with its ``speed_regression`` signature, per speed change that is a slowdown by the rule."""
+    """A regression, with its ``speed_regression`` signature, per speed change whose within-run ratio fell by
+    the rule (harness.analysis.speed_diff); suspects and tok/s changes are no transitions."""
     out = []
     for c in changes:
         if not c.regressed:
             continue
         key = f"{c.config} {c.model} {c.metric}"
-        summary = (f"speed {key}: {c.after_median:.1f} tok/s against {c.before_median:.1f} in the earlier run "
-                   f"({c.ratio:.2f}x, fails below {c.threshold:.3g}x; Mann-Whitney p {c.p_value:.2g} <= {c.p_max:g})")
+        summary = (f"speed {key}: {c.after_vs_reference:.3g}x {c.reference} in the run against "
+                   f"{c.before_vs_reference:.3g}x in the earlier run ({c.vs_reference_ratio:.2f}x, fails below "
+                   f"{c.threshold:.3g}x; Mann-Whitney p {c.vs_reference_p:.2g} <= {c.p_max:g}); "
+                   f"{c.after_median:.1f} against {c.before_median:.1f} tok/s")
         out.append(Transition("regression", "speed", c.platform, f"{key} tok/s", f"{c.before_median:.1f} tok/s",
                               f"{c.after_median:.1f} tok/s",
                               {"platform": c.platform, "config": c.config, "model": c.model, "metric": c.metric},
@@ -650,8 +664,12 @@ def _order(t: Transition) -> tuple:
     return ({"regression": 0, "fix": 1}.get(t.category, 2), t.platform, t.kind != "step", t.what)
 
 
-def diff_runs(a: Path, b: Path, strict: bool = False) -> TriageReport:
+def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str] | None = None) -> TriageReport:
     """Compare run directory ``a`` (earlier) with ``b`` (later) and return what changed.
+
+    ``upstream``: fork configuration -> upstream's configuration in its mode, the preferred reference of
+    its speed ratios (harness.analysis.speed_ratios.same_mode_upstream; None: every reference counts as
+    fork-only, harness.analysis.speed_diff).
 
     Reads both summary.json files, their signatures (signatures.json, else computed from
     the logs without writing), and pin-ladder files.  A record of A that B has not
@@ -678,7 +696,7 @@ def diff_runs(a: Path, b: Path, strict: bool = False) -> TriageReport:
         sb = {**sb, "incomplete": [*sb.get("incomplete", []), f"still running (pid {owner})"]}
     report.strict = strict
     report.pin_changes = _pin_changes(a, b)
-    report.speed_changes, report.speed_not_comparable = compare_speed(a, b)
+    report.speed_changes, report.speed_not_comparable = compare_speed(a, b, upstream)
     report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
                                 + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
                                 + _kl_transitions(sa, sb) + _memory_transitions(a, b, report.pin_changes, sa, sb)
@@ -772,13 +790,10 @@ def format_report(report: TriageReport) -> str:
                        f"allocations over {p.generations} generation(s)")
         out.append("")
     if report.speed_changes or report.speed_not_comparable:
-        out.append(f"SPEED ({len(report.speed_changes)} measurement(s) in both runs; a slowdown counts past the factor "
-                   "and at the Mann-Whitney p)")
+        out.append(f"SPEED ({len(report.speed_changes)} measurement(s) in both runs; a regression is a within-run "
+                   "ratio that fell past the factor and at the Mann-Whitney p; tok/s are information)")
         out += [f"  not comparable: {line}" for line in report.speed_not_comparable]
-        for c in report.speed_changes:
-            mark = "  SLOWER" if c.regressed else ""
-            out.append(f"  {c.platform}  {c.config} {c.model} {c.metric}: {c.before_median:.1f} -> {c.after_median:.1f} "
-                       f"tok/s ({c.ratio:.2f}x, p {c.p_value:.2g}){mark}")
+        out += [_speed_line(c) for c in report.speed_changes]
         out.append("")
     if report.timing_changes:
         out.append(f"TIMES BEYOND NOISE ({len(report.timing_changes)}; threshold max(20 %, 5 s))")
@@ -786,9 +801,26 @@ def format_report(report: TriageReport) -> str:
             out.append(f"  {c.platform}  {c.config} {c.step}: {c.before_s:.1f} s -> {c.after_s:.1f} s "
                        f"(threshold {c.threshold_s:.1f} s)")
         out.append("")
-    n = len(report.regressions)
+    n, suspects = len(report.regressions), len(report.speed_suspects)
     out.append(f"verdict: {n} regression(s)" if n else "verdict: no regressions")
+    if suspects:
+        out[-1] += (f"; {suspects} suspect speed change(s), not regressions: `python -m harness triage "
+                    f"{report.a} {report.b} --confirm` re-measures both builds interleaved")
     return "\n".join(out)
+
+
+def _speed_line(c: SpeedChange) -> str:
+    """One speed change: tok/s in A and B, the within-run ratio to its reference in A and B, the verdict."""
+    line = (f"  {c.platform}  {c.config} {c.model} {c.metric}: {c.before_median:.1f} -> {c.after_median:.1f} tok/s "
+            f"({c.ratio:.2f}x, p {c.p_value:.2g})")
+    if c.reference:
+        line += (f"; vs {c.reference} ({c.reference_kind}): {c.before_vs_reference:.3g}x -> "
+                 f"{c.after_vs_reference:.3g}x ({c.vs_reference_ratio:.2f}x, p {c.vs_reference_p:.2g})")
+    else:
+        line += "; no interleaved reference in both runs"
+    if c.verdict != "unchanged":
+        line += f"  {c.verdict.upper()}\n      {c.why}"
+    return line
 
 
 def main(argv: Sequence[str]) -> int:
@@ -807,6 +839,10 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--strict", action="store_true",
                     help="count a record of A that B did not run (or was interrupted in) as a regression")
     ap.add_argument("--results-dir", type=Path, default=Path("results"))
+    ap.add_argument("--matrix", type=Path, default=Path("matrix.yaml"),
+                    help="matrix file naming each fork configuration's upstream configuration in its mode, the "
+                         "preferred reference of its speed ratios (default: matrix.yaml; without the file every "
+                         "reference counts as fork-only)")
     args = ap.parse_args(strip_dashdash(argv))
     if len(args.runs) > 2:
         raise TriageInputError(f"expected at most two runs, got {len(args.runs)}: {' '.join(args.runs)}")
@@ -815,7 +851,8 @@ def main(argv: Sequence[str]) -> int:
     else:
         b = resolve_run(args.runs[0] if args.runs else "latest", args.results_dir)
         a = previous_run(b, args.results_dir)
-    report = diff_runs(a, b, args.strict)
+    upstream = same_mode_upstream(load_matrix(args.matrix)) if args.matrix.is_file() else None
+    report = diff_runs(a, b, args.strict, upstream)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
