@@ -843,6 +843,13 @@ def main(argv: Sequence[str]) -> int:
                     help="matrix file naming each fork configuration's upstream configuration in its mode, the "
                          "preferred reference of its speed ratios (default: matrix.yaml; without the file every "
                          "reference counts as fork-only)")
+    ap.add_argument("--confirm", action="store_true",
+                    help="re-measure each suspect speed change with both runs' builds interleaved on this machine "
+                         "(as asv continuous does); exit 1 when one is confirmed")
+    ap.add_argument("--work-dir", type=Path, default=Path(".harness"),
+                    help="--confirm: the work directory holding run B's builds (default: .harness)")
+    ap.add_argument("--a-work-dir", type=Path, action="append", default=[],
+                    help="--confirm: a work directory holding run A's builds (repeatable; default: --work-dir)")
     args = ap.parse_args(strip_dashdash(argv))
     if len(args.runs) > 2:
         raise TriageInputError(f"expected at most two runs, got {len(args.runs)}: {' '.join(args.runs)}")
@@ -857,4 +864,29 @@ def main(argv: Sequence[str]) -> int:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
         print(format_report(report))
-    return 1 if report.regressions else 0
+    confirmed = _confirm(args, a, b, report) if args.confirm and report.speed_suspects else []
+    return 1 if report.regressions or any(c.confirmed for c in confirmed) else 0
+
+
+def _confirm(args: argparse.Namespace, a: Path, b: Path, report: TriageReport) -> list:
+    """``--confirm``: re-measure the report's suspects (harness.analysis.speed_confirm) and print each verdict;
+    returns the Confirmations.  Raises ConfirmError (exit 2) where a build or the matrix is missing."""
+    # imported here: it starts engines, which no other triage needs
+    from ..stages.source import cache_dir
+    from ..matrix.models import ModelStore
+    from . import speed_confirm
+
+    if not args.matrix.is_file():
+        raise speed_confirm.ConfirmError(f"{args.matrix}: no such matrix file; --confirm needs it for the "
+                                         "configurations' arguments and models")
+    matrix = load_matrix(args.matrix)
+    work = args.work_dir.resolve()
+    models = ModelStore(matrix.models, cache_dir(), lambda: work / "base" / "llama.cpp", matrix.path)
+    engine = speed_confirm.engines_from_builds(matrix, a, b, [w.resolve() for w in args.a_work_dir] or [work],
+                                               [work], models.path)
+    out = work / "confirm" / f"{report.a}--{report.b}"
+    print(f"\nCONFIRM ({len(report.speed_suspects)} suspect(s); both builds interleaved here, logs in {out})")
+    found = speed_confirm.confirm(report.speed_suspects, engine, out, matrix.speed.repeats, matrix.speed.factor)
+    for c in found:
+        print(speed_confirm.describe(c))
+    return found
