@@ -188,3 +188,20 @@ def test_the_command_exits_1_on_the_planted_half_speed_and_0_on_the_clean_pair(t
     assert triage.main([str(a), str(b), "--matrix", str(ROOT / "matrix.yaml")]) == 1
     text = capsys.readouterr().out
     assert "cuda-pin-all moe-large pp" in text and "REGRESSION" in text and "vs cuda-nopin (fork-only)" in text
+
+
+def test_the_suspects_between_clean_runs_are_the_ones_docs_speed_md_lists():
+    suspects = {(a[5:17], b[5:17]): sorted(f"{c.config} {c.metric}" for c in
+                                           compare_bench(CUDA, bench(a), bench(b), UPSTREAM_OF) if c.suspect)
+                for a, b in PAIRS}
+    assert {k: v for k, v in suspects.items() if v} == {
+        ("20261201T223", "20261202T005"): ["cuda-nopin tg", "cuda-pin-all tg"],
+        ("20261202T020", "20261202T050"): ["cuda-nopin pp", "cuda-nopin tg"],
+        ("20261202T033", "20261202T050"): ["base pp", "cuda-nopin pp", "cuda-pin-all tg"]}
+
+
+def test_later_to_earlier_half_speed_is_a_regression_in_8_of_10_pairs_suspect_in_2_and_clean_has_none():
+    verdicts = [change(compare_bench(CUDA, bench(b), with_pinned_pp_scaled(bench(a), 0.5), UPSTREAM_OF),
+                       "cuda-pin-all", "pp").verdict for a, b in PAIRS]
+    assert verdicts.count(REGRESSION) == 8 and verdicts.count(SUSPECT) == 2
+    assert not any(c.regressed for a, b in PAIRS for c in compare_bench(CUDA, bench(b), bench(a), UPSTREAM_OF))
