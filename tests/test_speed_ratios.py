@@ -90,6 +90,10 @@ def test_rule_references_are_per_metric():
 def test_measurements_of_one_unit_are_the_interleaved_set():
     b = record(measurement("a", [1, 2]), measurement("b", [1, 2]), {**measurement("c", [1, 2]), "n_prompt": 512})
     assert sorted(len(s) for s in interleaved(b).values()) == [1, 2]
+    # one unit timed in two separate sets of rounds, each named: two sets, a configuration in each
+    pairs = record(*({**measurement(c, [1, 2]), "interleaved": i} for i, cs in enumerate([("a", "b"), ("a", "c")])
+                     for c in cs))
+    assert sorted(sorted(s) for s in interleaved(pairs).values()) == [["a", "b"], ["a", "c"]]
 
 
 def test_a_ratio_change_counts_by_the_speed_rule():

@@ -66,8 +66,10 @@ def round_ratios(candidate: Sequence[float], reference: Sequence[float]) -> list
 
 def unit_key(m: Mapping[str, Any]) -> tuple:
     """What makes measurements of one ``bench.json`` interleaved: the same model, tokens per request and
-    rounds (harness.stages.speed.Unit), whose configurations the stage times round by round together."""
-    return (m.get("model"), m.get("n_prompt"), m.get("n_gen"), m.get("repeats"))
+    rounds (harness.stages.speed.Unit), whose configurations the stage times round by round together,
+    and the same ``interleaved`` value where the record has one (a stage that times one unit in several
+    separate sets of rounds names each set so; absent, as in every record so far, one unit is one set)."""
+    return (m.get("model"), m.get("n_prompt"), m.get("n_gen"), m.get("repeats"), m.get("interleaved"))
 
 
 def interleaved(bench: Mapping[str, Any]) -> dict[tuple, dict[str, Mapping[str, Any]]]:
