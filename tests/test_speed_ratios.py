@@ -141,6 +141,13 @@ def test_against_a_fork_only_reference():
     assert verdict(1.0, 1.0) == UNCHANGED
 
 
+def test_a_reference_sample_of_zero_gives_no_ratio():
+    a = record(measurement("base", BASE), measurement("fork", BASE))
+    b = record(measurement("base", [0, *BASE[1:]]), measurement("fork", scaled(BASE, 0.5)))
+    c = change(compare_bench(CUDA, a, b, {"fork": "base"}), "fork", "pp")
+    assert c.verdict == SUSPECT and c.reference == ""
+
+
 def test_without_an_interleaved_reference_a_slowdown_is_suspect_never_a_regression():
     a = record(measurement("fork", BASE))
     b = record(measurement("fork", scaled(BASE, 0.5)))

@@ -122,7 +122,8 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
     ``upstream``: fork configuration -> upstream's configuration in its mode
     (speed_ratios.same_mode_upstream; empty: every reference is fork-only).  Uses run B's
     ``defaults.speed`` factor and p_max (DEFAULT_SPEED where absent).  Measurements with fewer
-    than MIN_SAMPLES samples on a side are left out.  The machine is not checked here
+    than MIN_SAMPLES samples on a side are left out; a reference with a sample of 0 tok/s gives no ratio.
+    The machine is not checked here
     (:func:`compare_speed` does).
     """
     settings = {**DEFAULT_SPEED, **(bb.get("defaults") or {})}
@@ -148,8 +149,11 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
                                      n_prompt=mb.get("n_prompt"), n_gen=mb.get("n_gen"))
                 rel = None
                 if ref is not None:
-                    ra = round_ratios(xa, set_a[ref.name][f"{metric}_tok_s"])
-                    rb = round_ratios(xb, set_b[ref.name][f"{metric}_tok_s"])
+                    try:
+                        ra = round_ratios(xa, set_a[ref.name][f"{metric}_tok_s"])
+                        rb = round_ratios(xb, set_b[ref.name][f"{metric}_tok_s"])
+                    except ValueError:  # a reference sample of 0 tok/s: no ratio, as without a reference
+                        ra = rb = []
                     if min(len(ra), len(rb)) >= MIN_SAMPLES:
                         rel = compare_ratios(ra, rb, factor, p_max)
                         change.reference, change.reference_kind = ref.name, ref.kind
