@@ -872,7 +872,7 @@ def _confirm(args: argparse.Namespace, a: Path, b: Path, report: TriageReport) -
     """``--confirm``: re-measure the report's suspects (harness.analysis.speed_confirm) and print each verdict;
     returns the Confirmations.  Raises ConfirmError (exit 2) where a build or the matrix is missing."""
     # imported here: it starts engines, which no other triage needs
-    from ..stages.source import cache_dir
+    from ..stages.source import cache_dir, obtain_base
     from ..matrix.models import ModelStore
     from . import speed_confirm
 
@@ -881,7 +881,9 @@ def _confirm(args: argparse.Namespace, a: Path, b: Path, report: TriageReport) -
                                          "configurations' arguments and models")
     matrix = load_matrix(args.matrix)
     work = args.work_dir.resolve()
-    models = ModelStore(matrix.models, cache_dir(), lambda: work / "base" / "llama.cpp", matrix.path)
+    cache = cache_dir()
+    # a model is made as the pipeline makes it: a generated one needs the pinned base tree (its vocabulary)
+    models = ModelStore(matrix.models, cache, lambda: obtain_base(matrix, cache).path, matrix.path)
     engine = speed_confirm.engines_from_builds(matrix, a, b, [w.resolve() for w in args.a_work_dir] or [work],
                                                [work], models.path)
     out = work / "confirm" / f"{report.a}--{report.b}"
