@@ -270,11 +270,14 @@ def test_no_bench_runs_nothing(tmp_path):
 def write_bench_run(root: Path, run_id: str, fork_tg: list[float], *, cpu: str = "AMD EPYC") -> Path:
     run = Run(root, run_id)
     run.record_step(StepRecord(CPU, "fork", "build", "passed"))
-    measurement = {"config": "fork", "model": "gemma3-270m", "n_prompt": 64, "n_gen": 16, "repeats": 5,
-                   "pp_tok_s": [300, 301, 299, 302, 298], "tg_tok_s": fork_tg}
+    unit = {"model": "gemma3-270m", "n_prompt": 64, "n_gen": 16, "repeats": 5}
+    measurements = [{"config": "base", **unit, "pp_tok_s": [300, 302, 298, 301, 299], "tg_tok_s": [40, 41, 39, 40.4, 39.6]},
+                    {"config": "fork", **unit, "pp_tok_s": [300, 301, 299, 302, 298], "tg_tok_s": fork_tg}]
     write_json(run.layout.speed(CPU) / "bench.json",
                {"machine": {"cpu": cpu, "cpu_count": 2, "gpus": []}, "defaults": {"factor": 0.1, "p_max": 0.01},
-                "measurements": [measurement], "rules": []})
+                "measurements": measurements,
+                "rules": [{"group": "base-vs-fork", "reference": "base", "candidate": "fork", "metric": m}
+                          for m in ("pp", "tg")]})
     run.close()
     return run.dir
 
@@ -282,12 +285,14 @@ def write_bench_run(root: Path, run_id: str, fork_tg: list[float], *, cpu: str =
 def test_triage_counts_a_speed_regression_between_runs_of_one_machine(tmp_path):
     a = write_bench_run(tmp_path, "a", [40, 41, 39, 40.5, 39.5])
     b = write_bench_run(tmp_path, "b", [20, 20.5, 19.5, 20.2, 19.8])
-    report = triage.diff_runs(a, b)
+    report = triage.diff_runs(a, b, upstream={"fork": "base"})
     assert [t.what for t in report.regressions] == ["fork gemma3-270m tg tok/s"]
     assert report.regressions[0].signature["kind"] == "speed_regression"
-    assert {c.metric: c.regressed for c in report.speed_changes} == {"pp": False, "tg": True}
+    assert {(c.config, c.metric): c.regressed for c in report.speed_changes} == \
+        {("base", "pp"): False, ("base", "tg"): False, ("fork", "pp"): False, ("fork", "tg"): True}
+    assert report.regressions[0].detail.startswith("speed fork gemma3-270m tg: 0.5x base in the run against 1x")
     text = triage.format_report(report)
-    assert "SLOWER" in text and "verdict: 1 regression(s)" in text
+    assert "vs base (upstream)" in text and "REGRESSION" in text and "verdict: 1 regression(s)" in text
     assert triage.main([str(a), str(b)]) == 1
     assert triage.main([str(a), str(write_bench_run(tmp_path, "c", [40.2, 40.8, 39.1, 40.1, 39.9]))]) == 0
 

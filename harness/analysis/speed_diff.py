@@ -1,28 +1,68 @@
-"""Speed between two runs: the slowdown rule (harness.analysis.statistics) applied to their samples.
+"""Speed between two runs: within-run ratios compared across runs, absolute tok/s as information.
 
 For every platform that has a ``<platform>/speed/bench.json`` (harness.stages.speed) in both
-runs, every configuration measured in both with the same model and tokens per request is
-judged: run B's tok/s samples against run A's, pp and tg, with ``min_ratio`` 1 (no slowdown)
-and run B's ``defaults.speed`` factor and p.  Speeds are compared only when both bench records
-carry the same machine fingerprint (harness.record.environment.machine_fingerprint: CPU model
-and core count, GPUs and driver, visible GPUs, CUDA driver and toolkit); any other pair is
-"not comparable", never a regression.
+runs, every configuration measured in both with the same model, tokens per request and rounds is
+judged per metric (pp, tg), with run B's ``defaults.speed`` factor and p:
+
+* its **ratio** to the reference it was measured interleaved with (per-round ratios,
+  harness.analysis.speed_ratios), run B's against run A's, by the slowdown rule of
+  harness.analysis.statistics.  Samples inside one run share the machine's state at that time,
+  and a rank test across two runs takes a drift of the machine for a slowdown (issue 29: the
+  same series 0.85x in pp between two runs, upstream's unchanged build 0.76x); a ratio cancels
+  what moved both sides of a round.
+* its **tok/s** (the medians and a rank test of run B's samples against run A's): information,
+  and the evidence for a suspect.
+
+The verdict (:data:`REGRESSION`, :data:`SUSPECT` or :data:`UNCHANGED`) by the reference's kind:
+
+* upstream's build in the same mode (``fork`` against ``base``, ``cuda-pin-all`` against
+  ``cuda-base-host-experts``): a regression when the ratio counts by the rule; the tok/s is
+  information, since a change that upstream's build shares is the machine's;
+* a fork-only reference that a speed rule names for that metric (``cuda-nopin`` for
+  ``cuda-pin-all`` pp): a regression when the ratio counts by the rule **and** the
+  configuration's own tok/s median fell past the factor.  Between clean H200 runs the
+  pinned/pageable ratio fell 0.75x (p 0.004) with the pinned tok/s unchanged (1.00x) because the
+  pageable reference ran 1.33x faster: a ratio that falls only because its reference got faster
+  is no slowdown of the configuration.  A tok/s that fell past the factor without the ratio
+  counting is **suspect**: a slowdown of both sides does not show in the ratio;
+* no reference measured interleaved in both runs: never a regression; a tok/s median past the
+  factor is **suspect**.
+
+``python -m harness triage --confirm`` settles suspects by measuring both builds interleaved
+(harness.analysis.speed_confirm).  Speeds are compared only when both bench records carry the
+same machine fingerprint (harness.record.environment.machine_fingerprint: CPU model and core
+count, GPUs and driver, visible GPUs, CUDA driver and toolkit); any other pair is "not
+comparable", never a regression.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 from ..matrix.config import DEFAULT_SPEED
 from ..record.bench import METRICS, bench_platforms, read_bench
-from .statistics import judge
+from .speed_ratios import UPSTREAM, choose_reference, compare_ratios, interleaved, round_ratios, \
+    rule_references
+from .statistics import MIN_SAMPLES, SpeedVerdict, judge
+
+#: The verdicts of a speed change: a slowdown by the ratio rule, a tok/s slowdown no ratio settles, neither.
+REGRESSION, SUSPECT, UNCHANGED = "regression", "suspect", "unchanged"
 
 
 @dataclass
 class SpeedChange:
-    """One configuration's speed in runs A and B: medians in tok/s, ``ratio`` (B over A), the threshold
-    below which it counts, the rank test's ``p_value`` and whether it is a ``regressed`` slowdown."""
+    """One configuration's ``metric`` in runs A and B.
+
+    tok/s (information): ``before_median`` / ``after_median``, ``ratio`` (B over A), the ``threshold``
+    below which a ratio is past the factor, the rank test's ``p_value`` against ``p_max``.
+    Within-run ratio: ``reference`` and its ``reference_kind`` (speed_ratios.UPSTREAM or FORK_ONLY;
+    "" when there is none), the medians of the per-round ratios in A and B (``before_vs_reference``,
+    ``after_vs_reference``), their change ``vs_reference_ratio`` (B's median over A's) and its
+    rank test's ``vs_reference_p``.  ``verdict``: REGRESSION, SUSPECT or UNCHANGED (module
+    docstring), ``why`` says which evidence decided it.
+    """
 
     platform: str
     config: str
@@ -34,16 +74,99 @@ class SpeedChange:
     threshold: float
     p_value: float
     p_max: float
-    regressed: bool
+    verdict: str = UNCHANGED
+    why: str = ""
+    reference: str = ""
+    reference_kind: str = ""
+    before_vs_reference: float | None = None
+    after_vs_reference: float | None = None
+    vs_reference_ratio: float | None = None
+    vs_reference_p: float | None = None
+    n_prompt: int | None = None
+    n_gen: int | None = None
+
+    @property
+    def regressed(self) -> bool:
+        """The change is a regression (a slowdown of its ratio by the rule)."""
+        return self.verdict == REGRESSION
+
+    @property
+    def suspect(self) -> bool:
+        """The tok/s fell past the factor and no ratio settles whether the build or the machine did it."""
+        return self.verdict == SUSPECT
 
 
-def _key(m: dict) -> tuple:
-    return (m.get("config"), m.get("model"), m.get("n_prompt"), m.get("n_gen"))
+def _verdict(tok_s: SpeedVerdict, rel: SpeedVerdict | None, kind: str) -> tuple[str, str]:
+    """(verdict, why) from the tok/s verdict, the ratio's verdict (None without a reference) and its kind."""
+    if rel is None:
+        if tok_s.slower:
+            return SUSPECT, "tok/s median past the factor and no reference measured interleaved in both runs"
+        return UNCHANGED, "no reference measured interleaved in both runs; tok/s within the factor"
+    if kind == UPSTREAM:
+        if rel.regressed:
+            return REGRESSION, "ratio to upstream's build in the same mode fell by the rule"
+        return UNCHANGED, "ratio to upstream's build in the same mode within the rule"
+    if rel.regressed and tok_s.slower:
+        return REGRESSION, "ratio to a fork-only reference fell by the rule and the tok/s median past the factor"
+    if tok_s.slower:
+        return SUSPECT, ("tok/s median past the factor; the ratio to a fork-only reference does not count, and it "
+                         "hides a slowdown of both sides")
+    return UNCHANGED, "tok/s median within the factor" + (" (the ratio fell because the reference got faster)"
+                                                         if rel.regressed else "")
 
 
-def compare_speed(a: Path, b: Path) -> tuple[list[SpeedChange], list[str]]:
-    """The speed changes from run directory ``a`` to ``b`` and the platforms whose speeds are not comparable
-    (one line each, saying why).  Measurements with fewer than two samples on a side are left out."""
+def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
+                  upstream: Mapping[str, str] | None = None) -> list[SpeedChange]:
+    """The speed changes of one platform from bench record ``ba`` (run A) to ``bb`` (run B).
+
+    ``upstream``: fork configuration -> upstream's configuration in its mode
+    (speed_ratios.same_mode_upstream; empty: every reference is fork-only).  Uses run B's
+    ``defaults.speed`` factor and p_max (DEFAULT_SPEED where absent).  Measurements with fewer
+    than MIN_SAMPLES samples on a side are left out; a reference with a sample of 0 tok/s gives no ratio.
+    The machine is not checked here
+    (:func:`compare_speed` does).
+    """
+    settings = {**DEFAULT_SPEED, **(bb.get("defaults") or {})}
+    factor, p_max = float(settings["factor"]), float(settings["p_max"])
+    sets_a, sets_b = interleaved(ba), interleaved(bb)
+    refs_a, refs_b = rule_references(ba), rule_references(bb)
+    out: list[SpeedChange] = []
+    for key, set_b in sets_b.items():
+        set_a = sets_a.get(key, {})
+        for config, mb in set_b.items():
+            ma = set_a.get(config)
+            if ma is None:
+                continue
+            for metric in METRICS:
+                xa, xb = ma.get(f"{metric}_tok_s") or [], mb.get(f"{metric}_tok_s") or []
+                if len(xa) < MIN_SAMPLES or len(xb) < MIN_SAMPLES:
+                    continue
+                tok_s = judge(xa, xb, 1.0, factor, p_max)
+                named = list(dict.fromkeys([*refs_b.get((config, metric), []), *refs_a.get((config, metric), [])]))
+                ref = choose_reference(config, metric, set_a, set_b, upstream or {}, named)
+                change = SpeedChange(platform, config, str(mb.get("model")), metric, tok_s.reference.median,
+                                     tok_s.candidate.median, tok_s.ratio, tok_s.threshold, tok_s.p_value, p_max,
+                                     n_prompt=mb.get("n_prompt"), n_gen=mb.get("n_gen"))
+                rel = None
+                if ref is not None:
+                    try:
+                        ra = round_ratios(xa, set_a[ref.name][f"{metric}_tok_s"])
+                        rb = round_ratios(xb, set_b[ref.name][f"{metric}_tok_s"])
+                    except ValueError:  # a reference sample of 0 tok/s: no ratio, as without a reference
+                        ra = rb = []
+                    if min(len(ra), len(rb)) >= MIN_SAMPLES:
+                        rel = compare_ratios(ra, rb, factor, p_max)
+                        change.reference, change.reference_kind = ref.name, ref.kind
+                        change.before_vs_reference, change.after_vs_reference = rel.reference.median, rel.candidate.median
+                        change.vs_reference_ratio, change.vs_reference_p = rel.ratio, rel.p_value
+                change.verdict, change.why = _verdict(tok_s, rel, ref.kind if rel is not None and ref else "")
+                out.append(change)
+    return out
+
+
+def compare_speed(a: Path, b: Path, upstream: Mapping[str, str] | None = None) -> tuple[list[SpeedChange], list[str]]:
+    """The speed changes from run directory ``a`` to ``b`` (:func:`compare_bench` per platform) and the
+    platforms whose speeds are not comparable (one line each, saying why: another machine)."""
     changes: list[SpeedChange] = []
     not_comparable: list[str] = []
     for platform in sorted(set(bench_platforms(a)) & set(bench_platforms(b))):
@@ -54,17 +177,6 @@ def compare_speed(a: Path, b: Path) -> tuple[list[SpeedChange], list[str]]:
             not_comparable.append(f"{platform}: another machine ({', '.join(differ) or 'no fingerprint'} differ); "
                                   "speed not compared")
             continue
-        settings = {**DEFAULT_SPEED, **(bb.get("defaults") or {})}
-        before = {_key(m): m for m in ba.get("measurements", [])}
-        for m in bb.get("measurements", []):
-            old = before.get(_key(m))
-            if old is None:
-                continue
-            for metric in METRICS:
-                xa, xb = old.get(f"{metric}_tok_s") or [], m.get(f"{metric}_tok_s") or []
-                if len(xa) < 2 or len(xb) < 2:
-                    continue
-                v = judge(xa, xb, 1.0, float(settings["factor"]), float(settings["p_max"]))
-                changes.append(SpeedChange(platform, str(m["config"]), str(m["model"]), metric, v.reference.median,
-                                           v.candidate.median, v.ratio, v.threshold, v.p_value, v.p_max, v.regressed))
+        changes += compare_bench(platform, ba, bb, upstream)
     return changes, not_comparable
+

@@ -17,9 +17,11 @@ B.  It reports, from the two ``summary.json`` files and the run directories:
   (harness.analysis.memory_changes), each with a signature;
 * build and test times that changed by more than :data:`TIME_NOISE_FRACTION` of the
   earlier time and at least :data:`TIME_NOISE_FLOOR_S` seconds;
-* speed: each configuration's pp and tg tok/s of the speed stage in both runs, judged by the
-  speed rule (harness.analysis.speed_diff): a slowdown is a regression with a ``speed_regression``
-  signature; runs of different machines are "not comparable", never a regression.
+* speed: each configuration's within-run ratio to the reference it was measured interleaved
+  with, run B's per-round ratios against run A's by the speed rule (harness.analysis.speed_diff):
+  a slowdown is a regression with a ``speed_regression`` signature; absolute tok/s are
+  information, and a tok/s slowdown that no ratio settles is "suspect", never a regression;
+  runs of different machines are "not comparable", never a regression.
 
 A run B that is incomplete (stopped by a signal, an exception or a full disk, or with
 something asked for not run) is named so and compared only on what it recorded: what A
@@ -53,7 +55,9 @@ from ..record.results import (COMPARISON, STEP, RecordError, RunLayout, StepReco
                               read_summary, shown_as_reused)
 from . import memory_changes
 from .signatures import load_signatures
+from ..matrix.config import load_matrix
 from .speed_diff import SpeedChange, compare_speed
+from .speed_ratios import same_mode_upstream
 
 #: Statuses that count as a failure or a success (declared in harness.record.results).
 BAD_STEP = STEP.failures
@@ -326,6 +330,12 @@ class TriageReport:
         return [t for t in self.transitions if t.category == "regression"]
 
     @property
+    def speed_suspects(self) -> list[SpeedChange]:
+        """Speed changes whose tok/s fell past the factor with no within-run ratio to settle them: never
+        regressions; ``triage --confirm`` re-measures them (harness.analysis.speed_diff)."""
+        return [c for c in self.speed_changes if c.suspect]
+
+    @property
     def fixes(self) -> list[Transition]:
         """Transitions whose category is fix."""
         return [t for t in self.transitions if t.category == "fix"]
@@ -335,7 +345,8 @@ class TriageReport:
         data = asdict(self)
         data["verdict"] = "regressed" if self.regressions else "clean"
         data["counts"] = {"regressions": len(self.regressions), "fixes": len(self.fixes),
-                          "other_changes": len(self.transitions) - len(self.regressions) - len(self.fixes)}
+                          "other_changes": len(self.transitions) - len(self.regressions) - len(self.fixes),
+                          "speed_suspects": len(self.speed_suspects)}
         return data
 
 
@@ -637,14 +648,17 @@ def _timing_changes(sa: dict, sb: dict) -> list[TimingChange]:
 
 
 def _speed_transitions(changes: list[SpeedChange]) -> list[Transition]:
-    """A regression, with its ``speed_regression`` signature, per speed change that is a slowdown by the rule."""
+    """A regression, with its ``speed_regression`` signature, per speed change whose within-run ratio fell by
+    the rule (harness.analysis.speed_diff); suspects and tok/s changes are no transitions."""
     out = []
     for c in changes:
         if not c.regressed:
             continue
         key = f"{c.config} {c.model} {c.metric}"
-        summary = (f"speed {key}: {c.after_median:.1f} tok/s against {c.before_median:.1f} in the earlier run "
-                   f"({c.ratio:.2f}x, fails below {c.threshold:.3g}x; Mann-Whitney p {c.p_value:.2g} <= {c.p_max:g})")
+        summary = (f"speed {key}: {c.after_vs_reference:.3g}x {c.reference} in the run against "
+                   f"{c.before_vs_reference:.3g}x in the earlier run ({c.vs_reference_ratio:.2f}x, fails below "
+                   f"{c.threshold:.3g}x; Mann-Whitney p {c.vs_reference_p:.2g} <= {c.p_max:g}); "
+                   f"{c.after_median:.1f} against {c.before_median:.1f} tok/s")
         out.append(Transition("regression", "speed", c.platform, f"{key} tok/s", f"{c.before_median:.1f} tok/s",
                               f"{c.after_median:.1f} tok/s",
                               {"platform": c.platform, "config": c.config, "model": c.model, "metric": c.metric},
@@ -656,8 +670,12 @@ def _order(t: Transition) -> tuple:
     return ({"regression": 0, "fix": 1}.get(t.category, 2), t.platform, t.kind != "step", t.what)
 
 
-def diff_runs(a: Path, b: Path, strict: bool = False) -> TriageReport:
+def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str] | None = None) -> TriageReport:
     """Compare run directory ``a`` (earlier) with ``b`` (later) and return what changed.
+
+    ``upstream``: fork configuration -> upstream's configuration in its mode, the preferred reference of
+    its speed ratios (harness.analysis.speed_ratios.same_mode_upstream; None: every reference counts as
+    fork-only, harness.analysis.speed_diff).
 
     Reads both summary.json files, their signatures (signatures.json, else computed from
     the logs without writing), and pin-ladder files.  A record of A that B has not
@@ -684,7 +702,7 @@ def diff_runs(a: Path, b: Path, strict: bool = False) -> TriageReport:
         sb = {**sb, "incomplete": [*sb.get("incomplete", []), f"still running (pid {owner})"]}
     report.strict = strict
     report.pin_changes = _pin_changes(a, b)
-    report.speed_changes, report.speed_not_comparable = compare_speed(a, b)
+    report.speed_changes, report.speed_not_comparable = compare_speed(a, b, upstream)
     report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
                                 + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
                                 + _kl_transitions(sa, sb) + _memory_transitions(a, b, report.pin_changes, sa, sb)
@@ -778,13 +796,10 @@ def format_report(report: TriageReport) -> str:
                        f"allocations over {p.generations} generation(s)")
         out.append("")
     if report.speed_changes or report.speed_not_comparable:
-        out.append(f"SPEED ({len(report.speed_changes)} measurement(s) in both runs; a slowdown counts past the factor "
-                   "and at the Mann-Whitney p)")
+        out.append(f"SPEED ({len(report.speed_changes)} measurement(s) in both runs; a regression is a within-run "
+                   "ratio that fell past the factor and at the Mann-Whitney p; tok/s are information)")
         out += [f"  not comparable: {line}" for line in report.speed_not_comparable]
-        for c in report.speed_changes:
-            mark = "  SLOWER" if c.regressed else ""
-            out.append(f"  {c.platform}  {c.config} {c.model} {c.metric}: {c.before_median:.1f} -> {c.after_median:.1f} "
-                       f"tok/s ({c.ratio:.2f}x, p {c.p_value:.2g}){mark}")
+        out += [_speed_line(c) for c in report.speed_changes]
         out.append("")
     if report.timing_changes:
         out.append(f"TIMES BEYOND NOISE ({len(report.timing_changes)}; threshold max(20 %, 5 s))")
@@ -792,9 +807,26 @@ def format_report(report: TriageReport) -> str:
             out.append(f"  {c.platform}  {c.config} {c.step}: {c.before_s:.1f} s -> {c.after_s:.1f} s "
                        f"(threshold {c.threshold_s:.1f} s)")
         out.append("")
-    n = len(report.regressions)
+    n, suspects = len(report.regressions), len(report.speed_suspects)
     out.append(f"verdict: {n} regression(s)" if n else "verdict: no regressions")
+    if suspects:
+        out[-1] += (f"; {suspects} suspect speed change(s), not regressions: `python -m harness triage "
+                    f"{report.a} {report.b} --confirm` re-measures both builds interleaved")
     return "\n".join(out)
+
+
+def _speed_line(c: SpeedChange) -> str:
+    """One speed change: tok/s in A and B, the within-run ratio to its reference in A and B, the verdict."""
+    line = (f"  {c.platform}  {c.config} {c.model} {c.metric}: {c.before_median:.1f} -> {c.after_median:.1f} tok/s "
+            f"({c.ratio:.2f}x, p {c.p_value:.2g})")
+    if c.reference:
+        line += (f"; vs {c.reference} ({c.reference_kind}): {c.before_vs_reference:.3g}x -> "
+                 f"{c.after_vs_reference:.3g}x ({c.vs_reference_ratio:.2f}x, p {c.vs_reference_p:.2g})")
+    else:
+        line += "; no interleaved reference in both runs"
+    if c.verdict != "unchanged":
+        line += f"  {c.verdict.upper()}\n      {c.why}"
+    return line
 
 
 def main(argv: Sequence[str]) -> int:
@@ -813,6 +845,17 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--strict", action="store_true",
                     help="count a record of A that B did not run (or was interrupted in) as a regression")
     ap.add_argument("--results-dir", type=Path, default=Path("results"))
+    ap.add_argument("--matrix", type=Path, default=Path("matrix.yaml"),
+                    help="matrix file naming each fork configuration's upstream configuration in its mode, the "
+                         "preferred reference of its speed ratios (default: matrix.yaml; without the file every "
+                         "reference counts as fork-only)")
+    ap.add_argument("--confirm", action="store_true",
+                    help="re-measure each suspect speed change with both runs' builds interleaved on this machine "
+                         "(as asv continuous does); exit 1 when one is confirmed")
+    ap.add_argument("--work-dir", type=Path, default=Path(".harness"),
+                    help="--confirm: the work directory holding run B's builds (default: .harness)")
+    ap.add_argument("--a-work-dir", type=Path, action="append", default=[],
+                    help="--confirm: a work directory holding run A's builds (repeatable; default: --work-dir)")
     args = ap.parse_args(strip_dashdash(argv))
     if len(args.runs) > 2:
         raise TriageInputError(f"expected at most two runs, got {len(args.runs)}: {' '.join(args.runs)}")
@@ -821,9 +864,37 @@ def main(argv: Sequence[str]) -> int:
     else:
         b = resolve_run(args.runs[0] if args.runs else "latest", args.results_dir)
         a = previous_run(b, args.results_dir)
-    report = diff_runs(a, b, args.strict)
+    upstream = same_mode_upstream(load_matrix(args.matrix)) if args.matrix.is_file() else None
+    report = diff_runs(a, b, args.strict, upstream)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
         print(format_report(report))
-    return 1 if report.regressions else 0
+    confirmed = _confirm(args, a, b, report) if args.confirm and report.speed_suspects else []
+    return 1 if report.regressions or any(c.confirmed for c in confirmed) else 0
+
+
+def _confirm(args: argparse.Namespace, a: Path, b: Path, report: TriageReport) -> list:
+    """``--confirm``: re-measure the report's suspects (harness.analysis.speed_confirm) and print each verdict;
+    returns the Confirmations.  Raises ConfirmError (exit 2) where a build or the matrix is missing."""
+    # imported here: it starts engines, which no other triage needs
+    from ..stages.source import cache_dir, obtain_base
+    from ..matrix.models import ModelStore
+    from . import speed_confirm
+
+    if not args.matrix.is_file():
+        raise speed_confirm.ConfirmError(f"{args.matrix}: no such matrix file; --confirm needs it for the "
+                                         "configurations' arguments and models")
+    matrix = load_matrix(args.matrix)
+    work = args.work_dir.resolve()
+    cache = cache_dir()
+    # a model is made as the pipeline makes it: a generated one needs the pinned base tree (its vocabulary)
+    models = ModelStore(matrix.models, cache, lambda: obtain_base(matrix, cache).path, matrix.path)
+    engine = speed_confirm.engines_from_builds(matrix, a, b, [w.resolve() for w in args.a_work_dir] or [work],
+                                               [work], models.path)
+    out = work / "confirm" / f"{report.a}--{report.b}"
+    print(f"\nCONFIRM ({len(report.speed_suspects)} suspect(s); both builds interleaved here, logs in {out})")
+    found = speed_confirm.confirm(report.speed_suspects, engine, out, matrix.speed.repeats, matrix.speed.factor)
+    for c in found:
+        print(speed_confirm.describe(c))
+    return found

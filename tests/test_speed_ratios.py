@@ -1,0 +1,218 @@
+"""Triage's speed comparison on within-run ratios (harness.analysis.speed_ratios, speed_diff): unit tests,
+and the committed H200 evidence runs (results/evidence/), clean and with planted pinned slowdowns."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+
+from harness.analysis import triage
+from harness.analysis.speed_diff import REGRESSION, SUSPECT, UNCHANGED, compare_bench
+from harness.analysis.speed_ratios import (FORK_ONLY, UPSTREAM, Reference, choose_reference, compare_ratios,
+                                           interleaved, round_ratios, rule_references, same_mode_upstream)
+from harness.matrix.config import load_matrix
+
+ROOT = Path(__file__).resolve().parents[1]
+EVIDENCE = ROOT / "results" / "evidence"
+CUDA = "linux-x86_64-cuda"
+#: The committed clean one-GPU H200 runs with a speed stage, oldest first: the five patches of one series
+#: (the same names and sha256 in each run's environment.json) on upstream 0c1e57098bba, one machine fingerprint.
+CLEAN = ["gpu1-20261201T223756Z", "gpu1-20261202T005602Z", "gpu1-20261202T020214Z", "gpu1-20261202T033816Z",
+         "gpu1-20261202T050833Z"]
+PAIRS = list(combinations(CLEAN, 2))  # (earlier, later), as triage compares them
+UPSTREAM_OF = same_mode_upstream(load_matrix(ROOT / "matrix.yaml"))
+
+
+def bench(run: str) -> dict:
+    return json.loads((EVIDENCE / run / CUDA / "speed" / "bench.json").read_text(encoding="utf-8"))
+
+
+def with_pinned_pp_scaled(b: dict, factor: float) -> dict:
+    """``b`` with cuda-pin-all's pp samples (pinned host experts, the path pinning speeds up) times ``factor``."""
+    out = copy.deepcopy(b)
+    for m in out["measurements"]:
+        if m["config"] == "cuda-pin-all":
+            m["pp_tok_s"] = [x * factor for x in m["pp_tok_s"]]
+    return out
+
+
+def change(changes, config, metric):
+    return next(c for c in changes if (c.config, c.metric) == (config, metric))
+
+
+# --------------------------------------------------------------------------- units
+
+
+def test_per_round_ratios_pair_the_samples_of_one_round():
+    assert round_ratios([10, 30, 8], [5, 10, 4, 99]) == [2.0, 3.0, 2.0]
+    with pytest.raises(ValueError, match="positive"):
+        round_ratios([1, 2], [1, 0])
+
+
+def test_the_shipped_matrix_names_upstream_in_the_same_mode():
+    assert UPSTREAM_OF["fork"] == "base"
+    assert UPSTREAM_OF["cuda-pin-all"] == "cuda-base-host-experts"  # group cuda-base-vs-fork-host-experts
+    assert UPSTREAM_OF["cuda-2gpu-row-pinned"] == "base-2gpu-row"  # the configuration's own upstream key
+    assert "cuda-nopin" not in UPSTREAM_OF and "base" not in UPSTREAM_OF
+
+
+def measurement(config, pp, tg=None, model="m"):
+    return {"config": config, "model": model, "n_prompt": 64, "n_gen": 16, "repeats": len(pp), "pp_tok_s": pp,
+            "tg_tok_s": tg if tg is not None else pp}
+
+
+def record(*measurements, rules=()):
+    return {"machine": {"cpu": "x"}, "defaults": {"factor": 0.1, "p_max": 0.01}, "measurements": list(measurements),
+            "rules": [{"candidate": c, "reference": r, "metric": m} for c, r, m in rules]}
+
+
+def test_the_reference_is_upstream_in_the_same_mode_before_a_rule_s_fork_only_one():
+    both = {c: measurement(c, [1, 2, 3]) for c in ("fork", "base", "cuda-nopin")}
+    assert choose_reference("fork", "pp", both, both, {"fork": "base"}, ["cuda-nopin"]) == Reference("base", UPSTREAM)
+    no_base = {c: m for c, m in both.items() if c != "base"}
+    # upstream measured in one run only: not interleaved in both, so the rule's fork-only reference
+    assert choose_reference("fork", "pp", both, no_base, {"fork": "base"}, ["cuda-nopin"]) == \
+        Reference("cuda-nopin", FORK_ONLY)
+    assert choose_reference("fork", "pp", both, no_base, {"fork": "base"}, []) is None
+
+
+def test_rule_references_are_per_metric():
+    b = record(rules=[("cuda-pin-all", "cuda-nopin", "pp"), ("fork", "base", "pp"), ("fork", "base", "tg")])
+    assert rule_references(b) == {("cuda-pin-all", "pp"): ["cuda-nopin"], ("fork", "pp"): ["base"],
+                                  ("fork", "tg"): ["base"]}
+
+
+def test_measurements_of_one_unit_are_the_interleaved_set():
+    b = record(measurement("a", [1, 2]), measurement("b", [1, 2]), {**measurement("c", [1, 2]), "n_prompt": 512})
+    assert sorted(len(s) for s in interleaved(b).values()) == [1, 2]
+    # one unit timed in two separate sets of rounds, each named: two sets, a configuration in each
+    pairs = record(*({**measurement(c, [1, 2]), "interleaved": i} for i, cs in enumerate([("a", "b"), ("a", "c")])
+                     for c in cs))
+    assert sorted(sorted(s) for s in interleaved(pairs).values()) == [["a", "b"], ["a", "c"]]
+
+
+def test_a_ratio_change_counts_by_the_speed_rule():
+    before = [1.00, 1.02, 0.98, 1.01, 0.99]
+    assert compare_ratios(before, [0.80, 0.81, 0.79, 0.82, 0.78], 0.1, 0.01).regressed
+    assert not compare_ratios(before, [0.95, 0.96, 0.94, 0.97, 0.93], 0.1, 0.01).regressed  # within the factor
+    assert not compare_ratios(before, [0.5, 1.2, 0.6, 1.1, 0.7], 0.1, 0.01).regressed  # the rank test disagrees
+
+
+BASE = [1000, 1010, 990, 1005, 995]
+
+
+def scaled(xs, f):
+    return [x * f for x in xs]
+
+
+def test_a_drift_of_the_machine_is_no_regression_against_upstream():
+    """Everything 25 % slower in run B, upstream's build too: the ratio stays, the tok/s is information.
+    The rank test on tok/s alone (the rule before ratios) called this a regression."""
+    a = record(measurement("base", BASE), measurement("fork", BASE))
+    b = record(measurement("base", scaled(BASE, 0.75)), measurement("fork", scaled(BASE, 0.75)))
+    c = change(compare_bench(CUDA, a, b, {"fork": "base"}), "fork", "pp")
+    assert c.verdict == UNCHANGED and c.reference == "base" and c.reference_kind == UPSTREAM
+    assert c.ratio == pytest.approx(0.75) and c.p_value < 0.01  # shown: past the factor, the rank test agrees
+
+
+def test_a_slowdown_of_the_fork_alone_is_a_regression_against_upstream():
+    a = record(measurement("base", BASE), measurement("fork", BASE))
+    b = record(measurement("base", BASE), measurement("fork", scaled(BASE, 0.8)))
+    c = change(compare_bench(CUDA, a, b, {"fork": "base"}), "fork", "pp")
+    assert c.verdict == REGRESSION and c.vs_reference_ratio == pytest.approx(0.8)
+
+
+def test_against_a_fork_only_reference():
+    rule = [("pin", "nopin", "pp")]
+    a = record(measurement("nopin", BASE), measurement("pin", scaled(BASE, 5)), rules=rule)
+
+    def verdict(nopin: float, pin: float) -> str:
+        b = record(measurement("nopin", scaled(BASE, nopin)), measurement("pin", scaled(BASE, 5 * pin)), rules=rule)
+        return change(compare_bench(CUDA, a, b, {}), "pin", "pp").verdict
+
+    assert verdict(1.0, 0.5) == REGRESSION  # the candidate alone slowed
+    assert verdict(1.33, 1.0) == UNCHANGED  # the ratio fell only because the reference got faster
+    assert verdict(0.8, 0.8) == SUSPECT  # both sides slowed: the ratio cannot tell the machine from the build
+    assert verdict(1.0, 1.0) == UNCHANGED
+
+
+def test_a_reference_sample_of_zero_gives_no_ratio():
+    a = record(measurement("base", BASE), measurement("fork", BASE))
+    b = record(measurement("base", [0, *BASE[1:]]), measurement("fork", scaled(BASE, 0.5)))
+    c = change(compare_bench(CUDA, a, b, {"fork": "base"}), "fork", "pp")
+    assert c.verdict == SUSPECT and c.reference == ""
+
+
+def test_without_an_interleaved_reference_a_slowdown_is_suspect_never_a_regression():
+    a = record(measurement("fork", BASE))
+    b = record(measurement("fork", scaled(BASE, 0.5)))
+    c = change(compare_bench(CUDA, a, b, {"fork": "base"}), "fork", "pp")
+    assert c.verdict == SUSPECT and not c.regressed and c.reference == "" and c.p_value < 0.01
+
+
+# --------------------------------------------------------------------------- the committed H200 runs
+
+
+def test_the_clean_runs_are_one_series_on_one_machine():
+    envs = [json.loads((EVIDENCE / r / CUDA / "environment.json").read_text(encoding="utf-8")) for r in CLEAN]
+    assert len({json.dumps(e["patches"], sort_keys=True) for e in envs}) == 1 and len(envs[0]["patches"]) == 5
+    assert {e["base_commit"] for e in envs} == {"0c1e57098bba43ac29e6e3b677cdceebdd22334f"}
+    assert len({json.dumps(bench(r)["machine"], sort_keys=True) for r in CLEAN}) == 1
+
+
+def test_per_round_pinned_over_pageable_prefill_is_noisy_inside_clean_runs():
+    ratios = []
+    for r in CLEAN:
+        m = {x["config"]: x for x in bench(r)["measurements"]}
+        ratios += round_ratios(m["cuda-pin-all"]["pp_tok_s"], m["cuda-nopin"]["pp_tok_s"])
+    assert min(ratios) == pytest.approx(3.30, abs=0.01) and max(ratios) == pytest.approx(7.37, abs=0.01)
+
+
+@pytest.mark.parametrize("a,b", PAIRS, ids=[f"{a[5:]}-{b[5:]}" for a, b in PAIRS])
+def test_triage_finds_no_regression_between_clean_runs_of_one_series(a, b):
+    report = triage.diff_runs(EVIDENCE / a, EVIDENCE / b, upstream=UPSTREAM_OF)
+    assert len(report.speed_changes) == 8 and not report.speed_not_comparable
+    assert report.regressions == []
+
+
+@pytest.mark.parametrize("a,b", PAIRS, ids=[f"{a[5:]}-{b[5:]}" for a, b in PAIRS])
+def test_pinned_prefill_at_half_speed_is_a_regression_and_at_0_8_at_least_suspect(a, b):
+    half = change(compare_bench(CUDA, bench(a), with_pinned_pp_scaled(bench(b), 0.5), UPSTREAM_OF),
+                  "cuda-pin-all", "pp")
+    assert half.verdict == REGRESSION and half.reference == "cuda-nopin", half
+    slower = change(compare_bench(CUDA, bench(a), with_pinned_pp_scaled(bench(b), 0.8), UPSTREAM_OF),
+                    "cuda-pin-all", "pp")
+    assert slower.verdict in (REGRESSION, SUSPECT), slower
+
+
+def test_the_command_exits_1_on_the_planted_half_speed_and_0_on_the_clean_pair(tmp_path, capsys):
+    a, b = EVIDENCE / CLEAN[0], tmp_path / "planted"
+    shutil.copytree(EVIDENCE / CLEAN[-1], b)
+    assert triage.main([str(a), str(b), "--matrix", str(ROOT / "matrix.yaml")]) == 0
+    path = b / CUDA / "speed" / "bench.json"
+    path.write_text(json.dumps(with_pinned_pp_scaled(json.loads(path.read_text()), 0.5)), encoding="utf-8")
+    assert triage.main([str(a), str(b), "--matrix", str(ROOT / "matrix.yaml")]) == 1
+    text = capsys.readouterr().out
+    assert "cuda-pin-all moe-large pp" in text and "REGRESSION" in text and "vs cuda-nopin (fork-only)" in text
+
+
+def test_the_suspects_between_clean_runs_are_the_ones_docs_speed_md_lists():
+    suspects = {(a[5:17], b[5:17]): sorted(f"{c.config} {c.metric}" for c in
+                                           compare_bench(CUDA, bench(a), bench(b), UPSTREAM_OF) if c.suspect)
+                for a, b in PAIRS}
+    assert {k: v for k, v in suspects.items() if v} == {
+        ("20261201T223", "20261202T005"): ["cuda-nopin tg", "cuda-pin-all tg"],
+        ("20261202T020", "20261202T050"): ["cuda-nopin pp", "cuda-nopin tg"],
+        ("20261202T033", "20261202T050"): ["base pp", "cuda-nopin pp", "cuda-pin-all tg"]}
+
+
+def test_later_to_earlier_half_speed_is_a_regression_in_8_of_10_pairs_suspect_in_2_and_clean_has_none():
+    verdicts = [change(compare_bench(CUDA, bench(b), with_pinned_pp_scaled(bench(a), 0.5), UPSTREAM_OF),
+                       "cuda-pin-all", "pp").verdict for a, b in PAIRS]
+    assert verdicts.count(REGRESSION) == 8 and verdicts.count(SUSPECT) == 2
+    assert not any(c.regressed for a, b in PAIRS for c in compare_bench(CUDA, bench(b), bench(a), UPSTREAM_OF))
