@@ -424,9 +424,17 @@ class CompileResult:
     logs: dict[str, Path] = field(default_factory=dict)
 
 
-def _up_to_date(ninja: str, build_dir: Path, target: str) -> bool:
+def left_to_do(ninja: str, build_dir: Path, target: str) -> str | None:
+    """What ninja would still run for ``target`` in ``build_dir`` (a dry run, ``ninja -n``): None when it
+    says "no work to do", else the first step it names (``[1/2] Linking C executable tool``) or, where it
+    names none, its exit status and first line of output."""
     proc = subprocess.run([ninja, "-C", str(build_dir), "-n", target], capture_output=True, text=True, check=False)
-    return proc.returncode == 0 and "no work to do" in proc.stdout
+    if proc.returncode == 0 and "no work to do" in proc.stdout:
+        return None
+    lines = (proc.stdout + proc.stderr).splitlines()
+    step = next((line.strip() for line in lines if line.startswith("[")), "")
+    return step or f"ninja -n exited {proc.returncode}: " + next((line.strip() for line in lines
+                                                                 if not line.startswith("ninja: Entering")), "")
 
 
 def _include_dirs(argv: Sequence[str]) -> list[str]:
@@ -491,7 +499,9 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
     in ``logs_dir`` (a first build with groups that failed stays as ``build-grouped.log``), and
     ``compile.json`` (the plan, the unity groups, the targets linked and not linked, the times).
     ``status`` is ``failed`` when configure or a compile or link failed (``detail`` holds the
-    first error line), else ``passed``.  Raises nothing for a failing compile.
+    first error line), and also when ninja exited 0 but a link target is not up to date afterwards
+    (:func:`left_to_do`: a step that did not do its work never passes; ``detail`` names each such
+    target and what ninja would still run for it), else ``passed``.  Raises nothing for a failing compile.
     """
     from .build import _run_step, first_error_line
     start = time.monotonic()
@@ -538,12 +548,15 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
     spare = refine(result.plan, tree, build_dir, ninja) if like is None else []
     failed_objects = _failed_outputs(logs_dir / "build.log")
     for target in result.plan.link:
-        if _up_to_date(ninja, build_dir, target):
+        left = left_to_do(ninja, build_dir, target)
+        if left is None:
             result.linked.append(target)
+        elif any(not f.endswith(".o") and target in Path(f).name for f in failed_objects):
+            result.not_linked[target] = "its link failed"
+        elif failed_objects:
+            result.not_linked[target] = "an object or library it needs failed to compile"
         else:
-            linking = [f for f in failed_objects if not f.endswith(".o") and target in Path(f).name]
-            result.not_linked[target] = ("its link failed" if linking else
-                                         "an object or library it needs failed to compile")
+            result.not_linked[target] = f"nothing failed, yet ninja still has work for it: {left}"
     result.seconds = time.monotonic() - start
     n_cu = sum(1 for o in outputs if o.endswith(".cu.o"))
     what = (f"{len(outputs)} translation units the series touches ({n_cu} CUDA), "
@@ -552,11 +565,15 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
         n_cuda = sum(len(ms) for ms in groups.values() if ms[0].language == "CUDA")
         what += (f"; {sum(len(ms) for ms in groups.values())} other units ({n_cuda} CUDA) compiled in "
                  f"{len(groups)} unity groups")
-    if result.not_linked:
-        what += f"; not linked: {', '.join(sorted(result.not_linked))}"
     if rc != 0:
         result.status = "failed"
+        if result.not_linked:
+            what += f"; not linked: {', '.join(sorted(result.not_linked))}"
         result.detail = "compile failed: " + (first_error_line(logs_dir / "build.log") or f"exit {rc}") + f" ({what})"
+    elif result.not_linked:  # ninja exited 0, but what the step was to link is not there: it did not do its work
+        result.status = "failed"
+        result.detail = ("not linked: " + "; ".join(f"{t} ({why})" for t, why in sorted(result.not_linked.items()))
+                         + f" ({what})")
     else:
         result.detail = f"compiled {what}"
     from ..record.results import write_json
