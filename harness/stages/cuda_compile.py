@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from ..common.jobserver import JobBudget
 from .unity import CMAKE_HOOK, INCLUDE_LINE, Member, unity_groups, unity_object, write_groups_file
 
 #: PyPI wheels of the CUDA 13.0 toolkit the step compiles with; nvidia-nvvm holds cicc, which
@@ -484,7 +485,8 @@ def grouping(build_dir: Path, tree: Path, selected: Iterable[str]) -> dict[str, 
 
 def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], changed: Mapping[str, str],
                  link_targets: Sequence[str], logs_dir: Path, *, cmake: str, ninja: str, jobs: int = 2,
-                 env: Mapping[str, str] | None = None, like: Plan | None = None) -> CompileResult:
+                 env: Mapping[str, str] | None = None, like: Plan | None = None,
+                 budget: JobBudget | None = None) -> CompileResult:
     """Configure ``tree`` into ``build_dir`` with ``options``, then compile and link what :func:`plan` selects.
 
     The plan is made from a configure without grouping, so compile_commands.json names every unit.
@@ -498,6 +500,9 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
     ``ninja -k 0`` over the affected objects and the link targets; ``like`` as in :func:`plan`)
     in ``logs_dir`` (a first build with groups that failed stays as ``build-grouped.log``), and
     ``compile.json`` (the plan, the unity groups, the targets linked and not linked, the times).
+    ``budget``: the run's job budget (harness.common.jobserver), shared with the builds running beside
+    the step: where it governs, ninja gets no ``-j`` and every configure and ninja holds one of its
+    slots; elsewhere (and without one) ninja runs ``-j jobs``.
     ``status`` is ``failed`` when configure or a compile or link failed (``detail`` holds the
     first error line), and also when ninja exited 0 but a link target is not up to date afterwards
     (:func:`left_to_do`: a step that did not do its work never passes; ``detail`` names each such
@@ -517,7 +522,7 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
         argv = [cmake, "-S", str(tree), "-B", str(build_dir), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
                 *[f"-D{k}={v}" for k, v in sorted(opts.items())],
                 f"-DHARNESS_UNITY_GROUPS={groups_file.as_posix() if groups else ''}"]
-        rc, _ = _run_step(argv, logs_dir / log, env)
+        rc, _ = _run_step(argv, logs_dir / log, env, budget)
         result.logs[log.removesuffix(".log")] = logs_dir / log
         if rc != 0:
             result.status = "failed"
@@ -534,15 +539,16 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
     if groups and not configure(groups, "configure-unity.log"):
         return result
     outputs = sorted(result.plan.units)
-    build = [ninja, "-C", str(build_dir), "-k", "0", "-j", str(jobs), *outputs, *result.plan.link]
-    rc, build_seconds = _run_step(build, logs_dir / "build.log", env)
+    parallel = budget.jobs_option(jobs) if budget is not None else ["-j", str(jobs)]
+    build = [ninja, "-C", str(build_dir), "-k", "0", *parallel, *outputs, *result.plan.link]
+    rc, build_seconds = _run_step(build, logs_dir / "build.log", env, budget)
     dissolved = sorted({g for g in map(unity_object, _failed_outputs(logs_dir / "build.log")) if g in groups})
     if dissolved:
         (logs_dir / "build.log").replace(logs_dir / "build-grouped.log")
         groups = {name: ms for name, ms in groups.items() if name not in dissolved}
         if not configure(groups, "configure-unity.log"):
             return result
-        rc, again = _run_step(build, logs_dir / "build.log", env)
+        rc, again = _run_step(build, logs_dir / "build.log", env, budget)
         build_seconds += again
     result.logs["build"] = logs_dir / "build.log"
     spare = refine(result.plan, tree, build_dir, ninja) if like is None else []
