@@ -3,7 +3,7 @@
 Stages: ``build``, ``test``, ``compare-outputs`` (any of them, in that order).
 Tools: ``patches apply|export|check``, ``source fetch|export-mirror``,
 ``models``, ``ci-matrix``, ``check-windows``, ``triage``, ``bisect``, ``forecast``, ``report``, ``bench``,
-``bench-compile``, ``bench-loop``.
+``bench-compile``, ``bench-loop``, ``bench-cold``.
 The nox sessions call exactly these commands and pass ``session.posargs`` through.
 """
 
@@ -206,7 +206,7 @@ def models_cmd(argv: Sequence[str]) -> int:
 #: Commands beside the stages: the module under harness/ that holds each and its entry point.
 TOOL_COMMANDS = {"ci-matrix": ("tools.ci_matrix", "main"), "check-windows": ("tools.windows_check", "main"),
                  "bench": ("tools.bench", "main"), "bench-compile": ("tools.compile_bench", "main"),
-                 "bench-loop": ("tools.bench_loop", "main"),
+                 "bench-loop": ("tools.bench_loop", "main"), "bench-cold": ("tools.bench_cold", "main"),
                  "triage": ("analysis.triage", "main"), "bisect": ("analysis.bisect", "main"),
                  "forecast": ("analysis.forecast", "main"), "report": ("analysis.report", "report_main")}
 
