@@ -45,7 +45,9 @@ def _stage_parser() -> argparse.ArgumentParser:
     ap.add_argument("--results-dir", type=Path, default=Path("results"))
     ap.add_argument("--run-id", default=None, help="continue this run (default: $HARNESS_RUN_ID or a new run)")
     ap.add_argument("--cuda-arch", default=None, help="CMAKE_CUDA_ARCHITECTURES (default: from nvidia-smi)")
-    ap.add_argument("-j", "--jobs", type=positive, default=None, help="build jobs (default: Ninja's)")
+    ap.add_argument("-j", "--jobs", type=positive, default=None,
+                    help="jobs at once, every build and compile step of the run together "
+                         "(default: the cores this process may use; docs/platforms.md)")
     ap.add_argument("--sanitize", choices=SANITIZERS, default=None,
                     help="also run the native tests under compute-sanitizer with this tool")
     ap.add_argument("--model", action="append", default=[], help="only these models (repeatable)")

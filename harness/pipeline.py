@@ -59,7 +59,8 @@ class Options:
     ``platforms``: names given with --platform (empty: every platform, those
     this machine cannot run reported as skipped).  ``cmake_defines``: extra
     ``-D`` options passed through to CMake.  ``cuda_arch``: overrides the
-    architectures read from nvidia-smi.  ``jobs``: build parallelism.
+    architectures read from nvidia-smi.  ``jobs``: jobs at once, every build and compile step together
+    (:meth:`Pipeline.job_budget`; None: the cores this process may use).
     ``sanitize``: a compute-sanitizer tool to run the native tests under.
     ``models``/``groups``: restrict comparisons.  ``n_predict``/``repeats``:
     override the matrix's generation settings (tokens, runs per config).  ``bench``: run the speed
