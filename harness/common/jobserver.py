@@ -135,7 +135,7 @@ class JobBudget:
         """One line for a build step's log: the shared budget, or why there is none."""
         if self.governs:
             return (f"jobs: at most {self.slots} at once across every build of this run (GNU make jobserver, "
-                    f"fifo:{self.fifo}; this process holds one token)")
+                    f"fifo:{self.fifo}; this step holds one token while it runs)")
         return f"jobs: no shared budget ({self.why_not}); this step runs as its own -j says"
 
     @contextmanager
