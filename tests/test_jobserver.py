@@ -7,6 +7,7 @@ compilers and linkers running at once across both.
 """
 
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -144,6 +145,22 @@ def test_the_pool_holds_its_slots_and_close_removes_it(tmp_path):
     budget.close()
     budget.close()
     assert not fifo.parent.exists() and not budget.governs
+
+
+def test_a_pool_left_by_a_killed_harness_goes_when_the_next_one_opens(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    left = tmp_path / f"harness-jobs-{gone.pid}-abc"
+    alive = tmp_path / f"harness-jobs-{os.getppid()}-def"
+    for d in (left, alive):
+        d.mkdir()
+    budget = JobBudget.open(None, 1, _ninja())
+    try:
+        assert budget.fifo is not None and budget.fifo.parent.name.startswith(f"harness-jobs-{os.getpid()}-")
+        assert not left.exists() and alive.exists()
+    finally:
+        budget.close()
 
 
 def test_a_thread_waiting_for_a_slot_stops_with_the_harness():

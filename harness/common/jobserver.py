@@ -6,7 +6,8 @@ they share one pool of job slots through the protocol the tools already speak, t
 jobserver (https://www.gnu.org/software/make/manual/html_node/POSIX-Jobserver.html):
 
 - the harness makes a FIFO in a private temporary directory and writes one byte, a token, into it
-  per slot (``-j N``, else the cores this process may use);
+  per slot (``-j N``, else the cores this process may use); the directory goes when the run ends,
+  or, for a harness killed with SIGKILL, when the next one opens its pool;
 - every build process it starts (a CMake configure, a ``cmake --build``, a ``ninja``) gets
   ``MAKEFLAGS=-jN --jobserver-auth=fifo:PATH`` and no ``-j``: ninja 1.13 joins the pool as a client
   when MAKEFLAGS names one and no ``-j`` is given (its release notes; an explicit ``-j`` turns the
@@ -49,6 +50,8 @@ from . import proc
 
 #: The first ninja release that joins a jobserver as a client (ninja 1.13.0 release notes, "fifo" style on POSIX).
 NINJA_CLIENT_SINCE = (1, 13)
+#: The name of a pool's directory in the temporary directory, before ``<pid>-<random>``.
+PREFIX = "harness-jobs-"
 #: The byte GNU make writes as a token; clients write back the byte they read.
 TOKEN = b"+"
 #: Seconds between two looks for a stop (harness.common.proc.stop_children) while waiting for a token.
@@ -98,7 +101,8 @@ class JobBudget:
         if version[:2] < NINJA_CLIENT_SINCE:
             return cls(slots, why_not=f"ninja {'.'.join(map(str, version))} has no jobserver client (ninja "
                                       f"{'.'.join(map(str, NINJA_CLIENT_SINCE))} has; requirements.txt pins it)")
-        home = Path(tempfile.mkdtemp(prefix="harness-jobs-"))
+        _sweep(Path(tempfile.gettempdir()))
+        home = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
         fifo = home / "pool"
         if any(c.isspace() for c in str(fifo)):  # MAKEFLAGS is split at white space
             shutil.rmtree(home, ignore_errors=True)
@@ -174,6 +178,24 @@ class JobBudget:
         if self._remove is not None:
             self._remove()  # a finalizer runs once
         self.fifo, self._fd, self.why_not = None, -1, "closed"
+
+
+def _sweep(tmp: Path) -> int:
+    """Remove the pools in ``tmp`` whose process is gone (a harness killed with SIGKILL cannot remove its
+    own; the process id is in the directory's name).  Returns how many were removed."""
+    removed = 0
+    for home in tmp.glob(f"{PREFIX}*-*"):
+        pid = home.name[len(PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(home, ignore_errors=True)
+            removed += 1
+        except OSError:  # alive, someone else's
+            pass
+    return removed
 
 
 def _remove(fd: int, home: Path) -> None:
