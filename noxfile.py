@@ -157,6 +157,12 @@ def bench_loop(session: nox.Session) -> None:
     _harness(session, "bench-loop")
 
 
+@nox.session(name="bench-cold")
+def bench_cold(session: nox.Session) -> None:
+    """Time the README's first command on a fresh clone with empty caches: ``nox -s bench-cold [-- --keep]``."""
+    _harness(session, "bench-cold")
+
+
 @nox.session
 def pytest(session: nox.Session) -> None:
     """The project's own test suite (including the end-to-end build of the real llama.cpp)."""

@@ -3,7 +3,7 @@
 Stages: ``build``, ``test``, ``compare-outputs`` (any of them, in that order).
 Tools: ``patches apply|export|check``, ``source fetch|export-mirror``,
 ``models``, ``ci-matrix``, ``check-windows``, ``triage``, ``bisect``, ``forecast``, ``report``, ``bench``,
-``bench-compile``, ``bench-loop``.
+``bench-compile``, ``bench-loop``, ``bench-cold``.
 The nox sessions call exactly these commands and pass ``session.posargs`` through.
 """
 
@@ -45,7 +45,9 @@ def _stage_parser() -> argparse.ArgumentParser:
     ap.add_argument("--results-dir", type=Path, default=Path("results"))
     ap.add_argument("--run-id", default=None, help="continue this run (default: $HARNESS_RUN_ID or a new run)")
     ap.add_argument("--cuda-arch", default=None, help="CMAKE_CUDA_ARCHITECTURES (default: from nvidia-smi)")
-    ap.add_argument("-j", "--jobs", type=positive, default=None, help="build jobs (default: Ninja's)")
+    ap.add_argument("-j", "--jobs", type=positive, default=None,
+                    help="jobs at once, every build and compile step of the run together "
+                         "(default: the cores this process may use; docs/platforms.md)")
     ap.add_argument("--sanitize", choices=SANITIZERS, default=None,
                     help="also run the native tests under compute-sanitizer with this tool")
     ap.add_argument("--model", action="append", default=[], help="only these models (repeatable)")
@@ -206,7 +208,7 @@ def models_cmd(argv: Sequence[str]) -> int:
 #: Commands beside the stages: the module under harness/ that holds each and its entry point.
 TOOL_COMMANDS = {"ci-matrix": ("tools.ci_matrix", "main"), "check-windows": ("tools.windows_check", "main"),
                  "bench": ("tools.bench", "main"), "bench-compile": ("tools.compile_bench", "main"),
-                 "bench-loop": ("tools.bench_loop", "main"),
+                 "bench-loop": ("tools.bench_loop", "main"), "bench-cold": ("tools.bench_cold", "main"),
                  "triage": ("analysis.triage", "main"), "bisect": ("analysis.bisect", "main"),
                  "forecast": ("analysis.forecast", "main"), "report": ("analysis.report", "report_main")}
 

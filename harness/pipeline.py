@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -44,6 +45,7 @@ from .record.cache import DigestMemo, ResultCache, max_bytes_from_env
 from .stages.patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
 from .record.results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
 from .record.junit import write_checks_junit, write_comparisons_junit, write_speed_junit
+from .common.jobserver import JobBudget
 from .common.locks import BuildLock, Rank, exclusive, joined_by_holder_of
 from .analysis.report import write_report
 from .analysis.signatures import classify_run
@@ -57,7 +59,8 @@ class Options:
     ``platforms``: names given with --platform (empty: every platform, those
     this machine cannot run reported as skipped).  ``cmake_defines``: extra
     ``-D`` options passed through to CMake.  ``cuda_arch``: overrides the
-    architectures read from nvidia-smi.  ``jobs``: build parallelism.
+    architectures read from nvidia-smi.  ``jobs``: jobs at once, every build and compile step together
+    (:meth:`Pipeline.job_budget`; None: the cores this process may use).
     ``sanitize``: a compute-sanitizer tool to run the native tests under.
     ``models``/``groups``: restrict comparisons.  ``n_predict``/``repeats``:
     override the matrix's generation settings (tokens, runs per config).  ``bench``: run the speed
@@ -165,6 +168,8 @@ class Pipeline:
         self._held: list[BuildHold] = []  # read holds on the builds this run uses, in the lock order
         self._doing: list[tuple[str, str, str, float]] = []  # steps in progress: platform, config, step, start
         self._emulators: dict[str, Emulator | Exception | None] = {}
+        self._budget: JobBudget | None = None  # every build's job slots (harness.common.jobserver), made once
+        self._budget_made = threading.Lock()
 
     @contextmanager
     def doing(self, platform: str, config: str, step: str) -> Iterator[None]:
@@ -192,6 +197,21 @@ class Pipeline:
         """Give up the read holds on the build directories this run used."""
         while self._held:
             self._held.pop().lock.release()
+
+    def job_budget(self) -> JobBudget:
+        """The one job budget of every build and compile step this process runs (``-j``, else the cores
+        this process may use): a GNU make jobserver pool, or none where it cannot work (its
+        ``why_not``); made at the first call, from any thread."""
+        with self._budget_made:
+            if self._budget is None:
+                self._budget = JobBudget.open(self.opts.jobs, available_cores(), find_tool("ninja"))
+            return self._budget
+
+    def close(self) -> None:
+        """The run is over: :meth:`release_builds`, and remove the job budget's pool."""
+        self.release_builds()
+        if self._budget is not None:
+            self._budget.close()
 
     # ----- selection -------------------------------------------------------------------------
     def platforms(self, for_step: str) -> list[Platform]:
@@ -310,7 +330,7 @@ class Pipeline:
             hold.release()
             if attempt == 3:
                 break
-            built = build(req, logs, self.say)
+            built = build(req, logs, self.say, self.job_budget())
             if built.status != "passed":
                 return built
         assert built is not None
@@ -396,8 +416,9 @@ class Pipeline:
         """Build every needed variant of every selected platform; compile those :func:`compiles_instead` names.
 
         The compile steps run in a thread of their own beside the builds: after a code edit each is mostly
-        one compiler on one changed file, so the two overlap on the cores (docs/cache.md).  An interrupt or
-        an exception stops both (harness.common.proc.stop_and_wait) and propagates.
+        one compiler on one changed file, so the two overlap on the cores (docs/cache.md).  Together they
+        run at most :meth:`job_budget`'s slots of jobs at once.  An interrupt or an exception stops both
+        (harness.common.proc.stop_and_wait) and propagates.
         """
         compiles = [p for p in (self.matrix.platform(n) for n in self.opts.platforms or list(self.matrix.platforms))
                     if compiles_instead(p)]
@@ -482,7 +503,8 @@ class Pipeline:
                 result, reused = compile_reusing(
                     self.results_cache, self.run.id, identity, lambda: compile_tree(
                         tree, build_dir, options, changed, targets, logs, cmake=cmake, ninja=ninja,
-                        jobs=self.opts.jobs or os.cpu_count() or 2, env=ccache_env(work), like=like), logs)
+                        jobs=self.opts.jobs or os.cpu_count() or 2, env=ccache_env(work), like=like,
+                        budget=self.job_budget()), logs)
             status, detail = result.status, result.detail
             log = result.logs.get("build") or result.logs.get("configure")
         except ToolkitMissing as exc:
@@ -915,7 +937,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
                 raise
         _finish(run, say, pipe.results_cache)
     finally:
-        pipe.release_builds()
+        pipe.close()
     return VERDICT_EXIT_CODES[run.overall()]
 
 

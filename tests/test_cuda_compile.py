@@ -149,6 +149,13 @@ def test_include_closure_follows_includes_and_prefers_the_file_beside(tmp_path):
     assert all(v == changed for v in reach.values())
 
 
+def _build_tools_or_skip() -> tuple[str, str]:
+    cmake, ninja = find_tool("cmake"), find_tool("ninja")
+    if not (cmake and ninja):
+        pytest.skip("cmake and ninja from requirements.txt are needed")
+    return cmake, ninja
+
+
 def _cmake_project(root: Path) -> None:
     (root / "inc").mkdir(parents=True)
     (root / "inc" / "api.h").write_text("int api(void);\n")
@@ -166,9 +173,7 @@ def _cmake_project(root: Path) -> None:
 
 @pytest.mark.slow
 def test_plan_selects_units_that_include_changed_files_and_links_added_targets(tmp_path):
-    cmake, ninja = find_tool("cmake"), find_tool("ninja")
-    if not (cmake and ninja):
-        pytest.skip("cmake and ninja from requirements.txt are needed")
+    cmake, ninja = _build_tools_or_skip()
     tree, build_dir = tmp_path / "tree", tmp_path / "build"
     _cmake_project(tree)
     changed = {"inc/unused.h": "M", "tool.c": "A"}
@@ -192,9 +197,7 @@ def test_plan_selects_units_that_include_changed_files_and_links_added_targets(t
 
 @pytest.mark.slow
 def test_a_compile_error_fails_the_step_with_its_file_and_line(tmp_path):
-    cmake, ninja = find_tool("cmake"), find_tool("ninja")
-    if not (cmake and ninja):
-        pytest.skip("cmake and ninja from requirements.txt are needed")
+    cmake, ninja = _build_tools_or_skip()
     tree = tmp_path / "tree"
     _cmake_project(tree)
     (tree / "a.c").write_text('#include "api.h"\nint api(void) { return undeclared_thing; }\n')
@@ -213,11 +216,29 @@ def test_a_compile_error_fails_the_step_with_its_file_and_line(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_target_ninja_left_out_of_date_fails_the_step_naming_it(tmp_path):
+    """Ninja exits 0, yet a link target is still out of date afterwards: the step did not do its work."""
+    cmake, ninja = _build_tools_or_skip()
+    tree = tmp_path / "tree"
+    _cmake_project(tree)
+    with open(tree / "CMakeLists.txt", "a") as fh:  # a rule that says it writes never.h and does not
+        fh.write("add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/never.h COMMAND ${CMAKE_COMMAND} -E true)\n"
+                 "target_sources(tool PRIVATE ${CMAKE_BINARY_DIR}/never.h)\n")
+    logs = tmp_path / "logs"
+    result = compile_tree(tree, tmp_path / "build", {}, {"tool.c": "M"}, ["core", "tool"], logs,
+                          cmake=cmake, ninja=ninja, jobs=2)
+    assert (logs / "build.rc").read_text().strip() == "0"
+    assert result.status == "failed", result.detail
+    assert result.linked == ["core"]
+    assert list(result.not_linked) == ["tool"] and "never.h" in result.not_linked["tool"], result.not_linked
+    assert result.detail.startswith("not linked: tool (nothing failed, yet ninja still has work for it: "), result.detail
+    assert json.loads((logs / "compile.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.slow
 def test_a_cuda_library_and_a_program_using_it_link_against_the_wheels_and_the_stub(tmp_path):
     """The way ggml-cuda links (cudart, cuBLAS, the driver) and a program links it, in small."""
-    cmake, ninja = find_tool("cmake"), find_tool("ninja")
-    if not (cmake and ninja):
-        pytest.skip("cmake and ninja from requirements.txt are needed")
+    cmake, ninja = _build_tools_or_skip()
     toolkit = _toolkit_or_skip(tmp_path / "work")
     tree = tmp_path / "tree"
     tree.mkdir()

@@ -125,7 +125,7 @@ def terminate(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
         time.sleep(0.05)  # members killed with SIGKILL are reaped by init; wait until they are gone
 
 
-def _raise_if_stopping() -> None:
+def raise_if_stopping() -> None:
     """Raise :class:`Interrupted` in a thread other than the main one while :func:`stop_children` is in force."""
     if _stopping and threading.current_thread() is not threading.main_thread():
         raise Interrupted(_stopping[0])
@@ -166,7 +166,7 @@ def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Pat
     the program cannot be started, :class:`Interrupted` in another thread than
     the main one while :func:`stop_children` is in force.
     """
-    _raise_if_stopping()
+    raise_if_stopping()
     kwargs: dict[str, Any] = {}
     if os.name == "nt":  # pragma: no cover
         kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
@@ -199,7 +199,7 @@ def finish(proc: subprocess.Popen, timeout_s: float | None = None) -> tuple[int 
             return None, True
         if os.name != "nt" and _group_alive(proc.pid):
             terminate(proc)
-        _raise_if_stopping()  # the child was ended by a stop: not its own outcome
+        raise_if_stopping()  # the child was ended by a stop: not its own outcome
         return rc, False
     except BaseException:
         terminate(proc)
@@ -376,5 +376,5 @@ def exit_code_for(exc: BaseException) -> int:
 
 
 __all__ = ["GRACE_S", "HOLDS_ENV", "Completed", "Interrupted", "end_holders", "exit_code_for", "finish",
-           "handle_signals", "holders", "holding", "live", "run",
+           "handle_signals", "holders", "holding", "live", "raise_if_stopping", "run",
            "run_capture", "run_passing_signals", "start", "terminate", "terminate_all"]

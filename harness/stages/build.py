@@ -15,11 +15,13 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from ..common import proc
+from ..common.jobserver import JobBudget
 from ..common.locks import BuildLock
 
 from ..common.errors import EnvironmentProblem
@@ -123,18 +125,26 @@ def ccache_env(base_dir: Path) -> dict[str, str]:
     return {"CCACHE_BASEDIR": str(base_dir), "CCACHE_NOHASHDIR": "1"}
 
 
-def _run_step(argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> tuple[int, float]:
+def _run_step(argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None,
+              budget: JobBudget | None = None) -> tuple[int, float]:
     """Run ``argv`` (extra ``env`` added) with stdout+stderr into ``log`` and the exit code into ``log``.rc.
 
-    Returns (exit code, seconds).
+    ``budget``: the run's job budget (harness.common.jobserver): the child gets its environment and
+    runs holding one of its slots (waiting for one first), and the log's second line says which
+    budget governs the step, or why none does.  Returns (exit code, seconds).
     The child runs in its own process group (harness.common.proc): an interrupt
     terminates cmake, ninja and every compiler they started.
     """
     log.parent.mkdir(parents=True, exist_ok=True)
+    if budget is not None:
+        env = {**(env or {}), **budget.env()}
     with open(log, "wb") as fh:
         fh.write(("$ " + " ".join(argv) + "\n").encode())
+        if budget is not None:
+            fh.write((budget.describe() + "\n").encode())
         fh.flush()
-        done = proc.run(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        with budget.slot() if budget is not None else nullcontext():
+            done = proc.run(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
     rc = done.returncode if done.returncode is not None else -1
     log.with_suffix(".rc").write_text(f"{rc}\n")
     return rc, done.seconds
@@ -174,8 +184,13 @@ def is_up_to_date(req: BuildRequest) -> bool:
     return recorded == req.key() and outputs_exist(req)
 
 
-def build(req: BuildRequest, logs_dir: Path, say: Callable[[str], None] | None = None) -> BuildResult:
+def build(req: BuildRequest, logs_dir: Path, say: Callable[[str], None] | None = None,
+          budget: JobBudget | None = None) -> BuildResult:
     """Configure (if needed) and build ``req``; logs go to ``logs_dir`` (configure.log, build.log).
+
+    ``budget``: the run's job budget (harness.common.jobserver), shared with the builds running
+    beside this one; where it governs, ninja gets no ``-j``.  None: ``-j req.jobs`` where given,
+    else ninja's default.
 
     Holds the build directory's lock for writing (harness.common.locks) throughout: a
     second process building the same directory waits, then finds it up to
@@ -188,7 +203,7 @@ def build(req: BuildRequest, logs_dir: Path, say: Callable[[str], None] | None =
     for a failing build, so other platforms and variants still run.
     """
     with BuildLock(req.build_dir).write(say):
-        return _build_locked(req, logs_dir)
+        return _build_locked(req, logs_dir, budget)
 
 
 def up_to_date_result(req: BuildRequest, logs_dir: Path) -> BuildResult:
@@ -201,7 +216,7 @@ def up_to_date_result(req: BuildRequest, logs_dir: Path) -> BuildResult:
                        detail=f"up to date (key {key})", logs={"build": logs_dir / "build.log"})
 
 
-def _build_locked(req: BuildRequest, logs_dir: Path) -> BuildResult:
+def _build_locked(req: BuildRequest, logs_dir: Path, budget: JobBudget | None) -> BuildResult:
     if is_up_to_date(req):
         return up_to_date_result(req, logs_dir)
     key = req.key()
@@ -218,12 +233,12 @@ def _build_locked(req: BuildRequest, logs_dir: Path) -> BuildResult:
     defs = [f"-D{k}={v}" for k, v in sorted(req.cmake_options.items())]
     configure = [cmake, "-S", str(req.source_dir), "-B", str(req.build_dir), "-G", "Ninja",
                  f"-DCMAKE_MAKE_PROGRAM={ninja}", *defs]
-    jobs = ["-j", str(req.jobs)] if req.jobs else []
+    jobs = budget.jobs_option(req.jobs) if budget is not None else ["-j", str(req.jobs)] if req.jobs else []
     steps = [("configure", configure),
              ("build", [cmake, "--build", str(req.build_dir), *jobs, "--target", *req.targets])]
     for name, argv in steps:
         log = logs_dir / f"{name}.log"
-        rc, secs = _run_step(argv, log, req.env)
+        rc, secs = _run_step(argv, log, req.env, budget)
         result.logs[name] = log
         result.seconds += secs
         if rc != 0:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from ..common.jobserver import JobBudget
 from .unity import CMAKE_HOOK, INCLUDE_LINE, Member, unity_groups, unity_object, write_groups_file
 
 #: PyPI wheels of the CUDA 13.0 toolkit the step compiles with; nvidia-nvvm holds cicc, which
@@ -424,9 +425,17 @@ class CompileResult:
     logs: dict[str, Path] = field(default_factory=dict)
 
 
-def _up_to_date(ninja: str, build_dir: Path, target: str) -> bool:
+def left_to_do(ninja: str, build_dir: Path, target: str) -> str | None:
+    """What ninja would still run for ``target`` in ``build_dir`` (a dry run, ``ninja -n``): None when it
+    says "no work to do", else the first step it names (``[1/2] Linking C executable tool``) or, where it
+    names none, its exit status and first line of output."""
     proc = subprocess.run([ninja, "-C", str(build_dir), "-n", target], capture_output=True, text=True, check=False)
-    return proc.returncode == 0 and "no work to do" in proc.stdout
+    if proc.returncode == 0 and "no work to do" in proc.stdout:
+        return None
+    lines = (proc.stdout + proc.stderr).splitlines()
+    step = next((line.strip() for line in lines if line.startswith("[")), "")
+    return step or f"ninja -n exited {proc.returncode}: " + next((line.strip() for line in lines
+                                                                 if not line.startswith("ninja: Entering")), "")
 
 
 def _include_dirs(argv: Sequence[str]) -> list[str]:
@@ -476,7 +485,8 @@ def grouping(build_dir: Path, tree: Path, selected: Iterable[str]) -> dict[str, 
 
 def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], changed: Mapping[str, str],
                  link_targets: Sequence[str], logs_dir: Path, *, cmake: str, ninja: str, jobs: int = 2,
-                 env: Mapping[str, str] | None = None, like: Plan | None = None) -> CompileResult:
+                 env: Mapping[str, str] | None = None, like: Plan | None = None,
+                 budget: JobBudget | None = None) -> CompileResult:
     """Configure ``tree`` into ``build_dir`` with ``options``, then compile and link what :func:`plan` selects.
 
     The plan is made from a configure without grouping, so compile_commands.json names every unit.
@@ -490,8 +500,13 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
     ``ninja -k 0`` over the affected objects and the link targets; ``like`` as in :func:`plan`)
     in ``logs_dir`` (a first build with groups that failed stays as ``build-grouped.log``), and
     ``compile.json`` (the plan, the unity groups, the targets linked and not linked, the times).
+    ``budget``: the run's job budget (harness.common.jobserver), shared with the builds running beside
+    the step: where it governs, ninja gets no ``-j`` and every configure and ninja holds one of its
+    slots; elsewhere (and without one) ninja runs ``-j jobs``.
     ``status`` is ``failed`` when configure or a compile or link failed (``detail`` holds the
-    first error line), else ``passed``.  Raises nothing for a failing compile.
+    first error line), and also when ninja exited 0 but a link target is not up to date afterwards
+    (:func:`left_to_do`: a step that did not do its work never passes; ``detail`` names each such
+    target and what ninja would still run for it), else ``passed``.  Raises nothing for a failing compile.
     """
     from .build import _run_step, first_error_line
     start = time.monotonic()
@@ -507,7 +522,7 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
         argv = [cmake, "-S", str(tree), "-B", str(build_dir), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
                 *[f"-D{k}={v}" for k, v in sorted(opts.items())],
                 f"-DHARNESS_UNITY_GROUPS={groups_file.as_posix() if groups else ''}"]
-        rc, _ = _run_step(argv, logs_dir / log, env)
+        rc, _ = _run_step(argv, logs_dir / log, env, budget)
         result.logs[log.removesuffix(".log")] = logs_dir / log
         if rc != 0:
             result.status = "failed"
@@ -524,26 +539,30 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
     if groups and not configure(groups, "configure-unity.log"):
         return result
     outputs = sorted(result.plan.units)
-    build = [ninja, "-C", str(build_dir), "-k", "0", "-j", str(jobs), *outputs, *result.plan.link]
-    rc, build_seconds = _run_step(build, logs_dir / "build.log", env)
+    parallel = budget.jobs_option(jobs) if budget is not None else ["-j", str(jobs)]
+    build = [ninja, "-C", str(build_dir), "-k", "0", *parallel, *outputs, *result.plan.link]
+    rc, build_seconds = _run_step(build, logs_dir / "build.log", env, budget)
     dissolved = sorted({g for g in map(unity_object, _failed_outputs(logs_dir / "build.log")) if g in groups})
     if dissolved:
         (logs_dir / "build.log").replace(logs_dir / "build-grouped.log")
         groups = {name: ms for name, ms in groups.items() if name not in dissolved}
         if not configure(groups, "configure-unity.log"):
             return result
-        rc, again = _run_step(build, logs_dir / "build.log", env)
+        rc, again = _run_step(build, logs_dir / "build.log", env, budget)
         build_seconds += again
     result.logs["build"] = logs_dir / "build.log"
     spare = refine(result.plan, tree, build_dir, ninja) if like is None else []
     failed_objects = _failed_outputs(logs_dir / "build.log")
     for target in result.plan.link:
-        if _up_to_date(ninja, build_dir, target):
+        left = left_to_do(ninja, build_dir, target)
+        if left is None:
             result.linked.append(target)
+        elif any(not f.endswith(".o") and target in Path(f).name for f in failed_objects):
+            result.not_linked[target] = "its link failed"
+        elif failed_objects:
+            result.not_linked[target] = "an object or library it needs failed to compile"
         else:
-            linking = [f for f in failed_objects if not f.endswith(".o") and target in Path(f).name]
-            result.not_linked[target] = ("its link failed" if linking else
-                                         "an object or library it needs failed to compile")
+            result.not_linked[target] = f"nothing failed, yet ninja still has work for it: {left}"
     result.seconds = time.monotonic() - start
     n_cu = sum(1 for o in outputs if o.endswith(".cu.o"))
     what = (f"{len(outputs)} translation units the series touches ({n_cu} CUDA), "
@@ -552,11 +571,15 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
         n_cuda = sum(len(ms) for ms in groups.values() if ms[0].language == "CUDA")
         what += (f"; {sum(len(ms) for ms in groups.values())} other units ({n_cuda} CUDA) compiled in "
                  f"{len(groups)} unity groups")
-    if result.not_linked:
-        what += f"; not linked: {', '.join(sorted(result.not_linked))}"
     if rc != 0:
         result.status = "failed"
+        if result.not_linked:
+            what += f"; not linked: {', '.join(sorted(result.not_linked))}"
         result.detail = "compile failed: " + (first_error_line(logs_dir / "build.log") or f"exit {rc}") + f" ({what})"
+    elif result.not_linked:  # ninja exited 0, but what the step was to link is not there: it did not do its work
+        result.status = "failed"
+        result.detail = ("not linked: " + "; ".join(f"{t} ({why})" for t, why in sorted(result.not_linked.items()))
+                         + f" ({what})")
     else:
         result.detail = f"compiled {what}"
     from ..record.results import write_json

@@ -36,7 +36,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..args import strip_dashdash
 from ..common.errors import InputError
@@ -104,15 +104,18 @@ def apply_edit(clone: Path, edit: Edit, stamp: str) -> None:
     path.write_text(text.replace(edit.old, edit.new.format(stamp=stamp)), encoding="utf-8")
 
 
-def run_main_job(clone: Path, scenario: str, harness_args: Sequence[str], log_dir: Path) -> Outcome:
-    """Run the three nox sessions of the main job in ``clone`` as one results run; time each."""
+def run_main_job(clone: Path, scenario: str, harness_args: Sequence[str], log_dir: Path,
+                 python: str = sys.executable, env: Mapping[str, str] | None = None) -> Outcome:
+    """Run the three nox sessions of the main job in ``clone`` as one results run, with ``python``
+    (``-m nox``) and ``env`` added to this environment; time each (wall seconds).  Each session's
+    output goes to ``log_dir/<scenario>.<stage>.log``."""
     run_id = new_run_id()
     out = Outcome(scenario, run_id, load_before=_load())
-    env = {**os.environ, "HARNESS_RUN_ID": run_id}
+    full_env = {**os.environ, **(env or {}), "HARNESS_RUN_ID": run_id}
     for stage in STAGES:
         start = time.monotonic()
         with open(log_dir / f"{scenario}.{stage}.log", "wb") as log:
-            subprocess.run([sys.executable, "-m", "nox", "-s", stage, "--", *harness_args], cwd=clone, env=env,
+            subprocess.run([python, "-m", "nox", "-s", stage, "--", *harness_args], cwd=clone, env=full_env,
                            stdout=log, stderr=subprocess.STDOUT, check=False)
         out.stages[stage] = round(time.monotonic() - start, 1)
     out.total = round(sum(out.stages.values()), 1)
@@ -156,24 +159,40 @@ def report(outcomes: Sequence[Outcome], where: str) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str]) -> int:
-    """``python -m harness bench-loop``; returns 0 when every scenario ran (targets are reported, not enforced)."""
-    ap = argparse.ArgumentParser(prog="python -m harness bench-loop", description=__doc__.split("\n\n")[0])
+def clone_arguments(command: str, doc: str | None, keep_help: str) -> argparse.ArgumentParser:
+    """The parser of a benchmark on a fresh clone, ``python -m harness COMMAND`` (described by the first
+    paragraph of ``doc``): ``--clone-dir``, ``--keep`` (``keep_help``) and, after ``--``, the harness's
+    arguments (``harness_args``: parsed last, whatever options the caller adds)."""
+    ap = argparse.ArgumentParser(prog=f"python -m harness {command}", description=(doc or "").split("\n\n")[0])
     ap.add_argument("--clone-dir", type=Path, default=None,
                     help="where to clone (default: a new directory under the system's temporary directory)")
-    ap.add_argument("--keep", action="store_true", help="keep the clone (its builds and results) afterwards")
-    ap.add_argument("--scenario", action="append", choices=list(SCENARIOS), default=[],
-                    help="run only these scenarios, in the order above (repeatable; default: all)")
+    ap.add_argument("--keep", action="store_true", help=keep_help)
     ap.add_argument("harness_args", nargs=argparse.REMAINDER,
                     help="after --: arguments for the harness stages (default: none, the main job)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def fresh_clone(clone_dir: Path | None, prefix: str) -> tuple[Path, Path, Path]:
+    """Clone this checkout's committed HEAD: (the checkout, the directory holding the clone (``clone_dir``,
+    else a new one under the system's temporary directory named ``prefix...``), the clone, ``<dir>/clone``).
+    Raises InputError when the clone's path exists, CalledProcessError when git fails."""
     root = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
                                check=True).stdout.strip())
-    base = args.clone_dir or Path(tempfile.mkdtemp(prefix="bench-loop-"))
+    base = clone_dir or Path(tempfile.mkdtemp(prefix=prefix))
     clone = base / "clone"
     if clone.exists():
         raise InputError(f"{clone} exists; pass another --clone-dir")
     subprocess.run(["git", "clone", "--quiet", str(root), str(clone)], check=True)
+    return root, base, clone
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m harness bench-loop``; returns 0 when every scenario ran (targets are reported, not enforced)."""
+    ap = clone_arguments("bench-loop", __doc__, "keep the clone (its builds and results) afterwards")
+    ap.add_argument("--scenario", action="append", choices=list(SCENARIOS), default=[],
+                    help="run only these scenarios, in the order above (repeatable; default: all)")
+    args = ap.parse_args(argv)
+    root, base, clone = fresh_clone(args.clone_dir, "bench-loop-")
     log_dir = clone / "bench-loop"
     log_dir.mkdir()
     where = machine()

@@ -86,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         units = len(result.plan.units) if result.plan else 0
         print(f"{variant}: {result.status} in {seconds:.1f} s ({units} units, linked {len(result.linked)} targets)"
               + ("" if result.status == "passed" else f": {result.detail}"))
+    pipe.close()
     print(f"total: {total:.1f} s; machine after: {machine()}")
     if args.keep is None:
         shutil.rmtree(root, ignore_errors=True)
