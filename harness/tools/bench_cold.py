@@ -4,7 +4,7 @@ Clones this checkout's committed HEAD into a fresh directory and runs the README
 there (:data:`README_COMMAND`) as a newcomer would, every cache of the harness empty:
 
 1. ``venv``: ``python3 -m venv .venv``;
-2. ``pip``: ``pip install -r requirements.txt`` with the new environment's pip; pip's own cache is
+2. ``pip``: ``pip install --require-hashes -r requirements.txt`` with the new environment's pip; pip's own cache is
    left as it is (what a download costs is not the harness's time);
 3. ``nox -s build test compare-outputs``: each session on its own, one results run (as
    harness/tools/bench_loop.py runs them), with the environment's ``bin/`` first on ``PATH`` as
@@ -36,7 +36,7 @@ from .bench_loop import Outcome, clone_arguments, fresh_clone, run_main_job
 from .compile_bench import machine
 
 #: The README's first command, part by part ("the two commands"); tests/test_bench_cold.py keeps them equal.
-README_COMMAND = ("python3 -m venv .venv", ". .venv/bin/activate", "pip install -r requirements.txt",
+README_COMMAND = ("python3 -m venv .venv", ". .venv/bin/activate", "pip install --require-hashes -r requirements.txt",
                   "nox -s build test compare-outputs")
 #: Seconds the whole command may take on the 2-core development machine (issue 31).
 TARGET_S = 900.0
@@ -111,7 +111,7 @@ def main(argv: Sequence[str]) -> int:
             bindir = venv / ("Scripts" if os.name == "nt" else "bin")
             python = str(bindir / ("python.exe" if os.name == "nt" else "python"))
             for name, argv_ in (("venv", [shutil.which("python3") or sys.executable, "-m", "venv", str(venv)]),
-                                ("pip", [python, "-m", "pip", "install", "-r", "requirements.txt"])):
+                                ("pip", [python, "-m", "pip", "install", "--require-hashes", "-r", "requirements.txt"])):
                 rc, cold.setup[name] = _timed(argv_, clone, log_dir / f"{name}.log")
                 print(f"  {name}: {cold.setup[name]:.1f} s (exit {rc})", flush=True)
                 if rc != 0:
