@@ -22,6 +22,7 @@ from fake_upstream import FakeProject, make_fake_project
 from harness.matrix.fit import (PlannedGeneration, Vocabulary, context_tokens, fewest_prompt_tokens, fits,
                                 most_prompt_tokens, refuse_unfit)
 from harness.common.errors import InputError
+from harness.stages.preflight import option_refusal
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -222,3 +223,20 @@ def test_arguments_the_build_takes_and_prompts_that_just_fit_run(tmp_path):
     # 256 - 253 = 3 tokens of room: every prompt is counted (3, 3, 2 and 2 tokens) and fits
     proc = run(project, "build", "compare-outputs", extra=("--n-predict", "253"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_option_refusal_reads_llama_completion_s_own_words(tmp_path):
+    script = tmp_path / "completion.py"
+    script.write_text("import sys, time\n"
+                      "args = sys.argv[1:]\n"
+                      "assert args[-1] == '--help'\n"
+                      "if '--bogus' in args: sys.stderr.write('error: invalid argument: --bogus\\n'); sys.exit(1)\n"
+                      "if '-sm' in args: sys.stderr.write('warning: llama.cpp was compiled without support for GPU "
+                      "offload. Setting the split mode has no effect.\\n')\n"
+                      "if '--slow' in args: time.sleep(5)\n")
+    completion = [sys.executable, str(script)]
+    assert option_refusal(completion, ["--bogus"], {}) == "error: invalid argument: --bogus"
+    assert option_refusal(completion, ["-sm", "row"], {}) == (
+        "warning: llama.cpp was compiled without support for GPU offload. Setting the split mode has no effect.")
+    assert option_refusal(completion, ["-fa", "off"], {}) is None
+    assert option_refusal(completion, ["--slow"], {}, timeout_s=0.5) is None  # nothing proven: it runs
