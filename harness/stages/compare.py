@@ -462,14 +462,15 @@ def prompt_token_ids(
     """The token ids of ``text`` as a prompt, from ``llama-tokenize`` (arguments as in :func:`tokenize`).
 
     As the engine's ``generate`` tokenizes it (harness/stages/engine/engine.cpp, ``tokenize_prompt``):
-    special-token text parsed (``--parse-special``), BOS added where the vocabulary adds one, and with
-    it EOS where the vocabulary adds that (the tool's ``add_special`` follows the vocabulary's BOS; a
-    vocabulary that adds EOS without BOS, T5's, is counted one token short).  Backslashes stay literal
-    (``--no-escape``).  Raises ``TokenizeError`` on a failed run or unparsable output.
+    special-token text parsed (the tool's default, common/arg.cpp: its ``--parse-special`` belongs to
+    llama-imatrix), BOS added where the vocabulary adds one, and with it EOS where the vocabulary adds
+    that (the tool's ``add_special`` follows the vocabulary's BOS; a vocabulary that adds EOS without
+    BOS, T5's, is counted one token short).  Backslashes stay literal (``--no-escape``).  Raises
+    ``TokenizeError`` on a failed run or unparsable output.
     """
     with _text_file(text, workdir) as text_path:
         return parse_token_ids(_run_tokenize(
-            [str(tokenize_binary), "-m", str(model), "-f", str(text_path), "--no-escape", "--parse-special", "--ids"],
+            [str(tokenize_binary), "-m", str(model), "-f", str(text_path), "--no-escape", "--ids"],
             timeout_s, launcher=launcher, launcher_env=launcher_env, crlf_stdout=crlf_stdout))
 
 
