@@ -609,6 +609,10 @@ class Pipeline:
     def _count_prompt_tokens(self, platforms: Sequence[Platform], gen: PlannedGeneration) -> int | None:
         """The tokens of ``gen``'s prompt by its model's tokenizer: the llama-tokenize of the first of
         ``platforms`` whose fork build passed and has it; None when none can tell (the generation then runs)."""
+        try:
+            model = self.model_path(gen.model)
+        except Exception:  # the model step records it
+            return None
         for p in platforms:
             build = self.build_variant(p, "fork")
             binary = build.bin_dir / f"llama-tokenize{executable_suffix(p)}"
@@ -618,7 +622,7 @@ class Pipeline:
                 emu = self.emulator(p)
                 text = gen.text.encode("utf-8", "surrogateescape")
                 return len(prompt_token_ids(
-                    binary, self.model_path(gen.model), text, self.opts.work_dir.resolve() / "tmp",
+                    binary, model, text, self.opts.work_dir.resolve() / "tmp",
                     launcher=emu.argv if emu else (), launcher_env=dict(emu.env) if emu else None,
                     crlf_stdout=p.os == "windows"))
             except (RuntimeError, OSError, TokenizeError) as exc:
@@ -627,10 +631,14 @@ class Pipeline:
 
     def _refused_options(self, p: Platform) -> list[str]:
         """Why ``p``'s builds of llama-completion do not take the arguments of the configurations its selected
-        groups run there (harness.stages.preflight.option_refusal), one line per configuration refused."""
+        groups run there (harness.stages.preflight.option_refusal), one line per configuration refused; a group
+        skipped for want of GPUs (:meth:`stage_compare`) is not checked."""
         out: list[str] = []
         checked: dict[tuple[str, tuple[str, ...]], str | None] = {}
+        visible = environment.visible_gpu_count() if p.gpu == "nvidia" else 0
         for gname in selected_groups(self.matrix, p.name, self.opts.groups, self.opts.models):
+            if p.gpu == "nvidia" and self.matrix.groups[gname].min_gpus > visible:
+                continue
             for name in configs_on(self.matrix, p, gname):
                 config = self.matrix.configs[name]
                 if not config.args:
