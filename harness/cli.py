@@ -92,6 +92,12 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
                    patches_dir=args.patches_dir, bench=args.bench, bench_repeats=args.bench_repeats,
                    no_cache=args.no_cache, lanes=args.lanes)
     order = [s for s in STAGES if s in stages]
+    # what the inputs alone prove cannot run, refused before anything starts; in every stage command, since
+    # `nox -s build test compare-outputs` runs one per session with the same arguments
+    from .stages.preflight import check_inputs
+    from .stages.source import cache_dir
+    check_inputs(matrix, platforms, opts.groups, opts.models, args.n_predict, cache_dir(),
+                 compare="compare-outputs" in order)
     with proc.handle_signals():
         run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
         try:

@@ -29,7 +29,11 @@ from .stages.build import (BuildRequest, BuildResult, build, ccache_env, compile
 from .stages.cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
 from .stages.checks import CheckContext, run_checks
 from .stages.registered_checks import CHECKS, STEP_NAMES as CHECK_STEPS
-from .stages.compare import GenerationSpec, to_json
+from .stages.compare import GenerationSpec, TokenizeError, prompt_token_ids, to_json
+from .stages.preflight import configs_on, one_line, option_refusal
+from .matrix.fit import (PlannedGeneration, Vocabulary, refuse_unfit, selected_generations, selected_groups,
+                          vocabulary_of)
+from .common.errors import HarnessError, InputError
 from .matrix.config import Generation, Matrix, Platform
 from .matrix.platforms import cannot_build, cannot_run, compiles_instead, cross_built, executable_suffix
 from .common.console import Console, Step
@@ -609,7 +613,9 @@ class Pipeline:
         (the ``expectations`` step).
         Where the time went is written to ``<platform>/compare-timing.json``.
         """
-        for p in self.platforms("compare-outputs"):
+        chosen = self.platforms("compare-outputs")
+        self.refuse_what_cannot_run(chosen)
+        for p in chosen:
             groups = [g for g in p.groups if not self.opts.groups or g in self.opts.groups]
             gen_steps: dict[str, list[Failure]] = {}
             visible = environment.visible_gpu_count() if p.gpu == "nvidia" else 0
@@ -644,6 +650,89 @@ class Pipeline:
                          f"{t.engine_scoring:.1f} s scoring, "
                          f"{t.completion_runs} llama-completion runs")
             self.write_environment(p)
+
+    def refuse_what_cannot_run(self, platforms: Sequence[Platform]) -> None:
+        """After the builds, before any generation: raise InputError (one line, harness.stages.preflight) for a
+        prompt that does not fit its context, counted by the model's own tokenizer (harness.matrix.fit: only
+        the prompts its bounds leave open), and for a configuration's arguments that the platform's build of
+        llama-completion does not take.  The arguments are not checked in a forecast (``bases`` given): there
+        an option the other upstream lacks is a finding, recorded as its comparisons fail."""
+        names = [p.name for p in platforms]
+        counted: dict[tuple[str, str], int | None] = {}
+
+        def vocabulary(model: str) -> Vocabulary | None:
+            try:
+                return vocabulary_of(model_summary(self.model_path(model)))
+            except Exception:  # the model step records it
+                return None
+
+        def count(gen: PlannedGeneration) -> int | None:
+            if (gen.model, gen.prompt) not in counted:
+                counted[(gen.model, gen.prompt)] = self._count_prompt_tokens(
+                    [p for p in platforms if gen.group in p.groups], gen)
+            return counted[(gen.model, gen.prompt)]
+
+        refuse_unfit(selected_generations(self.matrix, names, self.opts.groups, self.opts.models, self.opts.n_predict),
+                     vocabulary, count)
+        if not self.bases:
+            problems = [why for p in platforms for why in self._refused_options(p)]
+            if problems:
+                raise InputError(one_line(problems))
+
+    def _count_prompt_tokens(self, platforms: Sequence[Platform], gen: PlannedGeneration) -> int | None:
+        """The tokens of ``gen``'s prompt by its model's tokenizer: the llama-tokenize of the first of
+        ``platforms`` whose fork build passed and has it; None when none can tell (the generation then runs)."""
+        try:
+            model = self.model_path(gen.model)
+        except Exception:  # the model step records it
+            return None
+        for p in platforms:
+            build = self.build_variant(p, "fork")
+            binary = build.bin_dir / f"llama-tokenize{executable_suffix(p)}"
+            if build.status != "passed" or not binary.is_file():
+                continue
+            try:
+                emu = self.emulator(p)
+                text = gen.text.encode("utf-8", "surrogateescape")
+                return len(prompt_token_ids(
+                    binary, model, text, self.opts.work_dir.resolve() / "tmp",
+                    launcher=emu.argv if emu else (), launcher_env=dict(emu.env) if emu else None,
+                    crlf_stdout=p.os == "windows"))
+            except (RuntimeError, OSError, TokenizeError) as exc:
+                self.say(f"[{p.name}] the tokens of prompt {gen.prompt} of {gen.model} could not be counted: {exc}")
+        return None
+
+    def _refused_options(self, p: Platform) -> list[str]:
+        """Why ``p``'s builds of llama-completion do not take the arguments of the configurations its selected
+        groups run there (harness.stages.preflight.option_refusal), one line per configuration refused; a group
+        skipped for want of GPUs (:meth:`stage_compare`) is not checked."""
+        out: list[str] = []
+        checked: dict[tuple[str, tuple[str, ...]], str | None] = {}
+        visible = environment.visible_gpu_count() if p.gpu == "nvidia" else 0
+        for gname in selected_groups(self.matrix, p.name, self.opts.groups, self.opts.models):
+            if p.gpu == "nvidia" and self.matrix.groups[gname].min_gpus > visible:
+                continue
+            for name in configs_on(self.matrix, p, gname):
+                config = self.matrix.configs[name]
+                if not config.args:
+                    continue
+                build = self.build_variant(p, config.build)
+                if build.status != "passed":
+                    continue
+                key = (config.build, config.args)
+                if key not in checked:
+                    try:
+                        emu = self.emulator(p)
+                    except RuntimeError:
+                        continue  # the comparisons record it
+                    binary = str(build.bin_dir / f"llama-completion{executable_suffix(p)}")
+                    checked[key] = option_refusal([*emu.argv, binary] if emu else [binary], config.args,
+                                                  {**(dict(emu.env) if emu else {}), **config.env})
+                if checked[key]:
+                    out.append(f"configuration {name} of group {gname} on {p.name}: the {config.build} build's "
+                               f"llama-completion does not take {' '.join(config.args)}: {checked[key]} "
+                               f"({self.matrix.path}: configs.{name}.args)")
+        return out
 
     def run_groups(self, p: Platform, groups: Sequence[str], gen_steps: dict[str, list[Failure]]) -> GreedyRunner:
         """Run comparison groups ``groups`` on ``p`` through one GreedyRunner and record their comparisons.
@@ -886,11 +975,14 @@ class Pipeline:
 
 
 def describe_abort(exc: BaseException) -> str:
-    """Words for what ended a run early: "interrupted by SIGINT", or the exception's type and message."""
+    """Words for what ended a run early: "interrupted by SIGINT", "refused: <message>" for bad input found
+    while it ran (harness.common.errors.HarnessError), or the exception's type and message."""
     if isinstance(exc, proc.Interrupted):
         return f"interrupted by {exc.signal_name}"
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted by SIGINT"
+    if isinstance(exc, HarnessError):
+        return f"refused: {exc}"
     return f"stopped by {type(exc).__name__}: {exc}"
 
 
@@ -922,7 +1014,8 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
             except BaseException as exc:
                 proc.terminate_all()
                 why = describe_abort(exc)
-                say(f"{why}: stopping; every child process is terminated")
+                if not isinstance(exc, HarnessError):  # bad input: its one error: line comes from harness.cli
+                    say(f"{why}: stopping; every child process is terminated")
                 try:
                     pipe.record_unfinished(why)
                     run.mark_incomplete(f"{stage}: {why}; did not finish")

@@ -12,7 +12,9 @@ contains ``FAKE_SLOW_WORD`` when that is set); one whose prompt contains
 ``FAKE_CRASH_WORD`` exits 3; ``FAKE_BIG_MB``
 makes it write that many MiB to stderr.  The engine and the completion program log one
 model buffer as llama does (``CPU_Mapped``, or ``CPU`` with ``--load-mode none`` or when
-``FAKE_LOSE_MMAP`` is set).
+``FAKE_LOSE_MMAP`` is set).  ``llama-completion ARGS --help`` parses ARGS as llama.cpp's parser does
+on a CPU build: an unknown option is refused with its ``error:`` line, ``-ngl`` is taken with a warning
+that it is ignored.
 
 :func:`make_fake_project` writes the repository, a one-patch series and a
 matrix naming the repository as a ``local`` source, and a tiny GGUF model.
@@ -112,6 +114,17 @@ def fill_stderr():
 
 FAKE_COMPLETION_PY = COMMON_PY + HOOKS_PY + """note_pid()
 args = sys.argv[1:]
+if "--help" in args:
+    # as llama.cpp's parser: every argument handled before the usage; an unknown one refused, and a GPU
+    # option taken but ignored by a build without GPU offload (common/arg.cpp)
+    for arg in args:
+        if arg.startswith("-") and arg not in ("--help", "--load-mode", "-ub", "-fa", "-ngl"):
+            sys.stderr.write("error: invalid argument: " + arg + "\\n")
+            sys.exit(1)
+    if "-ngl" in args:
+        sys.stderr.write("warning: no usable GPU found, --gpu-layers option will be ignored\\n")
+    sys.stdout.write("usage: llama-completion [options]\\n")
+    sys.exit(0)
 prompt = open(args[args.index("-f") + 1], encoding="utf-8").read()
 log_buffers(args)
 generation_hooks(prompt, args[args.index("-m") + 1])

@@ -175,3 +175,14 @@ def test_second_build_with_nothing_changed_does_not_rebuild(main_job, tmp_path):
     steps = [s for s in summary(tmp_path)["configurations"] if s["step"] == "build"]
     assert {s["config"] for s in steps} == {"base", "fork"}
     assert all(s["detail"].startswith("up to date") for s in steps), steps
+
+
+def test_a_prompt_too_long_for_the_context_is_refused_with_its_exact_tokens_before_any_generation(main_job, tmp_path):
+    # 88 tokens of long-prefill (the engine's own count) + 937 pass 1024; its bounds, 9 and 401, leave it open
+    proc = harness("compare-outputs", "--platform", "linux-x86_64-cpu", "--group", "mmap-vs-load-mode-none",
+                   "--model", "moe-small", "--n-predict", "937", results=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "error: --n-predict 937 does not fit ctx_size 1024 with prompt long-prefill (88 tokens of moe-small): "
+        "at most 936 tokens can be generated after it")
+    assert not summary(tmp_path)["comparisons"]

@@ -756,6 +756,9 @@ sys.stdout.write((here / "output.txt").read_text() + "\\n\\n")
 """
 FAKE_TOKENIZE = """#!{python}
 import re, sys
+for arg in sys.argv[1:]:  # llama-tokenize's options the harness uses; any other is refused as the real one does
+    if arg.startswith("-") and arg not in ("-m", "-f", "--ids", "--no-bos", "--no-escape"):
+        sys.exit("error: invalid argument: " + arg)
 text = open(sys.argv[sys.argv.index("-f") + 1], encoding="utf-8").read()
 tokens = re.findall(r" ?\\S+", text)
 ids = [sum(map(ord, t)) for t in tokens]

@@ -11,7 +11,9 @@ Exit codes of ``python -m harness`` (and of nox, see noxfile.py):
 0     passed: everything asked for ran, nothing failed (triage: no regression)
 1     failed: a step failed or errored, a comparison is a failure (triage: a regression)
 2     bad input or environment: matrix, patch series, command-line names, run ids, models;
-      a tool, header or writable directory this machine lacks (the message names it)
+      a tool, header or writable directory this machine lacks (the message names it); refused
+      before anything runs, or after the build and before any generation for what needs the
+      build (harness.stages.preflight)
 3     incomplete: nothing failed, but something asked for did not run (or nothing ran)
 130   interrupted (Ctrl-C, SIGINT); 143: terminated (SIGTERM) — 128 + the signal, harness.common.proc
 ====  =========================================================================

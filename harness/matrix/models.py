@@ -649,6 +649,12 @@ def _write_padding(out: BinaryIO, alignment: int) -> None:
         out.write(b"\0" * pad)
 
 
+def synthetic_moe_path(vocab_gguf: Path, params: MoeParams, cache_dir: Path) -> Path:
+    """Where :func:`generate_synthetic_moe` writes the model of ``params`` with the vocabulary ``vocab_gguf``
+    (``<cache_dir>/models/<name>``, the name hashing both); raises OSError when the vocabulary cannot be read."""
+    return Path(cache_dir) / "models" / _synthetic_name(params, _file_sha256(vocab_gguf))
+
+
 def generate_synthetic_moe(vocab_gguf: Path, params: MoeParams, cache_dir: Path, *,
                            workers: int | None = None) -> Path:
     """Write (or reuse) a synthetic ``llama`` MoE GGUF and return its path.
@@ -673,9 +679,8 @@ def generate_synthetic_moe(vocab_gguf: Path, params: MoeParams, cache_dir: Path,
     vocab_gguf = Path(vocab_gguf)
     if not vocab_gguf.is_file():
         raise ModelError(f"vocabulary GGUF {vocab_gguf} does not exist")
-    vocab_sha = _file_sha256(vocab_gguf)
-    models_dir = Path(cache_dir) / "models"
-    target = models_dir / _synthetic_name(params, vocab_sha)
+    target = synthetic_moe_path(vocab_gguf, params, cache_dir)
+    models_dir = target.parent
     if target.is_file():
         return target
     vocab_keys, n_vocab = _read_vocab(vocab_gguf)
@@ -757,12 +762,18 @@ _LAYER_OF = re.compile(r"^blk\.(\d+)\.")
 #: Keys every model summary has; a cached summary without one of them (an older harness) is made again.
 SUMMARY_KEYS = frozenset({"path", "architecture", "name", "n_layer", "n_expert", "n_expert_used", "n_tensors",
                           "expert_tensor_bytes", "expert_tensor_types", "expert_tensor_bytes_by_layer",
-                          "tensor_bytes", "file_bytes"})
+                          "tensor_bytes", "file_bytes", "tokenizer_model", "longest_token_bytes"})
 
 
 def _field_value(reader: gguf.GGUFReader, key: str, default: Any = None) -> Any:
     field = reader.fields.get(key)
     return default if field is None else field.contents()
+
+
+def _longest_token_bytes(reader: gguf.GGUFReader) -> int:
+    """Bytes of the longest piece of ``tokenizer.ggml.tokens`` (an array of strings), 0 without it."""
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    return max((len(tokens.parts[i]) for i in tokens.data), default=0) if tokens is not None else 0
 
 
 def model_summary(path: Path, *, cache: bool = True) -> dict[str, Any]:
@@ -775,7 +786,10 @@ def model_summary(path: Path, *, cache: bool = True) -> dict[str, Any]:
     ``_exps``), ``expert_tensor_types`` (their ggml type names, sorted),
     ``expert_tensor_bytes_by_layer`` (those bytes per layer, from the ``blk.<n>.``
     of each name; ``n_layer`` entries), ``tensor_bytes`` (all tensor data) and
-    ``file_bytes`` (file size), all in bytes.
+    ``file_bytes`` (file size), all in bytes; ``tokenizer_model``
+    (``tokenizer.ggml.model`` or None) and ``longest_token_bytes`` (the bytes of
+    the longest piece of ``tokenizer.ggml.tokens``, 0 without one), which bound
+    a prompt's tokens before a build (harness.matrix.fit).
 
     ``gguf.GGUFReader`` parses every metadata array element, which takes
     seconds for a 32k-token vocabulary and tens of seconds for gemma-3's 262k
@@ -813,6 +827,8 @@ def model_summary(path: Path, *, cache: bool = True) -> dict[str, Any]:
         "expert_tensor_bytes_by_layer": by_layer,
         "tensor_bytes": int(sum(int(t.n_bytes) for t in reader.tensors)),
         "file_bytes": path.stat().st_size,
+        "tokenizer_model": _field_value(reader, "tokenizer.ggml.model"),
+        "longest_token_bytes": _longest_token_bytes(reader),
     }
     if cache:
         try:
@@ -852,6 +868,24 @@ def obtain_model(model: Any, cache_dir: Path, base_tree: Callable[[], Path], mat
     if actual != expected:
         raise ModelError(f"model {model.name}: {path} has sha256 {actual}, {matrix_path} expects {expected}")
     return path
+
+
+def made_model_path(model: Any, cache_dir: Path, base: Path | None) -> Path | None:
+    """The file of matrix model ``model`` (a harness.matrix.config.Model) when :func:`obtain_model` has
+    already made it (in ``cache_dir``, or the ``file`` given), without making or checking it; None when
+    it is not there.  ``base``: the base tree where it is already obtained (a synthetic model's file name
+    hashes its vocabulary, a file of that tree), None when it is not.  Raises OSError when the vocabulary
+    cannot be read."""
+    if model.kind == "pypi-chunks":
+        path = Path(cache_dir) / "models" / model.spec["filename"]
+    elif model.kind == "synthetic-moe":
+        vocab = base / model.spec["vocab"] if base is not None else None
+        if vocab is None or not vocab.is_file():
+            return None
+        path = synthetic_moe_path(vocab, MoeParams(**model.spec.get("params", {})), cache_dir)
+    else:
+        path = Path(model.spec["path"])
+    return path if path.is_file() else None
 
 
 class ModelStore:

@@ -21,7 +21,8 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -447,17 +448,40 @@ def tokenize(
     """
     if not text:
         return []
-    workdir.mkdir(parents=True, exist_ok=True)
-    text_path = workdir / f"tokenize-{os.getpid()}-{time.monotonic_ns()}.txt"
-    text_path.write_bytes(text)
-    base = [
-        str(tokenize_binary), "-m", str(model), "-f", str(text_path),
-        "--no-bos", "--no-escape",
-    ]
-    try:
+    with _text_file(text, workdir) as text_path:
+        base = [str(tokenize_binary), "-m", str(model), "-f", str(text_path), "--no-bos", "--no-escape"]
         run = dict(launcher=launcher, launcher_env=launcher_env, crlf_stdout=crlf_stdout)
         ids = parse_token_ids(_run_tokenize(base + ["--ids"], timeout_s, **run))
         return parse_token_pieces(_run_tokenize(base, timeout_s, **run), ids)
+
+
+def prompt_token_ids(
+    tokenize_binary: Path, model: Path, text: bytes, workdir: Path, timeout_s: float = 120.0,
+    launcher: Sequence[str] = (), launcher_env: Mapping[str, str] | None = None, crlf_stdout: bool = False,
+) -> list[int]:
+    """The token ids of ``text`` as a prompt, from ``llama-tokenize`` (arguments as in :func:`tokenize`).
+
+    As the engine's ``generate`` tokenizes it (harness/stages/engine/engine.cpp, ``tokenize_prompt``):
+    special-token text parsed (the tool's default, common/arg.cpp: its ``--parse-special`` belongs to
+    llama-imatrix), BOS added where the vocabulary adds one, and with it EOS where the vocabulary adds
+    that (the tool's ``add_special`` follows the vocabulary's BOS; a vocabulary that adds EOS without
+    BOS, T5's, is counted one token short).  Backslashes stay literal (``--no-escape``).  Raises
+    ``TokenizeError`` on a failed run or unparsable output.
+    """
+    with _text_file(text, workdir) as text_path:
+        return parse_token_ids(_run_tokenize(
+            [str(tokenize_binary), "-m", str(model), "-f", str(text_path), "--no-escape", "--ids"],
+            timeout_s, launcher=launcher, launcher_env=launcher_env, crlf_stdout=crlf_stdout))
+
+
+@contextmanager
+def _text_file(text: bytes, workdir: Path) -> Iterator[Path]:
+    """``text`` in a file of its own in ``workdir`` (created if missing) for the block, then removed."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    text_path = workdir / f"tokenize-{os.getpid()}-{time.monotonic_ns()}.txt"
+    text_path.write_bytes(text)
+    try:
+        yield text_path
     finally:
         text_path.unlink(missing_ok=True)
 

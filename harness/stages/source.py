@@ -373,6 +373,22 @@ def _from_archive(src: Source, dest: Path, commit: str) -> str:
     return rev
 
 
+def base_cache_entry(matrix: Matrix, cache: Path) -> Path:
+    """The directory of ``cache`` that holds (or will hold) the base tree of ``matrix.base_commit``.
+
+    12 hex digits name it: with all 40, paths of the base tree pass Windows' MAX_PATH below a
+    runner's workspace (harness.tools.path_budget); its record beside it keeps the full commit.
+    """
+    return cache / "base" / matrix.base_commit[:12]
+
+
+def cached_base(matrix: Matrix, cache: Path) -> Path | None:
+    """The base tree an earlier :func:`obtain_base` left in ``cache``, without checking or obtaining
+    anything (a later obtain_base checks it); None when there is none yet."""
+    dest = base_cache_entry(matrix, cache)
+    return dest if dest.is_dir() and dest.with_name(matrix.base_commit + ".json").is_file() else None
+
+
 def obtain_base(matrix: Matrix, cache: Path | None = None, log: list[str] | None = None) -> BaseTree:
     """Return the verified base repository for ``matrix.base_commit``, creating it if needed.
 
@@ -382,9 +398,7 @@ def obtain_base(matrix: Matrix, cache: Path | None = None, log: list[str] | None
     is locked (harness.common.locks) while it is checked or filled.
     """
     cache = cache or cache_dir()
-    # 12 hex digits name the directory: with all 40, paths of the base tree pass Windows' MAX_PATH
-    # below a runner's workspace (harness.tools.path_budget); the record keeps the full commit
-    dest = cache / "base" / matrix.base_commit[:12]
+    dest = base_cache_entry(matrix, cache)
     # one process fills a cache entry; another waits and then finds it there
     with exclusive(dest, f"the source cache entry {dest}", Rank.SOURCE, (log.append if log is not None else None)):
         return _obtain_base(matrix, cache, dest, log)
