@@ -23,8 +23,17 @@ def reply(obj: dict) -> None:
     sys.stdout.flush()
 
 
+def note(what: str) -> None:
+    """Append ``what`` to the file FAKE_REQUEST_LOG names, one line per event of any fake engine process."""
+    path = os.environ.get("FAKE_REQUEST_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{os.getpid()} {what}\n")
+
+
 def ready() -> None:
     """The reply the engine gives once its model is loaded."""
+    note("ready")
     reply({"ok": True, "ready": True, "n_vocab": N_VOCAB, "n_ctx": 1024, "load_ms": 1.0})
 
 
@@ -38,6 +47,7 @@ def main() -> None:
 
 def handle(parts: list) -> bool:
     """Answer one request (its tab-separated fields); False for ``quit``."""
+    note(parts[0])
     if parts[0] == "quit":
         return False
     if parts[0] == "generate":

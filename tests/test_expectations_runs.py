@@ -95,9 +95,18 @@ def test_a_mapping_served_from_anonymous_memory_fails_the_fake_run_on_the_probe(
     """The fake engine's probe under FAKE_PROBE_ANON: the buffer keeps its name CPU_Mapped and its size, the load
     log is the clean one, and only the process's memory map tells that no weight is backed by the model file."""
     project = make_fake_project(tmp_path)
-    run = subprocess.run(project.argv("build", "compare-outputs"), cwd=ROOT, env=project.env(FAKE_PROBE_ANON="1"),
+    requests = tmp_path / "requests.log"
+    run = subprocess.run(project.argv("build", "compare-outputs"), cwd=ROOT,
+                         env=project.env(FAKE_PROBE_ANON="1", FAKE_REQUEST_LOG=str(requests)),
                          capture_output=True, text=True)
     assert run.returncode == 1, run.stdout + run.stderr
+    # once per load: every engine process probes right after it is ready, and never again
+    per_process: dict[str, list[str]] = {}
+    for line in requests.read_text().splitlines():
+        pid, what = line.split(" ", 1)
+        per_process.setdefault(pid, []).append(what)
+    assert per_process and all(events[:2] == ["ready", "probe"] and events.count("probe") == 1
+                               for events in per_process.values()), per_process
     summary = _summary(project.results)
     assert all(c["status"] == "identical" for c in summary["comparisons"])
     fork = _steps(summary, "expectations")["fork"]
