@@ -5,7 +5,9 @@ milliseconds per token (default 1) times ``FAKE_BENCH_SCALE`` (default 1), with 
 deterministic jitter, and reports that time. A ``probe`` request writes the record of one weight of
 4096 bytes in ``CPU_Mapped`` memory backed by the model file (``CPU``, anonymous, with
 ``--load-mode none`` or under ``FAKE_LOSE_MMAP``; ``FAKE_PROBE_ANON`` keeps the name ``CPU_Mapped`` over
-anonymous memory, as a load that copies the mapping would), as the fake load log reports it."""
+anonymous memory, as a load that copies the mapping would), as the fake load log reports it.
+``FAKE_RSS_MB`` megabytes (default 0) are held resident from the model load on, as a model's weights
+would be."""
 
 import json
 import os
@@ -39,6 +41,8 @@ def ready() -> None:
 
 def main() -> None:
     time.sleep(float(os.environ.get("FAKE_LOAD_S", "0")))  # the model load
+    # written, not only allocated, so that every page is resident
+    main.weights = b"\x01" * int(float(os.environ.get("FAKE_RSS_MB", "0")) * 2**20)
     ready()
     for line in sys.stdin:
         if not handle(line.rstrip("\r\n").split("\t")):

@@ -424,6 +424,18 @@ def _spread_text(sp: dict | None) -> str:
     return "–" if not sp else f"{sp['median']:.1f} ({sp['q1']:.1f}–{sp['q3']:.1f}, n={sp['n']})"
 
 
+def _peak_text(bench: dict) -> str:
+    """The engines' peak host memory of a bench.json (harness.stages.speed), or "" where it has none."""
+    peak = bench.get("peak_host_rss_bytes")
+    return f"; engines' peak host memory {peak / 2**30:.2f} GiB (two at a time)" if peak else ""
+
+
+def _partner_text(m: dict) -> str:
+    """" (with X)": the configuration a measurement was interleaved with, "" for records without pairs."""
+    other = [c for c in m.get("pair") or [] if c != m.get("config")]
+    return f' <span class="muted">(with {escape(other[0])})</span>' if other else ""
+
+
 def speed_rows(run_dir: Path) -> list[tuple[str, dict, list[dict]]]:
     """Per platform with a bench.json: (platform, its machine fingerprint, its rule records) for the report."""
     out = []
@@ -442,7 +454,7 @@ def _speed_html(run_dir: Path) -> str:
         machine = bench.get("machine") or {}
         parts.append(f'<h3>{escape(platform)}</h3><p class="muted">machine: {escape(str(machine.get("cpu")))}, '
                      f'{escape(str(machine.get("cpu_count")))} CPUs, GPUs {escape(str(machine.get("gpus") or "none"))}; '
-                     f'speed stage {float(bench.get("wall_s") or 0):.1f} s</p>')
+                     f'speed stage {float(bench.get("wall_s") or 0):.1f} s{_peak_text(bench)}</p>')
         body = []
         for r in rules:
             ratio = f'{r["ratio"]:.2f}x' if "ratio" in r else "–"
@@ -459,7 +471,7 @@ def _speed_html(run_dir: Path) -> str:
                      '<th>candidate tok/s median (quartiles)</th><th>reference tok/s</th><th>ratio</th>'
                      '<th>fails below</th><th>Mann-Whitney p</th></tr></thead><tbody>' + "".join(body)
                      + "</tbody></table>")
-        meas = [f'<tr><td>{escape(m["config"])}</td><td>{escape(m["model"])}</td><td class="num">{m["n_prompt"]} / '
+        meas = [f'<tr><td>{escape(m["config"])}{_partner_text(m)}</td><td>{escape(m["model"])}</td><td class="num">{m["n_prompt"]} / '
                 f'{m["n_gen"]}</td><td class="num">{_spread_text(m.get("pp"))}</td>'
                 f'<td class="num">{_spread_text(m.get("tg"))}</td><td>{escape("; ".join(m.get("errors") or []))}</td></tr>'
                 for m in bench.get("measurements", [])]

@@ -72,7 +72,7 @@ from typing import Any, Iterable, Sequence
 
 from ..record.gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
 from ..stages.native_tests import WRAPPER_DID_NOT_RUN
-from ..record.bench import parse_step, read_bench
+from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
 from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRecord, load_records, write_json
 
 #: Every signature kind, declared once here (the module docstring says what each key holds), with
@@ -833,13 +833,17 @@ def expectation_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
 
 
 def speed_signature(run_dir: Path, step: StepRecord) -> Signature:
-    """The ``speed_regression`` signature of a failed speed rule step (``speed:<group>:<metric>``), from the
-    rule's record in ``<platform>/speed/bench.json``; without that record, from the step alone."""
-    group, metric = parse_step(step.step) or ("?", "?")
+    """The ``speed_regression`` signature of a failed speed rule step (``speed:<group>:<metric>``, with
+    ``:vs-<reference>`` for a rule's own reference), from the rule's record in
+    ``<platform>/speed/bench.json`` (its ``step`` and candidate; records written before rules named a
+    step: its group, candidate and metric); without that record, from the step alone."""
+    parsed = parse_rule_step(step.step) or RuleStep("?", "?")
+    group, metric = parsed.group, parsed.metric
     bench = read_bench(run_dir, step.platform) or {}
-    rule = next((r for r in bench.get("rules", []) if (r.get("group"), r.get("candidate"), r.get("metric"))
-                 == (group, step.config, metric)), {})
-    reference, model = rule.get("reference", "?"), rule.get("model", "?")
+    rules = [r for r in bench.get("rules", []) if r.get("candidate") == step.config]
+    rule = next((r for r in rules if r.get("step") == step.step), None) or \
+        next((r for r in rules if "step" not in r and (r.get("group"), r.get("metric")) == (group, metric)), {})
+    reference, model = rule.get("reference", parsed.reference or "?"), rule.get("model", "?")
     key = f"{group}/{model}: {step.config} vs {reference} {metric}"
     if "ratio" in rule:
         want = "no slowdown" if rule.get("min_ratio") == 1.0 else f"at least {rule.get('min_ratio'):g}x"

@@ -209,6 +209,20 @@ def finish(proc: subprocess.Popen, timeout_s: float | None = None) -> tuple[int 
             _live.discard(proc)
 
 
+def peak_rss_bytes(pid: int) -> int | None:
+    """The peak resident set size of process ``pid`` in bytes, as the kernel counts it: ``VmHWM`` of
+    ``/proc/<pid>/status`` (kB there; proc(5)), which includes page-locked memory the process touched.
+    None where there is no such file (not Linux, the process has ended, or it may not be read)."""
+    try:
+        with open(f"/proc/{int(pid)}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
         stdin: Any = subprocess.DEVNULL, stdout: IO | int | None = None, stderr: IO | int | None = None,
         timeout_s: float | None = None) -> Completed:

@@ -126,13 +126,19 @@ class SpeedSettings:
 @dataclass(frozen=True)
 class SpeedRule:
     """One speed rule of a group: ``candidate``'s ``metric`` (``pp`` or ``tg``, tok/s) must reach
-    ``min_ratio`` times the group reference's (1.0: no slowdown), judged with ``factor`` and ``p_max``."""
+    ``min_ratio`` times ``reference``'s (1.0: no slowdown), judged with ``factor`` and ``p_max``.
+
+    ``reference``: the configuration the candidate is measured against, interleaved (the rule's
+    ``reference`` key: the group's reference or another of its candidates); "" means the group's
+    reference, which is also what the loader fills in for a rule without the key.
+    """
 
     candidate: str
     metric: str
     min_ratio: float = 1.0
     factor: float = 0.10
     p_max: float = 0.01
+    reference: str = ""
 
 
 @dataclass(frozen=True)
@@ -479,8 +485,10 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
 
 
 def _speed_problems(doc: Mapping[str, Any], gname: str, g: Mapping[str, Any], loc: _Locator) -> list[str]:
-    """Problems of group ``gname``'s ``speed`` section: a model or candidate not of the group, a group
-    whose reference runs on another platform, a timed request that does not fit the context."""
+    """Problems of group ``gname``'s ``speed`` section: a model or candidate not of the group, a rule's
+    reference that is not a configuration of the group (or is the candidate itself), two rules of one
+    candidate, metric and reference, a group whose reference runs on another platform, a timed request
+    that does not fit the context."""
     speed = g.get("speed")
     if speed is None:
         return []
@@ -500,10 +508,25 @@ def _speed_problems(doc: Mapping[str, Any], gname: str, g: Mapping[str, Any], lo
         if pname not in running:
             say(base + ["platforms", i], f"platform {pname!r} does not run group {gname!r} "
                                          f"(platforms that do: {', '.join(running) or 'none'})")
+    group_configs = [g["reference"], *g["candidates"]]
+    seen: set[tuple[str, str, str]] = set()
     for i, rule in enumerate(speed["rules"]):
         if "candidate" in rule and rule["candidate"] not in g["candidates"]:
             say(base + ["rules", i, "candidate"], f"{rule['candidate']!r} is not a candidate of the group "
                                                   f"({', '.join(g['candidates'])})")
+            continue
+        reference = rule.get("reference", g["reference"])
+        if reference not in group_configs:
+            say(base + ["rules", i, "reference"], f"{reference!r} is not a configuration of the group (its reference "
+                                                  f"{g['reference']} or a candidate: {', '.join(g['candidates'])})")
+            continue
+        for c in [rule["candidate"]] if "candidate" in rule else g["candidates"]:
+            if c == reference:
+                say(base + ["rules", i, "reference"], f"{c!r} cannot be measured against itself")
+            elif (c, rule["metric"], reference) in seen:
+                say(base + ["rules", i], f"a second rule of {c} {rule['metric']} against {reference}: each "
+                                         "candidate, metric and reference is one rule (one step)")
+            seen.add((c, rule["metric"], reference))
     settings = {**DEFAULT_SPEED, **doc.get("defaults", {}).get("speed", {}), **speed}
     ctx = {**DEFAULT_GENERATION, **doc.get("defaults", {}).get("generation", {}), **g.get("generation", {})}["ctx_size"]
     if settings["n_prompt"] + settings["n_gen"] > ctx:
@@ -514,14 +537,16 @@ def _speed_problems(doc: Mapping[str, Any], gname: str, g: Mapping[str, Any], lo
 
 def _group_speed(g: Mapping[str, Any], defaults: Mapping[str, Any]) -> GroupSpeed | None:
     """The typed ``speed`` section of group ``g`` (None without one): a rule without ``candidate``
-    becomes one rule per candidate; unset settings come from ``defaults`` (``defaults.speed``)."""
+    becomes one rule per candidate, a rule without ``reference`` is against the group's reference;
+    unset settings come from ``defaults`` (``defaults.speed``)."""
     speed = g.get("speed")
     if speed is None:
         return None
     settings = {**defaults, **{k: v for k, v in speed.items() if k in DEFAULT_SPEED}}
     rules = tuple(SpeedRule(candidate=c, metric=r["metric"], min_ratio=float(r.get("min_ratio", 1.0)),
                             factor=float(r.get("factor", settings["factor"])),
-                            p_max=float(r.get("p_max", settings["p_max"])))
+                            p_max=float(r.get("p_max", settings["p_max"])),
+                            reference=str(r.get("reference", g["reference"])))
                   for r in speed["rules"] for c in ([r["candidate"]] if "candidate" in r else g["candidates"]))
     return GroupSpeed(model=speed.get("model", g["models"][0]), n_prompt=int(settings["n_prompt"]),
                       n_gen=int(settings["n_gen"]), repeats=int(settings["repeats"]), rules=rules,

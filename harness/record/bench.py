@@ -7,28 +7,56 @@ them through this module, so none of them needs the stage itself.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .results import RunLayout
 
-#: Step names of the speed rules start with this: ``speed:<group>:<metric>``, config = the candidate.
+#: Step names of the speed rules start with this: ``speed:<group>:<metric>``, config = the candidate;
+#: a rule against another reference than its group's adds ``:vs-<reference>``.
 STEP_PREFIX = "speed:"
+#: What a step name puts before a rule's own reference (harness.matrix.config.SpeedRule.reference).
+VS = "vs-"
 #: The metrics a rule can judge: prompt processing and generation, both in tok/s.
 METRICS = ("pp", "tg")
 
 
-def step_name(group: str, metric: str) -> str:
-    """The step of a speed rule: ``speed:<group>:<metric>``."""
-    return f"{STEP_PREFIX}{group}:{metric}"
+@dataclass(frozen=True)
+class RuleStep:
+    """What a speed rule's step name says: its ``group``, ``metric`` and ``reference`` ("" for the
+    group's reference; the rule's own otherwise)."""
+
+    group: str
+    metric: str
+    reference: str = ""
+
+
+def step_name(group: str, metric: str, reference: str = "") -> str:
+    """The step of a speed rule: ``speed:<group>:<metric>``, with ``:vs-<reference>`` when the rule names
+    a reference other than its group's (``reference``; "" for the group's).  The candidate is the step's
+    configuration, so the name is unique per candidate, metric and reference."""
+    return f"{STEP_PREFIX}{group}:{metric}" + (f":{VS}{reference}" if reference else "")
+
+
+def parse_rule_step(step: str) -> RuleStep | None:
+    """The :class:`RuleStep` of a speed rule's step name (:func:`step_name`), None for any other step."""
+    if not step.startswith(STEP_PREFIX):
+        return None
+    parts = step[len(STEP_PREFIX):].split(":")
+    reference = ""
+    if len(parts) == 3 and parts[2].startswith(VS):
+        reference = parts.pop()[len(VS):]
+    if len(parts) != 2 or not parts[0] or parts[1] not in METRICS:
+        return None
+    return RuleStep(parts[0], parts[1], reference)
 
 
 def parse_step(step: str) -> tuple[str, str] | None:
-    """(group, metric) of a speed rule's step name, None for any other step."""
-    if not step.startswith(STEP_PREFIX):
-        return None
-    group, _, metric = step[len(STEP_PREFIX):].rpartition(":")
-    return (group, metric) if group and metric in METRICS else None
+    """(group, metric) of a speed rule's step name, None for any other step (:func:`parse_rule_step` also
+    gives the rule's own reference)."""
+    parsed = parse_rule_step(step)
+    return (parsed.group, parsed.metric) if parsed else None
 
 
 def bench_json(run_dir: Path, platform: str) -> Path:

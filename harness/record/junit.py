@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..common.fs import replace_whole
-from .bench import parse_step
+from .bench import parse_rule_step, parse_step
 from .results import COMPARISON, STEP, ComparisonRecord, Run, StepRecord, junit_dir
 
 
@@ -104,15 +104,15 @@ def speed_xml(platform: str, steps: Iterable[StepRecord]) -> ET.ElementTree:
     """The JUnit document of ``platform``'s speed rule steps (other steps and platforms are left out)."""
     suites: dict[str, list[_Case]] = {}
     for s in steps:
-        parsed = parse_step(s.step)
+        parsed = parse_rule_step(s.step)
         if s.platform != platform or not parsed:
             continue
-        group, metric = parsed
-        case = _Case(f"{platform}.{group}", f"{s.config} {metric}", time=s.seconds, text=s.detail)
+        vs = f" vs {parsed.reference}" if parsed.reference else ""  # a rule's own reference, not the group's
+        case = _Case(f"{platform}.{parsed.group}", f"{s.config} {parsed.metric}{vs}", time=s.seconds, text=s.detail)
         if STEP.is_failure(s.status):
             case = replace(case, outcome="failure" if s.status == "failed" else "error", message=s.detail,
                            kind=s.status, text=None)
-        suites.setdefault(f"{platform}/{group}", []).append(case)
+        suites.setdefault(f"{platform}/{parsed.group}", []).append(case)
     return _document(f"speed rules {platform}", suites, ("failures", "errors"))
 
 

@@ -301,6 +301,12 @@ class EngineSession:
         the engine's reply (``weights``, ``buffers``: counts; ``probe_ms``); raises ``EngineError``."""
         return self._request(["probe", str(path).encode().hex()], "probing the load")
 
+    def peak_rss_bytes(self) -> int | None:
+        """The engine process's peak resident set so far, in bytes (harness.common.proc.peak_rss_bytes:
+        the kernel's VmHWM); None where it cannot be read.  Under an emulator (Wine) it is the process
+        the harness started, not the emulator's server."""
+        return proc.peak_rss_bytes(self.proc.pid)
+
     def kill(self) -> None:
         """End the process and its process group (harness.common.proc.terminate) and unregister it."""
         proc.terminate(self.proc)

@@ -2,25 +2,29 @@
 
 It runs after the comparisons of ``compare-outputs`` (``--no-bench`` leaves it out), on every
 platform that ran them, for every selected group with a ``speed`` section in ``matrix.yaml``.
-Per platform and model, one engine process (``llama-harness-engine``, harness.stages.engine) per
-configuration that a rule needs is started with the configuration's own ``args`` and ``env``, so
-the measurement is of the configuration as the comparisons ran it, and stays resident: after one
-untimed warm-up request each, the timed ``bench <n_prompt> <n_gen>`` requests alternate between
-the configurations (reference, candidate, reference, candidate, ...) for ``repeats`` rounds, so
-the machine's load drifts over both sides alike and no model load is paid per repeat.
+A rule compares a candidate with its reference (the group's, or the rule's own ``reference``), so
+the stage measures pair by pair (harness.stages.speed_pairs): per pair of configurations, model and
+tokens, one engine process (``llama-harness-engine``, harness.stages.engine) per side is started
+with the configuration's own ``args`` and ``env``, so the measurement is of the configuration as the
+comparisons ran it; after one untimed warm-up request each, the timed ``bench <n_prompt> <n_gen>``
+requests alternate between the two (A B, B A, A B, ...) for ``repeats`` rounds, so the machine's load
+drifts over both sides alike and no model load is paid per repeat.  Only the pair's two engines are
+resident; the peak resident memory of the engines (the kernel's VmHWM) is recorded per pair and for
+the stage.
 
-Each rule (``groups.<name>.speed.rules``: a candidate, a metric, ``min_ratio``) is judged by
-harness.analysis.statistics.judge on the two configurations' samples and recorded as a step
-``speed:<group>:<metric>`` of the candidate configuration: ``passed``, ``failed`` (a slowdown by
-the rule) or ``error`` (a build, the model or the engine did not let it be measured), with a log
-``<platform>/speed/<group>.<candidate>.<metric>.log``.  Every sample, its spread, each verdict and
-the machine's fingerprint go to ``<platform>/speed/bench.json``, which triage compares across runs.
+Each rule (``groups.<name>.speed.rules``: a candidate, a metric, ``min_ratio``, a reference) is judged
+by harness.analysis.statistics.judge on its pair's samples and recorded as a step
+(harness.record.bench.step_name: ``speed:<group>:<metric>``, ``:vs-<reference>`` added for a rule's
+own reference) of the candidate configuration: ``passed``, ``failed`` (a slowdown by the rule) or
+``error`` (a build, the model or the engine did not let it be measured), with a log
+``<platform>/speed/<group>.<candidate>.<metric>[.vs-<reference>].log``.  Every sample, its spread, each
+verdict, each pair's memory and the machine's fingerprint go to ``<platform>/speed/bench.json``, which
+triage compares across runs; ``<platform>/speed/speed.log`` says what was loaded when.
 """
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +37,7 @@ from ..record.bench import METRICS, step_name
 from ..record.results import Failure, StepRecord, write_json
 from .engine import EngineError, EngineSession
 from .greedy import Side
+from .speed_pairs import Pair, Roster, Unit, pair_key, plan_pairs
 
 #: The pipeline the stage runs in (harness.pipeline.Pipeline: matrix, run, opts, console, build_variant,
 #: model_path, doing, hooks); typed loosely here, since the pipeline imports this module.
@@ -42,27 +47,22 @@ Pipeline = Any
 #: prompt pays for page faults of mmap-ed weights and for weight repacking, which no timed one should).
 WARMUP_GEN = 2
 
-
-@dataclass(frozen=True)
-class Unit:
-    """What one interleaved measurement times: ``model``, tokens per request and rounds."""
-
-    model: str
-    n_prompt: int
-    n_gen: int
-    repeats: int
+__all__ = ["Unit", "Measurement", "Rule", "rules_for", "stage_speed", "WARMUP_GEN"]
 
 
 @dataclass
 class Measurement:
-    """One configuration's samples of one unit, tok/s per timed request (in the order taken).
+    """One configuration's samples in one pair, tok/s per timed request (in the order taken: sample i
+    is round i + 1, the same round as the other side's sample i).
 
-    ``position``: its place in each round (0 runs first).  ``errors``: why requests failed.
+    ``position``: its place in odd rounds (0 runs first; even rounds run the other way round).
+    ``pair``: the two configurations interleaved.  ``errors``: why requests failed.
     """
 
     config: str
     unit: Unit
     position: int
+    pair: tuple[str, str] = ("", "")
     pp: list[float] = field(default_factory=list)
     tg: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -70,7 +70,8 @@ class Measurement:
     def to_json(self) -> dict[str, Any]:
         """The record bench.json keeps: settings, samples and their spread (harness.analysis.statistics.Spread)."""
         out: dict[str, Any] = {"config": self.config, **asdict(self.unit), "position": self.position,
-                               "pp_tok_s": self.pp, "tg_tok_s": self.tg, "errors": self.errors}
+                               "pair": list(self.pair), "pp_tok_s": self.pp, "tg_tok_s": self.tg,
+                               "errors": self.errors}
         for metric in METRICS:
             samples = getattr(self, metric)
             out[metric] = asdict(spread(samples)) if samples else None
@@ -79,12 +80,26 @@ class Measurement:
 
 @dataclass(frozen=True)
 class Rule:
-    """A speed rule as one platform runs it: the group, its reference, the rule and its unit."""
+    """A speed rule as one platform runs it: the group, the rule's reference (its own or the group's),
+    the rule, its unit, and ``own_reference``: whether it names a reference other than its group's
+    (which its step name then says)."""
 
     group: str
     reference: str
     rule: SpeedRule
     unit: Unit
+    own_reference: bool = False
+
+    @property
+    def step(self) -> str:
+        """Its step name (harness.record.bench.step_name)."""
+        return step_name(self.group, self.rule.metric, self.reference if self.own_reference else "")
+
+    @property
+    def log_name(self) -> str:
+        """Its log's file name in the platform's speed directory."""
+        vs = f".vs-{self.reference}" if self.own_reference else ""
+        return f"{self.group}.{self.rule.candidate}.{self.rule.metric}{vs}.log"
 
 
 def rules_for(pipe: Pipeline, p: Platform) -> list[Rule]:
@@ -103,7 +118,9 @@ def rules_for(pipe: Pipeline, p: Platform) -> list[Rule]:
         if p.gpu == "nvidia" and group.min_gpus > visible:
             continue  # the comparisons recorded the skip
         unit = Unit(speed.model, speed.n_prompt, speed.n_gen, opts.bench_repeats or speed.repeats)
-        out += [Rule(gname, group.reference, r, unit) for r in speed.rules]
+        for r in speed.rules:
+            reference = r.reference or group.reference
+            out.append(Rule(gname, reference, r, unit, own_reference=reference != group.reference))
     return out
 
 
@@ -122,44 +139,94 @@ def stage_speed(pipe: Pipeline) -> None:
                 _platform(pipe, p, rules)
 
 
+@dataclass
+class PairRecord:
+    """What bench.json and speed.log keep of one measured pair: its configurations and unit, the
+    engines started for it (the others stayed loaded from the pair before), the wall time of its rounds
+    in seconds, and each engine's peak resident set in bytes (VmHWM; None: not readable)."""
+
+    pair: Pair
+    started: list[str]
+    wall_s: float = 0.0
+    peak_rss_bytes: dict[str, int | None] = field(default_factory=dict)
+
+    @property
+    def total_rss_bytes(self) -> int | None:
+        """The sum of the pair's engines' peak resident sets (both stay loaded throughout, so this is the
+        pair's peak, at most over-counted by the two peaks not coinciding); None if none was read."""
+        known = [b for b in self.peak_rss_bytes.values() if b is not None]
+        return sum(known) if known else None
+
+    def to_json(self) -> dict[str, Any]:
+        """Its bench.json record."""
+        return {"configs": list(self.pair.configs), **asdict(self.pair.unit), "started": self.started,
+                "wall_s": round(self.wall_s, 2), "peak_rss_bytes": self.peak_rss_bytes,
+                "total_rss_bytes": self.total_rss_bytes}
+
+    def line(self) -> str:
+        """One line of speed.log."""
+        mem = ", ".join(f"{c} {_gib(b)}" for c, b in self.peak_rss_bytes.items())
+        return (f"{self.pair.first} + {self.pair.second} ({self.pair.unit.model}, {self.pair.unit.n_prompt}/"
+                f"{self.pair.unit.n_gen} tokens, {self.pair.unit.repeats} rounds): started "
+                f"{', '.join(self.started) or 'none (both loaded already)'}; rounds {self.wall_s:.1f} s; "
+                f"peak resident {mem or 'not measured'}, together {_gib(self.total_rss_bytes)}")
+
+
+def _gib(n: int | None) -> str:
+    return "unknown" if n is None else f"{n / 2**30:.2f} GiB"
+
+
 def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
     layout = pipe.run.layout
     out = layout.speed(p.name)
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     load = _load_average()
-    measured: dict[tuple[str, Unit], Measurement] = {}
+    measured: dict[tuple[tuple[Unit, frozenset[str]], str], Measurement] = {}
     problems: dict[str, list[Failure]] = {}
-    seconds: dict[Unit, float] = {}  # wall time of each unit's interleaved rounds
-    by_model: dict[str, dict[Unit, list[str]]] = {}
-    for r in rules:
-        configs = by_model.setdefault(r.unit.model, {}).setdefault(r.unit, [])
-        configs += [c for c in (r.reference, r.rule.candidate) if c not in configs]
-    total = sum(len(cs) * u.repeats for units in by_model.values() for u, cs in units.items())
+    pairs = plan_pairs((r.unit, r.reference, r.rule.candidate) for r in rules)
+    records: dict[tuple[Unit, frozenset[str]], PairRecord] = {}
+    roster = Roster(_starter(pipe, p, rules, out, problems))
+    total = sum(2 * pair.unit.repeats for pair in pairs)
     groups = sorted({r.group for r in rules})
     with pipe.console.step(f"[{p.name}] speed {', '.join(groups)}", total=total) as shown:
-        for model, units in by_model.items():
-            configs = list(dict.fromkeys(c for cs in units.values() for c in cs))
-            sessions = _start(pipe, p, model, configs, units, out, problems)
-            try:
-                for unit, unit_configs in units.items():
-                    live = [c for c in unit_configs if c in sessions]
-                    t0 = time.monotonic()
-                    measured.update({(m.config, unit): m for m in
-                                     _interleave(sessions, live, unit, lambda what: pipe.console.advance(shown, 1, what))})
-                    seconds[unit] = time.monotonic() - t0
-            finally:
-                for session in sessions.values():
-                    session.close()
-        records = [_judge(pipe, p, r, measured, problems, out, seconds.get(r.unit, 0.0)) for r in rules]
-        failed = [s for s in records if s["status"] != "passed"]
+        try:
+            for pair in pairs:
+                sessions, started = roster.load(pair.unit.model, pair.configs)
+                for (model, config), exc in roster.failed.items():
+                    if model == pair.unit.model and config in pair.configs and config not in problems:
+                        problems[config] = [Failure("exception", model=model,
+                                                    message=f"engine for {config} on {model}: {exc}")]
+                rec = records[pair.key] = PairRecord(pair, started)
+                t0 = time.monotonic()
+                found = _interleave(sessions, pair, lambda what: pipe.console.advance(shown, 1, what))
+                rec.wall_s = time.monotonic() - t0
+                rec.peak_rss_bytes = {c: s.peak_rss_bytes() for c, s in sessions.items()}
+                for m in found:
+                    measured[(pair.key, m.config)] = m
+                    if m.errors:
+                        roster.drop(pair.unit.model, m.config)
+        finally:
+            roster.close()
+        verdicts = [_judge(pipe, p, r, measured, records, problems, out) for r in rules]
+        failed = [v for v in verdicts if v["status"] != "passed"]
         shown.finish("failed" if failed else "passed",
-                     f"{len(records) - len(failed)} of {len(records)} speed rule(s) passed",
-                     out / f"{failed[0]['group']}.{failed[0]['candidate']}.{failed[0]['metric']}.log" if failed else "")
+                     f"{len(verdicts) - len(failed)} of {len(verdicts)} speed rule(s) passed",
+                     out / failed[0]["log"] if failed else "")
+    peak = max(records.values(), key=lambda r: r.total_rss_bytes or 0, default=None)
+    peak_bytes = peak.total_rss_bytes if peak else None
+    (out / "speed.log").write_text(
+        "".join(f"pair {i + 1}: {r.line()}\n" for i, r in enumerate(records.values()))
+        + f"engines resident at once: at most {roster.peak}\n"
+        + f"peak host memory of the engines: {_gib(peak_bytes)}"
+        + (f" ({peak.pair.first} + {peak.pair.second})\n" if peak and peak_bytes else "\n"), encoding="utf-8")
     write_json(out / "bench.json", {"machine": environment.machine_fingerprint(), "defaults": pipe.matrix.speed,
                                     "wall_s": round(time.monotonic() - start, 2), "load_average": load,
                                     "load_average_after": _load_average(),
-                                    "measurements": [m.to_json() for m in measured.values()], "rules": records})
+                                    "engines_resident_max": roster.peak, "peak_host_rss_bytes": peak_bytes,
+                                    "pairs": [r.to_json() for r in records.values()],
+                                    "measurements": [m.to_json() for m in measured.values()],
+                                    "rules": [{k: v for k, v in x.items() if k != "log"} for x in verdicts]})
 
 
 def _load_average() -> list[float] | None:
@@ -172,66 +239,47 @@ def _load_average() -> list[float] | None:
         return None
 
 
-def _start(pipe: Pipeline, p: Platform, model: str, configs: list[str], units: dict[Unit, list[str]], out: Path,
-           problems: dict[str, list[Failure]]) -> dict[str, EngineSession]:
-    """One resident engine per configuration of ``configs`` on ``model``; a configuration that cannot be
-    started (a build that did not pass, the model, the engine) gets its failure in ``problems``."""
-    try:
-        model_path = pipe.model_path(model)
-    except Exception as exc:
-        for c in configs:
-            problems.setdefault(c, []).append(Failure("model", model=model, message=f"{type(exc).__name__}: {exc}"))
-        return {}
+def _starter(pipe: Pipeline, p: Platform, rules: list[Rule], out: Path,
+             problems: dict[str, list[Failure]]) -> Any:
+    """The function that starts the engine of (model, config) for :class:`harness.stages.speed_pairs.Roster`;
+    it raises RuntimeError where the model, the build or the engine command is missing (also recorded in
+    ``problems``, by configuration).  An engine's context fits the largest request of its model's rules."""
     hooks = pipe.hooks(p)
-    starts: dict[str, tuple[list[str], dict[str, str], str, float]] = {}
+    need = {m: max(r.unit.n_prompt + r.unit.n_gen for r in rules if r.unit.model == m) for m in {r.unit.model for r in rules}}
 
-    def cannot_start(config: str, exc: Exception) -> None:
-        problems.setdefault(config, []).append(Failure("exception", model=model,
-                                                       message=f"engine for {config} on {model}: {exc}"))
+    def start(model: str, config: str) -> EngineSession:
+        def fail(failure: Failure, message: str) -> RuntimeError:
+            problems.setdefault(config, []).append(failure)
+            return RuntimeError(message)
 
-    for config in configs:
+        try:
+            model_path = pipe.model_path(model)
+        except Exception as exc:
+            raise fail(Failure("model", model=model, message=f"{type(exc).__name__}: {exc}"), str(exc)) from exc
         variant = pipe.matrix.configs[config].build
         if pipe.build_variant(p, variant).status != "passed":
-            problems.setdefault(config, []).append(Failure("blocked", build=variant))
-            continue
+            raise fail(Failure("blocked", build=variant), f"build {variant} did not pass")
         group_gen = next(pipe.matrix.groups[g].generation for g in p.groups
                          if pipe.matrix.groups[g].speed and pipe.matrix.groups[g].speed.model == model)
-        need = max(u.n_prompt + u.n_gen for u in units)
         gen = Generation(n_predict=group_gen.n_predict, repeats=1, seed=group_gen.seed,
-                         ctx_size=max(group_gen.ctx_size, need), timeout_s=group_gen.timeout_s)
-        try:
-            argv, env = hooks.engine(Side(p.name, config), model_path, gen)
-        except (EngineError, OSError, RuntimeError) as exc:
-            cannot_start(config, exc)
-            continue
-        starts[config] = (argv, env, f"{config}.{model}.engine", gen.timeout_s)
+                         ctx_size=max(group_gen.ctx_size, need[model]), timeout_s=group_gen.timeout_s)
+        argv, env = hooks.engine(Side(p.name, config), model_path, gen)
+        stem = out / f"{config}.{model}.engine"
+        return EngineSession(argv, env, stem.with_suffix(".stderr"), stem.with_suffix(".cmd"),
+                             load_timeout_s=gen.timeout_s, request_timeout_s=gen.timeout_s)
 
-    def start(config: str) -> EngineSession:
-        argv, env, stem, timeout_s = starts[config]
-        return EngineSession(argv, env, out / f"{stem}.stderr", out / f"{stem}.cmd",
-                             load_timeout_s=timeout_s, request_timeout_s=timeout_s)
-
-    # the engines load their models at the same time (nothing is timed yet): on the 2-core development
-    # machine two gemma3-270m engines are ready in 1.5 s together against 2.7 s one after the other
-    sessions: dict[str, EngineSession] = {}
-    with ThreadPoolExecutor(max_workers=max(1, len(starts))) as pool:
-        futures = {config: pool.submit(start, config) for config in starts}
-    for config, future in futures.items():
-        try:
-            sessions[config] = future.result()
-        except (EngineError, OSError, RuntimeError) as exc:
-            cannot_start(config, exc)
-    return sessions
+    return start
 
 
-def _interleave(sessions: dict[str, EngineSession], configs: list[str], unit: Unit,
-                advance: Any) -> list[Measurement]:
-    """Time ``unit.repeats`` rounds of one ``bench`` request per configuration, after one untimed warm-up
-    request each (the full prompt, :data:`WARMUP_GEN` generated tokens).  Rounds alternate the order:
-    ``configs`` in odd rounds, reversed in even ones (A B, B A, A B, ...), so a drift of the machine's
-    load favours neither side.  A configuration whose engine fails stops being timed."""
-    found = [Measurement(c, unit, i) for i, c in enumerate(configs)]
-    broken: set[str] = set()
+def _interleave(sessions: dict[str, EngineSession], pair: Pair, advance: Any) -> list[Measurement]:
+    """Time ``pair.unit.repeats`` rounds of one ``bench`` request per configuration of ``pair`` that has a
+    session, after one untimed warm-up request each (the full prompt, :data:`WARMUP_GEN` generated
+    tokens).  Rounds alternate the order: ``pair.first`` first in odd rounds, ``pair.second`` first in even
+    ones (A B, B A, A B, ...), so a drift of the machine's load favours neither side.  A configuration
+    whose engine fails stops being timed."""
+    unit = pair.unit
+    found = [Measurement(c, unit, i, pair.configs) for i, c in enumerate(pair.configs)]
+    broken: set[str] = {c for c in pair.configs if c not in sessions}
 
     def request(m: Measurement, timed: bool) -> None:
         try:
@@ -245,36 +293,42 @@ def _interleave(sessions: dict[str, EngineSession], configs: list[str], unit: Un
             m.tg.append(res.tg_tok_s)
 
     for m in found:
-        request(m, timed=False)
+        if m.config not in broken:
+            request(m, timed=False)
     for r in range(unit.repeats):
         for m in (found if r % 2 == 0 else found[::-1]):
             if m.config not in broken:
                 request(m, timed=True)
             advance(f"{m.config} {unit.model} r{r + 1}")
-    return found
+    return [m for m in found if m.config in sessions]
 
 
-def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[str, Unit], Measurement],
-           problems: dict[str, list[Failure]], out: Path, seconds: float) -> dict[str, Any]:
-    """Judge rule ``r``, write its log, record its step (``seconds``: its unit's measuring time); returns
-    its bench.json record."""
+def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[tuple[Unit, frozenset[str]], str], Measurement],
+           pairs: dict[tuple[Unit, frozenset[str]], PairRecord], problems: dict[str, list[Failure]],
+           out: Path) -> dict[str, Any]:
+    """Judge rule ``r`` on its pair's samples, write its log, record its step (its seconds: its pair's
+    rounds); returns its bench.json record (with ``log``, its file name, which the caller drops)."""
     rule = r.rule
-    ref, cand = measured.get((r.reference, r.unit)), measured.get((rule.candidate, r.unit))
-    log = out / f"{r.group}.{rule.candidate}.{rule.metric}.log"
+    key = pair_key(r.unit, r.reference, rule.candidate)
+    ref, cand = measured.get((key, r.reference)), measured.get((key, rule.candidate))
+    log = out / r.log_name
     record: dict[str, Any] = {"group": r.group, "reference": r.reference, "candidate": rule.candidate,
                               "metric": rule.metric, "model": r.unit.model, "min_ratio": rule.min_ratio,
-                              "factor": rule.factor, "p_max": rule.p_max}
+                              "factor": rule.factor, "p_max": rule.p_max, "step": r.step,
+                              "pair": list(pairs[key].pair.configs) if key in pairs else [r.reference, rule.candidate],
+                              "log": r.log_name}
     lines = [f"speed rule of group {r.group} on {p.name}: {rule.candidate} {rule.metric} tok/s at least "
              f"{rule.min_ratio:g}x {r.reference}'s; a slowdown counts below {rule.min_ratio / (1 + rule.factor):.3g}x "
              f"with one-sided Mann-Whitney U p <= {rule.p_max:g}",
              f"model {r.unit.model}, {r.unit.n_prompt} prompt tokens and {r.unit.n_gen} generated per request, "
-             f"{r.unit.repeats} rounds interleaved"]
+             f"{r.unit.repeats} rounds interleaved ({' and '.join(record['pair'])}, the first one first in odd rounds)"]
     failures = [f for c in dict.fromkeys((r.reference, rule.candidate)) for f in problems.get(c, [])]
     for side, m in (("reference", ref), ("candidate", cand)):
         if m is not None:
             lines.append(f"{side} {m.config}: {rule.metric} tok/s {', '.join(f'{x:.2f}' for x in getattr(m, rule.metric))}")
             failures += [Failure("exception", model=r.unit.model, message=f"{m.config}: {e}") for e in m.errors]
     samples = [getattr(m, rule.metric) if m else [] for m in (ref, cand)]
+    record.update(reference_tok_s=samples[0], candidate_tok_s=samples[1])
     if failures or min(len(s) for s in samples) < r.unit.repeats:
         status = "error"
         detail = "; ".join(dict.fromkeys(f.text() for f in failures)) or "too few samples"
@@ -289,7 +343,7 @@ def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[str, Unit]
     lines.append(f"{status}: {detail}")
     log.write_text("\n".join(lines) + "\n", encoding="utf-8")
     record.update(status=status, detail=detail)
-    pipe.run.record_step(StepRecord(p.name, rule.candidate, step_name(r.group, rule.metric), status,
-                                    round(seconds, 1), detail, pipe.run.layout.relative(log),
-                                    failures))
+    seconds = pairs[key].wall_s if key in pairs else 0.0
+    pipe.run.record_step(StepRecord(p.name, rule.candidate, r.step, status, round(seconds, 1), detail,
+                                    pipe.run.layout.relative(log), failures))
     return record
