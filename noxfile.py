@@ -163,6 +163,12 @@ def bench_cold(session: nox.Session) -> None:
     _harness(session, "bench-cold")
 
 
+@nox.session(name="bench-noise")
+def bench_noise(session: nox.Session) -> None:
+    """The speed stage's noise: N runs of the same builds, each rule's false alarms and spread (docs/speed.md)."""
+    _run(session, "benchmarks/speed_stage.py", "noise", *session.posargs)
+
+
 @nox.session
 def pytest(session: nox.Session) -> None:
     """The project's own test suite (including the end-to-end build of the real llama.cpp)."""

@@ -14,10 +14,19 @@ Two measurements, printed as numbers with the machine they ran on (docs/speed.md
     rule's verdict per run and the triage speed comparison (harness.analysis.speed_diff) of each run
     against the one before.  Target: no speed regression in 5 runs.
 
+``noise``
+    ``--runs N`` back-to-back speed stages as ``repeat`` runs them (``--warmup``, ``--repeats``: the
+    stage's untimed and timed rounds), then per rule its false alarms (every rule that did not pass:
+    nothing changed) and the spread of its ratios, per configuration the coefficient of variation of its
+    samples and its first round against the rest (harness.analysis.speed_noise), as Markdown tables;
+    ``--json FILE`` keeps the records; ``--from-runs DIR ...`` reports runs measured before.  Needs no
+    nox: ``python3 benchmarks/speed_stage.py noise ...`` on a GPU machine (``nox -s bench-noise`` here).
+
 Usage::
 
     python benchmarks/speed_stage.py cost -- --platform linux-x86_64-cpu
     python benchmarks/speed_stage.py repeat --runs 5 --platform linux-x86_64-cpu
+    python benchmarks/speed_stage.py noise --runs 10 --platform linux-x86_64-cpu --json noise.json
 """
 
 from __future__ import annotations
@@ -29,16 +38,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.analysis.speed_diff import compare_speed  # noqa: E402
+from harness.analysis.speed_noise import markdown, noise  # noqa: E402
 from harness.analysis.speed_ratios import same_mode_upstream  # noqa: E402
 from harness.matrix.config import load_matrix  # noqa: E402
 from harness.record import environment  # noqa: E402
 from harness.record.bench import read_bench  # noqa: E402
-from harness.record.results import Run  # noqa: E402
+from harness.record.results import Run, new_run_id  # noqa: E402
 
 
 def machine() -> str:
@@ -73,30 +84,41 @@ def cost(results: Path, extra: list[str]) -> int:
     return 0
 
 
-def repeat(runs: int, results: Path, platforms: list[str], groups: list[str], work_dir: Path) -> int:
-    """``runs`` back-to-back speed stages on the same builds; prints verdicts and run-to-run triage."""
+def speed_runs(runs: int, results: Path, platforms: list[str], groups: list[str], work_dir: Path,
+               warmup: int | None = None, repeats: int | None = None) -> Iterator[Path]:
+    """``runs`` back-to-back speed stages on the same builds, each a results run of its own; yields each
+    run's directory as it ends (``warmup``/``repeats``: the stage's untimed and timed rounds, None: the
+    matrix's)."""
     from harness.pipeline import Options, Pipeline
     from harness.stages.speed import stage_speed
     matrix = load_matrix(ROOT / "matrix.yaml")
-    upstream = same_mode_upstream(matrix)  # the preferred reference of triage's ratios
-    print(f"machine: {machine()}")
-    dirs: list[Path] = []
-    failed_rules = 0
     for i in range(runs):
-        run = Run.open(results, None, argv=["benchmarks/speed_stage.py", "repeat"])
+        # a run id of its own each, also under nox (whose HARNESS_RUN_ID would make them one run)
+        run = Run.open(results, new_run_id(), argv=["benchmarks/speed_stage.py", *sys.argv[1:]])
         try:
-            pipe = Pipeline(matrix, run, Options(platforms=platforms, groups=groups, work_dir=work_dir),
-                            say=lambda _: None)
+            pipe = Pipeline(matrix, run, Options(platforms=platforms, groups=groups, work_dir=work_dir,
+                                                 bench_warmup=warmup, bench_repeats=repeats), say=lambda _: None)
             t0 = time.monotonic()
             stage_speed(pipe)
             run.write_summary()
             pipe.release_builds()
         finally:
             run.close()
-        dirs.append(run.dir)
-        print(f"run {i + 1}/{runs} {run.id}: {time.monotonic() - t0:.1f} s")
+        print(f"run {i + 1}/{runs} {run.id}: {time.monotonic() - t0:.1f} s, load average after "
+              f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+        yield run.dir
+
+
+def repeat(runs: int, results: Path, platforms: list[str], groups: list[str], work_dir: Path) -> int:
+    """``runs`` back-to-back speed stages on the same builds; prints verdicts and run-to-run triage."""
+    upstream = same_mode_upstream(load_matrix(ROOT / "matrix.yaml"))  # the preferred reference of triage's ratios
+    print(f"machine: {machine()}")
+    dirs: list[Path] = []
+    failed_rules = 0
+    for run_dir in speed_runs(runs, results, platforms, groups, work_dir):
+        dirs.append(run_dir)
         for platform in platforms:
-            bench = read_bench(run.dir, platform) or {}
+            bench = read_bench(run_dir, platform) or {}
             for r in bench.get("rules", []):
                 failed_rules += r["status"] != "passed"
                 ratio = f"{r['ratio']:.3f}x, p {r['p_value']:.3g}" if "ratio" in r else r["detail"]
@@ -116,21 +138,55 @@ def repeat(runs: int, results: Path, platforms: list[str], groups: list[str], wo
     return 0
 
 
+def noise_report(run_dirs: list[Path], platforms: list[str], out_json: Path | None) -> int:
+    """Each rule's false alarms and the spread of its samples over the runs in ``run_dirs`` (harness.analysis.
+    speed_noise), printed as Markdown tables; the records also to ``out_json`` when given.  Returns 0, or 1
+    when a run has no speed record of a platform (nothing was measured)."""
+    benches = [(p, read_bench(d, p)) for d in run_dirs for p in platforms]
+    missing = [f"{d.name}/{p}" for (p, b), d in zip(benches, [d for d in run_dirs for _ in platforms]) if b is None]
+    rules, configs = noise([(p, b) for p, b in benches if b is not None])
+    print(f"\n{len(run_dirs)} runs: {', '.join(d.name for d in run_dirs)}")
+    print(markdown(rules, configs))
+    loads = [b.get("load_average") for _, b in benches if b]
+    print(f"load average (1 min) at each run's start: {', '.join(f'{x[0]:.1f}' for x in loads if x)}")
+    if out_json is not None:
+        out_json.write_text(json.dumps({"machine": machine(), "runs": [str(d) for d in run_dirs],
+                                        "rules": [r.to_json() for r in rules],
+                                        "configs": [c.to_json() for c in configs]}, indent=1), encoding="utf-8")
+        print(f"written: {out_json}")
+    for m in missing:
+        print(f"error: {m}: no speed/bench.json (the stage measured nothing: builds, model or selection)")
+    return 1 if missing else 0
+
+
 def main() -> int:
     """The command line (see the module docstring); returns the exit status."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("cost", "repeat"))
+    ap.add_argument("what", choices=("cost", "repeat", "noise"))
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--results-dir", type=Path, default=ROOT / "results" / "speed-bench")
     ap.add_argument("--platform", action="append", default=[])
     ap.add_argument("--group", action="append", default=[])
-    ap.add_argument("--work-dir", type=Path, default=ROOT / ".harness", help="where the builds are (repeat)")
+    ap.add_argument("--work-dir", type=Path, default=ROOT / ".harness", help="where the builds are (repeat, noise)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed rounds per pair (noise; default: matrix)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed rounds per pair (noise; default: matrix)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the noise records here (noise)")
+    ap.add_argument("--from-runs", type=Path, nargs="+", default=None,
+                    help="report the noise of these run directories instead of measuring (noise)")
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []  # after --: arguments of compare-outputs (cost)
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    if args.runs < 1 or (args.repeats is not None and args.repeats < 5) or (args.warmup is not None and args.warmup < 0):
+        ap.error("--runs must be at least 1, --repeats at least 5, --warmup at least 0")
+    platforms = args.platform or ["linux-x86_64-cpu"]
     if args.what == "cost":
         return cost(args.results_dir, extra)
-    return repeat(args.runs, args.results_dir, args.platform or ["linux-x86_64-cpu"], args.group, args.work_dir)
+    if args.what == "noise":
+        print(f"machine: {machine()}")
+        dirs = args.from_runs or list(speed_runs(args.runs, args.results_dir, platforms, args.group, args.work_dir,
+                                                 args.warmup, args.repeats))
+        return noise_report(dirs, platforms, args.json)
+    return repeat(args.runs, args.results_dir, platforms, args.group, args.work_dir)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,18 @@ def _bench_repeats(text: str) -> int:
     return value
 
 
+def _bench_warmup(text: str) -> int:
+    """An argparse type: untimed rounds of the speed stage before the timed ones, an integer from 0 to 20
+    (the matrix schema's range for ``warmup``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text}: not a whole number of rounds") from None
+    if not 0 <= value <= 20:
+        raise argparse.ArgumentTypeError(f"{text}: the speed stage's warm-up rounds are 0 to 20")
+    return value
+
+
 def _stage_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m harness build|test|compare-outputs ...",
                                  description="Build the fork, run its native tests and greedy comparisons.")
@@ -62,6 +74,8 @@ def _stage_parser() -> argparse.ArgumentParser:
                     help="compare-outputs without its speed stage (the groups' speed rules; docs/speed.md)")
     ap.add_argument("--bench-repeats", type=_bench_repeats, default=None,
                     help="timed rounds per speed rule (default: matrix; at least 5)")
+    ap.add_argument("--bench-warmup", type=_bench_warmup, default=None, metavar="N",
+                    help="untimed rounds before a speed rule's timed ones (default: matrix; 0-20)")
     ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE",
                     help="extra CMake cache option passed through to every configure")
     ap.add_argument("--no-cache", action="store_true",
@@ -90,6 +104,7 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
                    sanitize=args.sanitize, models=split_names(args.model), groups=split_names(args.group),
                    n_predict=args.n_predict, repeats=args.repeats, work_dir=args.work_dir,
                    patches_dir=args.patches_dir, bench=args.bench, bench_repeats=args.bench_repeats,
+                   bench_warmup=args.bench_warmup,
                    no_cache=args.no_cache, lanes=args.lanes)
     order = [s for s in STAGES if s in stages]
     # what the inputs alone prove cannot run, refused before anything starts; in every stage command, since

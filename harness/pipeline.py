@@ -68,7 +68,8 @@ class Options:
     ``sanitize``: a compute-sanitizer tool to run the native tests under.
     ``models``/``groups``: restrict comparisons.  ``n_predict``/``repeats``:
     override the matrix's generation settings (tokens, runs per config).  ``bench``: run the speed
-    stage after the comparisons (harness.stages.speed); ``bench_repeats``: its rounds per rule.
+    stage after the comparisons (harness.stages.speed); ``bench_repeats``: its rounds per rule;
+    ``bench_warmup``: its untimed rounds before them (None: the matrix's).
     ``no_cache``: regenerate every generation and rerun every native test instead of taking them
     from the result cache (docs/cache.md).  ``lanes``: generations at once on a CPU platform
     (None: :func:`harness.stages.greedy.lanes_for` decides).
@@ -87,6 +88,7 @@ class Options:
     patches_dir: Path = Path("patches")
     bench: bool = True
     bench_repeats: int | None = None
+    bench_warmup: int | None = None
     no_cache: bool = False
     lanes: int | None = None
 

@@ -32,7 +32,7 @@ DEFAULT_COMPARISON = {"near_tie_margin": 0.1, "kl_mean_max": 1e-4}
 
 #: Speed stage settings used when matrix.yaml gives none (docs/speed.md: tokens, repeats, and the
 #: slowdown rule of asv: past ``factor`` and the Mann-Whitney U test at ``p_max``).
-DEFAULT_SPEED = {"n_prompt": 64, "n_gen": 16, "repeats": 5, "factor": 0.10, "p_max": 0.01}
+DEFAULT_SPEED = {"n_prompt": 64, "n_gen": 16, "repeats": 5, "factor": 0.10, "p_max": 0.01, "warmup": 1}
 
 
 class MatrixError(InputError):
@@ -113,7 +113,8 @@ class SpeedSettings:
     ``repeats``: timed requests per configuration, interleaved with the other configurations'.
     ``factor``: a slowdown counts only when the candidate's median tok/s is below
     ``min_ratio / (1 + factor)`` times the reference's ...  ``p_max``: ... and the one-sided
-    Mann-Whitney U test (harness.analysis.statistics) gives p at most this.
+    Mann-Whitney U test (harness.analysis.statistics) gives p at most this.  ``warmup``: untimed
+    rounds before the timed ones (each a full prompt and 2 generated tokens per configuration).
     """
 
     n_prompt: int = 64
@@ -121,6 +122,7 @@ class SpeedSettings:
     repeats: int = 5
     factor: float = 0.10
     p_max: float = 0.01
+    warmup: int = 1
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,8 @@ class SpeedRule:
 class GroupSpeed:
     """A group's speed rules and how they are measured: ``model`` (one of the group's), the
     tokens and repeats of :class:`SpeedSettings`, ``rules`` (one per candidate and metric), and
-    ``platforms``, the platforms that measure them (empty: every platform that runs the group)."""
+    ``platforms``, the platforms that measure them (empty: every platform that runs the group), and
+    ``warmup``, the untimed rounds before the timed ones."""
 
     model: str
     n_prompt: int
@@ -153,6 +156,7 @@ class GroupSpeed:
     repeats: int
     rules: tuple[SpeedRule, ...]
     platforms: tuple[str, ...] = ()
+    warmup: int = 1
 
     def measured_on(self, platform: str) -> bool:
         """Whether ``platform`` (a platform name) measures these rules."""
@@ -550,7 +554,7 @@ def _group_speed(g: Mapping[str, Any], defaults: Mapping[str, Any]) -> GroupSpee
                   for r in speed["rules"] for c in ([r["candidate"]] if "candidate" in r else g["candidates"]))
     return GroupSpeed(model=speed.get("model", g["models"][0]), n_prompt=int(settings["n_prompt"]),
                       n_gen=int(settings["n_gen"]), repeats=int(settings["repeats"]), rules=rules,
-                      platforms=tuple(speed.get("platforms", ())))
+                      platforms=tuple(speed.get("platforms", ())), warmup=int(settings["warmup"]))
 
 
 #: Plain-words hints for PyYAML's syntax errors, by a phrase of its message.  Tabs: YAML

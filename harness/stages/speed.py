@@ -117,7 +117,8 @@ def rules_for(pipe: Pipeline, p: Platform) -> list[Rule]:
             continue
         if p.gpu == "nvidia" and group.min_gpus > visible:
             continue  # the comparisons recorded the skip
-        unit = Unit(speed.model, speed.n_prompt, speed.n_gen, opts.bench_repeats or speed.repeats)
+        unit = Unit(speed.model, speed.n_prompt, speed.n_gen, opts.bench_repeats or speed.repeats,
+                    speed.warmup if opts.bench_warmup is None else opts.bench_warmup)
         for r in speed.rules:
             reference = r.reference or group.reference
             out.append(Rule(gname, reference, r, unit, own_reference=reference != group.reference))
@@ -273,8 +274,8 @@ def _starter(pipe: Pipeline, p: Platform, rules: list[Rule], out: Path,
 
 def _interleave(sessions: dict[str, EngineSession], pair: Pair, advance: Any) -> list[Measurement]:
     """Time ``pair.unit.repeats`` rounds of one ``bench`` request per configuration of ``pair`` that has a
-    session, after one untimed warm-up request each (the full prompt, :data:`WARMUP_GEN` generated
-    tokens).  Rounds alternate the order: ``pair.first`` first in odd rounds, ``pair.second`` first in even
+    session, after ``pair.unit.warmup`` untimed warm-up rounds (the full prompt, :data:`WARMUP_GEN`
+    generated tokens per configuration).  Rounds alternate the order: ``pair.first`` first in odd rounds, ``pair.second`` first in even
     ones (A B, B A, A B, ...), so a drift of the machine's load favours neither side.  A configuration
     whose engine fails stops being timed."""
     unit = pair.unit
@@ -292,9 +293,10 @@ def _interleave(sessions: dict[str, EngineSession], pair: Pair, advance: Any) ->
             m.pp.append(res.pp_tok_s)
             m.tg.append(res.tg_tok_s)
 
-    for m in found:
-        if m.config not in broken:
-            request(m, timed=False)
+    for r in range(unit.warmup):
+        for m in (found if r % 2 == 0 else found[::-1]):
+            if m.config not in broken:
+                request(m, timed=False)
     for r in range(unit.repeats):
         for m in (found if r % 2 == 0 else found[::-1]):
             if m.config not in broken:

@@ -21,12 +21,14 @@ from .engine import EngineError, EngineSession
 
 @dataclass(frozen=True)
 class Unit:
-    """What one interleaved measurement times: ``model``, tokens per request and rounds."""
+    """What one interleaved measurement times: ``model``, tokens per request, timed rounds (``repeats``)
+    and the untimed ``warmup`` rounds before them."""
 
     model: str
     n_prompt: int
     n_gen: int
     repeats: int
+    warmup: int = 1
 
 
 @dataclass(frozen=True)
