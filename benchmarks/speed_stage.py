@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 from harness.analysis.speed_diff import compare_speed  # noqa: E402
 from harness.analysis.speed_noise import markdown, noise  # noqa: E402
 from harness.analysis.speed_ratios import same_mode_upstream  # noqa: E402
-from harness.matrix.config import load_matrix  # noqa: E402
+from harness.matrix.config import MatrixError, load_matrix  # noqa: E402
 from harness.record import environment  # noqa: E402
 from harness.record.bench import read_bench  # noqa: E402
 from harness.record.results import Run, new_run_id  # noqa: E402
@@ -85,13 +85,14 @@ def cost(results: Path, extra: list[str]) -> int:
 
 
 def speed_runs(runs: int, results: Path, platforms: list[str], groups: list[str], work_dir: Path,
-               warmup: int | None = None, repeats: int | None = None) -> Iterator[Path]:
+               warmup: int | None = None, repeats: int | None = None,
+               matrix_path: Path = ROOT / "matrix.yaml") -> Iterator[Path]:
     """``runs`` back-to-back speed stages on the same builds, each a results run of its own; yields each
     run's directory as it ends (``warmup``/``repeats``: the stage's untimed and timed rounds, None: the
-    matrix's)."""
+    matrix's; ``matrix_path``: the matrix, another one to try other configuration arguments)."""
     from harness.pipeline import Options, Pipeline
     from harness.stages.speed import stage_speed
-    matrix = load_matrix(ROOT / "matrix.yaml")
+    matrix = load_matrix(matrix_path)
     for i in range(runs):
         # a run id of its own each, also under nox (whose HARNESS_RUN_ID would make them one run)
         run = Run.open(results, new_run_id(), argv=["benchmarks/speed_stage.py", *sys.argv[1:]])
@@ -170,6 +171,8 @@ def main() -> int:
     ap.add_argument("--work-dir", type=Path, default=ROOT / ".harness", help="where the builds are (repeat, noise)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed rounds per pair (noise; default: matrix)")
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds per pair (noise; default: matrix)")
+    ap.add_argument("--matrix", type=Path, default=ROOT / "matrix.yaml",
+                    help="the matrix (noise; another one tries other configuration arguments, e.g. -t)")
     ap.add_argument("--json", type=Path, default=None, help="also write the noise records here (noise)")
     ap.add_argument("--from-runs", type=Path, nargs="+", default=None,
                     help="report the noise of these run directories instead of measuring (noise)")
@@ -183,8 +186,12 @@ def main() -> int:
         return cost(args.results_dir, extra)
     if args.what == "noise":
         print(f"machine: {machine()}")
-        dirs = args.from_runs or list(speed_runs(args.runs, args.results_dir, platforms, args.group, args.work_dir,
-                                                 args.warmup, args.repeats))
+        try:
+            dirs = args.from_runs or list(speed_runs(args.runs, args.results_dir, platforms, args.group, args.work_dir,
+                                                     args.warmup, args.repeats, args.matrix))
+        except (MatrixError, FileNotFoundError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         return noise_report(dirs, platforms, args.json)
     return repeat(args.runs, args.results_dir, platforms, args.group, args.work_dir)
 
