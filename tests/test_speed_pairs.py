@@ -226,3 +226,20 @@ def test_the_memory_recorded_is_the_kernel_s_peak_resident_set():
     mine = peak_rss_bytes(os.getpid())
     assert mine == pytest.approx(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, abs=8 * 2**20)
     assert peak_rss_bytes(2**22 + 12345) is None
+
+
+def test_builds_and_models_are_taken_in_the_stage_s_own_thread(cuda_stage, monkeypatch):
+    # a build's read lock (harness.common.locks) belongs to the thread that takes it, and the pipeline
+    # releases it from the main thread: engines start in a pool, but their builds are asked for before
+    import threading
+    seen = []
+    real = FakePipeline.build_variant
+
+    def build_variant(self, p, variant):
+        seen.append(threading.current_thread() is threading.main_thread())
+        return real(self, p, variant)
+
+    monkeypatch.setattr(FakePipeline, "build_variant", build_variant)
+    pipe = cuda_stage("threads")
+    assert {s.status for s in pipe.run.steps} == {"passed"}
+    assert len(seen) == 11 and all(seen)

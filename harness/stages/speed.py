@@ -242,13 +242,14 @@ def _load_average() -> list[float] | None:
 
 def _starter(pipe: Pipeline, p: Platform, rules: list[Rule], out: Path,
              problems: dict[str, list[Failure]]) -> Any:
-    """The function that starts the engine of (model, config) for :class:`harness.stages.speed_pairs.Roster`;
+    """The function that prepares the engine of (model, config) for :class:`harness.stages.speed_pairs.Roster`
+    in the calling thread (the model, the build and its read lock, the command) and returns what starts it;
     it raises RuntimeError where the model, the build or the engine command is missing (also recorded in
     ``problems``, by configuration).  An engine's context fits the largest request of its model's rules."""
     hooks = pipe.hooks(p)
     need = {m: max(r.unit.n_prompt + r.unit.n_gen for r in rules if r.unit.model == m) for m in {r.unit.model for r in rules}}
 
-    def start(model: str, config: str) -> EngineSession:
+    def prepare(model: str, config: str) -> Any:
         def fail(failure: Failure, message: str) -> RuntimeError:
             problems.setdefault(config, []).append(failure)
             return RuntimeError(message)
@@ -266,10 +267,10 @@ def _starter(pipe: Pipeline, p: Platform, rules: list[Rule], out: Path,
                          ctx_size=max(group_gen.ctx_size, need[model]), timeout_s=group_gen.timeout_s)
         argv, env = hooks.engine(Side(p.name, config), model_path, gen)
         stem = out / f"{config}.{model}.engine"
-        return EngineSession(argv, env, stem.with_suffix(".stderr"), stem.with_suffix(".cmd"),
-                             load_timeout_s=gen.timeout_s, request_timeout_s=gen.timeout_s)
+        return lambda: EngineSession(argv, env, stem.with_suffix(".stderr"), stem.with_suffix(".cmd"),
+                                     load_timeout_s=gen.timeout_s, request_timeout_s=gen.timeout_s)
 
-    return start
+    return prepare
 
 
 def _interleave(sessions: dict[str, EngineSession], pair: Pair, advance: Any) -> list[Measurement]:

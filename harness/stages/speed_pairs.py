@@ -76,14 +76,17 @@ def plan_pairs(needs: Iterable[tuple[Unit, str, str]]) -> list[Pair]:
     return out
 
 
-#: Starts the engine of (model, config); raises EngineError, OSError or RuntimeError when it cannot.
-Starter = Callable[[str, str], EngineSession]
+#: Prepares the engine of (model, config) in the calling thread (the model, the build and its lock, the
+#: command) and returns what starts it; raises EngineError, OSError or RuntimeError when it cannot be.
+Starter = Callable[[str, str], Callable[[], EngineSession]]
 
 
 class Roster:
     """The resident engines of one platform's speed stage: at most those of the pair being measured.
 
-    ``start(model, config)`` starts one engine.  An engine that could not be started is not tried
+    ``start(model, config)`` prepares one engine in the calling thread (a build's read lock belongs to the
+    thread that takes it, and the pipeline releases it from the main one) and returns the function that
+    starts it, which may run in another thread.  An engine that could not be started is not tried
     again (:attr:`failed`: why, per (model, config)).  ``peak`` keeps the largest number of engines
     ever resident at once, for the record and the tests.
     """
@@ -103,8 +106,14 @@ class Roster:
         for key in [k for k in self.sessions if k not in want]:
             self.sessions.pop(key).close()
         missing = [k for k in want if k not in self.sessions and k not in self.failed]
-        with ThreadPoolExecutor(max_workers=max(1, len(missing))) as pool:
-            futures = {k: pool.submit(self._start, *k) for k in missing}
+        ready: dict[tuple[str, str], Callable[[], EngineSession]] = {}
+        for key in missing:
+            try:
+                ready[key] = self._start(*key)
+            except (EngineError, OSError, RuntimeError) as exc:
+                self.failed[key] = exc
+        with ThreadPoolExecutor(max_workers=max(1, len(ready))) as pool:
+            futures = {k: pool.submit(start) for k, start in ready.items()}
         for key, future in futures.items():
             try:
                 self.sessions[key] = future.result()
