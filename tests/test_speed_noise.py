@@ -108,3 +108,19 @@ def test_the_noise_report_counts_every_rule_that_did_not_pass_as_a_false_alarm(t
     assert slow.returncode == 0 and slow.stdout.count("| 3/3 |") == 2, slow.stdout
     missing = report([tmp_path / "no-such-run"], tmp_path / "none.json")
     assert missing.returncode == 1 and "error: no-such-run/linux-x86_64-cpu: no speed/bench.json" in missing.stdout
+
+
+def test_the_cpu_rules_run_their_engines_on_the_threads_the_group_sets(tmp_path):
+    assert load_matrix(ROOT / "matrix.yaml").groups["base-vs-fork"].speed.threads == 1
+    assert load_matrix(ROOT / "matrix.yaml").groups["cuda-pin-routes"].speed.threads is None  # llama.cpp's default
+    pipe = FakePipeline(tmp_path, "threads")
+    seen = []
+    engine = pipe.hooks(None).engine
+    pipe.hooks = lambda p: type("Hooks", (), {"engine": staticmethod(
+        lambda side, model_path, gen: seen.append(gen.threads) or engine(side, model_path, gen))})
+    stage_speed(pipe)
+    assert seen == [1, 1]
+    assert {m["threads"] for m in read_bench(pipe.run.dir, CPU)["measurements"]} == {1}
+    path = matrix_with(tmp_path, "      threads: 1\n", "      threads: 0\n")
+    with pytest.raises(MatrixError, match="speed.threads"):
+        load_matrix(path)

@@ -148,7 +148,8 @@ class GroupSpeed:
     """A group's speed rules and how they are measured: ``model`` (one of the group's), the
     tokens and repeats of :class:`SpeedSettings`, ``rules`` (one per candidate and metric), and
     ``platforms``, the platforms that measure them (empty: every platform that runs the group), and
-    ``warmup``, the untimed rounds before the timed ones."""
+    ``warmup``, the untimed rounds before the timed ones, and ``threads``, the CPU threads of each engine
+    (``-t``; None: llama.cpp's default)."""
 
     model: str
     n_prompt: int
@@ -157,6 +158,7 @@ class GroupSpeed:
     rules: tuple[SpeedRule, ...]
     platforms: tuple[str, ...] = ()
     warmup: int = 1
+    threads: int | None = None
 
     def measured_on(self, platform: str) -> bool:
         """Whether ``platform`` (a platform name) measures these rules."""
@@ -554,7 +556,8 @@ def _group_speed(g: Mapping[str, Any], defaults: Mapping[str, Any]) -> GroupSpee
                   for r in speed["rules"] for c in ([r["candidate"]] if "candidate" in r else g["candidates"]))
     return GroupSpeed(model=speed.get("model", g["models"][0]), n_prompt=int(settings["n_prompt"]),
                       n_gen=int(settings["n_gen"]), repeats=int(settings["repeats"]), rules=rules,
-                      platforms=tuple(speed.get("platforms", ())), warmup=int(settings["warmup"]))
+                      platforms=tuple(speed.get("platforms", ())), warmup=int(settings["warmup"]),
+                      threads=int(speed["threads"]) if "threads" in speed else None)
 
 
 #: Plain-words hints for PyYAML's syntax errors, by a phrase of its message.  Tabs: YAML

@@ -37,7 +37,7 @@ from ..record.bench import METRICS, step_name
 from ..record.results import Failure, StepRecord, write_json
 from .engine import EngineError, EngineSession
 from .greedy import Side
-from .speed_pairs import Pair, Roster, Unit, pair_key, plan_pairs
+from .speed_pairs import EngineKind, Pair, Roster, Unit, pair_key, plan_pairs
 
 #: The pipeline the stage runs in (harness.pipeline.Pipeline: matrix, run, opts, console, build_variant,
 #: model_path, doing, hooks); typed loosely here, since the pipeline imports this module.
@@ -118,7 +118,7 @@ def rules_for(pipe: Pipeline, p: Platform) -> list[Rule]:
         if p.gpu == "nvidia" and group.min_gpus > visible:
             continue  # the comparisons recorded the skip
         unit = Unit(speed.model, speed.n_prompt, speed.n_gen, opts.bench_repeats or speed.repeats,
-                    speed.warmup if opts.bench_warmup is None else opts.bench_warmup)
+                    speed.warmup if opts.bench_warmup is None else opts.bench_warmup, speed.threads)
         for r in speed.rules:
             reference = r.reference or group.reference
             out.append(Rule(gname, reference, r, unit, own_reference=reference != group.reference))
@@ -193,11 +193,11 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
     with pipe.console.step(f"[{p.name}] speed {', '.join(groups)}", total=total) as shown:
         try:
             for pair in pairs:
-                sessions, started = roster.load(pair.unit.model, pair.configs)
-                for (model, config), exc in roster.failed.items():
-                    if model == pair.unit.model and config in pair.configs and config not in problems:
-                        problems[config] = [Failure("exception", model=model,
-                                                    message=f"engine for {config} on {model}: {exc}")]
+                sessions, started = roster.load(pair.unit.engine, pair.configs)
+                for (kind, config), exc in roster.failed.items():
+                    if kind == pair.unit.engine and config in pair.configs and config not in problems:
+                        problems[config] = [Failure("exception", model=kind.model,
+                                                    message=f"engine for {config} on {kind.model}: {exc}")]
                 rec = records[pair.key] = PairRecord(pair, started)
                 t0 = time.monotonic()
                 found = _interleave(sessions, pair, lambda what: pipe.console.advance(shown, 1, what))
@@ -206,7 +206,7 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
                 for m in found:
                     measured[(pair.key, m.config)] = m
                     if m.errors:
-                        roster.drop(pair.unit.model, m.config)
+                        roster.drop(pair.unit.engine, m.config)
         finally:
             roster.close()
         verdicts = [_judge(pipe, p, r, measured, records, problems, out) for r in rules]
@@ -242,14 +242,15 @@ def _load_average() -> list[float] | None:
 
 def _starter(pipe: Pipeline, p: Platform, rules: list[Rule], out: Path,
              problems: dict[str, list[Failure]]) -> Any:
-    """The function that prepares the engine of (model, config) for :class:`harness.stages.speed_pairs.Roster`
+    """The function that prepares the engine of (kind, config) for :class:`harness.stages.speed_pairs.Roster`
     in the calling thread (the model, the build and its read lock, the command) and returns what starts it;
     it raises RuntimeError where the model, the build or the engine command is missing (also recorded in
     ``problems``, by configuration).  An engine's context fits the largest request of its model's rules."""
     hooks = pipe.hooks(p)
     need = {m: max(r.unit.n_prompt + r.unit.n_gen for r in rules if r.unit.model == m) for m in {r.unit.model for r in rules}}
 
-    def prepare(model: str, config: str) -> Any:
+    def prepare(kind: EngineKind, config: str) -> Any:
+        model = kind.model
         def fail(failure: Failure, message: str) -> RuntimeError:
             problems.setdefault(config, []).append(failure)
             return RuntimeError(message)
@@ -264,9 +265,10 @@ def _starter(pipe: Pipeline, p: Platform, rules: list[Rule], out: Path,
         group_gen = next(pipe.matrix.groups[g].generation for g in p.groups
                          if pipe.matrix.groups[g].speed and pipe.matrix.groups[g].speed.model == model)
         gen = Generation(n_predict=group_gen.n_predict, repeats=1, seed=group_gen.seed,
-                         ctx_size=max(group_gen.ctx_size, need[model]), timeout_s=group_gen.timeout_s)
+                         ctx_size=max(group_gen.ctx_size, need[model]), timeout_s=group_gen.timeout_s,
+                         threads=kind.threads)
         argv, env = hooks.engine(Side(p.name, config), model_path, gen)
-        stem = out / f"{config}.{model}.engine"
+        stem = out / f"{config}.{model}{'' if kind.threads is None else f'.t{kind.threads}'}.engine"
         return lambda: EngineSession(argv, env, stem.with_suffix(".stderr"), stem.with_suffix(".cmd"),
                                      load_timeout_s=gen.timeout_s, request_timeout_s=gen.timeout_s)
 
