@@ -243,3 +243,19 @@ def test_builds_and_models_are_taken_in_the_stage_s_own_thread(cuda_stage, monke
     pipe = cuda_stage("threads")
     assert {s.status for s in pipe.run.steps} == {"passed"}
     assert len(seen) == 11 and all(seen)
+
+
+def test_triage_reads_each_pair_as_its_own_set_of_rounds(cuda_stage, tmp_path):
+    # harness.analysis.speed_ratios groups measurements by unit_key, which names a unit's set of rounds
+    # ("interleaved") where the stage measured the unit in several pairs
+    from harness.analysis.speed_ratios import interleaved, round_ratios
+    bench = read_bench(cuda_stage("sets").run.dir, CUDA)
+    sets = interleaved(bench)
+    assert len(sets) == 8 and all(len(configs) == 2 for configs in sets.values())
+    pin_vs_upstream = next(c for c in sets.values() if set(c) == {"cuda-pin-all", "cuda-base-host-experts"})
+    rule = next(r for r in bench["rules"] if r["step"] == PIN_ALL_VS_UPSTREAM)
+    assert round_ratios(pin_vs_upstream["cuda-pin-all"]["pp_tok_s"], pin_vs_upstream["cuda-base-host-experts"]["pp_tok_s"]) \
+        == [c / r for c, r in zip(rule["candidate_tok_s"], rule["reference_tok_s"])]
+    cpu = FakePipeline(tmp_path, "one-pair")  # a unit of one pair keeps the records of before: no name
+    stage_speed(cpu)
+    assert all("interleaved" not in m for m in read_bench(cpu.run.dir, "linux-x86_64-cpu")["measurements"])

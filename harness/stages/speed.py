@@ -56,13 +56,17 @@ class Measurement:
     is round i + 1, the same round as the other side's sample i).
 
     ``position``: its place in odd rounds (0 runs first; even rounds run the other way round).
-    ``pair``: the two configurations interleaved.  ``errors``: why requests failed.
+    ``pair``: the two configurations interleaved.  ``interleaved``: the name of its set of rounds
+    (``<first>+<second>``) where its unit was measured in several pairs, None where the unit's
+    configurations were all one pair (harness.analysis.speed_ratios.unit_key: the records of before).
+    ``errors``: why requests failed.
     """
 
     config: str
     unit: Unit
     position: int
-    pair: tuple[str, str] = ("", "")
+    pair: tuple[str, ...] = ()
+    interleaved: str | None = None
     pp: list[float] = field(default_factory=list)
     tg: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -72,6 +76,8 @@ class Measurement:
         out: dict[str, Any] = {"config": self.config, **asdict(self.unit), "position": self.position,
                                "pair": list(self.pair), "pp_tok_s": self.pp, "tg_tok_s": self.tg,
                                "errors": self.errors}
+        if self.interleaved is not None:
+            out["interleaved"] = self.interleaved
         for metric in METRICS:
             samples = getattr(self, metric)
             out[metric] = asdict(spread(samples)) if samples else None
@@ -186,6 +192,9 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
     measured: dict[tuple[tuple[Unit, frozenset[str]], str], Measurement] = {}
     problems: dict[str, list[Failure]] = {}
     pairs = plan_pairs((r.unit, r.reference, r.rule.candidate) for r in rules)
+    pairs_of: dict[Unit, list[Pair]] = {}
+    for pair in pairs:
+        pairs_of.setdefault(pair.unit, []).append(pair)
     records: dict[tuple[Unit, frozenset[str]], PairRecord] = {}
     roster = Roster(_starter(pipe, p, rules, out, problems))
     total = sum(2 * pair.unit.repeats for pair in pairs)
@@ -200,7 +209,11 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
                                                     message=f"engine for {config} on {kind.model}: {exc}")]
                 rec = records[pair.key] = PairRecord(pair, started)
                 t0 = time.monotonic()
-                found = _interleave(sessions, pair, lambda what: pipe.console.advance(shown, 1, what))
+                found = _interleave(sessions, list(pair.configs), pair.unit,
+                                    lambda what: pipe.console.advance(shown, 1, what))
+                if len(pairs_of[pair.unit]) > 1:  # the unit's rounds come in several sets: name this one
+                    for m in found:
+                        m.interleaved = "+".join(pair.configs)
                 rec.wall_s = time.monotonic() - t0
                 rec.peak_rss_bytes = {c: s.peak_rss_bytes() for c, s in sessions.items()}
                 for m in found:
@@ -275,15 +288,15 @@ def _starter(pipe: Pipeline, p: Platform, rules: list[Rule], out: Path,
     return prepare
 
 
-def _interleave(sessions: dict[str, EngineSession], pair: Pair, advance: Any) -> list[Measurement]:
-    """Time ``pair.unit.repeats`` rounds of one ``bench`` request per configuration of ``pair`` that has a
-    session, after ``pair.unit.warmup`` untimed warm-up rounds (the full prompt, :data:`WARMUP_GEN`
-    generated tokens per configuration).  Rounds alternate the order: ``pair.first`` first in odd rounds, ``pair.second`` first in even
-    ones (A B, B A, A B, ...), so a drift of the machine's load favours neither side.  A configuration
-    whose engine fails stops being timed."""
-    unit = pair.unit
-    found = [Measurement(c, unit, i, pair.configs) for i, c in enumerate(pair.configs)]
-    broken: set[str] = {c for c in pair.configs if c not in sessions}
+def _interleave(sessions: dict[str, EngineSession], configs: list[str], unit: Unit, advance: Any) -> list[Measurement]:
+    """Time ``unit.repeats`` rounds of one ``bench`` request per configuration of ``configs`` that has a
+    session (the stage passes a pair; triage's ``--confirm`` its two sides), after ``unit.warmup``
+    untimed warm-up rounds (the full prompt, :data:`WARMUP_GEN` generated tokens per configuration).
+    Rounds alternate the order: ``configs`` in odd rounds, reversed in even ones (A B, B A, A B, ...), so
+    a drift of the machine's load favours neither side.  A configuration whose engine fails stops being
+    timed.  Returns the measurements of the configurations that had a session."""
+    found = [Measurement(c, unit, i, tuple(configs)) for i, c in enumerate(configs)]
+    broken: set[str] = {c for c in configs if c not in sessions}
 
     def request(m: Measurement, timed: bool) -> None:
         try:
