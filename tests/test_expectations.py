@@ -260,8 +260,8 @@ def test_defaults_follow_the_documented_rule():
     assert rules("cuda-base-host-experts") == {"experts": [("0-", "CUDA_Host")], "pinned": None, "present": (),
                                                "absent": ()}
     assert rules("fork")["experts"] == [("0-", "CUDA[0-9]*")]
-    assert rules("fork", CPU)["experts"] == [("0-", "CPU_Mapped")]
-    assert rules("fork-load-none", CPU)["experts"] == [("0-", "CPU")]
+    assert rules("fork", CPU)["experts"] == [("0-", "CPU_Mapped|CPU_REPACK")]
+    assert rules("fork-load-none", CPU)["experts"] == [("0-", "CPU|CPU_REPACK")]
     assert ex.uses_mmap(["-lm", "dio"]) is False and ex.uses_mmap(["--load-mode=mmap"]) is True
     assert ex.pin_layers({"GGML_CUDA_MOE_PIN_LAYERS": "4x"}) is None
 
