@@ -19,6 +19,7 @@ from harness.matrix.config import MatrixError, Model, load_matrix
 from harness.matrix.models import (
     ModelError,
     ModelStore,
+    MoeParams,
     QuantizeTool,
     derive_quantized,
     generate_synthetic_moe,
@@ -305,6 +306,32 @@ def test_the_matrix_derives_the_cpu_model_from_moe_small_with_the_cpu_platforms_
     assert (small.kind, small.spec["from"]) == ("quantized", "moe-small")
     assert "moe-small-quant" in matrix.groups["base-vs-fork"].models
     assert "llama-quantize" in matrix.platforms["linux-x86_64-cpu"].targets
+
+
+def test_the_gpu_model_is_derived_from_a_48_layer_synthetic_moe():
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    assert matrix.models["moe-48l-quant"].spec["from"] == "moe-48l-f16"
+    assert matrix.models["moe-48l-f16"].spec["params"]["n_layer"] == 48
+
+
+def test_the_gpu_models_experts_by_layer_are_the_documented_4176_mib():
+    """moe-48l-quant's expert bytes from its shape and types, without making it: Q3_K, Q4_K and Q6_K blocks of
+    256 weights take 110, 144 and 210 bytes; the seed's limits in matrix.yaml are scaled from this total."""
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    p = MoeParams(**matrix.models["moe-48l-f16"].spec["params"])
+    per_layer_blocks = 3 * p.n_expert * p.n_embd * p.n_ff_exp // 256
+    import re
+    sizes = {"q3_k": 110, "q4_k": 144, "q6_k": 210}
+    by_layer = []
+    for layer in range(p.n_layer):
+        name = f"blk.{layer}.ffn_up_exps.weight"
+        ttype = next(t for pat, t in matrix.models["moe-48l-quant"].spec["tensor_types"] if re.search(pat, name))
+        by_layer.append(per_layer_blocks * sizes[ttype])
+    total_mib = sum(by_layer) / 2**20
+    assert total_mib == 4176
+    env = matrix.configs["cuda-seed-sim-partial"].env
+    assert int(env["GGML_CUDA_PIN_SIM_CALL_MAX_MB"]) == round(total_mib * 2 / 52.2)
+    assert int(env["GGML_CUDA_PIN_SIM_TOTAL_MAX_MB"]) == round(total_mib * 4 / 52.2)
 
 
 def test_the_summary_records_the_expert_types_of_each_layer(fake, source):
