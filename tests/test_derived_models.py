@@ -6,6 +6,7 @@ source to the output (or fails the way llama-quantize fails), injected as a Quan
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -337,3 +338,16 @@ def test_the_gpu_models_experts_by_layer_are_the_documented_4176_mib():
 def test_the_summary_records_the_expert_types_of_each_layer(fake, source):
     summary = model_summary(source[0], cache=False)
     assert summary["expert_tensor_types_by_layer"] == [["F16"], ["F16"]]
+
+
+def test_a_file_models_identity_is_its_sha256_also_where_no_sidecar_can_be_written(tmp_path, monkeypatch):
+    from harness.matrix import models
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF model bytes")
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(models, "_write_sidecar", read_only)
+    got = models.model_identity(Model("m", "file", {"path": f}), f)
+    assert got == {"kind": "file", "sha256": hashlib.sha256(b"GGUF model bytes").hexdigest()}

@@ -1007,7 +1007,10 @@ def model_identity(model: Any, path: Path) -> dict[str, Any]:
         return {"kind": model.kind, "sha256": str(model.spec["sha256"]).lower()}
     if model.kind == "quantized":
         return {"kind": model.kind, "derived": path.name}
-    return {"kind": model.kind, "sha256": _verified_digest(path)}
+    try:
+        return {"kind": model.kind, "sha256": _verified_digest(path)}
+    except OSError:  # a file in a directory the sidecar cannot be written to
+        return {"kind": model.kind, "sha256": _file_sha256(path)}
 
 
 def obtain_model(model: Any, cache_dir: Path, base_tree: Callable[[], Path], matrix_path: Path | str,
