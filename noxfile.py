@@ -99,7 +99,9 @@ def source(session: nox.Session) -> None:
 
 @nox.session
 def models(session: nox.Session) -> None:
-    """Assemble or generate the matrix's models: ``nox -s models [-- NAME ...]``."""
+    """Assemble, generate or derive the matrix's models: ``nox -s models [-- NAME ...]``; a derived (quantized)
+    model needs llama-quantize from a finished base build of the host's CPU platform (``nox -s build`` first),
+    and its line says so when there is none."""
     _harness(session, "models")
 
 

@@ -4,7 +4,9 @@
 #
 #   build-test    build base and fork for linux-x86_64-cuda, native tests, the same tests under
 #                 compute-sanitizer memcheck                                  (one GPU: CUDA_VISIBLE_DEVICES=0)
-#   compare-1gpu  every CUDA comparison group; the two-GPU groups are skipped with the reason
+#   compare-1gpu  every one-GPU CUDA comparison group but the seed table's  (one GPU: CUDA_VISIBLE_DEVICES=0)
+#   compare-seed  the seed's evidence table (cuda-seed-table, docs/seed-table.md) on moe-48l-quant, which the
+#                 first run generates (14.5 GB of F16) and derives with linux-x86_64-cpu's base build
 #                                                                             (one GPU: CUDA_VISIBLE_DEVICES=0)
 #   compare-2gpu  the groups that need two GPUs (min_gpus: 2 in matrix.yaml), in a run of their own
 #   bench         the pin-ladder benchmark: llama-bench, ladder cost against one cudaHostRegister, grants
@@ -22,15 +24,15 @@
 # plus that planted fault (tests/plants/series_with.py, docs/checks.md) is built and run instead, in runs
 # of their own (ids in .harness/gpu-evidence-plant.env, named plant-gpu1-...).
 set -uo pipefail
-out=${1:?usage: $0 OUTDIR [build-test|compare-1gpu|compare-2gpu|bench]...}
+out=${1:?usage: $0 OUTDIR [build-test|compare-1gpu|compare-seed|compare-2gpu|bench]...}
 shift
 phases=("$@")
-[ ${#phases[@]} -gt 0 ] || phases=(build-test compare-1gpu compare-2gpu bench)
+[ ${#phases[@]} -gt 0 ] || phases=(build-test compare-1gpu compare-seed compare-2gpu bench)
 # checked before anything runs: inside the `| tee` of the loop an exit would leave only its subshell
 for phase in "${phases[@]}"; do
     case "$phase" in
-        build-test|compare-1gpu|compare-2gpu|bench) ;;
-        *) echo "unknown phase: $phase (known: build-test compare-1gpu compare-2gpu bench)" >&2; exit 2 ;;
+        build-test|compare-1gpu|compare-seed|compare-2gpu|bench) ;;
+        *) echo "unknown phase: $phase (known: build-test compare-1gpu compare-seed compare-2gpu bench)" >&2; exit 2 ;;
     esac
 done
 mkdir -p "$out" .harness
@@ -59,6 +61,26 @@ platform=linux-x86_64-cuda
 status=0
 
 one_gpu() { CUDA_VISIBLE_DEVICES=0 HARNESS_RUN_ID="$RUN_1GPU" "$@"; }
+seed_group=cuda-seed-table
+# the groups of $platform for which the Python expression $1 (of m, the matrix, and g, a group's name) holds
+groups_where() {
+    python3 -c 'import sys
+from harness.matrix.config import load_matrix
+m = load_matrix("matrix.yaml")
+print("\n".join(g for g in m.platforms[sys.argv[1]].groups if eval(sys.argv[2])))' "$platform" "$1"
+}
+# sets args to `--group G` for each group of $platform where the expression $2 holds; phase $1 says what it
+# lists ($3) and, where it finds none, that nothing runs ($4): without a --group compare-outputs runs every group
+group_args() {
+    local listed g
+    args=()
+    if ! listed=$(groups_where "$2"); then
+        echo "$1: could not list the $3 groups of $platform" >&2
+        return 1
+    fi
+    while read -r g; do [ -n "$g" ] && args+=(--group "$g"); done <<< "$listed"
+    [ ${#args[@]} -gt 0 ] || echo "$1: $platform has no $4 in matrix.yaml; nothing to run"
+}
 
 for phase in "${phases[@]}"; do
     case "$phase" in
@@ -66,24 +88,17 @@ for phase in "${phases[@]}"; do
             one_gpu python3 -m harness build test --platform "$platform" --sanitize memcheck -j "$(nproc)" \
                 ${patches[@]+"${patches[@]}"} ;;
         compare-1gpu)
-            one_gpu python3 -m harness compare-outputs --platform "$platform" ${patches[@]+"${patches[@]}"} ;;
+            # every one-GPU group but the seed table's, which has a phase of its own
+            group_args compare-1gpu "m.groups[g].min_gpus < 2 and g != '$seed_group'" one-GPU "one-GPU group" || exit 1
+            [ ${#args[@]} -eq 0 ] || one_gpu python3 -m harness compare-outputs --platform "$platform" "${args[@]}" \
+                ${patches[@]+"${patches[@]}"} ;;
+        compare-seed)
+            one_gpu python3 -m harness compare-outputs --platform "$platform" --group "$seed_group" \
+                ${patches[@]+"${patches[@]}"} ;;
         compare-2gpu)
-            # without a --group, compare-outputs would run every group: no list, no run
-            if ! listed=$(python3 -c 'import sys
-from harness.matrix.config import load_matrix
-m = load_matrix("matrix.yaml")
-print("\n".join(g for g in m.platforms[sys.argv[1]].groups if m.groups[g].min_gpus >= 2))' "$platform"); then
-                echo "compare-2gpu: could not list the two-GPU groups of $platform" >&2
-                exit 1
-            fi
-            args=()
-            while read -r g; do [ -n "$g" ] && args+=(--group "$g"); done <<< "$listed"
-            if [ ${#args[@]} -eq 0 ]; then
-                echo "compare-2gpu: $platform has no group with min_gpus >= 2 in matrix.yaml; nothing to run"
-            else
-                HARNESS_RUN_ID="$RUN_2GPU" python3 -m harness compare-outputs --platform "$platform" "${args[@]}" \
-                    ${patches[@]+"${patches[@]}"}
-            fi ;;
+            group_args compare-2gpu "m.groups[g].min_gpus >= 2" two-GPU "group with min_gpus >= 2" || exit 1
+            [ ${#args[@]} -eq 0 ] || HARNESS_RUN_ID="$RUN_2GPU" python3 -m harness compare-outputs \
+                --platform "$platform" "${args[@]}" ${patches[@]+"${patches[@]}"} ;;
         bench)
             model=$(python3 -m harness models moe-large | sed -n 's/^moe-large: //p')
             one_gpu python3 -m harness bench --build-dir ".harness/fork/build-$platform" --model "$model" \

@@ -202,8 +202,13 @@ def source_cmd(argv: Sequence[str]) -> int:
 
 
 def models_cmd(argv: Sequence[str]) -> int:
-    """``python -m harness models [NAME ...]``: assemble or generate models and print their paths."""
+    """``python -m harness models [NAME ...]``: assemble, generate or derive models and print their paths.
+
+    A derived (``quantized``) model takes llama-quantize from a finished base build of the host's CPU
+    platform under ``--work-dir`` (harness.stages.quantize_tool.built_tool); without one its line says
+    which build to make.  This command builds nothing."""
     from .matrix.models import ModelStore
+    from .stages.quantize_tool import built_tool
     from .stages.source import cache_dir, obtain_base
     ap = argparse.ArgumentParser(prog="python -m harness models")
     ap.add_argument("names", nargs="*")
@@ -211,7 +216,8 @@ def models_cmd(argv: Sequence[str]) -> int:
     args = ap.parse_args(argv)
     matrix = load_matrix(args.matrix)
     cache = cache_dir()
-    models = ModelStore(matrix.models, cache, lambda: obtain_base(matrix, cache).path, matrix.path)
+    models = ModelStore(matrix.models, cache, lambda: obtain_base(matrix, cache).path, matrix.path,
+                        lambda: built_tool(matrix, args.work_dir))
     rc = 0
     for name in args.names or list(matrix.models):
         if name not in matrix.models:

@@ -39,10 +39,11 @@ from .matrix.platforms import cannot_build, cannot_run, compiles_instead, cross_
 from .common.console import Console, Step
 from .stages.engine import ENGINE_TARGET, engine_argv, engine_cmake_options, engine_source_digest
 from .stages.greedy import GreedyRunner, Hooks, Job, JobResult, Side, available_cores, lanes_for
-from .matrix.models import ModelStore, model_summary
+from .matrix.models import QUANTIZE_TARGET, ModelError, ModelStore, QuantizeTool, model_summary
 from .stages.native_tests import run_ctest
 from .stages.speed import stage_speed
 from .stages.generation_cache import SessionCache, side_identity
+from .stages.quantize_tool import no_quantize_platform, quantize_platform, tool_from_build
 from .stages.test_cache import run_tests_reusing
 from .stages.compile_cache import compile_reusing, step_identity
 from .record.cache import DigestMemo, ResultCache, max_bytes_from_env
@@ -165,7 +166,7 @@ class Pipeline:
         self._base: BaseTree | None = None
         self._patches: list[Patch] | None = None
         self._builds: dict[tuple[str, str], BuildResult] = {}
-        self.models = ModelStore(matrix.models, self.cache, lambda: self.base().path, matrix.path)
+        self.models = ModelStore(matrix.models, self.cache, lambda: self.base().path, matrix.path, self.quantize_tool)
         self._models = self.models.known
         # platform -> config -> model -> where the buffers of the config's first generation landed
         self._placements: dict[str, dict[str, dict[str, dict]]] = {}
@@ -599,8 +600,20 @@ class Pipeline:
 
     # ----- models ------------------------------------------------------------------------------
     def model_path(self, name: str) -> Path:
-        """Path of model ``name``, assembled or generated on first use (harness.matrix.models.ModelStore)."""
+        """Path of model ``name``, assembled, generated or derived on first use (harness.matrix.models.ModelStore)."""
         return self.models.path(name)
+
+    def quantize_tool(self) -> QuantizeTool:
+        """The llama-quantize that derives the matrix's quantized models: the base build of the host's CPU platform
+        (harness.stages.quantize_tool), built first when this run has not built it; ModelError naming the build
+        when it failed."""
+        p = quantize_platform(self.matrix.platforms.values())
+        if p is None:
+            raise no_quantize_platform()
+        built = self.build_variant(p, "base")
+        if built.status != "passed":
+            raise ModelError(f"{QUANTIZE_TARGET}: the base build of {p.name} {built.status}: {built.detail}")
+        return tool_from_build(p, built.bin_dir)
 
     # ----- comparisons ----------------------------------------------------------------------
     def stage_compare(self) -> None:

@@ -79,7 +79,7 @@ def test_short_commit_is_rejected(tmp_path):
 
 def test_dangling_references_are_all_reported(tmp_path):
     text = MATRIX.replace("candidates: [fork]", "candidates: [forrk]", 1).replace(
-        "models: [gemma3-270m, moe-small]", "models: [gemma3-270m, moe-tiny]", 1)
+        "models: [gemma3-270m, moe-small, moe-small-quant]", "models: [gemma3-270m, moe-tiny, moe-small-quant]", 1)
     path = write(tmp_path, text)
     msgs = problems(path)
     assert any("groups.base-vs-fork.candidates[0]: unknown config 'forrk'" in m for m in msgs)

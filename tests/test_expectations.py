@@ -559,8 +559,9 @@ def test_defaults_follow_the_documented_rule():
     assert rules("cuda-base-host-experts") == {"experts": [("0-", "CUDA_Host")], "pinned": None, "present": (),
                                                "absent": (), "mapped": False}
     assert rules("fork")["experts"] == [("0-", "CUDA[0-9]*")] and rules("fork")["mapped"] is True
-    assert rules("fork", CPU)["experts"] == [("0-", "CPU_Mapped")] and rules("fork", CPU)["mapped"] is True
-    assert rules("fork-load-none", CPU)["experts"] == [("0-", "CPU")] and rules("fork-load-none", CPU)["mapped"] is False
+    assert rules("fork", CPU)["experts"] == [("0-", "CPU_Mapped|CPU_REPACK")] and rules("fork", CPU)["mapped"] is True
+    assert rules("fork-load-none", CPU)["experts"] == [("0-", "CPU|CPU_REPACK")] and \
+        rules("fork-load-none", CPU)["mapped"] is False
     exp = ex.expectations_for(CPU, MATRIX.configs["fork-load-none"], moe_large())
     assert exp.origin["mapped"] == "default: mmap off" and exp.weights == ("CPU", "CPU_REPACK")
     assert ex.uses_mmap(["-lm", "dio"]) is False and ex.uses_mmap(["--load-mode=mmap"]) is True

@@ -53,7 +53,7 @@ def test_an_unknown_phase_exits_2_before_anything_runs(scratch):
     work, env, calls = scratch
     proc = run(work, env, "build-test", "compare-3gpu")
     assert proc.returncode == 2
-    assert "unknown phase: compare-3gpu (known: build-test compare-1gpu compare-2gpu bench)" in proc.stderr
+    assert "unknown phase: compare-3gpu (known: build-test compare-1gpu compare-seed compare-2gpu bench)" in proc.stderr
     assert sorted(p.name for p in work.iterdir()) == ["matrix.yaml"]  # no OUTDIR, no .harness, no run ids
     assert not calls.exists()  # build-test did not start either
 
@@ -68,6 +68,19 @@ def test_compare_2gpu_runs_exactly_the_two_gpu_groups(scratch):
     [call] = calls.read_text().splitlines()
     assert call == " ".join(["-m harness compare-outputs --platform linux-x86_64-cuda",
                              *(f"--group {g}" for g in two_gpu)])
+
+
+def test_compare_1gpu_runs_every_one_gpu_group_but_the_seed_table_which_compare_seed_runs(scratch):
+    work, env, calls = scratch
+    proc = run(work, env, "compare-1gpu", "compare-seed")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    m = load_matrix(ROOT / "matrix.yaml")
+    one_gpu = [g for g in m.platforms["linux-x86_64-cuda"].groups if m.groups[g].min_gpus < 2]
+    assert "cuda-seed-table" in one_gpu and "cuda-pin-routes" in one_gpu
+    first, seed = calls.read_text().splitlines()
+    assert first == " ".join(["-m harness compare-outputs --platform linux-x86_64-cuda",
+                              *(f"--group {g}" for g in one_gpu if g != "cuda-seed-table")])
+    assert seed == "-m harness compare-outputs --platform linux-x86_64-cuda --group cuda-seed-table"
 
 
 def test_compare_2gpu_with_no_two_gpu_group_runs_nothing(scratch):

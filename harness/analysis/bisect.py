@@ -657,6 +657,7 @@ def main(argv: Sequence[str]) -> int:
     """
     from ..matrix.config import load_matrix
     from ..matrix.models import ModelStore
+    from ..stages.quantize_tool import built_tool
     from ..stages.patches import read_series
     from ..pipeline import cmake_options
     from ..stages.source import cache_dir, obtain_base
@@ -702,7 +703,9 @@ def main(argv: Sequence[str]) -> int:
                 say(line)
         return base_tree[0]
 
-    models = ModelStore(matrix.models, cache, lambda: base().path, matrix.path)
+    # a derived model takes llama-quantize from the finished base build of the work dir (it builds nothing here)
+    models = ModelStore(matrix.models, cache, lambda: base().path, matrix.path,
+                        lambda: built_tool(matrix, args.work_dir))
     check, targets = _make_check(args.check, matrix, platform, models)
     if revs is not None:
         repo = upstream_repo(matrix, args.repo, revs, cache, say)

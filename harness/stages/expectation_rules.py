@@ -30,6 +30,8 @@ WARNINGS = {
 }
 
 _MMAP_OFF_MODES = ("none", "dio")
+#: The buffer type of the weights upstream repacks for its CPU kernels (ggml-cpu/repack.cpp).
+REPACK = "CPU_REPACK"
 _LAYER_KEY = re.compile(r"^(\d+)(?:-(\d*))?$")
 
 
@@ -155,7 +157,10 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
 
     * CPU platform (``gpu: none``): weights and experts in ``CPU_Mapped`` when the model is
       memory-mapped (:func:`uses_mmap`), in ``CPU`` otherwise; ``CPU_REPACK`` (weights repacked for
-      the CPU's kernels) is allowed beside either.  Nothing is pinned, so no pinned or warning rule.
+      the CPU's kernels) is allowed beside either, for the experts too: which quantized types upstream
+      repacks depends on the CPU (on AVX2 Q4_0, Q4_K, IQ4_NL, MXFP4; Q2_K with AVX-512; Q5_K, Q6_K, Q8_0
+      on ARM), so a quantized MoE's experts of one layer may be repacked and those of the next mapped.
+      Nothing is pinned, so no pinned or warning rule.
     * CUDA platform without ``--cpu-moe``: experts in a device buffer (``CUDA<n>``).
     * CUDA with ``--cpu-moe`` and mmap: experts in ``CPU_Mapped`` (llama avoids host buffers with mmap).
     * CUDA with ``--cpu-moe``, mmap off: experts in the host buffer, ``CUDA_Host``, or ``CPU`` under
@@ -181,7 +186,7 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
         origin.update(placement=f"default: {why}", weights=f"default: {why}",
                       pinned="not checked: nothing is pinned on the CPU platform",
                       warnings="not checked: no pin warnings on the CPU platform")
-        return Expectations(experts=(LayerRange(0, None, home),), weights=(home, "CPU_REPACK"), origin=origin)
+        return Expectations(experts=(LayerRange(0, None, f"{home}|{REPACK}"),), weights=(home, REPACK), origin=origin)
     origin["weights"] = "not checked: model weights are split between device and host buffers by design"
     if _arg_value(args, "-ot", "--override-tensor", "-ncmoe", "--n-cpu-moe") is not None:
         origin.update(placement="not checked: tensors placed by pattern (-ot/--n-cpu-moe); declare the placement",
