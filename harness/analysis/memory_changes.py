@@ -28,15 +28,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..record.probe import PROBE_FILE, PROBE_STEP_BYTES, Probe, ProbeError, layers_text, read_probe
+from ..record.gpu import last_load_model_buffers
+from ..record.probe import (PROBE_FILE, PROBE_STEP_BYTES, Probe, ProbeError, group_layers, layers_by_type_text,
+                            layers_text, read_probe)
 
 
 def model_buffers_mib(placement: dict[str, Any]) -> dict[str, float]:
-    """``{buffer type: MiB}`` of the model (weight) buffers of one placement record, summed per type."""
+    """``{buffer type: MiB}`` of the model (weight) buffers of one placement record's last model load
+    (harness.record.gpu.last_load_model_buffers), summed per type."""
     out: dict[str, float] = {}
-    for b in placement.get("buffers", []):
-        if b.get("stage") == "load_tensors" and b.get("what") == "model":
-            out[b["buffer_type"]] = round(out.get(b["buffer_type"], 0.0) + float(b["mib"]), 2)
+    for b in last_load_model_buffers(placement):
+        out[b["buffer_type"]] = round(out.get(b["buffer_type"], 0.0) + float(b["mib"]), 2)
     return out
 
 
@@ -123,7 +125,8 @@ def probe_changes(a_dir: Path, b_dir: Path) -> list[dict[str, Any]]:
         before, after = pa[key].expert_layers(), pb[key].expert_layers()
         moved = sorted(n for n in set(before) & set(after) if before[n] != after[n])
         if moved:
-            was, now = _layers_by_type(before, moved), _layers_by_type(after, moved)
+            was = layers_by_type_text(group_layers({n: before[n] for n in moved}))
+            now = layers_by_type_text(group_layers({n: after[n] for n in moved}))
             out.append({"platform": platform, "config": config, "model": model, "what": "layers", "before": was,
                         "after": now, "signature": {
                             "kind": "placement", "key": f"probed layers moved: {where}: layers {layers_text(moved)}",
@@ -136,10 +139,3 @@ def probe_changes(a_dir: Path, b_dir: Path) -> list[dict[str, Any]]:
                                       "summary": f"page-locked bytes dropped (the driver): {where}: "
                                                  f"{locked_a / 2**20:.0f} MiB -> {locked_b / 2**20:.0f} MiB"}})
     return out
-
-
-def _layers_by_type(layers: dict[int, set[str]], which: list[int]) -> str:
-    groups: dict[str, list[int]] = {}
-    for n in which:
-        groups.setdefault(", ".join(sorted(layers[n])), []).append(n)
-    return "; ".join(f"{t}: {layers_text(v)}" for t, v in sorted(groups.items(), key=lambda kv: kv[1][0]))

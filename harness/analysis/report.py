@@ -37,7 +37,7 @@ from ..common.fs import write_text_whole
 from ..record.results import COMPARISON, PATCH, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
 from .signatures import load_signatures, step_logs
 from ..record.bench import bench_platforms, read_bench
-from ..record.probe import layers_text
+from ..record.probe import layers_by_type_text
 from ..record.results import describe_cache, describe_cached, describe_divergence_record, shown_as_reused
 
 #: Lines of a failing log shown in the report (the end of a log holds the error).
@@ -538,8 +538,7 @@ def _expectations_html(run_dir: Path, platform: str, config: str) -> str:
     for load in record["loads"]:
         facts = load.get("facts") or {}
         buffers = ", ".join(f"{t} {_bytes(n)}" for t, n in sorted((facts.get("model_buffers") or {}).items()))
-        layers = "; ".join(f"{t}: {layers_text(v)}" for t, v in sorted((facts.get("layers") or {}).items(),
-                                                                         key=lambda kv: kv[1][0]))
+        layers = layers_by_type_text(facts.get("layers") or {})
         fraction = facts.get("pinned_fraction")
         locked, claimed = facts.get("page_locked_bytes"), facts.get("claimed_granted_bytes")
         pinning = ("–" if fraction is None else f"{fraction:.3f}") + \

@@ -148,6 +148,15 @@ def buffer_placement(text: str) -> dict[str, Any]:
     return {"buffers": buffers, "by_buffer_type": by_type, "offloaded_layers": offloaded, "routing": routing}
 
 
+
+def last_load_model_buffers(placement: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model (weight) buffers of a placement record (:func:`buffer_placement`): its ``load_tensors`` lines
+    of buffer ``model``, of the log's last model load only (an engine's stderr holds every process started for
+    it, and the probe beside it describes the last one)."""
+    model = [b for b in placement.get("buffers", []) if b.get("stage") == "load_tensors" and b.get("what") == "model"]
+    last = max((int(b.get("load", 1)) for b in model), default=1)
+    return [b for b in model if int(b.get("load", 1)) == last]
+
 #: compute-sanitizer's closing line per run; group 1 is the error count.
 SANITIZER_SUMMARY = re.compile(r"=+ ERROR SUMMARY: (\d+) errors?")
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 #: The name of a load's probe record beside its ``engine.stderr``.
 PROBE_FILE = "engine.probe.json"
@@ -54,6 +54,20 @@ def layers_text(layers: Sequence[int]) -> str:
         prev = n
     return ", ".join(parts)
 
+
+
+
+def group_layers(layers: Mapping[int, set[str]]) -> dict[str, list[int]]:
+    """Layer -> buffer types turned into buffer types (``A, B`` where a layer is split) -> sorted layers."""
+    out: dict[str, list[int]] = {}
+    for n, types in sorted(layers.items()):
+        out.setdefault(", ".join(sorted(types)), []).append(n)
+    return out
+
+
+def layers_by_type_text(by_type: Mapping[str, Sequence[int]]) -> str:
+    """``CUDA_Host: 0-1; CPU: 2-7``: buffer types with their layers, in the order of their first layer."""
+    return "; ".join(f"{t}: {layers_text(v)}" for t, v in sorted(by_type.items(), key=lambda kv: min(kv[1])) if v)
 
 
 class ProbeError(ValueError):

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .probe import layers_text
+from .probe import layers_by_type_text
 
 
 def _read(path: Path) -> Any:
@@ -37,7 +37,7 @@ def _mib(n: int | None) -> str:
 def _layers(layers: dict[str, list[int]] | None) -> str:
     if not layers:
         return "–"
-    return "; ".join(f"{t}: {layers_text(v)}" for t, v in sorted(layers.items(), key=lambda kv: kv[1][0]))
+    return layers_by_type_text(layers)
 
 
 def _speed(run_dir: Path, platform: str) -> dict[tuple[str, str], tuple[float, float]]:

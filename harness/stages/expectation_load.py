@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from ..record.gpu import last_load_model_buffers
 from ..record.probe import Probe
 from .expectation_probe import (LOGGED_MIB_TOLERANCE_BYTES, claim_findings, coverage, mapped_findings,
                                 pin_claims, placement_findings, pinned_findings, weights_findings)
@@ -28,12 +29,9 @@ def model_buffers(placement: Mapping[str, Any]) -> dict[str, int]:
     """The model (weight) buffers of a placement record (harness.record.gpu.buffer_placement) as logged: bytes
     per buffer type (from the logged MiB) over the ``load_tensors`` lines whose buffer is ``model``, of the
     log's last model load (the one the probe beside it describes: each load rewrites the probe)."""
-    model = [b for b in placement.get("buffers", []) if b.get("stage") == "load_tensors" and b.get("what") == "model"]
-    last = max((int(b.get("load", 1)) for b in model), default=1)
     out: dict[str, int] = {}
-    for b in model:
-        if int(b.get("load", 1)) == last:
-            out[b["buffer_type"]] = out.get(b["buffer_type"], 0) + round(float(b["mib"]) * 2**20)
+    for b in last_load_model_buffers(dict(placement)):
+        out[b["buffer_type"]] = out.get(b["buffer_type"], 0) + round(float(b["mib"]) * 2**20)
     return out
 
 

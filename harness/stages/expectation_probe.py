@@ -30,7 +30,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from ..record.gpu import SUMMARY_KINDS
-from ..record.probe import PROBE_STEP_BYTES, Probe, ProbeBuffer, layers_text
+from ..record.probe import PROBE_STEP_BYTES, Probe, ProbeBuffer, group_layers, layers_text
 from .expectation_rules import Expectations, Finding, Pinned
 
 #: The buffer type of weights upstream repacks for its CPU kernels (ggml-cpu's extra buffer type): anonymous
@@ -257,10 +257,7 @@ def routing_disagreements(probe: Probe, named: Mapping[int, str], host_unpinned:
 
 def _by_type(layers: Mapping[int, set[str]]) -> str:
     """``0-1 in CUDA_Host, 2-7 in CPU``: layers grouped by the buffer types holding their experts."""
-    groups: dict[str, list[int]] = {}
-    for n, types in sorted(layers.items()):
-        groups.setdefault(", ".join(sorted(types)), []).append(n)
-    return ", ".join(f"{layers_text(v)} in {t}" for t, v in sorted(groups.items(), key=lambda kv: kv[1][0]))
+    return ", ".join(f"{layers_text(v)} in {t}" for t, v in group_layers(layers).items())
 
 
 def claim_findings(probe: Probe, buffers: Mapping[str, int], ladder: Sequence[Mapping[str, Any]],
@@ -271,9 +268,8 @@ def claim_findings(probe: Probe, buffers: Mapping[str, int], ladder: Sequence[Ma
     out = []
     probed = probe.buffer_bytes_by_type()
     tol = LOGGED_MIB_TOLERANCE_BYTES * max(1, len(buffers))
-    for t in sorted(set(probed) | set(buffers)):
-        # a logged type the probe lacks holds only weights no graph reads: a claim only where the probe has the type
-        if t in probed and abs(probed[t] - buffers.get(t, 0)) > tol:
+    for t in sorted(probed):  # a logged type the probe lacks holds only weights no graph reads
+        if abs(probed[t] - buffers.get(t, 0)) > tol:
             out.append(_finding("claims", "failed", f"buffer sizes: {source} logs {t} unlike the probe",
                                 f"buffer sizes: {source} logs {t} {mib(buffers.get(t, 0))}; "
                                 f"the probe finds {mib(probed[t])} of weight buffers of that type"))
