@@ -1,0 +1,29 @@
+{
+  "argv": [
+    "/work/main/.harness/fork/build-linux-x86_64-cuda/bin/llama-harness-engine",
+    "-m",
+    "/work/main/.harness/cache/models/derived/moe-48l-quant-Q4_K_M-d63c38566e83f087.gguf",
+    "-n",
+    "120",
+    "-c",
+    "1024",
+    "--seed",
+    "42",
+    "--temp",
+    "0",
+    "--no-warmup",
+    "-fit",
+    "off",
+    "-lv",
+    "4",
+    "--load-mode",
+    "none",
+    "--cpu-moe",
+    "-ngl",
+    "99"
+  ],
+  "env": {
+    "GGML_CUDA_MOE_PIN_LAYERS": "48"
+  },
+  "timeout_s": 300
+}

@@ -1,0 +1,31 @@
+{
+  "argv": [
+    "/work/main/.harness/fork/build-linux-x86_64-cuda/bin/llama-completion",
+    "-m",
+    "/work/main/.harness/cache/models/derived/moe-48l-quant-Q4_K_M-d63c38566e83f087.gguf",
+    "-f",
+    "results/plant-cuda-mmq-q4-k-min-added-20261202T172507Z/linux-x86_64-cuda/fork/gen/moe-48l-quant/long-prefill.r2.prompt",
+    "-n",
+    "120",
+    "-c",
+    "1024",
+    "--seed",
+    "42",
+    "--temp",
+    "0",
+    "-no-cnv",
+    "--no-display-prompt",
+    "--no-escape",
+    "--simple-io",
+    "--color",
+    "off",
+    "--no-warmup",
+    "-fit",
+    "off",
+    "-lv",
+    "4"
+  ],
+  "env": {},
+  "launcher_env": {},
+  "timeout_s": 300
+}
