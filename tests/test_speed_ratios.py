@@ -216,3 +216,48 @@ def test_later_to_earlier_half_speed_is_a_regression_in_8_of_10_pairs_suspect_in
                        "cuda-pin-all", "pp").verdict for a, b in PAIRS]
     assert verdicts.count(REGRESSION) == 8 and verdicts.count(SUSPECT) == 2
     assert not any(c.regressed for a, b in PAIRS for c in compare_bench(CUDA, bench(b), bench(a), UPSTREAM_OF))
+
+
+# --------------------------------------------------------------------------- records of the pair-by-pair stage
+
+#: The first committed clean H200 run of the pair-by-pair speed stage (every set of rounds named by its pair),
+#: the same series and machine fingerprint as CLEAN, and the run of the 512 KiB upload plant after it.
+PAIRWISE = "gpu1-20261202T165838Z"
+PLANTED_512 = "plant-cuda-pinned-uploads-in-512-kib-pieces-20261202T172353Z"
+EARLIER = [*CLEAN, "gpu1-20261202T142857Z"]  # one set of rounds per unit, as every record before
+
+
+def test_the_pair_by_pair_run_is_the_clean_runs_series_on_their_machine():
+    env = json.loads((EVIDENCE / PAIRWISE / CUDA / "environment.json").read_text(encoding="utf-8"))
+    first = json.loads((EVIDENCE / CLEAN[0] / CUDA / "environment.json").read_text(encoding="utf-8"))
+    assert env["patches"] == first["patches"] and bench(PAIRWISE)["machine"] == bench(CLEAN[0])["machine"]
+    assert all(m.get("interleaved") for m in bench(PAIRWISE)["measurements"])
+    assert not any(m.get("interleaved") for r in EARLIER for m in bench(r)["measurements"])
+
+
+@pytest.mark.parametrize("a", EARLIER, ids=[r[5:] for r in EARLIER])
+def test_a_record_of_one_set_per_unit_and_one_of_sets_per_pair_are_judged_against_each_other(a):
+    for before, after in ((a, PAIRWISE), (PAIRWISE, a)):
+        changes = compare_bench(CUDA, bench(before), bench(after), UPSTREAM_OF)
+        assert len(changes) >= 8 and not any(c.regressed for c in changes), (before, after)
+        pinned = [c for c in changes if (c.config, c.metric) == ("cuda-pin-all", "pp")]
+        assert any(c.reference == "cuda-nopin" for c in pinned), (before, after)
+
+
+@pytest.mark.parametrize("a", EARLIER, ids=[r[5:] for r in EARLIER])
+def test_pinned_prefill_scaled_in_the_pair_by_pair_run_is_still_caught(a):
+    for factor, caught in ((0.5, {REGRESSION}), (0.8, {REGRESSION, SUSPECT})):
+        changes = compare_bench(CUDA, bench(a), with_pinned_pp_scaled(bench(PAIRWISE), factor), UPSTREAM_OF)
+        pinned = [c for c in changes if (c.config, c.metric) == ("cuda-pin-all", "pp")]
+        assert pinned and all(c.verdict in {REGRESSION, SUSPECT} for c in pinned), (factor, pinned)
+        assert {c.verdict for c in pinned} & caught, (factor, pinned)
+    half = compare_bench(CUDA, bench(a), with_pinned_pp_scaled(bench(PAIRWISE), 0.5), UPSTREAM_OF)
+    assert any(c.regressed for c in half if (c.config, c.metric) == ("cuda-pin-all", "pp"))
+
+
+def test_the_512_kib_plant_is_a_regression_against_upstream_s_pinned_host_experts():
+    changes = compare_bench(CUDA, bench(PAIRWISE), bench(PLANTED_512), UPSTREAM_OF)
+    regressed = [c for c in changes if c.regressed]
+    assert [(c.config, c.metric, c.reference, c.reference_kind) for c in regressed] == [
+        ("cuda-pin-all", "pp", "cuda-base-host-experts", UPSTREAM)]
+    assert regressed[0].vs_reference_ratio == pytest.approx(0.83, abs=0.03)

@@ -43,8 +43,8 @@ from typing import Any, Mapping
 
 from ..matrix.config import DEFAULT_SPEED
 from ..record.bench import METRICS, bench_platforms, read_bench
-from .speed_ratios import UPSTREAM, choose_reference, compare_ratios, interleaved, round_ratios, \
-    rule_references
+from .speed_ratios import FORK_ONLY, UPSTREAM, Reference, choose_reference, compare_ratios, interleaved, \
+    round_ratios, rule_references
 from .statistics import MIN_SAMPLES, SpeedVerdict, judge
 
 #: The verdicts of a speed change: a slowdown by the ratio rule, a tok/s slowdown no ratio settles, neither.
@@ -115,6 +115,32 @@ def _verdict(tok_s: SpeedVerdict, rel: SpeedVerdict | None, kind: str) -> tuple[
                                                          if rel.regressed else "")
 
 
+def _set_in_a(key: tuple, config: str, metric: str, set_b: Mapping[str, Mapping[str, Any]],
+              sets_a: Mapping[tuple, Mapping[str, Mapping[str, Any]]], upstream: Mapping[str, str],
+              named: list[str]) -> tuple[Mapping[str, Mapping[str, Any]], Reference | None] | None:
+    """Run A's set of rounds to judge ``config``'s ``metric`` of run B's set ``set_b`` (unit ``key``) against,
+    with the reference chosen for the pair of sets; None when run A measured ``config`` in no set of the
+    same model, tokens and rounds.
+
+    The set of the same name comes first.  A record that names its sets per pair (the pair-by-pair stage)
+    and one that does not (one set per unit, the records before it) measured the same unit in sets of
+    different names: then every set of A with the same model, tokens and rounds that holds ``config`` is a
+    candidate, and the one where upstream's build in the same mode is measured in both wins, then one with
+    any reference, then the first."""
+    same = sets_a.get(key)
+    if same is not None and config in same:
+        return same, choose_reference(config, metric, same, set_b, upstream, named)
+    options = [s for k, s in sets_a.items() if k[:4] == key[:4] and config in s]
+    if not options:
+        return None
+    chosen = [(s, choose_reference(config, metric, s, set_b, upstream, named)) for s in options]
+    for want in (UPSTREAM, FORK_ONLY):
+        for s, ref in chosen:
+            if ref is not None and ref.kind == want:
+                return s, ref
+    return chosen[0]
+
+
 def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
                   upstream: Mapping[str, str] | None = None) -> list[SpeedChange]:
     """The speed changes of one platform from bench record ``ba`` (run A) to ``bb`` (run B).
@@ -132,18 +158,18 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
     refs_a, refs_b = rule_references(ba), rule_references(bb)
     out: list[SpeedChange] = []
     for key, set_b in sets_b.items():
-        set_a = sets_a.get(key, {})
         for config, mb in set_b.items():
-            ma = set_a.get(config)
-            if ma is None:
-                continue
             for metric in METRICS:
-                xa, xb = ma.get(f"{metric}_tok_s") or [], mb.get(f"{metric}_tok_s") or []
+                xb = mb.get(f"{metric}_tok_s") or []
+                named = list(dict.fromkeys([*refs_b.get((config, metric), []), *refs_a.get((config, metric), [])]))
+                found = _set_in_a(key, config, metric, set_b, sets_a, upstream or {}, named)
+                if found is None:
+                    continue
+                set_a, ref = found
+                xa = set_a[config].get(f"{metric}_tok_s") or []
                 if len(xa) < MIN_SAMPLES or len(xb) < MIN_SAMPLES:
                     continue
                 tok_s = judge(xa, xb, 1.0, factor, p_max)
-                named = list(dict.fromkeys([*refs_b.get((config, metric), []), *refs_a.get((config, metric), [])]))
-                ref = choose_reference(config, metric, set_a, set_b, upstream or {}, named)
                 change = SpeedChange(platform, config, str(mb.get("model")), metric, tok_s.reference.median,
                                      tok_s.candidate.median, tok_s.ratio, tok_s.threshold, tok_s.p_value, p_max,
                                      n_prompt=mb.get("n_prompt"), n_gen=mb.get("n_gen"))
