@@ -23,31 +23,31 @@ from typing import Callable, Iterator, Mapping, Sequence
 from .record import environment, gpu
 
 from .common import proc
-from .stages.cross import Emulator, emulator_for, find_emulator_program
-from .stages.build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
+from .stages.build.cross import Emulator, emulator_for, find_emulator_program
+from .stages.build.build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
                     cuda_architectures_from_nvidia_smi, find_tool, is_up_to_date, up_to_date_result)
-from .stages.cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
-from .stages.checks import CheckContext, run_checks
-from .stages.registered_checks import CHECKS, STEP_NAMES as CHECK_STEPS
-from .stages.compare import GenerationSpec, TokenizeError, prompt_token_ids, to_json
-from .stages.preflight import configs_on, one_line, option_refusal
+from .stages.build.cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
+from .stages.checks.checks import CheckContext, run_checks
+from .stages.checks.registered_checks import CHECKS, STEP_NAMES as CHECK_STEPS
+from .stages.outputs.compare import GenerationSpec, TokenizeError, prompt_token_ids, to_json
+from .stages.build.preflight import configs_on, one_line, option_refusal
 from .matrix.fit import (PlannedGeneration, Vocabulary, refuse_unfit, selected_generations, selected_groups,
                           vocabulary_of)
 from .common.errors import HarnessError, InputError
 from .matrix.config import Generation, Matrix, Platform
 from .matrix.platforms import cannot_build, cannot_run, compiles_instead, cross_built, executable_suffix
 from .common.console import Console, Step
-from .stages.engine import ENGINE_TARGET, engine_argv, engine_cmake_options, engine_source_digest
-from .stages.greedy import GreedyRunner, Hooks, Job, JobResult, Side, available_cores, lanes_for
+from .stages.outputs.engine import ENGINE_TARGET, engine_argv, engine_cmake_options, engine_source_digest
+from .stages.outputs.greedy import GreedyRunner, Hooks, Job, JobResult, Side, available_cores, lanes_for
 from .matrix.models import QUANTIZE_TARGET, ModelError, ModelStore, QuantizeTool, model_summary
-from .stages.native_tests import run_ctest
-from .stages.speed import stage_speed
-from .stages.generation_cache import SessionCache, side_identity
-from .stages.quantize_tool import no_quantize_platform, quantize_platform, tool_from_build
-from .stages.test_cache import run_tests_reusing
-from .stages.compile_cache import compile_reusing, step_identity
+from .stages.tests.native_tests import run_ctest
+from .stages.speed.speed import stage_speed
+from .stages.outputs.generation_cache import SessionCache, side_identity
+from .stages.build.quantize_tool import no_quantize_platform, quantize_platform, tool_from_build
+from .stages.tests.test_cache import run_tests_reusing
+from .stages.build.compile_cache import compile_reusing, step_identity
 from .record.cache import DigestMemo, ResultCache, max_bytes_from_env
-from .stages.patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
+from .stages.build.patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, series_label
 from .record.results import VERDICT_EXIT_CODES, ComparisonRecord, Failure, Run, StepRecord, write_json
 from .record.junit import write_checks_junit, write_comparisons_junit, write_speed_junit
 from .common.jobserver import JobBudget
@@ -55,7 +55,7 @@ from .common.locks import BuildLock, Rank, exclusive, joined_by_holder_of
 from .analysis.report import write_report
 from .analysis.signatures import classify_run
 from .tools.windows_check import SetupError, find_cuda_headers
-from .stages.source import BaseTree, cache_dir, obtain_base, prepare_tree
+from .stages.build.source import BaseTree, cache_dir, obtain_base, prepare_tree
 
 @dataclass
 class Options:
@@ -69,11 +69,11 @@ class Options:
     ``sanitize``: a compute-sanitizer tool to run the native tests under.
     ``models``/``groups``: restrict comparisons.  ``n_predict``/``repeats``:
     override the matrix's generation settings (tokens, runs per config).  ``bench``: run the speed
-    stage after the comparisons (harness.stages.speed); ``bench_repeats``: its rounds per rule;
+    stage after the comparisons (harness.stages.speed.speed); ``bench_repeats``: its rounds per rule;
     ``bench_warmup``: its untimed rounds before them (None: the matrix's).
     ``no_cache``: regenerate every generation and rerun every native test instead of taking them
     from the result cache (docs/cache.md).  ``lanes``: generations at once on a CPU platform
-    (None: :func:`harness.stages.greedy.lanes_for` decides).
+    (None: :func:`harness.stages.outputs.greedy.lanes_for` decides).
     """
 
     platforms: list[str] = field(default_factory=list)
@@ -99,7 +99,7 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
     """The CMake cache options of platform ``p``'s ``variant`` build.
 
     The matrix's options, the compiler launcher (ccache), the harness's engine target
-    (harness.stages.engine.engine_cmake_options), a RUNPATH relative to the binaries
+    (harness.stages.outputs.engine.engine_cmake_options), a RUNPATH relative to the binaries
     (CMAKE_BUILD_RPATH_USE_ORIGIN), CMAKE_CUDA_ARCHITECTURES
     (``cuda_arch``, else from nvidia-smi where the matrix says ``auto``), the cross toolchain and
     emulator of a cross-built platform, LLAMA_FORK_SERIES naming ``patches`` for the fork (and on a
@@ -473,7 +473,7 @@ class Pipeline:
         return opts
 
     def compile_variant(self, p: Platform, variant: str, like: Plan | None = None) -> CompileResult | None:
-        """Run the ``compile`` step (harness.stages.cuda_compile) for ``variant`` of ``p`` and record it.
+        """Run the ``compile`` step (harness.stages.build.cuda_compile) for ``variant`` of ``p`` and record it.
 
         The fork compiles the units its series touches; the base (``like``: the fork's plan) the same
         units.  Returns None when the step was skipped (a CUDA wheel missing: the reason names it)
@@ -552,7 +552,7 @@ class Pipeline:
     # ----- native tests ----------------------------------------------------------------------
     def stage_test(self) -> None:
         """Run the native tests (ctest, by label) of the fork build of each selected platform; a label whose
-        tests, libraries and environment are byte-identical to a passed run is reused (harness.stages.test_cache)."""
+        tests, libraries and environment are byte-identical to a passed run is reused (harness.stages.tests.test_cache)."""
         for p in self.platforms("test"):
             fork = self.build_variant(p, "fork")
             if fork.status != "passed":
@@ -605,7 +605,7 @@ class Pipeline:
 
     def quantize_tool(self) -> QuantizeTool:
         """The llama-quantize that derives the matrix's quantized models: the base build of the host's CPU platform
-        (harness.stages.quantize_tool), built first when this run has not built it; ModelError naming the build
+        (harness.stages.build.quantize_tool), built first when this run has not built it; ModelError naming the build
         when it failed."""
         p = quantize_platform(self.matrix.platforms.values())
         if p is None:
@@ -624,7 +624,7 @@ class Pipeline:
         recorded as failures of their configurations' ``generate`` steps; the
         rest run through ``GreedyRunner`` (one engine load per configuration and
         model), each model's comparisons recorded as soon as they are decided;
-        then the checks of harness.stages.checks judge every configuration's records
+        then the checks of harness.stages.checks.checks judge every configuration's records
         (the ``expectations`` step).
         Where the time went is written to ``<platform>/compare-timing.json``.
         """
@@ -667,7 +667,7 @@ class Pipeline:
             self.write_environment(p)
 
     def refuse_what_cannot_run(self, platforms: Sequence[Platform]) -> None:
-        """After the builds, before any generation: raise InputError (one line, harness.stages.preflight) for a
+        """After the builds, before any generation: raise InputError (one line, harness.stages.build.preflight) for a
         prompt that does not fit its context, counted by the model's own tokenizer (harness.matrix.fit: only
         the prompts its bounds leave open), and for a configuration's arguments that the platform's build of
         llama-completion does not take.  The arguments are not checked in a forecast (``bases`` given): there
@@ -719,7 +719,7 @@ class Pipeline:
 
     def _refused_options(self, p: Platform) -> list[str]:
         """Why ``p``'s builds of llama-completion do not take the arguments of the configurations its selected
-        groups run there (harness.stages.preflight.option_refusal), one line per configuration refused; a group
+        groups run there (harness.stages.build.preflight.option_refusal), one line per configuration refused; a group
         skipped for want of GPUs (:meth:`stage_compare`) is not checked."""
         out: list[str] = []
         checked: dict[tuple[str, tuple[str, ...]], str | None] = {}
@@ -858,7 +858,7 @@ class Pipeline:
         return SessionCache(self.results_cache, self.run.id, identity, DigestMemo(self.results_cache.root / "digests"))
 
     def hooks(self, p: Platform) -> Hooks:
-        """How the greedy runner and the speed stage (harness.stages.speed) start the engine and llama-completion
+        """How the greedy runner and the speed stage (harness.stages.speed.speed) start the engine and llama-completion
         of a configuration (a Side), with the platform's executable suffix and emulator (Wine for
         windows-x86_64-cpu), and what they do with stderr."""
         layout = self.run.layout

@@ -1,4 +1,4 @@
-"""The compile step of a CUDA platform without a GPU (harness/stages/cuda_compile.py).
+"""The compile step of a CUDA platform without a GPU (harness/stages/build/cuda_compile.py).
 
 Fast tests cover the toolkit layout from the PyPI wheels, the libcuda stub, the
 series' changed files, the include scan and the skip reason.  Slow ones build
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.stages import cuda_compile
-from harness.stages.build import ccache_env, find_tool
+from harness.stages.build import cuda_compile
+from harness.stages.build.build import ccache_env, find_tool
 from harness.matrix.config import load_matrix
-from harness.stages.cuda_compile import (Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree,
+from harness.stages.build.cuda_compile import (Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree,
                                   driver_functions, include_closure, plan, refine, wheel_versions)
 from harness.pipeline import Options, Pipeline
 from harness.record.results import Run
@@ -267,8 +267,8 @@ def test_a_cuda_library_and_a_program_using_it_link_against_the_wheels_and_the_s
 @pytest.fixture(scope="module")
 def fork_tree(tmp_path_factory):
     """A fresh fork tree and the compile step's options, laid out like .harness so ccache hits across them."""
-    from harness.stages.patches import prepare_series_tree, read_series
-    from harness.stages.source import obtain_base
+    from harness.stages.build.patches import prepare_series_tree, read_series
+    from harness.stages.build.source import obtain_base
     work = tmp_path_factory.mktemp("work")
     toolkit = _toolkit_or_skip(work)
     matrix = load_matrix(ROOT / "matrix.yaml")

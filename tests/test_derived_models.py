@@ -27,7 +27,7 @@ from harness.matrix.models import (
     model_summary,
     quantized_spec_problems,
 )
-from harness.stages import quantize_tool as qt
+from harness.stages.build import quantize_tool as qt
 
 from test_models import TINY, vocab  # noqa: F401  (the vocabulary fixture)
 

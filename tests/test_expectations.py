@@ -1,4 +1,4 @@
-"""Expectations (harness.stages.expectations): every rule is judged from the runtime probe on recorded runs.
+"""Expectations (harness.stages.checks.expectations): every rule is judged from the runtime probe on recorded runs.
 
 The CUDA records are one NVIDIA H200's, committed under results/evidence/: the clean series
 gpu1-20261202T142857Z (every CUDA configuration, a probe record ``engine.probe.json`` per
@@ -29,10 +29,10 @@ from harness.matrix.config import MatrixError, load_matrix
 from harness.record.junit import checks_xml
 from harness.record.probe import PROBE_FILE, PROBE_STEP_BYTES, Probe, parse_probe
 from harness.record.results import Run, RunLayout, StepRecord, write_json
-from harness.stages import expectations as ex
-from harness.stages.checks import CheckContext, run_checks
-from harness.stages.expectation_probe import PIN_CHUNK_MIN_BYTES, cap_floor_bytes
-from harness.stages.registered_checks import CHECKS
+from harness.stages.checks import expectations as ex
+from harness.stages.checks.checks import CheckContext, run_checks
+from harness.stages.checks.expectation_probe import PIN_CHUNK_MIN_BYTES, cap_floor_bytes
+from harness.stages.checks.registered_checks import CHECKS
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIDENCE = ROOT / "results" / "evidence"

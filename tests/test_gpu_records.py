@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from harness.record import environment, gpu
-from harness.stages.expectation_load import model_buffers
-from harness.stages.compare import GenerationResult
+from harness.stages.checks.expectation_load import model_buffers
+from harness.stages.outputs.compare import GenerationResult
 from harness.matrix.config import MatrixError, load_matrix
 from harness.record.results import ComparisonRecord, Run, StepRecord
-from harness.stages.upstream_support import unsupported_upstream
+from harness.stages.outputs.upstream_support import unsupported_upstream
 
 LADDER_LOG = "\n".join([
     "0.01.000.000 I ggml_cuda_host_malloc: pin ladder: cudaMallocHost requested=4962910208 granted=4962910208 "
@@ -159,7 +159,7 @@ ROW_FAILURE = ("echo \"0.01.$$.100 E llama_init_from_model: failed to initialize
 def _fake_cuda_build(tmp_path: Path, variant: str, script: str):
     import stat
 
-    from harness.stages.build import BuildResult
+    from harness.stages.build.build import BuildResult
     bin_dir = tmp_path / variant / "bin"
     bin_dir.mkdir(parents=True)
     engine = f"exec {sys.executable} {Path(__file__).with_name('fake_engine.py')}\n"

@@ -7,7 +7,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
 
 def module_name(path: Path) -> str:
-    """``harness/stages/build.py`` -> ``stages.build``; a package's ``__init__.py`` -> the package."""
+    """``harness/stages/build/build.py`` -> ``stages.build``; a package's ``__init__.py`` -> the package."""
     parts = path.relative_to(PACKAGE).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 

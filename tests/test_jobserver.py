@@ -20,8 +20,8 @@ from harness.common.jobserver import JobBudget, ninja_version
 from harness.matrix.config import load_matrix
 from harness.pipeline import Options, Pipeline
 from harness.record.results import Run
-from harness.stages.build import _run_step, find_tool
-from harness.stages.cuda_compile import Toolkit
+from harness.stages.build.build import _run_step, find_tool
+from harness.stages.build.cuda_compile import Toolkit
 
 RECORDER = """#!{python}
 import os, subprocess, sys, time

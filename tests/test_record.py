@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.record import results
-from harness.stages.build import BuildResult
+from harness.stages.build.build import BuildResult
 from harness.matrix.config import load_matrix
 from harness.pipeline import Options, Pipeline
 from harness.analysis.report import render_html

@@ -22,9 +22,9 @@ from harness.pipeline import Options
 from harness.record.bench import parse_step, read_bench, step_name
 from harness.record.junit import write_speed_junit
 from harness.record.results import Run, StepRecord, write_json
-from harness.stages.engine import EngineSession
-from harness.stages import speed
-from harness.stages.speed import stage_speed
+from harness.stages.outputs.engine import EngineSession
+from harness.stages.speed import speed
+from harness.stages.speed.speed import stage_speed
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_ENGINE = Path(__file__).resolve().parent / "fake_engine.py"

@@ -1,6 +1,6 @@
 """Speed between two runs: within-run ratios compared across runs, absolute tok/s as information.
 
-For every platform that has a ``<platform>/speed/bench.json`` (harness.stages.speed) in both
+For every platform that has a ``<platform>/speed/bench.json`` (harness.stages.speed.speed) in both
 runs, every configuration measured in both with the same model, tokens per request and rounds is
 judged per metric (pp, tg), with run B's ``defaults.speed`` factor and p:
 

@@ -1,6 +1,6 @@
 """Within-run speed ratios: a configuration against the reference it was measured interleaved with.
 
-The speed stage (harness.stages.speed) times the configurations of one unit (model, tokens per
+The speed stage (harness.stages.speed.speed) times the configurations of one unit (model, tokens per
 request, rounds) in interleaved rounds: round ``i`` holds one sample of each, taken minutes or
 seconds apart, so they share the machine's state at that time (clocks, other work, the GPU's
 temperature).  Sample ``i`` of a ``bench.json`` measurement's ``pp_tok_s`` / ``tg_tok_s`` is round
@@ -66,7 +66,7 @@ def round_ratios(candidate: Sequence[float], reference: Sequence[float]) -> list
 
 def unit_key(m: Mapping[str, Any]) -> tuple:
     """What makes measurements of one ``bench.json`` interleaved: the same model, tokens per request and
-    rounds (harness.stages.speed.Unit), whose configurations the stage times round by round together,
+    rounds (harness.stages.speed.speed.Unit), whose configurations the stage times round by round together,
     and the same ``interleaved`` value where the record has one (a stage that times one unit in several
     separate sets of rounds names each set so; absent, as in every record so far, one unit is one set)."""
     return (m.get("model"), m.get("n_prompt"), m.get("n_gen"), m.get("repeats"), m.get("interleaved"))

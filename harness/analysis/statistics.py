@@ -16,7 +16,7 @@ from doing so.  With 5 samples on each side the exact one-sided p is 1/252 = 0.0
 five candidate samples are below all five reference samples and 2/252 = 0.008 with one pair
 out of order, so the default ``p_max`` of 0.01 asks for (almost) complete separation.
 
-Samples are tok/s (higher is faster).  Nothing here measures; harness.stages.speed does.
+Samples are tok/s (higher is faster).  Nothing here measures; harness.stages.speed.speed does.
 """
 
 from __future__ import annotations

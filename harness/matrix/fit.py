@@ -1,6 +1,6 @@
 """Whether a generation fits its context: a prompt's tokens plus ``n_predict`` within ``ctx_size``.
 
-The rule is the one the programs apply.  The engine (harness/stages/engine/engine.cpp,
+The rule is the one the programs apply.  The engine (harness/stages/outputs/engine/engine.cpp,
 ``generate``) refuses a prompt whose tokens plus ``n_predict`` exceed its context, and
 llama-completion refuses a prompt longer than its context minus 4 tokens
 (tools/completion/completion.cpp, "prompt is too long"); both contexts are ``ctx_size``

@@ -1,6 +1,6 @@
 """Benchmark of the compile step: ``python -m harness bench-compile [--cold] [-j N]``.
 
-Runs the ``compile`` step (harness.stages.cuda_compile) of a CUDA platform for the
+Runs the ``compile`` step (harness.stages.build.cuda_compile) of a CUDA platform for the
 fork and the base (``--fork-only``: the fork) in a fresh work directory, so neither ninja nor an earlier
 build directory helps, and prints the seconds of each with the machine it ran
 on.  Warm (default): ccache's usual directory, filled by an earlier run, serves

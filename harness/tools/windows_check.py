@@ -360,8 +360,8 @@ def run_check(tree: Path, log_dir: Path, targets: Sequence[Target], cuda: CudaHe
 def _default_tree(args: argparse.Namespace) -> Path:
     """The fork work tree ``<work-dir>/fork/llama.cpp``, made from the series when missing or stale."""
     from ..matrix.config import MatrixError, load_matrix
-    from ..stages.patches import PatchError, prepare_series_tree, read_series
-    from ..stages.source import SourceError, obtain_base
+    from ..stages.build.patches import PatchError, prepare_series_tree, read_series
+    from ..stages.build.source import SourceError, obtain_base
     try:
         matrix = load_matrix(args.matrix)
         patches = read_series(args.patches_dir)

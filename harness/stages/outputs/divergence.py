@@ -2,8 +2,8 @@
 
 Inputs are what the runs produced: per configuration the engine generations
 (token ids, pieces, end-of-generation flags and the two highest logits of
-every row, ``harness.stages.engine``), the llama-completion run's text
-(``harness.stages.compare``) and, for the candidate, the teacher-forced KL divergence
+every row, ``harness.stages.outputs.engine``), the llama-completion run's text
+(``harness.stages.outputs.compare``) and, for the candidate, the teacher-forced KL divergence
 against the reference.  Everything here is a pure function of those records, so
 it is tested on recorded streams.
 

@@ -29,8 +29,8 @@ import fnmatch
 import re
 from typing import Any, Mapping, Sequence
 
-from ..record.gpu import SUMMARY_KINDS
-from ..record.probe import PROBE_STEP_BYTES, Probe, ProbeBuffer, group_layers, layers_text
+from ...record.gpu import SUMMARY_KINDS
+from ...record.probe import PROBE_STEP_BYTES, Probe, ProbeBuffer, group_layers, layers_text
 from .expectation_rules import Expectations, Finding, Pinned
 
 #: The buffer type of weights upstream repacks for its CPU kernels (ggml-cpu's extra buffer type): anonymous

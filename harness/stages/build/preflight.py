@@ -19,13 +19,13 @@ import re
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..common import proc
-from ..common.errors import InputError
-from ..matrix.config import Matrix, Platform
-from ..matrix.fit import Vocabulary, refuse_unfit, selected_generations, selected_groups, vocabulary_of
-from ..matrix.models import ModelError, made_model_path, model_summary
-from ..matrix.platforms import cannot_run
-from .compare import find_error_line
+from ...common import proc
+from ...common.errors import InputError
+from ...matrix.config import Matrix, Platform
+from ...matrix.fit import Vocabulary, refuse_unfit, selected_generations, selected_groups, vocabulary_of
+from ...matrix.models import ModelError, made_model_path, model_summary
+from ...matrix.platforms import cannot_run
+from ..outputs.compare import find_error_line
 from .source import cached_base
 
 #: Environment variables only the CUDA backend reads (ggml/src/ggml-cuda: ``GGML_CUDA_*``; the CUDA

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..common import proc
-from .build import find_tool
+from ...common import proc
+from ..build.build import find_tool
 
 #: compute-sanitizer tools the native tests can run under (``--sanitize``).
 SANITIZERS = ("memcheck", "racecheck", "initcheck", "synccheck")

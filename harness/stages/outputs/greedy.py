@@ -2,7 +2,7 @@
 
 For each model, every configuration ("side": a configuration as built for one
 platform) that a selected group needs runs in one engine session
-(``harness.stages.engine``): all its prompts' generations, then the teacher-forced
+(``harness.stages.outputs.engine``): all its prompts' generations, then the teacher-forced
 scorings.  A reference writes the full log-probability rows of its own tokens
 to a temporary dump; each candidate scores the reference's tokens against that
 dump (KL divergence, top-1 agreement), so sides run in an order that puts
@@ -29,7 +29,7 @@ the lanes.  Every record is keyed by side and prompt and the comparisons are dec
 model's work, so the records do not depend on the order the lanes finish in.  A GPU platform runs one
 process at a time.
 
-With a result cache (harness.stages.generation_cache, docs/cache.md) a session whose inputs are
+With a result cache (harness.stages.outputs.generation_cache, docs/cache.md) a session whose inputs are
 byte-identical to a stored one is restored instead of run: its files are written as a fresh
 session writes them and its runs and scores come back, so the comparisons are decided the same way.
 """
@@ -50,15 +50,15 @@ from pathlib import Path
 from typing import ContextManager, Iterator
 
 from .compare import GenerationResult, GenerationSpec, find_error_line, run_generation
-from ..matrix.config import Comparison, Generation
+from ...matrix.config import Comparison, Generation
 from .divergence import EngineRun, SideRuns, StreamComparison, compare_streams, summarize_kl
 from .engine import EngineError, EngineGeneration, EngineSession, ScoreResult, write_engine_cmd
 from .generation_cache import SessionCache, generation_from_record, generation_identity, read_json_file, \
     restored_completion, spec_identity
-from ..common.locks import Rank, joined_by_holder_of
-from ..common import proc
-from ..record.probe import PROBE_FILE
-from ..record.results import Failure, write_json
+from ...common.locks import Rank, joined_by_holder_of
+from ...common import proc
+from ...record.probe import PROBE_FILE
+from ...record.results import Failure, write_json
 from .upstream_support import unsupported_upstream
 
 
@@ -171,7 +171,7 @@ class JobResult:
 class Timing:
     """Where the stage's time went, in seconds: ``wall`` in total; ``loads``: engine model loads (process start to
     ready); ``engine_generation``: the engine's own prompt + generation time; ``engine_scoring``: teacher-forced
-    scoring; ``cached_sessions``: sessions taken from the result cache (harness.stages.generation_cache);
+    scoring; ``cached_sessions``: sessions taken from the result cache (harness.stages.outputs.generation_cache);
     ``completion_wall``: llama-completion runs end to end; ``completion_generation``: their prompt eval +
     eval time as llama-completion's perf lines report it; ``probes``: the runtime probe of each load
     (harness.record.probe), request to reply; ``sessions``/``completion_runs``: counts."""
@@ -487,7 +487,7 @@ class GreedyRunner:
     def _judge_upstream(self, pc: StreamComparison, up: SideRuns, cand_runs: SideRuns, up_side: Side, cand: Side,
                         model: str, prompt: str) -> None:
         """Mark ``pc`` unsupported-upstream when every run of upstream's build and the candidate failed, and
-        their llama-completion runs failed the same way (harness.stages.upstream_support)."""
+        their llama-completion runs failed the same way (harness.stages.outputs.upstream_support)."""
         sides = (up, cand_runs)
         if any(r.status == "ok" for s in sides for r in s.engine) or any(s.completion is None for s in sides):
             return
@@ -688,7 +688,7 @@ class GreedyRunner:
     # ----- the result cache ----------------------------------------------------------------------
     def _session_identity(self, side: Side, gen: Generation, model: str, model_path: Path, need: dict,
                           argv: Sequence[str], env: Mapping[str, str]) -> dict | None:
-        """The key material of ``side``'s session (harness.stages.generation_cache), None without a cache or
+        """The key material of ``side``'s session (harness.stages.outputs.generation_cache), None without a cache or
         when an input cannot be read (the session then runs, uncached)."""
         if self.cache is None:
             return None

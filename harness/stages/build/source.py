@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..matrix.config import Matrix, Source
-from ..common.errors import InputError
-from ..common.fs import sha256_file, writable_dir
-from ..common.locks import Rank, exclusive
+from ...matrix.config import Matrix, Source
+from ...common.errors import InputError
+from ...common.fs import sha256_file, writable_dir
+from ...common.locks import Rank, exclusive
 
 #: Paths left out of the trimmed mirror (issue 4: ~10 MB without models/ and docs/),
 #: except the vocab files listed in MIRROR_KEEP, which the synthetic models need.
@@ -556,7 +556,7 @@ def prepare_tree(base: BaseTree, work: Path, variant: str, series_digest: str | 
 
     ``base``: a clone of the base repository at ``base.git_rev``.  ``fork``:
     the same plus the patch series, imported by ``apply(repo, base_rev)``
-    (see harness.stages.patches).  A tree is reused only when the base, the
+    (see harness.stages.build.patches).  A tree is reused only when the base, the
     ``series_digest`` and its HEAD are what the last preparation left and no
     tracked file was edited since; otherwise it is prepared again, so a build
     never labels other code with the series' name.  Reuse leaves every file's

@@ -1,6 +1,6 @@
 """The checks every compare-outputs stage runs after a platform's comparisons, in order.
 
-Each is a harness.stages.checks.Check; a new check is one entry in :data:`CHECKS` and its
+Each is a harness.stages.checks.checks.Check; a new check is one entry in :data:`CHECKS` and its
 step name in :data:`STEP_NAMES` (JUnit writes those steps as ``checks-<platform>.xml``).
 """
 

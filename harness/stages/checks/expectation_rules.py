@@ -1,4 +1,4 @@
-"""The rules of harness.stages.expectations: what a configuration must do, declared or by default.
+"""The rules of harness.stages.checks.expectations: what a configuration must do, declared or by default.
 
 :func:`default_expectations` derives every rule from a configuration's build, ``env``,
 ``args`` and the platform (the rule docs/checks.md states); :func:`expectations_for`
@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
-from ..matrix.config import Platform, RunConfig
+from ...matrix.config import Platform, RunConfig
 
 #: The rules, in the order they are checked and reported.
 RULES = ("placement", "weights", "pinned", "mapped", "claims", "warnings")
@@ -63,7 +63,7 @@ class Pinned:
     """The page-locked fraction of the experts' bytes: at least ``min``, at most ``max`` (None: no bound).
 
     ``cap_bytes``: GGML_CUDA_PIN_SIM_TOTAL_MAX_MB in bytes; the fraction must then also reach what that
-    cap allows the model buffers of type ``capped_type`` (harness.stages.expectation_load.cap_floor_bytes).
+    cap allows the model buffers of type ``capped_type`` (harness.stages.checks.expectation_load.cap_floor_bytes).
     """
 
     min: float | None = None

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from .engine import EngineError, EngineSession
+from ..outputs.engine import EngineError, EngineSession
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from ..common.errors import InputError
+from ...common.errors import InputError
 
 if TYPE_CHECKING:
     from .source import BaseTree
@@ -455,7 +455,7 @@ def series_label(patches: Sequence[Patch], total: int | None = None) -> str:
 
 def prepare_series_tree(base: BaseTree, work: Path, variant: str, patches: Sequence[Patch],
                         log: Path | None = None) -> Path:
-    """``work/<variant>/llama.cpp`` holding ``base`` plus ``patches`` (harness.stages.source.prepare_tree).
+    """``work/<variant>/llama.cpp`` holding ``base`` plus ``patches`` (harness.stages.build.source.prepare_tree).
 
     Re-made only when the base, the series or the tree itself changed; raises
     PatchApplyError naming the patch that does not apply.

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from ..common.jobserver import JobBudget
+from ...common.jobserver import JobBudget
 from .unity import CMAKE_HOOK, INCLUDE_LINE, Member, unity_groups, unity_object, write_groups_file
 
 #: PyPI wheels of the CUDA 13.0 toolkit the step compiles with; nvidia-nvvm holds cicc, which
@@ -181,7 +181,7 @@ def assemble_toolkit(cache: Path, cc: str = "cc") -> Toolkit:
     also under its soname libcuda.so.1.  Raises ToolkitMissing (a wheel absent) or RuntimeError
     (the stub or nvcc failed).
     """
-    from ..common.locks import Rank, exclusive
+    from ...common.locks import Rank, exclusive
     versions = wheel_versions()
     src = wheel_root()
     digest = hashlib.sha256(json.dumps({"scheme": LAYOUT_SCHEME, **versions}, sort_keys=True).encode()).hexdigest()[:12]
@@ -237,7 +237,7 @@ class Plan:
     build directory), each with the changed files that put it there.  ``link``: the targets to
     link.  ``scanned``: units decided by the include scan (the rest by ninja's dependency log).
     ``selected``: the objects of ``units`` as planned, before :func:`refine` (the units compiled
-    alone; every other unit may be grouped, harness.stages.unity).
+    alone; every other unit may be grouped, harness.stages.build.unity).
     """
 
     changed: dict[str, str]
@@ -467,7 +467,7 @@ def _flags(unit: Unit) -> str:
 
 
 def grouping(build_dir: Path, tree: Path, selected: Iterable[str]) -> dict[str, list[Member]]:
-    """The unity groups (harness.stages.unity) of the units of ``build_dir``'s compile_commands.json
+    """The unity groups (harness.stages.build.unity) of the units of ``build_dir``'s compile_commands.json
     that are not ``selected`` (object paths compiled alone).
 
     Left out: units outside ``tree`` (generated into the build directory) and every unit of a
@@ -491,7 +491,7 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
 
     The plan is made from a configure without grouping, so compile_commands.json names every unit.
     Where something is linked, the units it does not select are grouped into unity sources
-    (harness.stages.unity; :func:`grouping`, written to ``build_dir/unity-groups.cmake``
+    (harness.stages.build.unity; :func:`grouping`, written to ``build_dir/unity-groups.cmake``
     and applied by a second configure through ``CMAKE_PROJECT_ggml_INCLUDE``); the selected ones
     compile alone, as without grouping.  A unity source that fails to compile is dissolved (its units compile
     alone) and the build runs again, so a grouping the rule got wrong costs time, not a failure.
@@ -582,7 +582,7 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
                          + f" ({what})")
     else:
         result.detail = f"compiled {what}"
-    from ..record.results import write_json
+    from ...record.results import write_json
     write_json(logs_dir / "compile.json", {
         "status": result.status, "seconds": round(result.seconds, 1), "scan_seconds": round(scan_seconds, 1),
         "build_seconds": round(build_seconds, 1), "options": opts, "changed": result.plan.changed,

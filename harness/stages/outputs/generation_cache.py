@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..common import proc
-from ..common.fs import sha256_files
-from ..record import environment
-from ..record.cache import DigestMemo, Hit, ResultCache, identity_key, images_digest
+from ...common import proc
+from ...common.fs import sha256_files
+from ...record import environment
+from ...record.cache import DigestMemo, Hit, ResultCache, identity_key, images_digest
 from .compare import GenerationResult, GenerationSpec, from_text_mode, prepare_generation, split_completion_stdout
 from .engine import EngineGeneration, parse_generation
 
@@ -198,7 +198,7 @@ def generation_identity(side: SideIdentity, model_digest: str, engine_argv: Sequ
 
 
 def generation_from_record(record: Mapping[str, Any]) -> EngineGeneration:
-    """An EngineGeneration from its ``<prompt>.r<k>.tokens.json`` form (harness.stages.greedy.generation_record).
+    """An EngineGeneration from its ``<prompt>.r<k>.tokens.json`` form (harness.stages.outputs.greedy.generation_record).
 
     Raises KeyError/ValueError/TypeError for a record of another shape.
     """

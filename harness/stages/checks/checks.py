@@ -5,9 +5,9 @@ the steps it decided, one per configuration; :func:`run_checks` records them in 
 A check never runs a program: it judges records, so it runs in seconds and a failure
 in one check leaves every other result in place.  The checks, in order:
 
-* harness.stages.expectations: placement, pinning and warnings of each configuration.
+* harness.stages.checks.expectations: placement, pinning and warnings of each configuration.
 
-The list the compare-outputs stage runs is harness.stages.registered_checks (a new check is
+The list the compare-outputs stage runs is harness.stages.checks.registered_checks (a new check is
 one line there).
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from ..matrix.config import Matrix, Platform
-from ..record.results import Run, StepRecord
+from ...matrix.config import Matrix, Platform
+from ...record.results import Run, StepRecord
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..common import proc
+from ...common import proc
 
 GenerationStatus = Literal["ok", "crashed", "timeout"]
 #: A name declared in harness.record.results.COMPARISON (the one place comparison statuses are declared).
@@ -461,7 +461,7 @@ def prompt_token_ids(
 ) -> list[int]:
     """The token ids of ``text`` as a prompt, from ``llama-tokenize`` (arguments as in :func:`tokenize`).
 
-    As the engine's ``generate`` tokenizes it (harness/stages/engine/engine.cpp, ``tokenize_prompt``):
+    As the engine's ``generate`` tokenizes it (harness/stages/outputs/engine/engine.cpp, ``tokenize_prompt``):
     special-token text parsed (the tool's default, common/arg.cpp: its ``--parse-special`` belongs to
     llama-imatrix), BOS added where the vocabulary adds one, and with it EOS where the vocabulary adds
     that (the tool's ``add_special`` follows the vocabulary's BOS; a vocabulary that adds EOS without

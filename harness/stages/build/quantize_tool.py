@@ -16,11 +16,11 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..matrix.config import Matrix, Platform
-from ..matrix.models import QUANTIZE_TARGET, ModelError, QuantizeTool
-from ..matrix.platforms import host_arch, host_os
-from ..record.cache import images_digest
-from .generation_cache import build_labels, shared_libraries
+from ...matrix.config import Matrix, Platform
+from ...matrix.models import QUANTIZE_TARGET, ModelError, QuantizeTool
+from ...matrix.platforms import host_arch, host_os
+from ...record.cache import images_digest
+from ..outputs.generation_cache import build_labels, shared_libraries
 
 
 def quantize_platform(platforms: Iterable[Platform]) -> Platform | None:

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from ..common import proc
-from ..common.jobserver import JobBudget
-from ..common.locks import BuildLock
+from ...common import proc
+from ...common.jobserver import JobBudget
+from ...common.locks import BuildLock
 
-from ..common.errors import EnvironmentProblem
+from ...common.errors import EnvironmentProblem
 
 #: Bumped when the way builds are configured changes, so old build dirs are not reused.
 BUILD_SCHEME = 1

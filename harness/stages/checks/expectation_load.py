@@ -2,7 +2,7 @@
 
 A load is one process that loaded a model (the engine, a llama-completion run).  Its
 placement, weights, page-locked and memory-mapped bytes are judged from the probe of the
-configuration's engine load (harness.record.probe, harness.stages.expectation_probe): the
+configuration's engine load (harness.record.probe, harness.stages.checks.expectation_probe): the
 engine probes its own load; llama-completion has no probe, and its lines are checked as
 claims against the engine's.  Its placement record (harness.record.gpu.buffer_placement)
 and pin-ladder records (harness.record.gpu.parse_ladder_lines) are claims; its warnings
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..record.gpu import last_load_model_buffers
-from ..record.probe import Probe
+from ...record.gpu import last_load_model_buffers
+from ...record.probe import Probe
 from .expectation_probe import (LOGGED_MIB_TOLERANCE_BYTES, claim_findings, coverage, mapped_findings,
                                 pin_claims, placement_findings, pinned_findings, weights_findings)
 from .expectation_rules import WARNINGS, Expectations, Finding, rule_on

@@ -8,7 +8,7 @@ executable with its build name zeroed, harness.record.cache.normalized_image, an
 any data file); then every shared library of the build, the environment added by
 the harness (the emulator's), the emulator's version, the wrapper
 (compute-sanitizer), the machine and the inherited variables that reach the
-programs (harness.stages.generation_cache), and this module's and
+programs (harness.stages.outputs.generation_cache), and this module's and
 ``native_tests.py``'s code.
 
 A label whose key is stored is *reused*: its test cases come from the run that
@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..common import proc
-from ..common.fs import sha256_files
-from ..record.cache import ResultCache, abstract_paths, identity_key, image_digest, images_digest
-from .build import find_tool
-from .generation_cache import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
+from ...common import proc
+from ...common.fs import sha256_files
+from ...record.cache import ResultCache, abstract_paths, identity_key, image_digest, images_digest
+from ..build.build import find_tool
+from ..outputs.generation_cache import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
 from .native_tests import TestCase, TestRun, run_ctest
 
 #: The entry kind of a ctest label's result in the store.
@@ -120,7 +120,7 @@ def run_tests_reusing(cache: ResultCache | None, run_id: str, build_dir: Path, l
                       targets: Sequence[str], out_dir: Path, *, env: Mapping[str, str] | None = None,
                       emulator_argv: Sequence[str] = (), wrapper: Sequence[str] = (),
                       reference_junit: Path | None = None, gpu: bool = False) -> tuple[TestRun, Reuse]:
-    """Run the tests of ``labels`` like harness.stages.native_tests.run_ctest, reusing each label stored
+    """Run the tests of ``labels`` like harness.stages.tests.native_tests.run_ctest, reusing each label stored
     in ``cache`` with the same identity (None: run them all).
 
     Returns the TestRun (reused cases included, ``junit.xml`` and ``ctest.log`` written as one run) and what

@@ -3,8 +3,8 @@
 It runs after the comparisons of ``compare-outputs`` (``--no-bench`` leaves it out), on every
 platform that ran them, for every selected group with a ``speed`` section in ``matrix.yaml``.
 A rule compares a candidate with its reference (the group's, or the rule's own ``reference``), so
-the stage measures pair by pair (harness.stages.speed_pairs): per pair of configurations, model and
-tokens, one engine process (``llama-harness-engine``, harness.stages.engine) per side is started
+the stage measures pair by pair (harness.stages.speed.speed_pairs): per pair of configurations, model and
+tokens, one engine process (``llama-harness-engine``, harness.stages.outputs.engine) per side is started
 with the configuration's own ``args`` and ``env``, so the measurement is of the configuration as the
 comparisons ran it; after one untimed warm-up request each, the timed ``bench <n_prompt> <n_gen>``
 requests alternate between the two (A B, B A, A B, ...) for ``repeats`` rounds, so the machine's load
@@ -29,14 +29,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analysis.statistics import judge, spread
-from ..matrix.config import Generation, GroupSpeed, Platform, SpeedRule
-from ..matrix.platforms import cannot_run
-from ..record import environment
-from ..record.bench import METRICS, step_name
-from ..record.results import Failure, StepRecord, write_json
-from .engine import EngineError, EngineSession
-from .greedy import Side
+from ...analysis.statistics import judge, spread
+from ...matrix.config import Generation, GroupSpeed, Platform, SpeedRule
+from ...matrix.platforms import cannot_run
+from ...record import environment
+from ...record.bench import METRICS, step_name
+from ...record.results import Failure, StepRecord, write_json
+from ..outputs.engine import EngineError, EngineSession
+from ..outputs.greedy import Side
 from .speed_pairs import EngineKind, Pair, Roster, Unit, pair_key, plan_pairs
 
 #: The pipeline the stage runs in (harness.pipeline.Pipeline: matrix, run, opts, console, build_variant,
@@ -255,7 +255,7 @@ def _load_average() -> list[float] | None:
 
 def _starter(pipe: Pipeline, p: Platform, rules: list[Rule], out: Path,
              problems: dict[str, list[Failure]]) -> Any:
-    """The function that prepares the engine of (kind, config) for :class:`harness.stages.speed_pairs.Roster`
+    """The function that prepares the engine of (kind, config) for :class:`harness.stages.speed.speed_pairs.Roster`
     in the calling thread (the model, the build and its read lock, the command) and returns what starts it;
     it raises RuntimeError where the model, the build or the engine command is missing (also recorded in
     ``problems``, by configuration).  An engine's context fits the largest request of its model's rules."""

@@ -46,14 +46,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from ..matrix.config import Platform, RunConfig
-from ..record.probe import PROBE_FILE, Probe, ProbeError, read_probe
-from ..record.results import Failure, RunLayout, StepRecord, write_json
+from ...matrix.config import Platform, RunConfig
+from ...record.probe import PROBE_FILE, Probe, ProbeError, read_probe
+from ...record.results import Failure, RunLayout, StepRecord, write_json
 from .expectation_load import LOGGED_MIB_TOLERANCE_BYTES, Finding, check_load
 from .expectation_rules import (RULES, WARNINGS, Expectations, default_expectations, expectations_for, pin_layers,
                                 rule_on, uses_mmap)
 
-if TYPE_CHECKING:  # harness.stages.checks is the shape; this module is one check of it
+if TYPE_CHECKING:  # harness.stages.checks.checks is the shape; this module is one check of it
     from .checks import CheckContext
 
 __all__ = ["STEP_NAME", "RULES", "WARNINGS", "LOGGED_MIB_TOLERANCE_BYTES", "Expectations", "check", "check_config",
@@ -212,7 +212,7 @@ def _step(layout: RunLayout, platform: Platform, config: RunConfig, loads: list[
 
 def check(ctx: CheckContext) -> Iterable[StepRecord]:
     """The ``expectations`` step of every configuration of ``ctx.configs`` that has a generate step on
-    ``ctx.platform`` (a check of harness.stages.checks)."""
+    ``ctx.platform`` (a check of harness.stages.checks.checks)."""
     for name in ctx.configs:
         generate = ctx.run.step(ctx.platform.name, name, "generate")
         if generate is None or name not in ctx.matrix.configs:

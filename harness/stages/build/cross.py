@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from ..matrix.config import CrossSpec, Platform
+from ...matrix.config import CrossSpec, Platform
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """One model load, many greedy generations: the harness's ``llama-harness-engine`` program.
 
-The program (``harness/stages/engine/engine.cpp``) is built into every llama.cpp build
+The program (``harness/stages/outputs/engine/engine.cpp``) is built into every llama.cpp build
 of the harness (``inject.cmake`` adds it to the configure; the llama.cpp tree is
 not changed), with the same compiler and toolchain as the build (MinGW too).  It takes llama-completion's command-line arguments, loads the
 model once and then serves requests read from stdin:
@@ -12,7 +12,7 @@ model once and then serves requests read from stdin:
   full log-probability rows to a dump file and/or computing KL divergence and
   top-1 agreement against a reference dump;
 * ``bench``: a timed prompt of given length and a timed generation of given length
-  (the speed stage, harness.stages.speed).
+  (the speed stage, harness.stages.speed.speed).
 
 ``EngineSession`` runs one such process with a configuration's arguments and
 environment (optionally behind an emulator prefix such as ``wine``); stderr goes
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ..common import proc
-from ..common.fs import sha256_files
+from ...common import proc
+from ...common.fs import sha256_files
 
 #: The CMake target and binary name of the engine program.
 ENGINE_TARGET = "llama-harness-engine"
@@ -67,7 +67,7 @@ def engine_argv(binary: Path, model: Path, gen: Any, args: Sequence[str] = ()) -
 
     ``gen`` is a ``harness.matrix.config.Generation`` (n_predict tokens, seed, ctx_size
     tokens; ``threads``, when set, becomes ``-t``).  The flags are llama-completion's (``--temp 0``: greedy;
-    ``--no-warmup``; ``-fit off``: see :func:`harness.stages.compare.completion_argv`;
+    ``--no-warmup``; ``-fit off``: see :func:`harness.stages.outputs.compare.completion_argv`;
     ``-lv 4``: INFO lines such as buffer types and the pin ladder reach stderr), so
     configuration ``args`` mean the same to both and, coming last, override the defaults.
     """
