@@ -28,7 +28,7 @@ STAGES = ("build", "test", "compare-outputs")
 
 def _bench_repeats(text: str) -> int:
     """An argparse type: timed rounds of the speed stage, an integer >= 5 (the matrix schema's minimum:
-    fewer samples give the rank test no power; harness/analysis/statistics.py)."""
+    fewer samples give the rank test no power; harness/common/statistics.py)."""
     value = positive(text)
     if value < 5:
         raise argparse.ArgumentTypeError(f"{text}: the speed stage needs at least 5 rounds")

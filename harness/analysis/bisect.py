@@ -8,7 +8,7 @@ the check fail with the whole series applied on top (:class:`UpstreamBisector`).
 
 Every position is built with harness.stages.build.build and checked with harness.stages.tests.native_tests
 (``test:``) or harness.stages.outputs.compare (``group:``); the base tree comes from harness.stages.build.source,
-models from harness.matrix.models and the CMake options from harness.pipeline.cmake_options.
+models from harness.matrix.models and the CMake options from harness.stages.build.builds.cmake_options.
 """
 
 from __future__ import annotations
@@ -659,7 +659,7 @@ def main(argv: Sequence[str]) -> int:
     from ..matrix.models import ModelStore
     from ..stages.build.quantize_tool import built_tool
     from ..stages.build.patches import read_series
-    from ..pipeline import cmake_options
+    from ..stages.build.builds import cmake_options
     from ..stages.build.source import cache_dir, obtain_base
     ap = argparse.ArgumentParser(prog="python -m harness bisect",
                                  description="Find the first patch of the series, or the first upstream commit, "

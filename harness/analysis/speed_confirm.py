@@ -6,7 +6,7 @@ velocity's ``asv continuous`` does for two commits, the two builds are then meas
 one resident engine per build (run A's and run B's build of the configuration's variant, the
 configuration's own ``args`` and ``env``), timed in interleaved rounds by the speed stage's own
 measurement (harness.stages.speed.speed: one untimed warm-up request each, then rounds A B, B A, ...),
-and B's samples are judged against A's by the slowdown rule (harness.analysis.statistics).  A
+and B's samples are judged against A's by the slowdown rule (harness.common.statistics).  A
 slowdown by the rule is **confirmed**; anything else clears the suspect.
 
 The builds: a run records each build's key in its ``build`` step (``built in 215 s (key …)``); a
@@ -31,7 +31,7 @@ from ..record.results import read_summary
 from ..stages.outputs.engine import ENGINE_TARGET, EngineError, EngineSession, engine_argv
 from ..stages.speed.speed import Measurement, Unit, _interleave
 from .speed_diff import SpeedChange
-from .statistics import MIN_SAMPLES, judge
+from ..common.statistics import MIN_SAMPLES, judge
 
 #: A build step's detail names its key so (harness.stages.build.build): ``built in 215 s (key d30508219794aa37)``.
 BUILD_KEY = re.compile(r"\(key ([0-9a-f]{16})\)")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..matrix.config import Matrix
-from .statistics import MIN_SAMPLES, SpeedVerdict, judge
+from ..common.statistics import MIN_SAMPLES, SpeedVerdict, judge
 
 #: The kinds of reference: upstream's build in the candidate's mode, or another configuration of the fork.
 UPSTREAM, FORK_ONLY = "upstream", "fork-only"
@@ -108,7 +108,7 @@ def choose_reference(config: str, metric: str, before: Mapping[str, Mapping[str,
 
     ``before`` / ``after``: the configurations measured interleaved with ``config`` in run A and run
     B (one :func:`interleaved` set each).  A reference must have at least
-    :data:`harness.analysis.statistics.MIN_SAMPLES` samples of ``metric`` in both.  Preferred:
+    :data:`harness.common.statistics.MIN_SAMPLES` samples of ``metric`` in both.  Preferred:
     ``upstream[config]`` (:func:`same_mode_upstream`); else the first of ``rule_refs`` (the references
     the runs' speed rules name for ``config``), of kind :data:`FORK_ONLY` unless it is upstream's.
     """
@@ -127,7 +127,7 @@ def choose_reference(config: str, metric: str, before: Mapping[str, Mapping[str,
 
 def compare_ratios(before: Sequence[float], after: Sequence[float], factor: float, p_max: float) -> SpeedVerdict:
     """Run B's per-round ratios ``after`` against run A's ``before``, by the slowdown rule of
-    harness.analysis.statistics (``min_ratio`` 1: the ratio must not fall past ``factor`` with the
+    harness.common.statistics (``min_ratio`` 1: the ratio must not fall past ``factor`` with the
     one-sided Mann-Whitney U test at ``p_max`` agreeing).  The verdict's medians are ratios, not tok/s.
     Raises ValueError with fewer than MIN_SAMPLES ratios on a side."""
     return judge(before, after, 1.0, factor, p_max)

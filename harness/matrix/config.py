@@ -113,7 +113,7 @@ class SpeedSettings:
     ``repeats``: timed requests per configuration, interleaved with the other configurations'.
     ``factor``: a slowdown counts only when the candidate's median tok/s is below
     ``min_ratio / (1 + factor)`` times the reference's ...  ``p_max``: ... and the one-sided
-    Mann-Whitney U test (harness.analysis.statistics) gives p at most this.  ``warmup``: untimed
+    Mann-Whitney U test (harness.common.statistics) gives p at most this.  ``warmup``: untimed
     rounds before the timed ones (each a full prompt and 2 generated tokens per configuration).
     """
 

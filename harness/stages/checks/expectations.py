@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from ...matrix.config import Platform, RunConfig
 from ...record.probe import PROBE_FILE, Probe, ProbeError, read_probe
@@ -52,12 +52,10 @@ from ...record.results import Failure, RunLayout, StepRecord, write_json
 from .expectation_load import LOGGED_MIB_TOLERANCE_BYTES, Finding, check_load
 from .expectation_rules import (RULES, WARNINGS, Expectations, default_expectations, expectations_for, pin_layers,
                                 rule_on, uses_mmap)
+from .checks import CheckContext, check_stage
 
-if TYPE_CHECKING:  # harness.stages.checks.checks is the shape; this module is one check of it
-    from .checks import CheckContext
-
-__all__ = ["STEP_NAME", "RULES", "WARNINGS", "LOGGED_MIB_TOLERANCE_BYTES", "Expectations", "check", "check_config",
-           "check_load", "default_expectations", "expectations_for", "pin_layers", "uses_mmap"]
+__all__ = ["STEP_NAME", "STAGE", "RULES", "WARNINGS", "LOGGED_MIB_TOLERANCE_BYTES", "Expectations", "check",
+           "check_config", "check_load", "default_expectations", "expectations_for", "pin_layers", "uses_mmap"]
 
 #: The step every configuration that generated gets.
 STEP_NAME = "expectations"
@@ -222,3 +220,7 @@ def check(ctx: CheckContext) -> Iterable[StepRecord]:
                              detail=f"generate step skipped: {generate.detail}")
             continue
         yield check_config(ctx.run.layout, ctx.platform, ctx.matrix.configs[name], generate)
+
+
+#: The check as a stage of compare-outputs (harness.stages.checks.checks.check_stage).
+STAGE = check_stage(STEP_NAME, check)
