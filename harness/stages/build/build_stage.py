@@ -17,5 +17,6 @@ def run_build(ctx: Context) -> None:
         ctx.builds.write_environment(p)
 
 
-STAGE = Stage("build", command="build", role="build", reads=("matrix", "source"), writes=("builds", "steps", "files"),
+STAGE = Stage("build", command="build", role="build", reads=("matrix", "source"),
+              writes=("builds", "steps", "files"),
               steps=("build",), statuses=("passed", "failed", "error", "skipped"), run=run_build)

@@ -1,4 +1,5 @@
-"""The ``compile`` step: a CUDA platform compiled, not run, on a machine without a GPU (harness.stages.build.cuda_compile).
+"""The ``compile`` step: a CUDA platform compiled, not run, on a machine without a GPU
+(harness.stages.build.cuda_compile).
 
 It runs beside the builds, in a thread of its own (after a code edit each is mostly one compiler on one
 changed file, so the two overlap on the cores; docs/cache.md); together they run at most the job
@@ -51,6 +52,7 @@ def compile_options(ctx: Context, p: Platform, variant: str) -> dict[str, str]:
     opts.update(ctx.opts.cmake_defines)
     return opts
 
+
 def compile_variant(ctx: Context, p: Platform, variant: str, like: Plan | None = None) -> CompileResult | None:
     """Run the ``compile`` step (harness.stages.build.cuda_compile) for ``variant`` of ``p`` and record it.
 
@@ -60,6 +62,7 @@ def compile_variant(ctx: Context, p: Platform, variant: str, like: Plan | None =
     """
     with ctx.doing(p.name, variant, "compile"):
         return _compile_variant(ctx, p, variant, like)
+
 
 def _compile_variant(ctx: Context, p: Platform, variant: str, like: Plan | None) -> CompileResult | None:
     logs = ctx.run.layout.compile_logs(p.name, variant)
@@ -105,11 +108,12 @@ def _compile_variant(ctx: Context, p: Platform, variant: str, like: Plan | None)
         log = logs / "error.log"
         log.write_text(detail + "\n")
     ctx.run.record_step(StepRecord(p.name, variant, "compile", status, round(time.monotonic() - start, 1),
-                                    detail, ctx.run.layout.relative(log) if log else "", failures,
-                                    cached=reused))
+                                   detail, ctx.run.layout.relative(log) if log else "", failures,
+                                   cached=reused))
     ctx.say(f"[{p.name}] compile {variant}: {status} — {detail}")
     return result
 
 
-STAGE = Stage("compile", command="build", role="build", reads=("matrix", "source"), writes=("builds", "steps", "files"),
+STAGE = Stage("compile", command="build", role="build", reads=("matrix", "source"),
+              writes=("builds", "steps", "files"),
               steps=("compile",), statuses=("passed", "failed", "error", "skipped"), run=run_compile, beside=True)

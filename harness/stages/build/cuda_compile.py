@@ -28,6 +28,9 @@ tests nor its comparisons there; it can still be compiled.  This step
 
 Nothing that is built here is ever run: the device code is not generated
 (``-fdevice-syntax-only``) and ``libcuda.so`` is a stub.
+
+Longer than 400 lines: the four steps above share one plan (:class:`Plan`) and one build
+directory, and harness.stages.build.compile_cache keys the step by this file's bytes as one unit.
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ Determinism rules (so patch bytes and commit ids do not depend on the machine):
 File names are derived from the commit subject only (``<slug>.patch``, no
 ``0001-`` number): the order lives in ``series``, so inserting or reordering a
 patch changes only ``series`` and the patches involved.
+
+Longer than 400 lines: apply, export and check read and write the one format above, and
+splitting them would split its reader from its writer.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ the patch series is applied.  Which source was used is recorded next to it.
 Downloads and extractions are cached (``$HARNESS_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/llama-fork-harness``, else ``~/.cache/llama-fork-harness``)
 and never fetched twice.
+
+Longer than 400 lines: every source of the base (a checkout, the trimmed mirror, git, the sdist) ends in
+the same verification of the same tree, which is this module's one job.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ Generated text is handled as raw bytes throughout; ``llama-completion`` writes
 token pieces to stdout as they are produced, and a piece can end in the middle
 of a UTF-8 sequence.  Token ids are recovered afterwards by running
 ``llama-tokenize`` from the same build on each side's text.
+
+Longer than 400 lines: starting llama-completion, reading its bytes back (trailer, CRLF, cut
+pieces) and comparing them are one contract; the result cache keys sessions by this file's bytes.
 """
 
 from __future__ import annotations

@@ -56,8 +56,8 @@ def run_compare(ctx: Context) -> None:
         runner = run_groups(ctx, p, runnable, gen_steps)
         if not any(c.platform == p.name for c in ctx.run.comparisons) and not gen_steps:
             ctx.run.mark_incomplete(f"{p.name}: compare-outputs selected no comparison "
-                                     f"(groups {', '.join(p.groups) or 'none'}; filters: "
-                                     f"{', '.join(ctx.opts.groups + ctx.opts.models) or 'none'})")
+                                    f"(groups {', '.join(p.groups) or 'none'}; filters: "
+                                    f"{', '.join(ctx.opts.groups + ctx.opts.models) or 'none'})")
         record_generate_steps(ctx, p, runner, gen_steps)
         for config, per_model in ctx.sessions.placements.get(p.name, {}).items():
             write_json(ctx.run.layout.config(p.name, config) / "placement.json", per_model)
@@ -68,9 +68,9 @@ def run_compare(ctx: Context) -> None:
                        {**asdict(t), "pure_generation": t.pure_generation,
                         "wall_over_pure_generation": t.wall / t.pure_generation if t.pure_generation else None})
             ctx.say(f"[{p.name}] compare-outputs: {t.wall:.1f} s wall, {t.pure_generation:.1f} s generating, "
-                     f"{t.loads:.1f} s in {t.sessions} engine load(s) ({t.probes:.1f} s probing them), "
-                     f"{t.engine_scoring:.1f} s scoring, "
-                     f"{t.completion_runs} llama-completion runs")
+                    f"{t.loads:.1f} s in {t.sessions} engine load(s) ({t.probes:.1f} s probing them), "
+                    f"{t.engine_scoring:.1f} s scoring, "
+                    f"{t.completion_runs} llama-completion runs")
         ctx.builds.write_environment(p)
 
 
@@ -112,6 +112,7 @@ def run_groups(ctx: Context, p: Platform, groups: Sequence[str], gen_steps: dict
     _merge_runner_failures(p, runner, gen_steps)
     return runner
 
+
 def _merge_runner_failures(p: Platform, runner: GreedyRunner, gen_steps: dict[str, list[Failure]]) -> None:
     """Move the runner's failure facts of ``p``'s sides into ``gen_steps`` (another platform's reference
     records its own steps when that platform runs)."""
@@ -119,6 +120,7 @@ def _merge_runner_failures(p: Platform, runner: GreedyRunner, gen_steps: dict[st
         if side.platform == p.name:
             gen_steps.setdefault(side.config, []).extend(problems)
     runner.problems.clear()
+
 
 def record_generate_steps(ctx: Context, p: Platform, runner: GreedyRunner, gen_steps: dict[str, list[Failure]]) -> None:
     """Record one ``generate`` step per configuration of ``gen_steps`` (config -> failure facts).
@@ -153,8 +155,9 @@ def record_generate_steps(ctx: Context, p: Platform, runner: GreedyRunner, gen_s
             detail = (f"{len(origins)} session(s) from the cache (run {', '.join(dict.fromkeys(origins))}); "
                       + detail)
         ctx.run.record_step(StepRecord(p.name, config, "generate", status, round(seconds, 1),
-                                        detail=detail, failures=unique,
-                                        cached=", ".join(dict.fromkeys(origins))))
+                                       detail=detail, failures=unique,
+                                       cached=", ".join(dict.fromkeys(origins))))
+
 
 def _record_cut_generations(ctx: Context, p: Platform, exc: BaseException, runner: GreedyRunner,
                             gen_steps: dict) -> None:

@@ -32,6 +32,9 @@ process at a time.
 With a result cache (harness.stages.outputs.generation_cache, docs/cache.md) a session whose inputs are
 byte-identical to a stored one is restored instead of run: its files are written as a fresh
 session writes them and its runs and scores come back, so the comparisons are decided the same way.
+
+Longer than 400 lines: the runner's scheduling (lanes, references before their candidates, sessions
+restored from the cache) is one state kept by :class:`GreedyRunner`.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ def _upstream_of(ctx: Context, reference: str, candidate: str) -> str | None:
         return None
     return reference if ref.build == "base" else cand.upstream
 
+
 def jobs_of(ctx: Context, p: Platform, gname: str, gen_steps: dict[str, list[Failure]]) -> list[Job]:
     """The runnable (group, model) jobs of group ``gname`` on ``p``; others recorded as failures in ``gen_steps``.
 
@@ -80,6 +81,7 @@ def jobs_of(ctx: Context, p: Platform, gname: str, gen_steps: dict[str, list[Fai
                         generation=group.generation, comparison=group.comparison, label=ref_label,
                         expect=group.expect, upstream={c: Side(p.name, u) for c, u in upstream.items()}))
     return jobs
+
 
 def record_job(ctx: Context, p: Platform, res: JobResult, origins: Mapping[tuple[Side, str], str]) -> None:
     """Record a job's comparisons in the summary and in each candidate's compare.json; ``origins``: the

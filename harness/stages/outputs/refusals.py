@@ -48,6 +48,7 @@ def refuse_what_cannot_run(ctx: Context, platforms: Sequence[Platform]) -> None:
         if problems:
             raise InputError(one_line(problems))
 
+
 def _count_prompt_tokens(ctx: Context, platforms: Sequence[Platform], gen: PlannedGeneration) -> int | None:
     """The tokens of ``gen``'s prompt by its model's tokenizer: the llama-tokenize of the first of
     ``platforms`` whose fork build passed and has it; None when none can tell (the generation then runs)."""
@@ -70,6 +71,7 @@ def _count_prompt_tokens(ctx: Context, platforms: Sequence[Platform], gen: Plann
         except (RuntimeError, OSError, TokenizeError) as exc:
             ctx.say(f"[{p.name}] the tokens of prompt {gen.prompt} of {gen.model} could not be counted: {exc}")
     return None
+
 
 def _refused_options(ctx: Context, p: Platform) -> list[str]:
     """Why ``p``'s builds of llama-completion do not take the arguments of the configurations its selected

@@ -371,4 +371,5 @@ def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[tuple[Unit
 #: The speed stage, last of compare-outputs: a step ``speed:<group>:<metric>[:vs-<reference>]`` per rule (``speed``: a
 #: platform's measurements in progress).
 STAGE = Stage("speed", command="compare-outputs", role="speed", reads=("matrix", "builds", "models"),
-              writes=("steps", "files"), steps=("speed:", "speed"), statuses=("passed", "failed", "error"), run=stage_speed)
+              writes=("steps", "files"), steps=("speed:", "speed"), statuses=("passed", "failed", "error"),
+              run=stage_speed)

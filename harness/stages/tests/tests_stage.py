@@ -20,14 +20,14 @@ def run_tests(ctx: Context) -> None:
         fork = ctx.build_variant(p, "fork")
         if fork.status != "passed":
             ctx.run.record_step(StepRecord(p.name, "fork", "test", "skipped",
-                                            detail=f"fork build {fork.status}: {fork.detail}",
-                                            failures=[Failure("blocked", build="fork")]))
+                                           detail=f"fork build {fork.status}: {fork.detail}",
+                                           failures=[Failure("blocked", build="fork")]))
             continue
         try:
             emulator = ctx.emulator(p)
         except RuntimeError as exc:
             ctx.run.record_step(StepRecord(p.name, "fork", "test", "error", detail=str(exc),
-                                            failures=[Failure("exception", message=str(exc))]))
+                                           failures=[Failure("exception", message=str(exc))]))
             continue
         runs = [(ctx.run.layout.test_step(), ())]
         if ctx.opts.sanitize:
@@ -37,7 +37,7 @@ def run_tests(ctx: Context) -> None:
             target_dir = ctx.run.layout.tests(p.name, step)
             if wrapper and not shutil.which(wrapper[0]):
                 ctx.run.record_step(StepRecord(p.name, "fork", step, "skipped",
-                                                detail="compute-sanitizer not found"))
+                                               detail="compute-sanitizer not found"))
                 continue
             with ctx.doing(p.name, "fork", step), ctx.console.step(f"[{p.name}] {step}") as shown:
                 tr, reused = run_tests_reusing(
@@ -57,8 +57,8 @@ def run_tests(ctx: Context) -> None:
                 write_json(target_dir / "gpu-facts.json", facts)
             write_json(target_dir / "tests.json", tr)
             ctx.run.record_step(StepRecord(p.name, "fork", step, tr.status, round(tr.seconds, 1), detail,
-                                            ctx.run.layout.relative(target_dir / "junit.xml"),
-                                            cached=", ".join(reused.run_ids) if all_reused else ""))
+                                           ctx.run.layout.relative(target_dir / "junit.xml"),
+                                           cached=", ".join(reused.run_ids) if all_reused else ""))
         ctx.builds.write_environment(p)
 
 
