@@ -36,7 +36,7 @@ def same_mode_upstream(matrix: Matrix) -> dict[str, str]:
     A configuration's own ``upstream`` key first; else the reference of the first group (in the
     matrix's order) whose reference is a ``base`` build and that has the configuration among its
     candidates (``cuda-base-vs-fork`` gives ``fork`` -> ``base``, ``cuda-base-vs-fork-host-experts``
-    gives ``cuda-pin-all`` -> ``cuda-base-host-experts``), the rule harness.pipeline uses to find the
+    gives ``cuda-pin-all`` -> ``cuda-base-host-experts``), the rule harness.stages.outputs.jobs uses to find the
     upstream side of a comparison.  Configurations of upstream's build and fork configurations
     without such a group are left out.
     """

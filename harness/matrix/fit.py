@@ -11,7 +11,7 @@ The prompt's tokens are known exactly only from the model's own tokenizer, which
 build.  Before one, they are bounded from the prompt's bytes and the model's vocabulary
 (:func:`fewest_prompt_tokens`, :func:`most_prompt_tokens`): a lower bound that already does not fit is refused before
 anything runs, an upper bound that fits needs no tokenizer at all, and only what lies
-between is tokenized after the build (harness.pipeline, with the build's llama-tokenize).
+between is tokenized after the build (harness.stages.outputs.refusals, with the build's llama-tokenize).
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ Two moments:
   model file already made), a group whose reference runs on a platform this machine cannot run,
   and a configuration that sets an environment variable of the CUDA backend on a platform
   without a GPU.
-* :func:`option_refusal`, after the build and before any generation (harness.pipeline): whether
+* :func:`option_refusal`, after the build and before any generation (harness.stages.outputs.refusals): whether
   the build's own llama-completion takes a configuration's arguments.  The exact prompt check
-  of that moment is harness.matrix.fit's with the build's llama-tokenize (harness.pipeline).
+  of that moment is harness.matrix.fit's with the build's llama-tokenize (harness.stages.outputs.refusals).
 """
 
 from __future__ import annotations
