@@ -24,13 +24,12 @@ from .record.cache import ResultCache
 from .record.junit import write_checks_junit, write_comparisons_junit, write_speed_junit
 from .record.progress import describe_abort
 from .record.results import VERDICT_EXIT_CODES, Run
-from .stages.build.builds import cmake_options
 from .stages.build.source import BaseTree
 from .stages.options import Options
 from .stages.shape import Context, Stage
 from .stages.table import STAGES, stages_of, steps_of_role
 
-__all__ = ["Options", "cmake_options", "describe_abort", "run_command", "run_stage", "run_stages"]
+__all__ = ["Options", "run_command", "run_stage", "run_stages"]
 
 
 def run_stage(ctx: Context, stage: Stage) -> None:
