@@ -21,14 +21,14 @@ from .args import add_common, parse_defines, positive, split_names
 from .matrix.config import SelectionError, load_matrix
 from .common.errors import EXIT_BAD_INPUT, HarnessError, InputError
 from .common.fs import describe, is_environment_error
-from .stages.native_tests import SANITIZERS
+from .stages.tests.native_tests import SANITIZERS
 
 STAGES = ("build", "test", "compare-outputs")
 
 
 def _bench_repeats(text: str) -> int:
     """An argparse type: timed rounds of the speed stage, an integer >= 5 (the matrix schema's minimum:
-    fewer samples give the rank test no power; harness/analysis/statistics.py)."""
+    fewer samples give the rank test no power; harness/common/statistics.py)."""
     value = positive(text)
     if value < 5:
         raise argparse.ArgumentTypeError(f"{text}: the speed stage needs at least 5 rounds")
@@ -109,8 +109,8 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
     order = [s for s in STAGES if s in stages]
     # what the inputs alone prove cannot run, refused before anything starts; in every stage command, since
     # `nox -s build test compare-outputs` runs one per session with the same arguments
-    from .stages.preflight import check_inputs
-    from .stages.source import cache_dir
+    from .stages.build.preflight import check_inputs
+    from .stages.build.source import cache_dir
     check_inputs(matrix, platforms, opts.groups, opts.models, args.n_predict, cache_dir(),
                  compare="compare-outputs" in order)
     with proc.handle_signals():
@@ -123,8 +123,8 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
 
 def patches_cmd(argv: Sequence[str]) -> int:
     """``python -m harness patches apply|export|check``."""
-    from .stages.patches import check_series, export_series, prepare_series_tree, read_series, series_digest
-    from .stages.source import obtain_base, scratch_tree, tree_state, unexported_work
+    from .stages.build.patches import check_series, export_series, prepare_series_tree, read_series, series_digest
+    from .stages.build.source import obtain_base, scratch_tree, tree_state, unexported_work
     ap = argparse.ArgumentParser(prog="python -m harness patches",
                                  description="apply: the series onto the base in .harness/dev/llama.cpp (the tree "
                                              "you edit; builds use their own tree); export: its commits back into "
@@ -174,7 +174,7 @@ def patches_cmd(argv: Sequence[str]) -> int:
 
 def source_cmd(argv: Sequence[str]) -> int:
     """``python -m harness source fetch|export-mirror|files [--out PATH]``."""
-    from .stages.source import export_mirror, obtain_base, write_pinned_files
+    from .stages.build.source import export_mirror, obtain_base, write_pinned_files
     ap = argparse.ArgumentParser(prog="python -m harness source",
                                  description="fetch: obtain the base; export-mirror: write the trimmed mirror "
                                              "archive; files: write the pinned commit's file list (base.files)")
@@ -205,11 +205,11 @@ def models_cmd(argv: Sequence[str]) -> int:
     """``python -m harness models [NAME ...]``: assemble, generate or derive models and print their paths.
 
     A derived (``quantized``) model takes llama-quantize from a finished base build of the host's CPU
-    platform under ``--work-dir`` (harness.stages.quantize_tool.built_tool); without one its line says
+    platform under ``--work-dir`` (harness.stages.build.quantize_tool.built_tool); without one its line says
     which build to make.  This command builds nothing."""
     from .matrix.models import ModelStore
-    from .stages.quantize_tool import built_tool
-    from .stages.source import cache_dir, obtain_base
+    from .stages.build.quantize_tool import built_tool
+    from .stages.build.source import cache_dir, obtain_base
     ap = argparse.ArgumentParser(prog="python -m harness models")
     ap.add_argument("names", nargs="*")
     add_common(ap)

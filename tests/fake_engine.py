@@ -1,4 +1,4 @@
-"""A stand-in for llama-harness-engine in tests: the request protocol of harness/stages/engine/engine.cpp
+"""A stand-in for llama-harness-engine in tests: the request protocol of harness/stages/outputs/engine/engine.cpp
 with a four-token vocabulary. Every generation is "hello" then end of generation; teacher-forced
 rows are uniform, so every KL divergence is 0. A ``bench`` request takes ``FAKE_BENCH_MS``
 milliseconds per token (default 1) times ``FAKE_BENCH_SCALE`` (default 1), with a small

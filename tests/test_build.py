@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.stages.build import BuildRequest, build, find_tool
+from harness.stages.build.build import BuildRequest, build, find_tool
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("ninja")),

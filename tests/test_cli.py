@@ -11,7 +11,7 @@ from harness import cli
 
 from harness.common import errors
 from harness.matrix.config import MatrixError
-from harness.stages.patches import PatchError
+from harness.stages.build.patches import PatchError
 from harness.analysis.triage import TriageInputError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_every_expected_error_has_one_base_and_an_exit_code():
     for exc in (MatrixError, PatchError, TriageInputError):
         assert issubclass(exc, errors.HarnessError) and exc.exit_code == errors.EXIT_BAD_INPUT
-    from harness.stages.build import BuildError
+    from harness.stages.build.build import BuildError
     assert BuildError.exit_code == errors.EXIT_ENVIRONMENT
     from harness.common.fs import EnvironmentProblem
     from harness.common.locks import RunInUse

@@ -1,4 +1,4 @@
-"""Tests of harness.stages.compare: divergence finding, run comparison and running llama-completion."""
+"""Tests of harness.stages.outputs.compare: divergence finding, run comparison and running llama-completion."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.stages.compare import (
+from harness.stages.outputs.compare import (
     Divergence,
     GenerationResult,
     GenerationSpec,

@@ -9,8 +9,8 @@ import pytest
 
 from harness.matrix.config import load_matrix
 from harness.record.probe import Probe, ProbeBuffer, ProbeWeight
-from harness.stages import expectations as ex
-from harness.stages.expectation_probe import matches, placement_findings
+from harness.stages.checks import expectations as ex
+from harness.stages.checks.expectation_probe import matches, placement_findings
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = load_matrix(ROOT / "matrix.yaml")

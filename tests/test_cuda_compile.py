@@ -1,4 +1,4 @@
-"""The compile step of a CUDA platform without a GPU (harness/stages/cuda_compile.py).
+"""The compile step of a CUDA platform without a GPU (harness/stages/build/cuda_compile.py).
 
 Fast tests cover the toolkit layout from the PyPI wheels, the libcuda stub, the
 series' changed files, the include scan and the skip reason.  Slow ones build
@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.stages import cuda_compile
-from harness.stages.build import ccache_env, find_tool
+from harness.stages.build import cuda_compile
+from harness.stages.build.build import ccache_env, find_tool
 from harness.matrix.config import load_matrix
-from harness.stages.cuda_compile import (Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree,
+from harness.stages.build.cuda_compile import (Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree,
                                   driver_functions, include_closure, plan, refine, wheel_versions)
-from harness.pipeline import Options, Pipeline
+from harness.pipeline import Options
+from harness.stages.build.compile_stage import compile_options, compile_variant
+from harness.stages.shape import Context
 from harness.record.results import Run
 from harness.analysis.signatures import classify_step
 
@@ -54,11 +56,11 @@ def test_the_compile_step_is_skipped_naming_the_missing_package(tmp_path, monkey
     def missing(_work):
         raise ToolkitMissing("needs the PyPI package nvidia-cuda-nvcc (pip install -r requirements.txt)")
 
-    monkeypatch.setattr("harness.pipeline.assemble_toolkit", missing)
+    monkeypatch.setattr("harness.stages.build.compile_stage.assemble_toolkit", missing)
     matrix = load_matrix(ROOT / "matrix.yaml")
     run = Run(tmp_path, "r")
-    pipe = Pipeline(matrix, run, Options(work_dir=tmp_path / "work", patches_dir=ROOT / "patches"), say=lambda _: None)
-    assert pipe.compile_variant(matrix.platform(PLATFORM), "fork") is None
+    ctx = Context.open(matrix, run, Options(work_dir=tmp_path / "work", patches_dir=ROOT / "patches"), say=lambda _: None)
+    assert compile_variant(ctx, matrix.platform(PLATFORM), "fork") is None
     step = run.step(PLATFORM, "fork", "compile")
     assert step.status == "skipped" and "nvidia-cuda-nvcc" in step.detail
 
@@ -267,15 +269,15 @@ def test_a_cuda_library_and_a_program_using_it_link_against_the_wheels_and_the_s
 @pytest.fixture(scope="module")
 def fork_tree(tmp_path_factory):
     """A fresh fork tree and the compile step's options, laid out like .harness so ccache hits across them."""
-    from harness.stages.patches import prepare_series_tree, read_series
-    from harness.stages.source import obtain_base
+    from harness.stages.build.patches import prepare_series_tree, read_series
+    from harness.stages.build.source import obtain_base
     work = tmp_path_factory.mktemp("work")
     toolkit = _toolkit_or_skip(work)
     matrix = load_matrix(ROOT / "matrix.yaml")
     base = obtain_base(matrix)
     tree = prepare_series_tree(base, work, "fork", read_series(ROOT / "patches"))
-    pipe = Pipeline(matrix, Run(work, "unused", create=False), Options(work_dir=work, patches_dir=ROOT / "patches"))
-    options = {**pipe.compile_options(matrix.platform(PLATFORM), "fork"), **toolkit.cmake_options()}
+    ctx = Context.open(matrix, Run(work, "unused", create=False), Options(work_dir=work, patches_dir=ROOT / "patches"))
+    options = {**compile_options(ctx, matrix.platform(PLATFORM), "fork"), **toolkit.cmake_options()}
     return work, tree, options
 
 

@@ -1,4 +1,4 @@
-"""Tests of harness.stages.divergence on recorded token streams: exact first divergence, margins, near ties,
+"""Tests of harness.stages.outputs.divergence on recorded token streams: exact first divergence, margins, near ties,
 end of generation, nondeterministic repeats, the llama-completion byte check and the KL summary."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.stages.compare import GenerationResult, to_json
-from harness.stages.divergence import (
+from harness.stages.outputs.compare import GenerationResult, to_json
+from harness.stages.outputs.divergence import (
     EngineRun,
     SideRuns,
     check_texts,
@@ -18,7 +18,7 @@ from harness.stages.divergence import (
     first_divergence,
     summarize_kl,
 )
-from harness.stages.engine import EngineGeneration, GenToken, ScoreResult, parse_generation
+from harness.stages.outputs.engine import EngineGeneration, GenToken, ScoreResult, parse_generation
 
 EOG = 1  # the end-of-generation token id of these recorded streams
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.stages.compare import split_completion_stdout
+from harness.stages.outputs.compare import split_completion_stdout
 
 ROOT = Path(__file__).resolve().parents[1]
 

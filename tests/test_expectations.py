@@ -1,4 +1,4 @@
-"""Expectations (harness.stages.expectations): every rule is judged from the runtime probe on recorded runs.
+"""Expectations (harness.stages.checks.expectations): every rule is judged from the runtime probe on recorded runs.
 
 The CUDA records are one NVIDIA H200's, committed under results/evidence/: the clean series
 gpu1-20261202T142857Z (every CUDA configuration, a probe record ``engine.probe.json`` per
@@ -19,6 +19,7 @@ import json
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -29,10 +30,9 @@ from harness.matrix.config import MatrixError, load_matrix
 from harness.record.junit import checks_xml
 from harness.record.probe import PROBE_FILE, PROBE_STEP_BYTES, Probe, parse_probe
 from harness.record.results import Run, RunLayout, StepRecord, write_json
-from harness.stages import expectations as ex
-from harness.stages.checks import CheckContext, run_checks
-from harness.stages.expectation_probe import PIN_CHUNK_MIN_BYTES, cap_floor_bytes
-from harness.stages.registered_checks import CHECKS
+from harness.stages.checks import expectations as ex
+from harness.stages.checks.checks import CheckContext, check_platforms
+from harness.stages.checks.expectation_probe import PIN_CHUNK_MIN_BYTES, cap_floor_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIDENCE = ROOT / "results" / "evidence"
@@ -636,7 +636,8 @@ def _run(tmp_path: Path, name: str, source_run: str) -> Run:
     for config in ("cuda-pin-all", "cuda-nopin"):
         _write_loads(run, config, source_run)
         run.record_step(StepRecord("linux-x86_64-cuda", config, "generate", "passed", detail="all generations ran"))
-    run_checks(CheckContext(MATRIX, CUDA, run, ["cuda-pin-all", "cuda-nopin"]), CHECKS, lambda line: None)
+    for step in ex.check(CheckContext(MATRIX, CUDA, run, ["cuda-pin-all", "cuda-nopin"])):
+        run.record_step(step)
     run.write_summary()
     return run
 
@@ -712,20 +713,20 @@ def test_missing_or_unreadable_log_records_make_the_step_incomplete_never_passed
     assert step.status == "incomplete" and "model summary" in step.detail
 
 
-def test_a_check_that_raises_is_an_error_step_and_the_others_still_run(tmp_path):
+def test_a_check_that_raises_on_one_platform_is_an_error_step_there_and_the_others_are_checked(tmp_path):
     run = Run.open(tmp_path, "r")
 
-    def broken(ctx):
-        raise KeyError("buffers")
+    def broken_on_cuda(ctx):
+        if ctx.platform is CUDA:
+            raise KeyError("buffers")
+        return [StepRecord(ctx.platform.name, c, "other-check", "passed") for c in ctx.configs]
 
-    def fine(ctx):
-        return [StepRecord(ctx.platform.name, "fork", "other-check", "passed")]
-
-    lines = []
-    run_checks(CheckContext(MATRIX, CUDA, run, ["fork"]), (broken, fine), lines.append)
-    assert [(s.config, s.step, s.status) for s in run.steps] == [("-", "test_expectations", "error"),
-                                                                 ("fork", "other-check", "passed")]
-    assert "KeyError: 'buffers'" in run.steps[0].detail and len(lines) == 2
+    ctx = SimpleNamespace(matrix=MATRIX, run=run, generated={CUDA.name: ["fork"], CPU.name: ["base", "fork"]})
+    steps = list(check_platforms(ctx, "other-check", broken_on_cuda))
+    assert [(s.platform, s.config, s.step, s.status) for s in steps] == [
+        (CUDA.name, "-", "other-check", "error"), (CPU.name, "base", "other-check", "passed"),
+        (CPU.name, "fork", "other-check", "passed")]
+    assert "KeyError: 'buffers'" in steps[0].detail
 
 
 def test_loads_of_a_failed_generation_are_left_to_the_generate_step(tmp_path):

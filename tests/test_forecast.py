@@ -19,7 +19,7 @@ from harness.analysis.forecast_patches import PatchOutcome, conflict_regions, tr
 from harness.matrix.config import load_matrix
 from harness.analysis.report import render_html
 from harness.common.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PASSED
-from harness.stages.patches import apply_series, read_series
+from harness.stages.build.patches import apply_series, read_series
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from harness.record import environment, gpu
-from harness.stages.expectation_load import model_buffers
-from harness.stages.compare import GenerationResult
+from harness.stages.checks.expectation_load import model_buffers
+from harness.stages.outputs.compare import GenerationResult
 from harness.matrix.config import MatrixError, load_matrix
 from harness.record.results import ComparisonRecord, Run, StepRecord
-from harness.stages.upstream_support import unsupported_upstream
+from harness.stages.outputs.upstream_support import unsupported_upstream
+from harness.stages.outputs.compare_stage import record_generate_steps, run_compare, run_groups
 
 LADDER_LOG = "\n".join([
     "0.01.000.000 I ggml_cuda_host_malloc: pin ladder: cudaMallocHost requested=4962910208 granted=4962910208 "
@@ -159,7 +160,7 @@ ROW_FAILURE = ("echo \"0.01.$$.100 E llama_init_from_model: failed to initialize
 def _fake_cuda_build(tmp_path: Path, variant: str, script: str):
     import stat
 
-    from harness.stages.build import BuildResult
+    from harness.stages.build.build import BuildResult
     bin_dir = tmp_path / variant / "bin"
     bin_dir.mkdir(parents=True)
     engine = f"exec {sys.executable} {Path(__file__).with_name('fake_engine.py')}\n"
@@ -172,17 +173,19 @@ def _fake_cuda_build(tmp_path: Path, variant: str, script: str):
 
 
 def _cuda_pipeline(tmp_path, monkeypatch, base_script: str, fork_script: str, groups=()):
-    from harness.pipeline import Options, Pipeline
-    monkeypatch.setattr("harness.pipeline.model_summary", lambda path: {})
+    from harness.pipeline import Options
+    from harness.stages.shape import Context
+    monkeypatch.setattr("harness.stages.outputs.jobs.model_summary", lambda path: {})
+    monkeypatch.setattr("harness.stages.outputs.refusals.model_summary", lambda path: {})
     matrix = load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml")
     run = Run.open(tmp_path / "results", "r1")
-    pipe = Pipeline(matrix, run, Options(platforms=[CUDA], repeats=2, n_predict=4, groups=list(groups)),
-                    say=lambda _: None)
-    pipe._builds[(CUDA, "base")] = _fake_cuda_build(tmp_path, "base", base_script)
-    pipe._builds[(CUDA, "fork")] = _fake_cuda_build(tmp_path, "fork", fork_script)
+    pipe = Context.open(matrix, run, Options(platforms=[CUDA], repeats=2, n_predict=4, groups=list(groups)),
+                        say=lambda _: None)
+    pipe.builds.built[(CUDA, "base")] = _fake_cuda_build(tmp_path, "base", base_script)
+    pipe.builds.built[(CUDA, "fork")] = _fake_cuda_build(tmp_path, "fork", fork_script)
     model = tmp_path / "moe-large.gguf"
     model.write_bytes(b"")
-    pipe._models["moe-large"] = model
+    pipe.models.known["moe-large"] = model
     return matrix, run, pipe
 
 
@@ -194,8 +197,8 @@ def test_a_two_gpu_mode_upstream_fails_too_is_unsupported_upstream_in_both_group
     matrix, run, pipe = _cuda_pipeline(tmp_path, monkeypatch, _row_mode(ROW_FAILURE), _row_mode(ROW_FAILURE))
     p = matrix.platform(CUDA)
     gen_steps: dict = {}
-    runner = pipe.run_groups(p, ["cuda-2gpu-row", "cuda-2gpu-row-vs-upstream"], gen_steps)
-    pipe.record_generate_steps(p, runner, gen_steps)
+    runner = run_groups(pipe, p, ["cuda-2gpu-row", "cuda-2gpu-row-vs-upstream"], gen_steps)
+    record_generate_steps(pipe, p, runner, gen_steps)
     statuses = {(c.group, c.candidate, c.prompt): c.status for c in run.comparisons}
     assert len(statuses) == 2 * 3 * 2 and set(statuses.values()) == {"unsupported-upstream"}
     assert "does not support split buffers" in run.comparisons[0].detail
@@ -211,8 +214,8 @@ def test_a_two_gpu_mode_only_the_fork_fails_is_a_fork_failure(tmp_path, monkeypa
                                        _row_mode(ROW_FAILURE))
     p = matrix.platform(CUDA)
     gen_steps: dict = {}
-    runner = pipe.run_groups(p, ["cuda-2gpu-row"], gen_steps)
-    pipe.record_generate_steps(p, runner, gen_steps)
+    runner = run_groups(pipe, p, ["cuda-2gpu-row"], gen_steps)
+    record_generate_steps(pipe, p, runner, gen_steps)
     assert {c.status for c in run.comparisons} == {"crashed"}
     assert run.step(CUDA, "cuda-2gpu-row-pinned", "generate").status == "failed"
     assert run.overall() == "failed"
@@ -220,11 +223,12 @@ def test_a_two_gpu_mode_only_the_fork_fails_is_a_fork_failure(tmp_path, monkeypa
 
 def test_two_gpu_groups_are_skipped_with_the_reason_on_one_gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    monkeypatch.setattr("harness.pipeline.cannot_run", lambda p: None)
+    monkeypatch.setattr("harness.stages.shape.cannot_run", lambda p: None)
+    monkeypatch.setattr("harness.stages.outputs.jobs.cannot_run", lambda p: None)
     monkeypatch.setattr("harness.record.environment.nvidia_gpus", lambda: [{"name": "H200"}, {"name": "H200"}])
     matrix, run, pipe = _cuda_pipeline(tmp_path, monkeypatch, "echo hello", "echo hello",
                                        groups=["cuda-2gpu-layer"])
-    pipe.stage_compare()
+    run_compare(pipe)
     step = run.step(CUDA, "cuda-2gpu-layer", "compare-outputs")
     assert step.status == "skipped"
     assert step.detail == "needs 2 NVIDIA GPUs; 1 visible here (CUDA_VISIBLE_DEVICES=0)"

@@ -1,4 +1,5 @@
-"""The package's import graph has no cycles (every import statement counts, also those inside functions)."""
+"""The package's import graph: no cycles, and the stages import only what they may (every import statement
+counts, also those inside functions and under TYPE_CHECKING)."""
 
 import ast
 from pathlib import Path
@@ -7,7 +8,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
 
 def module_name(path: Path) -> str:
-    """``harness/stages/build.py`` -> ``stages.build``; a package's ``__init__.py`` -> the package."""
+    """``harness/stages/build/build.py`` -> ``stages.build``; a package's ``__init__.py`` -> the package."""
     parts = path.relative_to(PACKAGE).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -83,3 +84,33 @@ def test_the_cycle_finder_finds_one():
     assert find_cycle({"cli": {"pipeline"}, "pipeline": {"report"}, "report": {"triage"}, "triage": {"cli"}}) == \
         ["cli", "pipeline", "report", "triage", "cli"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+#: The packages a module under ``stages/`` may import (harness.stages.shape): the run's inputs, its record, what
+#: all share, and the other stages; never ``analysis/``, ``tools/``, ``cli``, ``args`` or ``pipeline``.
+STAGES_MAY_IMPORT = ("matrix", "record", "common", "stages")
+
+
+def forbidden_stage_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(module, import) for every import of a module under ``stages`` outside :data:`STAGES_MAY_IMPORT`."""
+    return sorted((mod, dep) for mod, deps in graph.items() if mod.split(".")[0] == "stages"
+                  for dep in deps if dep.split(".")[0] not in STAGES_MAY_IMPORT)
+
+
+def test_stages_import_only_matrix_record_common_and_other_stages():
+    assert forbidden_stage_imports(import_graph()) == []
+
+
+def test_nothing_under_stages_imports_the_pipeline_the_cli_analysis_or_tools():
+    graph = import_graph()
+    importers = {mod for mod, deps in graph.items() for dep in deps
+                 if dep.split(".")[0] in ("analysis", "tools", "cli", "pipeline")}
+    assert "cli" in importers and "analysis.forecast" in importers  # they are imported, by others
+    assert not {m for m in importers if m.split(".")[0] == "stages"}
+
+
+def test_the_rule_finds_a_forbidden_import():
+    graph = {"stages.speed.speed": {"common.statistics", "analysis.report", "stages.shape"},
+             "stages.build.build": {"pipeline", "record.results"}, "analysis.report": {"stages.shape"}}
+    assert forbidden_stage_imports(graph) == [("stages.build.build", "pipeline"),
+                                              ("stages.speed.speed", "analysis.report")]

@@ -18,10 +18,12 @@ from fake_upstream import make_fake_project
 from harness.common import proc
 from harness.common.jobserver import JobBudget, ninja_version
 from harness.matrix.config import load_matrix
-from harness.pipeline import Options, Pipeline
+from harness.pipeline import Options, run_command
+from harness.stages.shape import Context
+from harness.stages.table import stages_of
 from harness.record.results import Run
-from harness.stages.build import _run_step, find_tool
-from harness.stages.cuda_compile import Toolkit
+from harness.stages.build.build import _run_step, find_tool
+from harness.stages.build.cuda_compile import Toolkit
 
 RECORDER = """#!{python}
 import os, subprocess, sys, time
@@ -211,16 +213,16 @@ def test_with_j_2_the_cpu_build_and_the_compile_step_together_run_at_most_two_co
         monkeypatch.setenv(name, value)
     # the compile step without the CUDA wheels: the fake project is C, and nothing here needs nvcc
     toolkit = Toolkit(tmp_path / "toolkit", tmp_path / "toolkit" / "bin" / "nvcc", "13.0.0", {})
-    monkeypatch.setattr("harness.pipeline.assemble_toolkit", lambda _cache: toolkit)
+    monkeypatch.setattr("harness.stages.build.compile_stage.assemble_toolkit", lambda _cache: toolkit)
     run = Run(project.results, "jobs")
     launchers = {"CMAKE_C_COMPILER_LAUNCHER": str(script), "CMAKE_C_LINKER_LAUNCHER": str(script)}
-    pipe = Pipeline(load_matrix(project.matrix), run,
-                    Options(platforms=["linux-x86_64-cpu", "linux-x86_64-cuda"], jobs=2, work_dir=project.work,
-                            patches_dir=project.patches, cmake_defines=launchers, no_cache=True), say=lambda _: None)
+    ctx = Context.open(load_matrix(project.matrix), run,
+                       Options(platforms=["linux-x86_64-cpu", "linux-x86_64-cuda"], jobs=2, work_dir=project.work,
+                               patches_dir=project.patches, cmake_defines=launchers, no_cache=True), say=lambda _: None)
     try:
-        pipe.stage_build()
+        run_command(ctx, stages_of("build"))
     finally:
-        pipe.close()
+        ctx.close()
     for platform, step in (("linux-x86_64-cpu", "build"), ("linux-x86_64-cuda", "compile")):
         for variant in ("fork", "base"):
             record = run.step(platform, variant, step)

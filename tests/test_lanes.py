@@ -1,4 +1,4 @@
-"""Lanes: a CPU platform's sessions and text checks run side by side (harness.stages.greedy).
+"""Lanes: a CPU platform's sessions and text checks run side by side (harness.stages.outputs.greedy).
 
 The runner drives the fake engine (tests/fake_engine.py) and a fake llama-completion, each started
 through a shell wrapper that logs when its process starts and ends and with which arguments, so
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness.matrix.config import Comparison, Generation
-from harness.stages.compare import GenerationSpec
-from harness.stages.greedy import MAX_LANES, GreedyRunner, Hooks, Job, Side, lanes_for
+from harness.stages.outputs.compare import GenerationSpec
+from harness.stages.outputs.greedy import MAX_LANES, GreedyRunner, Hooks, Job, Side, lanes_for
 
 FAKE_COMPLETION = """
 import sys, time

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from harness.record import results
-from harness.stages.build import BuildResult
+from harness.stages.build.build import BuildResult
 from harness.matrix.config import load_matrix
-from harness.pipeline import Options, Pipeline
+from harness.pipeline import Options
+from harness.stages.outputs.compare_stage import record_generate_steps, run_groups
+from harness.stages.shape import Context
 from harness.analysis.report import render_html
 from harness.record.results import (COMPARISON, ComparisonRecord, Failure, RecordError, Run, RunLayout, Status,
                              StepRecord, legacy_failures, load_records)
@@ -103,21 +105,21 @@ def _fake_build(tmp_path: Path, variant: str, script: str) -> BuildResult:
 
 
 def test_the_pipeline_writes_failure_facts_where_generations_fail(tmp_path, monkeypatch):
-    monkeypatch.setattr("harness.pipeline.model_summary", lambda path: {})
+    monkeypatch.setattr("harness.stages.outputs.jobs.model_summary", lambda path: {})
     matrix = load_matrix(ROOT / "matrix.yaml")
     run = Run.open(tmp_path / "results", "r1")
-    pipe = Pipeline(matrix, run, Options(platforms=[CPU], repeats=1, n_predict=4, models=["gemma3-270m"]),
-                    say=lambda _: None)
+    pipe = Context.open(matrix, run, Options(platforms=[CPU], repeats=1, n_predict=4, models=["gemma3-270m"]),
+                        say=lambda _: None)
     p = matrix.platform(CPU)
-    pipe._builds[(CPU, "base")] = _fake_build(tmp_path, "base", "echo 'hello'; printf '\\n\\n' >&2\n")
-    pipe._builds[(CPU, "fork")] = _fake_build(
+    pipe.builds.built[(CPU, "base")] = _fake_build(tmp_path, "base", "echo 'hello'; printf '\\n\\n' >&2\n")
+    pipe.builds.built[(CPU, "fork")] = _fake_build(
         tmp_path, "fork", "echo 'ggml.c:7: GGML_ASSERT(n > 0) failed' >&2; kill -SEGV $$\n")
     model = tmp_path / "model.gguf"
     model.write_bytes(b"")
-    pipe._models["gemma3-270m"] = model
+    pipe.models.known["gemma3-270m"] = model
     gen_steps: dict = {}
-    runner = pipe.run_groups(p, ["base-vs-fork"], gen_steps)
-    pipe.record_generate_steps(p, runner, gen_steps)
+    runner = run_groups(pipe, p, ["base-vs-fork"], gen_steps)
+    record_generate_steps(pipe, p, runner, gen_steps)
     fork = run.step(CPU, "fork", "generate")
     assert fork.status == "failed"
     prompts = set(matrix.groups["base-vs-fork"].prompts)
@@ -135,10 +137,10 @@ def test_the_pipeline_writes_failure_facts_where_generations_fail(tmp_path, monk
     assert sig["kind"] == "test_assertion"
 
     # a model that cannot be made: every configuration of the group errors with a model fact
-    pipe._models["gemma3-270m"] = results.RecordError("not a GGUF file")
+    pipe.models.known["gemma3-270m"] = results.RecordError("not a GGUF file")
     gen_steps = {}
-    runner = pipe.run_groups(p, ["base-vs-fork"], gen_steps)
-    pipe.record_generate_steps(p, runner, gen_steps)
+    runner = run_groups(pipe, p, ["base-vs-fork"], gen_steps)
+    record_generate_steps(pipe, p, runner, gen_steps)
     base = run.step(CPU, "base", "generate")
     assert base.status == "error"
     assert [(f.kind, f.model) for f in base.failures] == [("model", "gemma3-270m")]

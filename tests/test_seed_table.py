@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.matrix.config import load_matrix
-from harness.stages import expectations as ex
+from harness.stages.checks import expectations as ex
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = load_matrix(ROOT / "matrix.yaml")

@@ -15,16 +15,16 @@ import pytest
 from harness.analysis import triage
 from harness.analysis.report import markdown_summary, render_html
 from harness.analysis.signatures import classify_run
-from harness.analysis.statistics import judge, spread
+from harness.common.statistics import judge, spread
 from harness.common.console import Console
 from harness.matrix.config import MatrixError, load_matrix
 from harness.pipeline import Options
 from harness.record.bench import parse_step, read_bench, step_name
 from harness.record.junit import write_speed_junit
 from harness.record.results import Run, StepRecord, write_json
-from harness.stages.engine import EngineSession
-from harness.stages import speed
-from harness.stages.speed import stage_speed
+from harness.stages.outputs.engine import EngineSession
+from harness.stages.speed import speed
+from harness.stages.speed.speed import stage_speed
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_ENGINE = Path(__file__).resolve().parent / "fake_engine.py"
@@ -158,7 +158,7 @@ def test_the_engine_session_times_a_bench_request(tmp_path, monkeypatch):
 
 
 class FakePipeline:
-    """What the speed stage uses of harness.pipeline.Pipeline, with fake engines (tests/fake_engine.py):
+    """What the speed stage uses of harness.stages.shape.Context, with fake engines (tests/fake_engine.py):
     ``scale`` maps a configuration to its FAKE_BENCH_SCALE (2: twice as slow), ``crash`` names one whose
     engine exits before it is ready."""
 

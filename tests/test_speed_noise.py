@@ -14,8 +14,8 @@ from harness.analysis.speed_noise import cv, markdown, noise
 from harness.matrix.config import MatrixError, load_matrix
 from harness.pipeline import Options
 from harness.record.bench import read_bench
-from harness.stages import speed
-from harness.stages.speed import stage_speed
+from harness.stages.speed import speed
+from harness.stages.speed.speed import stage_speed
 from test_speed import CPU, ROOT, FakePipeline, matrix_with
 
 

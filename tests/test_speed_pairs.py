@@ -18,9 +18,9 @@ from harness.pipeline import Options
 from harness.record import environment
 from harness.record.bench import RuleStep, parse_rule_step, parse_step, read_bench, step_name
 from harness.record.junit import write_speed_junit
-from harness.stages import speed
-from harness.stages.speed import stage_speed
-from harness.stages.speed_pairs import Pair, Unit, plan_pairs
+from harness.stages.speed import speed
+from harness.stages.speed.speed import stage_speed
+from harness.stages.speed.speed_pairs import Pair, Unit, plan_pairs
 from test_speed import ROOT, FakePipeline, matrix_with
 
 CUDA = "linux-x86_64-cuda"

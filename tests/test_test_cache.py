@@ -1,4 +1,4 @@
-"""Native test results reused per ctest label (harness.stages.test_cache, docs/cache.md).
+"""Native test results reused per ctest label (harness.stages.tests.test_cache, docs/cache.md).
 
 A two-test CMake project (labels ``main`` and ``fork``) is built with the pinned CMake and Ninja, and
 its tests run through the real ctest; each test appends to a log, so which tests ran is observed.
@@ -16,8 +16,8 @@ import pytest
 pytestmark = pytest.mark.slow  # builds a CMake project
 
 from harness.record.cache import ResultCache
-from harness.stages.build import find_tool
-from harness.stages.test_cache import run_tests_reusing
+from harness.stages.build.build import find_tool
+from harness.stages.tests.test_cache import run_tests_reusing
 
 CMAKELISTS = """
 cmake_minimum_required(VERSION 3.16)

@@ -15,8 +15,8 @@ import yaml
 
 from harness.common.errors import HarnessError
 from harness.matrix.config import Comparison, Generation, load_matrix
-from harness.stages.compare import GenerationSpec
-from harness.stages.greedy import GreedyRunner, Hooks, Job, Side
+from harness.stages.outputs.compare import GenerationSpec
+from harness.stages.outputs.greedy import GreedyRunner, Hooks, Job, Side
 
 ROOT = Path(__file__).resolve().parents[1]
 

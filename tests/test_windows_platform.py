@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.stages import cross
-from harness.stages.compare import GenerationSpec, from_text_mode, run_generation
+from harness.stages.build import cross
+from harness.stages.outputs.compare import GenerationSpec, from_text_mode, run_generation
 from harness.matrix.config import MatrixError, load_matrix
 from harness.matrix.platforms import cannot_build, cannot_run, cross_built, executable_suffix
 

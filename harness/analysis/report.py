@@ -16,7 +16,7 @@ project keeps its dependencies few).  Sections:
 * for an upstream forecast (``forecast.json``, harness.analysis.forecast): its verdict, one row per
   patch with each conflict's hunk and the upstream lines it met, then one row per stage.
 * speed: each speed rule's verdict and every configuration's pp and tg tok/s (median and
-  quartiles) from ``<platform>/speed/bench.json`` (harness.stages.speed).
+  quartiles) from ``<platform>/speed/bench.json`` (harness.stages.speed.speed).
 
 :func:`markdown_summary` gives the same summary as Markdown for a CI job summary or a
 pull-request comment.
@@ -425,7 +425,7 @@ def _spread_text(sp: dict | None) -> str:
 
 
 def _peak_text(bench: dict) -> str:
-    """The engines' peak host memory of a bench.json (harness.stages.speed), or "" where it has none."""
+    """The engines' peak host memory of a bench.json (harness.stages.speed.speed), or "" where it has none."""
     peak = bench.get("peak_host_rss_bytes")
     return f"; engines' peak host memory {peak / 2**30:.2f} GiB (two at a time)" if peak else ""
 
@@ -529,7 +529,7 @@ def _config_html(run_dir: Path, platform: str, config: str, steps: list[dict], s
 
 
 def _expectations_html(run_dir: Path, platform: str, config: str) -> str:
-    """The configuration's expectations (harness.stages.expectations) per load: its model buffers, the pinned
+    """The configuration's expectations (harness.stages.checks.expectations) per load: its model buffers, the pinned
     fraction of its expert tensors, the warnings found and each rule's outcome; "" without a record."""
     record = _read_json(RunLayout(run_dir).config(platform, config) / "expectations.json")
     if not isinstance(record, dict) or not record.get("loads"):

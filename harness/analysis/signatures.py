@@ -15,7 +15,7 @@ Kinds and what the key holds:
 ``link_error``
     the undefined or duplicate symbol, or the missing library.
 ``patch_apply``
-    the file name of the series patch that did not apply (harness.stages.patches.PatchApplyError),
+    the file name of the series patch that did not apply (harness.stages.build.patches.PatchApplyError),
     without its directory, the base commit or its position in the series.
 ``test_assertion``
     ``GGML_ASSERT(cond) failed`` with its file, a C ``assert`` condition, or a
@@ -44,14 +44,14 @@ Kinds and what the key holds:
 ``output_mismatch``
     a diverged greedy comparison: group, model, prompt, candidate and reference.
 ``placement``, ``pinning``, ``warning``
-    a failed ``expectations`` step (harness.stages.expectations): configuration and model
+    a failed ``expectations`` step (harness.stages.checks.expectations): configuration and model
     and the rule's stable finding (``expert tensors of layers 0-7 in CPU, expected
     CUDA_Host``, ``pinned fraction below 1``, ``unexpected warning partial-pin``), without
     byte counts; the summary has them.
 
 
 ``speed_regression``
-    a speed rule that found a slowdown (harness.stages.speed): group, model, candidate, metric
+    a speed rule that found a slowdown (harness.stages.speed.speed): group, model, candidate, metric
     (pp or tg) and reference; the numbers are in the summary only.
 ``other``
     a failure none of the rules recognise; the key is the normalised detail.
@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..record.gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
-from ..stages.native_tests import WRAPPER_DID_NOT_RUN
+from ..stages.tests.native_tests import WRAPPER_DID_NOT_RUN
 from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
 from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRecord, load_records, write_json
 
@@ -82,7 +82,7 @@ from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRec
 KIND_RANK = {"configure_error": 3, "compile_error": 3, "link_error": 3, "patch_apply": 3, "test_assertion": 2,
              "signal": 5, "cuda_error": 1, "sanitizer_report": 0, "timeout": 4, "output_mismatch": 6,
              "placement": 6, "pinning": 6, "warning": 7, "speed_regression": 6, "other": 8}
-#: The signature kind of each rule of harness.stages.expectations (``weights`` and ``mapped`` are placements
+#: The signature kind of each rule of harness.stages.checks.expectations (``weights`` and ``mapped`` are placements
 #: too; a failed ``claims`` finding is a pinning where its key starts so, else a placement).
 EXPECTATION_KINDS = {"placement": "placement", "weights": "placement", "mapped": "placement", "pinned": "pinning",
                      "claims": "placement", "warnings": "warning"}
@@ -527,7 +527,7 @@ def _compile_error(text: str, roots: Sequence[str]) -> Signature | None:
     return None
 
 
-#: The first line of harness.stages.patches.PatchApplyError's message (see patches._apply_failure), after the
+#: The first line of harness.stages.build.patches.PatchApplyError's message (see patches._apply_failure), after the
 #: ``PatchApplyError: `` prefix the pipeline writes into the step detail and error.log.
 _PATCH_APPLY = re.compile(r"^(?:PatchApplyError: )?(?P<path>[^\n]*?): patch (?P<index>\d+) of (?P<total>\d+) "
                           r"\((?P<subject>[^\n]*)\) does not apply on (?P<base>[0-9a-f]+) "

@@ -5,8 +5,8 @@ two runs while no within-run ratio can tell a slower build from a slower machine
 velocity's ``asv continuous`` does for two commits, the two builds are then measured side by side:
 one resident engine per build (run A's and run B's build of the configuration's variant, the
 configuration's own ``args`` and ``env``), timed in interleaved rounds by the speed stage's own
-measurement (harness.stages.speed: one untimed warm-up request each, then rounds A B, B A, ...),
-and B's samples are judged against A's by the slowdown rule (harness.analysis.statistics).  A
+measurement (harness.stages.speed.speed: one untimed warm-up request each, then rounds A B, B A, ...),
+and B's samples are judged against A's by the slowdown rule (harness.common.statistics).  A
 slowdown by the rule is **confirmed**; anything else clears the suspect.
 
 The builds: a run records each build's key in its ``build`` step (``built in 215 s (key …)``); a
@@ -28,12 +28,12 @@ from ..common.errors import InputError
 from ..matrix.config import Generation, Matrix
 from ..matrix.platforms import executable_suffix
 from ..record.results import read_summary
-from ..stages.engine import ENGINE_TARGET, EngineError, EngineSession, engine_argv
-from ..stages.speed import Measurement, Unit, _interleave
+from ..stages.outputs.engine import ENGINE_TARGET, EngineError, EngineSession, engine_argv
+from ..stages.speed.speed import Measurement, Unit, _interleave
 from .speed_diff import SpeedChange
-from .statistics import MIN_SAMPLES, judge
+from ..common.statistics import MIN_SAMPLES, judge
 
-#: A build step's detail names its key so (harness.stages.build): ``built in 215 s (key d30508219794aa37)``.
+#: A build step's detail names its key so (harness.stages.build.build): ``built in 215 s (key d30508219794aa37)``.
 BUILD_KEY = re.compile(r"\(key ([0-9a-f]{16})\)")
 
 
@@ -129,7 +129,7 @@ def engines_from_builds(matrix: Matrix, a: Path, b: Path, a_work: Sequence[Path]
 
 def remeasure(engines: Mapping[str, Engine], unit: Unit, out_dir: Path, timeout_s: float) -> dict[str, Measurement]:
     """Start one engine per side of ``engines`` (side label -> Engine), time ``unit.repeats`` interleaved rounds
-    by the speed stage's measurement (harness.stages.speed._interleave) and close them.
+    by the speed stage's measurement (harness.stages.speed.speed._interleave) and close them.
 
     stderr and the command of each go to ``out_dir`` (``<side>.stderr``, ``<side>.cmd``).  ``timeout_s``
     bounds the model load and each request.  Returns side -> Measurement.  Raises EngineError or OSError

@@ -1,12 +1,12 @@
 """Speed between two runs: within-run ratios compared across runs, absolute tok/s as information.
 
-For every platform that has a ``<platform>/speed/bench.json`` (harness.stages.speed) in both
+For every platform that has a ``<platform>/speed/bench.json`` (harness.stages.speed.speed) in both
 runs, every configuration measured in both with the same model, tokens per request and rounds is
 judged per metric (pp, tg), with run B's ``defaults.speed`` factor and p:
 
 * its **ratio** to the reference it was measured interleaved with (per-round ratios,
   harness.analysis.speed_ratios), run B's against run A's, by the slowdown rule of
-  harness.analysis.statistics.  Samples inside one run share the machine's state at that time,
+  harness.common.statistics.  Samples inside one run share the machine's state at that time,
   and a rank test across two runs takes a drift of the machine for a slowdown (issue 29: the
   same series 0.85x in pp between two runs, upstream's unchanged build 0.76x); a ratio cancels
   what moved both sides of a round.
@@ -45,7 +45,7 @@ from ..matrix.config import DEFAULT_SPEED
 from ..record.bench import METRICS, bench_platforms, read_bench
 from .speed_ratios import FORK_ONLY, UPSTREAM, Reference, choose_reference, compare_ratios, interleaved, \
     round_ratios, rule_references
-from .statistics import MIN_SAMPLES, SpeedVerdict, judge
+from ..common.statistics import MIN_SAMPLES, SpeedVerdict, judge
 
 #: The verdicts of a speed change: a slowdown by the ratio rule, a tok/s slowdown no ratio settles, neither.
 REGRESSION, SUSPECT, UNCHANGED = "regression", "suspect", "unchanged"

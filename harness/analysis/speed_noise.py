@@ -1,7 +1,7 @@
 """Noise of the speed stage, measured: what repeated runs of one unchanged series say about each rule.
 
 The input is the ``<platform>/speed/bench.json`` of N runs of the same builds on one machine
-(harness.stages.speed; benchmarks/speed_stage.py ``noise`` makes them).  Nothing changed between
+(harness.stages.speed.speed; benchmarks/speed_stage.py ``noise`` makes them).  Nothing changed between
 the runs, so every rule that did not pass is a false alarm, and the spread of the samples is the
 machine's noise, not the code's.  Per rule (:class:`RuleNoise`): the false-alarm rate, the median
 ratio of each run and its spread across runs, the per-round ratios (candidate sample i over

@@ -1,6 +1,6 @@
 """Within-run speed ratios: a configuration against the reference it was measured interleaved with.
 
-The speed stage (harness.stages.speed) times the configurations of one unit (model, tokens per
+The speed stage (harness.stages.speed.speed) times the configurations of one unit (model, tokens per
 request, rounds) in interleaved rounds: round ``i`` holds one sample of each, taken minutes or
 seconds apart, so they share the machine's state at that time (clocks, other work, the GPU's
 temperature).  Sample ``i`` of a ``bench.json`` measurement's ``pp_tok_s`` / ``tg_tok_s`` is round
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..matrix.config import Matrix
-from .statistics import MIN_SAMPLES, SpeedVerdict, judge
+from ..common.statistics import MIN_SAMPLES, SpeedVerdict, judge
 
 #: The kinds of reference: upstream's build in the candidate's mode, or another configuration of the fork.
 UPSTREAM, FORK_ONLY = "upstream", "fork-only"
@@ -36,7 +36,7 @@ def same_mode_upstream(matrix: Matrix) -> dict[str, str]:
     A configuration's own ``upstream`` key first; else the reference of the first group (in the
     matrix's order) whose reference is a ``base`` build and that has the configuration among its
     candidates (``cuda-base-vs-fork`` gives ``fork`` -> ``base``, ``cuda-base-vs-fork-host-experts``
-    gives ``cuda-pin-all`` -> ``cuda-base-host-experts``), the rule harness.pipeline uses to find the
+    gives ``cuda-pin-all`` -> ``cuda-base-host-experts``), the rule harness.stages.outputs.jobs uses to find the
     upstream side of a comparison.  Configurations of upstream's build and fork configurations
     without such a group are left out.
     """
@@ -66,7 +66,7 @@ def round_ratios(candidate: Sequence[float], reference: Sequence[float]) -> list
 
 def unit_key(m: Mapping[str, Any]) -> tuple:
     """What makes measurements of one ``bench.json`` interleaved: the same model, tokens per request and
-    rounds (harness.stages.speed.Unit), whose configurations the stage times round by round together,
+    rounds (harness.stages.speed.speed.Unit), whose configurations the stage times round by round together,
     and the same ``interleaved`` value where the record has one (a stage that times one unit in several
     separate sets of rounds names each set so; absent, as in every record so far, one unit is one set)."""
     return (m.get("model"), m.get("n_prompt"), m.get("n_gen"), m.get("repeats"), m.get("interleaved"))
@@ -108,7 +108,7 @@ def choose_reference(config: str, metric: str, before: Mapping[str, Mapping[str,
 
     ``before`` / ``after``: the configurations measured interleaved with ``config`` in run A and run
     B (one :func:`interleaved` set each).  A reference must have at least
-    :data:`harness.analysis.statistics.MIN_SAMPLES` samples of ``metric`` in both.  Preferred:
+    :data:`harness.common.statistics.MIN_SAMPLES` samples of ``metric`` in both.  Preferred:
     ``upstream[config]`` (:func:`same_mode_upstream`); else the first of ``rule_refs`` (the references
     the runs' speed rules name for ``config``), of kind :data:`FORK_ONLY` unless it is upstream's.
     """
@@ -127,7 +127,7 @@ def choose_reference(config: str, metric: str, before: Mapping[str, Mapping[str,
 
 def compare_ratios(before: Sequence[float], after: Sequence[float], factor: float, p_max: float) -> SpeedVerdict:
     """Run B's per-round ratios ``after`` against run A's ``before``, by the slowdown rule of
-    harness.analysis.statistics (``min_ratio`` 1: the ratio must not fall past ``factor`` with the
+    harness.common.statistics (``min_ratio`` 1: the ratio must not fall past ``factor`` with the
     one-sided Mann-Whitney U test at ``p_max`` agreeing).  The verdict's medians are ratios, not tok/s.
     Raises ValueError with fewer than MIN_SAMPLES ratios on a side."""
     return judge(before, after, 1.0, factor, p_max)

@@ -878,7 +878,7 @@ def _confirm(args: argparse.Namespace, a: Path, b: Path, report: TriageReport) -
     """``--confirm``: re-measure the report's suspects (harness.analysis.speed_confirm) and print each verdict;
     returns the Confirmations.  Raises ConfirmError (exit 2) where a build or the matrix is missing."""
     # imported here: it starts engines, which no other triage needs
-    from ..stages.source import cache_dir, obtain_base
+    from ..stages.build.source import cache_dir, obtain_base
     from ..matrix.models import ModelStore
     from . import speed_confirm
 

@@ -78,7 +78,7 @@ class Generation:
     """Greedy generation settings: tokens, repeats, seed, context size (tokens), timeout (seconds).
 
     ``threads``: CPU threads of each process (``-t``), not a matrix key: the greedy runner sets it
-    when it spreads a platform's generations over several lanes (harness.stages.greedy); None
+    when it spreads a platform's generations over several lanes (harness.stages.outputs.greedy); None
     leaves llama.cpp's default (the machine's cores).
     """
 
@@ -107,13 +107,13 @@ class Comparison:
 
 @dataclass(frozen=True)
 class SpeedSettings:
-    """How the speed stage measures and judges (harness.stages.speed, docs/speed.md).
+    """How the speed stage measures and judges (harness.stages.speed.speed, docs/speed.md).
 
     ``n_prompt``/``n_gen``: tokens of the timed prompt (pp) and generation (tg) per request.
     ``repeats``: timed requests per configuration, interleaved with the other configurations'.
     ``factor``: a slowdown counts only when the candidate's median tok/s is below
     ``min_ratio / (1 + factor)`` times the reference's ...  ``p_max``: ... and the one-sided
-    Mann-Whitney U test (harness.analysis.statistics) gives p at most this.  ``warmup``: untimed
+    Mann-Whitney U test (harness.common.statistics) gives p at most this.  ``warmup``: untimed
     rounds before the timed ones (each a full prompt and 2 generated tokens per configuration).
     """
 
@@ -190,7 +190,7 @@ class CrossSpec:
     ``toolchain``: the CMake toolchain file (absolute).  ``compiler``: the
     cross compiler it uses, a program name looked up on PATH, and
     ``compiler_debian``: the Debian package that provides it.  ``emulator``:
-    what runs the executables (a key of ``harness.stages.cross.EMULATORS``: ``wine``).
+    what runs the executables (a key of ``harness.stages.build.cross.EMULATORS``: ``wine``).
     """
 
     toolchain: Path
@@ -220,7 +220,7 @@ class Platform:
     cross: CrossSpec | None = None
     #: CMake options added to ``cmake``'s for the compile step where no GPU is present (empty: no compile step)
     compile_only_cmake: Mapping[str, str] = field(default_factory=dict)
-    #: which prompts of a group get a llama-completion text check: every-prompt or first-prompt (harness.stages.greedy)
+    #: which prompts of a group get a llama-completion text check: every-prompt or first-prompt (harness.stages.outputs.greedy)
     text_check: str = "every-prompt"
 
 
@@ -249,7 +249,7 @@ class RunConfig:
     build that runs the same mode; a fork failure that it shares is recorded
     as unsupported upstream rather than as a fork failure.  ``expectations``: the
     declared placement, pinning and warning rules (matrix.yaml's ``expectations``, as
-    validated by the schema; read by harness.stages.expectations, which gives every rule
+    validated by the schema; read by harness.stages.checks.expectations, which gives every rule
     left out its default).
     """
 

@@ -1,6 +1,6 @@
 """Whether a generation fits its context: a prompt's tokens plus ``n_predict`` within ``ctx_size``.
 
-The rule is the one the programs apply.  The engine (harness/stages/engine/engine.cpp,
+The rule is the one the programs apply.  The engine (harness/stages/outputs/engine/engine.cpp,
 ``generate``) refuses a prompt whose tokens plus ``n_predict`` exceed its context, and
 llama-completion refuses a prompt longer than its context minus 4 tokens
 (tools/completion/completion.cpp, "prompt is too long"); both contexts are ``ctx_size``
@@ -11,7 +11,7 @@ The prompt's tokens are known exactly only from the model's own tokenizer, which
 build.  Before one, they are bounded from the prompt's bytes and the model's vocabulary
 (:func:`fewest_prompt_tokens`, :func:`most_prompt_tokens`): a lower bound that already does not fit is refused before
 anything runs, an upper bound that fits needs no tokenizer at all, and only what lies
-between is tokenized after the build (harness.pipeline, with the build's llama-tokenize).
+between is tokenized after the build (harness.stages.outputs.refusals, with the build's llama-tokenize).
 """
 
 from __future__ import annotations

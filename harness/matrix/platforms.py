@@ -2,7 +2,7 @@
 
 A platform's kind is its ``os``, ``arch`` and ``gpu`` in matrix.yaml (values the schema
 ``matrix.schema.json`` lists).  This module says what each kind needs of the host: the same OS
-or a ``cross`` section (harness.stages.cross), the same architecture, an NVIDIA GPU or only nvcc
+or a ``cross`` section (harness.stages.build.cross), the same architecture, an NVIDIA GPU or only nvcc
 to build, enough host RAM; and what differs on it (executable suffix).  The pipeline skips a
 platform with the reason :func:`cannot_build` or :func:`cannot_run` gives.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..record import environment
-from ..stages import cross
-from ..stages.cross import missing_build_tools, missing_run_tools
+from ..stages.build import cross
+from ..stages.build.cross import missing_build_tools, missing_run_tools
 from .config import CrossSpec, Platform
 
 
@@ -56,7 +56,7 @@ def _other_os(p: Platform, missing_tools: Callable[[CrossSpec], str | None]) -> 
     """Why this host cannot handle ``p`` of another OS, or None (also for a platform of this OS).
 
     A platform of another OS is handled here only through its ``cross`` section on a Linux host,
-    and only when ``missing_tools(p.cross)`` (harness.stages.cross: the build or the run tools)
+    and only when ``missing_tools(p.cross)`` (harness.stages.build.cross: the build or the run tools)
     names no missing Debian package.
     """
     if p.os == host_os():

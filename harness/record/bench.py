@@ -1,6 +1,6 @@
 """The speed stage's records: step names of speed rules and ``<platform>/speed/bench.json``.
 
-harness.stages.speed writes them; the summary's readers (JUnit, signatures, report, triage) read
+harness.stages.speed.speed writes them; the summary's readers (JUnit, signatures, report, triage) read
 them through this module, so none of them needs the stage itself.
 """
 

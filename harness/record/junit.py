@@ -8,13 +8,13 @@ detail); a neutral one (e.g. ``unsupported-upstream``) is ``<skipped>``.  The fo
 the one JUnit's Ant task writes and CI test-report tools read (testsuites / testsuite /
 testcase with failure and skipped children).
 
-``results/junit/checks-<platform>.xml`` holds the checks of harness.stages.checks the same
+``results/junit/checks-<platform>.xml`` holds the checks of harness.stages.checks.checks the same
 way: one ``<testsuite>`` per check step (``expectations``), one ``<testcase>`` per
 configuration; a failed or errored step is a ``<failure>`` (its detail the message), an
 incomplete or skipped one ``<skipped>`` with its reason.
 
 ``results/junit/speed-<platform>.xml`` holds one ``<testsuite>`` per group with speed rules and
-one ``<testcase>`` per rule step (harness.stages.speed: ``speed:<group>:<metric>`` of a
+one ``<testcase>`` per rule step (harness.stages.speed.speed: ``speed:<group>:<metric>`` of a
 candidate): a failed rule is a ``<failure>``, a rule that could not be measured an ``<error>``,
 the step's detail (medians, ratio, p) the message.
 """
@@ -160,7 +160,7 @@ def checks_xml(platform: str, steps: Iterable[StepRecord], names: Iterable[str])
 
 def write_checks_junit(run: Run, names: Iterable[str]) -> list[Path]:
     """Write ``<results>/junit/checks-<platform>.xml`` for each platform with a check step named in
-    ``names`` (harness.stages.checks.STEP_NAMES); returns the paths written, each replaced whole."""
+    ``names`` (harness.stages.checks.checks.STEP_NAMES); returns the paths written, each replaced whole."""
     names = tuple(names)
     out = []
     for platform in sorted({s.platform for s in run.steps if s.step in names}):

@@ -1,6 +1,6 @@
 """The runtime probe's record: what the runtime, the driver and the OS say about one load's weights.
 
-The harness's engine (harness/stages/engine/engine.cpp, request ``probe``) writes
+The harness's engine (harness/stages/outputs/engine/engine.cpp, request ``probe``) writes
 ``<config>/gen/<model>/engine.probe.json`` once per load.  It lists every weight the
 model's graphs read, as the scheduler's eval callback sees it (a source of the nodes
 that read it), and every buffer holding such a weight:
@@ -21,7 +21,7 @@ device memory.
 
 The fork's own lines (the pin ladder's grants, the GGML_CUDA_MOE_PIN_LAYERS summary) and
 llama's buffer-size lines are claims; this record is what they are checked against
-(harness.stages.expectation_probe).
+(harness.stages.checks.expectation_probe).
 """
 
 from __future__ import annotations

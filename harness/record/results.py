@@ -18,7 +18,7 @@ Everything a run knows is declared here once:
             tokenize/                 llama-tokenize runs of the comparisons
             speed/                    bench.json (tok/s samples, rule verdicts, machine), <rule>.log, engine stderr
             <config>/                 config.json, gen/<model>/<prompt>.r<k>.{stdout,stderr,cmd}, compare.json,
-                                      expectations.json and .log (harness.stages.expectations)
+                                      expectations.json and .log (harness.stages.checks.expectations)
     results/latest -> <run-id>
     results/junit/                    JUnit XML of the latest comparisons (a stable path for CI)
 
@@ -144,7 +144,7 @@ STEP = StatusSet("step", (
     Status("interrupted", "neutral", "⏹️", "the step was running when the run was stopped (a signal, an exception, "
                                           "a full disk); the run is incomplete"),
     Status("incomplete", "neutral", "⚠️", "the step ran, but a record it checks is missing or cannot be read "
-                                         "(harness.stages.expectations); nothing failed, and nothing is proven: "
+                                         "(harness.stages.checks.expectations); nothing failed, and nothing is proven: "
                                          "the run is incomplete"),
 ))
 
@@ -155,7 +155,7 @@ COMPARISON = StatusSet("comparison", (
     Status("crashed", "failure", "💥", "a generation of either side ended abnormally"),
     Status("timeout", "failure", "⏱️", "a generation of either side ran past its time limit"),
     Status("unsupported-upstream", "neutral", "➖", "upstream's build in the same mode fails the same way as the "
-                                                   "fork (harness.stages.upstream_support): a limit of upstream, not a "
+                                                   "fork (harness.stages.outputs.upstream_support): a limit of upstream, not a "
                                                    "fork failure"),
 ))
 
@@ -197,7 +197,7 @@ FAILURE_KINDS = {
     "patch": "a patch of the series did not apply: patch (its file name), message",
     "compare": "a comparison could not be made (e.g. tokenizing failed): model, prompt, message",
     "exception": "the step stopped with an error: message (exception type and text)",
-    "expectation": "a configuration did not do what it must (harness.stages.expectations): model, status (the rule: "
+    "expectation": "a configuration did not do what it must (harness.stages.checks.expectations): model, status (the rule: "
                    "placement, weights, pinned, warnings), message (what was found), log (the record it was read from)",
 }
 
@@ -487,7 +487,7 @@ class RunLayout:
 
     def compile_logs(self, platform: str, variant: str) -> Path:
         """``<platform>/compile-<variant>/``: the compile step of a CUDA platform without a GPU
-        (harness.stages.cuda_compile): configure.log, build.log, .rc files, toolkit.json, compile.json."""
+        (harness.stages.build.cuda_compile): configure.log, build.log, .rc files, toolkit.json, compile.json."""
         return self.platform(platform) / f"compile-{variant}"
 
     @staticmethod
@@ -559,7 +559,7 @@ class RunLayout:
 
     def speed(self, platform: str) -> Path:
         """``<platform>/speed/``: the speed stage's bench.json, one log per speed rule and the engines' stderr
-        (harness.stages.speed)."""
+        (harness.stages.speed.speed)."""
         return self.platform(platform) / "speed"
 
     def compare_json(self, platform: str, config: str) -> Path:

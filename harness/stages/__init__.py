@@ -1,1 +1,2 @@
-"""The stages, in the order a run takes them: source, patches, build (cross, cuda_compile with unity), native_tests, then the greedy comparisons (greedy, engine, compare, divergence, upstream_support)."""
+"""What a run does, one folder per role in the order of the run: build/, tests/, outputs/, checks/, speed/;
+every stage has the one shape of shape.py, and table.py lists them in order (docs/layout.md)."""

@@ -1,6 +1,6 @@
 """Benchmark of the compile step: ``python -m harness bench-compile [--cold] [-j N]``.
 
-Runs the ``compile`` step (harness.stages.cuda_compile) of a CUDA platform for the
+Runs the ``compile`` step (harness.stages.build.cuda_compile) of a CUDA platform for the
 fork and the base (``--fork-only``: the fork) in a fresh work directory, so neither ninja nor an earlier
 build directory helps, and prints the seconds of each with the machine it ran
 on.  Warm (default): ccache's usual directory, filled by an earlier run, serves
@@ -42,7 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; prints one line per variant (status, seconds, units) and returns 0 when
     every compile passed, 1 otherwise."""
     from ..matrix.config import load_matrix
-    from ..pipeline import Options, Pipeline
+    from ..stages.build.compile_stage import compile_variant
+    from ..stages.options import Options
+    from ..stages.shape import Context
     from ..record.results import Run
     ap = argparse.ArgumentParser(prog="python -m harness bench-compile", description=__doc__.split("\n\n")[0])
     ap.add_argument("--platform", default="linux-x86_64-cuda")
@@ -66,16 +68,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"mode: {'cold (empty ccache)' if args.cold else 'warm (ccache ' + os.environ.get('CCACHE_DIR', 'default') + ')'}"
           f", -j {args.jobs}, work {root / 'work'}")
     run = Run(root / "results", "bench")
-    pipe = Pipeline(matrix, run, Options(platforms=[p.name], jobs=args.jobs, work_dir=root / "work",
-                                         patches_dir=args.patches_dir), say=lambda _: None)
-    pipe.base()  # obtaining the source is not the step's time
-    pipe.patches()
+    ctx = Context.open(matrix, run, Options(platforms=[p.name], jobs=args.jobs, work_dir=root / "work",
+                                            patches_dir=args.patches_dir), say=lambda _: None)
+    ctx.builds.base()  # obtaining the source is not the step's time
+    ctx.builds.patches()
     ok = True
     total = 0.0
     fork_plan = None
     for variant in ("fork",) if args.fork_only else ("fork", "base"):
         start = time.monotonic()
-        result = pipe.compile_variant(p, variant, like=fork_plan)
+        result = compile_variant(ctx, p, variant, like=fork_plan)
         seconds = time.monotonic() - start
         total += seconds
         if result is None:
@@ -86,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         units = len(result.plan.units) if result.plan else 0
         print(f"{variant}: {result.status} in {seconds:.1f} s ({units} units, linked {len(result.linked)} targets)"
               + ("" if result.status == "passed" else f": {result.detail}"))
-    pipe.close()
+    ctx.close()
     print(f"total: {total:.1f} s; machine after: {machine()}")
     if args.keep is None:
         shutil.rmtree(root, ignore_errors=True)

@@ -42,7 +42,6 @@ file missing from the tree, or the tree could not be made.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import re
 import shlex
@@ -54,14 +53,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..common.errors import HarnessError
+from ..stages.build.cuda_headers import CUDA_WHEELS, CudaHeaders, SetupError, find_cuda_headers
 
 #: Debian package of the MinGW-w64 C++ cross compiler with the posix thread model.
 MINGW_PACKAGE = "g++-mingw-w64-x86-64-posix"
 #: Cross compilers tried in order when ``--mingw-cxx`` is not given.
 MINGW_CANDIDATES = ("x86_64-w64-mingw32-g++-posix", "x86_64-w64-mingw32-g++")
-#: PyPI wheels that together hold the CUDA runtime headers (``nvidia/cu13/include``).
-CUDA_WHEELS = ("nvidia-cuda-runtime", "nvidia-cuda-crt")
 #: Seconds one compile may take before it counts as failed.
 COMPILE_TIMEOUT_S = 300
 
@@ -149,18 +146,6 @@ class TargetResult:
         return f"{head}: FAILED: {failed[0].first_error}"
 
 
-@dataclass(frozen=True)
-class CudaHeaders:
-    """A CUDA include directory and where it came from (for the log)."""
-
-    include: Path
-    source: str
-
-
-class SetupError(HarnessError):
-    """The check cannot run: a compiler, the CUDA headers or a checked file is missing."""
-
-
 _ERROR_RE = re.compile(r"^(?P<loc>[^\s:][^:]*:\d+(?::\d+)?): (?:fatal )?error: ")
 
 
@@ -217,58 +202,6 @@ def find_host_gxx(explicit: str | None = None) -> Target:
         raise SetupError(f"host C++ compiler {name} not found; install the Debian package g++")
     return Target("linux-x86_64", f"g++ {_major_version(path)}", path, ("_XOPEN_SOURCE=600", "_GNU_SOURCE"))
 
-
-def _cuda_include_problem(include: Path) -> str | None:
-    for rel in ("cuda_runtime_api.h", "crt/host_defines.h"):
-        if not (include / rel).is_file():
-            return f"{include / rel} not found"
-    return None
-
-
-def _wheel_include() -> tuple[Path | None, str]:
-    """The include directory of the CUDA_WHEELS installed in this environment, and a description."""
-    try:
-        dist = importlib.metadata.distribution(CUDA_WHEELS[0])
-    except importlib.metadata.PackageNotFoundError:
-        return None, f"PyPI wheel {CUDA_WHEELS[0]} not installed (pip install -r requirements.txt)"
-    for f in dist.files or ():
-        if f.name == "cuda_runtime_api.h":
-            include = Path(str(dist.locate_file(f))).parent
-            versions = []
-            for name in CUDA_WHEELS:
-                try:
-                    versions.append(f"{name} {importlib.metadata.version(name)}")
-                except importlib.metadata.PackageNotFoundError:
-                    versions.append(f"{name} not installed")
-            return include, "PyPI wheels " + ", ".join(versions)
-    return None, f"PyPI wheel {CUDA_WHEELS[0]} {dist.version} has no cuda_runtime_api.h"
-
-
-def find_cuda_headers(explicit: Path | None = None) -> CudaHeaders:
-    """The CUDA include directory, searched in the order of the module docstring.
-
-    Returns the first directory that holds ``cuda_runtime_api.h`` and
-    ``crt/host_defines.h``.  Raises SetupError listing why each place was
-    passed over.  An ``explicit`` directory is the only one tried.
-    """
-    candidates: list[tuple[Path | None, str]] = []
-    if explicit is not None:
-        candidates.append((explicit, "--cuda-include"))
-    else:
-        candidates.append(_wheel_include())
-        if os.environ.get("CUDA_PATH"):
-            candidates.append((Path(os.environ["CUDA_PATH"]) / "include", "$CUDA_PATH"))
-        candidates.append((Path("/usr/local/cuda/include"), "/usr/local/cuda"))
-    reasons = []
-    for include, source in candidates:
-        if include is None:
-            reasons.append(source)
-            continue
-        problem = _cuda_include_problem(include)
-        if problem is None:
-            return CudaHeaders(include.resolve(), source)
-        reasons.append(f"{source}: {problem}")
-    raise SetupError("CUDA headers not found:\n  " + "\n  ".join(reasons))
 
 
 def select_files(only: Sequence[str] = ()) -> list[CheckedFile]:
@@ -360,8 +293,8 @@ def run_check(tree: Path, log_dir: Path, targets: Sequence[Target], cuda: CudaHe
 def _default_tree(args: argparse.Namespace) -> Path:
     """The fork work tree ``<work-dir>/fork/llama.cpp``, made from the series when missing or stale."""
     from ..matrix.config import MatrixError, load_matrix
-    from ..stages.patches import PatchError, prepare_series_tree, read_series
-    from ..stages.source import SourceError, obtain_base
+    from ..stages.build.patches import PatchError, prepare_series_tree, read_series
+    from ..stages.build.source import SourceError, obtain_base
     try:
         matrix = load_matrix(args.matrix)
         patches = read_series(args.patches_dir)

@@ -1,0 +1,226 @@
+"""Expectations: what each configuration must do beyond its tokens, checked in every run from its records.
+
+The fork exists so that expert tensors in host memory are page-locked; a silent fallback
+to pageable ``CPU`` buffers leaves every greedy token unchanged.  So every load of a
+configuration's model (the engine's and each llama-completion run's stderr, which
+harness.record.gpu parses into ``*.placement.json`` and ``*.pin-ladder.json``) is checked
+against four rules:
+
+``placement``
+    which buffer type holds the expert tensors, per layer range.  llama logs one line per
+    model buffer (``load_tensors:    CUDA_Host model buffer size =  4733.00 MiB``) named
+    after the buffer actually allocated, so a host buffer that fell back to plain memory
+    shows as ``CPU``.  The experts' bytes per layer come from the model file
+    (``<platform>/models/<model>.json``, harness.matrix.models.model_summary): the buffer
+    types expected for a layer range must hold at least those bytes, and no buffer type
+    may hold more expert bytes than it is expected to plus every non-expert byte of the
+    model.
+``weights``
+    every model buffer's type is one of a list (on the CPU platform ``CPU_Mapped`` when
+    the model is memory-mapped: a silent loss of mmap makes it ``CPU``).
+``pinned``
+    the fraction of the experts' bytes that is page-locked, measured against the experts'
+    size, not against what was requested: a model buffer with no pin-ladder record never
+    asked to be pinned and counts as pageable.  Of a buffer of S bytes, X of them experts,
+    whose allocation was granted G page-locked bytes, at least ``max(0, G - (S - X))``
+    expert bytes are page-locked (the rest of the buffer can take up at most S - X of
+    them); the fraction is the sum over the model buffers divided by the experts' bytes.
+``warnings``
+    warnings that must appear and warnings that must not (:data:`WARNINGS`).
+
+A configuration declares rules in matrix.yaml (``configs.<name>.expectations``, schema
+``#/$defs/expectations``); every rule it leaves out gets the default of
+:func:`default_expectations`, derived from its build, ``env``, ``args`` and the platform
+(docs/checks.md states the rule).  Each configuration that generated gets a step
+``expectations`` with its own status, detail, log (``<config>/expectations.log``) and
+record (``<config>/expectations.json``); harness.analysis.signatures gives a failed one
+its signature, e.g. ``placement: cuda-pin-all/moe-large: expert tensors of layers 0-7 in
+CPU (4733 MiB), expected CUDA_Host``.  A record that is missing or cannot be read makes
+the step ``incomplete``, never ``passed``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterable
+
+from ...matrix.config import Platform, RunConfig
+from ...record.probe import PROBE_FILE, Probe, ProbeError, read_probe
+from ...record.results import Failure, RunLayout, StepRecord, write_json
+from .expectation_load import LOGGED_MIB_TOLERANCE_BYTES, Finding, check_load
+from .expectation_rules import (RULES, WARNINGS, Expectations, default_expectations, expectations_for, pin_layers,
+                                rule_on, uses_mmap)
+from .checks import CheckContext, check_stage
+
+__all__ = ["STEP_NAME", "STAGE", "RULES", "WARNINGS", "LOGGED_MIB_TOLERANCE_BYTES", "Expectations", "check",
+           "check_config", "check_load", "default_expectations", "expectations_for", "pin_layers", "uses_mmap"]
+
+#: The step every configuration that generated gets.
+STEP_NAME = "expectations"
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def _read_json(path: Path) -> tuple[Any, str]:
+    """(parsed JSON, "") or (None, why it cannot be read)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), ""
+    except FileNotFoundError:
+        return None, f"{path.name} missing"
+    except (OSError, ValueError) as exc:
+        return None, f"{path.name} cannot be read ({exc})"
+
+
+def _failed_models(step: StepRecord | None) -> set[str]:
+    """Models whose generations the configuration's generate step records as failed (their records say
+    nothing about placement: the generate step holds that failure)."""
+    if step is None:
+        return set()
+    return {f.model for f in step.failures if f.model}
+
+
+def check_config(layout: RunLayout, platform: Platform, config: RunConfig,
+                 generate: StepRecord | None) -> StepRecord:
+    """The ``expectations`` step of ``config`` on ``platform``: every load under ``<config>/gen/<model>/``
+    (one per ``.stderr`` file) checked with :func:`check_load`; writes ``<config>/expectations.json``
+    (rules, their origin, per load the facts and findings) and ``<config>/expectations.log``.
+
+    Status: ``failed`` when a rule failed on a load; else ``incomplete`` when a record a rule needs is
+    missing or unreadable (a load whose stderr has no placement record, a model summary missing) on a
+    model whose generations did not fail; else ``passed`` when something was checked; ``skipped`` when
+    every load belongs to a failed generation or nothing is checked.  ``failures`` hold one
+    ``expectation`` fact per failed rule and model.
+    """
+    failed_models = _failed_models(generate)
+    loads: list[dict[str, Any]] = []
+    rules: dict[str, dict[str, Any]] = {}
+    probes: dict[str, tuple[Probe | None, str]] = {}
+    for model, stem, stderr in layout.load_logs(platform.name, config.name):
+        entry: dict[str, Any] = {"model": model, "load": stem, "log": layout.relative(stderr), "findings": []}
+        loads.append(entry)
+        if model in failed_models:
+            entry["skipped"] = "a generation of this model failed (see the generate step)"
+            continue
+        summary, why = _read_json(layout.model_json(platform.name, model))
+        if summary is None:
+            entry["findings"].append(asdict(Finding("records", "incomplete", "model summary missing",
+                                                    f"model summary: {why}")))
+            continue
+        try:
+            exp = expectations_for(platform, config, summary)
+        except ValueError as exc:
+            entry["findings"].append(asdict(Finding("records", "incomplete", "expectations unreadable", str(exc))))
+            continue
+        rules.setdefault(model, _describe_rules(exp))
+        if not any(rule_on(exp, r) for r in RULES):
+            entry["skipped"] = "no rule holds for this configuration"
+            continue
+        placement, why = _read_json(stderr.with_name(stem + ".placement.json"))
+        if placement is None:
+            entry["findings"].append(asdict(Finding("records", "incomplete", "no placement record",
+                                                    f"no placement record for {layout.relative(stderr)}: {why} "
+                                                    "(its stderr has no buffer lines)")))
+            continue
+        ladder_path = stderr.with_name(stem + ".pin-ladder.json")
+        ladder: Any = []
+        if ladder_path.exists():  # no file: the load logged no pin-ladder line
+            ladder, why = _read_json(ladder_path)
+            if not isinstance(ladder, list):
+                entry["findings"].append(asdict(Finding("records", "incomplete", "pin-ladder record unreadable",
+                                                        f"{layout.relative(ladder_path)}: {why or 'not a list'}")))
+                continue
+        probe, probe_problem = probes.get(model) or _probe(layout, stderr.with_name(PROBE_FILE), probes, model)
+        source = "the engine" if stem == "engine" else f"llama-completion ({stem})"
+        findings, facts = check_load(exp, placement, ladder, summary, probe, probe_problem, source)
+        entry["facts"] = facts
+        entry["findings"] = [asdict(f) for f in findings]
+    return _step(layout, platform, config, loads, rules)
+
+
+def _probe(layout: RunLayout, path: Path, probes: dict[str, tuple[Probe | None, str]],
+           model: str) -> tuple[Probe | None, str]:
+    """The probe of the configuration's engine load of ``model`` (``gen/<model>/engine.probe.json``), read once
+    per model into ``probes``: (probe, "") or (None, why there is none)."""
+    try:
+        probes[model] = (read_probe(path), "")
+    except ProbeError as exc:
+        probes[model] = (None, f"{layout.relative(path.parent)}: {exc}")
+    return probes[model]
+
+
+def _describe_rules(exp: Expectations) -> dict[str, Any]:
+    return {"experts": [[r.describe(), r.buffer_type] for r in exp.experts] if exp.experts is not None else None,
+            "weights": list(exp.weights) if exp.weights is not None else None,
+            "pinned": exp.pinned.describe() if exp.pinned is not None else None,
+            "mapped": exp.mapped,
+            "warnings": {"present": list(exp.present), "absent": list(exp.absent)},
+            "origin": dict(exp.origin)}
+
+
+def _step(layout: RunLayout, platform: Platform, config: RunConfig, loads: list[dict[str, Any]],
+          rules: dict[str, Any]) -> StepRecord:
+    out_dir = layout.config(platform.name, config.name)
+    record_path, log_path = out_dir / "expectations.json", out_dir / "expectations.log"
+    failures: list[Failure] = []
+    incomplete: list[str] = []
+    passed = 0
+    lines = []
+    for m, r in rules.items():
+        lines.append(f"rules for {m}: " + "; ".join(f"{k}: {v}" for k, v in r["origin"].items()))
+    for load in loads:
+        head = f"{load['model']} {load['load']} ({load['log']})"
+        if "skipped" in load:
+            lines.append(f"{head}: not checked: {load['skipped']}")
+            continue
+        for f in load["findings"]:
+            lines.append(f"{head}: {f['rule']}: {f['status']}: {f['message']}")
+            if f["status"] == "failed":
+                fact = Failure("expectation", model=load["model"], status=f["rule"], message=f["message"],
+                               log=load["log"])
+                if not any((x.model, x.status, x.message) == (fact.model, fact.status, fact.message) for x in failures):
+                    failures.append(fact)
+            elif f["status"] == "incomplete":
+                incomplete.append(f"{load['model']} {load['load']}: {f['message']}")
+            else:
+                passed += 1
+    checked = sum(1 for load in loads if "skipped" not in load)
+    if failures:
+        status = "failed"
+        detail = "; ".join(dict.fromkeys(f.text() for f in failures))
+    elif incomplete:
+        status, detail = "incomplete", "; ".join(dict.fromkeys(incomplete))
+    elif passed:
+        status = "passed"
+        kinds = sorted({f["rule"] for load in loads for f in load["findings"] if f["status"] == "passed"},
+                       key=RULES.index)
+        detail = f"{', '.join(kinds)} as expected in {checked} load(s)"
+    else:
+        status = "skipped"
+        detail = "nothing to check: " + ("; ".join(dict.fromkeys(load.get("skipped", "") for load in loads))
+                                         or "no generation of this configuration left a record")
+    write_json(record_path, {"config": config.name, "platform": platform.name, "status": status, "rules": rules,
+                             "loads": loads})
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text("\n".join(lines + [f"status: {status}: {detail}"]) + "\n", encoding="utf-8")
+    return StepRecord(platform.name, config.name, STEP_NAME, status, 0.0, detail, layout.relative(log_path), failures)
+
+
+def check(ctx: CheckContext) -> Iterable[StepRecord]:
+    """The ``expectations`` step of every configuration of ``ctx.configs`` that has a generate step on
+    ``ctx.platform`` (a check of harness.stages.checks.checks)."""
+    for name in ctx.configs:
+        generate = ctx.run.step(ctx.platform.name, name, "generate")
+        if generate is None or name not in ctx.matrix.configs:
+            continue
+        if generate.status == "skipped":
+            yield StepRecord(ctx.platform.name, name, STEP_NAME, "skipped",
+                             detail=f"generate step skipped: {generate.detail}")
+            continue
+        yield check_config(ctx.run.layout, ctx.platform, ctx.matrix.configs[name], generate)
+
+
+#: The check as a stage of compare-outputs (harness.stages.checks.checks.check_stage).
+STAGE = check_stage(STEP_NAME, check)

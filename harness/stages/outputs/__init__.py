@@ -1,0 +1,2 @@
+"""The greedy comparisons: the engine and llama-completion runs, their token streams compared, and
+their result cache."""

@@ -1,0 +1,106 @@
+"""After the builds, before any generation: what the comparisons cannot run is refused (exit 2, one line).
+
+A prompt that does not fit its context, counted by the model's own tokenizer, and a configuration's
+arguments that its build of llama-completion does not take (harness.stages.build.preflight states the
+rules and words the refusal).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ...common.errors import InputError
+from ...matrix.config import Platform
+from ...matrix.fit import PlannedGeneration, Vocabulary, refuse_unfit, selected_generations, selected_groups, vocabulary_of
+from ...matrix.models import model_summary
+from ...matrix.platforms import executable_suffix
+from ...record import environment
+from ..build.preflight import configs_on, one_line, option_refusal
+from ..shape import Context
+from .compare import TokenizeError, prompt_token_ids
+
+
+def refuse_what_cannot_run(ctx: Context, platforms: Sequence[Platform]) -> None:
+    """After the builds, before any generation: raise InputError (one line, harness.stages.build.preflight) for a
+    prompt that does not fit its context, counted by the model's own tokenizer (harness.matrix.fit: only
+    the prompts its bounds leave open), and for a configuration's arguments that the platform's build of
+    llama-completion does not take.  The arguments are not checked in a forecast (``bases`` given): there
+    an option the other upstream lacks is a finding, recorded as its comparisons fail."""
+    names = [p.name for p in platforms]
+    counted: dict[tuple[str, str], int | None] = {}
+
+    def vocabulary(model: str) -> Vocabulary | None:
+        try:
+            return vocabulary_of(model_summary(ctx.model_path(model)))
+        except Exception:  # the model step records it
+            return None
+
+    def count(gen: PlannedGeneration) -> int | None:
+        if (gen.model, gen.prompt) not in counted:
+            counted[(gen.model, gen.prompt)] = _count_prompt_tokens(ctx, 
+                [p for p in platforms if gen.group in p.groups], gen)
+        return counted[(gen.model, gen.prompt)]
+
+    refuse_unfit(selected_generations(ctx.matrix, names, ctx.opts.groups, ctx.opts.models, ctx.opts.n_predict),
+                 vocabulary, count)
+    if not ctx.builds.bases:
+        problems = [why for p in platforms for why in _refused_options(ctx, p)]
+        if problems:
+            raise InputError(one_line(problems))
+
+
+def _count_prompt_tokens(ctx: Context, platforms: Sequence[Platform], gen: PlannedGeneration) -> int | None:
+    """The tokens of ``gen``'s prompt by its model's tokenizer: the llama-tokenize of the first of
+    ``platforms`` whose fork build passed and has it; None when none can tell (the generation then runs)."""
+    try:
+        model = ctx.model_path(gen.model)
+    except Exception:  # the model step records it
+        return None
+    for p in platforms:
+        build = ctx.build_variant(p, "fork")
+        binary = build.bin_dir / f"llama-tokenize{executable_suffix(p)}"
+        if build.status != "passed" or not binary.is_file():
+            continue
+        try:
+            emu = ctx.emulator(p)
+            text = gen.text.encode("utf-8", "surrogateescape")
+            return len(prompt_token_ids(
+                binary, model, text, ctx.opts.work_dir.resolve() / "tmp",
+                launcher=emu.argv if emu else (), launcher_env=dict(emu.env) if emu else None,
+                crlf_stdout=p.os == "windows"))
+        except (RuntimeError, OSError, TokenizeError) as exc:
+            ctx.say(f"[{p.name}] the tokens of prompt {gen.prompt} of {gen.model} could not be counted: {exc}")
+    return None
+
+
+def _refused_options(ctx: Context, p: Platform) -> list[str]:
+    """Why ``p``'s builds of llama-completion do not take the arguments of the configurations its selected
+    groups run there (harness.stages.build.preflight.option_refusal), one line per configuration refused; a group
+    skipped for want of GPUs (harness.stages.outputs.compare_stage) is not checked."""
+    out: list[str] = []
+    checked: dict[tuple[str, tuple[str, ...]], str | None] = {}
+    visible = environment.visible_gpu_count() if p.gpu == "nvidia" else 0
+    for gname in selected_groups(ctx.matrix, p.name, ctx.opts.groups, ctx.opts.models):
+        if p.gpu == "nvidia" and ctx.matrix.groups[gname].min_gpus > visible:
+            continue
+        for name in configs_on(ctx.matrix, p, gname):
+            config = ctx.matrix.configs[name]
+            if not config.args:
+                continue
+            build = ctx.build_variant(p, config.build)
+            if build.status != "passed":
+                continue
+            key = (config.build, config.args)
+            if key not in checked:
+                try:
+                    emu = ctx.emulator(p)
+                except RuntimeError:
+                    continue  # the comparisons record it
+                binary = str(build.bin_dir / f"llama-completion{executable_suffix(p)}")
+                checked[key] = option_refusal([*emu.argv, binary] if emu else [binary], config.args,
+                                              {**(dict(emu.env) if emu else {}), **config.env})
+            if checked[key]:
+                out.append(f"configuration {name} of group {gname} on {p.name}: the {config.build} build's "
+                           f"llama-completion does not take {' '.join(config.args)}: {checked[key]} "
+                           f"({ctx.matrix.path}: configs.{name}.args)")
+    return out

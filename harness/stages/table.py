@@ -1,0 +1,39 @@
+"""Every stage of a run, in the order it runs: the one table the run loop (harness.pipeline) reads.
+
+A command of the command line (``build``, ``test``, ``compare-outputs``) runs its stages of this
+table in this order (a stage ``beside`` runs in a thread beside the ones after it in its command).
+A new stage is one module that defines its ``STAGE`` (harness.stages.shape.Stage) and one line here;
+docs/layout.md shows one worked through.
+"""
+
+from __future__ import annotations
+
+from .build import build_stage, compile_stage
+from .checks import expectations
+from .outputs import compare_stage
+from .shape import COMMANDS, Stage
+from .speed import speed
+from .tests import tests_stage
+
+#: The stages, in the order they run.
+STAGES: tuple[Stage, ...] = (
+    compile_stage.STAGE,   # build: the CUDA compile step, beside the builds
+    build_stage.STAGE,     # build: base and fork of every platform
+    tests_stage.STAGE,     # test: ctest by label
+    compare_stage.STAGE,   # compare-outputs: the generate steps and greedy comparisons
+    expectations.STAGE,    # compare-outputs: placement, pinning, mmap and warnings, from the records
+    speed.STAGE,           # compare-outputs: pp and tg tok/s, judged by the speed rules
+)
+
+
+def stages_of(command: str, table: tuple[Stage, ...] = STAGES) -> tuple[Stage, ...]:
+    """The stages of ``command`` in ``table``, in table order; ValueError for a command not in
+    harness.stages.shape.COMMANDS."""
+    if command not in COMMANDS:
+        raise ValueError(f"unknown command {command!r}; known: {', '.join(COMMANDS)}")
+    return tuple(s for s in table if s.command == command)
+
+
+def steps_of_role(role: str, table: tuple[Stage, ...] = STAGES) -> tuple[str, ...]:
+    """The step names the stages of ``role`` in ``table`` declare (JUnit's checks file: role ``checks``)."""
+    return tuple(step for s in table if s.role == role for step in s.steps)

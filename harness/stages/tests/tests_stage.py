@@ -1,0 +1,66 @@
+"""The ``test`` step: the fork's native tests through ctest, by label (harness.stages.tests.native_tests), on
+each selected platform whose fork build passed; with ``--sanitize`` once more under compute-sanitizer
+(step ``test-<tool>``).  A label whose tests, libraries and environment are byte-identical to a passed
+run is reused (harness.stages.tests.test_cache)."""
+
+from __future__ import annotations
+
+import shutil
+
+from ...record import gpu
+from ...record.results import Failure, StepRecord, write_json
+from ..shape import Context, Stage
+from .test_cache import run_tests_reusing
+
+
+def run_tests(ctx: Context) -> None:
+    """Run the native tests (ctest, by label) of the fork build of each selected platform; a label whose
+    tests, libraries and environment are byte-identical to a passed run is reused (harness.stages.tests.test_cache)."""
+    for p in ctx.platforms("test"):
+        fork = ctx.build_variant(p, "fork")
+        if fork.status != "passed":
+            ctx.run.record_step(StepRecord(p.name, "fork", "test", "skipped",
+                                           detail=f"fork build {fork.status}: {fork.detail}",
+                                           failures=[Failure("blocked", build="fork")]))
+            continue
+        try:
+            emulator = ctx.emulator(p)
+        except RuntimeError as exc:
+            ctx.run.record_step(StepRecord(p.name, "fork", "test", "error", detail=str(exc),
+                                           failures=[Failure("exception", message=str(exc))]))
+            continue
+        runs = [(ctx.run.layout.test_step(), ())]
+        if ctx.opts.sanitize:
+            runs.append((ctx.run.layout.test_step(ctx.opts.sanitize),
+                         ("compute-sanitizer", "--tool", ctx.opts.sanitize, "--error-exitcode", "1", "--require-cuda-init", "no")))
+        for step, wrapper in runs:
+            target_dir = ctx.run.layout.tests(p.name, step)
+            if wrapper and not shutil.which(wrapper[0]):
+                ctx.run.record_step(StepRecord(p.name, "fork", step, "skipped",
+                                               detail="compute-sanitizer not found"))
+                continue
+            with ctx.doing(p.name, "fork", step), ctx.console.step(f"[{p.name}] {step}") as shown:
+                tr, reused = run_tests_reusing(
+                    ctx.results_cache, ctx.run.id, fork.build_dir, p.test_labels, p.test_targets, target_dir,
+                    wrapper=wrapper, reference_junit=ctx.run.layout.tests(p.name, "test") / "junit.xml",
+                    env=emulator.env if emulator else None, emulator_argv=emulator.argv if emulator else (),
+                    gpu=p.gpu == "nvidia")
+                all_reused = bool(reused.labels) and all(c.message.startswith("reused") for c in tr.cases)
+                shown.finish("reused" if all_reused else tr.status, tr.detail, target_dir / "ctest.log")
+            detail = tr.detail
+            if wrapper:
+                summary = gpu.sanitizer_summary(target_dir / "ctest.log")
+                detail += f"; {summary}" if summary else ""
+                write_json(target_dir / "sanitizer.json", {"tool": ctx.opts.sanitize, "summary": summary})
+            facts = gpu.test_log_facts(target_dir / "ctest.log")
+            if facts:
+                write_json(target_dir / "gpu-facts.json", facts)
+            write_json(target_dir / "tests.json", tr)
+            ctx.run.record_step(StepRecord(p.name, "fork", step, tr.status, round(tr.seconds, 1), detail,
+                                           ctx.run.layout.relative(target_dir / "junit.xml"),
+                                           cached=", ".join(reused.run_ids) if all_reused else ""))
+        ctx.builds.write_environment(p)
+
+
+STAGE = Stage("test", command="test", role="tests", reads=("matrix", "builds"), writes=("steps", "files"),
+              steps=("test", "test-"), statuses=("passed", "failed", "error", "skipped"), run=run_tests)

@@ -1,0 +1,137 @@
+"""One shape for every stage: the table's entries declare it, and the run loop runs any stage through it alone."""
+
+from __future__ import annotations
+
+import ast
+import json
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from harness import pipeline
+from harness.common import proc
+from harness.matrix.config import load_matrix
+from harness.pipeline import Options, run_stages
+from harness.record.results import STEP_STATUSES, Run, StepRecord
+from harness.stages.shape import COMMANDS, READS, ROLES, WRITES, Stage
+from harness.stages.table import STAGES, stages_of, steps_of_role
+
+ROOT = Path(__file__).resolve().parents[1]
+MATRIX = load_matrix(ROOT / "matrix.yaml")
+CPU = "linux-x86_64-cpu"
+
+
+def test_every_stage_of_the_table_declares_the_shape():
+    assert STAGES and all(isinstance(s, Stage) for s in STAGES)
+    assert len({s.name for s in STAGES}) == len(STAGES)
+    for s in STAGES:
+        assert s.command in COMMANDS and s.role in ROLES, s
+        assert set(s.reads) <= set(READS) and set(s.writes) <= set(WRITES) and s.steps, s
+        assert set(s.statuses) <= set(STEP_STATUSES) - {"interrupted"}, s
+        assert callable(s.run)
+        # a stage lives in the folder of its role
+        assert s.run.__module__.startswith(f"harness.stages.{s.role}."), (s.name, s.run.__module__)
+    assert {c: [s.name for s in stages_of(c)] for c in COMMANDS} == {
+        "build": ["compile", "build"], "test": ["test"], "compare-outputs": ["compare", "expectations", "speed"]}
+    assert steps_of_role("checks") == ("expectations",)
+
+
+def test_a_declaration_outside_the_vocabulary_is_refused():
+    with pytest.raises(ValueError, match="reads 'weather'"):
+        Stage("x", "build", "build", reads=("weather",), writes=(), steps=("x",), statuses=("passed",),
+              run=lambda ctx: None)
+    with pytest.raises(ValueError, match="statuses 'interrupted'"):
+        Stage("x", "build", "build", reads=(), writes=(), steps=("x",), statuses=("interrupted",),
+              run=lambda ctx: None)
+    with pytest.raises(ValueError, match="command 'deploy'"):
+        Stage("x", "deploy", "build", reads=(), writes=(), steps=("x",), statuses=("passed",), run=lambda ctx: None)
+    speed = next(s for s in STAGES if s.name == "speed")
+    assert speed.records("speed:base-vs-fork:pp") and not speed.records("generate")
+
+
+def _literals(path: Path) -> set[str]:
+    """Every string constant of a module's code, docstrings left out (f-string parts included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docstrings}
+
+
+def test_the_run_loop_names_no_stage_step_or_command():
+    names = {s.name for s in STAGES} | {step for s in STAGES for step in s.steps} | set(COMMANDS)
+    literals = _literals(Path(pipeline.__file__))
+    assert not {lit for lit in literals for n in names if n in lit.split()}, literals
+    assert "checks" in literals  # the role whose steps JUnit's checks file holds: a role, not a stage
+
+
+def _toy_table(seen: list[str], interrupt: bool = False) -> tuple[Stage, ...]:
+    """A build command of three toy stages: one beside, one that returns its steps, one that records as it goes
+    (and, with ``interrupt``, is stopped by SIGINT while its step is in progress); a test command after it."""
+
+    def beside(ctx):
+        seen.append(f"beside in {threading.current_thread().name}")
+        return [StepRecord(CPU, "-", "toy-beside", "passed", detail="ran beside")]
+
+    def returns(ctx):
+        seen.append("returns")
+        yield StepRecord(CPU, "fork", "toy", "passed", detail="one")
+        yield StepRecord(CPU, "base", "toy", "failed", detail="two")
+
+    def records(ctx):
+        seen.append("records")
+        with ctx.doing(CPU, "fork", "toy-long"):
+            ctx.run.record_step(StepRecord(CPU, "fork", "toy-first", "passed"))
+            if interrupt:
+                raise proc.Interrupted(signal.SIGINT)
+        return None
+
+    def later(ctx):
+        seen.append("later")
+        return [StepRecord(CPU, "-", "toy-later", "passed")]
+
+    def stage(name, command, run, steps, beside=False):
+        return Stage(name, command, "build", reads=("matrix",), writes=("steps",), steps=steps,
+                     statuses=("passed", "failed"), run=run, beside=beside)
+
+    return (stage("toy-beside", "build", beside, ("toy-beside",), beside=True),
+            stage("toy", "build", returns, ("toy",)),
+            stage("toy-long", "build", records, ("toy-first", "toy-long")),
+            stage("toy-later", "test", later, ("toy-later",)))
+
+
+def _summary(run: Run) -> dict:
+    return json.loads((run.dir / "summary.json").read_text())
+
+
+def test_a_toy_stage_in_a_table_runs_and_its_steps_and_statuses_are_recorded(tmp_path):
+    seen: list[str] = []
+    lines: list[str] = []
+    run = Run(tmp_path / "results", "toy")
+    code = run_stages(MATRIX, run, Options(platforms=[CPU]), ["build", "test"], say=lines.append,
+                      table=_toy_table(seen))
+    assert code == 1  # a toy step failed
+    assert seen[1:] == ["returns", "records", "later"] and seen[0].startswith("beside in toy-beside")
+    steps = {(s["config"], s["step"]): s["status"] for s in _summary(run)["configurations"]}
+    assert steps == {("-", "toy-beside"): "passed", ("fork", "toy"): "passed", ("base", "toy"): "failed",
+                     ("fork", "toy-first"): "passed", ("-", "toy-later"): "passed"}
+    assert f"[{CPU}] toy base: failed — two" in lines  # a returned step is said in one line
+
+
+def test_a_toy_stage_interrupted_records_its_step_and_the_commands_not_reached(tmp_path):
+    seen: list[str] = []
+    run = Run(tmp_path / "results", "toy-int")
+    code = run_stages(MATRIX, run, Options(platforms=[CPU]), ["build", "test"], say=lambda _: None,
+                      table=_toy_table(seen, interrupt=True))
+    assert code == 130
+    assert "later" not in seen
+    summary = _summary(run)
+    steps = {(s["config"], s["step"]): s for s in summary["configurations"]}
+    assert steps[("fork", "toy-first")]["status"] == "passed"  # recorded before the interrupt: kept
+    assert steps[("fork", "toy-long")]["status"] == "interrupted"
+    assert "interrupted by SIGINT; did not finish" in steps[("fork", "toy-long")]["detail"]
+    assert summary["overall"] == "failed"  # a toy step had failed before: failed wins over incomplete
+    assert any(r.startswith("test: not run (interrupted by SIGINT)") for r in summary["incomplete"])
