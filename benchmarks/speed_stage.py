@@ -90,19 +90,22 @@ def speed_runs(runs: int, results: Path, platforms: list[str], groups: list[str]
     """``runs`` back-to-back speed stages on the same builds, each a results run of its own; yields each
     run's directory as it ends (``warmup``/``repeats``: the stage's untimed and timed rounds, None: the
     matrix's; ``matrix_path``: the matrix, another one to try other configuration arguments)."""
-    from harness.pipeline import Options, Pipeline
-    from harness.stages.speed import stage_speed
+    from harness.stages.options import Options
+    from harness.stages.shape import Context
+    from harness.stages.speed.speed import stage_speed
     matrix = load_matrix(matrix_path)
     for i in range(runs):
         # a run id of its own each, also under nox (whose HARNESS_RUN_ID would make them one run)
         run = Run.open(results, new_run_id(), argv=["benchmarks/speed_stage.py", *sys.argv[1:]])
         try:
-            pipe = Pipeline(matrix, run, Options(platforms=platforms, groups=groups, work_dir=work_dir,
-                                                 bench_warmup=warmup, bench_repeats=repeats), say=lambda _: None)
+            ctx = Context.open(matrix, run, Options(platforms=platforms, groups=groups, work_dir=work_dir,
+                                                    bench_warmup=warmup, bench_repeats=repeats), say=lambda _: None)
             t0 = time.monotonic()
-            stage_speed(pipe)
-            run.write_summary()
-            pipe.release_builds()
+            try:
+                stage_speed(ctx)
+                run.write_summary()
+            finally:
+                ctx.close()
         finally:
             run.close()
         print(f"run {i + 1}/{runs} {run.id}: {time.monotonic() - t0:.1f} s, load average after "

@@ -124,3 +124,14 @@ def test_the_cpu_rules_run_their_engines_on_the_threads_the_group_sets(tmp_path)
     path = matrix_with(tmp_path, "      threads: 1\n", "      threads: 0\n")
     with pytest.raises(MatrixError, match="speed.threads"):
         load_matrix(path)
+
+
+def test_the_benchmark_s_own_runs_reach_the_speed_stage_through_the_stage_context(tmp_path):
+    """``noise``/``repeat`` run the speed stage themselves (benchmarks/speed_stage.py speed_runs): with no runs
+    asked the generator still imports the stage and its context and loads the matrix, and yields nothing."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import speed_stage
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert list(speed_stage.speed_runs(0, tmp_path / "results", [CPU], [], tmp_path / "work")) == []
