@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.analysis.speed_diff import compare_speed  # noqa: E402
 from harness.analysis.speed_noise import markdown, noise  # noqa: E402
-from harness.analysis.speed_ratios import same_mode_upstream  # noqa: E402
+from harness.analysis.speed_ratios import rule_factors, same_mode_upstream  # noqa: E402
 from harness.matrix.config import MatrixError, load_matrix  # noqa: E402
 from harness.record import environment  # noqa: E402
 from harness.record.bench import read_bench  # noqa: E402
@@ -115,7 +115,9 @@ def speed_runs(runs: int, results: Path, platforms: list[str], groups: list[str]
 
 def repeat(runs: int, results: Path, platforms: list[str], groups: list[str], work_dir: Path) -> int:
     """``runs`` back-to-back speed stages on the same builds; prints verdicts and run-to-run triage."""
-    upstream = same_mode_upstream(load_matrix(ROOT / "matrix.yaml"))  # the preferred reference of triage's ratios
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    upstream = same_mode_upstream(matrix)  # the preferred reference of triage's ratios
+    factors = rule_factors(matrix)  # and the rules' factors it judges them by
     print(f"machine: {machine()}")
     dirs: list[Path] = []
     failed_rules = 0
@@ -129,14 +131,14 @@ def repeat(runs: int, results: Path, platforms: list[str], groups: list[str], wo
                 print(f"  {platform} {r['group']} {r['candidate']} {r['metric']}: {r['status']} ({ratio}; "
                       f"load {bench.get('load_average')})")
         if len(dirs) > 1:
-            changes, not_comparable = compare_speed(dirs[-2], dirs[-1], upstream)
+            changes, not_comparable = compare_speed(dirs[-2], dirs[-1], upstream, factors)
             for line in not_comparable:
                 print(f"  triage: not comparable: {line}")
             for c in changes:
                 print(f"  triage against run {len(dirs) - 1}: {c.config} {c.model} {c.metric}: {c.before_median:.1f}"
                       f" -> {c.after_median:.1f} tok/s ({c.ratio:.3f}x, p {c.p_value:.3g})"
                       f"{'  REGRESSION' if c.regressed else ''}")
-    regressions = sum(c.regressed for a, b in zip(dirs, dirs[1:]) for c in compare_speed(a, b, upstream)[0])
+    regressions = sum(c.regressed for a, b in zip(dirs, dirs[1:]) for c in compare_speed(a, b, upstream, factors)[0])
     print(f"{runs} runs: {failed_rules} speed rule(s) not passed, {regressions} triage speed regression(s) "
           f"between consecutive runs (target: none)")
     return 0

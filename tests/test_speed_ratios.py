@@ -14,7 +14,9 @@ import pytest
 from harness.analysis import triage
 from harness.analysis.speed_diff import REGRESSION, SUSPECT, UNCHANGED, compare_bench
 from harness.analysis.speed_ratios import (FORK_ONLY, UPSTREAM, Reference, choose_reference, compare_ratios,
-                                           interleaved, round_ratios, rule_references, same_mode_upstream)
+                                           interleaved, recorded_rule_factors, round_ratios, rule_factors,
+                                           rule_references, same_mode_upstream)
+from harness.common.statistics import judge
 from harness.matrix.config import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +27,9 @@ CUDA = "linux-x86_64-cuda"
 CLEAN = ["gpu1-20261201T223756Z", "gpu1-20261202T005602Z", "gpu1-20261202T020214Z", "gpu1-20261202T033816Z",
          "gpu1-20261202T050833Z"]
 PAIRS = list(combinations(CLEAN, 2))  # (earlier, later), as triage compares them
-UPSTREAM_OF = same_mode_upstream(load_matrix(ROOT / "matrix.yaml"))
+MATRIX = load_matrix(ROOT / "matrix.yaml")
+UPSTREAM_OF = same_mode_upstream(MATRIX)
+FACTORS = rule_factors(MATRIX)
 
 
 def bench(run: str) -> dict:
@@ -148,6 +152,34 @@ def test_a_reference_sample_of_zero_gives_no_ratio():
     assert c.verdict == SUSPECT and c.reference == ""
 
 
+def test_a_rule_s_wider_factor_is_the_one_triage_judges_its_pair_by():
+    a = record(measurement("base", BASE), measurement("fork", BASE))
+    b = record(measurement("base", BASE), measurement("fork", scaled(BASE, 0.8)))
+    assert change(compare_bench(CUDA, a, b, {"fork": "base"}, {}), "fork", "pp").verdict == REGRESSION
+    wide = change(compare_bench(CUDA, a, b, {"fork": "base"}, {("fork", "pp", "base"): 0.5}), "fork", "pp")
+    assert wide.verdict == UNCHANGED and wide.threshold == pytest.approx(1 / 1.5)
+    # a rule's factor for another metric or another reference leaves this pair at the default
+    other = {("fork", "tg", "base"): 0.5, ("fork", "pp", "cuda-nopin"): 0.5}
+    assert change(compare_bench(CUDA, a, b, {"fork": "base"}, other), "fork", "pp").verdict == REGRESSION
+    # a narrower rule (factor 0: a minimum ratio, not a slowdown rule) never narrows the default
+    slight = record(measurement("base", BASE), measurement("fork", scaled(BASE, 0.95)))
+    assert change(compare_bench(CUDA, a, slight, {"fork": "base"}, {("fork", "pp", "base"): 0.0}),
+                  "fork", "pp").verdict == UNCHANGED
+    # without the matrix: the factor the records' rules were judged with
+    rule = {"candidate": "fork", "reference": "base", "metric": "pp", "factor": 0.5}
+    a_rec, b_rec = {**a, "rules": [rule]}, {**b, "rules": [rule]}
+    assert recorded_rule_factors(b_rec) == {("fork", "pp", "base"): 0.5}
+    assert change(compare_bench(CUDA, a_rec, b_rec, {"fork": "base"}), "fork", "pp").verdict == UNCHANGED
+    assert change(compare_bench(CUDA, a, b, {"fork": "base"}), "fork", "pp").verdict == REGRESSION
+
+
+def test_the_shipped_matrix_s_rule_factors():
+    assert FACTORS[("fork", "pp", "base")] == 0.75 and FACTORS[("fork", "tg", "base")] == 0.25
+    assert FACTORS[("cuda-pin-all", "pp", "cuda-base-host-experts")] == 0.10
+    assert FACTORS[("cuda-pin-all", "tg", "cuda-base-host-experts")] == 0.10
+    assert FACTORS[("cuda-pin-all", "pp", "cuda-nopin")] == 0.0  # at least 3x: a minimum ratio
+
+
 def test_without_an_interleaved_reference_a_slowdown_is_suspect_never_a_regression():
     a = record(measurement("fork", BASE))
     b = record(measurement("fork", scaled(BASE, 0.5)))
@@ -261,3 +293,62 @@ def test_the_512_kib_plant_is_a_regression_against_upstream_s_pinned_host_expert
     assert [(c.config, c.metric, c.reference, c.reference_kind) for c in regressed] == [
         ("cuda-pin-all", "pp", "cuda-base-host-experts", UPSTREAM)]
     assert regressed[0].vs_reference_ratio == pytest.approx(0.83, abs=0.03)
+
+
+# --------------------------------------------------------------------------- back-to-back runs on one H200
+
+NOISE = EVIDENCE / "h200-noise-20261202"
+#: The speed stage of every one-GPU group with rules, 11 times back to back on one machine with the
+#: matrix's settings (benchmarks/speed_stage.py noise, docs/speed.md "Noise").
+STAGE = sorted(p for p in (NOISE / "stage").iterdir())
+ORDERED = [(a, b) for a in STAGE for b in STAGE if a != b]
+
+
+def noise_bench(run: Path) -> dict:
+    return json.loads((run / CUDA / "speed" / "bench.json").read_text(encoding="utf-8"))
+
+
+def test_the_back_to_back_runs_are_the_clean_series_on_the_committed_runs_machine():
+    assert len(STAGE) == 11
+    assert {json.dumps(noise_bench(r)["machine"], sort_keys=True) for r in STAGE} == \
+        {json.dumps(bench(CLEAN[0])["machine"], sort_keys=True)}
+    assert all(len(noise_bench(r)["rules"]) == 10 for r in STAGE)
+
+
+def test_triage_between_back_to_back_runs_finds_no_regression_by_the_matrix_s_rules():
+    """With the default factor for every pair (the records were judged with it) triage finds 13 regressions in
+    110 ordered pairs, every one of them the fork against upstream with every weight in VRAM."""
+    benches = {r: noise_bench(r) for r in STAGE}
+    by_records = [c for a, b in ORDERED for c in compare_bench(CUDA, benches[a], benches[b], UPSTREAM_OF)
+                  if c.regressed]
+    assert len(by_records) == 13 and {(c.config, c.reference) for c in by_records} == {("fork", "base")}
+    assert not [c for a, b in ORDERED for c in compare_bench(CUDA, benches[a], benches[b], UPSTREAM_OF, FACTORS)
+                if c.regressed]
+
+
+def test_pinned_prefill_at_half_and_0_8_speed_is_a_regression_in_every_back_to_back_pair():
+    benches = {r: noise_bench(r) for r in STAGE}
+    for factor in (0.5, 0.8):
+        for a, b in ORDERED:
+            pinned = [c for c in compare_bench(CUDA, benches[a], with_pinned_pp_scaled(benches[b], factor),
+                                               UPSTREAM_OF, FACTORS) if (c.config, c.metric) == ("cuda-pin-all", "pp")]
+            assert pinned and any(c.regressed for c in pinned), (factor, a.name, b.name)
+
+
+def test_every_clean_h200_run_passes_the_shipped_rules_of_the_fork_on_default_settings():
+    """Each recorded fork/base pair of every back-to-back run (all settings tried, 62 runs) and of the
+    committed clean runs, judged again by the shipped rules of cuda-base-vs-fork."""
+    rules = {r.metric: r for r in MATRIX.groups["cuda-base-vs-fork"].speed.rules}
+    runs = sorted(NOISE.glob("*/*/linux-x86_64-cuda/speed/bench.json"))
+    assert len(runs) == 62
+    judged = 0
+    for path in [*runs, *(EVIDENCE / r / CUDA / "speed" / "bench.json" for r in [*CLEAN, PAIRWISE])]:
+        record_ = json.loads(path.read_text(encoding="utf-8"))
+        for r in record_["rules"]:
+            if r["group"] != "cuda-base-vs-fork" or "reference_tok_s" not in r:
+                continue
+            rule = rules[r["metric"]]
+            verdict = judge(r["reference_tok_s"], r["candidate_tok_s"], rule.min_ratio, rule.factor, rule.p_max)
+            assert not verdict.regressed, (path, r["metric"], verdict)
+            judged += 1
+    assert judged >= 2 * 62

@@ -2,7 +2,9 @@
 
 For every platform that has a ``<platform>/speed/bench.json`` (harness.stages.speed.speed) in both
 runs, every configuration measured in both with the same model, tokens per request and rounds is
-judged per metric (pp, tg), with run B's ``defaults.speed`` factor and p:
+judged per metric (pp, tg), with run B's ``defaults.speed`` factor and p; where a speed rule pairs the
+configuration with the reference of its ratio, by that rule's factor when it is wider (the matrix's rules
+when triage has the matrix, else the ones either record was judged with; speed_ratios.rule_factors):
 
 * its **ratio** to the reference it was measured interleaved with (per-round ratios,
   harness.analysis.speed_ratios), run B's against run A's, by the slowdown rule of
@@ -44,7 +46,7 @@ from typing import Any, Mapping
 from ..matrix.config import DEFAULT_SPEED
 from ..record.bench import METRICS, bench_platforms, read_bench
 from .speed_ratios import FORK_ONLY, UPSTREAM, Reference, choose_reference, compare_ratios, interleaved, \
-    round_ratios, rule_references
+    recorded_rule_factors, round_ratios, rule_references
 from ..common.statistics import MIN_SAMPLES, SpeedVerdict, judge
 
 #: The verdicts of a speed change: a slowdown by the ratio rule, a tok/s slowdown no ratio settles, neither.
@@ -142,12 +144,16 @@ def _set_in_a(key: tuple, config: str, metric: str, set_b: Mapping[str, Mapping[
 
 
 def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
-                  upstream: Mapping[str, str] | None = None) -> list[SpeedChange]:
+                  upstream: Mapping[str, str] | None = None,
+                  factors: Mapping[tuple[str, str, str], float] | None = None) -> list[SpeedChange]:
     """The speed changes of one platform from bench record ``ba`` (run A) to ``bb`` (run B).
 
     ``upstream``: fork configuration -> upstream's configuration in its mode
     (speed_ratios.same_mode_upstream; empty: every reference is fork-only).  Uses run B's
-    ``defaults.speed`` factor and p_max (DEFAULT_SPEED where absent).  Measurements with fewer
+    ``defaults.speed`` factor and p_max (DEFAULT_SPEED where absent), widened for a configuration
+    whose ratio is taken against a reference that a speed rule pairs it with to that rule's factor:
+    ``factors`` ((candidate, metric, reference) -> factor, speed_ratios.rule_factors of the matrix), or
+    where it is None the factors the two records' rules were judged with.  Measurements with fewer
     than MIN_SAMPLES samples on a side are left out; a reference with a sample of 0 tok/s gives no ratio.
     The machine is not checked here
     (:func:`compare_speed` does).
@@ -156,6 +162,9 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
     factor, p_max = float(settings["factor"]), float(settings["p_max"])
     sets_a, sets_b = interleaved(ba), interleaved(bb)
     refs_a, refs_b = rule_references(ba), rule_references(bb)
+    if factors is None:
+        fa, fb = recorded_rule_factors(ba), recorded_rule_factors(bb)
+        factors = {k: max(fa.get(k, 0.0), fb.get(k, 0.0)) for k in {*fa, *fb}}
     out: list[SpeedChange] = []
     for key, set_b in sets_b.items():
         for config, mb in set_b.items():
@@ -169,7 +178,8 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
                 xa = set_a[config].get(f"{metric}_tok_s") or []
                 if len(xa) < MIN_SAMPLES or len(xb) < MIN_SAMPLES:
                     continue
-                tok_s = judge(xa, xb, 1.0, factor, p_max)
+                wide = max(factor, factors.get((config, metric, ref.name), 0.0)) if ref is not None else factor
+                tok_s = judge(xa, xb, 1.0, wide, p_max)
                 change = SpeedChange(platform, config, str(mb.get("model")), metric, tok_s.reference.median,
                                      tok_s.candidate.median, tok_s.ratio, tok_s.threshold, tok_s.p_value, p_max,
                                      n_prompt=mb.get("n_prompt"), n_gen=mb.get("n_gen"))
@@ -181,7 +191,7 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
                     except ValueError:  # a reference sample of 0 tok/s: no ratio, as without a reference
                         ra = rb = []
                     if min(len(ra), len(rb)) >= MIN_SAMPLES:
-                        rel = compare_ratios(ra, rb, factor, p_max)
+                        rel = compare_ratios(ra, rb, wide, p_max)
                         change.reference, change.reference_kind = ref.name, ref.kind
                         change.before_vs_reference, change.after_vs_reference = rel.reference.median, rel.candidate.median
                         change.vs_reference_ratio, change.vs_reference_p = rel.ratio, rel.p_value
@@ -190,9 +200,11 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
     return out
 
 
-def compare_speed(a: Path, b: Path, upstream: Mapping[str, str] | None = None) -> tuple[list[SpeedChange], list[str]]:
-    """The speed changes from run directory ``a`` to ``b`` (:func:`compare_bench` per platform) and the
-    platforms whose speeds are not comparable (one line each, saying why: another machine)."""
+def compare_speed(a: Path, b: Path, upstream: Mapping[str, str] | None = None,
+                  factors: Mapping[tuple[str, str, str], float] | None = None) -> tuple[list[SpeedChange], list[str]]:
+    """The speed changes from run directory ``a`` to ``b`` (:func:`compare_bench` per platform, with
+    ``upstream`` and ``factors``) and the platforms whose speeds are not comparable (one line each, saying
+    why: another machine)."""
     changes: list[SpeedChange] = []
     not_comparable: list[str] = []
     for platform in sorted(set(bench_platforms(a)) & set(bench_platforms(b))):
@@ -203,6 +215,6 @@ def compare_speed(a: Path, b: Path, upstream: Mapping[str, str] | None = None) -
             not_comparable.append(f"{platform}: another machine ({', '.join(differ) or 'no fingerprint'} differ); "
                                   "speed not compared")
             continue
-        changes += compare_bench(platform, ba, bb, upstream)
+        changes += compare_bench(platform, ba, bb, upstream, factors)
     return changes, not_comparable
 

@@ -80,6 +80,31 @@ def interleaved(bench: Mapping[str, Any]) -> dict[tuple, dict[str, Mapping[str, 
     return out
 
 
+def rule_factors(matrix: Matrix) -> dict[tuple[str, str, str], float]:
+    """(candidate, metric, reference) -> the ``factor`` of ``matrix``'s speed rule for that pair and metric,
+    the largest where several groups have one.  Triage judges a candidate's ratio to that reference by at
+    least this factor (:func:`harness.analysis.speed_diff.compare_bench`): a rule whose pair moves between
+    engine processes by more than the default factor (``cuda-base-vs-fork`` on an H200, docs/speed.md)
+    says so once, for the run's verdict and for triage."""
+    out: dict[tuple[str, str, str], float] = {}
+    for g in matrix.groups.values():
+        for r in (g.speed.rules if g.speed else ()):
+            key = (r.candidate, r.metric, r.reference or g.reference)
+            out[key] = max(out.get(key, 0.0), r.factor)
+    return out
+
+
+def recorded_rule_factors(bench: Mapping[str, Any]) -> dict[tuple[str, str, str], float]:
+    """(candidate, metric, reference) -> the ``factor`` a bench record's rules were judged with, the largest
+    where several rules share the pair (the record's own view of :func:`rule_factors`)."""
+    out: dict[tuple[str, str, str], float] = {}
+    for r in bench.get("rules") or []:
+        if r.get("reference") and r.get("factor") is not None:
+            key = (str(r.get("candidate")), str(r.get("metric")), str(r["reference"]))
+            out[key] = max(out.get(key, 0.0), float(r["factor"]))
+    return out
+
+
 def rule_references(bench: Mapping[str, Any]) -> dict[tuple[str, str], list[str]]:
     """(candidate, metric) -> the references the speed rules of a bench record name for it, in the rules'
     order: a rule declares that its pair's ratio in that metric means something (``cuda-pin-all`` against

@@ -57,7 +57,7 @@ from . import memory_changes
 from .signatures import load_signatures
 from ..matrix.config import load_matrix
 from .speed_diff import SpeedChange, compare_speed
-from .speed_ratios import same_mode_upstream
+from .speed_ratios import rule_factors, same_mode_upstream
 
 #: Statuses that count as a failure or a success (declared in harness.record.results).
 BAD_STEP = STEP.failures
@@ -670,12 +670,14 @@ def _order(t: Transition) -> tuple:
     return ({"regression": 0, "fix": 1}.get(t.category, 2), t.platform, t.kind != "step", t.what)
 
 
-def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str] | None = None) -> TriageReport:
+def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str] | None = None,
+              factors: Mapping[tuple[str, str, str], float] | None = None) -> TriageReport:
     """Compare run directory ``a`` (earlier) with ``b`` (later) and return what changed.
 
     ``upstream``: fork configuration -> upstream's configuration in its mode, the preferred reference of
     its speed ratios (harness.analysis.speed_ratios.same_mode_upstream; None: every reference counts as
-    fork-only, harness.analysis.speed_diff).
+    fork-only, harness.analysis.speed_diff).  ``factors``: the speed rules' factors by (candidate, metric,
+    reference) (speed_ratios.rule_factors; None: those the runs' records were judged with).
 
     Reads both summary.json files, their signatures (signatures.json, else computed from
     the logs without writing), and pin-ladder files.  A record of A that B has not
@@ -702,7 +704,7 @@ def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str
         sb = {**sb, "incomplete": [*sb.get("incomplete", []), f"still running (pid {owner})"]}
     report.strict = strict
     report.pin_changes = _pin_changes(a, b)
-    report.speed_changes, report.speed_not_comparable = compare_speed(a, b, upstream)
+    report.speed_changes, report.speed_not_comparable = compare_speed(a, b, upstream, factors)
     report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
                                 + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
                                 + _kl_transitions(sa, sb) + _memory_transitions(a, b, report.pin_changes, sa, sb)
@@ -864,8 +866,9 @@ def main(argv: Sequence[str]) -> int:
     else:
         b = resolve_run(args.runs[0] if args.runs else "latest", args.results_dir)
         a = previous_run(b, args.results_dir)
-    upstream = same_mode_upstream(load_matrix(args.matrix)) if args.matrix.is_file() else None
-    report = diff_runs(a, b, args.strict, upstream)
+    matrix = load_matrix(args.matrix) if args.matrix.is_file() else None
+    upstream = same_mode_upstream(matrix) if matrix else None
+    report = diff_runs(a, b, args.strict, upstream, rule_factors(matrix) if matrix else None)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
