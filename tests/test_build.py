@@ -89,3 +89,59 @@ def test_the_pinned_tools_beside_this_python_win_over_path(tmp_path, monkeypatch
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
     assert find_tool("cmake") == str(pinned)
     assert find_tool("only-on-path") == str(tmp_path / "only-on-path")
+
+
+# --------------------------------------------------------------------------- unoptimised_targets
+
+SPLIT = {"CMakeLists.txt": """cmake_minimum_required(VERSION 3.19)
+project(llama.cpp CXX)
+add_subdirectory(ggml)
+add_library(llama-common STATIC common.cpp)
+add_executable(tool tool.cpp)
+target_link_libraries(tool PRIVATE llama-common ggml-base)
+""", "ggml/CMakeLists.txt": "project(ggml CXX)\nadd_library(ggml-base STATIC ggml.cpp)\n",
+    "common.cpp": "int common_f() { return 1; }\n", "ggml/ggml.cpp": "int ggml_f() { return 2; }\n",
+    "tool.cpp": "int common_f(); int ggml_f(); int main() { return common_f() + ggml_f() - 3; }\n"}
+
+
+def _configure_split(tmp_path: Path, targets: str) -> tuple[int, str, dict[str, list[str]]]:
+    import json
+    import subprocess
+    from harness.stages.build.builds import UNOPTIMISED_HOOK
+    src, out = tmp_path / "src", tmp_path / "build"
+    for rel, text in SPLIT.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
+    proc = subprocess.run([find_tool("cmake"), "-S", str(src), "-B", str(out), "-G", "Ninja",
+                           "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
+                           f"-DCMAKE_PROJECT_ggml_INCLUDE={UNOPTIMISED_HOOK.as_posix()}",
+                           f"-DHARNESS_UNOPTIMISED_TARGETS={targets}"], capture_output=True, text=True)
+    flags = {}
+    if proc.returncode == 0:
+        for e in json.loads((out / "compile_commands.json").read_text()):
+            flags[Path(e["file"]).name] = [a for a in (e.get("arguments") or e["command"].split()) if a.startswith("-O")]
+    return proc.returncode, proc.stdout + proc.stderr, flags
+
+
+def test_unoptimised_targets_compile_at_O0_after_the_build_type_s_flags_and_the_rest_as_before(tmp_path):
+    rc, log, flags = _configure_split(tmp_path, "llama-common")
+    assert rc == 0, log
+    assert flags["common.cpp"][-1] == "-O0" and flags["common.cpp"][0] == "-O3"  # the last -O wins
+    assert "-O0" not in flags["ggml.cpp"] and "-O0" not in flags["tool.cpp"]
+
+
+def test_an_unoptimised_target_the_tree_does_not_define_stops_the_configure_naming_it(tmp_path):
+    rc, log, _ = _configure_split(tmp_path, "llama-common;cpp-httplib")
+    assert rc != 0 and "unoptimised_targets names cpp-httplib" in log
+
+
+def test_the_cpu_platforms_compile_upstream_s_common_code_unoptimised_and_the_gpu_platforms_do_not():
+    from harness.matrix.config import load_matrix
+    from harness.stages.build.builds import UNOPTIMISED_HOOK, cmake_options
+    m = load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml")
+    for name in ("linux-x86_64-cpu", "windows-x86_64-cpu"):
+        opts = cmake_options(m.platforms[name], "base")
+        assert opts["HARNESS_UNOPTIMISED_TARGETS"] == "llama-common;cpp-httplib"
+        assert opts["CMAKE_PROJECT_ggml_INCLUDE"] == UNOPTIMISED_HOOK.as_posix()
+    opts = cmake_options(m.platforms["linux-x86_64-cuda"], "fork", cuda_arch="90")
+    assert "HARNESS_UNOPTIMISED_TARGETS" not in opts and "CMAKE_PROJECT_ggml_INCLUDE" not in opts

@@ -222,6 +222,8 @@ class Platform:
     compile_only_cmake: Mapping[str, str] = field(default_factory=dict)
     #: which prompts of a group get a llama-completion text check: every-prompt or first-prompt (harness.stages.outputs.greedy)
     text_check: str = "every-prompt"
+    #: upstream's targets the build step compiles at -O0 (harness/stages/build/unoptimised.cmake); empty: none
+    unoptimised_targets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -687,7 +689,8 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
                       bool(ci.get("long_paths", False)), tuple(ci.get("hosted_runs_on", ()))) if ci else None,
             cross=_cross(p.get("cross"), rel),
             compile_only_cmake=dict(p.get("compile_only", {}).get("cmake", {})),
-            text_check=p.get("text_check", "every-prompt"))
+            text_check=p.get("text_check", "every-prompt"),
+            unoptimised_targets=tuple(p.get("unoptimised_targets", ())))
     models = {}
     for name, m in doc["models"].items():
         spec = dict(m)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from ...common.console import Console
+from ...common.fs import sha256_files
 from ...common.jobserver import JobBudget
 from ...common.locks import BuildLock, Rank, exclusive
 from ...matrix.config import Matrix, Platform
@@ -36,13 +37,18 @@ from .quantize_tool import no_quantize_platform, quantize_platform, tool_from_bu
 from .source import BaseTree, obtain_base, prepare_tree
 
 
+#: The CMake code that compiles a platform's ``unoptimised_targets`` at -O0, included at the end of ggml's project().
+UNOPTIMISED_HOOK = Path(__file__).resolve().parent / "unoptimised.cmake"
+
+
 def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda_arch: str | None = None,
                   defines: Mapping[str, str] | None = None) -> dict[str, str]:
     """The CMake cache options of platform ``p``'s ``variant`` build.
 
     The matrix's options, the compiler launcher (ccache), the harness's engine target
     (harness.stages.outputs.engine.engine_cmake_options), a RUNPATH relative to the binaries
-    (CMAKE_BUILD_RPATH_USE_ORIGIN), CMAKE_CUDA_ARCHITECTURES
+    (CMAKE_BUILD_RPATH_USE_ORIGIN), the platform's ``unoptimised_targets`` at -O0 (:data:`UNOPTIMISED_HOOK`),
+    CMAKE_CUDA_ARCHITECTURES
     (``cuda_arch``, else from nvidia-smi where the matrix says ``auto``), the cross toolchain and
     emulator of a cross-built platform, LLAMA_FORK_SERIES naming ``patches`` for the fork (and on a
     platform without GPU the CUDA headers for test-cuda-pin-ladder-host), then ``defines`` (-D
@@ -63,6 +69,9 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
     # the build tree's RUNPATH relative to the binaries ($ORIGIN), not the build directory's path: the same code
     # built in another checkout is the same bytes, and the result cache knows it (docs/cache.md)
     opts["CMAKE_BUILD_RPATH_USE_ORIGIN"] = "ON"
+    if p.unoptimised_targets:
+        opts["CMAKE_PROJECT_ggml_INCLUDE"] = UNOPTIMISED_HOOK.as_posix()
+        opts["HARNESS_UNOPTIMISED_TARGETS"] = ";".join(p.unoptimised_targets)
     if cross_built(p):
         assert p.cross is not None
         opts["CMAKE_TOOLCHAIN_FILE"] = str(p.cross.toolchain)
@@ -262,6 +271,8 @@ class Builds:
                              "engine": engine_source_digest()}
             else:
                 key_parts = {"base": self.bases.get(variant, base).commit, "engine": engine_source_digest()}
+            if p.unoptimised_targets:  # the hook's bytes: an edit of it rebuilds
+                key_parts["unoptimised"] = sha256_files([UNOPTIMISED_HOOK])
             targets = (*p.targets, ENGINE_TARGET) + (p.test_targets if variant == "fork" else ())
             req = BuildRequest(p.name, variant, source, work / variant / f"build-{p.name}",
                                self.cmake_options(p, variant), tuple(targets), key_parts, self.opts.jobs,
