@@ -281,8 +281,9 @@ def fork_tree(tmp_path_factory):
     return work, tree, options
 
 
-def _compile_with(fork_tree, tmp_path, rel: str, after: str | None, planted: str | None):
-    """Compile the units that include ``rel`` with ``planted`` inserted after the first line holding ``after``."""
+def _compile_with(fork_tree, tmp_path, rel: str, after: str | None, planted: str | None, link: tuple[str, ...] = ()):
+    """Compile the units that include ``rel`` with ``planted`` inserted after the first line holding ``after``,
+    and link the targets ``link``."""
     work, tree, options = fork_tree
     path = tree / rel
     original = path.read_bytes()
@@ -296,7 +297,7 @@ def _compile_with(fork_tree, tmp_path, rel: str, after: str | None, planted: str
             path.write_text("\n".join(lines))
         run_dir = tmp_path / "run"
         logs = run_dir / PLATFORM / "compile-fork"
-        result = compile_tree(tree, work / "fork" / f"compile-{PLATFORM}", options, {rel: "M"}, [], logs,
+        result = compile_tree(tree, work / "fork" / f"compile-{PLATFORM}", options, {rel: "M"}, list(link), logs,
                               cmake=find_tool("cmake"), ninja=find_tool("ninja"), jobs=2, env=ccache_env(work))
         step = {"platform": PLATFORM, "config": "fork", "step": "compile", "status": result.status,
                 "detail": result.detail}
@@ -327,3 +328,24 @@ def test_a_planted_fault_fails_the_compile_step_and_its_removal_passes(fork_tree
     assert clean.status == "passed", clean.detail
     assert clean_sig is None
     assert clean.plan.units == result.plan.units
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_planted_undefined_symbol_fails_the_link_of_every_program_that_loads_the_library(fork_tree, tmp_path):
+    """A call to a function nothing defines: ggml-cuda.cu compiles and libggml-cuda.so links (a shared library may
+    leave symbols to others); the program that names the library on its link line (test-cuda-pin-ladder) fails
+    naming the symbol, and so does the step.  test-moe-pin-layers, which reaches libggml-cuda.so only through
+    libllama and libggml, links: ld checks the undefined symbols of the libraries it is given."""
+    planted = ('extern "C" size_t ggml_cuda_planted_undefined(size_t n);\n'
+               'size_t ggml_cuda_planted_caller(size_t n) { return ggml_cuda_planted_undefined(n); }')
+    programs = ("test-cuda-pin-ladder", "test-moe-pin-layers")
+    result, sig, _ = _compile_with(fork_tree, tmp_path / "planted", "ggml/src/ggml-cuda/ggml-cuda.cu",
+                                   '#include "ggml-cuda/pin-ladder.cuh"', planted, programs)
+    assert result.status == "failed", result.detail
+    assert sig is not None and sig.kind == "link_error" and "ggml_cuda_planted_undefined" in sig.summary, sig
+    assert result.not_linked == {"test-cuda-pin-ladder": "its link failed"}, result.not_linked
+    clean, clean_sig, _ = _compile_with(fork_tree, tmp_path / "clean", "ggml/src/ggml-cuda/ggml-cuda.cu",
+                                        '#include "ggml-cuda/pin-ladder.cuh"', None, programs)
+    assert clean.status == "passed" and clean_sig is None, clean.detail
+    assert sorted(clean.linked) == sorted(programs)
