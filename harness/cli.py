@@ -79,7 +79,8 @@ def _stage_parser() -> argparse.ArgumentParser:
     ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE",
                     help="extra CMake cache option passed through to every configure")
     ap.add_argument("--no-cache", action="store_true",
-                    help="regenerate every generation and rerun every native test instead of reusing results "
+                    help="regenerate every generation, rerun every native test and measure every speed pair "
+                         "instead of reusing results "
                          "whose inputs are byte-identical (docs/cache.md); fresh results still refresh the cache")
     return ap
 

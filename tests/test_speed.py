@@ -7,6 +7,7 @@ import json
 import sys
 import xml.etree.ElementTree as ET
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,7 +22,9 @@ from harness.matrix.config import MatrixError, load_matrix
 from harness.pipeline import Options
 from harness.record.bench import parse_step, read_bench, step_name
 from harness.record.junit import write_speed_junit
+from harness.record.cache import ResultCache
 from harness.record.results import Run, StepRecord, write_json
+from harness.stages.outputs.generation_cache import SideIdentity
 from harness.stages.outputs.engine import EngineSession
 from harness.stages.speed import speed
 from harness.stages.speed.speed import stage_speed
@@ -157,18 +160,37 @@ def test_the_engine_session_times_a_bench_request(tmp_path, monkeypatch):
     assert got.tg_tok_s == pytest.approx(8 / (got.tg_ms / 1000)) and 400 < got.tg_tok_s < 500
 
 
+class FakeSessions:
+    """What the speed stage's result cache reads of harness.stages.outputs.sessions.Sessions: a side's identity
+    (``images``: config -> the digest its build's programs would have) and the model digests."""
+
+    def __init__(self, images: dict[str, str]):
+        self.images = images
+        self.models = SimpleNamespace(digest=lambda path: "sha256-of-" + Path(path).name)
+
+    def session_cache(self):
+        return self
+
+    def side(self, side):
+        return SideIdentity({"images": {"engine": self.images.get(side.config, "same bytes")}})
+
+
 class FakePipeline:
     """What the speed stage uses of harness.stages.shape.Context, with fake engines (tests/fake_engine.py):
     ``scale`` maps a configuration to its FAKE_BENCH_SCALE (2: twice as slow), ``crash`` names one whose
-    engine exits before it is ready."""
+    engine exits before it is ready.  The result cache is ``<tmp_path>/store`` (shared by the pipelines of
+    one test); ``images`` stands for the builds' bytes (config -> digest)."""
 
-    def __init__(self, tmp_path: Path, run_id: str, scale: dict[str, float] | None = None, crash: str = ""):
+    def __init__(self, tmp_path: Path, run_id: str, scale: dict[str, float] | None = None, crash: str = "",
+                 images: dict[str, str] | None = None, no_cache: bool = False):
         self.matrix = load_matrix(ROOT / "matrix.yaml")
         self.run = Run(tmp_path / "results", run_id)
-        self.opts = Options(platforms=[CPU], groups=["base-vs-fork"])
+        self.opts = Options(platforms=[CPU], groups=["base-vs-fork"], no_cache=no_cache)
         self.console = Console(out=io.StringIO())
         self.scale, self.crash, self.tmp = scale or {}, crash, tmp_path
         self.requests: list[str] = []
+        self.results_cache = ResultCache(tmp_path / "store", read=not no_cache)
+        self.sessions = FakeSessions(images or {})
 
     def model_path(self, name: str) -> Path:
         return self.tmp / f"{name}.gguf"
@@ -255,6 +277,53 @@ def test_an_engine_that_does_not_start_makes_the_rules_errors_not_passes(tmp_pat
     assert "not measured" in steps["speed:base-vs-fork:pp"].detail and "engine for fork" in \
         steps["speed:base-vs-fork:pp"].detail
     assert pipe.run.overall() == "failed"
+
+
+def test_a_pair_on_the_same_bytes_is_restored_and_judged_again(tmp_path):
+    first = FakePipeline(tmp_path, "first")
+    stage_speed(first)
+    assert first.results_cache.stats["speed"] == {"hits": 0, "misses": 1, "stored": 1, "corrupt": 0}
+    again = FakePipeline(tmp_path, "again")
+    stage_speed(again)
+    assert again.results_cache.stats["speed"]["hits"] == 1
+    steps = speed_steps(again.run)
+    assert {(s.status, s.cached, s.seconds) for s in steps.values()} == {("passed", "first", 0.0)}
+    bench, before = read_bench(again.run.dir, CPU), read_bench(first.run.dir, CPU)
+    # no engine started: the samples came from the store
+    assert [(q.get("cached"), q["started"]) for q in bench["pairs"]] == [("first", [])]
+    assert not list((again.run.dir / CPU / "speed").glob("*.engine.stderr"))
+    assert [m["tg_tok_s"] for m in bench["measurements"]] == [m["tg_tok_s"] for m in before["measurements"]]
+    assert all(r["cached"] == "first" for r in bench["rules"])
+    assert "measured by run first" in (again.run.dir / steps["speed:base-vs-fork:tg"].log).read_text()
+    # judged by today's rule: a matrix that asks for a twofold speedup fails the same samples
+    strict = FakePipeline(tmp_path, "strict")
+    g = strict.matrix.groups["base-vs-fork"]
+    strict.matrix.groups["base-vs-fork"] = replace(
+        g, speed=replace(g.speed, rules=tuple(replace(r, min_ratio=2.0) for r in g.speed.rules)))
+    stage_speed(strict)
+    assert {s.status for s in speed_steps(strict.run).values()} == {"failed"}
+    assert read_bench(strict.run.dir, CPU)["pairs"][0]["started"] == []
+
+
+@pytest.mark.parametrize("change", ["fork's bytes", "no-cache"])
+def test_other_bytes_or_no_cache_measure_again(tmp_path, change):
+    stage_speed(FakePipeline(tmp_path, "first"))
+    kw = {"images": {"fork": "other bytes"}} if change == "fork's bytes" else {"no_cache": True}
+    again = FakePipeline(tmp_path, "again", **kw)
+    stage_speed(again)
+    assert read_bench(again.run.dir, CPU)["pairs"][0]["started"] == ["base", "fork"]
+    assert {s.cached for s in speed_steps(again.run).values()} == {""}
+    assert not any(q.get("cached") for q in read_bench(again.run.dir, CPU)["pairs"])
+
+
+def test_a_slowdown_is_never_stored_so_it_is_measured_again(tmp_path):
+    slow = FakePipeline(tmp_path, "slow", scale={"fork": 2.0})
+    stage_speed(slow)
+    assert slow.results_cache.stats["speed"]["stored"] == 0
+    again = FakePipeline(tmp_path, "again", scale={"fork": 2.0})
+    stage_speed(again)
+    assert read_bench(again.run.dir, CPU)["pairs"][0]["started"] == ["base", "fork"]
+    assert {s.status for s in speed_steps(again.run).values()} == {"failed"}
 
 
 def test_no_bench_runs_nothing(tmp_path):

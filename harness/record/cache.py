@@ -178,6 +178,7 @@ class ResultCache:
         tmp = final.parent / f".tmp-{key}-{os.getpid()}-{time.monotonic_ns()}"
         try:
             listing = {}
+            (tmp / "files").mkdir(parents=True)  # also for an entry that is all meta
             for name, data in files.items():
                 path = tmp / "files" / name
                 path.parent.mkdir(parents=True, exist_ok=True)

@@ -853,7 +853,8 @@ def describe_divergence_record(d: dict) -> str:
 
 
 #: What the result cache's kinds count, for people.
-CACHE_KINDS = {"generation": "generation sessions", "tests": "ctest labels", "compile": "compile steps"}
+CACHE_KINDS = {"generation": "generation sessions", "tests": "ctest labels", "compile": "compile steps",
+               "speed": "speed pairs"}
 
 
 def shown_as_reused(step: str) -> bool:
@@ -869,7 +870,7 @@ def describe_cache(counts: Mapping[str, Mapping[str, int]]) -> str:
     parts, corrupt = [], 0
     for kind, events in counts.items():
         hits, misses = events.get("hits", 0), events.get("misses", 0)
-        verb = "from the cache" if kind == "generation" else "reused"
+        verb = "from the cache" if kind in ("generation", "speed") else "reused"
         parts.append(f"{hits} of {hits + misses} {CACHE_KINDS.get(kind, kind)} {verb}")
         corrupt += events.get("corrupt", 0)
     text = ", ".join(parts)

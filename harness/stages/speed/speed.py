@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ...common.statistics import judge, spread
 from ...matrix.config import Generation, GroupSpeed, Platform, SpeedRule
@@ -38,6 +38,7 @@ from ...record.results import Failure, StepRecord, write_json
 from ..outputs.engine import EngineError, EngineSession
 from ..outputs.greedy import Side
 from ..shape import Context, Stage
+from .speed_cache import lookup, pair_identity, restored_samples, store_pair
 from .speed_pairs import EngineKind, Pair, Roster, Unit, pair_key, plan_pairs
 
 #: What the stage runs in, its functions' ``pipe`` (harness.stages.shape.Context: matrix, run, opts, console,
@@ -151,12 +152,15 @@ def stage_speed(pipe: Pipeline) -> None:
 class PairRecord:
     """What bench.json and speed.log keep of one measured pair: its configurations and unit, the
     engines started for it (the others stayed loaded from the pair before), the wall time of its rounds
-    in seconds, and each engine's peak resident set in bytes (VmHWM; None: not readable)."""
+    in seconds, and each engine's peak resident set in bytes (VmHWM; None: not readable).  ``cached``:
+    the run whose samples were restored from the result cache ("" when measured here; its wall time is
+    that run's, and no engine was started or measured for it)."""
 
     pair: Pair
     started: list[str]
     wall_s: float = 0.0
     peak_rss_bytes: dict[str, int | None] = field(default_factory=dict)
+    cached: str = ""
 
     @property
     def total_rss_bytes(self) -> int | None:
@@ -167,13 +171,18 @@ class PairRecord:
 
     def to_json(self) -> dict[str, Any]:
         """Its bench.json record."""
-        return {"configs": list(self.pair.configs), **asdict(self.pair.unit), "started": self.started,
-                "wall_s": round(self.wall_s, 2), "peak_rss_bytes": self.peak_rss_bytes,
-                "total_rss_bytes": self.total_rss_bytes}
+        out = {"configs": list(self.pair.configs), **asdict(self.pair.unit), "started": self.started,
+               "wall_s": round(self.wall_s, 2), "peak_rss_bytes": self.peak_rss_bytes,
+               "total_rss_bytes": self.total_rss_bytes}
+        return out | ({"cached": self.cached} if self.cached else {})
 
     def line(self) -> str:
         """One line of speed.log."""
         mem = ", ".join(f"{c} {_gib(b)}" for c, b in self.peak_rss_bytes.items())
+        if self.cached:
+            return (f"{self.pair.first} + {self.pair.second} ({self.pair.unit.model}, {self.pair.unit.n_prompt}/"
+                    f"{self.pair.unit.n_gen} tokens, {self.pair.unit.repeats} rounds): samples from the result "
+                    f"cache, measured by run {self.cached} (rounds {self.wall_s:.1f} s there)")
         return (f"{self.pair.first} + {self.pair.second} ({self.pair.unit.model}, {self.pair.unit.n_prompt}/"
                 f"{self.pair.unit.n_gen} tokens, {self.pair.unit.repeats} rounds): started "
                 f"{', '.join(self.started) or 'none (both loaded already)'}; rounds {self.wall_s:.1f} s; "
@@ -197,12 +206,21 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
     for pair in pairs:
         pairs_of.setdefault(pair.unit, []).append(pair)
     records: dict[tuple[Unit, frozenset[str]], PairRecord] = {}
-    roster = Roster(_starter(pipe, p, rules, out, problems))
+    command = _commands(pipe, p, rules)
+    roster = Roster(_starter(pipe, p, command, out, problems))
     total = sum(2 * pair.unit.repeats for pair in pairs)
     groups = sorted({r.group for r in rules})
+    identities = {pair.key: _identity(pipe, p, command, pair) for pair in pairs}
     with pipe.console.step(f"[{p.name}] speed {', '.join(groups)}", total=total) as shown:
         try:
             for pair in pairs:
+                restored = _restore(pipe, pair, identities[pair.key], len(pairs_of[pair.unit]) > 1)
+                if restored is not None:
+                    records[pair.key] = restored[1]
+                    for m in restored[0]:
+                        measured[(pair.key, m.config)] = m
+                    pipe.console.advance(shown, 2 * pair.unit.repeats, f"{pair.first}+{pair.second} from the cache")
+                    continue
                 sessions, started = roster.load(pair.unit.engine, pair.configs)
                 for (kind, config), exc in roster.failed.items():
                     if kind == pair.unit.engine and config in pair.configs and config not in problems:
@@ -224,9 +242,13 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
         finally:
             roster.close()
         verdicts = [_judge(pipe, p, r, measured, records, problems, out) for r in rules]
+        _store(pipe, pairs, identities, records, measured, rules, verdicts)
         failed = [v for v in verdicts if v["status"] != "passed"]
+        reused = sorted({r.cached for r in records.values() if r.cached})
+        cached = (f"; {sum(1 for r in records.values() if r.cached)} of {len(records)} pair(s) from the result cache "
+                  f"(run {', '.join(reused)})") if reused else ""
         shown.finish("failed" if failed else "passed",
-                     f"{len(verdicts) - len(failed)} of {len(verdicts)} speed rule(s) passed",
+                     f"{len(verdicts) - len(failed)} of {len(verdicts)} speed rule(s) passed{cached}",
                      out / failed[0]["log"] if failed else "")
     peak = max(records.values(), key=lambda r: r.total_rss_bytes or 0, default=None)
     peak_bytes = peak.total_rss_bytes if peak else None
@@ -254,14 +276,100 @@ def _load_average() -> list[float] | None:
         return None
 
 
-def _starter(pipe: Pipeline, p: Platform, rules: list[Rule], out: Path,
+def _engine_generation(pipe: Pipeline, p: Platform, rules: list[Rule], kind: EngineKind) -> Generation:
+    """The generation settings an engine of ``kind`` on ``p`` starts with: its model's group's seed and
+    timeout, a context that fits the largest request of that model's rules, and the kind's threads."""
+    model = kind.model
+    need = max(r.unit.n_prompt + r.unit.n_gen for r in rules if r.unit.model == model)
+    group_gen = next(pipe.matrix.groups[g].generation for g in p.groups
+                     if pipe.matrix.groups[g].speed and pipe.matrix.groups[g].speed.model == model)
+    return Generation(n_predict=group_gen.n_predict, repeats=1, seed=group_gen.seed,
+                      ctx_size=max(group_gen.ctx_size, need), timeout_s=group_gen.timeout_s, threads=kind.threads)
+
+
+def _commands(pipe: Pipeline, p: Platform, rules: list[Rule]) -> Callable[[EngineKind, str], tuple]:
+    """The function that gives the engine command of (kind, config) on ``p``, made once each:
+    (argv, env, generation settings, model path).  It raises what ``pipe.model_path`` raises for a model
+    that cannot be had."""
+    hooks = pipe.hooks(p)
+    made: dict[tuple[EngineKind, str], tuple] = {}
+
+    def command(kind: EngineKind, config: str) -> tuple:
+        if (kind, config) not in made:
+            model_path = pipe.model_path(kind.model)
+            gen = _engine_generation(pipe, p, rules, kind)
+            argv, env = hooks.engine(Side(p.name, config), model_path, gen)
+            made[(kind, config)] = (argv, env, gen, model_path)
+        return made[(kind, config)]
+
+    return command
+
+
+def _identity(pipe: Pipeline, p: Platform, command: Callable[[EngineKind, str], tuple],
+              pair: Pair) -> dict[str, Any] | None:
+    """The result cache's key content for ``pair`` on ``p`` (harness.stages.speed.speed_cache.pair_identity);
+    None when a build did not pass or a model, program or library cannot be read (then the pair is measured,
+    and the measurement records what is missing)."""
+    try:
+        sessions = pipe.sessions.session_cache()
+        sides = []
+        for config in pair.configs:
+            if pipe.build_variant(p, pipe.matrix.configs[config].build).status != "passed":
+                return None
+            argv, env, _, model_path = command(pair.unit.engine, config)
+            sides.append((sessions.side(Side(p.name, config)), argv, env))
+        return pair_identity(pair, sides, sessions.models.digest(model_path), model_path, WARMUP_GEN)
+    except Exception:  # noqa: BLE001 - as the engine's own start: anything unreadable is measured, and said there
+        return None
+
+
+def _restore(pipe: Pipeline, pair: Pair, identity: dict[str, Any] | None,
+             several: bool) -> tuple[list[Measurement], PairRecord] | None:
+    """``pair``'s measurements and record from the result cache, or None (no identity, a miss, or an entry
+    that does not hold every round).  ``several``: the pair's unit is measured in several pairs, so each
+    measurement names its set of rounds."""
+    hit = lookup(pipe.results_cache, identity) if identity is not None else None
+    samples = restored_samples(hit, pair) if hit is not None else None
+    if hit is None or samples is None:
+        return None
+    found = []
+    for config in pair.configs:
+        s = samples[config]
+        found.append(Measurement(config, pair.unit, s["position"], pair.configs,
+                                 "+".join(pair.configs) if several else None, s["pp"], s["tg"]))
+    wall = hit.meta.get("wall_s")
+    rec = PairRecord(pair, [], float(wall) if isinstance(wall, (int, float)) else 0.0, cached=hit.run_id)
+    return found, rec
+
+
+def _store(pipe: Pipeline, pairs: list[Pair], identities: dict[Any, dict[str, Any] | None],
+           records: dict[Any, PairRecord], measured: dict[Any, Measurement], rules: list[Rule],
+           verdicts: list[dict[str, Any]]) -> None:
+    """Store every pair measured in this run whose samples are complete, without an engine error, and whose
+    every rule passed (harness.stages.speed.speed_cache.store_pair)."""
+    passed: dict[Any, bool] = {}
+    for r, v in zip(rules, verdicts):
+        key = pair_key(r.unit, r.reference, r.rule.candidate)
+        passed[key] = passed.get(key, True) and v["status"] == "passed"
+    for pair in pairs:
+        rec, identity = records.get(pair.key), identities.get(pair.key)
+        if rec is None or rec.cached or identity is None or not passed.get(pair.key):
+            continue
+        ms = [measured.get((pair.key, c)) for c in pair.configs]
+        if any(m is None or m.errors or len(m.pp) != pair.unit.repeats or len(m.tg) != pair.unit.repeats
+               for m in ms):
+            continue
+        samples = {m.config: {"position": m.position, "interleaved": m.interleaved, "pp": m.pp, "tg": m.tg}
+                   for m in ms if m is not None}
+        store_pair(pipe.results_cache, pipe.run.id, identity, samples, round(rec.wall_s, 2))
+
+
+def _starter(pipe: Pipeline, p: Platform, command: Callable[[EngineKind, str], tuple], out: Path,
              problems: dict[str, list[Failure]]) -> Any:
     """The function that prepares the engine of (kind, config) for :class:`harness.stages.speed.speed_pairs.Roster`
     in the calling thread (the model, the build and its read lock, the command) and returns what starts it;
     it raises RuntimeError where the model, the build or the engine command is missing (also recorded in
-    ``problems``, by configuration).  An engine's context fits the largest request of its model's rules."""
-    hooks = pipe.hooks(p)
-    need = {m: max(r.unit.n_prompt + r.unit.n_gen for r in rules if r.unit.model == m) for m in {r.unit.model for r in rules}}
+    ``problems``, by configuration).  ``command``: :func:`_commands`' function."""
 
     def prepare(kind: EngineKind, config: str) -> Any:
         model = kind.model
@@ -276,12 +384,7 @@ def _starter(pipe: Pipeline, p: Platform, rules: list[Rule], out: Path,
         variant = pipe.matrix.configs[config].build
         if pipe.build_variant(p, variant).status != "passed":
             raise fail(Failure("blocked", build=variant), f"build {variant} did not pass")
-        group_gen = next(pipe.matrix.groups[g].generation for g in p.groups
-                         if pipe.matrix.groups[g].speed and pipe.matrix.groups[g].speed.model == model)
-        gen = Generation(n_predict=group_gen.n_predict, repeats=1, seed=group_gen.seed,
-                         ctx_size=max(group_gen.ctx_size, need[model]), timeout_s=group_gen.timeout_s,
-                         threads=kind.threads)
-        argv, env = hooks.engine(Side(p.name, config), model_path, gen)
+        argv, env, gen, _ = command(kind, config)
         stem = out / f"{config}.{model}{'' if kind.threads is None else f'.t{kind.threads}'}.engine"
         return lambda: EngineSession(argv, env, stem.with_suffix(".stderr"), stem.with_suffix(".cmd"),
                                      load_timeout_s=gen.timeout_s, request_timeout_s=gen.timeout_s)
@@ -360,11 +463,16 @@ def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[tuple[Unit
         record.update(ratio=verdict.ratio, threshold=verdict.threshold, p_value=verdict.p_value,
                       reference_spread=asdict(verdict.reference), candidate_spread=asdict(verdict.candidate))
     lines.append(f"{status}: {detail}")
-    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
     record.update(status=status, detail=detail)
-    seconds = pairs[key].wall_s if key in pairs else 0.0
+    cached = pairs[key].cached if key in pairs else ""
+    if cached:
+        lines.insert(2, f"samples from the result cache: measured by run {cached} on byte-identical builds, "
+                        f"model and settings (docs/cache.md); judged by today's rule")
+        record["cached"] = cached
+    seconds = pairs[key].wall_s if key in pairs and not cached else 0.0
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
     pipe.run.record_step(StepRecord(p.name, rule.candidate, r.step, status, round(seconds, 1), detail,
-                                    pipe.run.layout.relative(log), failures))
+                                    pipe.run.layout.relative(log), failures, cached=cached))
     return record
 
 
