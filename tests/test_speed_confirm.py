@@ -47,6 +47,17 @@ def test_confirm_measures_both_builds_interleaved_and_judges_b_against_a(tmp_pat
     assert (tmp_path / f"{CPU}.fork.gemma3-270m" / "A.stderr").exists()
 
 
+@pytest.mark.parametrize("factor,confirmed", [(None, True), (0.1, True), (0.75, False)])
+def test_the_re_measurement_is_judged_with_the_factor_the_suspect_was_found_with(tmp_path, factor, confirmed):
+    # run B's build at 0.67x of run A's: past the matrix's 10 %, within a rule that allows 0.75
+    # (matrix.yaml's cuda-base-vs-fork pp rule, whose noise triage judged the runs with)
+    change = suspect("pp")
+    change.factor = factor
+    found = confirm([change], lambda c, side: fake(1.0 if side == "A" else 1.5), tmp_path, repeats=5, factor=0.1)
+    assert found[0].confirmed is confirmed
+    assert found[0].threshold == pytest.approx(1 / (1 + (0.1 if factor is None else factor)), rel=1e-3)
+
+
 def test_an_engine_that_does_not_start_is_a_confirm_error(tmp_path):
     def engine(change, side):
         return Engine((sys.executable, "-c", "import sys; sys.exit(3)"), {}) if side == "B" else fake(1.0)

@@ -158,6 +158,7 @@ def test_a_rule_s_wider_factor_is_the_one_triage_judges_its_pair_by():
     assert change(compare_bench(CUDA, a, b, {"fork": "base"}, {}), "fork", "pp").verdict == REGRESSION
     wide = change(compare_bench(CUDA, a, b, {"fork": "base"}, {("fork", "pp", "base"): 0.5}), "fork", "pp")
     assert wide.verdict == UNCHANGED and wide.threshold == pytest.approx(1 / 1.5)
+    assert wide.factor == 0.5  # kept for triage --confirm, which judges a re-measurement by it
     # a rule's factor for another metric or another reference leaves this pair at the default
     other = {("fork", "tg", "base"): 0.5, ("fork", "pp", "cuda-nopin"): 0.5}
     assert change(compare_bench(CUDA, a, b, {"fork": "base"}, other), "fork", "pp").verdict == REGRESSION

@@ -151,8 +151,9 @@ def confirm(suspects: Sequence[SpeedChange], engine: Callable[[SpeedChange, str]
     """Re-measure each suspect with both runs' builds (``engine(change, "A"|"B")``) and judge them.
 
     One interleaved measurement per platform, configuration, model and tokens (both metrics of it at
-    once), ``repeats`` rounds; B's samples against A's by the slowdown rule with ``factor`` and the
-    suspect's ``p_max``.  Logs go to ``out_dir/<platform>.<config>.<model>/``.  Returns one Confirmation
+    once), ``repeats`` rounds; B's samples against A's by the slowdown rule with the factor the suspect
+    was found with (a speed rule's own where triage used it: a re-measurement judged tighter than the
+    runs were would confirm the noise that rule allows), else ``factor``, and the suspect's ``p_max``.  Logs go to ``out_dir/<platform>.<config>.<model>/``.  Returns one Confirmation
     per suspect.  Raises ConfirmError as ``engine`` does, and when a side gives fewer than
     MIN_SAMPLES samples (its errors named) or an engine does not start.
     """
@@ -173,7 +174,7 @@ def confirm(suspects: Sequence[SpeedChange], engine: Callable[[SpeedChange, str]
         if min(len(xa), len(xb)) < MIN_SAMPLES:
             errors = "; ".join(sides["A"].errors + sides["B"].errors) or "too few samples"
             raise ConfirmError(f"{c.platform} {c.config} {c.model} {c.metric}: not re-measured: {errors}")
-        v = judge(xa, xb, 1.0, factor, c.p_max)
+        v = judge(xa, xb, 1.0, factor if c.factor is None else c.factor, c.p_max)
         out.append(Confirmation(c.platform, c.config, c.model, c.metric, v.reference.median, v.candidate.median,
                                 v.ratio, v.threshold, v.p_value, v.p_max, v.regressed))
     return out

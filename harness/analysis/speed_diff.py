@@ -63,7 +63,9 @@ class SpeedChange:
     "" when there is none), the medians of the per-round ratios in A and B (``before_vs_reference``,
     ``after_vs_reference``), their change ``vs_reference_ratio`` (B's median over A's) and its
     rank test's ``vs_reference_p``.  ``verdict``: REGRESSION, SUSPECT or UNCHANGED (module
-    docstring), ``why`` says which evidence decided it.
+    docstring), ``why`` says which evidence decided it.  ``factor``: the factor it was judged with (the
+    matrix's, or the wider one of a speed rule that pairs the configuration with its reference; None in
+    records made before it was kept), which ``triage --confirm`` judges the re-measurement with too.
     """
 
     platform: str
@@ -86,6 +88,7 @@ class SpeedChange:
     vs_reference_p: float | None = None
     n_prompt: int | None = None
     n_gen: int | None = None
+    factor: float | None = None
 
     @property
     def regressed(self) -> bool:
@@ -182,7 +185,7 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
                 tok_s = judge(xa, xb, 1.0, wide, p_max)
                 change = SpeedChange(platform, config, str(mb.get("model")), metric, tok_s.reference.median,
                                      tok_s.candidate.median, tok_s.ratio, tok_s.threshold, tok_s.p_value, p_max,
-                                     n_prompt=mb.get("n_prompt"), n_gen=mb.get("n_gen"))
+                                     n_prompt=mb.get("n_prompt"), n_gen=mb.get("n_gen"), factor=wide)
                 rel = None
                 if ref is not None:
                     try:
