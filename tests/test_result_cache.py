@@ -72,8 +72,10 @@ class Setup:
             f'char const * LLAMA_COMMIT = "abc1234";\nstatic char const * LLAMA_FORK_SERIES = "{series}";\n')
         (self.bin / "libllama.so").write_bytes(b"\x00library code\x00fork series: " + series.encode() + b"\x00")
 
-    def run(self, run_id: str, read: bool = True, out: str | None = None, lanes: int = 1) -> GreedyRunner:
-        """One comparison run: group g (ref vs a, b) on two prompts, into ``out`` (default: run_id)."""
+    def run(self, run_id: str, read: bool = True, out: str | None = None, lanes: int = 1,
+            b_is_a_reference: bool = False) -> GreedyRunner:
+        """One comparison run: group g (ref vs a, b) on two prompts, into ``out`` (default: run_id); with
+        ``b_is_a_reference`` also group g2 (b vs a), so that a scores against two references."""
         out_root = self.tmp / "runs" / (out or run_id)
 
         def engine(side: Side, model_path: Path, gen: Generation):
@@ -98,8 +100,13 @@ class Setup:
         job = Job(group="g", model="m", model_path=self.model, reference=Side("p", "ref"),
                   candidates=(Side("p", "a"), Side("p", "b")), prompts=tuple(self.prompts), generation=gen,
                   comparison=Comparison(), label="ref")
+        jobs = [job]
+        if b_is_a_reference:
+            jobs.append(Job(group="g2", model="m", model_path=self.model, reference=Side("p", "b"),
+                            candidates=(Side("p", "a"),), prompts=tuple(self.prompts), generation=gen,
+                            comparison=Comparison(), label="b"))
         runner = GreedyRunner(hooks, self.prompts, self.tmp / "work", say=lambda _: None, cache=cache, lanes=lanes)
-        self.results = runner.run([job])
+        self.results = runner.run(jobs)
         return runner
 
 
@@ -204,6 +211,27 @@ def test_with_two_lanes_a_cached_references_dumps_are_written_beside_the_candida
     assert again.timing.sessions == 3
     assert _comparisons(s.results) == first
     assert Side("p", "ref") in again.side_seconds  # that load is the reference's time, not a candidate's
+
+
+def test_a_candidate_generates_while_its_cached_references_dumps_are_written(tmp_path, monkeypatch):
+    # a scores against two references taken from the cache, each needing its dumps written again; on two
+    # lanes a's session starts at once beside the first dump (it generates before it scores), not after both
+    s = Setup(tmp_path)
+    s.run("run-1", b_is_a_reference=True)
+    first = _comparisons(s.results)
+    s.env["a"] = {"X": "1"}
+    log = tmp_path / "requests.log"
+    monkeypatch.setenv("FAKE_REQUEST_LOG", str(log))
+    monkeypatch.setenv("FAKE_LOAD_S", "0.3")
+    again = s.run("run-2", lanes=2, b_is_a_reference=True)
+    assert {side.config for side, _ in again.origins} == {"ref", "b"}
+    assert again.timing.sessions == 3  # a's session and one load per reference for its dumps
+    events = [line.split() for line in log.read_text().splitlines()]
+    generating = {pid for pid, what in events if what == "generate"}
+    ready = [pid for pid, what in events if what == "ready"]
+    assert len(generating) == 1 and len(ready) == 3
+    assert ready.index(next(iter(generating))) < 2, events  # among the first two processes, not the third
+    assert _comparisons(s.results) == first  # both references' scores, as in a fresh run
 
 
 def test_a_corrupt_entry_is_detected_and_regenerated(tmp_path):

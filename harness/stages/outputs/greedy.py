@@ -423,16 +423,26 @@ class GreedyRunner:
         pool = ThreadPoolExecutor(max_workers=self.lanes, thread_name_prefix="greedy-lane",
                                   initializer=joined_by_holder_of, initargs=(Rank.BUILD,))
         try:
-            # the restored references' dumps first: they wait for nothing, and a session that scores against
-            # them starts only once they are being written, so a lane never waits for a dump no lane writes
+            # Sessions first: a session generates before it scores, so one whose restored references' dumps are
+            # not written yet may start while another lane writes them; it takes a lane only where one is left
+            # for those dumps (or none is left to write), and when it comes to score it waits for a dump being
+            # written or writes a missing one itself.  Then the dumps, which wait for nothing; text checks fill
+            # what is left.  (A session's generations are most of a lane's work: started first, the longest
+            # chain of a model ends first.)
             started = set()
             while tasks or running or dump_tasks:
+                for task in [t for t in tasks if t[1] is None and t[0].waits_for <= ended]:
+                    if len(running) >= self.lanes:
+                        break
+                    if dump_tasks and not task[0].needs_dumps <= started and len(running) + 1 >= self.lanes:
+                        continue  # it would take the last lane while the dumps it scores against wait for one
+                    tasks.remove(task)
+                    running[pool.submit(self._task, task[0], task[1], model, model_path, dumps)] = task
                 while dump_tasks and len(running) < self.lanes:
                     ref, gen = dump_tasks.pop(0)
                     started.add((ref, gen))
                     running[pool.submit(self._dump_task, ref, gen, model, model_path, dumps)] = None
-                for task in [t for t in tasks if t[1] is None and t[0].waits_for <= ended
-                             and t[0].needs_dumps <= started] + [t for t in tasks if t[1] is not None]:
+                for task in [t for t in tasks if t[1] is not None]:
                     if len(running) >= self.lanes:
                         break
                     tasks.remove(task)
