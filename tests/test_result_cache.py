@@ -7,6 +7,8 @@ and observes which sessions ran again (``timing.sessions``, ``origins``) rather 
 
 from __future__ import annotations
 
+import json
+
 import hashlib
 import shutil
 import subprocess
@@ -73,9 +75,10 @@ class Setup:
         (self.bin / "libllama.so").write_bytes(b"\x00library code\x00fork series: " + series.encode() + b"\x00")
 
     def run(self, run_id: str, read: bool = True, out: str | None = None, lanes: int = 1,
-            b_is_a_reference: bool = False) -> GreedyRunner:
+            b_is_a_reference: bool = False, groups: list[tuple[str, tuple[str, ...]]] | None = None) -> GreedyRunner:
         """One comparison run: group g (ref vs a, b) on two prompts, into ``out`` (default: run_id); with
-        ``b_is_a_reference`` also group g2 (b vs a), so that a scores against two references."""
+        ``b_is_a_reference`` also group g2 (b vs a), so that a scores against two references; ``groups``
+        ((reference, candidates) each) instead of both."""
         out_root = self.tmp / "runs" / (out or run_id)
 
         def engine(side: Side, model_path: Path, gen: Generation):
@@ -100,7 +103,10 @@ class Setup:
         job = Job(group="g", model="m", model_path=self.model, reference=Side("p", "ref"),
                   candidates=(Side("p", "a"), Side("p", "b")), prompts=tuple(self.prompts), generation=gen,
                   comparison=Comparison(), label="ref")
-        jobs = [job]
+        jobs = [job] if groups is None else [
+            Job(group=f"g{i}", model="m", model_path=self.model, reference=Side("p", ref),
+                candidates=tuple(Side("p", c) for c in cands), prompts=tuple(self.prompts), generation=gen,
+                comparison=Comparison(), label=ref) for i, (ref, cands) in enumerate(groups)]
         if b_is_a_reference:
             jobs.append(Job(group="g2", model="m", model_path=self.model, reference=Side("p", "b"),
                             candidates=(Side("p", "a"),), prompts=tuple(self.prompts), generation=gen,
@@ -234,11 +240,43 @@ def test_a_candidate_generates_while_its_cached_references_dumps_are_written(tmp
     assert _comparisons(s.results) == first  # both references' scores, as in a fresh run
 
 
+def test_a_session_with_scores_serves_a_run_that_needs_its_generations_alone(tmp_path):
+    # a cross-platform group's reference: the other platform's run needs the generations a session of this
+    # platform made with scores of its own (harness.stages.outputs.generation_cache.generations_identity)
+    s = Setup(tmp_path)
+    s.args["a"] = ["--threads", "3"]  # a generates other tokens' distributions than ref: its own identity
+    s.run("run-1")  # a and b score against ref
+    before = dict(s.store.stats["generation"])
+    again = s.run("run-2", groups=[("a", ("b",))])  # a only generates (and dumps, for b)
+    assert set(again.origins) == {(Side("p", "a"), "m")}  # b owes scores against a, never made: it runs
+    after = s.store.stats["generation"]
+    assert (after["hits"] - before["hits"], after["misses"] - before["misses"]) == (1, 1)  # one event each
+    assert again.timing.sessions == 2  # b's session, and one load of a to write its dumps for b
+    assert all(c.status == "identical" and c.kl is not None for r in s.results for c in r.comparisons)
+    # a session that owes scores never takes another session's generations without them: ref, stored
+    # with no scores against b, runs; b, a reference now, is restored from its generations alone
+    third = s.run("run-3", groups=[("b", ("ref",))])
+    assert set(third.origins) == {(Side("p", "b"), "m")}
+
+
+def _scored_entries(store: ResultCache) -> list[Path]:
+    """The entry directories of sessions that owe scores (their own key is the only one that serves them;
+    each also left its generations alone under another key)."""
+    out = []
+    for manifest in sorted(store.entries.glob("*/*/manifest.json")):
+        if json.loads(manifest.read_text())["identity"].get("scores"):
+            out.append(manifest.parent)
+    return out
+
+
 def test_a_corrupt_entry_is_detected_and_regenerated(tmp_path):
     s = Setup(tmp_path)
     s.run("run-1")
-    stored = sorted(s.store.entries.glob("*/*/files/p0.r1.tokens.json"))
-    assert len(stored) == 3
+    # 3 sessions and their generations alone, of which ref's and a's are one entry: the same programs,
+    # arguments and prompts (the configuration's name is not an input)
+    assert len(list(s.store.entries.glob("*/*/manifest.json"))) == 5
+    stored = [d / "files" / "p0.r1.tokens.json" for d in _scored_entries(s.store)]
+    assert len(stored) == 2  # a's and b's, which score against ref
     data = bytearray(stored[0].read_bytes())
     data[data.index(b'"id": 2')+6] = ord("3")  # another token id, same size
     stored[0].write_bytes(bytes(data))
@@ -256,7 +294,7 @@ def test_a_corrupt_entry_is_detected_and_regenerated(tmp_path):
 def test_a_corrupt_manifest_is_detected(tmp_path):
     s = Setup(tmp_path)
     s.run("run-1")
-    manifest = sorted(s.store.entries.glob("*/*/manifest.json"))[0]
+    manifest = _scored_entries(s.store)[0] / "manifest.json"
     manifest.write_text(manifest.read_text().replace('"run-1"', '"run-X"'))
     assert len(s.run("run-2").origins) == 2
     assert s.store.stats["generation"]["corrupt"] == 1

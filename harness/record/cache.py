@@ -121,24 +121,28 @@ class ResultCache:
         return plain(path, Rank.CACHE_ENTRY)
 
     # ----- reading ---------------------------------------------------------------------------------
-    def get(self, kind: str, key: str) -> Hit | None:
+    def get(self, kind: str, key: str, count_miss: bool = True) -> Hit | None:
         """The entry ``key`` of ``kind``, verified, or None (a miss; a corrupt entry is deleted and counted).
 
-        A hit marks the entry as recently used.  With ``read`` False every call misses.
+        A hit marks the entry as recently used.  With ``read`` False every call misses.  ``count_miss``:
+        False where another lookup for the same result follows a miss (one result, one event).
         """
         if not self.read:
-            self._count(kind, "misses")
+            if count_miss:
+                self._count(kind, "misses")
             return None
         where = self._dir(key)
         if not (where / "manifest.json").exists():
-            self._count(kind, "misses")
+            if count_miss:
+                self._count(kind, "misses")
             return None
         with self._lock(key):
             hit = self._verified(where, kind, key)
             if hit is None:
                 shutil.rmtree(where, ignore_errors=True)
                 self._count(kind, "corrupt")
-                self._count(kind, "misses")
+                if count_miss:
+                    self._count(kind, "misses")
                 return None
             os.utime(where / "manifest.json")
         self._count(kind, "hits")

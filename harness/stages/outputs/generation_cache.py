@@ -239,15 +239,38 @@ class SessionCache:
         return self._sides[side]
 
     def get(self, identity: Mapping[str, Any]) -> Hit | None:
-        """The stored session of ``identity``, or None."""
-        return self.store.get(KIND, identity_key(identity))
+        """The stored session of ``identity``, or None.  A session that owes no score is also found under
+        :func:`generations_identity`, where a session with scores left its generations (one lookup event
+        either way)."""
+        alone = generations_identity(identity)
+        if alone == identity or identity.get("scores"):
+            return self.store.get(KIND, identity_key(identity))
+        return self.store.get(KIND, identity_key(identity), count_miss=False) or \
+            self.store.get(KIND, identity_key(alone))
 
     def put(self, identity: Mapping[str, Any], meta: Mapping[str, Any], files: Mapping[str, bytes]) -> None:
-        """Store a session; an OSError (full disk, read-only cache) leaves the run as it is."""
+        """Store a session, and where it owes scores its generations alone under :func:`generations_identity`
+        (``scores`` empty), for a run that needs only them; an OSError (full disk, read-only cache) leaves
+        the run as it is."""
+        entries = [(identity, meta)]
+        alone = generations_identity(identity)
+        if alone != identity:
+            entries.append((alone, {**meta, "scores": []}))
         try:
-            self.store.put(KIND, identity_key(identity), self.run_id, identity, meta, files)
+            for ident, value in entries:
+                self.store.put(KIND, identity_key(ident), self.run_id, ident, value, files)
         except OSError:
             pass
+
+
+def generations_identity(identity: Mapping[str, Any]) -> dict[str, Any]:
+    """What a session's generations alone depend on: ``identity`` (greedy's session identity) without its
+    scores and with no prompt marked as dumped (the dumps are never stored: a restored reference's are
+    written again).  The platform of a cross-platform group's reference needs its generations with other
+    scores than its own platform's run made (harness.stages.outputs.greedy): this key finds them."""
+    prompts = identity.get("prompts")
+    return {**identity, "scores": [],
+            "prompts": [{**p, "dumped": False} for p in prompts] if isinstance(prompts, list) else prompts}
 
 
 def read_json_file(data: bytes) -> Any:
