@@ -153,9 +153,10 @@ def confirm(suspects: Sequence[SpeedChange], engine: Callable[[SpeedChange, str]
     One interleaved measurement per platform, configuration, model and tokens (both metrics of it at
     once), ``repeats`` rounds; B's samples against A's by the slowdown rule with the factor the suspect
     was found with (a speed rule's own where triage used it: a re-measurement judged tighter than the
-    runs were would confirm the noise that rule allows), else ``factor``, and the suspect's ``p_max``.  Logs go to ``out_dir/<platform>.<config>.<model>/``.  Returns one Confirmation
-    per suspect.  Raises ConfirmError as ``engine`` does, and when a side gives fewer than
-    MIN_SAMPLES samples (its errors named) or an engine does not start.
+    runs were would confirm the noise that rule allows), else ``factor``, and the suspect's ``p_max``.
+    Logs go to ``out_dir/<platform>.<config>.<model>/``.  Returns one Confirmation per suspect.  Raises
+    ConfirmError as ``engine`` does, and when a side gives fewer than MIN_SAMPLES samples (its errors
+    named) or an engine does not start.
     """
     out: list[Confirmation] = []
     measured: dict[tuple, dict[str, Measurement]] = {}

@@ -21,8 +21,8 @@ class Options:
     stage after the comparisons (harness.stages.speed.speed); ``bench_repeats``: its rounds per rule;
     ``bench_warmup``: its untimed rounds before them (None: the matrix's).
     ``no_cache``: regenerate every generation, rerun every native test and measure every speed pair
-    instead of taking them from the result cache (docs/cache.md).  ``lanes``: generations at once on a CPU platform
-    (None: :func:`harness.stages.outputs.greedy.lanes_for` decides).
+    instead of taking them from the result cache (docs/cache.md).  ``lanes``: generations at once on a
+    CPU platform (None: :func:`harness.stages.outputs.greedy.lanes_for` decides).
     """
 
     platforms: list[str] = field(default_factory=list)

@@ -179,12 +179,11 @@ class PairRecord:
     def line(self) -> str:
         """One line of speed.log."""
         mem = ", ".join(f"{c} {_gib(b)}" for c, b in self.peak_rss_bytes.items())
+        what = (f"{self.pair.first} + {self.pair.second} ({self.pair.unit.model}, {self.pair.unit.n_prompt}/"
+                f"{self.pair.unit.n_gen} tokens, {self.pair.unit.repeats} rounds)")
         if self.cached:
-            return (f"{self.pair.first} + {self.pair.second} ({self.pair.unit.model}, {self.pair.unit.n_prompt}/"
-                    f"{self.pair.unit.n_gen} tokens, {self.pair.unit.repeats} rounds): samples from the result "
-                    f"cache, measured by run {self.cached} (rounds {self.wall_s:.1f} s there)")
-        return (f"{self.pair.first} + {self.pair.second} ({self.pair.unit.model}, {self.pair.unit.n_prompt}/"
-                f"{self.pair.unit.n_gen} tokens, {self.pair.unit.repeats} rounds): started "
+            return f"{what}: samples from the result cache, measured by run {self.cached} (rounds {self.wall_s:.1f} s)"
+        return (f"{what}: started "
                 f"{', '.join(self.started) or 'none (both loaded already)'}; rounds {self.wall_s:.1f} s; "
                 f"peak resident {mem or 'not measured'}, together {_gib(self.total_rss_bytes)}")
 
@@ -332,11 +331,8 @@ def _restore(pipe: Pipeline, pair: Pair, identity: dict[str, Any] | None,
     samples = restored_samples(hit, pair) if hit is not None else None
     if hit is None or samples is None:
         return None
-    found = []
-    for config in pair.configs:
-        s = samples[config]
-        found.append(Measurement(config, pair.unit, s["position"], pair.configs,
-                                 "+".join(pair.configs) if several else None, s["pp"], s["tg"]))
+    found = [Measurement(config, pair.unit, i, pair.configs, "+".join(pair.configs) if several else None,
+                         *samples[config]) for i, config in enumerate(pair.configs)]
     wall = hit.meta.get("wall_s")
     rec = PairRecord(pair, [], float(wall) if isinstance(wall, (int, float)) else 0.0, cached=hit.run_id)
     return found, rec
@@ -359,8 +355,7 @@ def _store(pipe: Pipeline, pairs: list[Pair], identities: dict[Any, dict[str, An
         if any(m is None or m.errors or len(m.pp) != pair.unit.repeats or len(m.tg) != pair.unit.repeats
                for m in ms):
             continue
-        samples = {m.config: {"position": m.position, "interleaved": m.interleaved, "pp": m.pp, "tg": m.tg}
-                   for m in ms if m is not None}
+        samples = {m.config: {"pp": m.pp, "tg": m.tg} for m in ms if m is not None}
         store_pair(pipe.results_cache, pipe.run.id, identity, samples, round(rec.wall_s, 2))
 
 

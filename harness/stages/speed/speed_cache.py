@@ -72,32 +72,28 @@ def lookup(store: ResultCache, identity: Mapping[str, Any]) -> Hit | None:
 
 def store_pair(store: ResultCache, run_id: str, identity: Mapping[str, Any], samples: Mapping[str, Any],
                wall_s: float) -> None:
-    """Store a pair's ``samples`` (config -> {"position", "interleaved", "pp", "tg"}) and the wall seconds of
-    its rounds; an OSError (full disk, read-only cache) leaves the run as it is."""
+    """Store a pair's ``samples`` (config -> {"pp": [...], "tg": [...]}, tok/s per round) and the wall seconds
+    of its rounds; an OSError (full disk, read-only cache) leaves the run as it is.  Each side's place in
+    the rounds is its place in the pair, which the key holds."""
     try:
         store.put(KIND, identity_key(identity), run_id, identity, {"samples": dict(samples), "wall_s": wall_s}, {})
     except OSError:
         pass
 
 
-def restored_samples(hit: Hit, pair: Pair) -> dict[str, dict[str, Any]] | None:
-    """The samples of ``hit`` for ``pair`` (config -> {"position", "interleaved", "pp", "tg"}), or None when
-    the entry does not hold both configurations with every round of both metrics (then the pair is
-    measured)."""
+def restored_samples(hit: Hit, pair: Pair) -> dict[str, tuple[list[float], list[float]]] | None:
+    """The samples of ``hit`` for ``pair`` (config -> (pp, tg) tok/s per round), or None when the entry does
+    not hold both configurations with every round of both metrics (then the pair is measured)."""
     samples = hit.meta.get("samples")
     if not isinstance(samples, dict) or set(samples) != set(pair.configs):
         return None
     out = {}
     for config in pair.configs:
-        s = samples[config]
         try:
-            pp, tg = [float(x) for x in s["pp"]], [float(x) for x in s["tg"]]
-            position = int(s["position"])
+            pp, tg = [float(x) for x in samples[config]["pp"]], [float(x) for x in samples[config]["tg"]]
         except (KeyError, TypeError, ValueError):
             return None
         if len(pp) != pair.unit.repeats or len(tg) != pair.unit.repeats:
             return None
-        interleaved = s.get("interleaved")
-        out[config] = {"position": position, "interleaved": interleaved if isinstance(interleaved, str) else None,
-                       "pp": pp, "tg": tg}
+        out[config] = (pp, tg)
     return out
