@@ -208,7 +208,7 @@ def models_cmd(argv: Sequence[str]) -> int:
     A derived (``quantized``) model takes llama-quantize from a finished base build of the host's CPU
     platform under ``--work-dir`` (harness.stages.build.quantize_tool.built_tool); without one its line says
     which build to make.  This command builds nothing."""
-    from .matrix.models import ModelStore
+    from .matrix.model_sources.registry import ModelStore
     from .stages.build.quantize_tool import built_tool
     from .stages.build.source import cache_dir, obtain_base
     ap = argparse.ArgumentParser(prog="python -m harness models")

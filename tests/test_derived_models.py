@@ -19,7 +19,6 @@ import pytest
 from harness.matrix.config import MatrixError, Model, load_matrix
 from harness.matrix.models import (
     ModelError,
-    ModelStore,
     MoeParams,
     QuantizeTool,
     derive_quantized,
@@ -27,6 +26,7 @@ from harness.matrix.models import (
     model_summary,
     quantized_spec_problems,
 )
+from harness.matrix.model_sources.registry import ModelStore, model_identity
 from harness.stages.build import quantize_tool as qt
 
 from test_models import TINY, vocab  # noqa: F401  (the vocabulary fixture)
@@ -349,5 +349,5 @@ def test_a_file_models_identity_is_its_sha256_also_where_no_sidecar_can_be_writt
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(models, "_write_sidecar", read_only)
-    got = models.model_identity(Model("m", "file", {"path": f}), f)
+    got = model_identity(Model("m", "file", {"path": f}), f)
     assert got == {"kind": "file", "sha256": hashlib.sha256(b"GGUF model bytes").hexdigest()}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.kinds import nvidia
 from harness.record import environment, gpu
 from harness.stages.checks.expectation_load import model_buffers
 from harness.stages.outputs.compare import GenerationResult
@@ -88,7 +89,7 @@ def test_pin_environment_records_inherited_variables_whatever_their_value():
 ])
 def test_visible_gpu_count_follows_cuda_visible_devices(value, expected):
     env = {} if value is None else {"CUDA_VISIBLE_DEVICES": value}
-    assert environment.visible_gpu_count([{}, {}], env) == expected
+    assert nvidia.visible_gpu_count([{}, {}], env) == expected
 
 
 def _run(status: str, error_line: str | None = None, returncode: int | None = 1) -> GenerationResult:
@@ -225,7 +226,7 @@ def test_two_gpu_groups_are_skipped_with_the_reason_on_one_gpu(tmp_path, monkeyp
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.setattr("harness.stages.shape.cannot_run", lambda p: None)
     monkeypatch.setattr("harness.stages.outputs.jobs.cannot_run", lambda p: None)
-    monkeypatch.setattr("harness.record.environment.nvidia_gpus", lambda: [{"name": "H200"}, {"name": "H200"}])
+    monkeypatch.setattr("harness.kinds.nvidia.nvidia_gpus", lambda: [{"name": "H200"}, {"name": "H200"}])
     matrix, run, pipe = _cuda_pipeline(tmp_path, monkeypatch, "echo hello", "echo hello",
                                        groups=["cuda-2gpu-layer"])
     run_compare(pipe)

@@ -88,7 +88,7 @@ def test_the_cycle_finder_finds_one():
 
 #: The packages a module under ``stages/`` may import (harness.stages.shape): the run's inputs, its record, what
 #: all share, and the other stages; never ``analysis/``, ``tools/``, ``cli``, ``args`` or ``pipeline``.
-STAGES_MAY_IMPORT = ("matrix", "record", "common", "stages")
+STAGES_MAY_IMPORT = ("kinds", "matrix", "record", "common", "stages")
 
 
 def forbidden_stage_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
@@ -114,3 +114,39 @@ def test_the_rule_finds_a_forbidden_import():
              "stages.build.build": {"pipeline", "record.results"}, "analysis.report": {"stages.shape"}}
     assert forbidden_stage_imports(graph) == [("stages.build.build", "pipeline"),
                                               ("stages.speed.speed", "analysis.report")]
+
+
+def kind_compares(source: str) -> list[int]:
+    """Line numbers of ``source`` that decide a platform kind by comparing values: a compare (``==``, ``!=``,
+    ``in``, ``not in``) of a ``gpu`` or ``os`` name or attribute (``p.gpu == "nvidia"``, ``q.os != host_os()``),
+    or of a string that names a GPU kind or an OS of harness.kinds (``"windows" == label``)."""
+    from harness.kinds.registry import GPUS, OSES
+    names = (set(GPUS) | set(OSES)) - {"none"}  # "none" is also a load mode and a CLI value
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare) or not any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn))
+                                                          for op in node.ops):
+            continue
+        operands = [node.left, *node.comparators]
+        if any(isinstance(o, ast.Attribute) and o.attr in ("gpu", "os") or isinstance(o, ast.Name) and o.id in ("gpu", "os")
+               or isinstance(o, ast.Constant) and o.value in names for o in operands):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_harness_kinds_compares_a_platform_kind():
+    """A platform's GPU kind and OS are asked of their records (harness.kinds), never compared with a value."""
+    found = [f"{path.relative_to(PACKAGE.parent)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
+             if path.relative_to(PACKAGE).parts[0] != "kinds"
+             for line in kind_compares(path.read_text(encoding="utf-8"))]
+    assert found == []
+
+
+def test_the_kind_rule_finds_the_compares_a_stage_would_write():
+    source = ('if p.gpu == "nvidia": pass\n'
+              'ok = q.os != host_os()\n'
+              'shell = "pwsh" if "windows" == runner else "bash"\n'
+              'win = label in ("windows",)\n'
+              'gpu_steps = p.ci.gpu_steps == ()\n'
+              'mode = args.load_mode == "none"\n')
+    assert kind_compares(source) == [1, 2, 3]

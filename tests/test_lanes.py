@@ -15,6 +15,7 @@ import pytest
 
 from harness.matrix.config import Comparison, Generation
 from harness.stages.outputs.compare import GenerationSpec
+from harness.kinds.registry import GPUS
 from harness.stages.outputs.greedy import MAX_LANES, GreedyRunner, Hooks, Job, Side, lanes_for
 
 FAKE_COMPLETION = """
@@ -128,7 +129,7 @@ def test_two_lanes_run_text_checks_beside_sessions_and_candidates_after_their_re
     ("nvidia", 4, 16, (1, None)),
 ])
 def test_lanes_for_shares_the_cores_and_keeps_a_gpu_platform_to_one_process(gpu, requested, cores, expected):
-    assert lanes_for(gpu, requested, cores) == expected
+    assert lanes_for(GPUS[gpu], requested, cores) == expected
 
 
 def test_lanes_and_threads_below_one_are_refused(tmp_path):

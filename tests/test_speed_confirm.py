@@ -12,7 +12,7 @@ import pytest
 from harness.analysis import speed_confirm, triage
 from harness.analysis.speed_confirm import ConfirmError, Engine, build_holding, confirm, recorded_build_key
 from harness.analysis.speed_diff import SUSPECT, SpeedChange
-from harness.matrix.models import ModelStore
+from harness.matrix.model_sources.registry import ModelStore
 from harness.record.results import Run, StepRecord, write_json
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from harness.analysis.signatures import classify_run
 from harness.common.proc import peak_rss_bytes
 from harness.matrix.config import MatrixError, load_matrix
 from harness.pipeline import Options
-from harness.record import environment
+from harness.kinds import nvidia
 from harness.record.bench import RuleStep, parse_rule_step, parse_step, read_bench, step_name
 from harness.record.junit import write_speed_junit
 from harness.stages.speed import speed
@@ -126,7 +126,7 @@ def cuda_stage(tmp_path, monkeypatch):
     """Run the speed stage of the shipped CUDA groups on one visible "GPU" with fake engines scaled by
     ``scale`` (CLEAN's entries replaced); returns the pipeline."""
     monkeypatch.setattr(speed, "cannot_run", lambda p: None)
-    monkeypatch.setattr(environment, "visible_gpu_count", lambda *gpus: 1)
+    monkeypatch.setattr(nvidia, "visible_gpu_count", lambda *a: 1)
     monkeypatch.setattr(speed, "EngineSession", CountingSession)
     monkeypatch.setattr(CountingSession, "live", 0)
     monkeypatch.setattr(CountingSession, "most", 0)

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.kinds.shape import HostTool
+from harness.matrix import host_tools
 from harness.stages.build import cross
 from harness.stages.outputs.compare import GenerationSpec, from_text_mode, run_generation
 from harness.matrix.config import MatrixError, load_matrix
@@ -85,7 +87,7 @@ def test_the_cross_section_is_checked_by_the_schema(tmp_path):
 
 def test_missing_cross_tools_name_their_debian_packages(matrix, monkeypatch):
     p = matrix.platforms["windows-x86_64-cpu"]
-    monkeypatch.setattr(cross, "find_program", lambda name: None)
+    monkeypatch.setattr(host_tools, "find_program", lambda name: None)
     why = cannot_run(p)
     assert why == ("needs the cross compiler x86_64-w64-mingw32-g++-posix (Debian package "
                    "g++-mingw-w64-x86-64-posix); it is not on PATH")
@@ -94,9 +96,9 @@ def test_missing_cross_tools_name_their_debian_packages(matrix, monkeypatch):
 
 def test_a_missing_emulator_skips_running_but_not_building(matrix, monkeypatch):
     p = matrix.platforms["windows-x86_64-cpu"]
-    monkeypatch.setattr(cross, "find_program", lambda name: f"/usr/bin/{name}" if "mingw" in name else None)
-    monkeypatch.setattr(cross, "EMULATORS", {"wine": cross.EmulatorKind(("wine64", "wine"), ("/nonexistent/wine64",),
-                                                                         "wine64")})
+    monkeypatch.setattr(host_tools, "find_program", lambda name: f"/usr/bin/{name}" if "mingw" in name else None)
+    monkeypatch.setattr(host_tools, "EMULATORS", {"wine": HostTool("wine", ("wine64", "wine"), "wine64",
+                                                                    ("/nonexistent/wine64",))})
     assert cannot_build(p) is None
     why = cannot_run(p)
     assert why is not None and why.startswith("needs the emulator wine (Debian package wine64)")
@@ -155,7 +157,7 @@ def test_text_mode_is_undone_exactly():
 # ----- Wine itself ----------------------------------------------------------------------------------
 
 needs_cross = pytest.mark.skipif(
-    cross.find_program("x86_64-w64-mingw32-g++-posix") is None or cross.find_emulator_program("wine") is None,
+    host_tools.find_program("x86_64-w64-mingw32-g++-posix") is None or host_tools.find_emulator_program("wine") is None,
     reason="needs Debian packages g++-mingw-w64-x86-64-posix and wine64")
 
 
@@ -168,7 +170,7 @@ def test_a_mingw_program_runs_under_the_prepared_wine(tmp_path):
     exe = tmp_path / "hello.exe"
     subprocess.run(["x86_64-w64-mingw32-g++-posix", "-O1", str(src), "-o", str(exe),
                     "-static"], check=True)
-    program = cross.find_emulator_program("wine")
+    program = host_tools.find_emulator_program("wine")
     assert program is not None
     emulator = cross.prepare_wine(program, tmp_path / "wine-prefix")
     assert (tmp_path / "wine-prefix" / "system.reg").is_file()
@@ -209,7 +211,7 @@ def test_ready_starts_the_server_and_warms_it_up_only_when_it_was_not_running(tm
 def test_the_wineserver_outlives_the_programs_it_served(tmp_path):
     # Debian's wrapper starts wineserver with -p0: it exits with its last client, and a program starting
     # at that moment fails ("wine client error:0: recvmsg: Connection reset by peer")
-    program = cross.find_emulator_program("wine")
+    program = host_tools.find_emulator_program("wine")
     emulator = cross.prepare_wine(program, tmp_path / "wine-prefix")
     assert emulator.keep_alive[-1] == f"-p{cross.WINESERVER_PERSIST_S}"
     env = {**os.environ, **emulator.env}
@@ -242,7 +244,7 @@ def test_openmp_programs_find_the_mingw_runtime_dll(tmp_path):
     dll_dir = next(d for d in dll_dirs if (d / "libgomp-1.dll").is_file())
     subprocess.run(["x86_64-w64-mingw32-gcc-posix", "-fopenmp", str(src), "-o", str(exe), "-static",
                     str(dll_dir / "libgomp.dll.a")], check=True)
-    program = cross.find_emulator_program("wine")
+    program = host_tools.find_emulator_program("wine")
     without = cross.prepare_wine(program, tmp_path / "pfx")
     proc = subprocess.run(without.wrap([str(exe)]), env={**os.environ, **without.env}, capture_output=True,
                           timeout=300)

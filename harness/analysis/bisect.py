@@ -599,7 +599,7 @@ def _make_check(spec: str, matrix: Any, platform: Any, models: Any) -> tuple[Cal
                                                                             tuple[str, ...]]:
     """The check ``spec`` names and the build targets it needs; InputError for an unknown group/model/prompt.
 
-    ``models`` is a harness.matrix.models.ModelStore; a model that cannot be made is bad input here.
+    ``models`` is a harness.matrix.model_sources.registry.ModelStore; a model that cannot be made is bad input here.
     """
     kind, parts = _parse_check(spec)
     if kind == "test":
@@ -656,7 +656,7 @@ def main(argv: Sequence[str]) -> int:
     or passes at the bad end).
     """
     from ..matrix.config import load_matrix
-    from ..matrix.models import ModelStore
+    from ..matrix.model_sources.registry import ModelStore
     from ..stages.build.quantize_tool import built_tool
     from ..stages.build.patches import read_series
     from ..stages.build.builds import cmake_options

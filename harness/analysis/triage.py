@@ -882,7 +882,7 @@ def _confirm(args: argparse.Namespace, a: Path, b: Path, report: TriageReport) -
     returns the Confirmations.  Raises ConfirmError (exit 2) where a build or the matrix is missing."""
     # imported here: it starts engines, which no other triage needs
     from ..stages.build.source import cache_dir, obtain_base
-    from ..matrix.models import ModelStore
+    from ..matrix.model_sources.registry import ModelStore
     from . import speed_confirm
 
     if not args.matrix.is_file():

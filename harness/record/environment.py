@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..kinds import nvidia
 from .gpu import pin_environment
 
 
@@ -51,49 +52,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return pyplatform.processor() or pyplatform.machine()
-
-
-def nvidia_gpus() -> list[dict[str, str]]:
-    """GPUs reported by ``nvidia-smi`` as dicts (name, driver, memory, compute capability); [] if none."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return []
-    fields = ["name", "driver_version", "memory.total", "compute_cap", "pci.bus_id"]
-    proc = subprocess.run([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader"],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        return []
-    gpus = []
-    for line in proc.stdout.strip().splitlines():
-        values = [v.strip() for v in line.split(",")]
-        if len(values) == len(fields):
-            gpus.append(dict(zip(["name", "driver", "memory", "compute_capability", "pci_bus_id"], values)))
-    return gpus
-
-
-def visible_gpu_count(gpus: list[dict[str, str]] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """How many NVIDIA GPUs a CUDA program started from here sees.
-
-    ``gpus`` defaults to :func:`nvidia_gpus` (nvidia-smi ignores
-    CUDA_VISIBLE_DEVICES and lists every GPU).  When CUDA_VISIBLE_DEVICES is
-    set, the CUDA runtime enumerates its comma-separated entries up to the
-    first one that is not a valid device (CUDA documentation, "CUDA Environment
-    Variables"); this counts the entries that are an index below the GPU count
-    or a GPU/MIG UUID, and stops at the first other one, as the runtime does.
-    """
-    gpus = nvidia_gpus() if gpus is None else gpus
-    env = os.environ if environ is None else environ
-    value = env.get("CUDA_VISIBLE_DEVICES")
-    if value is None:
-        return len(gpus)
-    count = 0
-    for entry in value.split(","):
-        entry = entry.strip()
-        if entry.isdigit() and int(entry) < len(gpus) or entry.startswith(("GPU-", "MIG-")):
-            count += 1
-        else:
-            break
-    return min(count, len(gpus))
 
 
 def cuda_driver_version() -> str | None:
@@ -137,7 +95,7 @@ def collect(base_commit: str, base_source: str, patches: list[dict[str, str]],
     ``patches`` is [{name, sha256}] of the applied series; ``build_dirs`` maps
     variant -> build dir, whose detected compilers are included.
     """
-    gpus = nvidia_gpus()
+    gpus = nvidia.nvidia_gpus()
     env: dict[str, Any] = {
         "os": pyplatform.platform(),
         "machine": pyplatform.machine(),
@@ -152,7 +110,7 @@ def collect(base_commit: str, base_source: str, patches: list[dict[str, str]],
         "cuda_toolkit": nvcc_version(),
         "cuda_driver": cuda_driver_version(),
         "gpus": gpus,
-        "visible_gpus": visible_gpu_count(gpus),
+        "visible_gpus": nvidia.visible_gpu_count(gpus),
         # inherited by every generation: an inherited GGML_CUDA_NO_PINNED changes every CUDA result
         "pin_environment": pin_environment(),
         "base_commit": base_commit,
@@ -173,8 +131,8 @@ def machine_fingerprint(env: Mapping[str, Any] | None = None) -> dict[str, Any]:
     (harness.analysis.triage); anything else, RAM or the OS patch level, is left out.
     """
     if env is None:
-        gpus = nvidia_gpus()
-        env = {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "gpus": gpus, "visible_gpus": visible_gpu_count(gpus),
+        gpus = nvidia.nvidia_gpus()
+        env = {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "gpus": gpus, "visible_gpus": nvidia.visible_gpu_count(gpus),
                "cuda_driver": cuda_driver_version(), "cuda_toolkit": nvcc_version()}
     return {"cpu": env.get("cpu"), "cpu_count": env.get("cpu_count"),
             "gpus": [[g.get("name"), g.get("driver")] for g in env.get("gpus") or [] if isinstance(g, dict)],

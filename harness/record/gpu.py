@@ -23,6 +23,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..kinds.registry import recorded_env
+
 _LADDER = re.compile(r"pin ladder:\s*(?P<kind>partial pin:|no pin:|disabled:|cudaMallocHost)?\s*(?P<kv>(?:\w+=\S+\s*)+)")
 _KV = re.compile(r"(\w+)=(\S+)")
 _INT_KEYS = ("requested", "granted", "segments", "calls", "size_class", "allocations")
@@ -86,20 +88,16 @@ def ladder_totals(records: list[dict[str, Any]]) -> dict[str, Any]:
             "warnings": warnings}
 
 
-#: Environment variables that change what the CUDA host buffers and the expert routing do.
-PIN_ENV_PREFIXES = ("GGML_CUDA_NO_PINNED", "GGML_CUDA_MOE_PIN_LAYERS", "GGML_CUDA_PIN_", "GGML_CUDA_REGISTER_HOST",
-                    "CUDA_VISIBLE_DEVICES")
-
-
 def pin_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The pin-related variables set in ``environ`` (default: this process's environment), sorted by name.
+    """The variables of a GPU kind's backend (harness.kinds: placement, pinning, visible devices) set in
+    ``environ`` (default: this process's environment), sorted by name.
 
     Any value counts, an empty one included: the fork tests GGML_CUDA_NO_PINNED
     for presence only, so ``GGML_CUDA_NO_PINNED=0`` still turns pinning off.
     CUDA_VISIBLE_DEVICES is listed because it decides which GPUs a run sees.
     """
     env = os.environ if environ is None else environ
-    return {k: env[k] for k in sorted(env) if k.startswith(PIN_ENV_PREFIXES)}
+    return {k: env[k] for k in sorted(env) if recorded_env(k)}
 
 
 # llama.cpp prints "%s: %12s %s buffer size = %8.2f MiB" per buffer (load_tensors, llama_kv_cache, llama_context,

@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Mapping
 
 from ..common.console import Console
 from ..matrix.config import Matrix, Platform
-from ..matrix.models import ModelStore
+from ..matrix.model_sources.registry import ModelStore
 from ..matrix.platforms import cannot_build, cannot_run, compiles_instead
 from ..record.cache import ResultCache, max_bytes_from_env
 from ..record.progress import InProgress
@@ -50,7 +50,7 @@ ROLES = ("build", "tests", "outputs", "checks", "speed")
 
 #: What a stage may read from the run: the loaded ``matrix``; the base ``source`` tree and the patch
 #: series; the ``builds`` (harness.stages.build.builds.Builds, built on first use); the ``models``
-#: (harness.matrix.models.ModelStore, made on first use); the ``records`` the run holds so far (its
+#: (harness.matrix.model_sources.registry.ModelStore, made on first use); the ``records`` the run holds so far (its
 #: steps, comparisons and files).
 READS = ("matrix", "source", "builds", "models", "records")
 
@@ -146,7 +146,7 @@ class Context:
         return self.builds.emulator(p)
 
     def model_path(self, name: str) -> Path:
-        """Path of model ``name``, assembled, generated or derived on first use (harness.matrix.models.ModelStore)."""
+        """Path of model ``name``, assembled, generated or derived on first use (harness.matrix.model_sources.registry.ModelStore)."""
         return self.models.path(name)
 
     def hooks(self, p: Platform) -> Hooks:

@@ -265,7 +265,7 @@ def main(argv: Sequence[str]) -> int:
         fn = _child_ladder if args.child == "ladder" else _child_plain
         print(json.dumps(fn(args.build_dir, args.size, args.reps if args.child else 1)))
         return 0
-    from ..record.environment import nvidia_gpus
+    from ..kinds.nvidia import nvidia_gpus
     gpus = nvidia_gpus()
     results: dict[str, Any] = {"machine": f"{gpus[0]['name']} (driver {gpus[0]['driver']}), {os.cpu_count()} CPUs"
                                if gpus else f"no GPU, {os.cpu_count()} CPUs"}

@@ -51,13 +51,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..kinds.registry import runner_os
+from ..kinds.shape import OsKind
 from ..matrix.config import Matrix, MatrixError, Platform, load_matrix
 from ..matrix.platforms import debian_packages
-from .path_budget import MAX_PATH, PathBudget, files_added_by, path_budget, runs_on_windows
+from .path_budget import MAX_PATH, PathBudget, files_added_by, path_budget
 from .windows_check import MINGW_PACKAGE
 
-#: The default shell of a platform job, by the runner's OS.
-SHELLS = {"linux": "bash", "windows": "pwsh"}
 #: GitHub Actions runs at most 256 jobs from one matrix per workflow run.
 MAX_JOBS = 256
 #: The protected environment (Settings > Environments, with required reviewers) in which the
@@ -200,6 +200,7 @@ def ci_plan(matrix: Matrix, platforms: Sequence[str] = (), *, self_hosted: bool 
     include = []
     left_out: dict[str, str] = {}
     kept: list[Platform] = []
+    runners: list[OsKind] = []
     for name, p in matrix.platforms.items():
         if p.ci is None or (wanted and name not in wanted):
             continue
@@ -213,13 +214,14 @@ def ci_plan(matrix: Matrix, platforms: Sequence[str] = (), *, self_hosted: bool 
             left_out[name] = (f"{', '.join(p.ci.gpu_steps) or 'nothing'} not queued: {why}; "
                               f"{', '.join(p.ci.steps)} runs on {', '.join(runs_on)}")
         kept.append(p)
-        runner_os = "windows" if any(lab == "windows" or lab.startswith("windows-") for lab in runs_on) else "linux"
+        runner = runner_os(runs_on)
+        runners.append(runner)
         on_self_hosted = "self-hosted" in runs_on
         include.append({
             "platform": name,
-            "runner_os": runner_os,
+            "runner_os": runner.name,
             "runs_on": list(runs_on),
-            "shell": SHELLS[runner_os],
+            "shell": runner.shell,
             "steps": list(p.ci.steps),
             "gpu_steps": list(gpu_steps),
             "needs_gpu": bool(gpu_steps),
@@ -227,7 +229,7 @@ def ci_plan(matrix: Matrix, platforms: Sequence[str] = (), *, self_hosted: bool 
             "base_commit": matrix.base_commit,
             "models_digest": digest,
             "debian_packages": (debian_packages_of(matrix, (*p.ci.steps, *gpu_steps), [name])
-                                if runner_os == "linux" else []),
+                                if runner.cross_host else []),
             "environment": gate.environment if on_self_hosted else "",
         })
     if not include:
@@ -237,7 +239,7 @@ def ci_plan(matrix: Matrix, platforms: Sequence[str] = (), *, self_hosted: bool 
         raise MatrixError([f"{matrix.path}: {len(include)} CI jobs; GitHub Actions runs at most {MAX_JOBS} jobs "
                            "from one matrix per workflow run"])
     budgets = []
-    windows = [p for p, e in zip(kept, include) if e["runner_os"] == "windows"]
+    windows = [p for p, r in zip(kept, runners) if r.max_path is not None]
     if windows:
         if layout_files is None:
             raise MatrixError([f"{matrix.path}: the path budget of {', '.join(p.name for p in windows)} needs "

@@ -29,12 +29,13 @@ from dataclasses import dataclass
 from pathlib import PureWindowsPath
 from typing import Iterable, Sequence
 
+from ..kinds.windows import WINDOWS
 from ..matrix.config import Matrix, Platform
 from ..matrix.platforms import executable_suffix
 from ..record.results import new_run_id
 
-#: Windows' MAX_PATH: the longest path, in characters, without long path support.
-MAX_PATH = 260
+#: Windows' MAX_PATH: the longest path, in characters, without long path support (harness.kinds.windows).
+MAX_PATH: int = WINDOWS.max_path or 260
 #: The runner workspace of hosted and self-hosted runners; ``{repo}`` is the repository's name.
 HOSTED_WORKSPACE = "D:\\a\\{repo}\\{repo}"
 SELF_HOSTED_WORKSPACE = "C:\\actions-runner\\_work\\{repo}\\{repo}"
@@ -59,11 +60,6 @@ class PathBudget:
     def over(self) -> bool:
         """True when ``longest`` is longer than MAX_PATH."""
         return self.length > MAX_PATH
-
-
-def runs_on_windows(p: Platform) -> bool:
-    """True when ``p``'s CI runner is a Windows machine (a ``windows`` or ``windows-*`` runner label)."""
-    return p.ci is not None and any(lab == "windows" or lab.startswith("windows-") for lab in p.ci.runs_on)
 
 
 def workspace(p: Platform, repo: str) -> str:

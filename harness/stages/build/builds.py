@@ -20,6 +20,7 @@ from ...common.jobserver import JobBudget
 from ...common.locks import BuildLock, Rank, exclusive
 from ...matrix.config import Matrix, Platform
 from ...matrix.models import QUANTIZE_TARGET, ModelError, QuantizeTool
+from ...kinds.registry import gpu_of
 from ...matrix.platforms import cross_built, executable_suffix
 from ...record import environment
 from ...record.progress import InProgress
@@ -29,7 +30,8 @@ from ..outputs.engine import ENGINE_TARGET, engine_cmake_options, engine_source_
 from ..outputs.greedy import available_cores
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
                     cuda_architectures_from_nvidia_smi, find_tool, is_up_to_date, up_to_date_result)
-from .cross import Emulator, emulator_for, find_emulator_program
+from ...matrix.host_tools import find_emulator_program
+from .cross import Emulator, emulator_for
 from .cuda_headers import SetupError, find_cuda_headers
 from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, \
     series_label
@@ -62,8 +64,8 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
             raise RuntimeError(f"{p.name}: CMAKE_CUDA_ARCHITECTURES is 'auto' but nvidia-smi reports no GPU; "
                                "pass --cuda-arch (e.g. 90)")
         opts["CMAKE_CUDA_ARCHITECTURES"] = arch
-    elif cuda_arch and p.gpu == "nvidia":
-        opts["CMAKE_CUDA_ARCHITECTURES"] = cuda_arch
+    elif cuda_arch and gpu_of(p).arch_cmake:
+        opts[gpu_of(p).arch_cmake] = cuda_arch
     opts.update(compiler_launcher_options())
     opts.update(engine_cmake_options())
     # the build tree's RUNPATH relative to the binaries ($ORIGIN), not the build directory's path: the same code
@@ -80,7 +82,7 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
             opts["CMAKE_CROSSCOMPILING_EMULATOR"] = emulator
     if variant == "fork":
         opts["LLAMA_FORK_SERIES"] = series_label(list(patches))
-        if p.gpu == "none":
+        if gpu_of(p).stub_runtime_headers:
             # test-cuda-pin-ladder-host runs the ladder's host code against a stub CUDA runtime: headers only
             # (the nvidia-cuda-runtime wheel of requirements.txt); without them CMake leaves the target out
             try:

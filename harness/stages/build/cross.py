@@ -7,36 +7,22 @@ those tools, says which Debian package is missing when one is not there, and
 gives the emulator as an argument-list prefix plus the environment it needs;
 callers put the prefix in front of an executable's argv (never into a shell
 string) and pass it to CMake as ``CMAKE_CROSSCOMPILING_EMULATOR``, so ctest
-runs the test executables through it too.
+runs the test executables through it too.  Which tools a cross platform needs, and
+the Debian packages that bring them, is harness.matrix.host_tools's.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from ...matrix.config import CrossSpec, Platform
+from ...matrix.config import Platform
+from ...matrix.host_tools import find_emulator_program, find_program, missing_run_tools
 
-
-@dataclass(frozen=True)
-class EmulatorKind:
-    """How to find one emulator: program names tried on PATH, then fixed paths, and the Debian package."""
-
-    programs: tuple[str, ...]
-    paths: tuple[str, ...]
-    debian: str
-
-
-#: Emulators matrix.yaml can name in ``cross.emulator``.  Debian's wine64 package installs the
-#: loader as /usr/lib/wine/wine64 and puts no wrapper on PATH unless the ``wine`` package is there.
-EMULATORS: Mapping[str, EmulatorKind] = {
-    "wine": EmulatorKind(programs=("wine64", "wine"), paths=("/usr/lib/wine/wine64",), debian="wine64"),
-}
 
 #: Seconds ``wineboot --init`` may take to create a prefix (about 10-30 s on 2 cores).
 WINEBOOT_TIMEOUT_S = 300
@@ -88,56 +74,6 @@ class Emulator:
                 subprocess.run(self.wrap(self.warm_up), timeout=WINEBOOT_TIMEOUT_S, **quiet)
         except (OSError, subprocess.TimeoutExpired):
             pass
-
-
-def find_program(name: str) -> str | None:
-    """Absolute path of program ``name`` on PATH, or None."""
-    return shutil.which(name)
-
-
-def find_emulator_program(kind: str) -> str | None:
-    """Path of the emulator program of ``kind`` (a key of EMULATORS), or None when it is not installed."""
-    spec = EMULATORS[kind]
-    for name in spec.programs:
-        found = find_program(name)
-        if found:
-            return found
-    for path in spec.paths:
-        if os.access(path, os.X_OK):
-            return path
-    return None
-
-
-def missing_build_tools(cross: CrossSpec) -> str | None:
-    """Why the cross build of a platform cannot run here (the compiler's Debian package), or None."""
-    if not cross.toolchain.is_file():
-        return f"cross toolchain file {cross.toolchain} does not exist"
-    if find_program(cross.compiler) is None:
-        return (f"needs the cross compiler {cross.compiler} "
-                f"(Debian package {cross.compiler_debian}); it is not on PATH")
-    return None
-
-
-def missing_run_tools(cross: CrossSpec) -> str | None:
-    """Why the executables of a cross-built platform cannot run here (a Debian package), or None."""
-    why = missing_build_tools(cross)
-    if why:
-        return why
-    if find_emulator_program(cross.emulator) is None:
-        spec = EMULATORS[cross.emulator]
-        return (f"needs the emulator {cross.emulator} (Debian package {spec.debian}); "
-                f"none of {', '.join(spec.programs + spec.paths)} was found")
-    return None
-
-
-def debian_packages(cross: CrossSpec, run: bool) -> tuple[str, ...]:
-    """The Debian packages a Linux host needs to build a cross platform, and to run it where ``run``.
-
-    Building needs the compiler's package (``cross.compiler.debian`` in matrix.yaml), running also
-    the emulator's (:data:`EMULATORS`): the same packages :func:`missing_build_tools` and
-    :func:`missing_run_tools` name when their programs are absent.
-    """
-    return (cross.compiler_debian, EMULATORS[cross.emulator].debian) if run else (cross.compiler_debian,)
 
 
 #: The MinGW-w64 runtime DLLs a program may need: OpenMP and those it depends on.

@@ -21,17 +21,14 @@ from typing import Mapping, Sequence
 
 from ...common import proc
 from ...common.errors import InputError
+from ...kinds.registry import backend_of, gpu_of
 from ...matrix.config import Matrix, Platform
 from ...matrix.fit import Vocabulary, refuse_unfit, selected_generations, selected_groups, vocabulary_of
-from ...matrix.models import ModelError, made_model_path, model_summary
+from ...matrix.model_sources.registry import made_model_path
+from ...matrix.models import ModelError, model_summary
 from ...matrix.platforms import cannot_run
 from ..outputs.compare import find_error_line
 from .source import cached_base
-
-#: Environment variables only the CUDA backend reads (ggml/src/ggml-cuda: ``GGML_CUDA_*``; the CUDA
-#: runtime: ``CUDA_VISIBLE_DEVICES``): a build without it ignores them, so a configuration setting one on
-#: a platform without a GPU would compare nothing it claims to.
-CUDA_ONLY_ENV = re.compile(r"^(GGML_CUDA_|CUDA_VISIBLE_DEVICES$)")
 
 #: What llama.cpp's argument parser prints for an option the build takes but ignores (common/arg.cpp:
 #: "no usable GPU found, --gpu-layers option will be ignored", "compiled without support for GPU
@@ -58,7 +55,9 @@ def configs_on(matrix: Matrix, p: Platform, group: str) -> list[str]:
 def _group_problems(matrix: Matrix, p: Platform, group: str, compare: bool) -> list[str]:
     """What the inputs alone prove group ``group`` cannot run on ``p``: a reference platform this machine
     cannot run (only for a platform it can run, and when ``compare``: the comparisons are to run), a
-    CUDA-only variable in a configuration on a platform without a GPU."""
+    variable only another GPU kind's backend reads (harness.kinds: ``GGML_CUDA_*`` and ``CUDA_VISIBLE_DEVICES``
+    are the CUDA backend's) in a configuration on ``p``: its build ignores it, so the configuration would
+    compare nothing it claims to."""
     out = []
     g = matrix.groups[group]
     if compare and g.reference_platform and cannot_run(p) is None:
@@ -66,12 +65,13 @@ def _group_problems(matrix: Matrix, p: Platform, group: str, compare: bool) -> l
         if why:
             out.append(f"group {group} on {p.name} takes its reference from platform {g.reference_platform}, which "
                        f"cannot run here: {why} ({matrix.path}: groups.{group}.reference_platform)")
-    if p.gpu == "none":
-        for config in configs_on(matrix, p, group):
-            for var in matrix.configs[config].env:
-                if CUDA_ONLY_ENV.match(var):
-                    out.append(f"configuration {config} of group {group} sets {var}, which only the CUDA backend "
-                               f"reads, on {p.name}, a platform without a GPU ({matrix.path}: configs.{config}.env)")
+    kind = gpu_of(p)
+    for config in configs_on(matrix, p, group):
+        for var in matrix.configs[config].env:
+            other = backend_of(var)
+            if other is not None and other is not kind:
+                out.append(f"configuration {config} of group {group} sets {var}, which only the {other.backend} "
+                           f"backend reads, on {p.name}, {kind.described} ({matrix.path}: configs.{config}.env)")
     return out
 
 

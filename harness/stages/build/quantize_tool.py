@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ...matrix.config import Matrix, Platform
 from ...matrix.models import QUANTIZE_TARGET, ModelError, QuantizeTool
+from ...kinds.registry import gpu_of, on_host_os
 from ...matrix.platforms import host_arch, host_os
 from ...record.cache import images_digest
 from ..outputs.generation_cache import build_labels, shared_libraries
@@ -26,7 +27,8 @@ from ..outputs.generation_cache import build_labels, shared_libraries
 def quantize_platform(platforms: Iterable[Platform]) -> Platform | None:
     """The platform whose base build makes the derived models on this machine, or None (see the module)."""
     for p in platforms:
-        if p.gpu == "none" and p.os == host_os() and p.arch == host_arch() and QUANTIZE_TARGET in p.targets:
+        if not gpu_of(p).has_device and on_host_os(p, host_os()) and p.arch == host_arch() \
+                and QUANTIZE_TARGET in p.targets:
             return p
     return None
 

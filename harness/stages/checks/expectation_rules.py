@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
+from ...kinds.nvidia import NO_PINNED, PIN_LAYERS, PIN_SIM_STICKY, PIN_SIM_TOTAL_MAX_MB
+from ...kinds.registry import GPUS, gpu_of
 from ...matrix.config import Platform, RunConfig
 
 #: The rules, in the order they are checked and reported.
@@ -131,7 +133,7 @@ def uses_mmap(args: Sequence[str]) -> bool:
 def pin_layers(env: Mapping[str, str]) -> int | None:
     """GGML_CUDA_MOE_PIN_LAYERS as the fork reads it (patch 0003, src/llama-moe-pin.h): a positive decimal
     integer, else None (unset, or a value the fork ignores with a warning: ``4x``, ``0``, ``-1``)."""
-    raw = env.get("GGML_CUDA_MOE_PIN_LAYERS")
+    raw = env.get(PIN_LAYERS)
     if raw is None or not raw.isdigit() or int(raw) < 1:
         return None
     return int(raw)
@@ -180,8 +182,10 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
     mmap = uses_mmap(args)
     origin: dict[str, str] = {}
     n_layer = int(model.get("n_layer") or 0)
-    if platform.gpu == "none":
-        home = "CPU_Mapped" if mmap else "CPU"
+    kind = gpu_of(platform)  # where the experts land per load mode: harness.kinds
+    homes = kind.expert_homes
+    if not kind.has_device:
+        home = homes["host-mmap" if mmap else "host"]
         why = f"CPU platform, {'mmap' if mmap else 'mmap off'}"
         origin.update(placement=f"default: {why}", weights=f"default: {why}",
                       pinned="not checked: nothing is pinned on the CPU platform",
@@ -197,18 +201,18 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
         origin.update(placement="default: CUDA platform, experts offloaded (no --cpu-moe)",
                       pinned="not checked: no expert tensors in host memory",
                       warnings="not checked: no expert tensors in host memory")
-        return Expectations(experts=(LayerRange(0, None, "CUDA[0-9]*"),), origin=origin)
+        return Expectations(experts=(LayerRange(0, None, homes["device"]),), origin=origin)
     if mmap:
         origin.update(placement="default: --cpu-moe with mmap (no host buffer)",
                       pinned="not checked: a memory-mapped model is not pinned",
                       warnings="not checked: a memory-mapped model is not pinned")
-        return Expectations(experts=(LayerRange(0, None, "CPU_Mapped"),), origin=origin)
-    no_pinned = "GGML_CUDA_NO_PINNED" in env  # tested for presence by the fork and upstream
-    host = "CPU" if no_pinned else "CUDA_Host"
+        return Expectations(experts=(LayerRange(0, None, homes["host-mmap"]),), origin=origin)
+    no_pinned = NO_PINNED in env  # tested for presence by the fork and upstream (harness.kinds.nvidia.ENV)
+    host = homes["host-unpinned" if no_pinned else "host"]
     fork = config.build == "fork"
     n_pin = pin_layers(env) if fork else None
     if n_pin is not None and n_pin < max(n_layer, 1):
-        experts = (LayerRange(0, n_pin - 1, host), LayerRange(n_pin, None, "CPU"))
+        experts = (LayerRange(0, n_pin - 1, host), LayerRange(n_pin, None, homes["host-unpinned"]))
         origin["placement"] = f"default: --cpu-moe, mmap off, GGML_CUDA_MOE_PIN_LAYERS={n_pin}" + \
                               (", GGML_CUDA_NO_PINNED" if no_pinned else "")
     else:
@@ -220,8 +224,8 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
         return Expectations(experts=experts, origin=origin)
     by_layer = list(model.get("expert_tensor_bytes_by_layer") or [])
     total = sum(by_layer)
-    cap = _mib_env(env, "GGML_CUDA_PIN_SIM_TOTAL_MAX_MB")
-    sticky = env.get("GGML_CUDA_PIN_SIM_STICKY", "0") not in ("", "0")
+    cap = _mib_env(env, PIN_SIM_TOTAL_MAX_MB)
+    sticky = env.get(PIN_SIM_STICKY, "0") not in ("", "0")
     present: list[str] = []
     absent: list[str] = []
     if no_pinned:
@@ -243,7 +247,7 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
         why = f"experts of layers 0-{min(n_pin, n_layer) - 1} pinned" if n_pin is not None else "full pin"
         absent += ["partial-pin", "no-pin"]
     origin["pinned"] = why if why.startswith("not checked") else f"default: {why}"
-    raw_pin = env.get("GGML_CUDA_MOE_PIN_LAYERS")
+    raw_pin = env.get(PIN_LAYERS)
     if raw_pin is not None:
         (absent if n_pin is not None else present).append("pin-layers-invalid")
         (present if n_pin is not None and n_layer and n_pin > n_layer else absent).append("pin-layers-clamped")
@@ -255,7 +259,7 @@ def declared_applies(config: RunConfig, platform: Platform) -> bool:
     """True when ``config``'s declared expectations hold on ``platform`` (their ``gpu`` key, when given,
     names the platform's GPU kind)."""
     decl = config.expectations
-    return bool(decl) and decl.get("gpu", platform.gpu) == platform.gpu
+    return bool(decl) and ("gpu" not in decl or gpu_of(platform) is GPUS.get(decl["gpu"]))
 
 
 def parse_experts(value: str | Mapping[str, str]) -> tuple[LayerRange, ...]:

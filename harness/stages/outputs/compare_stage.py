@@ -9,12 +9,11 @@ per configuration.  Before any generation, what cannot run is refused (harness.s
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from typing import Sequence
 
 from ...matrix.config import Platform
-from ...record import environment
+from ...kinds.registry import gpu_of, group_fits
 from ...record.progress import describe_abort
 from ...record.results import Failure, StepRecord, write_json
 from ..shape import Context, Stage
@@ -40,13 +39,11 @@ def run_compare(ctx: Context) -> None:
     for p in chosen:
         groups = [g for g in p.groups if not ctx.opts.groups or g in ctx.opts.groups]
         gen_steps: dict[str, list[Failure]] = {}
-        visible = environment.visible_gpu_count() if p.gpu == "nvidia" else 0
+        visible = gpu_of(p).visible()
         runnable = []
         for gname in groups:
-            need = ctx.matrix.groups[gname].min_gpus
-            if p.gpu == "nvidia" and need > visible:
-                why = (f"needs {need} NVIDIA GPUs; {visible} visible here "
-                       f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+            why = group_fits(p, ctx.matrix.groups[gname], visible)
+            if why:
                 ctx.run.record_step(StepRecord(p.name, gname, "compare-outputs", "skipped", detail=why))
                 if gname in ctx.opts.groups:
                     ctx.run.mark_incomplete(f"{p.name}: group {gname} skipped: {why}")
@@ -81,7 +78,7 @@ def run_groups(ctx: Context, p: Platform, groups: Sequence[str], gen_steps: dict
     runner (its timing, per-side seconds and runs feed the generate steps).  On
     an interrupt or exception the generate steps cut short are recorded first.
     """
-    lanes, threads = lanes_for(p.gpu, ctx.opts.lanes, available_cores())
+    lanes, threads = lanes_for(gpu_of(p), ctx.opts.lanes, available_cores())
     runner = GreedyRunner(ctx.hooks(p), {k: v.text for k, v in ctx.matrix.prompts.items()},
                           ctx.opts.work_dir.resolve() / "tmp", ctx.opts.n_predict, ctx.opts.repeats, ctx.say,
                           text_check=p.text_check, cache=ctx.sessions.session_cache(), lanes=lanes, threads=threads)

@@ -42,6 +42,7 @@ from typing import Any
 
 from ...common import proc
 from ...common.fs import sha256_files
+from ...kinds import nvidia
 from ...record import environment
 from ...record.cache import DigestMemo, Hit, ResultCache, identity_key, images_digest
 from .compare import GenerationResult, GenerationSpec, from_text_mode, prepare_generation, split_completion_stdout
@@ -113,7 +114,7 @@ def machine_facts(gpu: bool, cmake_cache: Path | None = None) -> dict[str, Any]:
     facts: dict[str, Any] = {"cpu": environment.cpu_model(), "cpus": os.cpu_count(), "system": pyplatform.system(),
                              "libc": list(pyplatform.libc_ver())}
     if gpu:
-        facts["gpus"] = environment.nvidia_gpus()
+        facts["gpus"] = nvidia.nvidia_gpus()
         facts["cuda_driver"] = environment.cuda_driver_version()
         lib_dir = None
         try:

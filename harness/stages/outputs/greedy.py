@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import ContextManager, Iterator
 
 from .compare import GenerationResult, GenerationSpec, find_error_line, run_generation
+from ...kinds.shape import GpuKind
 from ...matrix.config import Comparison, Generation
 from .divergence import EngineRun, SideRuns, StreamComparison, compare_streams, summarize_kl
 from .engine import EngineError, EngineGeneration, EngineSession, ScoreResult, write_engine_cmd
@@ -82,13 +83,14 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def lanes_for(gpu: str, requested: int | None, cores: int) -> tuple[int, int | None]:
+def lanes_for(gpu: GpuKind, requested: int | None, cores: int) -> tuple[int, int | None]:
     """How a platform's generations share the machine: (lanes, threads per process, None: llama.cpp's default).
 
-    ``gpu`` is the platform's ``hardware.gpu``; ``requested`` the ``--lanes`` option (None: the default);
-    ``cores`` what :func:`available_cores` gives.  A GPU platform runs one process at a time: its sessions
+    ``gpu`` is the platform's GPU kind (harness.kinds), whose ``lanes`` policy this applies; ``requested`` the
+    ``--lanes`` option (None: the default); ``cores`` what :func:`available_cores` gives.  A kind of lanes
+    ``one`` (a GPU platform) runs one process at a time: its sessions
     share the GPU's memory, the pinned host memory the fork's pin ladder registers, and the bus that the
-    speed of pinned transfers is about.  A CPU platform runs ``requested`` or one lane per core (at most
+    speed of pinned transfers is about.  A kind of lanes ``per-core`` (a CPU platform) runs ``requested`` or one lane per core (at most
     :data:`MAX_LANES`), each process with ``cores // lanes`` threads (at least one), so that the lanes never
     ask for more threads than there are cores: ggml's threads wait for each other by spinning, and two
     2-thread decodes on 2 cores ran at 7 tok/s each against 59 tok/s alone (docs/benchmarks.md).  Decoding a
@@ -96,7 +98,7 @@ def lanes_for(gpu: str, requested: int | None, cores: int) -> tuple[int, int | N
     machine: 17 ms per token at 2 threads, 21 ms at 1), so two 1-thread processes at once do about 1.6
     times the work of one 2-thread process.  One lane keeps llama.cpp's default threads.
     """
-    if gpu != "none":
+    if gpu.lanes == "one":
         return 1, None
     lanes = requested or min(max(1, cores), MAX_LANES)
     if lanes <= 1:

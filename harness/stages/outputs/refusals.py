@@ -13,8 +13,8 @@ from ...common.errors import InputError
 from ...matrix.config import Platform
 from ...matrix.fit import PlannedGeneration, Vocabulary, refuse_unfit, selected_generations, selected_groups, vocabulary_of
 from ...matrix.models import model_summary
+from ...kinds.registry import gpu_of, group_fits, os_of
 from ...matrix.platforms import executable_suffix
-from ...record import environment
 from ..build.preflight import configs_on, one_line, option_refusal
 from ..shape import Context
 from .compare import TokenizeError, prompt_token_ids
@@ -67,7 +67,7 @@ def _count_prompt_tokens(ctx: Context, platforms: Sequence[Platform], gen: Plann
             return len(prompt_token_ids(
                 binary, model, text, ctx.opts.work_dir.resolve() / "tmp",
                 launcher=emu.argv if emu else (), launcher_env=dict(emu.env) if emu else None,
-                crlf_stdout=p.os == "windows"))
+                crlf_stdout=os_of(p).crlf_stdout))
         except (RuntimeError, OSError, TokenizeError) as exc:
             ctx.say(f"[{p.name}] the tokens of prompt {gen.prompt} of {gen.model} could not be counted: {exc}")
     return None
@@ -79,9 +79,9 @@ def _refused_options(ctx: Context, p: Platform) -> list[str]:
     skipped for want of GPUs (harness.stages.outputs.compare_stage) is not checked."""
     out: list[str] = []
     checked: dict[tuple[str, tuple[str, ...]], str | None] = {}
-    visible = environment.visible_gpu_count() if p.gpu == "nvidia" else 0
+    visible = gpu_of(p).visible()
     for gname in selected_groups(ctx.matrix, p.name, ctx.opts.groups, ctx.opts.models):
-        if p.gpu == "nvidia" and ctx.matrix.groups[gname].min_gpus > visible:
+        if group_fits(p, ctx.matrix.groups[gname], visible):
             continue
         for name in configs_on(ctx.matrix, p, gname):
             config = ctx.matrix.configs[name]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from ...common.console import Console, Step
 from ...matrix.config import Generation, Matrix, Platform
+from ...kinds.registry import gpu_of, os_of
 from ...matrix.platforms import executable_suffix
 from ...record import gpu
 from ...record.cache import DigestMemo, ResultCache
@@ -49,7 +50,7 @@ class Sessions:
             emu = self.builds.emulator(q)
             sfx = executable_suffix(q)
             return side_identity(b.bin_dir, [f"{ENGINE_TARGET}{sfx}", f"llama-completion{sfx}"],
-                                 emu.argv if emu else (), dict(emu.env) if emu else {}, gpu=q.gpu == "nvidia")
+                                 emu.argv if emu else (), dict(emu.env) if emu else {}, gpu=gpu_of(q).has_device)
         return SessionCache(self.results_cache, self.run.id, identity, DigestMemo(self.results_cache.root / "digests"))
 
     def hooks(self, p: Platform) -> Hooks:
@@ -80,7 +81,7 @@ class Sessions:
                                   prompt=prompt, n_predict=gen.n_predict, seed=gen.seed, ctx_size=gen.ctx_size,
                                   threads=gen.threads, args=config.args, env=dict(config.env), timeout_s=gen.timeout_s,
                                   launcher=emu.argv if emu else (), launcher_env=dict(emu.env) if emu else {},
-                                  crlf_stdout=q.os == "windows")
+                                  crlf_stdout=os_of(q).crlf_stdout)
 
         def stderr(side: Side, model: str, stem: Path, text: str) -> None:
             ladder = gpu.parse_ladder_lines(text)

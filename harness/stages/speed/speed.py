@@ -32,6 +32,7 @@ from typing import Any, Callable
 from ...common.statistics import judge, spread
 from ...matrix.config import Generation, GroupSpeed, Platform, SpeedRule
 from ...matrix.platforms import cannot_run
+from ...kinds.registry import gpu_of, group_fits
 from ...record import environment
 from ...record.bench import METRICS, step_name
 from ...record.results import Failure, StepRecord, write_json
@@ -115,7 +116,7 @@ def rules_for(pipe: Pipeline, p: Platform) -> list[Rule]:
     section measured on ``p`` (its ``platforms``), need no more GPUs than are visible, and whose speed
     model ``--model`` leaves in."""
     opts, matrix = pipe.opts, pipe.matrix
-    visible = environment.visible_gpu_count() if p.gpu == "nvidia" else 0
+    visible = gpu_of(p).visible()
     out = []
     for gname in p.groups:
         group = matrix.groups[gname]
@@ -123,7 +124,7 @@ def rules_for(pipe: Pipeline, p: Platform) -> list[Rule]:
         if speed is None or not speed.measured_on(p.name) or (opts.groups and gname not in opts.groups) or \
                 (opts.models and speed.model not in opts.models):
             continue
-        if p.gpu == "nvidia" and group.min_gpus > visible:
+        if group_fits(p, group, visible):
             continue  # the comparisons recorded the skip
         unit = Unit(speed.model, speed.n_prompt, speed.n_gen, opts.bench_repeats or speed.repeats,
                     speed.warmup if opts.bench_warmup is None else opts.bench_warmup, speed.threads)

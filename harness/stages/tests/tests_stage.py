@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 
+from ...kinds.registry import gpu_of
 from ...record import gpu
 from ...record.results import Failure, StepRecord, write_json
 from ..shape import Context, Stage
@@ -44,7 +45,7 @@ def run_tests(ctx: Context) -> None:
                     ctx.results_cache, ctx.run.id, fork.build_dir, p.test_labels, p.test_targets, target_dir,
                     wrapper=wrapper, reference_junit=ctx.run.layout.tests(p.name, "test") / "junit.xml",
                     env=emulator.env if emulator else None, emulator_argv=emulator.argv if emulator else (),
-                    gpu=p.gpu == "nvidia")
+                    gpu=gpu_of(p).has_device)
                 all_reused = bool(reused.labels) and all(c.message.startswith("reused") for c in tr.cases)
                 shown.finish("reused" if all_reused else tr.status, tr.detail, target_dir / "ctest.log")
             detail = tr.detail

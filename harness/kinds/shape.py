@@ -1,0 +1,160 @@
+"""The one shape of a platform kind: what a GPU kind (matrix.yaml's ``hardware.gpu``) and an OS
+(``os``) are, declared once in a module of their own (harness.kinds.cpu, .nvidia, .linux,
+.windows) and listed in one registry (harness.kinds.registry).
+
+A stage never compares a platform's ``gpu`` or ``os`` with a string (tests/test_imports.py); it asks
+the kind's record: does it have a device, how many are visible, what it needs to build, which
+environment variables its backend reads and what they do, where the expert weights land per load
+mode, how its generations share the machine, what its executables are called and how they write
+lines.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from typing import Callable, Literal, Mapping
+
+#: Where a MoE model's expert tensors are loaded, the load modes of :attr:`GpuKind.expert_homes`:
+#: ``device``: offloaded to the GPU (no ``--cpu-moe``); ``host-mmap``: kept in host memory, the
+#: model memory-mapped; ``host``: kept in host memory, read into the backend's host buffer (mmap
+#: off); ``host-unpinned``: the same with the backend's pinned host memory turned off.
+LOAD_MODES = ("device", "host-mmap", "host", "host-unpinned")
+
+
+@dataclass(frozen=True)
+class HostTool:
+    """A program this machine needs: the names tried on PATH, then fixed paths, and the Debian package
+    that brings it (what a skip reason names)."""
+
+    what: str
+    programs: tuple[str, ...]
+    debian: str
+    paths: tuple[str, ...] = ()
+    #: environment variables that name the program, tried before PATH (``CUDACXX`` for nvcc)
+    env: tuple[str, ...] = ()
+
+    def find(self, which: Callable[[str], str | None] = shutil.which) -> str | None:
+        """The program's path on this machine: the first of ``env`` set to an existing file, of ``programs``
+        that ``which`` finds (on PATH), of ``paths`` that is executable; None when none is there."""
+        for var in self.env:
+            value = os.environ.get(var)
+            if value and os.path.exists(value):
+                return value
+        for name in self.programs:
+            found = which(name)
+            if found:
+                return found
+        for path in self.paths:
+            if os.access(path, os.X_OK):
+                return path
+        return None
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """An environment variable the backend reads, and what it means for placement and pinning.
+
+    ``presence``: any value counts, the empty one included (the fork and upstream test the variable
+    with getenv() != NULL), else its value is parsed; ``effect``: ``placement``, ``pinning``,
+    ``visibility`` (which devices a program sees) or ``simulation`` (a simulated limit of the
+    fork's pin ladder, for tests); a name ending in ``_`` is a prefix of a family of variables.
+    """
+
+    name: str
+    effect: Literal["placement", "pinning", "visibility", "simulation"]
+    meaning: str
+    presence: bool = False
+
+    def matches(self, var: str) -> bool:
+        """True when ``var`` is this variable, or of this family where ``name`` ends in ``_``."""
+        return var.startswith(self.name) if self.name.endswith("_") else var == self.name
+
+
+@dataclass(frozen=True)
+class GpuKind:
+    """A GPU kind of matrix.yaml (``hardware.gpu``), declared once.
+
+    ``backend``: ggml's backend its builds run (``CPU``, ``CUDA``); ``described``: a platform of this
+    kind in a sentence ("a platform without a GPU").
+    ``device``: what a platform of this kind needs to run, as a skip reason names it ("an NVIDIA GPU");
+    None for a kind without a device (``none``); ``devices``: several of them ("NVIDIA GPUs").  ``visible``: how many of its devices a program
+    started from here sees (0 for no device), as ``visible_probe`` (the tool asked) reports.  ``build_tool``: the compiler a build needs beside the
+    host's (nvcc), None for none.  ``env``: the variables the backend reads (:class:`EnvVar`), and
+    ``backend_env``: a pattern of every variable only this backend reads (a configuration setting
+    one on a platform of another kind is refused, harness.stages.build.preflight).
+    ``expert_homes``: load mode (:data:`LOAD_MODES`) -> the buffer type the expert tensors land in,
+    as a placement rule writes it (harness.stages.checks.expectation_rules); a mode left out does
+    not happen on this kind.  ``lanes``: how its generations share the machine: ``per-core``, one
+    process per core (a CPU platform), or ``one`` process at a time (a GPU's memory, pinned host
+    memory and bus are shared by every process).  ``arch_cmake``: the CMake variable of the
+    device architectures ``--cuda-arch`` sets, None for none.  ``stub_runtime_headers``: a fork
+    build of this kind compiles the pin ladder's host test against the CUDA runtime's headers from
+    PyPI (a kind without a CUDA runtime of its own).
+    """
+
+    name: str
+    backend: str
+    described: str
+    device: str | None
+    devices: str | None
+    visible: Callable[[], int]
+    expert_homes: Mapping[str, str]
+    lanes: Literal["per-core", "one"]
+    build_tool: HostTool | None = None
+    env: tuple[EnvVar, ...] = ()
+    backend_env: re.Pattern[str] | None = None
+    arch_cmake: str | None = None
+    stub_runtime_headers: bool = False
+    visible_probe: str = ""
+
+    @property
+    def has_device(self) -> bool:
+        """True for a kind whose programs run on a device (a GPU), False for a CPU-only kind."""
+        return self.device is not None
+
+    def visibility(self) -> str:
+        """The variables that choose the devices a program sees, as set here: ``VAR=value`` (``unset``), joined."""
+        return ", ".join(f"{e.name}={os.environ.get(e.name, 'unset')}" for e in self.env if e.effect == "visibility")
+
+    def reads(self, var: str) -> bool:
+        """True when ``var`` is an environment variable only this kind's backend reads (:attr:`backend_env`)."""
+        return bool(self.backend_env and self.backend_env.match(var))
+
+    def records(self, var: str) -> bool:
+        """True when ``var`` is one of :attr:`env` (a run's environment records it: harness.record.gpu)."""
+        return any(e.matches(var) for e in self.env)
+
+
+@dataclass(frozen=True)
+class OsKind:
+    """An OS of matrix.yaml (``os``), declared once.
+
+    ``executable_suffix``: the file name suffix of its executables; ``crlf_stdout``: its C runtime
+    writes ``\\r\\n`` for ``\\n`` on standard output in text mode (llama-tokenize's and
+    llama-completion's output read back byte for byte); ``sys_platform``: the prefix of Python's
+    ``sys.platform`` on a host of this OS; ``runner_label``: a CI runner label that names this OS
+    (``windows`` or ``windows-*``); ``cross_host``: builds of another OS cross-compile on a host of
+    this OS only where True (the toolchain files and emulators are Linux's); ``shell``: the CI job's
+    shell on a runner of this OS; ``max_path``: the longest path, in characters, its file APIs take without
+    long path support (None: no limit a layout reaches).
+    """
+
+    name: str
+    executable_suffix: str
+    crlf_stdout: bool
+    sys_platform: str
+    runner_label: str
+    shell: str
+    cross_host: bool = False
+    max_path: int | None = None
+
+    def executable(self, name: str) -> str:
+        """``name`` with this OS's executable suffix."""
+        return name + self.executable_suffix
+
+    def labels_it(self, label: str) -> bool:
+        """True when CI runner label ``label`` names this OS (``windows``, ``windows-2022``)."""
+        return label == self.runner_label or label.startswith(self.runner_label + "-")
