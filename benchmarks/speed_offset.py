@@ -173,7 +173,8 @@ def main() -> int:
 
     def start(side: str) -> EngineSession:
         argv = engine_argv(bins[side] / ENGINE_TARGET, model, gen, ["-ngl", "99"])
-        return EngineSession(argv, {}, logs / f"{side}.stderr", logs / f"{side}.cmd")
+        return EngineSession(argv, {}, logs / f"{side}.stderr", logs / f"{side}.cmd", load_timeout_s=300.0,
+                             request_timeout_s=300.0)
 
     clocks = Clocks()
     figures: list[Figures] = []
