@@ -38,11 +38,24 @@ def test_a_new_comparison_status_is_one_declaration(tmp_path, monkeypatch):
         ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "sort-of-same")
 
 
+def test_a_new_unproven_step_status_is_one_declaration_and_makes_the_run_incomplete(tmp_path, monkeypatch):
+    monkeypatch.setitem(results.STEP.by_name, "quarantined",
+                        Status("quarantined", "neutral", "🧪", "the step ran, but its result is held back", unproven=True))
+    run = Run.open(tmp_path, "r1")
+    run.record_step(StepRecord(CPU, "fork", "build", "passed"))
+    assert run.overall() == "passed"
+    run.record_step(StepRecord(CPU, "fork", "test", "quarantined"))
+    assert run.overall() == "incomplete"
+    with pytest.raises(ValueError, match="only a neutral status"):
+        Status("odd", "failure", "x", "a failure cannot be unproven", unproven=True)
+
+
 def test_every_declared_status_says_what_it_means():
     for statuses in (results.STEP, results.COMPARISON, results.VERDICT):
         for s in statuses.by_name.values():
             assert s.meaning and s.icon and s.outcome in ("success", "failure", "neutral")
     assert results.STEP.failures == {"failed", "error"}
+    assert results.STEP.unproven == {"interrupted", "incomplete"}
     assert results.COMPARISON.failures == {"diverged", "crashed", "timeout"}
 
 

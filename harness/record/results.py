@@ -69,16 +69,21 @@ class RecordError(InputError, ValueError):
 @dataclass(frozen=True)
 class Status:
     """One status value: ``name``, its ``outcome`` (success, failure or neutral: did not run or
-    says nothing about the fork), the ``icon`` of summaries and ``meaning`` in words."""
+    says nothing about the fork), the ``icon`` of summaries and ``meaning`` in words; ``unproven``: a
+    neutral status that leaves the run incomplete (a step cut short, or one that could not read what it
+    checks), where ``skipped`` does not."""
 
     name: str
     outcome: str
     icon: str
     meaning: str
+    unproven: bool = False
 
     def __post_init__(self) -> None:
         if self.outcome not in ("success", "failure", "neutral"):
             raise ValueError(f"status {self.name}: outcome {self.outcome!r} is not success, failure or neutral")
+        if self.unproven and self.outcome != "neutral":
+            raise ValueError(f"status {self.name}: only a neutral status can leave a run unproven")
 
     @property
     def failure(self) -> bool:
@@ -113,6 +118,11 @@ class StatusSet:
         """Names of the statuses that are successes."""
         return frozenset(n for n, s in self.by_name.items() if s.success)
 
+    @property
+    def unproven(self) -> frozenset[str]:
+        """Names of the statuses that leave a run incomplete (:attr:`Status.unproven`)."""
+        return frozenset(n for n, s in self.by_name.items() if s.unproven)
+
     def __contains__(self, name: object) -> bool:
         return name in self.by_name
 
@@ -142,10 +152,10 @@ STEP = StatusSet("step", (
     Status("error", "failure", "💥", "the step could not run: a broken input, a failed build it needs, a tool missing"),
     Status("skipped", "neutral", "⏭️", "the step did not run on this machine (the reason is in the detail)"),
     Status("interrupted", "neutral", "⏹️", "the step was running when the run was stopped (a signal, an exception, "
-                                          "a full disk); the run is incomplete"),
+                                          "a full disk); the run is incomplete", unproven=True),
     Status("incomplete", "neutral", "⚠️", "the step ran, but a record it checks is missing or cannot be read "
                                          "(harness.stages.checks.expectations); nothing failed, and nothing is proven: "
-                                         "the run is incomplete"),
+                                         "the run is incomplete", unproven=True),
 ))
 
 #: Statuses of one greedy comparison (one prompt, one candidate against its reference).
@@ -783,14 +793,15 @@ class Run:
     def overall(self) -> str:
         """The run's verdict.
 
-        ``failed`` when a step failed or errored or a comparison fails
-        (:meth:`ComparisonRecord.failed`, by its group's ``expect``); else ``incomplete`` when something explicitly asked for did
-        not run, or a step was interrupted or could not read what it checks; else ``skipped`` when nothing ran at all; else ``passed``.
-        Only ``passed`` is a success.
+        From the outcomes the statuses declare (:data:`STEP`, :data:`COMPARISON`): ``failed`` when a step
+        has a failure status or a comparison fails (:meth:`ComparisonRecord.failed`, by its group's
+        ``expect``); else ``incomplete`` when something explicitly asked for did not run, or a step has
+        an unproven status (interrupted, or could not read what it checks); else ``skipped`` when no
+        step has a success status and there is no comparison; else ``passed``.  Only ``passed`` is a success.
         """
         if any(STEP.is_failure(s.status) for s in self.steps) or any(c.failed() for c in self.comparisons):
             return "failed"
-        if self.incomplete or any(s.status in ("interrupted", "incomplete") for s in self.steps):
+        if self.incomplete or any(s.status in STEP.unproven for s in self.steps):
             return "incomplete"
         if not any(s.status in STEP.successes for s in self.steps) and not self.comparisons:
             return "skipped"
