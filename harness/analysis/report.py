@@ -37,6 +37,7 @@ from ..common.fs import write_text_whole
 from ..record.results import COMPARISON, PATCH, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
 from .signatures import load_signatures, step_logs
 from ..record.bench import bench_platforms, read_bench
+from ..record.expectations import read_expectations
 from ..record.probe import layers_by_type_text
 from ..record.results import describe_cache, describe_cached, describe_divergence_record, shown_as_reused
 
@@ -531,22 +532,21 @@ def _config_html(run_dir: Path, platform: str, config: str, steps: list[dict], s
 def _expectations_html(run_dir: Path, platform: str, config: str) -> str:
     """The configuration's expectations (harness.stages.checks.expectations) per load: its model buffers, the pinned
     fraction of its expert tensors, the warnings found and each rule's outcome; "" without a record."""
-    record = _read_json(RunLayout(run_dir).config(platform, config) / "expectations.json")
-    if not isinstance(record, dict) or not record.get("loads"):
+    record = read_expectations(RunLayout(run_dir).expectations_json(platform, config))
+    if record is None or not record.loads:
         return ""
     rows = []
-    for load in record["loads"]:
-        facts = load.get("facts") or {}
+    for load in record.loads:
+        facts = load.facts
         buffers = ", ".join(f"{t} {_bytes(n)}" for t, n in sorted((facts.get("model_buffers") or {}).items()))
         layers = layers_by_type_text(facts.get("layers") or {})
         fraction = facts.get("pinned_fraction")
         locked, claimed = facts.get("page_locked_bytes"), facts.get("claimed_granted_bytes")
         pinning = ("–" if fraction is None else f"{fraction:.3f}") + \
             ("" if locked is None else f"; driver {_bytes(locked)}") + ("" if claimed is None else f", claimed {_bytes(claimed)}")
-        outcomes = "; ".join(f"{f.get('rule')}: {f.get('status')}" + ("" if f.get("status") == "passed"
-                                                                        else f" ({f.get('message')})")
-                             for f in load.get("findings", [])) or load.get("skipped", "")
-        rows.append(f'<tr><td class="nw">{escape(load.get("model", ""))}</td><td class="nw">{escape(load.get("load", ""))}'
+        outcomes = "; ".join(f"{f.rule}: {f.status}" + ("" if f.status == "passed" else f" ({f.message})")
+                             for f in load.findings) or load.skipped or ""
+        rows.append(f'<tr><td class="nw">{escape(load.model)}</td><td class="nw">{escape(load.load)}'
                     f'</td><td>{escape(buffers) or "–"}</td><td>{escape(layers) or "–"}</td><td>{escape(pinning)}</td>'
                     f'<td>{escape(", ".join(facts.get("warnings") or [])) or "–"}</td><td>{escape(outcomes)}</td></tr>')
     return ('<table class="steps"><thead><tr><th>model</th><th>load</th><th>model buffers (logged)</th>'

@@ -73,6 +73,7 @@ from typing import Any, Iterable, Sequence
 from ..record.gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
 from ..stages.tests.native_tests import WRAPPER_DID_NOT_RUN
 from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
+from ..record.expectations import read_expectations
 from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRecord, load_records, write_json
 
 #: Every signature kind, declared once here (the module docstring says what each key holds), with
@@ -809,16 +810,12 @@ def expectation_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
     """The signatures of a failed ``expectations`` step, most specific first (:data:`KIND_RANK`): one per
     failed rule and model.  Keys come from ``<platform>/<config>/expectations.json`` (the findings'
     stable keys); where it is missing or unreadable, from the step's failure facts, normalised."""
-    record_path = RunLayout(run_dir).config(step.platform, step.config) / "expectations.json"
+    record = read_expectations(RunLayout(run_dir).expectations_json(step.platform, step.config))
     keys: dict[tuple[str, str, str], str] = {}
-    try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
-        for load in record.get("loads", []):
-            for f in load.get("findings", []):
-                if f.get("status") == "failed":
-                    keys.setdefault((load.get("model", ""), f.get("rule", ""), f.get("message", "")), f.get("key", ""))
-    except (OSError, ValueError, AttributeError):
-        pass
+    for load in record.loads if record is not None else ():
+        for f in load.findings:
+            if f.status == "failed":
+                keys.setdefault((load.model, f.rule, f.message), f.key)
     out = []
     for fact in step.failures:
         if fact.kind != "expectation":

@@ -522,6 +522,14 @@ class RunLayout:
         """``<platform>/<config>/config.json``."""
         return self.config(platform, config) / "config.json"
 
+    def expectations_json(self, platform: str, config: str) -> Path:
+        """``<platform>/<config>/expectations.json``: the expectations check's record (harness.record.expectations)."""
+        return self.config(platform, config) / "expectations.json"
+
+    def expectations_log(self, platform: str, config: str) -> Path:
+        """``<platform>/<config>/expectations.log``: the same check's findings as lines, and its status."""
+        return self.config(platform, config) / "expectations.log"
+
     def gen_dir(self, platform: str, config: str, model: str | None = None) -> Path:
         """``<platform>/<config>/gen/`` (``.../gen/<model>/`` with ``model``)."""
         d = self.config(platform, config) / "gen"

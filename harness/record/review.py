@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .expectations import read_expectations
 from .probe import layers_by_type_text
 
 
@@ -61,15 +62,14 @@ def review_lines(run: Any) -> list[str]:
     for step in run.steps:
         if step.step != "expectations":
             continue
-        record = _read(run.layout.config(step.platform, step.config) / "expectations.json")
-        if not isinstance(record, dict):
+        record = read_expectations(run.layout.expectations_json(step.platform, step.config))
+        if record is None:
             continue
         speed = speeds.setdefault(step.platform, _speed(run.dir, step.platform))
-        for load in record.get("loads", []):
-            if load.get("load") != "engine":
+        for load in record.loads:
+            if load.load != "engine":
                 continue
-            facts = load.get("facts") or {}
-            model = load.get("model", "")
+            facts, model = load.facts, load.model
             counts: dict[str, int] = {}
             refs = set()
             for c in run.comparisons:

@@ -162,8 +162,8 @@ def _describe_rules(exp: Expectations) -> dict[str, Any]:
 
 def _step(layout: RunLayout, platform: Platform, config: RunConfig, loads: list[dict[str, Any]],
           rules: dict[str, Any]) -> StepRecord:
-    out_dir = layout.config(platform.name, config.name)
-    record_path, log_path = out_dir / "expectations.json", out_dir / "expectations.log"
+    record_path = layout.expectations_json(platform.name, config.name)
+    log_path = layout.expectations_log(platform.name, config.name)
     failures: list[Failure] = []
     incomplete: list[str] = []
     passed = 0
