@@ -87,6 +87,7 @@ def _stage_parser() -> argparse.ArgumentParser:
 
 def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
     """``python -m harness build test ...``: run the stages; the exit code of the run's verdict (harness.common.errors)."""
+    from .analysis.run_views import write_views
     from .pipeline import Options, run_stages
     from .record.results import Run
     args = _stage_parser().parse_args(argv)
@@ -119,7 +120,11 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
         try:
             return run_stages(matrix, run, opts, order)
         finally:
-            run.close()
+            try:  # after an interrupt or an error too: the views of what was recorded
+                report = write_views(run.dir)
+                print(f"results: {run.dir} — {run.headline()} (report: {report})", flush=True)
+            finally:
+                run.close()
 
 
 def patches_cmd(argv: Sequence[str]) -> int:

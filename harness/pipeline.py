@@ -15,8 +15,6 @@ import signal
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Mapping, Sequence
 
-from .analysis.report import write_report
-from .analysis.signatures import classify_run
 from .common import proc
 from .common.errors import HarnessError
 from .matrix.config import Matrix
@@ -95,23 +93,24 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
                     run.mark_incomplete(f"{command}: {why}; did not finish")
                     for later in stages[i + 1:]:
                         run.mark_incomplete(f"{later}: not run ({why})")
-                    _finish(run, say, ctx.results_cache, table)
+                    _finish(run, ctx.results_cache, table)
                 except OSError as werr:  # e.g. the disk is full: what was written before stays
                     say(f"error: the summary could not be updated ({werr}); {run.dir / 'summary.json'} "
                         f"holds the run up to the last step that was written")
                 if isinstance(exc, (proc.Interrupted, KeyboardInterrupt)):
                     return proc.exit_code_for(exc)
                 raise
-        _finish(run, say, ctx.results_cache, table)
+        _finish(run, ctx.results_cache, table)
     finally:
         ctx.close()
     return VERDICT_EXIT_CODES[run.overall()]
 
 
-def _finish(run: Run, say: Callable[[str], None], cache: ResultCache | None = None,
+def _finish(run: Run, cache: ResultCache | None = None,
             table: tuple[Stage, ...] = STAGES) -> None:
     """Write what a run leaves: the cache counts, summary.json and summary.md, JUnit (the checks file holds the
-    steps of ``table``'s stages of role ``checks``), the signatures and the report; say the verdict."""
+    steps of ``table``'s stages of role ``checks``).  The signatures and the report are views of the record,
+    written by the command line once this returns (harness.analysis.run_views)."""
     if cache is not None:
         run.count_cache(cache.stats)
         cache.stats.clear()
@@ -119,6 +118,3 @@ def _finish(run: Run, say: Callable[[str], None], cache: ResultCache | None = No
     write_comparisons_junit(run)
     write_checks_junit(run, steps_of_role("checks", table))
     write_speed_junit(run)
-    classify_run(run.dir)
-    report = write_report(run.dir)
-    say(f"results: {run.dir} — {run.headline()} (report: {report})")

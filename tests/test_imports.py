@@ -150,3 +150,55 @@ def test_the_kind_rule_finds_the_compares_a_stage_would_write():
               'gpu_steps = p.ci.gpu_steps == ()\n'
               'mode = args.load_mode == "none"\n')
     assert kind_compares(source) == [1, 2, 3]
+
+
+def room(module: str) -> str:
+    """The room of a module: its folder under ``stages/`` (``stages.build``), else its top-level package or module
+    (``analysis``, ``pipeline``); the frame every stage room fits, ``stages/shape.py``, ``table.py`` and
+    ``options.py``, is the room ``stages``."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "stages" and len(parts) > 2 else parts[0]
+
+
+def rooms_importing_each_other(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(room, room) for every pair of rooms each of which imports the other, the frame ``stages`` left out (every
+    stage room implements its shape, and its table lists them)."""
+    edges = {(room(m), room(d)) for m, deps in graph.items() for d in deps if room(m) != room(d)}
+    return sorted((a, b) for a, b in edges if a < b and (b, a) in edges and "stages" not in (a, b))
+
+
+def test_no_two_rooms_import_each_other():
+    assert rooms_importing_each_other(import_graph()) == []
+
+
+def test_the_room_rule_finds_a_pair():
+    graph = {"stages.build.builds": {"stages.outputs.greedy", "stages.shape"}, "stages.outputs.sessions":
+             {"stages.build.builds"}, "stages.shape": {"stages.build.builds"}, "pipeline": {"analysis.report"},
+             "analysis.forecast": {"pipeline"}}
+    assert rooms_importing_each_other(graph) == [("analysis", "pipeline"), ("stages.build", "stages.outputs")]
+
+
+def private_imports(name: str, source: str, is_package: bool = False) -> list[str]:
+    """``name: module.private`` for every private name (``_x``) that module ``name`` (dotted, below ``harness``;
+    ``is_package``: it is a package's ``__init__.py``) imports from another package of the harness in ``source``."""
+    package = name.split(".") if is_package else name.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            anchor = package[:len(package) - (node.level - 1)] if node.level > 1 else package
+            origin = anchor + (node.module.split(".") if node.module else [])
+            if origin[:len(package)] != package or len(origin) > len(package) + 1:
+                found += [f"{name}: {'.'.join(origin)}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_private_name_is_imported_from_another_package():
+    assert [hit for path in sorted(PACKAGE.rglob("*.py"))
+            for hit in private_imports(module_name(path), path.read_text(encoding="utf-8"),
+                                       path.name == "__init__.py")] == []
+
+
+def test_the_private_rule_finds_one():
+    source = "from ..stages.build.patches import _Git, Patch\nfrom .report import _status\n"
+    assert private_imports("analysis.forecast_patches", source) == ["analysis.forecast_patches: stages.build.patches._Git"]

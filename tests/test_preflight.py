@@ -22,7 +22,7 @@ from fake_upstream import FakeProject, make_fake_project
 from harness.matrix.fit import (PlannedGeneration, Vocabulary, context_tokens, fewest_prompt_tokens, fits,
                                 most_prompt_tokens, refuse_unfit)
 from harness.common.errors import InputError
-from harness.stages.build.preflight import option_refusal
+from harness.stages.outputs.refusals import option_refusal
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -509,6 +509,7 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
     from ..pipeline import Options, run_stages
     from ..record.results import Run
     from .report import write_report
+    from .run_views import write_views
     base = forecast_base(new, old, patches, work / "upstream")
     trial = work / "trial"
     shutil.rmtree(trial, ignore_errors=True)
@@ -537,7 +538,10 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
         run = Run.open(args.results_dir, None, argv=sys.argv)
         try:
             if stages:
-                rc = run_stages(fmatrix, run, opts, stages, bases={"base": base, OLD_VARIANT: old})
+                try:
+                    rc = run_stages(fmatrix, run, opts, stages, bases={"base": base, OLD_VARIANT: old})
+                finally:
+                    write_views(run.dir)  # the signatures the forecast's stages name; the report again below
             else:
                 run.write_summary()
                 rc = EXIT_PASSED
@@ -552,7 +556,7 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
                 rec["bisect"] = upstream_bisect(args, onto, old, new, say)
             write_json(RunLayout(run.dir).forecast_json, rec)
             RunLayout(run.dir).forecast_md.write_text(forecast_markdown(rec), encoding="utf-8")
-            write_report(run.dir)
+            write_report(run.dir)  # again: it shows the forecast too
         finally:
             run.close()
     say(f"forecast: {rec['verdict']}")

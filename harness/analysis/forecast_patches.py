@@ -34,7 +34,7 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from ..record.results import PATCH
-from ..stages.build.patches import _AM_ARGS, _Git, Patch, _reset_to_base
+from ..stages.build.patches import AM_ARGS, Git, Patch, reset_to_base
 
 #: Ref under which the old base's commit is kept in the trial repository (its blobs serve 3-way merges).
 OLD_BASE_REF = "refs/forecast/old-base"
@@ -195,13 +195,13 @@ def _nearest_window(current: list[str], hunk) -> tuple[int, list[str]]:
     return best + 1, current[best:best + size]
 
 
-def _at_head(git: _Git, path: str) -> list[str] | None:
+def _at_head(git: Git, path: str) -> list[str] | None:
     """The lines of ``path`` at HEAD (the new base with the patches applied so far); None when it has no such file."""
     proc = git.run(["show", f"HEAD:{path}"], check=False)
     return None if proc.returncode else proc.stdout.decode("utf-8", errors="replace").splitlines()
 
 
-def _unplaced(git: _Git, patch: Patch, path: str, hunks: list, why: str) -> list[HunkConflict]:
+def _unplaced(git: Git, patch: Patch, path: str, hunks: list, why: str) -> list[HunkConflict]:
     """Conflicts of ``path`` without git's markers: one for a file HEAD lacks (its first hunk, with the count
     of the others), else the first hunk that does not apply, with the upstream lines most like its pre-image."""
     current = _at_head(git, path)
@@ -219,7 +219,7 @@ def _unplaced(git: _Git, patch: Patch, path: str, hunks: list, why: str) -> list
     return []
 
 
-def _conflicts(git: _Git, patch: Patch, said: str) -> list[HunkConflict]:
+def _conflicts(git: Git, patch: Patch, said: str) -> list[HunkConflict]:
     """Every conflicting place of ``patch`` after a failed ``git am -3`` (before it is aborted).
 
     Where the 3-way merge ran, the conflicts are its unmerged files: each region between git's markers,
@@ -250,7 +250,7 @@ def _conflicts(git: _Git, patch: Patch, said: str) -> list[HunkConflict]:
     return found
 
 
-def try_patch(git: _Git, patch: Patch, index: int) -> PatchOutcome:
+def try_patch(git: Git, patch: Patch, index: int) -> PatchOutcome:
     """Apply ``patch`` (series position ``index``) on HEAD of ``git.cwd`` and classify it.
 
     Leaves the tree clean: at a new commit for clean and 3-way, at the same HEAD otherwise.
@@ -272,7 +272,7 @@ def try_patch(git: _Git, patch: Patch, index: int) -> PatchOutcome:
         return outcome("already-upstream", "its reverse applies: the new base already holds its changes")
     else:
         status = "3-way"
-    am = git.run([*_AM_ARGS, where], check=False, config=_MERGE_CONFIG)
+    am = git.run([*AM_ARGS, where], check=False, config=_MERGE_CONFIG)
     said = (am.stdout + am.stderr + forward.stderr).decode("utf-8", errors="replace")
     if am.returncode == 0:
         new = git.commit_id("HEAD")
@@ -305,10 +305,10 @@ def try_series(repo: Path, base_rev: str, patches: Sequence[Patch], *, old_repo:
     """
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
-    git = _Git(repo, log)
+    git = Git(repo, log)
     if old_repo is not None and old_rev is not None:
         git.run(["fetch", "--quiet", "--no-tags", str(old_repo), f"+{old_rev}:{OLD_BASE_REF}"])
-    _reset_to_base(git, git.commit_id(base_rev))
+    reset_to_base(git, git.commit_id(base_rev))
     outcomes: list[PatchOutcome] = []
     left_out: list[str] = []
     created: dict[str, str] = {}  # path -> the left-out patch that creates it

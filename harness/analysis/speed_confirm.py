@@ -29,7 +29,7 @@ from ..matrix.config import Generation, Matrix
 from ..matrix.platforms import executable_suffix
 from ..record.results import read_summary
 from ..stages.outputs.engine import ENGINE_TARGET, EngineError, EngineSession, engine_argv
-from ..stages.speed.speed import Measurement, Unit, _interleave
+from ..stages.speed.speed import Measurement, Unit, interleave
 from .speed_diff import SpeedChange
 from ..common.statistics import MIN_SAMPLES, judge
 
@@ -129,7 +129,7 @@ def engines_from_builds(matrix: Matrix, a: Path, b: Path, a_work: Sequence[Path]
 
 def remeasure(engines: Mapping[str, Engine], unit: Unit, out_dir: Path, timeout_s: float) -> dict[str, Measurement]:
     """Start one engine per side of ``engines`` (side label -> Engine), time ``unit.repeats`` interleaved rounds
-    by the speed stage's measurement (harness.stages.speed.speed._interleave) and close them.
+    by the speed stage's measurement (harness.stages.speed.speed.interleave) and close them.
 
     stderr and the command of each go to ``out_dir`` (``<side>.stderr``, ``<side>.cmd``).  ``timeout_s``
     bounds the model load and each request.  Returns side -> Measurement.  Raises EngineError or OSError
@@ -140,7 +140,7 @@ def remeasure(engines: Mapping[str, Engine], unit: Unit, out_dir: Path, timeout_
         for side, e in engines.items():
             sessions[side] = EngineSession(e.argv, e.env, out_dir / f"{side}.stderr", out_dir / f"{side}.cmd",
                                            load_timeout_s=timeout_s, request_timeout_s=timeout_s)
-        return {m.config: m for m in _interleave(sessions, list(engines), unit, lambda what: None)}
+        return {m.config: m for m in interleave(sessions, list(engines), unit, lambda what: None)}
     finally:
         for s in sessions.values():
             s.close()

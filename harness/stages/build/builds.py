@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 from ...common.console import Console
 from ...common.fs import sha256_files
 from ...common.jobserver import JobBudget
+from ...common.proc import available_cores
 from ...common.locks import BuildLock, Rank, exclusive
 from ...matrix.config import Matrix, Platform
 from ...matrix.models import QUANTIZE_TARGET, ModelError, QuantizeTool
@@ -26,8 +27,7 @@ from ...record import environment
 from ...record.progress import InProgress
 from ...record.results import Failure, Run, StepRecord, write_json
 from ..options import Options
-from ..outputs.engine import ENGINE_TARGET, engine_cmake_options, engine_source_digest
-from ..outputs.greedy import available_cores
+from .engine_target import ENGINE_TARGET, engine_cmake_options, engine_source_digest
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
                     cuda_architectures_from_nvidia_smi, find_tool, is_up_to_date, up_to_date_result)
 from ...matrix.host_tools import find_emulator_program
@@ -48,7 +48,7 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
     """The CMake cache options of platform ``p``'s ``variant`` build.
 
     The matrix's options, the compiler launcher (ccache), the harness's engine target
-    (harness.stages.outputs.engine.engine_cmake_options), a RUNPATH relative to the binaries
+    (harness.stages.build.engine_target.engine_cmake_options), a RUNPATH relative to the binaries
     (CMAKE_BUILD_RPATH_USE_ORIGIN), the platform's ``unoptimised_targets`` at -O0 (:data:`UNOPTIMISED_HOOK`),
     CMAKE_CUDA_ARCHITECTURES
     (``cuda_arch``, else from nvidia-smi where the matrix says ``auto``), the cross toolchain and

@@ -18,7 +18,7 @@ from ...common.locks import Rank, exclusive, joined_by_holder_of
 from ...matrix.config import Platform
 from ...matrix.platforms import compiles_instead
 from ...record.results import Failure, StepRecord, write_json
-from ..outputs.engine import ENGINE_TARGET
+from .engine_target import ENGINE_TARGET
 from ..shape import Context, Stage
 from .build import ccache_env, compiler_launcher_options, find_tool
 from .compile_cache import compile_reusing, step_identity

@@ -144,7 +144,7 @@ _FORMAT_PATCH_ARGS = (
 
 #: ``git am`` options: three-way fallback, CRs kept, subject kept verbatim (the export uses
 #: --keep-subject), no scissors/Message-Id/signing, committer date = author date.
-_AM_ARGS = (
+AM_ARGS = (
     "am",
     "--3way",
     "--keep-cr",
@@ -233,7 +233,7 @@ def _clip(text: str, max_lines: int = REPORT_MAX_LINES) -> str:
     return "\n".join(lines[:max_lines] + [f"... ({len(lines) - max_lines} more lines)"])
 
 
-class _Git:
+class Git:
     """Runs git in one repository with the fixed environment, optionally appending to a log file."""
 
     def __init__(self, cwd: Path, log: Path | None = None) -> None:
@@ -295,7 +295,7 @@ def _parse_patch_file(path: Path, data: bytes) -> tuple[dict[str, str], str, byt
     """
     with tempfile.TemporaryDirectory(prefix="patch-mailinfo-") as tmp:
         scratch = Path(tmp)
-        git = _Git(scratch)
+        git = Git(scratch)
         proc = git.run(["mailinfo", "-k", "-u", "--no-scissors", "msg", "diff"], stdin=data,
                        check=False, env={"GIT_CEILING_DIRECTORIES": str(scratch.parent)})
         if proc.returncode != 0:
@@ -476,7 +476,7 @@ def series_env_summary(patches: Sequence[Patch]) -> list[dict[str, str]]:
 # --------------------------------------------------------------------------- applying
 
 
-def _reset_to_base(git: _Git, base: str) -> None:
+def reset_to_base(git: Git, base: str) -> None:
     """Put ``git.cwd`` on branch FORK_BRANCH at ``base`` with a clean work tree."""
     if git.am_in_progress():
         git.run(["am", "--quit"])
@@ -484,7 +484,7 @@ def _reset_to_base(git: _Git, base: str) -> None:
     git.clean_tree()
 
 
-def _rejected_hunks(git: _Git, patch: Patch) -> str:
+def _rejected_hunks(git: Git, patch: Patch) -> str:
     """Apply ``patch`` with ``git apply --reject`` on the clean tree and return the .rej hunks.
 
     Leaves the tree clean again (the applied part is in the index, so a hard reset drops it).
@@ -504,7 +504,7 @@ def _rejected_hunks(git: _Git, patch: Patch) -> str:
     return "\n".join(searched)
 
 
-def _apply_failure(git: _Git, base: str, patch: Patch, index: int, total: int,
+def _apply_failure(git: Git, base: str, patch: Patch, index: int, total: int,
                    am: subprocess.CompletedProcess[bytes]) -> PatchApplyError:
     """Collect what did not apply, abort git am, leave the tree clean and build the error."""
     conflicted = git.out(["diff", "--name-only", "--diff-filter=U"], check=False)
@@ -554,13 +554,13 @@ def apply_series(repo: Path, base_commit: str, patches: Sequence[Patch], *,
     selected = list(patches if upto is None else patches[:upto])
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
-    git = _Git(repo, log)
+    git = Git(repo, log)
     base = git.commit_id(base_commit)
-    _reset_to_base(git, base)
+    reset_to_base(git, base)
     commits: list[str] = []
     parent = base
     for index, patch in enumerate(selected, start=1):
-        proc = git.run([*_AM_ARGS, str(patch.path.resolve())], check=False)
+        proc = git.run([*AM_ARGS, str(patch.path.resolve())], check=False)
         if proc.returncode != 0:
             raise _apply_failure(git, base, patch, index, len(selected), proc)
         head = git.commit_id("HEAD")
@@ -593,7 +593,7 @@ def export_series(repo: Path, base_commit: str, out_dir: Path) -> list[Patch]:
     Raises PatchError (before writing anything) when ``base_commit`` is not an ancestor of
     HEAD, the range contains a merge or an empty commit, or a commit message has no body.
     """
-    git = _Git(repo)
+    git = Git(repo)
     base = git.commit_id(base_commit)
     head = git.commit_id("HEAD")
     if git.run(["merge-base", "--is-ancestor", base, head], check=False).returncode != 0:

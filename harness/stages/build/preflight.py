@@ -8,18 +8,16 @@ Two moments:
   model file already made), a group whose reference runs on a platform this machine cannot run,
   and a configuration that sets an environment variable of the CUDA backend on a platform
   without a GPU.
-* :func:`option_refusal`, after the build and before any generation (harness.stages.outputs.refusals): whether
-  the build's own llama-completion takes a configuration's arguments.  The exact prompt check
-  of that moment is harness.matrix.fit's with the build's llama-tokenize (harness.stages.outputs.refusals).
+* after the build and before any generation (harness.stages.outputs.refusals): whether the build's own
+  llama-completion takes a configuration's arguments, and the exact prompt check, harness.matrix.fit's with
+  the build's llama-tokenize.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Sequence
 
-from ...common import proc
 from ...common.errors import InputError
 from ...kinds.registry import backend_of, gpu_of
 from ...matrix.config import Matrix, Platform
@@ -27,14 +25,7 @@ from ...matrix.fit import Vocabulary, refuse_unfit, selected_generations, select
 from ...matrix.model_sources.registry import made_model_path
 from ...matrix.models import ModelError, model_summary
 from ...matrix.platforms import cannot_run
-from ..outputs.compare import find_error_line
 from .source import cached_base
-
-#: What llama.cpp's argument parser prints for an option the build takes but ignores (common/arg.cpp:
-#: "no usable GPU found, --gpu-layers option will be ignored", "compiled without support for GPU
-#: offload. Setting the split mode has no effect", ...).
-IGNORED_OPTION = re.compile(r"^warning: .*(will be ignored|has no effect).*$", re.MULTILINE)
-
 
 def one_line(problems: Sequence[str]) -> str:
     """The first of ``problems`` and how many more there are, as one line."""
@@ -103,25 +94,3 @@ def check_inputs(matrix: Matrix, platforms: Sequence[str], groups: Sequence[str]
             return None  # an unreadable file is the model step's to report; no bound from it
 
     refuse_unfit(selected_generations(matrix, platforms, groups, models, n_predict), vocabulary)
-
-
-def option_refusal(completion: Sequence[str], args: Sequence[str], env: Mapping[str, str],
-                   timeout_s: float = 120.0) -> str | None:
-    """Why a build's llama-completion does not take ``args``, or None when it does.
-
-    ``completion``: its command (an emulator prefix, then the binary); ``env``: added to the
-    environment (the emulator's and the configuration's).  It runs ``completion args --help``:
-    llama.cpp's parser handles every argument before it prints the usage and exits 0
-    (common/arg.cpp, ``common_params_parse``), so no model is loaded.  An argument it does not
-    know, or a value it refuses, ends it with its ``error:`` line; an option the build ignores
-    (a GPU option in a build without GPU offload) prints a warning :data:`IGNORED_OPTION` matches.
-    ``timeout_s`` bounds the run, in seconds (past it: None, nothing proven).  Raises OSError when the
-    program cannot be started.
-    """
-    done, _, err = proc.run_capture([*completion, *args, "--help"], env=env, timeout_s=timeout_s)
-    if done.timed_out:
-        return None  # nothing proven: the generations will show what it does
-    if done.returncode != 0:
-        return find_error_line(err) or f"llama-completion exited with code {done.returncode}"
-    ignored = IGNORED_OPTION.search(err.decode("utf-8", "replace"))
-    return ignored.group(0).strip() if ignored else None

@@ -21,7 +21,7 @@ from ...matrix.models import QUANTIZE_TARGET, ModelError, QuantizeTool
 from ...kinds.registry import gpu_of, on_host_os
 from ...matrix.platforms import host_arch, host_os
 from ...record.cache import images_digest
-from ..outputs.generation_cache import build_labels, shared_libraries
+from .binaries import build_labels, shared_libraries
 
 
 def quantize_platform(platforms: Iterable[Platform]) -> Platform | None:

@@ -34,32 +34,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...common import proc
-from ...common.fs import sha256_files
-
-#: The CMake target and binary name of the engine program.
-ENGINE_TARGET = "llama-harness-engine"
-
-#: The directory holding the engine's source, targets.cmake and inject.cmake.
-ENGINE_SOURCE_DIR = Path(__file__).resolve().parent / "engine"
+from ..build.engine_target import ENGINE_SOURCE_DIR, ENGINE_TARGET, engine_cmake_options, engine_source_digest
 
 #: The prefix of every reply line the engine writes to stdout.
 REPLY_PREFIX = b"@@engine "
-
-
-def engine_cmake_options() -> dict[str, str]:
-    """CMake cache options that add the engine target to a llama.cpp configure.
-
-    ``CMAKE_PROJECT_llama.cpp_INCLUDE`` makes CMake include ``inject.cmake`` at the
-    end of llama.cpp's top-level ``project()`` call; that file defers including
-    ``targets.cmake`` to the end of the top-level CMakeLists.txt (CMake ≥ 3.19),
-    where ``llama-common`` and ``llama`` exist.
-    """
-    return {"CMAKE_PROJECT_llama.cpp_INCLUDE": (ENGINE_SOURCE_DIR / "inject.cmake").as_posix()}
-
-
-def engine_source_digest() -> str:
-    """sha256 over the engine's source files (name and bytes), for build keys: a changed engine rebuilds."""
-    return sha256_files(p for p in sorted(ENGINE_SOURCE_DIR.iterdir()) if p.is_file())
 
 
 def engine_argv(binary: Path, model: Path, gen: Any, args: Sequence[str] = ()) -> list[str]:

@@ -61,6 +61,7 @@ from .generation_cache import SessionCache, generation_from_record, generation_i
     restored_completion, spec_identity
 from ...common.locks import Rank, joined_by_holder_of
 from ...common import proc
+from ...common.proc import available_cores
 from ...record.probe import PROBE_FILE
 from ...record.results import Failure, write_json
 from .upstream_support import unsupported_upstream
@@ -73,14 +74,6 @@ TEXT_CHECKS = ("every-prompt", "first-prompt")
 #: loaded (gemma3-270m: about 0.8 GB with its compute buffers), and the groups of matrix.yaml rarely have more
 #: sessions and text checks ready at once.
 MAX_LANES = 8
-
-
-def available_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS has one, else the CPU count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - no affinity on Windows and macOS
-        return os.cpu_count() or 1
 
 
 def lanes_for(gpu: GpuKind, requested: int | None, cores: int) -> tuple[int, int | None]:

@@ -1,23 +1,31 @@
 """After the builds, before any generation: what the comparisons cannot run is refused (exit 2, one line).
 
 A prompt that does not fit its context, counted by the model's own tokenizer, and a configuration's
-arguments that its build of llama-completion does not take (harness.stages.build.preflight states the
-rules and words the refusal).
+arguments that its build of llama-completion does not take (:func:`option_refusal`; harness.stages.build.preflight
+words the refusal).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import re
+from typing import Mapping, Sequence
 
+from ...common import proc
 from ...common.errors import InputError
 from ...matrix.config import Platform
 from ...matrix.fit import PlannedGeneration, Vocabulary, refuse_unfit, selected_generations, selected_groups, vocabulary_of
-from ...matrix.models import model_summary
 from ...kinds.registry import gpu_of, group_fits, os_of
+from ...matrix.models import model_summary
 from ...matrix.platforms import executable_suffix
-from ..build.preflight import configs_on, one_line, option_refusal
+from ..build.preflight import configs_on, one_line
 from ..shape import Context
-from .compare import TokenizeError, prompt_token_ids
+from .compare import TokenizeError, find_error_line, prompt_token_ids
+
+
+#: What llama.cpp's argument parser prints for an option the build takes but ignores (common/arg.cpp:
+#: "no usable GPU found, --gpu-layers option will be ignored", "compiled without support for GPU
+#: offload. Setting the split mode has no effect", ...).
+IGNORED_OPTION = re.compile(r"^warning: .*(will be ignored|has no effect).*$", re.MULTILINE)
 
 
 def refuse_what_cannot_run(ctx: Context, platforms: Sequence[Platform]) -> None:
@@ -75,7 +83,7 @@ def _count_prompt_tokens(ctx: Context, platforms: Sequence[Platform], gen: Plann
 
 def _refused_options(ctx: Context, p: Platform) -> list[str]:
     """Why ``p``'s builds of llama-completion do not take the arguments of the configurations its selected
-    groups run there (harness.stages.build.preflight.option_refusal), one line per configuration refused; a group
+    groups run there :func:`option_refusal`, one line per configuration refused; a group
     skipped for want of GPUs (harness.stages.outputs.compare_stage) is not checked."""
     out: list[str] = []
     checked: dict[tuple[str, tuple[str, ...]], str | None] = {}
@@ -104,3 +112,25 @@ def _refused_options(ctx: Context, p: Platform) -> list[str]:
                            f"llama-completion does not take {' '.join(config.args)}: {checked[key]} "
                            f"({ctx.matrix.path}: configs.{name}.args)")
     return out
+
+
+def option_refusal(completion: Sequence[str], args: Sequence[str], env: Mapping[str, str],
+                   timeout_s: float = 120.0) -> str | None:
+    """Why a build's llama-completion does not take ``args``, or None when it does.
+
+    ``completion``: its command (an emulator prefix, then the binary); ``env``: added to the
+    environment (the emulator's and the configuration's).  It runs ``completion args --help``:
+    llama.cpp's parser handles every argument before it prints the usage and exits 0
+    (common/arg.cpp, ``common_params_parse``), so no model is loaded.  An argument it does not
+    know, or a value it refuses, ends it with its ``error:`` line; an option the build ignores
+    (a GPU option in a build without GPU offload) prints a warning :data:`IGNORED_OPTION` matches.
+    ``timeout_s`` bounds the run, in seconds (past it: None, nothing proven).  Raises OSError when the
+    program cannot be started.
+    """
+    done, _, err = proc.run_capture([*completion, *args, "--help"], env=env, timeout_s=timeout_s)
+    if done.timed_out:
+        return None  # nothing proven: the generations will show what it does
+    if done.returncode != 0:
+        return find_error_line(err) or f"llama-completion exited with code {done.returncode}"
+    ignored = IGNORED_OPTION.search(err.decode("utf-8", "replace"))
+    return ignored.group(0).strip() if ignored else None

@@ -399,7 +399,7 @@ def _measure(pipe: Pipeline, roster: Roster, pair: Pair, rec: PairRecord, proble
              advance: Any) -> list[Measurement]:
     """Measure ``pair`` with ``pair.unit.processes`` engine processes per side, one process pair after the
     other: each pair of processes is loaded (every other engine closed first), times its rounds
-    (:func:`_interleave`) and, where more follow, is closed, so that the next pair of processes starts
+    (:func:`interleave`) and, where more follow, is closed, so that the next pair of processes starts
     afresh.  With one process a side the samples are the rounds; with more, a side's sample i is the median
     of process i's rounds (every round kept in ``rounds``), so the rank test compares processes, whose
     offsets no interleaving inside one process can cancel (docs/speed.md, "Noise").  Records in ``rec`` the
@@ -419,7 +419,7 @@ def _measure(pipe: Pipeline, roster: Roster, pair: Pair, rec: PairRecord, proble
                 problems[config] = [Failure("exception", model=kind.model,
                                             message=f"engine for {config} on {kind.model}: {exc}")]
         configs = list(pair.configs) if k % 2 == 0 else list(pair.configs)[::-1]
-        found = _interleave(sessions, configs, unit, advance)
+        found = interleave(sessions, configs, unit, advance)
         for c, session in sessions.items():
             peak = session.peak_rss_bytes()
             known = rec.peak_rss_bytes.get(c)
@@ -447,7 +447,7 @@ def _measure(pipe: Pipeline, roster: Roster, pair: Pair, rec: PairRecord, proble
     return out
 
 
-def _interleave(sessions: dict[str, EngineSession], configs: list[str], unit: Unit, advance: Any) -> list[Measurement]:
+def interleave(sessions: dict[str, EngineSession], configs: list[str], unit: Unit, advance: Any) -> list[Measurement]:
     """Time ``unit.repeats`` rounds of one ``bench`` request per configuration of ``configs`` that has a
     session (the stage passes a pair; triage's ``--confirm`` its two sides), after ``unit.warmup``
     untimed warm-up rounds (the full prompt, :data:`WARMUP_GEN` generated tokens per configuration).

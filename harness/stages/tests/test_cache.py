@@ -32,7 +32,8 @@ from ...common import proc
 from ...common.fs import sha256_files
 from ...record.cache import ResultCache, abstract_paths, identity_key, image_digest, images_digest
 from ..build.build import find_tool
-from ..outputs.generation_cache import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
+from ..build.binaries import build_labels, shared_libraries
+from ..outputs.generation_cache import emulator_version, inherited_environment, machine_facts
 from .native_tests import TestCase, TestRun, run_ctest
 
 #: The entry kind of a ctest label's result in the store.
