@@ -9,6 +9,10 @@ the check fail with the whole series applied on top (:class:`UpstreamBisector`).
 Every position is built with harness.stages.build.build and checked with harness.stages.tests.native_tests
 (``test:``) or harness.stages.outputs.compare (``group:``); the base tree comes from harness.stages.build.source,
 models from harness.matrix.models and the CMake options from harness.stages.build.builds.cmake_options.
+
+Longer than 400 lines: the series bisector and the upstream bisector share one check (a position built, then
+tested or compared), its record and its command line; split per bisector, both halves would import all
+three.
 """
 
 from __future__ import annotations

@@ -19,6 +19,10 @@
 
 Exit codes (harness.common.errors): 0 the series moves cleanly; 1 patches need work or outputs
 change; 2 bad input or environment; 3 nothing failed but something asked for did not run.
+
+Longer than 400 lines: the five steps above share one forecast directory, one run and one record
+(forecast.json, forecast.md), and the command line that drives them; the patch trials are
+forecast_patches.py and the bisection bisect.py already.
 """
 
 from __future__ import annotations

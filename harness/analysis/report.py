@@ -20,6 +20,10 @@ project keeps its dependencies few).  Sections:
 
 :func:`markdown_summary` gives the same summary as Markdown for a CI job summary or a
 pull-request comment.
+
+Longer than 400 lines: one self-contained page whose sections share the escaping, the status badges and the
+page's CSS and JavaScript; each section is a function of the run directory, and what a section computes
+(signatures, speed verdicts, probe facts) comes from its own module.
 """
 
 from __future__ import annotations

@@ -58,6 +58,10 @@ Kinds and what the key holds:
 
 :func:`classify_run` writes ``signatures.json`` into the run directory so later
 runs are matched against stored keys even when the old logs are gone.
+
+Longer than 400 lines: one rule per kind above, each a few lines of log reading, and the one ranking and key
+normalisation they share; triage matches signatures by the keys these rules make, so they are read and
+changed together.
 """
 
 from __future__ import annotations

@@ -37,6 +37,10 @@ with ``--strict`` also something of A that B did not run), 0 when there is none,
 bad input.
 
 Bisecting the patch series or upstream commits is harness.analysis.bisect.
+
+Longer than 400 lines: one comparison of two runs whose parts (statuses, divergences, signatures, pin
+ladders, times, speed) all feed one report and one exit status; the parts with rules of their own are
+modules already (memory_changes.py, speed_diff.py, speed_ratios.py, speed_confirm.py).
 """
 
 from __future__ import annotations

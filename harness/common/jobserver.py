@@ -204,3 +204,11 @@ def _remove(fd: int, home: Path) -> None:
     except OSError:
         pass
     shutil.rmtree(home, ignore_errors=True)
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one, else the CPU count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - no affinity on Windows and macOS
+        return os.cpu_count() or 1

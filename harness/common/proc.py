@@ -392,11 +392,3 @@ def exit_code_for(exc: BaseException) -> int:
 __all__ = ["GRACE_S", "HOLDS_ENV", "Completed", "Interrupted", "end_holders", "exit_code_for", "finish",
            "handle_signals", "holders", "holding", "live", "raise_if_stopping", "run",
            "run_capture", "run_passing_signals", "start", "terminate", "terminate_all"]
-
-
-def available_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS has one, else the CPU count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - no affinity on Windows and macOS
-        return os.cpu_count() or 1

@@ -6,6 +6,10 @@ unknown configuration, a platform naming an unknown group, ...).  Every error
 names the file, the line and the dotted key path, e.g.::
 
     matrix.yaml:57: platforms.linux-x86_64-cpu.cmake.GGML_CUDA: 1 is not of type 'string'
+
+Longer than 400 lines: one typed dataclass per section of matrix.yaml, and the cross-reference checks that
+need every section at once; the schema is matrix.schema.json, each model kind's own checks are
+harness.matrix.model_sources's and the fit rule is fit.py.
 """
 
 from __future__ import annotations

@@ -15,6 +15,11 @@ Three sources:
 
 :func:`model_summary` describes any GGUF file for the results.  Which of these a matrix model is, and how
 each kind is obtained, found and identified, is harness.matrix.model_sources's (one module per kind).
+
+Longer than 400 lines: the three ways of making a GGUF file (PyPI chunks, the synthetic MoE generator,
+llama-quantize) and the summary each is read back with share the checked GGUF reader, the sidecar files and
+the digests; which of them a matrix model is, and how each is asked for, is harness.matrix.model_sources
+(one module per kind).
 """
 
 from __future__ import annotations

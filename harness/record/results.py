@@ -34,6 +34,11 @@ Everything a run knows is declared here once:
 No run overwrites another: run ids are UTC timestamps plus a random suffix and
 the directory is created exclusively.  The summary is rewritten after every
 step, so a run that dies keeps everything it collected.
+
+Longer than 400 lines: the record's contract is read as one: the layout, the statuses, the step and
+comparison records and their failure facts are what summary.json holds, and the summary's writer and readers
+use all of them; the records of one stage each are modules of their own (bench.py, probe.py,
+expectations.py, junit.py).
 """
 
 from __future__ import annotations

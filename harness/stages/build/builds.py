@@ -16,8 +16,7 @@ from typing import Callable, Mapping, Sequence
 
 from ...common.console import Console
 from ...common.fs import sha256_files
-from ...common.jobserver import JobBudget
-from ...common.proc import available_cores
+from ...common.jobserver import JobBudget, available_cores
 from ...common.locks import BuildLock, Rank, exclusive
 from ...matrix.config import Matrix, Platform
 from ...matrix.models import QUANTIZE_TARGET, ModelError, QuantizeTool

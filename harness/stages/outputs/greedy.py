@@ -61,7 +61,7 @@ from .generation_cache import SessionCache, generation_from_record, generation_i
     restored_completion, spec_identity
 from ...common.locks import Rank, joined_by_holder_of
 from ...common import proc
-from ...common.proc import available_cores
+from ...common.jobserver import available_cores
 from ...record.probe import PROBE_FILE
 from ...record.results import Failure, write_json
 from .upstream_support import unsupported_upstream

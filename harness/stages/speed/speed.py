@@ -20,6 +20,10 @@ own reference) of the candidate configuration: ``passed``, ``failed`` (a slowdow
 ``<platform>/speed/<group>.<candidate>.<metric>[.vs-<reference>].log``.  Every sample, its spread, each
 verdict, each pair's memory and the machine's fingerprint go to ``<platform>/speed/bench.json``, which
 triage compares across runs; ``<platform>/speed/speed.log`` says what was loaded when.
+
+Longer than 400 lines: the stage's rules, its pair-by-pair measurement and the records of both share the
+pair's engines and their interleaved rounds; the pairs are speed_pairs.py and the cache speed_cache.py
+already.
 """
 
 from __future__ import annotations
