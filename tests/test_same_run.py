@@ -1,0 +1,46 @@
+"""harness.tools.same_run: two runs of one command are the same run, times and build keys aside; a changed
+status, detail or comparison is named."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from harness.tools.same_run import differences, main
+
+RUN = {
+    "run_id": "a", "overall": "passed", "skipped_platforms": {}, "incomplete": [],
+    "configurations": [
+        {"platform": "p", "config": "fork", "step": "build", "status": "passed", "seconds": 22.8,
+         "detail": "built in 23 s (key bf14a0ad19ee62e3)", "up_to_date": False},
+        {"platform": "p", "config": "fork", "step": "generate", "status": "passed", "seconds": 110.0,
+         "detail": "20 generations in 1 min 50 s"}],
+    "comparisons": [{"platform": "p", "group": "g", "model": "m", "prompt": "x", "reference": "base",
+                     "candidate": "fork", "status": "identical", "first_divergence": None}],
+}
+
+
+def test_another_runs_times_and_build_keys_are_the_same_run():
+    other = copy.deepcopy(RUN)
+    other["run_id"] = "b"
+    other["configurations"][0].update(seconds=40.1, detail="built in 40 s (key 0123456789abcdef)", up_to_date=True)
+    other["configurations"][1].update(seconds=90.0, detail="20 generations in 1 min 30 s")
+    assert differences(RUN, other) == []
+
+
+def test_a_changed_status_detail_or_comparison_is_named(tmp_path):
+    other = copy.deepcopy(RUN)
+    other["configurations"][1]["detail"] = "19 generations in 1 min 50 s"
+    other["comparisons"][0].update(status="diverged", first_divergence={"index": 3})
+    other["overall"] = "failed"
+    found = differences(RUN, other)
+    assert found == ["overall: 'passed' before, 'failed' after",
+                     "steps[1] detail: '20 generations in … s … s' before, '19 generations in … s … s' after",
+                     "comparisons[0] first_divergence: None before, {'index': 3} after",
+                     "comparisons[0] status: 'identical' before, 'diverged' after"]
+    for name, data in (("a", RUN), ("b", other)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(data))
+    assert main([str(tmp_path / "a"), str(tmp_path / "a")]) == 0
+    assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 1
+    assert main([str(tmp_path / "a"), str(tmp_path / "none")]) == 2
