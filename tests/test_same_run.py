@@ -14,7 +14,10 @@ RUN = {
         {"platform": "p", "config": "fork", "step": "build", "status": "passed", "seconds": 22.8,
          "detail": "built in 23 s (key bf14a0ad19ee62e3)", "up_to_date": False},
         {"platform": "p", "config": "fork", "step": "generate", "status": "passed", "seconds": 110.0,
-         "detail": "20 generations in 1 min 50 s"}],
+         "detail": "20 generations in 1 min 50 s"},
+        {"platform": "p", "config": "fork", "step": "speed:g:pp", "status": "passed", "seconds": 7.0,
+         "detail": "pp m: no slowdown by the rule: 158.6 vs 136.6 tok/s (medians of 5 and 5): 1.16x, no slowdown "
+                   "asked (fails below 0.909x with p <= 0.01); Mann-Whitney p = 0.925 vs base"}],
     "comparisons": [{"platform": "p", "group": "g", "model": "m", "prompt": "x", "reference": "base",
                      "candidate": "fork", "status": "identical", "first_divergence": None}],
 }
@@ -25,7 +28,16 @@ def test_another_runs_times_and_build_keys_are_the_same_run():
     other["run_id"] = "b"
     other["configurations"][0].update(seconds=40.1, detail="built in 40 s (key 0123456789abcdef)", up_to_date=True)
     other["configurations"][1].update(seconds=90.0, detail="20 generations in 1 min 30 s")
+    other["configurations"][2]["detail"] = ("pp m: no slowdown by the rule: 293.7 vs 248.4 tok/s (medians of 5 and 5): "
+                                            "1.18x, no slowdown asked (fails below 0.909x with p <= 0.01); "
+                                            "Mann-Whitney p = 0.345 vs base")
     assert differences(RUN, other) == []
+    other["configurations"][2]["detail"] = other["configurations"][2]["detail"].replace("0.909x", "0.800x")
+    assert differences(RUN, other) == [f"steps[2] detail: {x!r} before, {y!r} after" for x, y in [(
+        "pp m: no slowdown by the rule: … vs … tok/s (medians of 5 and 5): …x, no slowdown asked (fails below "
+        "0.909x with p <= 0.01); Mann-Whitney p = … vs base",
+        "pp m: no slowdown by the rule: … vs … tok/s (medians of 5 and 5): …x, no slowdown asked (fails below "
+        "0.800x with p <= 0.01); Mann-Whitney p = … vs base")]]
 
 
 def test_a_changed_status_detail_or_comparison_is_named(tmp_path):

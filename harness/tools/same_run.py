@@ -5,7 +5,8 @@ same command run before and after it, both with ``--no-cache``: the two runs' ``
 the same steps in the same order with the same statuses and details, the same comparisons with every
 field equal, and the same verdict.  What differs between two honest runs is left aside: each step's
 ``seconds``, times said in a detail (``built in 23 s``, ``1 min 50 s``), a build's key (it hashes the
-checkout's paths and the harness's own files), and the run's id and time.
+checkout's paths and the harness's own files), what a speed step measured (its tok/s, their ratio and the
+test's p, in its detail: its status, the rule's verdict, is compared), and the run's id and time.
 
 Exit status: 0 the same run, 1 a difference (each printed on a line), 2 a summary that cannot be read.
 """
@@ -31,8 +32,16 @@ COMPARISON_FIELDS_ASIDE: frozenset[str] = frozenset()
 _TIMES = re.compile(r"\b\d+(?:\.\d+)?\s*(?:min|ms|s)\b")
 _KEYS = re.compile(r"\bkey [0-9a-f]{8,}\b")
 
+#: What a speed step measured, in its detail (harness.stages.speed.speed): ``158.6 vs 136.6 tok/s``, the ratio
+#: after the medians' count (``(medians of 5 and 5): 1.16x``) and ``Mann-Whitney p = 0.925``.
+_MEASURED = ((re.compile(r"\d+(?:\.\d+)? vs \d+(?:\.\d+)? tok/s"), "… vs … tok/s"),
+             (re.compile(r"(\(medians of \d+ and \d+\)): \d+(?:\.\d+)?x"), r"\1: …x"),
+             (re.compile(r"Mann-Whitney p = [\d.]+(?:e-?\d+)?"), "Mann-Whitney p = …"))
+
 
 def _detail(text: str) -> str:
+    for pattern, mask in _MEASURED:
+        text = pattern.sub(mask, text)
     return _KEYS.sub("key …", _TIMES.sub("… s", text))
 
 
