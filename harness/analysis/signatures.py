@@ -78,7 +78,8 @@ from ..record.gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
 from ..stages.tests.native_tests import WRAPPER_DID_NOT_RUN
 from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
 from ..record.expectations import read_expectations
-from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRecord, load_records, write_json
+from ..record.results import (STEP, TESTS_FILES, ComparisonRecord, Failure, RunLayout, StepRecord, load_records,
+                              write_json)
 
 #: Every signature kind, declared once here (the module docstring says what each key holds), with
 #: its rank: of a step with several failures (tests, generations) the signature of the lowest rank
@@ -625,12 +626,12 @@ def _ctest_blocks(text: str) -> dict[str, str]:
 def _failed_tests(test_dir: Path) -> list[tuple[str, str]]:
     """(name, message) of the failed tests, from tests.json, else junit.xml, else ctest.log."""
     try:
-        data = json.loads((test_dir / "tests.json").read_text(encoding="utf-8"))
+        data = json.loads((test_dir / TESTS_FILES["run"]).read_text(encoding="utf-8"))
         return [(c["name"], c.get("message", "")) for c in data.get("cases", []) if c.get("status") == "failed"]
     except (OSError, ValueError, KeyError, AttributeError):
         pass
     try:
-        root = ET.parse(test_dir / "junit.xml").getroot()
+        root = ET.parse(test_dir / TESTS_FILES["junit"]).getroot()
         out = []
         for tc in root.iter("testcase"):
             node = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
@@ -639,16 +640,16 @@ def _failed_tests(test_dir: Path) -> list[tuple[str, str]]:
         return out
     except (OSError, ET.ParseError):
         pass
-    return [(m.group("name"), m.group("why")) for m in _CTEST_FAILED_ITEM.finditer(_read(test_dir / "ctest.log"))]
+    return [(m.group("name"), m.group("why")) for m in _CTEST_FAILED_ITEM.finditer(_read(test_dir / TESTS_FILES["log"]))]
 
 
 def _classify_test(run_dir: Path, step: StepRecord) -> Signature:
     test_dir = RunLayout(run_dir).tests(step.platform, step.step)
-    ctest_log = _read(test_dir / "ctest.log")
+    ctest_log = _read(test_dir / TESTS_FILES["log"])
     tool = ""
-    if (test_dir / "sanitizer.json").exists():
+    if (test_dir / TESTS_FILES["sanitizer"]).exists():
         try:
-            tool = json.loads((test_dir / "sanitizer.json").read_text()).get("tool") or ""
+            tool = json.loads((test_dir / TESTS_FILES["sanitizer"]).read_text()).get("tool") or ""
         except ValueError:
             tool = ""
     blocks = _ctest_blocks(ctest_log)
@@ -896,7 +897,7 @@ def step_logs(run_dir: Path, step: StepRecord | dict) -> list[Path]:
     elif RunLayout.is_test_step(step.step):
         test_dir = layout.tests(step.platform, step.step)
         found += [test_dir / f"{n}.log" for n, _ in _failed_tests(test_dir)]
-        found.append(test_dir / "ctest.log")
+        found.append(test_dir / TESTS_FILES["log"])
     elif step.step == "generate":
         for fact in step.failures:
             if fact.kind == "generation":

@@ -98,10 +98,10 @@ def _read_json(path: Path) -> Any:
 
 
 def _started(run_dir: Path) -> str:
-    meta = _read_json(run_dir / "run.json") or {}
+    meta = _read_json(RunLayout(run_dir).run_json) or {}
     if isinstance(meta, dict) and meta.get("started"):
         return str(meta["started"])
-    summary = _read_json(run_dir / "summary.json") or {}
+    summary = _read_json(RunLayout(run_dir).summary_json) or {}
     return str(summary.get("updated", "")) if isinstance(summary, dict) else ""
 
 
@@ -114,7 +114,7 @@ def known_runs(results_dir: Path) -> list[Path]:
     if not results_dir.is_dir():
         return []
     runs = [d for d in results_dir.iterdir()
-            if d.is_dir() and not d.is_symlink() and (d / "summary.json").is_file()]
+            if d.is_dir() and not d.is_symlink() and RunLayout(d).summary_json.is_file()]
     return sorted(runs, key=lambda d: (_started(d), d.name))
 
 
@@ -123,7 +123,7 @@ def _latest(results_dir: Path) -> Path | None:
     marker = results_dir / "LATEST"
     newest = link if link.is_dir() else (results_dir / marker.read_text().strip() if marker.is_file() else None)
     if newest is not None and newest.is_dir():
-        if (newest / "summary.json").is_file():
+        if RunLayout(newest).summary_json.is_file():
             return newest.resolve()
         # the newest run was stopped before it recorded anything: never fall back to an older one
         raise TriageInputError(f"the newest run {newest.resolve().name} in {results_dir} is incomplete: it has no "
@@ -148,14 +148,14 @@ def resolve_run(spec: str, results_dir: Path) -> Path:
     a few known run ids when it names none.
     """
     direct = Path(spec)
-    if (direct / "summary.json").is_file():
+    if RunLayout(direct).summary_json.is_file():
         return direct.resolve()
     if spec == "latest":
         latest = _latest(results_dir)
         if latest:
             return latest
     candidate = results_dir / spec
-    if (candidate / "summary.json").is_file():
+    if RunLayout(candidate).summary_json.is_file():
         return candidate.resolve()
     raise _unknown(spec, results_dir)
 
@@ -184,7 +184,7 @@ def previous_run(b: Path, results_dir: Path) -> Path:
     "Covers" means it ran a superset of the platforms b ran.  Raises TriageInputError when
     there is none.
     """
-    summary_b = _read_json(b / "summary.json") or {}
+    summary_b = _read_json(RunLayout(b).summary_json) or {}
     wanted = covered_platforms(summary_b)
     runs = known_runs(results_dir)
     names = [r.resolve() for r in runs]
@@ -192,7 +192,7 @@ def previous_run(b: Path, results_dir: Path) -> Path:
     for run in reversed(earlier):
         if run.resolve() == b.resolve():
             continue
-        if wanted <= covered_platforms(_read_json(run / "summary.json") or {}):
+        if wanted <= covered_platforms(_read_json(RunLayout(run).summary_json) or {}):
             return run.resolve()
     raise TriageInputError(f"no run before {b.name} in {results_dir} covers its platforms "
                            f"({', '.join(sorted(wanted)) or 'none'}); name two runs to compare")

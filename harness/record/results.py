@@ -453,6 +453,13 @@ class ComparisonRecord:
 
 # --------------------------------------------------------------------------- layout
 
+#: The files of a native-test directory (:meth:`RunLayout.tests`), by what they hold: ctest's log, the JUnit
+#: XML, the typed test run (harness.stages.tests.native_tests.TestRun), the sanitizer's summary and the GPU
+#: facts the tests logged (harness.record.gpu).  The native tests write them into any directory (a bisect's
+#: too), so they are named here once for every writer and reader.
+TESTS_FILES = {"log": "ctest.log", "junit": "junit.xml", "run": "tests.json", "sanitizer": "sanitizer.json",
+               "gpu_facts": "gpu-facts.json"}
+
 
 @dataclass(frozen=True)
 class RunLayout:
@@ -516,8 +523,22 @@ class RunLayout:
         return step == "test" or step.startswith("test-")
 
     def tests(self, platform: str, step: str = "test") -> Path:
-        """``<platform>/tests/`` for step ``test``, ``<platform>/tests-<tool>/`` for ``test-<tool>``."""
+        """``<platform>/tests/`` for step ``test``, ``<platform>/tests-<tool>/`` for ``test-<tool>``; its files are
+        named by :data:`TESTS_FILES`."""
         return self.platform(platform) / ("tests" + step[len("test"):])
+
+    def tests_file(self, platform: str, step: str, name: str) -> Path:
+        """The file ``name`` (a key of :data:`TESTS_FILES`) of the native-test directory of ``step``."""
+        return self.tests(platform, step) / TESTS_FILES[name]
+
+    def placement_json(self, platform: str, config: str) -> Path:
+        """``<platform>/<config>/placement.json``: model -> where the buffers of the config's first generation
+        landed (from its stderr, harness.record.gpu.buffer_placement)."""
+        return self.config(platform, config) / "placement.json"
+
+    def compare_timing_json(self, platform: str) -> Path:
+        """``<platform>/compare-timing.json``: where the comparisons' time went (harness.stages.outputs.greedy)."""
+        return self.platform(platform) / "compare-timing.json"
 
     def config(self, platform: str, config: str) -> Path:
         """``<platform>/<config>/``."""

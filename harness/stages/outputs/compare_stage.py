@@ -57,11 +57,11 @@ def run_compare(ctx: Context) -> None:
                                     f"{', '.join(ctx.opts.groups + ctx.opts.models) or 'none'})")
         record_generate_steps(ctx, p, runner, gen_steps)
         for config, per_model in ctx.sessions.placements.get(p.name, {}).items():
-            write_json(ctx.run.layout.config(p.name, config) / "placement.json", per_model)
+            write_json(ctx.run.layout.placement_json(p.name, config), per_model)
         ctx.generated[p.name] = list(gen_steps)
         t = runner.timing
         if t.sessions or t.completion_runs:
-            write_json(ctx.run.layout.platform(p.name) / "compare-timing.json",
+            write_json(ctx.run.layout.compare_timing_json(p.name),
                        {**asdict(t), "pure_generation": t.pure_generation,
                         "wall_over_pure_generation": t.wall / t.pure_generation if t.pure_generation else None})
             ctx.say(f"[{p.name}] compare-outputs: {t.wall:.1f} s wall, {t.pure_generation:.1f} s generating, "

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ...common import proc
+from ...record.results import TESTS_FILES
 from ..build.build import find_tool
 
 #: compute-sanitizer tools the native tests can run under (``--sanitize``).
@@ -101,7 +102,7 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
     """
     out_dir = out_dir.resolve()  # ctest resolves relative paths against --test-dir
     out_dir.mkdir(parents=True, exist_ok=True)
-    log, junit = out_dir / "ctest.log", out_dir / "junit.xml"
+    log, junit = out_dir / TESTS_FILES["log"], out_dir / TESTS_FILES["junit"]
     known = list_tests(build_dir, labels)
     selected = [t for t in targets if t in known]
     missing = [t for t in targets if t not in known]
@@ -196,7 +197,7 @@ def _run_wrapped(build_dir: Path, selected: Sequence[str], wrapper: Sequence[str
     exe = ".exe" if os.name == "nt" else ""
     suite = ET.Element("testsuite", name="native-tests-wrapped")
     start_all = time.monotonic()
-    with open(out_dir / "ctest.log", "wb") as fh:
+    with open(out_dir / TESTS_FILES["log"], "wb") as fh:
         for name in selected:
             argv = [*wrapper, str(build_dir / "bin" / (name + exe))]
             fh.write(("$ " + " ".join(argv) + "\n").encode())
@@ -222,7 +223,7 @@ def _run_wrapped(build_dir: Path, selected: Sequence[str], wrapper: Sequence[str
                 msg = "timeout" if rc is None else f"exit {rc}"
                 ET.SubElement(tc, "failure", message=msg)
                 run.cases.append(TestCase(name, "failed", secs, msg))
-    ET.ElementTree(suite).write(out_dir / "junit.xml", encoding="utf-8", xml_declaration=True)
+    ET.ElementTree(suite).write(out_dir / TESTS_FILES["junit"], encoding="utf-8", xml_declaration=True)
     run.seconds = time.monotonic() - start_all
     counts = run.counts()
     run.status = "failed" if counts["failed"] else ("passed" if counts["passed"] else "skipped")

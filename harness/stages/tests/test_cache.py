@@ -31,6 +31,7 @@ from typing import Any
 from ...common import proc
 from ...common.fs import sha256_files
 from ...record.cache import ResultCache, abstract_paths, identity_key, image_digest, images_digest
+from ...record.results import TESTS_FILES
 from ..build.build import find_tool
 from ..build.binaries import build_labels, shared_libraries
 from ..outputs.generation_cache import emulator_version, inherited_environment, machine_facts
@@ -163,8 +164,8 @@ def run_tests_reusing(cache: ResultCache | None, run_id: str, build_dir: Path, l
         tr = run_ctest(build_dir, run_labels, run_targets, out_dir, env=env, wrapper=wrapper,
                        reference_junit=reference_junit)
     else:
-        tr = TestRun(status="passed", junit=out_dir / "junit.xml", log=out_dir / "ctest.log")
-        (out_dir / "ctest.log").write_bytes(b"")
+        tr = TestRun(status="passed", junit=out_dir / TESTS_FILES["junit"], log=out_dir / TESTS_FILES["log"])
+        (out_dir / TESTS_FILES["log"]).write_bytes(b"")
     ran = {c.name for c in tr.cases}
     _store_passed(cache, run_id, tr, identities, tests_of, [lab for lab in run_labels if lab in identities])
     _merge_reused(tr, hits, tests_of, ran, out_dir, reuse)
@@ -185,7 +186,7 @@ def _store_passed(cache: ResultCache, run_id: str, tr: TestRun, identities: Mapp
         cases = _case_xml(tr.junit, set(names))
         if set(cases) != set(names):
             continue
-        files = {f"{n}.xml": xml for n, xml in cases.items()} | {"ctest.log": log}
+        files = {f"{n}.xml": xml for n, xml in cases.items()} | {TESTS_FILES["log"]: log}
         try:
             cache.put(KIND, identity_key(identities[label]), run_id, identities[label],
                       {"tests": names, "seconds": {c.name: c.seconds for c in tr.cases if c.name in names}}, files)
@@ -198,19 +199,19 @@ def _merge_reused(tr: TestRun, hits: Mapping[str, Any], tests_of: Mapping[str, l
     """Add the reused labels' cases to ``tr``, its JUnit file and ctest.log, each marked with its run."""
     if not hits:
         return
-    junit = out_dir / "junit.xml"
+    junit = out_dir / TESTS_FILES["junit"]
     try:
         root = ET.parse(junit).getroot() if junit.exists() and ran else ET.Element("testsuites")
     except ET.ParseError:
         root = ET.Element("testsuites")
     suite = ET.SubElement(root, "testsuite", name="native-tests-reused")
-    with open(out_dir / "ctest.log", "ab") as log:
+    with open(out_dir / TESTS_FILES["log"], "ab") as log:
         for label, hit in hits.items():
             reuse.labels[label] = hit.run_id
             fresh = [n for n in tests_of[label] if n not in ran]
             log.write(f"\n=== label {label}: reused from run {hit.run_id} (tests {', '.join(tests_of[label])}: "
                       f"binaries, libraries and environment byte-identical); its ctest output follows ===\n".encode())
-            log.write(hit.files.get("ctest.log", b""))
+            log.write(hit.files.get(TESTS_FILES["log"], b""))
             for name in fresh:
                 tc = ET.fromstring(hit.files[f"{name}.xml"])
                 props = tc.find("properties")

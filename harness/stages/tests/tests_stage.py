@@ -6,6 +6,7 @@ run is reused (harness.stages.tests.test_cache)."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 from ...kinds.registry import gpu_of
 from ...record import gpu
@@ -36,6 +37,9 @@ def run_tests(ctx: Context) -> None:
                          ("compute-sanitizer", "--tool", ctx.opts.sanitize, "--error-exitcode", "1", "--require-cuda-init", "no")))
         for step, wrapper in runs:
             target_dir = ctx.run.layout.tests(p.name, step)
+
+            def file(name: str, step: str = step) -> Path:
+                return ctx.run.layout.tests_file(p.name, step, name)
             if wrapper and not shutil.which(wrapper[0]):
                 ctx.run.record_step(StepRecord(p.name, "fork", step, "skipped",
                                                detail="compute-sanitizer not found"))
@@ -43,22 +47,22 @@ def run_tests(ctx: Context) -> None:
             with ctx.doing(p.name, "fork", step), ctx.console.step(f"[{p.name}] {step}") as shown:
                 tr, reused = run_tests_reusing(
                     ctx.results_cache, ctx.run.id, fork.build_dir, p.test_labels, p.test_targets, target_dir,
-                    wrapper=wrapper, reference_junit=ctx.run.layout.tests(p.name, "test") / "junit.xml",
+                    wrapper=wrapper, reference_junit=file("junit", "test"),
                     env=emulator.env if emulator else None, emulator_argv=emulator.argv if emulator else (),
                     gpu=gpu_of(p).has_device)
                 all_reused = bool(reused.labels) and all(c.message.startswith("reused") for c in tr.cases)
-                shown.finish("reused" if all_reused else tr.status, tr.detail, target_dir / "ctest.log")
+                shown.finish("reused" if all_reused else tr.status, tr.detail, file("log"))
             detail = tr.detail
             if wrapper:
-                summary = gpu.sanitizer_summary(target_dir / "ctest.log")
+                summary = gpu.sanitizer_summary(file("log"))
                 detail += f"; {summary}" if summary else ""
-                write_json(target_dir / "sanitizer.json", {"tool": ctx.opts.sanitize, "summary": summary})
-            facts = gpu.test_log_facts(target_dir / "ctest.log")
+                write_json(file("sanitizer"), {"tool": ctx.opts.sanitize, "summary": summary})
+            facts = gpu.test_log_facts(file("log"))
             if facts:
-                write_json(target_dir / "gpu-facts.json", facts)
-            write_json(target_dir / "tests.json", tr)
+                write_json(file("gpu_facts"), facts)
+            write_json(file("run"), tr)
             ctx.run.record_step(StepRecord(p.name, "fork", step, tr.status, round(tr.seconds, 1), detail,
-                                           ctx.run.layout.relative(target_dir / "junit.xml"),
+                                           ctx.run.layout.relative(file("junit")),
                                            cached=", ".join(reused.run_ids) if all_reused else ""))
         ctx.builds.write_environment(p)
 
