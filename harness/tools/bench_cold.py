@@ -20,6 +20,7 @@ with its load average before and after; ``bench-cold.json`` in the clone keeps t
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..args import strip_dashdash
-from .bench_loop import Outcome, clone_arguments, fresh_clone, run_main_job
+from .bench_loop import Outcome, fresh_clone, run_main_job
 from .compile_bench import machine
 
 #: The README's first command, part by part ("the two commands"); tests/test_bench_cold.py keeps them equal.
@@ -88,12 +89,14 @@ def report(cold: ColdRun) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
+    """``bench-cold`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s code."""
+    from ..cli import parse_command
+    return run(parse_command("bench-cold", argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """``python -m harness bench-cold``; returns 0 when every part ran (the target is reported, not
     enforced), 1 when creating the environment or installing the requirements failed (its log is named)."""
-    ap = clone_arguments("bench-cold", __doc__, "keep the clone, its environment, caches and results")
-    ap.add_argument("--reuse-python", action="store_true",
-                    help="no new environment and no pip install: run nox with this Python")
-    args = ap.parse_args(argv)
     _, base, clone = fresh_clone(args.clone_dir, "bench-cold-")
     log_dir = clone / "bench-cold"
     log_dir.mkdir()
