@@ -156,7 +156,7 @@ def tiny_wheel(where: Path) -> Path:
 def install_as_ci_run(tmp_path: Path, requirement: str) -> subprocess.CompletedProcess:
     """``requirement`` installed offline from a local wheel with .ci/run's own pip install options (its
     ``-r requirements.txt`` replaced by a file holding ``requirement``), into ``tmp_path/site``."""
-    [words] = pip_installs()[".ci/run"]
+    [words] = [w for w in pip_installs()[".ci/run"] if "--require-hashes" in w]  # the lock's, not the project's
     req = tmp_path / "req.txt"
     req.write_text(requirement + "\n")
     at = words.index("-r")
