@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import sys
 import xml.etree.ElementTree as ET
 from contextlib import nullcontext
@@ -423,9 +422,9 @@ def test_triage_does_not_compare_speed_across_machines(tmp_path):
 
 def test_the_command_line_turns_the_stage_off_and_refuses_too_few_rounds(capsys):
     from harness import cli
-    args = cli._stage_parser().parse_args(["--no-bench", "--bench-repeats", "7"])
+    args = cli.parse(["compare-outputs", "--no-bench", "--bench-repeats", "7"])
     assert args.bench is False and args.bench_repeats == 7
-    assert cli._stage_parser().parse_args([]).bench is True
+    assert cli.parse(["compare-outputs"]).bench is True
     with pytest.raises(SystemExit):
-        cli._stage_parser().parse_args(["--bench-repeats", "3"])
+        cli.parse(["compare-outputs", "--bench-repeats", "3"])
     assert "at least 5 rounds" in capsys.readouterr().err

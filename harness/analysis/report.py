@@ -767,7 +767,13 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
 # --------------------------------------------------------------------------- command line
 
 
-def report_main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str]) -> int:
+    """``report`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s code."""
+    from ..cli import parse_command
+    return run(parse_command("report", argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """``python -m harness report [RUN] [--markdown] [--against RUN] [--results-dir DIR] [--out FILE]``.
 
     Writes the run's report.html (RUN: id, directory or ``latest``, the default) and prints
@@ -777,14 +783,6 @@ def report_main(argv: Sequence[str]) -> int:
     subclasses (exit code 2 through harness.cli) for a run that does not exist.
     """
     from .triage import previous_run, resolve_run
-    ap = argparse.ArgumentParser(prog="python -m harness report", description="Write a run's HTML report.")
-    ap.add_argument("run", nargs="?", default="latest", help="run id or directory (default: latest)")
-    ap.add_argument("--results-dir", type=Path, default=Path("results"))
-    ap.add_argument("--markdown", action="store_true", help="also print the Markdown summary to stdout")
-    ap.add_argument("--against", default=None, metavar="RUN",
-                    help="list changes since this earlier run ('previous': the last one covering the same platforms)")
-    ap.add_argument("--out", type=Path, default=None, help="HTML file (default: <run>/report.html)")
-    args = ap.parse_args(list(argv)[1:] if list(argv)[:1] == ["--"] else list(argv))
     run_dir = resolve_run(args.run, args.results_dir)
     baseline = None
     if args.against == "previous":

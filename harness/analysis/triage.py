@@ -52,7 +52,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..record import gpu
-from ..args import strip_dashdash
 from ..common.errors import InputError
 from ..common.locks import RunLock
 from ..record.results import (COMPARISON, STEP, RecordError, RunLayout, StepRecord, describe_cache, describe_cached,
@@ -836,33 +835,18 @@ def _speed_line(c: SpeedChange) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
+    """``triage`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s code."""
+    from ..cli import parse_command
+    return run(parse_command("triage", argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """``python -m harness triage [A [B]] [--json] [--results-dir DIR]``; returns the exit status.
 
     0: nothing that ran in both runs got worse; 1: at least one regression (with ``--strict``, also a
     record of A that B did not run).  Raises TriageInputError (exit code 2
     through harness.cli) for an unknown run, nothing to compare with or an unreadable summary.
     """
-    ap = argparse.ArgumentParser(prog="python -m harness triage",
-                                 description="Report what changed between two result runs.")
-    ap.add_argument("runs", nargs="*", metavar="RUN",
-                    help="run ids or directories: A B, or only B (A: the previous run covering its platforms); "
-                         "default: latest against its previous run")
-    ap.add_argument("--json", action="store_true", help="print a machine-readable JSON object")
-    ap.add_argument("--strict", action="store_true",
-                    help="count a record of A that B did not run (or was interrupted in) as a regression")
-    ap.add_argument("--results-dir", type=Path, default=Path("results"))
-    ap.add_argument("--matrix", type=Path, default=Path("matrix.yaml"),
-                    help="matrix file naming each fork configuration's upstream configuration in its mode, the "
-                         "preferred reference of its speed ratios (default: matrix.yaml; without the file every "
-                         "reference counts as fork-only)")
-    ap.add_argument("--confirm", action="store_true",
-                    help="re-measure each suspect speed change with both runs' builds interleaved on this machine "
-                         "(as asv continuous does); exit 1 when one is confirmed")
-    ap.add_argument("--work-dir", type=Path, default=Path(".harness"),
-                    help="--confirm: the work directory holding run B's builds (default: .harness)")
-    ap.add_argument("--a-work-dir", type=Path, action="append", default=[],
-                    help="--confirm: a work directory holding run A's builds (repeatable; default: --work-dir)")
-    args = ap.parse_args(strip_dashdash(argv))
     if len(args.runs) > 2:
         raise TriageInputError(f"expected at most two runs, got {len(args.runs)}: {' '.join(args.runs)}")
     if len(args.runs) == 2:

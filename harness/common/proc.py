@@ -16,11 +16,15 @@ found by :data:`HOLDS_ENV` and ended by the next holder (harness.common.locks).
 handlers that keep one failing platform from stopping the others do not
 swallow it; the stage runner records the run as incomplete and exits with
 ``128 + signal`` (130 for SIGINT, 143 for SIGTERM), the shell convention.
+
+Longer than 400 lines: starting a child, ending its group, the holders a killed harness left and the
+signal handling are one mechanism: each needs the live children and the process groups the others keep.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import threading
@@ -154,6 +158,19 @@ def stop_and_wait(futures: Iterable[Future], signum: int = signal.SIGTERM) -> No
         while pending:
             terminate_all()
             _, pending = wait(pending, timeout=0.2)
+
+
+def command_line(argv: Sequence[str | os.PathLike], env: Mapping[str, str] | None = None,
+                 cwd: Path | None = None) -> str:
+    """``argv`` as one POSIX shell line that runs it again when pasted: every word quoted (shlex.join),
+    preceded by ``env VAR=value …`` for the variables ``env`` adds to the environment (as :func:`start`
+    adds them; :data:`HOLDS_ENV`, the harness's own bookkeeping, left out) and by ``cd DIR &&`` for a
+    working directory ``cwd``.  The line each log of a program the harness runs starts with, after ``$ ``."""
+    added = [f"{k}={shlex.quote(v)}" for k, v in (env or {}).items() if k != HOLDS_ENV]
+    line = shlex.join(str(a) for a in argv)
+    if added:
+        line = " ".join(["env", *added, line])
+    return f"cd {shlex.quote(str(cwd))} && {line}" if cwd is not None else line
 
 
 def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,

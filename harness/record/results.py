@@ -47,7 +47,6 @@ import errno
 import json
 import os
 import re
-import secrets
 import threading
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from datetime import datetime, timezone
@@ -58,6 +57,7 @@ from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputErro
 from ..common.fs import describe, writable_dir, write_text_whole
 from ..common.locks import RunLock
 from .review import review_lines
+from .run_id import new_run_id
 
 #: Version of summary.json's record format.  1: steps without ``failures`` (facts only in
 #: ``detail``); 2: steps with ``failures``.  A run written by a newer harness is refused.
@@ -683,12 +683,6 @@ def write_json(path: Path, data: Any) -> None:
     """Write ``data`` (dataclasses, paths and bytes allowed) as indented UTF-8 JSON, atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_whole(path, json.dumps(_jsonable(data), indent=2, ensure_ascii=False) + "\n")
-
-
-def new_run_id(now: datetime | None = None) -> str:
-    """A fresh run id: UTC time to the second plus 4 random hex digits, e.g. 20261130T120501Z-3fa2."""
-    now = now or datetime.now(timezone.utc)
-    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
 
 
 #: Space a run holds back while it runs (``<run>/.reserve``, removed by Run.close): when the disk

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from ...common.errors import InputError
+from ...common.proc import command_line
 
 if TYPE_CHECKING:
     from .source import BaseTree
@@ -202,22 +203,27 @@ class Patch:
 # --------------------------------------------------------------------------- git runner
 
 
+#: What every git call gets in its environment beside the caller's (whose ``GIT_*`` it loses): a fixed locale,
+#: time zone, committer and no system or global configuration.
+_GIT_SETTINGS = {
+    "LC_ALL": "C",
+    "LANG": "C",
+    "TZ": "UTC",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_PAGER": "cat",
+    "GIT_EDITOR": "true",
+    "GIT_COMMITTER_NAME": COMMITTER_NAME,
+    "GIT_COMMITTER_EMAIL": COMMITTER_EMAIL,
+}
+
+
 def _git_env() -> dict[str, str]:
     """The environment for every git call: the caller's, minus ``GIT_*``, plus fixed settings."""
     env = {key: value for key, value in os.environ.items()
            if not key.startswith("GIT_") or key == "GIT_EXEC_PATH"}
-    env.update({
-        "LC_ALL": "C",
-        "LANG": "C",
-        "TZ": "UTC",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_PAGER": "cat",
-        "GIT_EDITOR": "true",
-        "GIT_COMMITTER_NAME": COMMITTER_NAME,
-        "GIT_COMMITTER_EMAIL": COMMITTER_EMAIL,
-    })
+    env.update(_GIT_SETTINGS)
     env.pop("LANGUAGE", None)
     return env
 
@@ -250,11 +256,12 @@ class Git:
         for setting in (*_BASE_CONFIG, *config):
             cmd += ["-c", setting]
         cmd += list(args)
+        added = {**_GIT_SETTINGS, **(env or {})}
         proc = subprocess.run(cmd, cwd=self.cwd, env={**_git_env(), **(env or {})},
                               input=stdin, capture_output=True, check=False)
         if self.log is not None:
             with open(self.log, "a", encoding="utf-8") as fh:
-                fh.write(f"$ git {' '.join(args)}  (in {self.cwd}, exit {proc.returncode})\n")
+                fh.write(f"$ {command_line(cmd, added, self.cwd)}\n# exit {proc.returncode}\n")
                 for stream in (proc.stdout, proc.stderr):
                     if stream:
                         fh.write(_text(stream).rstrip("\n") + "\n")

@@ -13,11 +13,12 @@ from dataclasses import asdict
 from typing import Sequence
 
 from ...matrix.config import Platform
+from ...common.jobserver import available_cores
 from ...kinds.registry import gpu_of, group_fits
 from ...record.progress import describe_abort
 from ...record.results import Failure, StepRecord, write_json
 from ..shape import Context, Stage
-from .greedy import GreedyRunner, Side, available_cores, lanes_for
+from .greedy import GreedyRunner, Side, lanes_for
 from .jobs import jobs_of, record_job
 from .refusals import refuse_what_cannot_run
 

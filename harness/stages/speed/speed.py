@@ -385,7 +385,7 @@ def _starter(pipe: Pipeline, p: Platform, command: Callable[[EngineKind, str], t
             return RuntimeError(message)
 
         try:
-            model_path = pipe.model_path(model)
+            pipe.model_path(model)  # a model that cannot be made fails here, before any engine starts
         except Exception as exc:
             raise fail(Failure("model", model=model, message=f"{type(exc).__name__}: {exc}"), str(exc)) from exc
         variant = pipe.matrix.configs[config].build
