@@ -237,6 +237,7 @@ def models_cmd(argv: Sequence[str]) -> int:
 TOOL_COMMANDS = {"ci-matrix": ("tools.ci_matrix", "main"), "check-windows": ("tools.windows_check", "main"),
                  "bench": ("tools.bench", "main"), "bench-compile": ("tools.compile_bench", "main"),
                  "bench-loop": ("tools.bench_loop", "main"), "bench-cold": ("tools.bench_cold", "main"),
+                 "llama-bench-rows": ("tools.llama_bench_rows", "main"),
                  "triage": ("analysis.triage", "main"), "bisect": ("analysis.bisect", "main"),
                  "forecast": ("analysis.forecast", "main"), "report": ("analysis.report", "report_main")}
 
