@@ -35,6 +35,7 @@ from ...matrix.config import Generation, GroupSpeed, Platform, SpeedRule
 from ...matrix.platforms import cannot_run
 from ...record import environment
 from ...record.bench import METRICS, step_name
+from ...record.llama_bench import write_rows
 from ...record.results import Failure, StepRecord, write_json
 from ..outputs.engine import EngineError, EngineSession
 from ..outputs.greedy import Side
@@ -270,6 +271,7 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
                                     "pairs": [r.to_json() for r in records.values()],
                                     "measurements": [m.to_json() for m in measured.values()],
                                     "rules": [{k: v for k, v in x.items() if k != "log"} for x in verdicts]})
+    write_rows(pipe.run.dir, p.name)  # the same measurements as llama-bench rows (harness.record.llama_bench)
 
 
 def _load_average() -> list[float] | None:
