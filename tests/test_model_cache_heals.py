@@ -1,0 +1,88 @@
+"""A cached model file the harness made (synthetic, derived with llama-quantize) is checked against the digest
+recorded when it was made before every use, and made again when it is wrong (harness.matrix.models.reusable).
+
+No llama.cpp build: the derived model's llama-quantize is tests/test_derived_models.py's fake.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from harness.matrix import models
+from harness.matrix.models import MADE_SUFFIX, generate_synthetic_moe, made_file_problem
+
+from test_derived_models import derive, fake, source  # noqa: F401  (fixtures)
+from test_models import TINY, vocab  # noqa: F401  (the vocabulary fixture)
+
+
+def truncate(path: Path) -> None:
+    """Cut ``path`` to half its size, as an interrupted copy or a full disk leaves it."""
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+
+
+def flip_byte(path: Path, at: int) -> None:
+    """Change one byte of ``path`` in place (same size): bit rot, or a stray write."""
+    with open(path, "r+b") as fh:
+        fh.seek(at)
+        byte = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_a_truncated_synthetic_model_is_generated_again_whole(vocab, tmp_path, caplog):  # noqa: F811
+    first = generate_synthetic_moe(vocab, TINY, tmp_path)
+    whole = first.read_bytes()
+    recorded = json.loads(first.with_name(first.name + MADE_SUFFIX).read_text())
+    assert recorded["size"] == len(whole)
+    truncate(first)
+    assert "bytes where" in made_file_problem(first)
+    with caplog.at_level(logging.WARNING, logger=models.__name__):
+        again = generate_synthetic_moe(vocab, TINY, tmp_path)
+    assert again == first and again.read_bytes() == whole
+    assert f"cached file {first} is damaged ({len(whole) // 2} bytes where {len(whole)} were written)" in caplog.text
+    assert made_file_problem(again) is None
+
+
+def test_a_synthetic_model_with_one_byte_changed_is_generated_again(vocab, tmp_path, caplog):  # noqa: F811
+    first = generate_synthetic_moe(vocab, TINY, tmp_path)
+    whole = first.read_bytes()
+    flip_byte(first, len(whole) - 100)  # inside the last tensor's data: still a readable GGUF
+    models.open_gguf(first)
+    assert "sha256" in made_file_problem(first)
+    with caplog.at_level(logging.WARNING, logger=models.__name__):
+        assert generate_synthetic_moe(vocab, TINY, tmp_path).read_bytes() == whole
+    assert "is damaged (sha256" in caplog.text
+
+
+def test_a_model_made_by_an_older_harness_is_recorded_when_whole_and_made_again_when_not(vocab, tmp_path):  # noqa: F811
+    first = generate_synthetic_moe(vocab, TINY, tmp_path)
+    whole = first.read_bytes()
+    first.with_name(first.name + MADE_SUFFIX).unlink()
+    assert made_file_problem(first) is None and first.with_name(first.name + MADE_SUFFIX).exists()
+    first.with_name(first.name + MADE_SUFFIX).unlink()
+    truncate(first)
+    assert "not a whole GGUF" in made_file_problem(first)
+    assert generate_synthetic_moe(vocab, TINY, tmp_path).read_bytes() == whole
+
+
+def test_a_truncated_derived_model_is_derived_again(fake, source, caplog):  # noqa: F811
+    first = derive(fake, source)
+    whole = first.read_bytes()
+    assert derive(fake, source) == first and len(fake.calls()) == 1  # whole: reused, llama-quantize not run
+    truncate(first)
+    with caplog.at_level(logging.WARNING, logger=models.__name__):
+        again = derive(fake, source)
+    assert again == first and again.stat().st_size == len(whole)  # the fake's output ends with its temporary name
+    assert made_file_problem(again) is None and len(fake.calls()) == 2
+    assert "model tiny-quant: cached file" in caplog.text
+
+
+def test_a_derived_model_with_one_byte_changed_is_derived_again(fake, source):  # noqa: F811
+    first = derive(fake, source)
+    whole = first.read_bytes()
+    flip_byte(first, 64)
+    again = derive(fake, source)
+    assert again.read_bytes()[:64] == whole[:64] and made_file_problem(again) is None and len(fake.calls()) == 2
