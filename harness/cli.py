@@ -92,17 +92,18 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
     args = _stage_parser().parse_args(argv)
     matrix = load_matrix(args.matrix)
     defines = parse_defines(args.defines)
-    platforms = split_names(args.platform)
+    platforms = split_names(args.platform, "--platform")
     for name in platforms:
         matrix.platform(name)  # unknown names fail before anything runs
-    for name in split_names(args.model):
+    for name in split_names(args.model, "--model"):
         if name not in matrix.models:
             raise SelectionError(f"unknown model {name!r}; {matrix.path} defines: {', '.join(sorted(matrix.models))}")
-    for name in split_names(args.group):
+    for name in split_names(args.group, "--group"):
         if name not in matrix.groups:
             raise SelectionError(f"unknown group {name!r}; {matrix.path} defines: {', '.join(sorted(matrix.groups))}")
     opts = Options(platforms=platforms, cmake_defines=defines, cuda_arch=args.cuda_arch, jobs=args.jobs,
-                   sanitize=args.sanitize, models=split_names(args.model), groups=split_names(args.group),
+                   sanitize=args.sanitize, models=split_names(args.model, "--model"),
+                   groups=split_names(args.group, "--group"),
                    n_predict=args.n_predict, repeats=args.repeats, work_dir=args.work_dir,
                    patches_dir=args.patches_dir, bench=args.bench, bench_repeats=args.bench_repeats,
                    bench_warmup=args.bench_warmup,
@@ -114,6 +115,8 @@ def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
     from .stages.build.source import cache_dir
     check_inputs(matrix, platforms, opts.groups, opts.models, args.n_predict, cache_dir(),
                  compare="compare-outputs" in order)
+    from .stages.build.patches import read_series
+    read_series(args.patches_dir)  # a malformed patch is bad input, as `patches check` says; a stale one the build's
     with proc.handle_signals():
         run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
         try:

@@ -1132,7 +1132,7 @@ def obtain_model(model: Any, cache_dir: Path, base_tree: Callable[[], Path], mat
 def made_model_path(model: Any, cache_dir: Path, base: Path | None) -> Path | None:
     """The file of matrix model ``model`` (a harness.matrix.config.Model) when :func:`obtain_model` has
     already made it (in ``cache_dir``, or the ``file`` given), without making or checking it; None when
-    it is not there.  ``base``: the base tree where it is already obtained (a synthetic model's file name
+    it is not there, and for a derived (``quantized``) model, whose file is found only by making it.  ``base``: the base tree where it is already obtained (a synthetic model's file name
     hashes its vocabulary, a file of that tree), None when it is not.  Raises OSError when the vocabulary
     cannot be read."""
     if model.kind == "pypi-chunks":
@@ -1142,8 +1142,10 @@ def made_model_path(model: Any, cache_dir: Path, base: Path | None) -> Path | No
         if vocab is None or not vocab.is_file():
             return None
         path = synthetic_moe_path(vocab, MoeParams(**model.spec.get("params", {})), cache_dir)
-    else:
+    elif model.kind == "file":
         path = Path(model.spec["path"])
+    else:  # a derived model's file name holds its quantize tool's digest: only making it finds it
+        return None
     return path if path.is_file() else None
 
 

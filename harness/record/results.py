@@ -696,6 +696,23 @@ def write_json(path: Path, data: Any) -> None:
     write_text_whole(path, json.dumps(_jsonable(data), indent=2, ensure_ascii=False) + "\n")
 
 
+#: A run id: a plain name (a folder of the results directory, never a path), as new_run_id makes them.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+#: Names of the results directory that are not runs.
+RESERVED_RUN_IDS = frozenset({"latest", "junit", "LATEST"})
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` when it is a plain name (:data:`RUN_ID`, not ``..`` and not one of :data:`RESERVED_RUN_IDS`);
+    raises InputError naming it otherwise (``--run-id ../../x`` would write outside the results directory)."""
+    if not RUN_ID.fullmatch(run_id) or ".." in run_id or run_id in RESERVED_RUN_IDS:
+        raise InputError(f"run id {run_id!r} (--run-id or HARNESS_RUN_ID) is not a plain name: use letters, digits, "
+                         "'.', '_' and '-' (no '/' and no '..'), not 'latest' or 'junit'; it names a folder of the "
+                         "results directory")
+    return run_id
+
+
 def new_run_id(now: datetime | None = None) -> str:
     """A fresh run id: UTC time to the second plus 4 random hex digits, e.g. 20261130T120501Z-3fa2."""
     now = now or datetime.now(timezone.utc)
@@ -768,9 +785,11 @@ class Run:
         Several stages of one invocation (``nox -s build test compare-outputs``)
         share a run through the HARNESS_RUN_ID environment variable, one
         process after the other: a run held by a live process is refused
-        (RunInUse).  Raises EnvironmentProblem when ``root`` cannot hold runs.
+        (RunInUse).  Raises EnvironmentProblem when ``root`` cannot hold runs, InputError for a run id
+        that is not a plain name (:func:`check_run_id`).
         """
         run_id = run_id or os.environ.get("HARNESS_RUN_ID") or new_run_id()
+        check_run_id(run_id)
         return cls(root, run_id, argv=argv)
 
     def _point_latest(self) -> None:
