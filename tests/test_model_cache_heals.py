@@ -86,3 +86,26 @@ def test_a_derived_model_with_one_byte_changed_is_derived_again(fake, source):  
     flip_byte(first, 64)
     again = derive(fake, source)
     assert again.read_bytes()[:64] == whole[:64] and made_file_problem(again) is None and len(fake.calls()) == 2
+
+
+def test_a_model_that_could_not_be_made_is_no_regression_of_the_fork(tmp_path):
+    from harness.analysis.triage import diff_runs
+    from harness.record.results import Failure, Run, StepRecord
+
+    def run(run_id: str, *steps: StepRecord) -> Path:
+        r = Run(tmp_path, run_id)
+        for s in steps:
+            r.record_step(s)
+        r.close()
+        return r.dir
+
+    good = run("a", StepRecord("p", "fork", "generate", "passed"))
+    unmade = Failure("model", model="moe-small-quant", message="ModelError: llama-quantize exited 1")
+    b = run("b", StepRecord("p", "fork", "generate", "error", detail=unmade.text(), failures=[unmade]))
+    report = diff_runs(good, b)
+    assert report.regressions == [] and [(t.category, t.after) for t in report.transitions] == [("other", "error")]
+    assert report.transitions[0].detail == "error: model moe-small-quant: ModelError: llama-quantize exited 1"
+    # the plant: a generation of the fork that crashed is the fork's, and stays a regression
+    crash = Failure("generation", model="moe-small-quant", prompt="story", status="crashed", signal="SIGSEGV")
+    c = run("c", StepRecord("p", "fork", "generate", "failed", failures=[crash]))
+    assert [t.what for t in diff_runs(good, c).regressions] == ["fork generate"]

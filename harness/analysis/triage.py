@@ -424,6 +424,8 @@ def _step_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set,
                                       (sb_sig["kind"], sb_sig["key"]) in known))
             continue
         category = _category(before, after, BAD_STEP)
+        if category == "regression" and _model_unmade(b):
+            category = "other"  # the harness could not make its input: nothing of the fork was run, nor got worse
         if strict and _unfinished(after):
             category = "regression"
         failing_side = sig_a.get(key) if category == "fix" else sig_b.get(key)
@@ -435,6 +437,13 @@ def _step_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set,
                               {"platform": key[0], "config": key[1], "step": key[2]}, detail,
                               _short(failing_side), sig_known, _blocked_by(key[0], b), _step_cached(b)))
     return out
+
+
+def _model_unmade(step: dict | None) -> bool:
+    """True for a step that errored only because a model could not be made (every failure fact of kind
+    ``model``, harness.record.results.FAILURE_KINDS): a problem of the harness's inputs, never a regression."""
+    facts = StepRecord.from_json(step).failures if step else []
+    return step is not None and step.get("status") == "error" and bool(facts) and all(f.kind == "model" for f in facts)
 
 
 def _step_cached(step: dict | None) -> str:
