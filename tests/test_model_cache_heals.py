@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 from harness.matrix import models
@@ -86,6 +87,26 @@ def test_a_derived_model_with_one_byte_changed_is_derived_again(fake, source):  
     flip_byte(first, 64)
     again = derive(fake, source)
     assert again.read_bytes()[:64] == whole[:64] and made_file_problem(again) is None and len(fake.calls()) == 2
+
+
+def test_the_model_store_that_models_and_the_stages_use_makes_a_damaged_file_again(vocab, tmp_path,  # noqa: F811
+                                                                                   caplog):
+    """``python -m harness models NAME`` and the stages take a model's path from ModelStore: a truncated cached
+    file is not handed out (the issue: ``models moe-small-quant`` printed the truncated path as fine)."""
+    from dataclasses import asdict
+
+    from harness.matrix.config import Model
+    from harness.matrix.models import ModelStore
+    shutil.copy(vocab, tmp_path / "vocab.gguf")
+    spec = {"vocab": "vocab.gguf", "params": asdict(TINY)}
+    store = lambda: ModelStore({"moe": Model("moe", "synthetic-moe", spec)}, tmp_path / "cache",  # noqa: E731
+                               lambda: tmp_path)
+    first = store().path("moe")
+    whole = first.read_bytes()
+    truncate(first)
+    with caplog.at_level(logging.WARNING, logger=models.__name__):
+        assert store().path("moe").read_bytes() == whole
+    assert f"cached file {first} is damaged" in caplog.text
 
 
 def test_a_model_that_could_not_be_made_is_no_regression_of_the_fork(tmp_path):
