@@ -167,9 +167,17 @@ def parse_defines(values: Sequence[str]) -> dict[str, str]:
     return defines
 
 
-def split_names(values: Sequence[str]) -> list[str]:
-    """Repeatable, comma-separated names (``--platform a,b --platform c``) as one list."""
-    return [v for item in values for v in item.split(",") if v]
+def split_names(values: Sequence[str], option: str = "a name option") -> list[str]:
+    """Repeatable, comma-separated names (``--platform a,b --platform c``) as one list.
+
+    Raises InputError naming ``option`` (e.g. ``--group``) for an empty or whitespace-only name (``--group ''``,
+    ``a,,b``): left out, the option would select everything instead of nothing the user meant."""
+    names = [v for item in values for v in item.split(",")]
+    if any(not v.strip() for v in names):
+        empty = next(item for item in values if any(not v.strip() for v in item.split(",")))
+        raise InputError(f"{option} {empty!r}: an empty name; name what to select, or leave {option} out to "
+                         "select everything")
+    return names
 
 
 def strip_dashdash(argv: Sequence[str]) -> list[str]:

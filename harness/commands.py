@@ -18,9 +18,10 @@ def stage_options(args: argparse.Namespace, **overrides) -> Options:
     """The options of harness.args.build_options and run_options in ``args`` as the stages' Options, with
     ``--work-dir`` and ``--patches-dir``; ``overrides`` replace fields (forecast: its own work directory,
     series and groups).  Raises InputError for a malformed ``-D``."""
-    fields = dict(platforms=split_names(args.platform), cmake_defines=parse_defines(args.defines),
-                  cuda_arch=args.cuda_arch, jobs=args.jobs, sanitize=args.sanitize, models=split_names(args.model),
-                  groups=split_names(args.group), n_predict=args.n_predict, repeats=args.repeats,
+    fields = dict(platforms=split_names(args.platform, "--platform"), cmake_defines=parse_defines(args.defines),
+                  cuda_arch=args.cuda_arch, jobs=args.jobs, sanitize=args.sanitize,
+                  models=split_names(args.model, "--model"), groups=split_names(args.group, "--group"),
+                  n_predict=args.n_predict, repeats=args.repeats,
                   work_dir=args.work_dir, patches_dir=args.patches_dir, bench=args.bench,
                   bench_repeats=args.bench_repeats, bench_warmup=args.bench_warmup, no_cache=args.no_cache,
                   lanes=args.lanes)
@@ -49,6 +50,8 @@ def run_stages(args: argparse.Namespace) -> int:
     from .stages.build.source import cache_dir
     check_inputs(matrix, opts.platforms, opts.groups, opts.models, args.n_predict, cache_dir(),
                  compare="compare-outputs" in args.stages)
+    from .stages.build.patches import read_series
+    read_series(args.patches_dir)  # a malformed patch is bad input, as `patches check` says; a stale one the build's
     with proc.handle_signals():
         run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
         try:

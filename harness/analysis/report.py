@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..common.fs import write_text_whole
-from ..record.results import COMPARISON, PATCH, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
+from ..record.results import COMPARISON, KILLED, PATCH, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
 from .signatures import load_signatures, step_logs
 from ..record.bench import bench_platforms, read_bench
 from ..record.probe import layers_by_type_text
@@ -655,10 +655,11 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
     sigs = _sig_lookup(load_signatures(run_dir))
     run_id = str(data.get("run_id") or run_dir.name)
     overall = data.get("overall", "?")
+    shown = f"{overall} ({KILLED})" if data.get("interrupted") == "killed" else overall
     parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
              f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-             f'<title>Run {escape(run_id)}: {escape(overall)}</title><style>{_CSS}</style></head><body>',
-             f'<header><h1>Run {escape(run_id)} <span class="verdict {escape(overall)}">{escape(overall)}</span></h1>'
+             f'<title>Run {escape(run_id)}: {escape(shown)}</title><style>{_CSS}</style></head><body>',
+             f'<header><h1>Run {escape(run_id)} <span class="verdict {escape(overall)}">{escape(shown)}</span></h1>'
              f'<p class="muted">steps: {escape(_count_text(_counts(steps)))} · comparisons: '
              f'{escape(_count_text(_counts(comparisons)))} · summary updated {escape(str(data.get("updated", "?")))}</p>',
              '<nav>' + ('<a href="#forecast">forecast</a>' if RunLayout(run_dir).forecast_json.is_file() else '')
@@ -750,7 +751,9 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
     overall = data.get("overall", "?")
     icon = VERDICT[overall].icon if overall in VERDICT else "❌"
     skipped = len(data.get("skipped_platforms") or {})
-    headline = overall + (f" ({skipped} platform{'s' if skipped != 1 else ''} skipped)" if skipped else "")
+    notes = ([KILLED] if data.get("interrupted") == "killed" else []) + \
+        ([f"{skipped} platform{'s' if skipped != 1 else ''} skipped"] if skipped else [])
+    headline = overall + (f" ({'; '.join(notes)})" if notes else "")
     lines = [f"## {icon} Run {run_id}: {headline}", "",
              f"**Steps:** {_count_text(_counts(steps))} · **comparisons:** {_count_text(_counts(comparisons))}", ""]
     if data.get("cache"):
