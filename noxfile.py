@@ -73,6 +73,12 @@ def patches(session: nox.Session) -> None:
     _harness(session, "patches")
 
 
+@nox.session(name="llama-bench-rows")
+def llama_bench_rows(session: nox.Session) -> None:
+    """Runs' speed measurements as llama-bench JSONL rows: ``nox -s llama-bench-rows -- RUN...``."""
+    _harness(session, "llama-bench-rows")
+
+
 @nox.session
 def source(session: nox.Session) -> None:
     """Base source: ``nox -s source -- fetch|export-mirror [--out PATH]``."""

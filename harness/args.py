@@ -170,9 +170,17 @@ def parse_defines(values: Sequence[str]) -> dict[str, str]:
     return defines
 
 
-def split_names(values: Sequence[str]) -> list[str]:
-    """Repeatable, comma-separated names (``--platform a,b --platform c``) as one list."""
-    return [v for item in values for v in item.split(",") if v]
+def split_names(values: Sequence[str], option: str = "a name option") -> list[str]:
+    """Repeatable, comma-separated names (``--platform a,b --platform c``) as one list.
+
+    Raises InputError naming ``option`` (e.g. ``--group``) for an empty or whitespace-only name (``--group ''``,
+    ``a,,b``): left out, the option would select everything instead of nothing the user meant."""
+    names = [v for item in values for v in item.split(",")]
+    if any(not v.strip() for v in names):
+        empty = next(item for item in values if any(not v.strip() for v in item.split(",")))
+        raise InputError(f"{option} {empty!r}: an empty name; name what to select, or leave {option} out to "
+                         "select everything")
+    return names
 
 
 def strip_dashdash(argv: Sequence[str]) -> list[str]:
@@ -187,10 +195,10 @@ def stage_options(args: argparse.Namespace, **overrides) -> Options:
     series and groups).  Raises InputError for a malformed ``-D``.  Here, beside the parsers that declare those
     options, so that the commands and the forecast (harness.analysis.forecast) share it."""
     from .stages.options import Options  # when a command runs: the command line imports only the standard library
-    fields = dict(platforms=split_names(args.platform), cmake_defines=parse_defines(args.defines),
-                  cuda_arch=args.cuda_arch, jobs=args.jobs, sanitize=args.sanitize, models=split_names(args.model),
-                  groups=split_names(args.group), n_predict=args.n_predict, repeats=args.repeats,
-                  work_dir=args.work_dir, patches_dir=args.patches_dir, bench=args.bench,
+    fields = dict(platforms=split_names(args.platform, "--platform"), cmake_defines=parse_defines(args.defines),
+                  cuda_arch=args.cuda_arch, jobs=args.jobs, sanitize=args.sanitize,
+                  models=split_names(args.model, "--model"), groups=split_names(args.group, "--group"),
+                  n_predict=args.n_predict, repeats=args.repeats, work_dir=args.work_dir, patches_dir=args.patches_dir, bench=args.bench,
                   bench_repeats=args.bench_repeats, bench_warmup=args.bench_warmup, no_cache=args.no_cache,
                   lanes=args.lanes)
     fields.update(overrides)

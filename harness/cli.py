@@ -107,6 +107,15 @@ def _tool_commands(sub: argparse._SubParsersAction) -> None:
               "--work-dir; this command builds nothing.", common)
     ap.add_argument("names", nargs="*", metavar="NAME", help="models of matrix.yaml (default: all)")
 
+    ap = _add(sub, "llama-bench-rows", "tools.llama_bench_rows:run",
+              "runs' speed measurements as llama-bench JSONL rows (for upstream's compare-llama-bench.py)",
+              parents=[results_options()])
+    ap.add_argument("runs", nargs="+", metavar="RUN", help="run id (under --results-dir) or run directory")
+    ap.add_argument("--platform", action="append", default=[],
+                    help="platform whose bench.json to convert (repeatable; default: every one with a bench.json)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="one JSONL file for all rows (default: each run's <platform>/speed/llama-bench.jsonl)")
+
     ap = _add(sub, "ci-matrix", "tools.ci_matrix:run", "the GitHub Actions job matrix (JSON) derived from matrix.yaml",
               parents=[matrix_options(), patches_options()])
     ap.add_argument("--platform", action="append", default=[],
@@ -197,8 +206,9 @@ def _analysis_commands(sub: argparse._SubParsersAction) -> None:
     ap.add_argument("run", nargs="?", default="latest", help="run id or directory (default: latest)")
     ap.add_argument("--markdown", action="store_true",
                     help="also print the Markdown summary to stdout (the path then goes to stderr)")
-    ap.add_argument("--against", default=None, metavar="RUN",
-                    help="list changes since this earlier run ('previous': the last one covering the same platforms)")
+    ap.add_argument("--against", default="previous", metavar="RUN",
+                    help="list changes since this earlier run (default 'previous': the last one covering the same "
+                         "platforms, if any; 'none': no changes section)")
     ap.add_argument("--out", type=Path, default=None, help="HTML file (default: <run>/report.html)")
 
 

@@ -16,7 +16,7 @@ from .matrix.config import SelectionError, load_matrix
 def run_stages(args: argparse.Namespace) -> int:
     """``build test compare-outputs``: run ``args.stages``; the exit code of the run's verdict
     (harness.common.errors)."""
-    from .analysis.run_views import write_views
+    from .analysis.run_views import settle_killed, write_views
     from .pipeline import run_stages as run_pipeline
     from .record.results import Run
     matrix = load_matrix(args.matrix)
@@ -35,9 +35,12 @@ def run_stages(args: argparse.Namespace) -> int:
     from .stages.build.source import cache_dir
     check_inputs(matrix, opts.platforms, opts.groups, opts.models, args.n_predict, cache_dir(),
                  compare="compare-outputs" in args.stages)
+    from .stages.build.patches import read_series
+    read_series(args.patches_dir)  # a malformed patch is bad input, as `patches check` says; a stale one the build's
     with proc.handle_signals():
         run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
         try:
+            settle_killed(run.root, run.dir, lambda line: print(line, flush=True))
             return run_pipeline(matrix, run, opts, args.stages)
         finally:
             try:  # after an interrupt or an error too: the views of what was recorded

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import sys
 import xml.etree.ElementTree as ET
 from contextlib import nullcontext
@@ -235,6 +236,21 @@ def test_the_speed_stage_interleaves_one_resident_engine_per_configuration(tmp_p
     bench = read_bench(pipe.run.dir, CPU)
     for m in bench["measurements"]:
         assert m["pp"]["n"] == 5 and m["position"] == ["base", "fork"].index(m["config"])
+
+
+def test_the_stage_writes_its_measurements_as_llama_bench_rows_too(tmp_path):
+    pipe = FakePipeline(tmp_path, "rows")
+    for config in ("base", "fork"):  # as the comparisons leave them (harness.stages.outputs.sessions)
+        write_json(pipe.run.layout.config_json(CPU, config), {"build": config, "args": [], "env": {}})
+    stage_speed(pipe)
+    bench = read_bench(pipe.run.dir, CPU)
+    lines = (pipe.run.layout.speed(CPU) / "llama-bench.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert [(r["config"], r["n_prompt"], r["n_gen"]) for r in rows] == \
+        [(m["config"], n_prompt, n_gen) for m in bench["measurements"]
+         for n_prompt, n_gen in ((m["n_prompt"], 0), (0, m["n_gen"]))]
+    assert [r["samples_ts"] for r in rows[::2]] == [m["pp_tok_s"] for m in bench["measurements"]]
+    assert rows[0]["build_commit"] != rows[2]["build_commit"] and rows[0]["backends"] == "CPU"
 
 
 def with_processes(pipe: FakePipeline, processes: int) -> FakePipeline:

@@ -491,7 +491,7 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
     from ..pipeline import run_stages
     from ..record.results import Run
     from .report import write_report
-    from .run_views import write_views
+    from .run_views import settle_killed, write_views
     base = forecast_base(new, old, patches, work / "upstream")
     trial = work / "trial"
     shutil.rmtree(trial, ignore_errors=True)
@@ -518,6 +518,7 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
         try:
             if stages:
                 try:
+                    settle_killed(run.root, run.dir, say)
                     rc = run_stages(fmatrix, run, opts, stages, bases={"base": base, OLD_VARIANT: old})
                 finally:
                     write_views(run.dir)  # the signatures the forecast's stages name; the report again below

@@ -315,7 +315,27 @@ def _parse_patch_file(path: Path, data: bytes) -> tuple[dict[str, str], str, byt
                 headers[key] = value.strip()
         body = _text((scratch / "msg").read_bytes())
         diff = (scratch / "diff").read_bytes()
+        if diff.strip():
+            # git apply reads the diff without a tree: a hunk cut short or a count that lies is malformed input,
+            # not a patch that no longer applies (that is the build's to find)
+            parsed = git.run(["apply", "--numstat", "-"], stdin=diff, check=False,
+                             env={"GIT_CEILING_DIRECTORIES": str(scratch.parent)})
+            if parsed.returncode != 0:
+                raise PatchError(f"{path}: malformed diff: {_malformed_where(data, diff, _text(parsed.stderr))}")
     return headers, body, diff
+
+
+def _malformed_where(data: bytes, diff: bytes, stderr: str) -> str:
+    """git apply's complaint about ``diff`` (the diff part of the patch file ``data``) in one line, its
+    ``at line N`` (of the diff) turned into the line of the patch file."""
+    first = next((line for line in stderr.splitlines() if line.strip()), "git apply cannot read it").strip()
+    first = first.removeprefix("error: ")
+    m = re.search(r"at line (\d+)", first)
+    start = data.find(diff.split(b"\n", 1)[0])
+    if m and start >= 0:
+        line = data.count(b"\n", 0, start) + int(m.group(1))
+        first = f"{first[:m.start()]}at line {line}{first[m.end():]}"
+    return f"{first} (git apply --numstat); fix or re-export the patch (python -m harness patches export)"
 
 
 #: Header lines of a git diff that name a path (the path follows the prefix).

@@ -40,6 +40,7 @@ from ...matrix.platforms import cannot_run
 from ...kinds.registry import gpu_of, group_fits
 from ...record import environment
 from ...record.bench import METRICS, step_name
+from ...record.llama_bench import write_rows
 from ...record.results import Failure, StepRecord, write_json
 from ..outputs.engine import EngineError, EngineSession
 from ..outputs.greedy import Side
@@ -158,10 +159,25 @@ def stage_speed(pipe: Pipeline) -> None:
         p = pipe.matrix.platform(name)
         if cannot_run(p):
             continue  # the comparisons recorded why
-        rules = rules_for(pipe, p)
+        rules = [r for r in rules_for(pipe, p) if not _blocked(pipe, p, r)]
         if rules:
             with pipe.doing(p.name, "-", "speed"):
                 _platform(pipe, p, rules)
+
+
+def _blocked(pipe: Pipeline, p: Platform, r: Rule) -> bool:
+    """Whether rule ``r`` cannot run on ``p`` because a build of its pair did not pass; such a rule is not
+    measured, and is recorded as ``error`` naming the build (harness.record.results.STEP: "a failed build it
+    needs"), never as a failed rule."""
+    configs = dict.fromkeys((r.reference, r.rule.candidate))
+    missing = list(dict.fromkeys(v for c in configs if pipe.build_variant(p, v := pipe.matrix.configs[c].build)
+                                 .status != "passed"))
+    if missing:
+        facts = [Failure("blocked", build=v) for v in missing]
+        detail = f"not run: {'; '.join(f.text() for f in facts)}"
+        pipe.run.record_step(StepRecord(p.name, r.rule.candidate, r.step, "error", detail=detail, failures=facts))
+        pipe.say(f"[{p.name}] {r.step} {r.rule.candidate}: error — {detail}")
+    return bool(missing)
 
 
 @dataclass
@@ -275,6 +291,7 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
                                     "pairs": [r.to_json() for r in records.values()],
                                     "measurements": [m.to_json() for m in measured.values()],
                                     "rules": [{k: v for k, v in x.items() if k != "log"} for x in verdicts]})
+    write_rows(pipe.run.dir, p.name)  # the same measurements as llama-bench rows (harness.record.llama_bench)
 
 
 def _load_average() -> list[float] | None:
