@@ -34,7 +34,7 @@ from ...common.statistics import judge, spread
 from ...matrix.config import Generation, GroupSpeed, Platform, SpeedRule
 from ...matrix.platforms import cannot_run
 from ...record import environment
-from ...record.bench import METRICS, step_name
+from ...record.bench import INSTRUMENT, INSTRUMENT_KEY, METRICS, step_name
 from ...record.llama_bench import write_rows
 from ...record.results import Failure, StepRecord, write_json
 from ..outputs.engine import EngineError, EngineSession
@@ -279,7 +279,8 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
         + f"engines resident at once: at most {roster.peak}\n"
         + f"peak host memory of the engines: {_gib(peak_bytes)}"
         + (f" ({peak.pair.first} + {peak.pair.second})\n" if peak and peak_bytes else "\n"), encoding="utf-8")
-    write_json(out / "bench.json", {"machine": environment.machine_fingerprint(), "defaults": pipe.matrix.speed,
+    write_json(out / "bench.json", {"machine": environment.machine_fingerprint(), INSTRUMENT_KEY: INSTRUMENT,
+                                    "defaults": pipe.matrix.speed,
                                     "wall_s": round(time.monotonic() - start, 2), "load_average": load,
                                     "load_average_after": _load_average(),
                                     "engines_resident_max": roster.peak, "peak_host_rss_bytes": peak_bytes,
