@@ -5,7 +5,8 @@ milliseconds per token (default 1) times ``FAKE_BENCH_SCALE`` (default 1), with 
 deterministic jitter, and reports that time. A ``probe`` request writes the record of one weight of
 4096 bytes in ``CPU_Mapped`` memory backed by the model file (``CPU``, anonymous, with
 ``--load-mode none`` or under ``FAKE_LOSE_MMAP``; ``FAKE_PROBE_ANON`` keeps the name ``CPU_Mapped`` over
-anonymous memory, as a load that copies the mapping would), as the fake load log reports it.
+anonymous memory, as a load that copies the mapping would; ``FAKE_PROBE_COW`` keeps the map's name and
+makes every page a private copy, as a load that writes a private mapping would), as the fake load log reports it.
 ``FAKE_RSS_MB`` megabytes (default 0) are held resident from the model load on, as a model's weights
 would be."""
 
@@ -71,11 +72,16 @@ def handle(parts: list) -> bool:
     elif parts[0] == "probe":
         mapped = "none" not in sys.argv[1:] and not os.environ.get("FAKE_LOSE_MMAP")
         backed = 4096 if mapped and not os.environ.get("FAKE_PROBE_ANON") else 0
+        # FAKE_PROBE_COW: the map names the file, the pages are private copies (a written private mapping)
+        private = backed if os.environ.get("FAKE_PROBE_COW") else 0
+        counts = {"page_locked": None, "file_backed": backed, "file_pages": backed - private, "private_pages": private}
         record = {"weights": [{"name": "token_embd.weight", "layer": -1, "type": "f32", "bytes": 4096, "buffer": 0,
-                               "page_locked": None, "file_backed": backed}],
+                               **counts}],
                   "buffers": [{"name": "CPU_Mapped" if mapped else "CPU", "buffer_type": "CPU_Mapped" if mapped else "CPU",
-                               "bytes": 4096, "host": True, "page_locked": None, "file_backed": backed}],
-                  "driver": None, "probe_ms": 1.0}
+                               "bytes": 4096, "host": True, **counts}],
+                  "driver": None, "probe_ms": 1.0,
+                  "file_mappings": [{"bytes": 8192, "rss": 8192, "shared_clean": 0, "private_clean": 8192 - private,
+                                     "private_dirty": private, "anonymous": private}] if backed else []}
         with open(bytes.fromhex(parts[1]).decode(), "w", encoding="utf-8") as f:
             json.dump(record, f)
         reply({"ok": True, "weights": 1, "buffers": 1, "probe_ms": 1.0})

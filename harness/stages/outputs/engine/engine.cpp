@@ -38,7 +38,10 @@
 //       split and the numerics do not change. Per weight and per weight buffer: name, layer, type,
 //       bytes, buffer and buffer type (read from the tensor), and for host memory the bytes the driver
 //       reports page-locked (CUDA builds: cudaPointerGetAttributes, cudaMemoryTypeHost, sampled every
-//       MiB) and the bytes backed by the model file (/proc/self/maps; on Windows VirtualQuery, MEM_MAPPED).
+//       MiB), the bytes the memory map names as the model file's (/proc/self/smaps; on Windows VirtualQuery,
+//       MEM_MAPPED) and of those, by the OS's page flags, the bytes whose pages are the file's and those whose
+//       pages are private copies (/proc/self/pagemap; on Windows QueryWorkingSetEx, shared or not); and per
+//       mapping of the model file, the bytes smaps reports resident, shared clean, private and anonymous.
 //       Replies the counts and the time it took.
 //   quit
 //
@@ -76,9 +79,15 @@
 #define NOMINMAX
 #endif
 #include <windows.h>
+#ifndef PSAPI_VERSION
+#define PSAPI_VERSION 2  // QueryWorkingSetEx from kernel32 (K32QueryWorkingSetEx): no psapi library to link
+#endif
+#include <psapi.h>
 #else
 #include <climits>
 #include <cstdlib>
+#include <fcntl.h>
+#include <unistd.h>
 #endif
 
 #if defined(HARNESS_ENGINE_CUDA)
@@ -284,41 +293,88 @@ long long probe_page_locked(const char * p, size_t n) {
 #endif
 }
 
-// the address ranges of this process backed by the model file
+// the address ranges of this process the memory map names as the model file's, and the state of their pages
+// as the OS reports it: a range the map names as the file's may hold private copies of the file's pages
+// (a private writable mapping written to), which the map's name does not show
 struct probe_file_map {
-    std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+    struct mapping {
+        uintptr_t lo, hi;
+        long long rss, shared_clean, private_clean, private_dirty, anonymous;  // bytes, /proc/self/smaps
+    };
+    std::vector<mapping> ranges;
     bool known = false;
+    bool pages_known = false;
+#if !defined(_WIN32)
+    int pagemap = -1;
+#endif
 
     explicit probe_file_map(const std::string & model_path) {
 #if defined(_WIN32)
         (void) model_path;
-        known = true;  // VirtualQuery is asked per range
+        known = true;  // VirtualQuery and QueryWorkingSetEx are asked per range
+        pages_known = true;
 #else
         char resolved[PATH_MAX];
         const std::string want = realpath(model_path.c_str(), resolved) ? std::string(resolved) : model_path;
-        std::ifstream maps("/proc/self/maps");
+        // /proc/self/smaps: a header line per mapping (start-end perms offset dev inode path), then "Key: N kB"
+        std::ifstream smaps("/proc/self/smaps");
         std::string line;
-        while (std::getline(maps, line)) {
-            // start-end perms offset dev inode path
+        mapping * cur = nullptr;
+        while (std::getline(smaps, line)) {
             std::istringstream in(line);
-            std::string span, perms, offset, dev, inode, path;
-            if (!(in >> span >> perms >> offset >> dev >> inode)) {
+            std::string first;
+            in >> first;
+            const size_t dash = first.find('-');
+            if (dash != std::string::npos && first.back() != ':') {
+                std::string perms, offset, dev, inode, path;
+                in >> perms >> offset >> dev >> inode;
+                std::getline(in >> std::ws, path);
+                cur = nullptr;
+                if (path == want) {
+                    ranges.push_back({ (uintptr_t) std::stoull(first.substr(0, dash), nullptr, 16),
+                                       (uintptr_t) std::stoull(first.substr(dash + 1), nullptr, 16), 0, 0, 0, 0, 0 });
+                    cur = &ranges.back();
+                }
                 continue;
             }
-            std::getline(in >> std::ws, path);
-            const size_t dash = span.find('-');
-            if (path != want || dash == std::string::npos) {
+            long long kb = 0;
+            if (cur == nullptr || !(in >> kb)) {
                 continue;
             }
-            ranges.emplace_back((uintptr_t) std::stoull(span.substr(0, dash), nullptr, 16),
-                                (uintptr_t) std::stoull(span.substr(dash + 1), nullptr, 16));
-            known = true;
+            const long long bytes = kb * 1024;
+            if (first == "Rss:") {
+                cur->rss = bytes;
+            } else if (first == "Shared_Clean:") {
+                cur->shared_clean = bytes;
+            } else if (first == "Private_Clean:") {
+                cur->private_clean = bytes;
+            } else if (first == "Private_Dirty:") {
+                cur->private_dirty = bytes;
+            } else if (first == "Anonymous:") {
+                cur->anonymous = bytes;
+            }
         }
-        known = known || maps.is_open();
+        known = smaps.is_open();
+        // /proc/self/pagemap: 8 bytes per virtual page, bit 63 present, 62 swapped, 61 file page or shared
+        // anonymous (the kernel's Documentation/admin-guide/mm/pagemap.rst); the flags are readable without
+        // CAP_SYS_ADMIN, which only the page frame numbers need
+        pagemap = open("/proc/self/pagemap", O_RDONLY);
+        pages_known = pagemap >= 0;
 #endif
     }
 
-    // bytes of [p, p + n) backed by the model file
+    ~probe_file_map() {
+#if !defined(_WIN32)
+        if (pagemap >= 0) {
+            close(pagemap);
+        }
+#endif
+    }
+
+    probe_file_map(const probe_file_map &) = delete;
+    probe_file_map & operator=(const probe_file_map &) = delete;
+
+    // bytes of [p, p + n) the memory map names as the model file's
     long long backed(const char * p, size_t n) const {
         if (!known) {
             return -1;
@@ -343,8 +399,8 @@ struct probe_file_map {
         const uintptr_t lo = (uintptr_t) p;
         const uintptr_t hi = lo + n;
         for (const auto & r : ranges) {
-            const uintptr_t a = std::max(lo, r.first);
-            const uintptr_t b = std::min(hi, r.second);
+            const uintptr_t a = std::max(lo, r.lo);
+            const uintptr_t b = std::min(hi, r.hi);
             if (a < b) {
                 total += (long long) (b - a);
             }
@@ -352,16 +408,114 @@ struct probe_file_map {
 #endif
         return total;
     }
+
+    // of the bytes of [p, p + n) the map names as the model file's: those whose pages are the file's and those
+    // whose pages are private copies, by the OS's page flags; {-1, -1} where the OS cannot be asked.
+    // Linux (pagemap): a resident page is the file's when flagged a file page, a private copy otherwise; a page
+    // not resident is a private copy when swapped out, the file's otherwise (a read fetches it from the file).
+    // Windows (QueryWorkingSetEx): a page in the working set is the file's when shared, a private copy
+    // otherwise; a page outside the working set is in neither count (the call does not tell).
+    std::pair<long long, long long> pages(const char * p, size_t n) const {
+        if (!pages_known) {
+            return { -1, -1 };
+        }
+        long long file = 0;
+        long long priv = 0;
+#if defined(_WIN32)
+        SYSTEM_INFO si;
+        GetSystemInfo(&si);
+        const uintptr_t page = si.dwPageSize;
+        const char * q = p;
+        const char * end = p + n;
+        std::vector<PSAPI_WORKING_SET_EX_INFORMATION> info;
+        while (q < end) {
+            MEMORY_BASIC_INFORMATION mbi;
+            if (VirtualQuery(q, &mbi, sizeof(mbi)) == 0) {
+                break;
+            }
+            const char * stop = std::min((const char *) mbi.BaseAddress + mbi.RegionSize, end);
+            if (mbi.Type == MEM_MAPPED) {
+                const uintptr_t first = (uintptr_t) q & ~(page - 1);
+                info.clear();
+                for (uintptr_t a = first; a < (uintptr_t) stop; a += page) {
+                    PSAPI_WORKING_SET_EX_INFORMATION e = {};
+                    e.VirtualAddress = (PVOID) a;
+                    info.push_back(e);
+                }
+                if (!QueryWorkingSetEx(GetCurrentProcess(), info.data(),
+                                          (DWORD) (info.size() * sizeof(PSAPI_WORKING_SET_EX_INFORMATION)))) {
+                    return { -1, -1 };
+                }
+                for (const auto & e : info) {
+                    const uintptr_t a = std::max((uintptr_t) e.VirtualAddress, (uintptr_t) q);
+                    const uintptr_t b = std::min((uintptr_t) e.VirtualAddress + page, (uintptr_t) stop);
+                    if (e.VirtualAttributes.Valid) {
+                        (e.VirtualAttributes.Shared ? file : priv) += (long long) (b - a);
+                    }
+                }
+            }
+            q = stop;
+        }
+#else
+        const uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
+        const uintptr_t lo = (uintptr_t) p;
+        const uintptr_t hi = lo + n;
+        std::vector<uint64_t> entries;
+        for (const auto & r : ranges) {
+            const uintptr_t a = std::max(lo, r.lo);
+            const uintptr_t b = std::min(hi, r.hi);
+            for (uintptr_t first = a & ~(page - 1); first < b; first += page * 4096) {
+                const uintptr_t last = std::min(b, first + page * 4096);  // at most 4096 entries a read
+                entries.resize((last - first + page - 1) / page);
+                const size_t want = entries.size() * sizeof(uint64_t);
+                if (pread(pagemap, entries.data(), want, (off_t) (first / page * sizeof(uint64_t))) != (ssize_t) want) {
+                    return { -1, -1 };
+                }
+                for (size_t i = 0; i < entries.size(); i++) {
+                    const uintptr_t pa = std::max(a, first + i * page);
+                    const uintptr_t pb = std::min(last, first + (i + 1) * page);
+                    const uint64_t e = entries[i];
+                    const bool present = (e >> 63) & 1;
+                    const bool swapped = (e >> 62) & 1;
+                    const bool file_page = (e >> 61) & 1;
+                    ((present && !file_page) || (!present && swapped) ? priv : file) += (long long) (pb - pa);
+                }
+            }
+        }
+#endif
+        return { file, priv };
+    }
+
+    // the model file's mappings as JSON: range and the bytes /proc/self/smaps reports resident, shared clean,
+    // private clean, private dirty and anonymous (null on Windows)
+    std::string mappings_json() const {
+#if defined(_WIN32)
+        return "null";
+#else
+        std::ostringstream out;
+        out << "[";
+        for (size_t i = 0; i < ranges.size(); i++) {
+            const mapping & m = ranges[i];
+            out << (i ? "," : "") << "{\"bytes\":" << (m.hi - m.lo) << ",\"rss\":" << m.rss << ",\"shared_clean\":"
+                << m.shared_clean << ",\"private_clean\":" << m.private_clean << ",\"private_dirty\":" << m.private_dirty
+                << ",\"anonymous\":" << m.anonymous << "}";
+        }
+        out << "]";
+        return out.str();
+#endif
+    }
 };
 
 std::string probe_memory_json(const char * p, size_t n, bool host, const probe_file_map & map) {
     if (!host) {
-        return "\"page_locked\":null,\"file_backed\":null";
+        return "\"page_locked\":null,\"file_backed\":null,\"file_pages\":null,\"private_pages\":null";
     }
     const long long locked = probe_page_locked(p, n);
     const long long backed = map.backed(p, n);
-    return std::string("\"page_locked\":") + (locked < 0 ? "null" : std::to_string(locked)) +
-           ",\"file_backed\":" + (backed < 0 ? "null" : std::to_string(backed));
+    const auto pages = map.pages(p, n);
+    auto count = [](long long v) { return v < 0 ? std::string("null") : std::to_string(v); };
+    return "\"page_locked\":" + count(locked) + ",\"file_backed\":" + count(backed) + ",\"file_pages\":" +
+           count(pages.first) + ",\"private_pages\":" + count(pages.second);
 }
 
 struct engine {
@@ -721,6 +875,7 @@ struct engine {
 #else
         out << "],\"driver\":null";
 #endif
+        out << ",\"file_mappings\":" << map.mappings_json();
         out << ",\"probe_ms\":" << json_number(ms_since(t_start)) << "}\n";
         const std::string text = out.str();
         FILE * f = fopen(path.c_str(), "wb");
