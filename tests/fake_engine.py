@@ -7,6 +7,7 @@ deterministic jitter, and reports that time. A ``probe`` request writes the reco
 ``--load-mode none`` or under ``FAKE_LOSE_MMAP``; ``FAKE_PROBE_ANON`` keeps the name ``CPU_Mapped`` over
 anonymous memory, as a load that copies the mapping would; ``FAKE_PROBE_COW`` keeps the map's name and
 makes every page a private copy, as a load that writes a private mapping would), as the fake load log reports it.
+A ``reload`` request loads and frees a small host buffer (see :func:`reload`).
 ``FAKE_RSS_MB`` megabytes (default 0) are held resident from the model load on, as a model's weights
 would be."""
 
@@ -85,6 +86,8 @@ def handle(parts: list) -> bool:
         with open(bytes.fromhex(parts[1]).decode(), "w", encoding="utf-8") as f:
             json.dump(record, f)
         reply({"ok": True, "weights": 1, "buffers": 1, "probe_ms": 1.0})
+    elif parts[0] == "reload":
+        reply(reload(int(parts[1]), bytes.fromhex(parts[2]).decode()))
     elif parts[0] == "bench":
         handle.benches = getattr(handle, "benches", 0) + 1
         per_token = float(os.environ.get("FAKE_BENCH_MS", "1")) * float(os.environ.get("FAKE_BENCH_SCALE", "1"))
@@ -96,6 +99,48 @@ def handle(parts: list) -> bool:
     else:
         reply({"ok": False, "error": "bad request"})
     return True
+
+def memory() -> dict:
+    """This process's resident, locked and pinned bytes from /proc/self/status (None where it has none)."""
+    out = {"rss": None, "locked": None, "pinned": None}
+    names = {"VmRSS:": "rss", "VmLck:": "locked", "VmPin:": "pinned"}
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                key, *rest = line.split()
+                if key in names:
+                    out[names[key]] = int(rest[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def reload(count: int, path: str) -> dict:
+    """The ``reload`` request: ``count`` loads of a 4 MiB host buffer, each written (resident) and freed, with the
+    process's real memory readings.  ``FAKE_RELOAD_DRIVER`` reports driver counts as a CUDA build would (the
+    whole buffer page-locked); ``FAKE_RELOAD_LEAK`` keeps 2 MiB of each freed buffer page-locked, so that every
+    later load is granted 2 MiB less; ``FAKE_RELOAD_KEEP`` keeps each load's buffer resident after its free."""
+    size = 4 * 2**20
+    driver = bool(os.environ.get("FAKE_RELOAD_DRIVER"))
+    leak = 2 * 2**20 if os.environ.get("FAKE_RELOAD_LEAK") else 0
+    kept = []
+    record = {"count": count, "baseline": memory(), "cycles": [], "driver": "cuda" if driver else None}
+    for k in range(count):
+        buffer = bytearray(b"\x01" * size)
+        loaded = memory()
+        if os.environ.get("FAKE_RELOAD_KEEP"):
+            kept.append(buffer)
+        del buffer
+        granted = size - leak * k
+        record["cycles"].append({"load_ms": 1.0, "loaded": loaded, "freed": memory(), "buffers": [
+            {"buffer_type": "CUDA_Host", "bytes": size, "host": True, "page_locked": granted if driver else None,
+             "page_locked_after_free": leak if driver else None}]})
+    record["reload_ms"] = 1.0 * count
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f)
+    reload.kept = kept
+    return {"ok": True, "loads": count, "reload_ms": record["reload_ms"]}
+
 
 if __name__ == "__main__":
     main()

@@ -48,8 +48,10 @@ Kinds and what the key holds:
     and the rule's stable finding (``expert tensors of layers 0-7 in CPU, expected
     CUDA_Host``, ``pinned fraction below 1``, ``unexpected warning partial-pin``), without
     byte counts; the summary has them.
-
-
+``reload``
+    a failed ``reloads`` step (harness.stages.checks.reloads): configuration, model and the rule's stable
+    finding (``freed: page-locked bytes left in freed host buffers``, ``grant: a later load was granted
+    less than the first``), without byte counts or the load's number; the summary has them.
 ``speed_regression``
     a speed rule that found a slowdown (harness.stages.speed.speed): group, model, candidate, metric
     (pp or tg) and reference; the numbers are in the summary only.
@@ -81,7 +83,7 @@ from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRec
 #: those rank above ``signal``.
 KIND_RANK = {"configure_error": 3, "compile_error": 3, "link_error": 3, "patch_apply": 3, "test_assertion": 2,
              "signal": 5, "cuda_error": 1, "sanitizer_report": 0, "timeout": 4, "output_mismatch": 6,
-             "placement": 6, "pinning": 6, "warning": 7, "speed_regression": 6, "other": 8}
+             "placement": 6, "pinning": 6, "warning": 7, "reload": 6, "speed_regression": 6, "other": 8}
 #: The signature kind of each rule of harness.stages.checks.expectations (``weights`` and ``mapped`` are placements
 #: too; a failed ``claims`` finding is a pinning where its key starts so, else a placement).
 EXPECTATION_KINDS = {"placement": "placement", "weights": "placement", "mapped": "placement", "pinned": "pinning",
@@ -798,11 +800,37 @@ def classify_step(run_dir: Path, step: StepRecord | dict) -> Signature | None:
         found = expectation_signatures(run_dir, step)
         if found:
             return found[0]
+    if step.step == "reloads":
+        found = reload_signatures(run_dir, step)
+        if found:
+            return found[0]
     if step.status == "failed" and parse_step(step.step):
         return speed_signature(run_dir, step)
     detail = "; ".join(f.text() for f in step.failures) or step.detail or f"{step.step} {step.status}"
     found = classify_text(detail)
     return found or _other(detail, (), [detail])
+
+
+def reload_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
+    """The ``reload`` signatures of a failed ``reloads`` step, one per failed rule and model, keyed by the
+    findings' stable keys in ``<platform>/<config>/reloads.json`` (the failure's normalised message where that
+    record is missing or unreadable)."""
+    record_path = RunLayout(run_dir).config(step.platform, step.config) / "reloads.json"
+    keys: dict[tuple[str, str, str], str] = {}
+    try:
+        for model, findings in json.loads(record_path.read_text(encoding="utf-8")).get("models", {}).items():
+            for f in findings:
+                if f.get("status") == "failed":
+                    keys.setdefault((model, f.get("rule", ""), f.get("message", "")), f.get("key", ""))
+    except (OSError, ValueError, AttributeError):
+        pass
+    out = []
+    for fact in step.failures:
+        stable = keys.get((fact.model, fact.status, fact.message)) or normalise(fact.message)
+        where = f"{step.config}/{fact.model}"
+        out.append(_sig("reload", f"reloads: {where}: {fact.status}: {stable}",
+                        f"reloads: {where}: {fact.status}: {fact.message}", [fact.message]))
+    return out
 
 
 def expectation_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:

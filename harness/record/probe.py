@@ -50,7 +50,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 #: The name of a load's probe record beside its ``engine.stderr``.
 PROBE_FILE = "engine.probe.json"
@@ -275,17 +275,25 @@ def parse_probe(data: Mapping[str, Any], where: str = "probe") -> Probe:
         raise ProbeError(f"{where}: not a probe record ({type(exc).__name__}: {exc})") from None
 
 
-def read_probe(path: Path) -> Probe:
-    """The probe record at ``path``; raises :class:`ProbeError` (missing, unreadable, or an ``error`` record the
-    harness wrote when the engine refused the probe, whose message it carries)."""
+def engine_record(path: Path, error: Callable[[str], Exception], missing: str, what: str) -> Any:
+    """The parsed JSON an engine request wrote at ``path`` (the probe's, harness.record.reloads'); raises
+    ``error(message)`` naming the file where it is ``missing`` (that text follows the name) or cannot be read, and
+    where it is neither an object nor an ``{"error": ...}`` (``what`` names the kind of record)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ProbeError(f"{path.name} missing: the load has no probe record") from None
+        raise error(f"{path.name} missing: {missing}") from None
     except (OSError, ValueError) as exc:
-        raise ProbeError(f"{path.name} cannot be read ({exc})") from None
-    if isinstance(data, dict) and "error" in data:
-        raise ProbeError(f"{path.name}: the engine could not probe the load: {data['error']}")
+        raise error(f"{path.name} cannot be read ({exc})") from None
     if not isinstance(data, dict):
-        raise ProbeError(f"{path.name}: not a probe record")
+        raise error(f"{path.name}: not a {what}")
+    return data
+
+
+def read_probe(path: Path) -> Probe:
+    """The probe record at ``path``; raises :class:`ProbeError` (missing, unreadable, or an ``error`` record the
+    harness wrote when the engine refused the probe, whose message it carries)."""
+    data = engine_record(path, ProbeError, "the load has no probe record", "probe record")
+    if "error" in data:
+        raise ProbeError(f"{path.name}: the engine could not probe the load: {data['error']}")
     return parse_probe(data, path.name)

@@ -9,7 +9,7 @@ docs/layout.md shows one worked through.
 from __future__ import annotations
 
 from .build import build_stage, compile_stage
-from .checks import expectations
+from .checks import expectations, reloads
 from .outputs import compare_stage
 from .shape import COMMANDS, Stage
 from .speed import speed
@@ -22,6 +22,7 @@ STAGES: tuple[Stage, ...] = (
     tests_stage.STAGE,     # test: ctest by label
     compare_stage.STAGE,   # compare-outputs: the generate steps and greedy comparisons
     expectations.STAGE,    # compare-outputs: placement, pinning, mmap and warnings, from the records
+    reloads.STAGE,         # compare-outputs: repeated loads of the pin configurations give back what they took
     speed.STAGE,           # compare-outputs: pp and tg tok/s, judged by the speed rules
 )
 

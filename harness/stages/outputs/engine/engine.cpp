@@ -43,6 +43,14 @@
 //       pages are private copies (/proc/self/pagemap; on Windows QueryWorkingSetEx, shared or not); and per
 //       mapping of the model file, the bytes smaps reports resident, shared clean, private and anonymous.
 //       Replies the counts and the time it took.
+//   reload <count> <path>
+//       Repeated loads in one process, as a server loads, frees and loads a model again: beside the engine's
+//       own load, the model is loaded with the same model parameters, its weights found as probe finds them,
+//       and freed, count times. Per load, written as JSON to path: per weight buffer its type, bytes and the
+//       bytes the driver reports page-locked while loaded and, asked again for the same range, after the free;
+//       the process's resident, locked (VmLck) and pinned (VmPin) bytes while loaded and after the free
+//       (/proc/self/status; on Windows the working set only); and those of the process before the first load.
+//       Replies the count and the time it took.
 //   quit
 //
 // Replies, one per request, are single lines on stdout starting with "@@engine " followed by
@@ -64,6 +72,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <string>
@@ -518,6 +527,51 @@ std::string probe_memory_json(const char * p, size_t n, bool host, const probe_f
            count(pages.first) + ",\"private_pages\":" + count(pages.second);
 }
 
+// the process's memory as the OS reports it, as JSON in bytes: resident (VmRSS), locked (VmLck: mlock) and
+// pinned (VmPin: pages a driver pinned and accounted) from /proc/self/status; on Windows the working set
+// (GetProcessMemoryInfo) and null for the others
+std::string probe_status_json() {
+    long long rss = -1;
+    long long locked = -1;
+    long long pinned = -1;
+#if defined(_WIN32)
+    PROCESS_MEMORY_COUNTERS pmc = {};
+    if (GetProcessMemoryInfo(GetCurrentProcess(), &pmc, sizeof(pmc))) {
+        rss = (long long) pmc.WorkingSetSize;
+    }
+#else
+    std::ifstream status("/proc/self/status");
+    std::string key;
+    long long kb = 0;
+    std::string unit;
+    while (status >> key) {
+        if (key == "VmRSS:" || key == "VmLck:" || key == "VmPin:") {
+            status >> kb >> unit;
+            (key == "VmRSS:" ? rss : key == "VmLck:" ? locked : pinned) = kb * 1024;
+        }
+        status.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+#endif
+    auto count = [](long long v) { return v < 0 ? std::string("null") : std::to_string(v); };
+    return "{\"rss\":" + count(rss) + ",\"locked\":" + count(locked) + ",\"pinned\":" + count(pinned) + "}";
+}
+
+// "driver":"cuda" for an engine built with the CUDA runtime, else "driver":null
+std::string probe_driver_json() {
+#if defined(HARNESS_ENGINE_CUDA)
+    return "\"driver\":\"cuda\"";
+#else
+    return "\"driver\":null";
+#endif
+}
+
+// text written to path whole; false where it could not be
+bool write_text(const std::string & path, const std::string & text) {
+    FILE * f = fopen(path.c_str(), "wb");
+    bool written = f != nullptr && fwrite(text.data(), 1, text.size(), f) == text.size();
+    return (f != nullptr && fclose(f) == 0) && written;
+}
+
 struct engine {
     common_params & params;
     llama_model * model;
@@ -816,9 +870,9 @@ struct engine {
         reply(out.str());
     }
 
-    void probe(const std::string & path) {
-        const auto t_start = clock_type::now();
-        probe_state st;
+    // the weights the graphs of model m read, into st: a context of its own decodes one token with the eval
+    // callback set (see the request's description); "" or what failed
+    std::string probe_weights(llama_model * m, probe_state & st) const {
         llama_context_params cparams = common_context_params_to_llama(params);
         cparams.n_ctx = 256;
         cparams.n_batch = 8;
@@ -826,20 +880,27 @@ struct engine {
         cparams.n_seq_max = 1;
         cparams.cb_eval = probe_eval;
         cparams.cb_eval_user_data = &st;
-        llama_context * pctx = llama_init_from_model(model, cparams);
+        llama_context * pctx = llama_init_from_model(m, cparams);
         if (pctx == nullptr) {
-            reply_error("probe: cannot create a context of its own");
-            return;
+            return "cannot create a context of its own";
         }
-        llama_token token = llama_vocab_bos(vocab);
-        if (token < 0 || token >= n_vocab) {
+        const llama_vocab * v = llama_model_get_vocab(m);
+        llama_token token = llama_vocab_bos(v);
+        if (token < 0 || token >= llama_vocab_n_tokens(v)) {
             token = 0;
         }
         llama_batch batch = llama_batch_get_one(&token, 1);
         const bool ok = llama_decode(pctx, batch) == 0;
         llama_free(pctx);
-        if (!ok) {
-            reply_error("probe: the decode of one token failed");
+        return ok ? "" : "the decode of one token failed";
+    }
+
+    void probe(const std::string & path) {
+        const auto t_start = clock_type::now();
+        probe_state st;
+        const std::string failed = probe_weights(model, st);
+        if (!failed.empty()) {
+            reply_error("probe: " + failed);
             return;
         }
 
@@ -870,23 +931,82 @@ struct engine {
                 << probe_memory_json((const char *) ggml_backend_buffer_get_base(buf), ggml_backend_buffer_get_size(buf),
                                      host, map) << "}";
         }
-#if defined(HARNESS_ENGINE_CUDA)
-        out << "],\"driver\":\"cuda\"";
-#else
-        out << "],\"driver\":null";
-#endif
-        out << ",\"file_mappings\":" << map.mappings_json();
-        out << ",\"probe_ms\":" << json_number(ms_since(t_start)) << "}\n";
-        const std::string text = out.str();
-        FILE * f = fopen(path.c_str(), "wb");
-        bool written = f != nullptr && fwrite(text.data(), 1, text.size(), f) == text.size();
-        written = (f != nullptr && fclose(f) == 0) && written;
-        if (!written) {
+        out << "]," << probe_driver_json() << ",";
+        out << "\"file_mappings\":" << map.mappings_json() << ",";
+        out << "\"probe_ms\":" << json_number(ms_since(t_start)) << "}\n";
+        if (!write_text(path, out.str())) {
             reply_error("probe: cannot write " + path);
             return;
         }
         reply("{\"ok\":true,\"weights\":" + std::to_string(st.weights.size()) + ",\"buffers\":" +
               std::to_string(buffers.size()) + ",\"probe_ms\":" + json_number(ms_since(t_start)) + "}");
+    }
+
+    // load, probe and free the model `count` times beside the engine's own load (see the request's description)
+    void reload(const std::string & count_text, const std::string & path) {
+        const auto t_start = clock_type::now();
+        long count = 0;
+        try {
+            count = std::stol(count_text);
+        } catch (const std::exception &) {
+        }
+        if (count < 1 || count > 100) {
+            reply_error("reload needs a count of loads from 1 to 100, not " + json_string(count_text));
+            return;
+        }
+        std::ostringstream out;
+        out << "{\"count\":" << count << ",\"baseline\":" << probe_status_json() << ",\"cycles\":[";
+        for (long i = 0; i < count; i++) {
+            const auto t_load = clock_type::now();
+            llama_model * m = llama_model_load_from_file(params.model.path.c_str(), common_model_params_to_llama(params));
+            if (m == nullptr) {
+                reply_error("reload: load " + std::to_string(i + 1) + " of " + std::to_string(count) + " failed");
+                return;
+            }
+            probe_state st;
+            const std::string failed = probe_weights(m, st);
+            if (!failed.empty()) {
+                llama_model_free(m);
+                reply_error("reload: load " + std::to_string(i + 1) + ": " + failed);
+                return;
+            }
+            struct range { const char * base; size_t size; std::string type; bool host; long long locked; };
+            std::vector<range> ranges;
+            std::set<ggml_backend_buffer_t> seen;
+            for (const ggml_tensor * w : st.weights) {
+                if (!seen.insert(w->buffer).second) {
+                    continue;
+                }
+                const char * base = (const char *) ggml_backend_buffer_get_base(w->buffer);
+                const size_t size = ggml_backend_buffer_get_size(w->buffer);
+                const bool host = ggml_backend_buffer_is_host(w->buffer);
+                ranges.push_back({ base, size, ggml_backend_buft_name(ggml_backend_buffer_get_type(w->buffer)), host,
+                                   host ? probe_page_locked(base, size) : -1 });
+            }
+            const std::string loaded = probe_status_json();
+            const double load_ms = ms_since(t_load);
+            llama_model_free(m);
+            const std::string freed = probe_status_json();
+            out << (i ? "," : "") << "{\"load_ms\":" << json_number(load_ms) << ",\"loaded\":" << loaded
+                << ",\"freed\":" << freed << ",\"buffers\":[";
+            for (size_t b = 0; b < ranges.size(); b++) {
+                const range & r = ranges[b];
+                // the freed range asked again: the driver answers for an address it no longer maps too
+                const long long left = r.host ? probe_page_locked(r.base, r.size) : -1;
+                auto count_json = [](long long v) { return v < 0 ? std::string("null") : std::to_string(v); };
+                out << (b ? "," : "") << "{\"buffer_type\":" << json_string(r.type) << ",\"bytes\":" << r.size
+                    << ",\"host\":" << (r.host ? "true" : "false") << ",\"page_locked\":" << count_json(r.locked)
+                    << ",\"page_locked_after_free\":" << count_json(left) << "}";
+            }
+            out << "]}";
+        }
+        out << "]," << probe_driver_json() << ",";
+        out << "\"reload_ms\":" << json_number(ms_since(t_start)) << "}\n";
+        if (!write_text(path, out.str())) {
+            reply_error("reload: cannot write " + path);
+            return;
+        }
+        reply("{\"ok\":true,\"loads\":" + std::to_string(count) + ",\"reload_ms\":" + json_number(ms_since(t_start)) + "}");
     }
 };
 
@@ -936,6 +1056,10 @@ int main(int argc, char ** argv) {
         std::string probe_path;
         if (parts[0] == "probe" && parts.size() == 2 && hex_decode(parts[1], probe_path)) {
             eng.probe(probe_path);
+            continue;
+        }
+        if (parts[0] == "reload" && parts.size() == 3 && hex_decode(parts[2], probe_path)) {
+            eng.reload(parts[1], probe_path);
             continue;
         }
         if (parts[0] == "bench" && parts.size() == 3) {
