@@ -72,8 +72,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ..record.gpu import SANITIZER_AT, SANITIZER_DETAIL, SANITIZER_NOT_A_REPORT, SANITIZER_REPORT
 from ..record.gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
 from ..stages.tests.native_tests import WRAPPER_DID_NOT_RUN
+from ..stages.tests.sanitized_generation import CRASH_LABEL, CRASH_TOOL, sanitized_stem
 from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
 from ..record.results import STEP, ComparisonRecord, Failure, RunLayout, StepRecord, load_records, write_json
 
@@ -292,11 +294,8 @@ _MSVC_ASSERT = re.compile(r"Assertion failed: (?P<cond>.+?), file (?P<file>.+?),
 _ASSERT_LINE = re.compile(r"\bassert(?:ion)? failed\b.*", re.I)
 _FAIL_LINE = re.compile(r"^\s*(?:\[\s*FAIL(?:ED)?\s*\]|FAIL(?:ED)?\b[:!]?)\s*(?P<what>.*)$", re.M)
 _TIMEOUT_TEXT = re.compile(r"\*\*\*Timeout|\btimed out\b", re.I)
-_SAN_LINE = re.compile(r"^=+ (?P<msg>\S.*?)\s*$")
-_SAN_DETAIL = re.compile(r"^=+ {2,}(?P<msg>\S.*?)\s*$")
-_SAN_NOT_A_REPORT = re.compile(r"^(?:COMPUTE-SANITIZER|ERROR SUMMARY|Target application returned|"
-                               r"LEAK SUMMARY|This tool|Saved host backtrace|Host Frame|Error: process didn't)")
-_SAN_AT = re.compile(r"^at (?:(?P<fn1>.+?)\+0x[0-9a-fA-F]+ in .*|0x[0-9a-fA-F]+ in (?:\S+?:\d+:)?(?P<fn2>.+))$")
+_SAN_LINE, _SAN_DETAIL = SANITIZER_REPORT, SANITIZER_DETAIL
+_SAN_NOT_A_REPORT, _SAN_AT = SANITIZER_NOT_A_REPORT, SANITIZER_AT
 
 
 def _sanitizer(text: str, context: str, roots: Sequence[str], tool: str = "") -> Signature | None:
@@ -723,6 +722,20 @@ def _classify_generate(run_dir: Path, step: StepRecord) -> Signature:
     return _other(step.detail or "generation failed", _gen_roots(cmd_files), [step.detail])
 
 
+def _with_crash_memcheck(layout: RunLayout, step: StepRecord, fact: Failure, found: Signature | None) -> Signature | None:
+    """``found`` (the crash's signature from its logs, or None) with the first error of the crash's run once more under
+    memcheck (harness.stages.tests.sanitized_generation) joined to its key and summary; ``found`` unchanged where
+    that run reported nothing or did not run."""
+    stem = sanitized_stem(layout.config(step.platform, step.config), fact.model, fact.prompt, CRASH_LABEL)
+    san = _sanitizer(_read(stem.with_name(stem.name + ".sanitizer.log")), "", (), CRASH_TOOL)
+    if san is None:
+        return found
+    if found is None:
+        return san
+    return _sig(found.kind, f"{found.key}; {san.key}", f"{found.summary}; {san.summary}",
+                [*found.evidence.splitlines(), *san.evidence.splitlines()])
+
+
 def generate_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
     """One signature per failure fact of a failed ``generate`` step (every failing model and
     generation, none dropped), in fact order, duplicates (same kind and key) removed."""
@@ -741,6 +754,8 @@ def generate_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
             found = classify_text(_read(path), program, roots)
             if found:
                 break
+        if fact.status == "crashed":
+            found = _with_crash_memcheck(layout, step, fact, found)
         if not found and fact.status == "timeout":
             found = _sig("timeout", f"timeout in {program}", f"{program} timed out ({fact.model}/{fact.prompt})",
                          [text])
@@ -804,6 +819,11 @@ def classify_step(run_dir: Path, step: StepRecord | dict) -> Signature | None:
         found = reload_signatures(run_dir, step)
         if found:
             return found[0]
+    if step.step.startswith("generate-") or step.step == CRASH_LABEL:
+        text = _read(run_dir / step.log) if step.log else ""
+        found = _sanitizer(text, step.config, (), step.step.split("-", 1)[1] if step.step != CRASH_LABEL else CRASH_TOOL)
+        if found:
+            return found
     if step.status == "failed" and parse_step(step.step):
         return speed_signature(run_dir, step)
     detail = "; ".join(f.text() for f in step.failures) or step.detail or f"{step.step} {step.status}"
