@@ -20,8 +20,8 @@ from harness.record.gpu import first_sanitizer_error
 from harness.record.results import Failure, RunLayout, StepRecord
 from harness.stages.checks.reload_rules import pin_configuration
 from harness.stages.outputs.compare import GenerationResult
-from harness.stages.tests.sanitized_generation import (CRASH_LABEL, first_generation, judge_run, sanitized_stem,
-                                                       sanitizer_launcher)
+from harness.stages.tests.sanitized_generation import (CRASH_LABEL, first_generation, judge_run, sanitized_configs,
+                                                       sanitized_stem, sanitizer_launcher)
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = load_matrix(ROOT / "matrix.yaml")
@@ -78,12 +78,15 @@ def test_a_run_is_judged_from_the_sanitizer_s_log(tmp_path):
     assert judge_run(result(), log, "memcheck", "moe-large/story")[0] == "failed"
 
 
-def test_each_pin_configuration_runs_the_first_model_and_prompt_of_its_first_group():
+def test_the_pin_modes_of_one_gpu_groups_run_the_first_model_and_prompt_of_their_first_group():
+    """Each pin mode once: the values that pin as another configuration does, the seed table's (its model is made
+    by a phase of its own) and the two-GPU groups' set ``sanitize: false`` or need two GPUs."""
     cuda = MATRIX.platforms["linux-x86_64-cuda"]
     ctx = SimpleNamespace(matrix=MATRIX)
-    pins = [n for n, c in MATRIX.configs.items() if pin_configuration(cuda, c) and first_generation(ctx, cuda, n)]
-    assert {"cuda-pin-all", "cuda-pin-layers-2", "cuda-pin-layers-half"} <= set(pins)
-    assert "cuda-nopin" not in pins and "cuda-base-host-experts" not in pins
+    assert sanitized_configs(ctx, cuda) == ["cuda-pin-all", "cuda-pin-layers-2", "cuda-pin-layers-half",
+                                            "cuda-sim-partial", "cuda-sim-sticky"]
+    assert pin_configuration(cuda, MATRIX.configs["cuda-pin-layers-6"]) and MATRIX.configs["cuda-pin-layers-6"].sanitize is False
+    assert sanitized_configs(ctx, MATRIX.platforms["linux-x86_64-cpu"]) == []
     model, prompt, gen = first_generation(ctx, cuda, "cuda-pin-layers-2")
     assert model == "moe-large" and prompt in MATRIX.prompts and gen.ctx_size > 0
 

@@ -275,6 +275,9 @@ class RunConfig:
     #: loads, probes and frees of the model in one engine process (harness.stages.checks.reloads); None: the
     #: default count for a pin configuration, none otherwise
     reloads: int | None = None
+    #: whether ``--sanitize`` also runs a short generation of this configuration under the tool
+    #: (harness.stages.tests.sanitized_generation); None: a pin configuration of a one-GPU group does
+    sanitize: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -716,7 +719,7 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
     configs = {name: RunConfig(name=name, build=c["build"], args=tuple(c.get("args", ())),
                                env=dict(c.get("env", {})), description=c.get("description", ""),
                                upstream=c.get("upstream"), expectations=dict(c.get("expectations", {})),
-                               reloads=c.get("reloads"))
+                               reloads=c.get("reloads"), sanitize=c.get("sanitize"))
                for name, c in doc["configs"].items()}
     groups = {name: Group(name=name, models=tuple(g["models"]),
                           prompts=tuple(g.get("prompts", list(prompts))),

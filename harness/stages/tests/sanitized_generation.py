@@ -4,7 +4,8 @@ The native tests under ``--sanitize TOOL`` (step ``test-<tool>``) exercise the p
 routing alone; a fault that only a whole model's generation reaches (an illegal access once the
 pinned path engages in prefill) needs a real one.  So with ``--sanitize`` the ``test`` command also
 runs, on each GPU platform whose fork build passed, one ``llama-completion`` generation per pin
-configuration (harness.stages.checks.reload_rules.pin_configuration): the first model and prompt
+configuration of a one-GPU group (:func:`sanitized_configs`; matrix.yaml's ``sanitize`` of a
+configuration turns it on or off): the first model and prompt
 of the first comparison group of the platform that has the configuration, :data:`N_PREDICT`
 tokens, the configuration's arguments and environment, under ``compute-sanitizer --tool TOOL``.
 Each gets a step ``generate-<tool>``: ``passed`` when the tool reported no error and the
@@ -67,6 +68,22 @@ def first_generation(ctx: Context, p: Platform, config: str) -> tuple[str, str, 
     return None
 
 
+def sanitized_configs(ctx: Context, p: Platform) -> list[str]:
+    """The configurations whose generation ``--sanitize`` runs on ``p``, in matrix order: those that set
+    ``sanitize: true``, and by default each pin configuration (harness.stages.checks.reload_rules) whose first group
+    on ``p`` needs one GPU; a configuration with ``sanitize: false`` never.  Only those some group of ``p`` runs."""
+    out = []
+    for name, config in ctx.matrix.configs.items():
+        where = first_generation(ctx, p, name)
+        if where is None or config.sanitize is False:
+            continue
+        group = next(ctx.matrix.groups[g] for g in p.groups
+                     if name == ctx.matrix.groups[g].reference or name in ctx.matrix.groups[g].candidates)
+        if config.sanitize or (pin_configuration(p, config) and group.min_gpus < 2):
+            out.append(name)
+    return out
+
+
 def sanitized_run(ctx: Context, p: Platform, config: str, model: str, prompt: str, tool: str,
                   gen: Generation, label: str = "") -> tuple[GenerationResult, Path, GenerationSpec]:
     """Run ``config``'s llama-completion on ``model`` and ``prompt`` with the settings ``gen`` under ``tool``; its
@@ -113,12 +130,9 @@ def run_sanitized(ctx: Context) -> None:
         if p.gpu != "nvidia" or ctx.build_variant(p, "fork").status != "passed":
             continue
         step = f"generate-{tool}"
-        for name, config in ctx.matrix.configs.items():
-            if not pin_configuration(p, config):
-                continue
+        for name in sanitized_configs(ctx, p):
             where = first_generation(ctx, p, name)
-            if where is None:
-                continue
+            assert where is not None
             if not shutil.which("compute-sanitizer"):
                 ctx.run.record_step(StepRecord(p.name, name, step, "skipped", detail="compute-sanitizer not found"))
                 continue
