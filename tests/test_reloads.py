@@ -147,3 +147,19 @@ def test_the_reloads_step_passes_a_clean_fake_run_and_fails_a_kept_registration_
     assert step["status"] == "failed" and {f["status"] for f in step["failures"]} == {"freed", "grant"}
     sig = classify_step(project.results / "latest", StepRecord.from_json(step))
     assert (sig.kind, sig.key) == ("reload", "reloads: fork/tiny: freed: page-locked bytes left in freed host buffers")
+
+
+def test_a_session_restored_from_the_cache_owes_its_reloads_until_a_record_of_that_count_is_there(tmp_path):
+    from harness.stages.outputs.greedy import GreedyRunner, Hooks, Side
+
+    counts = {"pin": 3, "plain": 0}
+    runner = GreedyRunner(Hooks(engine=None, completion=None, out_dir=lambda side: tmp_path,
+                                reloads=lambda side: counts[side.config]), prompts={}, work_dir=tmp_path)
+    pin, plain = Side("linux-x86_64-cuda", "pin"), Side("linux-x86_64-cuda", "plain")
+    assert runner._reloads_owed(pin, tmp_path) and not runner._reloads_owed(plain, tmp_path)
+    (tmp_path / "engine.reloads.json").write_text(json.dumps({"error": "engine died"}))
+    assert runner._reloads_owed(pin, tmp_path)
+    (tmp_path / "engine.reloads.json").write_text(json.dumps({"count": 2}))
+    assert runner._reloads_owed(pin, tmp_path)
+    (tmp_path / "engine.reloads.json").write_text(json.dumps({"count": 3}))
+    assert not runner._reloads_owed(pin, tmp_path)

@@ -39,6 +39,8 @@ restored from the cache) is one state kept by :class:`GreedyRunner`.
 
 from __future__ import annotations
 
+import json
+
 import os
 import shutil
 import signal
@@ -397,6 +399,8 @@ class GreedyRunner:
         argv, env = self.hooks.engine(side, model_path, gen)
         identity = self._session_identity(side, gen, model, model_path, need, argv, env)
         if identity is not None and self._restore(side, gen, model, model_path, need, out_dir, argv, env, identity):
+            if self._reloads_owed(side, out_dir):  # the stored session has no record of this many reloads
+                self._reloads(side, gen, out_dir, argv, env)
             return None
         refs = {(ref, gen) for _, ref in need["score"] if ref != side}
         return _SideWork(side, gen, need, identity, waits_for=refs & set(earlier),
@@ -601,6 +605,17 @@ class GreedyRunner:
                 raise
             write_json(path, {"error": str(exc)})
         self._count(probes=time.monotonic() - t0)
+
+    def _reloads_owed(self, side: Side, out_dir: Path) -> bool:
+        """True when ``side`` reloads (``hooks.reloads``) and ``out_dir`` holds no reload record of that count (a
+        session restored from the cache that was stored without one, or with another count or an error)."""
+        count = self.hooks.reloads(side)
+        if count < 1:
+            return False
+        try:
+            return json.loads((out_dir / RELOADS_FILE).read_text(encoding="utf-8")).get("count") != count
+        except (OSError, ValueError, AttributeError):
+            return True
 
     def _reloads(self, side: Side, gen: Generation, out_dir: Path, argv: list[str], env: dict[str, str]) -> None:
         """The repeated loads of ``side`` (``hooks.reloads``) in an engine process of its own, whose log is
