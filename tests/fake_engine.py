@@ -95,7 +95,7 @@ def handle(parts: list) -> bool:
         n_prompt, n_gen = int(parts[1]), int(parts[2])
         time.sleep(per_token * (n_prompt + n_gen) / 1000 / 10)
         reply({"ok": True, "n_prompt": n_prompt, "n_gen": n_gen, "pp_ms": per_token * n_prompt / 10,
-               "tg_ms": per_token * n_gen, "tg_token_ms": [per_token] * n_gen})
+               "pp_queued_ms": per_token * n_prompt / 20, "tg_ms": per_token * n_gen, "tg_token_ms": [per_token] * n_gen})
     else:
         reply({"ok": False, "error": "bad request"})
     return True

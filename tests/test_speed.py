@@ -238,6 +238,52 @@ def test_the_speed_stage_interleaves_one_resident_engine_per_configuration(tmp_p
         assert m["pp"]["n"] == 5 and m["position"] == ["base", "fork"].index(m["config"])
 
 
+def with_processes(pipe: FakePipeline, processes: int) -> FakePipeline:
+    """``pipe`` with ``base-vs-fork``'s speed measured by ``processes`` engine processes per side."""
+    group = pipe.matrix.groups["base-vs-fork"]
+    pipe.matrix.groups["base-vs-fork"] = replace(group, speed=replace(group.speed, processes=processes))
+    return pipe
+
+
+def test_with_several_processes_a_side_s_samples_are_its_processes_medians(tmp_path, monkeypatch):
+    started: list[str] = []
+
+    class Counted(EngineSession):
+        def __init__(self, argv, env, stderr_path, *args, **kwargs):
+            started.append(Path(stderr_path).name.split(".")[0])
+            super().__init__(argv, env, stderr_path, *args, **kwargs)
+
+    monkeypatch.setattr(speed, "EngineSession", Counted)
+    pipe = with_processes(FakePipeline(tmp_path, "processes"), 5)
+    stage_speed(pipe)
+    # a new pair of engines for each of the five process pairs
+    assert sorted(started) == ["base"] * 5 + ["fork"] * 5
+    assert {s.status for s in speed_steps(pipe.run).values()} == {"passed"}
+    bench = read_bench(pipe.run.dir, CPU)
+    for m in bench["measurements"]:
+        rounds = m["process_rounds"]
+        assert len(rounds) == 5 and all(len(r["pp"]) == 5 and len(r["tg"]) == 5 for r in rounds)
+        assert m["pp_tok_s"] == [sorted(r["pp"])[2] for r in rounds]
+        assert m["tg_tok_s"] == [sorted(r["tg"])[2] for r in rounds]
+        # the fake engine queues its prompt in half the time it takes: both are kept
+        assert len(m["pp_queued_tok_s"]) == 25 and min(m["pp_queued_tok_s"]) > max(m["pp_tok_s"])
+    assert [q["started"] for q in bench["pairs"]] == [["base", "fork"] * 5]
+
+
+def test_with_several_processes_a_slower_fork_fails_on_the_process_figures(tmp_path):
+    pipe = with_processes(FakePipeline(tmp_path, "processes-slow", scale={"fork": 1.25}), 5)
+    stage_speed(pipe)
+    steps = speed_steps(pipe.run)
+    assert {s.status for s in steps.values()} == {"failed"}, steps
+    assert "medians of 5 and 5" in steps["speed:base-vs-fork:pp"].detail
+
+
+def test_processes_must_leave_the_rank_test_able_to_fail(tmp_path):
+    bad = matrix_with(tmp_path, "      threads: 1\n", "      threads: 1\n      processes: 3\n")
+    with pytest.raises(MatrixError, match="processes"):
+        load_matrix(bad)
+
+
 def test_the_engines_load_their_models_at_the_same_time(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_LOAD_S", "1.5")
     pipe = FakePipeline(tmp_path, "loads")

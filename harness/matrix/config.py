@@ -158,8 +158,9 @@ class GroupSpeed:
     """A group's speed rules and how they are measured: ``model`` (one of the group's), the
     tokens and repeats of :class:`SpeedSettings`, ``rules`` (one per candidate and metric), and
     ``platforms``, the platforms that measure them (empty: every platform that runs the group), and
-    ``warmup``, the untimed rounds before the timed ones, and ``threads``, the CPU threads of each engine
-    (``-t``; None: llama.cpp's default)."""
+    ``warmup``, the untimed rounds before the timed ones, ``threads``, the CPU threads of each engine
+    (``-t``; None: llama.cpp's default), and ``processes``, engine processes per side (1, or 5 or more:
+    harness.stages.speed.speed_pairs.Unit)."""
 
     model: str
     n_prompt: int
@@ -169,6 +170,7 @@ class GroupSpeed:
     platforms: tuple[str, ...] = ()
     warmup: int = 1
     threads: int | None = None
+    processes: int = 1
 
     def measured_on(self, platform: str) -> bool:
         """Whether ``platform`` (a platform name) measures these rules."""
@@ -600,7 +602,8 @@ def _group_speed(g: Mapping[str, Any], defaults: Mapping[str, Any]) -> GroupSpee
     return GroupSpeed(model=speed.get("model", g["models"][0]), n_prompt=int(settings["n_prompt"]),
                       n_gen=int(settings["n_gen"]), repeats=int(settings["repeats"]), rules=rules,
                       platforms=tuple(speed.get("platforms", ())), warmup=int(settings["warmup"]),
-                      threads=int(speed["threads"]) if "threads" in speed else None)
+                      threads=int(speed["threads"]) if "threads" in speed else None,
+                      processes=int(speed.get("processes", 1)))
 
 
 #: Plain-words hints for PyYAML's syntax errors, by a phrase of its message.  Tabs: YAML

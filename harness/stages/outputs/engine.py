@@ -158,18 +158,28 @@ class ScoreResult:
 @dataclass(frozen=True)
 class BenchResult:
     """One timed ``bench`` request: ``n_prompt`` tokens processed in ``pp_ms`` and ``n_gen`` tokens
-    generated in ``tg_ms``, ``token_ms`` per generated token (milliseconds, the engine's own clock)."""
+    generated in ``tg_ms``, ``token_ms`` per generated token (milliseconds, the engine's own clock, each
+    part ending when the backend's work has finished).  ``pp_queued_ms``: the time the prompt's decodes took
+    to return, before that wait (None from an engine that does not report it): on a GPU the time to queue
+    the work, which is what the engine timed as pp before it waited (docs/speed.md, "Where the offset came
+    from")."""
 
     n_prompt: int
     n_gen: int
     pp_ms: float
     tg_ms: float
     token_ms: tuple[float, ...] = ()
+    pp_queued_ms: float | None = None
 
     @property
     def pp_tok_s(self) -> float:
         """Prompt processing speed in tokens per second."""
         return self.n_prompt / (self.pp_ms / 1000.0)
+
+    @property
+    def pp_queued_tok_s(self) -> float | None:
+        """``n_prompt`` over the prompt's queueing time, tokens per second; None where not reported."""
+        return None if not self.pp_queued_ms else self.n_prompt / (self.pp_queued_ms / 1000.0)
 
     @property
     def tg_tok_s(self) -> float:
@@ -297,7 +307,8 @@ class EngineSession:
         reply = self._request(["bench", str(int(n_prompt)), str(int(n_gen))], "benchmarking")
         return BenchResult(n_prompt=int(reply["n_prompt"]), n_gen=int(reply["n_gen"]),
                            pp_ms=float(reply["pp_ms"]), tg_ms=float(reply["tg_ms"]),
-                           token_ms=tuple(float(x) for x in reply.get("tg_token_ms", ())))
+                           token_ms=tuple(float(x) for x in reply.get("tg_token_ms", ())),
+                           pp_queued_ms=float(reply["pp_queued_ms"]) if "pp_queued_ms" in reply else None)
 
     def probe(self, path: Path) -> dict:
         """Write the load's probe record to ``path`` (engine.cpp's ``probe``, harness.record.probe) and return

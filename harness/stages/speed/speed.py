@@ -24,6 +24,7 @@ triage compares across runs; ``<platform>/speed/speed.log`` says what was loaded
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -61,7 +62,10 @@ class Measurement:
     ``pair``: the two configurations interleaved.  ``interleaved``: the name of its set of rounds
     (``<first>+<second>``) where its unit was measured in several pairs, None where the unit's
     configurations were all one pair (harness.analysis.speed_ratios.unit_key: the records of before).
-    ``errors``: why requests failed.
+    ``errors``: why requests failed.  With several processes per side (``unit.processes``), sample i is the
+    median of process i's rounds, and ``rounds`` keeps every round's pp and tg per process.
+    ``pp_queued``: per timed round, the prompt tokens over the time its decodes took to return before the
+    wait for the backend (harness.stages.outputs.engine.BenchResult.pp_queued_ms), where the engine says.
     """
 
     config: str
@@ -72,6 +76,8 @@ class Measurement:
     pp: list[float] = field(default_factory=list)
     tg: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    rounds: list[dict[str, list[float]]] = field(default_factory=list)
+    pp_queued: list[float] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The record bench.json keeps: settings, samples and their spread (harness.common.statistics.Spread)."""
@@ -80,6 +86,10 @@ class Measurement:
                                "errors": self.errors}
         if self.interleaved is not None:
             out["interleaved"] = self.interleaved
+        if self.rounds:
+            out["process_rounds"] = self.rounds
+        if self.pp_queued:
+            out["pp_queued_tok_s"] = self.pp_queued
         for metric in METRICS:
             samples = getattr(self, metric)
             out[metric] = asdict(spread(samples)) if samples else None
@@ -126,7 +136,8 @@ def rules_for(pipe: Pipeline, p: Platform) -> list[Rule]:
         if p.gpu == "nvidia" and group.min_gpus > visible:
             continue  # the comparisons recorded the skip
         unit = Unit(speed.model, speed.n_prompt, speed.n_gen, opts.bench_repeats or speed.repeats,
-                    speed.warmup if opts.bench_warmup is None else opts.bench_warmup, speed.threads)
+                    speed.warmup if opts.bench_warmup is None else opts.bench_warmup, speed.threads,
+                    speed.processes)
         for r in speed.rules:
             reference = r.reference or group.reference
             out.append(Rule(gname, reference, r, unit, own_reference=reference != group.reference))
@@ -151,7 +162,8 @@ def stage_speed(pipe: Pipeline) -> None:
 @dataclass
 class PairRecord:
     """What bench.json and speed.log keep of one measured pair: its configurations and unit, the
-    engines started for it (the others stayed loaded from the pair before), the wall time of its rounds
+    engines started for it (the others stayed loaded from the pair before; a configuration once per process
+    with several processes a side), the wall time of its rounds
     in seconds, and each engine's peak resident set in bytes (VmHWM; None: not readable).  ``cached``:
     the run whose samples were restored from the result cache ("" when measured here; its wall time is
     that run's, and no engine was started or measured for it)."""
@@ -207,7 +219,7 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
     records: dict[tuple[Unit, frozenset[str]], PairRecord] = {}
     command = _commands(pipe, p, rules)
     roster = Roster(_starter(pipe, p, command, out, problems))
-    total = sum(2 * pair.unit.repeats for pair in pairs)
+    total = sum(2 * pair.unit.repeats * pair.unit.processes for pair in pairs)
     groups = sorted({r.group for r in rules})
     identities = {pair.key: _identity(pipe, p, command, pair) for pair in pairs}
     with pipe.console.step(f"[{p.name}] speed {', '.join(groups)}", total=total) as shown:
@@ -218,22 +230,17 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
                     records[pair.key] = restored[1]
                     for m in restored[0]:
                         measured[(pair.key, m.config)] = m
-                    pipe.console.advance(shown, 2 * pair.unit.repeats, f"{pair.first}+{pair.second} from the cache")
+                    pipe.console.advance(shown, 2 * pair.unit.repeats * pair.unit.processes,
+                                         f"{pair.first}+{pair.second} from the cache")
                     continue
-                sessions, started = roster.load(pair.unit.engine, pair.configs)
-                for (kind, config), exc in roster.failed.items():
-                    if kind == pair.unit.engine and config in pair.configs and config not in problems:
-                        problems[config] = [Failure("exception", model=kind.model,
-                                                    message=f"engine for {config} on {kind.model}: {exc}")]
-                rec = records[pair.key] = PairRecord(pair, started)
+                rec = records[pair.key] = PairRecord(pair, [])
                 t0 = time.monotonic()
-                found = _interleave(sessions, list(pair.configs), pair.unit,
-                                    lambda what: pipe.console.advance(shown, 1, what))
+                found = _measure(pipe, roster, pair, rec, problems,
+                                 lambda what: pipe.console.advance(shown, 1, what))
                 if len(pairs_of[pair.unit]) > 1:  # the unit's rounds come in several sets: name this one
                     for m in found:
                         m.interleaved = "+".join(pair.configs)
                 rec.wall_s = time.monotonic() - t0
-                rec.peak_rss_bytes = {c: s.peak_rss_bytes() for c, s in sessions.items()}
                 for m in found:
                     measured[(pair.key, m.config)] = m
                     if m.errors:
@@ -352,7 +359,7 @@ def _store(pipe: Pipeline, pairs: list[Pair], identities: dict[Any, dict[str, An
         if rec is None or rec.cached or identity is None or not passed.get(pair.key):
             continue
         ms = [measured.get((pair.key, c)) for c in pair.configs]
-        if any(m is None or m.errors or len(m.pp) != pair.unit.repeats or len(m.tg) != pair.unit.repeats
+        if any(m is None or m.errors or len(m.pp) != pair.unit.samples or len(m.tg) != pair.unit.samples
                for m in ms):
             continue
         samples = {m.config: {"pp": m.pp, "tg": m.tg} for m in ms if m is not None}
@@ -387,6 +394,58 @@ def _starter(pipe: Pipeline, p: Platform, command: Callable[[EngineKind, str], t
     return prepare
 
 
+def _measure(pipe: Pipeline, roster: Roster, pair: Pair, rec: PairRecord, problems: dict[str, list[Failure]],
+             advance: Any) -> list[Measurement]:
+    """Measure ``pair`` with ``pair.unit.processes`` engine processes per side, one process pair after the
+    other: each pair of processes is loaded (every other engine closed first), times its rounds
+    (:func:`_interleave`) and, where more follow, is closed, so that the next pair of processes starts
+    afresh.  With one process a side the samples are the rounds; with more, a side's sample i is the median
+    of process i's rounds (every round kept in ``rounds``), so the rank test compares processes, whose
+    offsets no interleaving inside one process can cancel (docs/speed.md, "Noise").  Records in ``rec`` the
+    engines started and their peak resident sets, and in ``problems`` the engines that could not start.
+    Returns the measurements of the configurations that had an engine in every process pair."""
+    unit = pair.unit
+    kind = unit.engine
+    per_process: list[list[Measurement]] = []
+    for k in range(unit.processes):
+        if k:
+            for config in pair.configs:
+                roster.drop(kind, config)
+        sessions, started = roster.load(kind, pair.configs)
+        rec.started += started
+        for (failed_kind, config), exc in roster.failed.items():
+            if failed_kind == kind and config in pair.configs and config not in problems:
+                problems[config] = [Failure("exception", model=kind.model,
+                                            message=f"engine for {config} on {kind.model}: {exc}")]
+        configs = list(pair.configs) if k % 2 == 0 else list(pair.configs)[::-1]
+        found = _interleave(sessions, configs, unit, advance)
+        for c, session in sessions.items():
+            peak = session.peak_rss_bytes()
+            known = rec.peak_rss_bytes.get(c)
+            rec.peak_rss_bytes[c] = peak if known is None or (peak is not None and peak > known) else known
+        per_process.append(sorted(found, key=lambda m: pair.configs.index(m.config)))
+        if any(m.errors for m in found) or len(found) < len(pair.configs):
+            break
+    if unit.processes == 1:
+        return per_process[0]
+    out = []
+    for i, config in enumerate(pair.configs):
+        m = Measurement(config, unit, i, pair.configs)
+        for found in per_process:
+            for x in found:
+                if x.config != config:
+                    continue
+                m.errors += x.errors
+                m.pp_queued += x.pp_queued
+                m.rounds.append({"pp": x.pp, "tg": x.tg})
+                if len(x.pp) == unit.repeats and len(x.tg) == unit.repeats:
+                    m.pp.append(statistics.median(x.pp))
+                    m.tg.append(statistics.median(x.tg))
+        if m.rounds:
+            out.append(m)
+    return out
+
+
 def _interleave(sessions: dict[str, EngineSession], configs: list[str], unit: Unit, advance: Any) -> list[Measurement]:
     """Time ``unit.repeats`` rounds of one ``bench`` request per configuration of ``configs`` that has a
     session (the stage passes a pair; triage's ``--confirm`` its two sides), after ``unit.warmup``
@@ -407,6 +466,8 @@ def _interleave(sessions: dict[str, EngineSession], configs: list[str], unit: Un
         if timed:
             m.pp.append(res.pp_tok_s)
             m.tg.append(res.tg_tok_s)
+            if res.pp_queued_tok_s is not None:
+                m.pp_queued.append(res.pp_queued_tok_s)
 
     for r in range(unit.warmup):
         for m in (found if r % 2 == 0 else found[::-1]):
@@ -446,7 +507,7 @@ def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[tuple[Unit
             failures += [Failure("exception", model=r.unit.model, message=f"{m.config}: {e}") for e in m.errors]
     samples = [getattr(m, rule.metric) if m else [] for m in (ref, cand)]
     record.update(reference_tok_s=samples[0], candidate_tok_s=samples[1])
-    if failures or min(len(s) for s in samples) < r.unit.repeats:
+    if failures or min(len(s) for s in samples) < r.unit.samples:
         status = "error"
         detail = "; ".join(dict.fromkeys(f.text() for f in failures)) or "too few samples"
         detail = f"{rule.metric} not measured ({r.unit.model}): {detail}"

@@ -93,7 +93,7 @@ def restored_samples(hit: Hit, pair: Pair) -> dict[str, tuple[list[float], list[
             pp, tg = [float(x) for x in samples[config]["pp"]], [float(x) for x in samples[config]["tg"]]
         except (KeyError, TypeError, ValueError):
             return None
-        if len(pp) != pair.unit.repeats or len(tg) != pair.unit.repeats:
+        if len(pp) != pair.unit.samples or len(tg) != pair.unit.samples:
             return None
         out[config] = (pp, tg)
     return out

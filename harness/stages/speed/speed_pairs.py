@@ -31,7 +31,10 @@ class EngineKind:
 @dataclass(frozen=True)
 class Unit:
     """What one interleaved measurement times: ``model``, tokens per request, timed rounds (``repeats``),
-    the untimed ``warmup`` rounds before them and the engines' CPU ``threads`` (None: llama.cpp's default)."""
+    the untimed ``warmup`` rounds before them, the engines' CPU ``threads`` (None: llama.cpp's default)
+    and ``processes``: engine processes per side, one after the other (1: one process per side times
+    every round; more: each process pair times ``warmup`` and ``repeats`` rounds, and a side's sample is
+    the median of its process's rounds, one sample per process, as asv's ``processes``)."""
 
     model: str
     n_prompt: int
@@ -39,6 +42,12 @@ class Unit:
     repeats: int
     warmup: int = 1
     threads: int | None = None
+    processes: int = 1
+
+    @property
+    def samples(self) -> int:
+        """Samples per side that a complete measurement has: one per round, or one per process."""
+        return self.processes if self.processes > 1 else self.repeats
 
     @property
     def engine(self) -> EngineKind:

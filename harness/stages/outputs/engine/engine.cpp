@@ -25,10 +25,10 @@
 //       A timed request for speed measurements, as llama-bench times pp and tg: the memory
 //       cleared, n_prompt token ids (BOS where the vocabulary adds one, then ids drawn from a
 //       generator of fixed seed, the same in every process) decoded in chunks of n_batch
-//       (prompt processing), then n_gen tokens generated one per decode, each chosen by the
-//       configured sampler chain and not stopped at an end-of-generation token (generation).
-//       Replies the two wall times in milliseconds and each generated token's (sampling and
-//       its decode).
+//       (prompt processing), then n_gen more ids of that generator decoded one per decode
+//       (generation; no sampling, as llama-bench's tg). Each timed part ends when the GPU's work
+//       has finished (llama_synchronize, as llama-bench). Replies the two wall times in
+//       milliseconds, each generated token's, and the time the prompt took to queue.
 //   probe <path>
 //       What the runtime says about the model's weights, written as JSON to path (the harness asks once
 //       per load, never in the speed stage). A context of its own, whose scheduler eval callback sees
@@ -590,17 +590,29 @@ struct engine {
     }
 
     // decode tokens[first..] at positions first.. in chunks of n_batch, as common_prompt_batch_decode does;
-    // on_outputs(batch index, position) is called after each chunk for the positions with output set
+    // on_outputs(batch index, position) is called after each chunk for the positions with output set.
+    // Through common_batch and llama_process, the entry point of upstream's own programs (llama-completion
+    // through common, llama-bench, llama-server), where the upstream built has it; through llama_batch and
+    // llama_decode on the older commits a forecast names (those llama-cpp-python 0.3.30-0.3.35 vendor),
+    // which have only those (targets.cmake defines HARNESS_ENGINE_LLAMA_PROCESS from llama.h).
     template <typename F>
     bool decode(const std::vector<llama_token> & tokens, size_t first, size_t first_output, F on_output) {
-        // llama_batch and llama_decode rather than common_batch and llama_process: the engine is built on
-        // every upstream a forecast names, and the older commits (those llama-cpp-python 0.3.30-0.3.35
-        // vendor) have only the former
         const size_t n_batch = (size_t) std::max(1, params.n_batch);
+#if defined(HARNESS_ENGINE_LLAMA_PROCESS)
+        common_batch batch(ctx);
+#else
         llama_batch batch = llama_batch_init((int32_t) n_batch, 0, 1);
+#endif
         bool ok = true;
         for (size_t start = first; ok && start < tokens.size(); start += n_batch) {
             const size_t end = std::min(tokens.size(), start + n_batch);
+#if defined(HARNESS_ENGINE_LLAMA_PROCESS)
+            batch.clear();
+            for (size_t i = start; i < end; i++) {
+                batch.add(tokens[i], (llama_pos) i, 0, i >= first_output || i + 1 == tokens.size());
+            }
+            ok = llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch.get()) == 0;
+#else
             batch.n_tokens = 0;
             for (size_t i = start; i < end; i++) {
                 const int32_t k = batch.n_tokens++;
@@ -611,13 +623,16 @@ struct engine {
                 batch.logits[k] = i >= first_output || i + 1 == tokens.size();
             }
             ok = llama_decode(ctx, batch) == 0;
+#endif
             for (size_t i = start; ok && i < end; i++) {
                 if (i >= first_output || i + 1 == tokens.size()) {
                     ok = on_output((int32_t) (i - start), i);
                 }
             }
         }
+#if !defined(HARNESS_ENGINE_LLAMA_PROCESS)
         llama_batch_free(batch);
+#endif
         return ok;
     }
 
@@ -702,41 +717,52 @@ struct engine {
                         ") must be positive and fit the context (" + std::to_string(n_ctx) + " tokens)");
             return;
         }
+        // token ids of a fixed-seed linear congruential generator: the same ids in every process; the prompt
+        // starts with BOS where the vocabulary adds one, and each generated token's id is the generator's next
+        // (no sampling, as llama-bench's tg: what is timed is the decode, which the series can change)
+        uint32_t state = 12345;
+        auto next_id = [&]() {
+            state = state * 1664525u + 1013904223u;
+            return (llama_token) ((state >> 8) % (uint32_t) n_vocab);
+        };
         std::vector<llama_token> tokens;
         tokens.reserve(n_prompt + n_gen);
         if (llama_vocab_get_add_bos(vocab)) {
             tokens.push_back(llama_vocab_bos(vocab));
         }
-        uint32_t state = 12345;  // a fixed-seed linear congruential generator: the same ids in every process
         while ((long) tokens.size() < n_prompt) {
-            state = state * 1664525u + 1013904223u;
-            tokens.push_back((llama_token) ((state >> 8) % (uint32_t) n_vocab));
+            tokens.push_back(next_id());
         }
         llama_memory_clear(llama_get_memory(ctx), true);
-        common_sampler_reset(smpl);
+        llama_synchronize(ctx);
+        // A decode returns once its work is queued; the outputs are waited for when they are read. So each
+        // timed part ends with llama_synchronize, as llama-bench's test_prompt and test_gen do: without it
+        // the prompt's time is the time to queue its kernels on a GPU, and its work spills into the first
+        // generated token. pp_queued_ms is that queueing time, kept to show the difference.
         const auto t_pp = clock_type::now();
         if (!decode(tokens, 0, tokens.size(), [](int32_t, size_t) { return true; })) {
             reply_error("llama_process failed on the bench prompt");
             return;
         }
+        const double pp_queued_ms = ms_since(t_pp);
+        llama_synchronize(ctx);
         const double pp_ms = ms_since(t_pp);
         const auto t_tg = clock_type::now();
         std::ostringstream token_ms;
         for (long n = 0; n < n_gen; n++) {
             const auto t_token = clock_type::now();
-            const llama_token id = common_sampler_sample(smpl, ctx, -1);
-            common_sampler_accept(smpl, id, true);
-            tokens.push_back(id);
+            tokens.push_back(next_id());
             if (!decode(tokens, tokens.size() - 1, tokens.size(), [](int32_t, size_t) { return true; })) {
                 reply_error("llama_process failed at bench token " + std::to_string(n));
                 return;
             }
+            llama_synchronize(ctx);
             token_ms << (n ? "," : "") << json_number(ms_since(t_token));
         }
         const double tg_ms = ms_since(t_tg);
         reply("{\"ok\":true,\"n_prompt\":" + std::to_string(n_prompt) + ",\"n_gen\":" + std::to_string(n_gen) +
-              ",\"pp_ms\":" + json_number(pp_ms) + ",\"tg_ms\":" + json_number(tg_ms) +
-              ",\"tg_token_ms\":[" + token_ms.str() + "]}");
+              ",\"pp_ms\":" + json_number(pp_ms) + ",\"pp_queued_ms\":" + json_number(pp_queued_ms) +
+              ",\"tg_ms\":" + json_number(tg_ms) + ",\"tg_token_ms\":[" + token_ms.str() + "]}");
     }
 
     void score(const std::string & prompt, const std::string & ids_text, const std::string & dump_path,

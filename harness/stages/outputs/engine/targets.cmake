@@ -10,6 +10,13 @@ add_executable(llama-harness-engine "${HARNESS_ENGINE_SOURCE_DIR}/engine.cpp")
 target_link_libraries(llama-harness-engine PRIVATE llama-common llama ${CMAKE_THREAD_LIBS_INIT})
 target_compile_features(llama-harness-engine PRIVATE cxx_std_17)
 
+# Upstream's programs decode through common_batch and llama_process where llama.h declares it; the
+# older commits a forecast names have only llama_batch and llama_decode, which the engine uses there.
+file(STRINGS "${CMAKE_SOURCE_DIR}/include/llama.h" _harness_llama_process REGEX "llama_process[ ]*\\(")
+if (_harness_llama_process)
+    target_compile_definitions(llama-harness-engine PRIVATE HARNESS_ENGINE_LLAMA_PROCESS)
+endif()
+
 # build-info.cpp holds the strings that name the build (the commit, the patch series). In a
 # mergeable string section the linker lays out every string of the library by their contents,
 # so another series name could move unrelated strings and change bytes the result cache hashes
