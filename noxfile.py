@@ -13,9 +13,7 @@ failed" line and writes no --report for that invocation.  SIGINT and SIGTERM tha
 are passed on to the harness, and nox waits for it to stop its children and record the run.
 """
 
-import importlib.util
 import os
-import shlex
 import sys
 from pathlib import Path
 
@@ -23,9 +21,10 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from harness.common.errors import EXIT_ENVIRONMENT  # noqa: E402
-from harness.common.proc import run_passing_signals  # noqa: E402
-from harness.record.results import new_run_id  # noqa: E402
+# standard library only (tests/test_cli.py): nox may run in a Python that lacks the requirements
+from harness.common.interpreter import harness_python  # noqa: E402
+from harness.common.proc import command_line, run_passing_signals  # noqa: E402
+from harness.record.run_id import new_run_id  # noqa: E402
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["build", "test", "compare-outputs"]
@@ -34,30 +33,13 @@ nox.options.stop_on_first_error = True
 # one results run for all sessions of this nox invocation
 RUN_ID = os.environ.get("HARNESS_RUN_ID") or new_run_id()
 
-#: Modules of requirements.txt the harness imports; nox's own Python may lack them (pipx).
-NEEDED_MODULES = ("yaml", "jsonschema", "gguf", "numpy", "rich", "filelock", "elftools", "pefile")
-
-
-def _python() -> str:
-    """The Python that runs the harness: nox's own when it has the requirements, else ``.venv``'s."""
-    missing = [m for m in NEEDED_MODULES if importlib.util.find_spec(m) is None]
-    if not missing:
-        return sys.executable
-    venv = ROOT / ".venv" / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
-    if venv.exists():
-        return str(venv)
-    print(f"error: nox runs in {sys.executable}, which lacks {', '.join(missing)}: run "
-          f"`python -m pip install --require-hashes -r requirements.txt` and then `python -m nox` in the "
-          f"project's environment",
-          file=sys.stderr)
-    raise SystemExit(EXIT_ENVIRONMENT)
-
 
 def _run(session: nox.Session, *args: str) -> None:
-    argv = [_python(), *args]
-    session.log(shlex.join(argv))
+    argv = [harness_python(ROOT), *args]
+    env = {"HARNESS_RUN_ID": RUN_ID}
+    session.log(command_line(argv, env))
     # SIGINT and SIGTERM are passed on and waited for: the harness stops its children and records the run
-    rc = run_passing_signals(argv, env={"HARNESS_RUN_ID": RUN_ID})
+    rc = run_passing_signals(argv, env=env)
     if rc:
         session.log(f"Session {session.name} failed with exit code {rc}")
         raise SystemExit(rc)  # nox would turn every failure into 1
@@ -89,6 +71,12 @@ def compare_outputs(session: nox.Session) -> None:
 def patches(session: nox.Session) -> None:
     """Patch series: ``nox -s patches -- apply|export|check``."""
     _harness(session, "patches")
+
+
+@nox.session(name="llama-bench-rows")
+def llama_bench_rows(session: nox.Session) -> None:
+    """Runs' speed measurements as llama-bench JSONL rows: ``nox -s llama-bench-rows -- RUN...``."""
+    _harness(session, "llama-bench-rows")
 
 
 @nox.session

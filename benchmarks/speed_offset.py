@@ -33,7 +33,6 @@ import statistics
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 

@@ -1,28 +1,159 @@
-"""Command-line pieces shared by the harness's commands (the stages, patches, bisect ...)."""
+"""Command-line pieces shared by the harness's commands: the checkout the defaults point into, argparse types,
+and the parent parsers that declare each option once (harness.cli builds every command from them).
+
+Standard library only, at import and while parsing: ``--help`` of every command works before any of the
+project's requirements is installed.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Sequence
 
 from .common.errors import InputError
 
+#: What marks the root of a harness checkout (with the ``harness/`` package beside it).
+MARKER = "matrix.yaml"
 
-def add_common(ap: argparse.ArgumentParser) -> None:
-    """Add ``--matrix``, ``--patches-dir`` and ``--work-dir`` (defaults: matrix.yaml, patches, .harness)."""
-    ap.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), help="matrix file (default: matrix.yaml)")
-    ap.add_argument("--patches-dir", type=Path, default=Path("patches"), help="patch series directory")
-    ap.add_argument("--work-dir", type=Path, default=Path(".harness"),
-                    help="work trees and build directories (default: .harness)")
+#: compute-sanitizer tools the native tests can run under (harness.stages.tests.native_tests).
+SANITIZERS = ("memcheck", "racecheck", "initcheck", "synccheck")
+
+
+def find_checkout(start: Path | None = None) -> Path | None:
+    """The harness checkout holding ``start`` (default: the working directory), found as git finds its
+    repository: the nearest of ``start`` and its parents that holds ``matrix.yaml`` and ``harness/``.
+    Outside every checkout, the one this package was imported from when it is a checkout (an editable
+    install); None when neither is."""
+    here = (start or Path.cwd()).absolute()
+    for folder in (here, *here.parents):
+        if (folder / MARKER).is_file() and (folder / "harness").is_dir():
+            return folder
+    own = Path(__file__).resolve().parent.parent
+    return own if (own / MARKER).is_file() else None
+
+
+def in_checkout(name: str) -> Path:
+    """The default path of ``name`` (``matrix.yaml``, ``patches/``, ``results/``, ``.harness/`` …) in the checkout
+    (:func:`find_checkout`): relative to the working directory when that is in the checkout, else absolute;
+    ``name`` itself, relative to the working directory, outside every checkout."""
+    root = find_checkout()
+    if root is None:
+        return Path(name)
+    cwd = Path.cwd().absolute()
+    if root == cwd or root in cwd.parents:
+        return Path(os.path.relpath(root / name))
+    return root / name
 
 
 def positive(text: str) -> int:
     """An argparse type: ``text`` as an integer ≥ 1; raises ArgumentTypeError otherwise."""
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text}: not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
     return value
+
+
+def bench_repeats(text: str) -> int:
+    """An argparse type: timed rounds of the speed stage, an integer >= 5 (the matrix schema's minimum:
+    fewer samples give the rank test no power; harness/common/statistics.py)."""
+    value = positive(text)
+    if value < 5:
+        raise argparse.ArgumentTypeError(f"{text}: the speed stage needs at least 5 rounds")
+    return value
+
+
+def bench_warmup(text: str) -> int:
+    """An argparse type: untimed rounds of the speed stage before the timed ones, an integer from 0 to 20
+    (the matrix schema's range for ``warmup``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text}: not a whole number of rounds") from None
+    if not 0 <= value <= 20:
+        raise argparse.ArgumentTypeError(f"{text}: the speed stage's warm-up rounds are 0 to 20")
+    return value
+
+
+def _parent() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(add_help=False)
+
+
+def _checkout_path(flag: str, name: str, what: str) -> argparse.ArgumentParser:
+    """A parent parser with the one path option ``flag`` (``what`` it names), default ``name`` in the
+    checkout (:func:`in_checkout`)."""
+    ap = _parent()
+    ap.add_argument(flag, type=Path, default=in_checkout(name), help=f"{what} (default: {name} of the checkout)")
+    return ap
+
+
+def matrix_options() -> argparse.ArgumentParser:
+    """A parent parser with ``--matrix`` (default: the checkout's matrix.yaml)."""
+    return _checkout_path("--matrix", "matrix.yaml", "matrix file")
+
+
+def patches_options() -> argparse.ArgumentParser:
+    """A parent parser with ``--patches-dir`` (default: the checkout's patches/)."""
+    return _checkout_path("--patches-dir", "patches/", "patch series directory")
+
+
+def work_options() -> argparse.ArgumentParser:
+    """A parent parser with ``--work-dir`` (default: the checkout's .harness/)."""
+    return _checkout_path("--work-dir", ".harness/", "work trees and build directories")
+
+
+def results_options() -> argparse.ArgumentParser:
+    """A parent parser with ``--results-dir`` (default: the checkout's results/)."""
+    return _checkout_path("--results-dir", "results/", "where runs are written, one directory each")
+
+
+def build_options() -> argparse.ArgumentParser:
+    """A parent parser with what a build takes: ``--platform``, ``--cuda-arch``, ``-j`` and ``-D``
+    (the stages, forecast, bisect)."""
+    ap = _parent()
+    ap.add_argument("--platform", action="append", default=[],
+                    help="platform from matrix.yaml (repeatable or comma separated; default: every platform, "
+                         "those this machine cannot run reported as skipped; forecast: linux-x86_64-cpu and "
+                         "linux-x86_64-cuda; bisect: exactly one)")
+    ap.add_argument("--cuda-arch", default=None, help="CMAKE_CUDA_ARCHITECTURES (default: from nvidia-smi)")
+    ap.add_argument("-j", "--jobs", type=positive, default=None,
+                    help="jobs at once, every build and compile step of the run together "
+                         "(default: the cores this process may use; docs/platforms.md)")
+    ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE",
+                    help="extra CMake cache option passed through to every configure")
+    return ap
+
+
+def run_options() -> argparse.ArgumentParser:
+    """A parent parser with what selects and shapes a run's tests, comparisons and speed pairs (the stages,
+    forecast)."""
+    ap = _parent()
+    ap.add_argument("--run-id", default=None, help="continue this run (default: $HARNESS_RUN_ID or a new run)")
+    ap.add_argument("--sanitize", choices=SANITIZERS, default=None,
+                    help="also run the native tests under compute-sanitizer with this tool")
+    ap.add_argument("--model", action="append", default=[], help="only these models (repeatable)")
+    ap.add_argument("--group", action="append", default=[], help="only these comparison groups (repeatable)")
+    ap.add_argument("--n-predict", type=positive, default=None, help="tokens per generation (default: matrix)")
+    ap.add_argument("--repeats", type=positive, default=None, help="runs per configuration (default: matrix)")
+    ap.add_argument("--lanes", type=positive, default=None,
+                    help="generations at once on a CPU platform, each process with cores/lanes threads "
+                         "(default: the machine's cores, at most 8; 1: one at a time with llama.cpp's default "
+                         "threads; docs/cache.md)")
+    ap.add_argument("--no-bench", dest="bench", action="store_false",
+                    help="compare-outputs without its speed stage (the groups' speed rules; docs/speed.md)")
+    ap.add_argument("--bench-repeats", type=bench_repeats, default=None,
+                    help="timed rounds per speed rule (default: matrix; at least 5)")
+    ap.add_argument("--bench-warmup", type=bench_warmup, default=None, metavar="N",
+                    help="untimed rounds before a speed rule's timed ones (default: matrix; 0-20)")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="regenerate every generation, rerun every native test and measure every speed pair "
+                         "instead of reusing results "
+                         "whose inputs are byte-identical (docs/cache.md); fresh results still refresh the cache")
+    return ap
 
 
 def parse_defines(values: Sequence[str]) -> dict[str, str]:
@@ -36,9 +167,17 @@ def parse_defines(values: Sequence[str]) -> dict[str, str]:
     return defines
 
 
-def split_names(values: Sequence[str]) -> list[str]:
-    """Repeatable, comma-separated names (``--platform a,b --platform c``) as one list."""
-    return [v for item in values for v in item.split(",") if v]
+def split_names(values: Sequence[str], option: str = "a name option") -> list[str]:
+    """Repeatable, comma-separated names (``--platform a,b --platform c``) as one list.
+
+    Raises InputError naming ``option`` (e.g. ``--group``) for an empty or whitespace-only name (``--group ''``,
+    ``a,,b``): left out, the option would select everything instead of nothing the user meant."""
+    names = [v for item in values for v in item.split(",")]
+    if any(not v.strip() for v in names):
+        empty = next(item for item in values if any(not v.strip() for v in item.split(",")))
+        raise InputError(f"{option} {empty!r}: an empty name; name what to select, or leave {option} out to "
+                         "select everything")
+    return names
 
 
 def strip_dashdash(argv: Sequence[str]) -> list[str]:

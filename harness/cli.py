@@ -1,272 +1,326 @@
-"""Command line: ``python -m harness STAGE [STAGE ...] [options]`` and the tool commands.
+"""The command line: ``llama-fork-harness COMMAND [options]`` (or ``python -m harness COMMAND [options]``).
 
-Stages: ``build``, ``test``, ``compare-outputs`` (any of them, in that order).
-Tools: ``patches apply|export|check``, ``source fetch|export-mirror``,
-``models``, ``ci-matrix``, ``check-windows``, ``triage``, ``bisect``, ``forecast``, ``report``, ``bench``,
-``bench-compile``, ``bench-loop``, ``bench-cold``.
-The nox sessions call exactly these commands and pass ``session.posargs`` through.
+Every command and its options are declared here, from the parent parsers of harness.args; the code that runs a
+command is imported only when it runs, so ``--help`` needs nothing but the standard library.  The nox sessions
+call exactly these commands and pass ``session.posargs`` through.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import shutil
 import sys
 from pathlib import Path
 from typing import Sequence
 
+from . import __version__
+from .args import (build_options, find_checkout, matrix_options, patches_options, positive,
+                   results_options, run_options, strip_dashdash, work_options)
 from .common import proc
-from .args import add_common, parse_defines, positive, split_names
-from .matrix.config import SelectionError, load_matrix
-from .common.errors import EXIT_BAD_INPUT, HarnessError, InputError
+from .common.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, HarnessError
 from .common.fs import describe, is_environment_error
-from .stages.tests.native_tests import SANITIZERS
+from .common.interpreter import NEEDED_MODULES
 
+PROG = "llama-fork-harness"
+
+#: The stages, in the order one command runs them (``build test compare-outputs``).
 STAGES = ("build", "test", "compare-outputs")
 
 
-def _bench_repeats(text: str) -> int:
-    """An argparse type: timed rounds of the speed stage, an integer >= 5 (the matrix schema's minimum:
-    fewer samples give the rank test no power; harness/common/statistics.py)."""
-    value = positive(text)
-    if value < 5:
-        raise argparse.ArgumentTypeError(f"{text}: the speed stage needs at least 5 rounds")
-    return value
-
-
-def _bench_warmup(text: str) -> int:
-    """An argparse type: untimed rounds of the speed stage before the timed ones, an integer from 0 to 20
-    (the matrix schema's range for ``warmup``)."""
+def _version() -> str:
+    """``--version``'s text: the harness's version, the base commit of the checkout's matrix.yaml and the
+    digest of its patch series (harness.stages.build.patches.series_digest, the key builds are cached by).
+    What cannot be read (no checkout, a broken matrix or series) is named in place of its value."""
+    lines = [f"{PROG} {__version__}"]
+    root = find_checkout()
+    if root is None:
+        return "\n".join([*lines, "no checkout here: no matrix.yaml in this directory or any above it"])
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text}: not a whole number of rounds") from None
-    if not 0 <= value <= 20:
-        raise argparse.ArgumentTypeError(f"{text}: the speed stage's warm-up rounds are 0 to 20")
-    return value
+        from .matrix.config import load_matrix
+        lines.append(f"base commit: {load_matrix(root / 'matrix.yaml').base_commit} ({root / 'matrix.yaml'})")
+    except Exception as exc:  # the version is still worth printing
+        lines.append(f"base commit: unknown ({type(exc).__name__}: {exc})")
+    try:
+        from .stages.build.patches import read_series, series_digest
+        patches = read_series(root / "patches")
+        lines.append(f"series digest: {series_digest(patches)} ({len(patches)} patches in {root / 'patches'})")
+    except Exception as exc:
+        lines.append(f"series digest: unknown ({type(exc).__name__}: {exc})")
+    return "\n".join(lines)
 
 
-def _stage_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m harness build|test|compare-outputs ...",
-                                 description="Build the fork, run its native tests and greedy comparisons.")
-    add_common(ap)
-    ap.add_argument("--platform", action="append", default=[],
-                    help="platform from matrix.yaml (repeatable or comma separated; default: all, "
-                         "those this machine cannot run reported as skipped)")
-    ap.add_argument("--results-dir", type=Path, default=Path("results"))
-    ap.add_argument("--run-id", default=None, help="continue this run (default: $HARNESS_RUN_ID or a new run)")
-    ap.add_argument("--cuda-arch", default=None, help="CMAKE_CUDA_ARCHITECTURES (default: from nvidia-smi)")
-    ap.add_argument("-j", "--jobs", type=positive, default=None,
-                    help="jobs at once, every build and compile step of the run together "
-                         "(default: the cores this process may use; docs/platforms.md)")
-    ap.add_argument("--sanitize", choices=SANITIZERS, default=None,
-                    help="also run the native tests under compute-sanitizer with this tool")
-    ap.add_argument("--model", action="append", default=[], help="only these models (repeatable)")
-    ap.add_argument("--group", action="append", default=[], help="only these comparison groups (repeatable)")
-    ap.add_argument("--n-predict", type=positive, default=None, help="tokens per generation (default: matrix)")
-    ap.add_argument("--repeats", type=positive, default=None, help="runs per configuration (default: matrix)")
-    ap.add_argument("--lanes", type=positive, default=None,
-                    help="generations at once on a CPU platform, each process with cores/lanes threads "
-                         "(default: the machine's cores, at most 8; 1: one at a time with llama.cpp's default "
-                         "threads; docs/cache.md)")
-    ap.add_argument("--no-bench", dest="bench", action="store_false",
-                    help="compare-outputs without its speed stage (the groups' speed rules; docs/speed.md)")
-    ap.add_argument("--bench-repeats", type=_bench_repeats, default=None,
-                    help="timed rounds per speed rule (default: matrix; at least 5)")
-    ap.add_argument("--bench-warmup", type=_bench_warmup, default=None, metavar="N",
-                    help="untimed rounds before a speed rule's timed ones (default: matrix; 0-20)")
-    ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE",
-                    help="extra CMake cache option passed through to every configure")
-    ap.add_argument("--no-cache", action="store_true",
-                    help="regenerate every generation, rerun every native test and measure every speed pair "
-                         "instead of reusing results "
-                         "whose inputs are byte-identical (docs/cache.md); fresh results still refresh the cache")
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`_version` and exit 0 (its imports happen only when asked)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(_version())
+        parser.exit(0)
+
+
+def _add(sub: argparse._SubParsersAction, name: str, handler: str, summary: str, description: str = "",
+         parents: Sequence[argparse.ArgumentParser] = ()) -> argparse.ArgumentParser:
+    """Declare command ``name``: ``summary`` is its line in the top-level help, ``description`` (default: the
+    summary) its own help's, ``handler`` the ``module:function`` under harness/ that runs it with the parsed
+    arguments."""
+    ap = sub.add_parser(name, help=summary, description=description or summary, parents=list(parents),
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.set_defaults(handler=handler)
     return ap
 
 
-def run_stages_cmd(stages: list[str], argv: Sequence[str]) -> int:
-    """``python -m harness build test ...``: run the stages; the exit code of the run's verdict (harness.common.errors)."""
-    from .pipeline import Options, run_stages
-    from .record.results import Run
-    args = _stage_parser().parse_args(argv)
-    matrix = load_matrix(args.matrix)
-    defines = parse_defines(args.defines)
-    platforms = split_names(args.platform)
-    for name in platforms:
-        matrix.platform(name)  # unknown names fail before anything runs
-    for name in split_names(args.model):
-        if name not in matrix.models:
-            raise SelectionError(f"unknown model {name!r}; {matrix.path} defines: {', '.join(sorted(matrix.models))}")
-    for name in split_names(args.group):
-        if name not in matrix.groups:
-            raise SelectionError(f"unknown group {name!r}; {matrix.path} defines: {', '.join(sorted(matrix.groups))}")
-    opts = Options(platforms=platforms, cmake_defines=defines, cuda_arch=args.cuda_arch, jobs=args.jobs,
-                   sanitize=args.sanitize, models=split_names(args.model), groups=split_names(args.group),
-                   n_predict=args.n_predict, repeats=args.repeats, work_dir=args.work_dir,
-                   patches_dir=args.patches_dir, bench=args.bench, bench_repeats=args.bench_repeats,
-                   bench_warmup=args.bench_warmup,
-                   no_cache=args.no_cache, lanes=args.lanes)
-    order = [s for s in STAGES if s in stages]
-    # what the inputs alone prove cannot run, refused before anything starts; in every stage command, since
-    # `nox -s build test compare-outputs` runs one per session with the same arguments
-    from .stages.build.preflight import check_inputs
-    from .stages.build.source import cache_dir
-    check_inputs(matrix, platforms, opts.groups, opts.models, args.n_predict, cache_dir(),
-                 compare="compare-outputs" in order)
-    with proc.handle_signals():
-        run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
-        try:
-            return run_stages(matrix, run, opts, order)
-        finally:
-            run.close()
+def _stage_commands(sub: argparse._SubParsersAction) -> None:
+    stage = [matrix_options(), patches_options(), work_options(), results_options(), build_options(), run_options()]
+    lines = {"build": "configure and build each selected platform, variants base (upstream) and fork (patched)",
+             "test": "the fork's native tests through ctest by label; JUnit XML",
+             "compare-outputs": "every comparison group (greedy, token by token) and its speed rules"}
+    for name in STAGES:
+        ap = _add(sub, name, "commands:run_stages", lines[name],
+                  f"{lines[name]}.\n\nStages run in the order build, test, compare-outputs, all of one command "
+                  f"in one run: `{PROG} build test compare-outputs [options]`.", stage)
+        ap.add_argument("stages", nargs="*", metavar="STAGE",
+                        help="further stages to run in the same run: test, compare-outputs")
 
 
-def patches_cmd(argv: Sequence[str]) -> int:
-    """``python -m harness patches apply|export|check``."""
-    from .stages.build.patches import check_series, export_series, prepare_series_tree, read_series, series_digest
-    from .stages.build.source import obtain_base, scratch_tree, tree_state, unexported_work
-    ap = argparse.ArgumentParser(prog="python -m harness patches",
-                                 description="apply: the series onto the base in .harness/dev/llama.cpp (the tree "
-                                             "you edit; builds use their own tree); export: its commits back into "
-                                             "patches/; check: fail when patches/ differs from what export writes")
-    ap.add_argument("action", choices=("apply", "export", "check"))
+def _tool_commands(sub: argparse._SubParsersAction) -> None:
+    common = [matrix_options(), patches_options(), work_options()]
+    ap = _add(sub, "patches", "commands:patches", "the patch series workflow: apply, export, check",
+              "apply: the series onto the base in .harness/dev/llama.cpp (the tree you edit; builds use their "
+              "own tree); export: its commits back into patches/; check: fail when patches/ differs from what "
+              "export writes (docs/patches.md)", common)
+    ap.add_argument("action", choices=("apply", "export", "check"), help="what to do with the series")
     ap.add_argument("--force", action="store_true", help="apply even if the dev tree holds unexported work")
-    add_common(ap)
-    args = ap.parse_args(argv)
-    matrix = load_matrix(args.matrix)
-    base = obtain_base(matrix)
-    work = args.work_dir.resolve()
-    if args.action == "apply":
-        patches = read_series(args.patches_dir)
-        pending = unexported_work(work, "dev")
-        if pending and not args.force:
-            raise InputError(f"{pending}; export it first (nox -s patches -- export) or pass --force")
-        (work / "dev" / "tree.stamp").unlink(missing_ok=True)
-        tree = prepare_series_tree(base, work, "dev", patches)
-        print(f"applied {len(patches)} patches onto {base.commit[:12]} in {tree}")
-        print("edit and commit there (git commit, git rebase -i), then run: nox -s patches -- export")
-        return 0
-    if args.action == "export":
-        tree = work / "dev" / "llama.cpp"
-        if not tree.exists():
-            raise InputError(f"no work tree at {tree}; run `nox -s patches -- apply` first")
-        if tree_state(tree)[1]:
-            raise InputError(f"{tree} has uncommitted changes; commit them (export writes commits only)")
-        written = export_series(tree, base.git_rev, args.patches_dir)
-        # the dev tree now matches patches/: a later apply may replace it without losing anything
-        (work / "dev" / "tree.stamp").write_text(f"{base.git_rev} {series_digest(written)} {tree_state(tree)[0]}\n")
-        for p in written:
-            print(f"exported {p.name}  sha256 {p.sha256[:12]}")
-        return 0
-    scratch = scratch_tree(base)
-    try:
-        problems = check_series(scratch, base.git_rev, args.patches_dir)
-    finally:
-        shutil.rmtree(scratch.parent, ignore_errors=True)
-    if problems:
-        print("patches/ is not what export would write:")
-        for p in problems:
-            print("  " + p.replace("\n", "\n  "))
-        return 1
-    print(f"patches/ is up to date ({len(read_series(args.patches_dir))} patches)")
-    return 0
 
-
-def source_cmd(argv: Sequence[str]) -> int:
-    """``python -m harness source fetch|export-mirror|files [--out PATH]``."""
-    from .stages.build.source import export_mirror, obtain_base, write_pinned_files
-    ap = argparse.ArgumentParser(prog="python -m harness source",
-                                 description="fetch: obtain the base; export-mirror: write the trimmed mirror "
-                                             "archive; files: write the pinned commit's file list (base.files)")
-    ap.add_argument("action", choices=("fetch", "export-mirror", "files"))
+    ap = _add(sub, "source", "commands:source", "obtain the base; write the trimmed offline mirror or file list",
+              "fetch: obtain the base; export-mirror: write the trimmed mirror archive; files: write the pinned "
+              "commit's file list (base.files)", common)
+    ap.add_argument("action", choices=("fetch", "export-mirror", "files"), help="what to do with the base")
     ap.add_argument("--out", type=Path, default=None,
-                    help="mirror archive path (default: mirror/llama.cpp-<commit12>.tar.gz) or file list path "
-                         "(default: upstream-files/llama.cpp-<commit12>.files)")
-    add_common(ap)
-    args = ap.parse_args(argv)
-    matrix = load_matrix(args.matrix)
-    log: list[str] = []
-    base = obtain_base(matrix, log=log)
-    for line in log:
-        print(line)
-    print(f"base {base.commit} at {base.path} (from {base.source})")
-    if args.action == "export-mirror":
-        out = args.out or Path("mirror") / f"llama.cpp-{base.commit[:12]}.tar.gz"
-        path, digest = export_mirror(base, out)
-        print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB), sha256 {digest}")
-    if args.action == "files":
-        out = args.out or Path("upstream-files") / f"llama.cpp-{base.commit[:12]}.files"
-        digest = write_pinned_files(base, out)
-        print(f"wrote {out}; pin it in {args.matrix} as base.files: {{path: {out}, sha256: {digest}}}")
-    return 0
+                    help="mirror archive path (default: mirror/llama.cpp-<commit12>.tar.gz of the checkout) or "
+                         "file list path (default: upstream-files/llama.cpp-<commit12>.files of the checkout)")
+
+    ap = _add(sub, "models", "commands:models", "assemble, generate or derive the matrix's models",
+              "Assemble, generate or derive the matrix's models and print their paths.  A derived (quantized) "
+              "model takes llama-quantize from a finished base build of the host's CPU platform under "
+              "--work-dir; this command builds nothing.", common)
+    ap.add_argument("names", nargs="*", metavar="NAME", help="models of matrix.yaml (default: all)")
+
+    ap = _add(sub, "llama-bench-rows", "tools.llama_bench_rows:run",
+              "runs' speed measurements as llama-bench JSONL rows (for upstream's compare-llama-bench.py)",
+              parents=[results_options()])
+    ap.add_argument("runs", nargs="+", metavar="RUN", help="run id (under --results-dir) or run directory")
+    ap.add_argument("--platform", action="append", default=[],
+                    help="platform whose bench.json to convert (repeatable; default: every one with a bench.json)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="one JSONL file for all rows (default: each run's <platform>/speed/llama-bench.jsonl)")
+
+    ap = _add(sub, "ci-matrix", "tools.ci_matrix:run", "the GitHub Actions job matrix (JSON) derived from matrix.yaml",
+              parents=[matrix_options(), patches_options()])
+    ap.add_argument("--platform", action="append", default=[],
+                    help="only this platform (repeatable or comma separated; default: every platform with ci)")
+    ap.add_argument("--github-output", action="store_true",
+                    help="also append matrix=<json> to the file named by $GITHUB_OUTPUT, and the platforms "
+                         "left out to $GITHUB_STEP_SUMMARY")
+    ap.add_argument("--self-hosted", default="false", type=lambda v: v.strip().lower(),
+                    help="self-hosted runners exist (the repository variable HARNESS_SELF_HOSTED_RUNNERS; "
+                         "default false: platforms that need them are left out)")
+    ap.add_argument("--event", default="",
+                    help="the workflow's github.event_name: self-hosted runners are used only for a push to the "
+                         "default branch, a scheduled run, or a pull request or manual run approved in the "
+                         "approval environment (APPROVAL_ENVIRONMENT of harness/tools/ci_matrix.py; default: "
+                         "the --self-hosted value alone decides)")
+    ap.add_argument("--ref", default="", help="the workflow's github.ref (for --event push and workflow_dispatch)")
+    ap.add_argument("--default-branch", default="",
+                    help="the repository's default branch (for --event push and workflow_dispatch)")
+    ap.add_argument("--repo", default=None,
+                    help="repository name for the Windows path budget (default: from $GITHUB_REPOSITORY, "
+                         "else the checkout directory's name)")
+
+    ap = _add(sub, "check-windows", "tools.windows_check:run",
+              "compile the patches' Windows-only host code with MinGW-w64 on Linux",
+              "Compile the fork's Windows-only host code with MinGW-w64 and its POSIX side with g++ (syntax "
+              "only).", common)
+    ap.add_argument("--tree", type=Path, default=None,
+                    help="patched source tree (default: the fork work tree <work-dir>/fork/llama.cpp, "
+                         "made from the series when missing)")
+    ap.add_argument("--log-dir", type=Path, default=None, help="compile logs (default: <work-dir>/check-windows)")
+    ap.add_argument("--cuda-include", type=Path, default=None,
+                    help="CUDA include directory (default: the nvidia-cuda-runtime wheel, $CUDA_PATH, "
+                         "/usr/local/cuda)")
+    ap.add_argument("--mingw-cxx", default=None,
+                    help="MinGW-w64 C++ compiler (default: the first of MINGW_CANDIDATES of "
+                         "harness/tools/windows_check.py on PATH)")
+    ap.add_argument("--host-cxx", default=None, help="host C++ compiler for the POSIX side (default: g++)")
+    ap.add_argument("--only", action="append", default=[], metavar="PATH",
+                    help="check only this file of the list (repeatable)")
 
 
-def models_cmd(argv: Sequence[str]) -> int:
-    """``python -m harness models [NAME ...]``: assemble, generate or derive models and print their paths.
+def _analysis_commands(sub: argparse._SubParsersAction) -> None:
+    ap = _add(sub, "triage", "analysis.triage:run", "what changed between two runs; exit 1 on a regression",
+              "Report what changed between two result runs.  --matrix names each fork configuration's upstream "
+              "configuration in its mode, the preferred reference of its speed ratios (without the file every "
+              "reference counts as fork-only).", [results_options(), matrix_options(), work_options()])
+    ap.add_argument("runs", nargs="*", metavar="RUN",
+                    help="run ids or directories: A B, or only B (A: the previous run covering its platforms); "
+                         "default: latest against its previous run")
+    ap.add_argument("--json", action="store_true", help="print a machine-readable JSON object")
+    ap.add_argument("--strict", action="store_true",
+                    help="count a record of A that B did not run (or was interrupted in) as a regression")
+    ap.add_argument("--confirm", action="store_true",
+                    help="re-measure each suspect speed change with both runs' builds interleaved on this machine "
+                         "(as asv continuous does; run B's builds from --work-dir); exit 1 when one is confirmed")
+    ap.add_argument("--a-work-dir", type=Path, action="append", default=[],
+                    help="--confirm: a work directory holding run A's builds (repeatable; default: --work-dir)")
 
-    A derived (``quantized``) model takes llama-quantize from a finished base build of the host's CPU
-    platform under ``--work-dir`` (harness.stages.build.quantize_tool.built_tool); without one its line says
-    which build to make.  This command builds nothing."""
-    from .matrix.models import ModelStore
-    from .stages.build.quantize_tool import built_tool
-    from .stages.build.source import cache_dir, obtain_base
-    ap = argparse.ArgumentParser(prog="python -m harness models")
-    ap.add_argument("names", nargs="*")
-    add_common(ap)
-    args = ap.parse_args(argv)
-    matrix = load_matrix(args.matrix)
-    cache = cache_dir()
-    models = ModelStore(matrix.models, cache, lambda: obtain_base(matrix, cache).path, matrix.path,
-                        lambda: built_tool(matrix, args.work_dir))
-    rc = 0
-    for name in args.names or list(matrix.models):
-        if name not in matrix.models:
-            print(f"error: unknown model {name!r} (known: {', '.join(sorted(matrix.models))})")
-            rc = 2
-            continue
-        try:
-            print(f"{name}: {models.path(name)}")
-        except Exception as exc:
-            print(f"{name}: error: {exc}")
-            rc = 1
-    return rc
+    ap = _add(sub, "bisect", "analysis.bisect:run", "the first patch (or upstream commit) that breaks a check",
+              "Find the first patch of the series, or the first upstream commit, that makes a check fail.",
+              [matrix_options(), patches_options(), work_options(), build_options()])
+    ap.add_argument("--check", required=True, help="test:<ctest-name> or group:<group>[:model[:prompt]]")
+    ap.add_argument("--good", type=int, default=None, help="a k known to pass (default 0: the unpatched base)")
+    ap.add_argument("--bad", type=int, default=None, help="a k known to fail (default: the whole series)")
+    ap.add_argument("--upstream", metavar="GOOD..BAD", default=None,
+                    help="bisect the upstream commits on BAD's first-parent line after GOOD, each with the "
+                         "patch series applied, instead of the patches")
+    ap.add_argument("--repo", type=Path, default=None,
+                    help="with --upstream: git repository holding the commits (default: the matrix's first local "
+                         "source that has them, else a clone fetched from its git source)")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    ap = _add(sub, "forecast", "analysis.forecast:run",
+              "what the series would hit on another upstream commit (docs/forecast.md)",
+              "What the patch series would hit on another upstream commit: every patch tried, what applied "
+              "built, tested and compared (docs/forecast.md).",
+              [matrix_options(), patches_options(), work_options(), results_options(), build_options(),
+               run_options()])
+    ap.add_argument("--onto", required=True, metavar="SOURCE",
+                    help="pypi-sdist:PACKAGE==VERSION, URL@COMMIT, ARCHIVE.tar.gz#sha256=HEX or PATH[@REV]")
+    ap.add_argument("--patches-only", action="store_true", help="stop after the patch stage (no builds)")
+    ap.add_argument("--bisect", metavar="CHECK", default=None,
+                    help="also bisect the upstream commits between the two bases for this check "
+                         "(test:NAME or group:G[:MODEL[:PROMPT]]); needs a local or git source")
+
+    ap = _add(sub, "report", "analysis.report:run", "a run's report.html, one self-contained page",
+              "Write a run's HTML report and print its path.", [results_options()])
+    ap.add_argument("run", nargs="?", default="latest", help="run id or directory (default: latest)")
+    ap.add_argument("--markdown", action="store_true",
+                    help="also print the Markdown summary to stdout (the path then goes to stderr)")
+    ap.add_argument("--against", default="previous", metavar="RUN",
+                    help="list changes since this earlier run (default 'previous': the last one covering the same "
+                         "platforms, if any; 'none': no changes section)")
+    ap.add_argument("--out", type=Path, default=None, help="HTML file (default: <run>/report.html)")
 
 
-#: Commands beside the stages: the module under harness/ that holds each and its entry point.
-TOOL_COMMANDS = {"ci-matrix": ("tools.ci_matrix", "main"), "check-windows": ("tools.windows_check", "main"),
-                 "bench": ("tools.bench", "main"), "bench-compile": ("tools.compile_bench", "main"),
-                 "bench-loop": ("tools.bench_loop", "main"), "bench-cold": ("tools.bench_cold", "main"),
-                 "triage": ("analysis.triage", "main"), "bisect": ("analysis.bisect", "main"),
-                 "forecast": ("analysis.forecast", "main"), "report": ("analysis.report", "report_main")}
+def _bench_commands(sub: argparse._SubParsersAction) -> None:
+    ap = _add(sub, "bench", "tools.bench:run", "the pin-ladder benchmark on a CUDA machine")
+    ap.add_argument("--build-dir", type=Path, required=True, help="CUDA build of the fork (bin/ with shared libs)")
+    ap.add_argument("--model", type=Path, default=None, help="MoE GGUF for llama-bench")
+    ap.add_argument("--n-layer", type=positive, default=8, help="the model's layer count (for PIN_LAYERS=half)")
+    ap.add_argument("--gib", type=float, default=4.0, help="host buffer size for the ladder measurements, GiB")
+    ap.add_argument("--out", type=Path, default=None, help="also write the results to this JSON file")
+    ap.add_argument("--child", choices=("ladder", "plain"), help=argparse.SUPPRESS)
+    ap.add_argument("--size", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--reps", type=positive, default=5,
+                    help="registrations per process in the ladder cost measurement")
+
+    ap = _add(sub, "bench-compile", "tools.compile_bench:run", "time the CUDA compile step, fork and base",
+              "Time the compile step of a CUDA platform (default: linux-x86_64-cuda), fork and base, in a fresh "
+              "work directory (docs/benchmarks.md).", [matrix_options(), patches_options(), build_options()])
+    ap.add_argument("--cold", action="store_true", help="start from an empty ccache directory")
+    ap.add_argument("--fork-only", action="store_true", help="time the fork's compile only, not the base's")
+    ap.add_argument("--keep", type=Path, default=None, help="work and results directory to keep (default: temporary)")
+
+    clone = argparse.ArgumentParser(add_help=False)
+    clone.add_argument("--clone-dir", type=Path, default=None,
+                       help="where to clone (default: a new directory under the system's temporary directory)")
+    clone.add_argument("harness_args", nargs=argparse.REMAINDER,
+                       help="after --: arguments for the harness stages (default: none, the main job)")
+    ap = _add(sub, "bench-loop", "tools.bench_loop:run", "time edit -> verdict on a fresh clone with warm caches",
+              "Time edit -> verdict on a fresh clone of HEAD with this machine's warm caches (docs/cache.md).",
+              [clone])
+    ap.add_argument("--keep", action="store_true", help="keep the clone (its builds and results) afterwards")
+    ap.add_argument("--scenario", action="append", default=[],
+                    help="run only this scenario (repeatable; warm-up, no-op, comment, code-patch-3, code-patch-2; "
+                         "default: all, in that order)")
+    ap = _add(sub, "bench-cold", "tools.bench_cold:run",
+              "time the README's first command on a fresh clone with empty caches",
+              "Time the README's first command on a fresh clone with empty caches (docs/benchmarks.md).", [clone])
+    ap.add_argument("--keep", action="store_true", help="keep the clone, its environment, caches and results")
+    ap.add_argument("--reuse-python", action="store_true",
+                    help="no new environment and no pip install: run nox with this Python")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The whole command line: one sub-parser per command, each option declared once (harness.args).  Its
+    defaults point into the checkout holding the working directory (harness.args.find_checkout)."""
+    top = argparse.ArgumentParser(
+        prog=PROG, description="Build, test and compare the llama.cpp fork (upstream at one commit plus "
+                               "patches/) on each platform of matrix.yaml; results in results/<run-id>/.",
+        epilog=f"`{PROG} COMMAND --help` tells a command's options.  Exit codes: 0 passed, 1 failed, 2 bad input "
+               "or environment, 3 incomplete, 130/143 interrupted (README.md).")
+    top.add_argument("--version", action=_VersionAction,
+                     help="print the harness's version, the base commit and the patch series' digest")
+    sub = top.add_subparsers(title="commands", metavar="COMMAND", dest="command")
+    _stage_commands(sub)
+    _tool_commands(sub)
+    _analysis_commands(sub)
+    _bench_commands(sub)
+    return top
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` (``COMMAND [options]``) parsed; the stage commands' ``stages`` are every stage named, in the
+    order they run.  Raises SystemExit (argparse's, 2) on an unknown command or option."""
+    argv = list(argv)
+    if argv[1:2] == ["--"]:  # nox passes its posargs after one
+        del argv[1]
+    args = parser().parse_args(argv)
+    if args.command in STAGES:
+        named = {args.command, *args.stages}
+        unknown = named - set(STAGES)
+        if unknown:
+            parser().error(f"{', '.join(sorted(unknown))}: not a stage; stages: {', '.join(STAGES)}")
+        args.stages = [s for s in STAGES if s in named]
+    return args
+
+
+def parse_command(command: str, argv: Sequence[str]) -> argparse.Namespace:
+    """The arguments of ``command`` (its own ``argv``, a leading ``--`` dropped) parsed as the command line
+    parses them: what a module's ``main(argv)`` runs with."""
+    return parse([command, *strip_dashdash(argv)])
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command ``args`` names (its ``handler``, imported now); returns its exit code."""
+    module, _, function = args.handler.partition(":")
+    return getattr(importlib.import_module(f"harness.{module}"), function)(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit code (see harness.common.errors).
+    """Entry point; returns the process exit code (see harness.common.errors): no command prints the help
+    and returns 2.
 
     This is the one place expected errors (harness.common.errors.HarnessError, a missing file,
     Ctrl-C) become ``error: <message>`` on stderr and their exit code, without a traceback.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    stages = []
-    while argv and argv[0] in STAGES:
-        stages.append(argv.pop(0))
+    if not argv:
+        parser().print_help(sys.stderr)
+        return EXIT_BAD_INPUT
     try:
-        if stages:
-            return run_stages_cmd(stages, argv)
-        if not argv or argv[0] in ("-h", "--help"):
-            print(__doc__)
-            return 0
-        cmd, rest = argv[0], argv[1:]
-        commands = {"patches": patches_cmd, "source": source_cmd, "models": models_cmd}
-        if cmd in TOOL_COMMANDS:  # imported only when asked for: one tool's needs never stop another
-            module, attr = TOOL_COMMANDS[cmd]
-            commands[cmd] = getattr(importlib.import_module(f"harness.{module}"), attr)
-        if cmd not in commands:
-            print(f"error: unknown command {cmd!r}; expected one of: {', '.join([*STAGES, *commands, *TOOL_COMMANDS])}",
-                  file=sys.stderr)
-            return EXIT_BAD_INPUT
-        return commands[cmd](rest)
+        args = parse(argv)
+    except SystemExit as exc:  # --help, --version (0) or a usage error (2), already printed
+        return int(exc.code or 0)
+    try:
+        return run(args)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in NEEDED_MODULES:
+            raise
+        print(f"error: {args.command} needs the module {exc.name}, which this Python ({sys.executable}) lacks: "
+              "run `python -m pip install --require-hashes -r requirements.txt` in the project's environment",
+              file=sys.stderr)
+        return EXIT_ENVIRONMENT
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -283,5 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
-if __name__ == "__main__":
+def console() -> None:
+    """The ``llama-fork-harness`` console script: :func:`main`'s code as the process's exit status."""
     sys.exit(main())
+

@@ -11,6 +11,8 @@ others still run.
 
 from __future__ import annotations
 
+import os
+import secrets
 import signal
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Mapping, Sequence
@@ -22,8 +24,9 @@ from .common.errors import HarnessError
 from .matrix.config import Matrix
 from .record.cache import ResultCache
 from .record.junit import write_checks_junit, write_comparisons_junit, write_speed_junit
+from .record.leftovers import GROUPS_NAME, settle_killed_runs
 from .record.progress import describe_abort
-from .record.results import VERDICT_EXIT_CODES, Run
+from .record.results import KILLED, VERDICT_EXIT_CODES, Run
 from .stages.build.source import BaseTree
 from .stages.options import Options
 from .stages.shape import Context, Stage
@@ -35,6 +38,7 @@ __all__ = ["Options", "run_command", "run_stage", "run_stages"]
 def run_stage(ctx: Context, stage: Stage) -> None:
     """Run ``stage`` and record each step it returns in ``ctx.run`` as it comes, with one console line per
     step; what it raises propagates."""
+    ctx.run.stage_started(stage.name)
     for step in stage.run(ctx) or ():
         ctx.run.record_step(step)
         ctx.say(f"[{step.platform}] {step.step} {step.config}: {step.status} — {step.detail}")
@@ -80,31 +84,45 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
     (harness.stages.build.builds.Builds).
     """
     ctx = Context.open(matrix, run, opts, say, bases=bases)
-    say = ctx.say
+    for dead in settle_killed_runs(run.root, skip=run.dir):
+        ctx.say(f"run {dead.run_dir.name}: its harness process was killed before its command ended; recorded as "
+                f"incomplete ({KILLED}), {dead.ended} process(es) it left running ended")
+        classify_run(dead.run_dir)
+        write_report(dead.run_dir)
+    run.begin(" ".join(stages), [s.name for command in stages for s in stages_of(command, table)],
+              f"run:{run.id}:{os.getpid()}:{secrets.token_hex(4)}")
     try:
-        for i, command in enumerate(stages):
-            try:
-                run_command(ctx, stages_of(command, table))
-            except BaseException as exc:
-                proc.terminate_all()
-                why = describe_abort(exc)
-                if not isinstance(exc, HarnessError):  # bad input: its one error: line comes from harness.cli
-                    say(f"{why}: stopping; every child process is terminated")
-                try:
-                    ctx.progress.record_unfinished(why)
-                    run.mark_incomplete(f"{command}: {why}; did not finish")
-                    for later in stages[i + 1:]:
-                        run.mark_incomplete(f"{later}: not run ({why})")
-                    _finish(run, say, ctx.results_cache, table)
-                except OSError as werr:  # e.g. the disk is full: what was written before stays
-                    say(f"error: the summary could not be updated ({werr}); {run.dir / 'summary.json'} "
-                        f"holds the run up to the last step that was written")
-                if isinstance(exc, (proc.Interrupted, KeyboardInterrupt)):
-                    return proc.exit_code_for(exc)
-                raise
-        _finish(run, say, ctx.results_cache, table)
+        with proc.recording_groups(run.dir / GROUPS_NAME, run.progress["token"]):
+            return _run_commands(ctx, run, stages, table)
     finally:
         ctx.close()
+
+
+def _run_commands(ctx: Context, run: Run, stages: Sequence[str], table: tuple[Stage, ...]) -> int:
+    """The body of :func:`run_stages` once the run is begun (harness.record.results.Run.begin)."""
+    say = ctx.say
+    for i, command in enumerate(stages):
+        try:
+            run_command(ctx, stages_of(command, table))
+        except BaseException as exc:
+            proc.terminate_all()
+            why = describe_abort(exc)
+            if not isinstance(exc, HarnessError):  # bad input: its one error: line comes from harness.cli
+                say(f"{why}: stopping; every child process is terminated")
+            run.end()  # the verdict is computed from here on, whatever the summary can still be written
+            try:
+                ctx.progress.record_unfinished(why)
+                run.mark_incomplete(f"{command}: {why}; did not finish")
+                for later in stages[i + 1:]:
+                    run.mark_incomplete(f"{later}: not run ({why})")
+                _finish(run, say, ctx.results_cache, table)
+            except OSError as werr:  # e.g. the disk is full: what was written before stays
+                say(f"error: the summary could not be updated ({werr}); {run.dir / 'summary.json'} "
+                    f"holds the run up to the last step that was written")
+            if isinstance(exc, (proc.Interrupted, KeyboardInterrupt)):
+                return proc.exit_code_for(exc)
+            raise
+    _finish(run, say, ctx.results_cache, table)
     return VERDICT_EXIT_CODES[run.overall()]
 
 
@@ -112,6 +130,7 @@ def _finish(run: Run, say: Callable[[str], None], cache: ResultCache | None = No
             table: tuple[Stage, ...] = STAGES) -> None:
     """Write what a run leaves: the cache counts, summary.json and summary.md, JUnit (the checks file holds the
     steps of ``table``'s stages of role ``checks``), the signatures and the report; say the verdict."""
+    run.end()
     if cache is not None:
         run.count_cache(cache.stats)
         cache.stats.clear()

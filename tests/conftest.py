@@ -1,6 +1,6 @@
 """Test tiers: markers by fixture, for tests whose cost comes from a fixture they use.
 
-Markers (declared in pytest.ini): ``slow`` (builds or runs llama.cpp or a fake
+Markers (declared in pyproject.toml): ``slow`` (builds or runs llama.cpp or a fake
 project, or bisects: seconds to minutes each), ``network`` (needs PyPI unless the
 download cache already holds the base source and models), ``debian`` (needs a Debian
 package: g++-mingw-w64-x86-64-posix, chromium or shellcheck; skipped, saying so, without it).

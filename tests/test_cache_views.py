@@ -81,10 +81,16 @@ def test_the_report_shows_cached_comparisons_as_fresh_ones_and_the_test_step_as_
     fresh = _run(root, "20260103T000000Z-fres", diverged=True, cached=False)
     cached = _run(root, "20260103T000000Z-cach", diverged=True, cached=True)
     html_fresh, html_cached = render_html(fresh), render_html(cached)
-    comparisons = lambda html: _badges(html[html.index('id="comparisons"'):html.index('id="divergences"')])
+
+    def comparisons(html: str) -> list[str]:
+        return _badges(html[html.index('id="comparisons"'):html.index('id="divergences"')])
+
     assert comparisons(html_cached) == comparisons(html_fresh) == ["diverged", "identical"]
     assert html_cached.count(f"cached: {ORIGIN} (base, fork)") == 2
-    steps = lambda html: _badges(html[html.index('id="steps"'):html.index('id="comparisons"')])
+
+    def steps(html: str) -> list[str]:
+        return _badges(html[html.index('id="steps"'):html.index('id="comparisons"')])
+
     assert steps(html_fresh) == ["passed", "passed", "passed", "passed"]
     assert steps(html_cached) == ["passed", "reused", "passed", "passed"]  # the test step is never "passed"
     assert f"from run {ORIGIN}" in html_cached and f"cached: {ORIGIN}" in html_cached

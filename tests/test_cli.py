@@ -1,5 +1,6 @@
 """Exit codes, the one error handler of the command line, and nox keeping them."""
 
+import ast
 import importlib.util
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import pytest
 
 from harness import cli
 
-from harness.common import errors
+from harness.common import errors, interpreter
 from harness.matrix.config import MatrixError
 from harness.stages.build.patches import PatchError
 from harness.analysis.triage import TriageInputError
@@ -45,14 +46,10 @@ def test_nox_stops_at_the_first_failed_session_and_keeps_the_exit_code():
 
 
 def test_nox_outside_the_projects_environment_says_how_to_fix_it(monkeypatch, tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("noxfile_under_test", ROOT / "noxfile.py")
-    noxfile = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(noxfile)
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "yaml" else real(name, *a))
-    monkeypatch.setattr(noxfile, "ROOT", tmp_path)  # no .venv there
     with pytest.raises(SystemExit) as exc:
-        noxfile._python()
+        interpreter.harness_python(tmp_path)  # no .venv there
     assert exc.value.code == errors.EXIT_ENVIRONMENT
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "lacks yaml" in err
@@ -60,4 +57,37 @@ def test_nox_outside_the_projects_environment_says_how_to_fix_it(monkeypatch, tm
     venv_python = tmp_path / ".venv" / "bin" / "python"
     venv_python.parent.mkdir(parents=True)
     venv_python.write_text("")
-    assert noxfile._python() == str(venv_python)  # the project's .venv is used when it is there
+    assert interpreter.harness_python(tmp_path) == str(venv_python)  # the project's .venv is used when it is there
+
+
+def third_party_imports(package: Path) -> set[str]:
+    """The top-level names of every module ``package`` imports (anywhere in its source) that is neither in the
+    standard library nor the package itself."""
+    names = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names.add(node.module.split(".")[0])
+    return names - set(sys.stdlib_module_names) - {package.name, "__future__"}
+
+
+def test_nox_checks_for_every_third_party_module_the_harness_imports(tmp_path):
+    assert third_party_imports(ROOT / "harness") == set(interpreter.NEEDED_MODULES)
+    planted = tmp_path / "harness"
+    planted.mkdir()
+    (planted / "speed.py").write_text("import json\nfrom scipy.stats import mannwhitneyu\nfrom . import x\n")
+    assert third_party_imports(planted) == {"scipy"}
+
+
+def test_the_noxfile_imports_from_the_harness_only_what_the_standard_library_runs():
+    # nox may run in a Python without the requirements (pipx): its error must come from harness_python,
+    # not from an import of the noxfile's; -S leaves every site-packages directory out
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    modules = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("harness")]
+    assert "harness.common.interpreter" in modules
+    done = subprocess.run([sys.executable, "-S", "-c", "; ".join(f"import {m}" for m in modules)], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+

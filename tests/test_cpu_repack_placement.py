@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 from harness.matrix.config import load_matrix
 from harness.record.probe import Probe, ProbeBuffer, ProbeWeight

@@ -10,9 +10,7 @@ without the plant.
 """
 
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ from harness.stages.build import cuda_compile
 from harness.stages.build.build import ccache_env, find_tool
 from harness.matrix.config import load_matrix
 from harness.stages.build.cuda_compile import (Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree,
-                                  driver_functions, include_closure, plan, refine, wheel_versions)
+                                  driver_functions, include_closure, plan, wheel_versions)
 from harness.pipeline import Options
 from harness.stages.build.compile_stage import compile_options, compile_variant
 from harness.stages.shape import Context

@@ -270,7 +270,6 @@ def test_the_host_cpu_platform_makes_derived_models_for_the_cuda_platforms_too(m
 
 def write_matrix(tmp_path: Path, models_yaml: str) -> Path:
     text = (ROOT / "matrix.yaml").read_text()
-    start = text.index("\nmodels:\n")
     end = text.index("\nprompts:\n")
     extra = textwrap.indent(textwrap.dedent(models_yaml), "  ")
     path = tmp_path / "matrix.yaml"

@@ -405,6 +405,12 @@ def test_triage_refuses_to_skip_a_newest_run_that_recorded_nothing(project):
         os.kill(pid, signal.SIGKILL)
     newest = (project.results / "latest").resolve().name
     done = triage(project)
+    # the run recorded that it was in progress from its first stage: it is compared, and read as killed
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stdout.splitlines()[0].startswith("triage ") and f"-> {newest} " in done.stdout.splitlines()[0]
+    assert f"verdict: incomplete, not clean: no regression in what {newest} recorded" in done.stdout
+    (project.results / newest / "summary.json").unlink()  # a run killed before even that
+    done = triage(project)
     assert done.returncode == 2
     assert done.stderr.strip() == (f"error: the newest run {newest} in {project.results} is incomplete: it has no "
                                    "summary.json (it was stopped before it recorded a step); name two runs to compare")

@@ -230,7 +230,12 @@ def test_apply_is_reproducible_and_resets_the_tree(upstream: tuple[Path, str], s
     log = tmp_path / "logs" / "apply.log"
     assert apply_series(first, base, patches, log=log) == ids
     assert git(first, "status", "--porcelain") == ""
-    assert "$ git am --3way" in log.read_text()
+    # each git call's line can be pasted back: in its directory, with the environment the harness gives git
+    lines = log.read_text().splitlines()
+    [rev_parse] = [i for i, line in enumerate(lines) if line.startswith("$ cd ") and " rev-parse " in line][-1:]
+    again = subprocess.run(["sh", "-c", lines[rev_parse][2:]], capture_output=True, text=True, check=True)
+    assert lines[rev_parse + 1] == "# exit 0" and again.stdout.splitlines() == [lines[rev_parse + 2]]
+    assert any(" git -c core.autocrlf=false " in line and " am --3way " in line for line in lines)
 
 
 def test_conflicting_patch_raises_with_rejected_hunk(upstream: tuple[Path, str], series: Path,

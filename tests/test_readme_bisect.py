@@ -38,7 +38,7 @@ def test_the_readme_bisect_example_runs_its_check_at_both_ends_of_the_series():
     n = len(read_series(ROOT / "patches"))
     check = argv[argv.index("--check") + 1].split(":", 1)[1]
     # the check ran at the unpatched base and at the whole series: the target exists at both ends
-    assert re.search(rf"k=0 .*: pass", out), out[-3000:]
+    assert re.search(r"k=0 .*: pass", out), out[-3000:]
     assert "unknown target" not in out and "not registered" not in out
     if done.returncode == 0:  # the series broke the check: bisect names the patch
         assert re.search(rf"first bad patch: \d+ of {n}: \S+\.patch", out), out[-3000:]

@@ -191,9 +191,9 @@ def test_report_command(tmp_path, capsys):
     root = tmp_path / "results"
     make_run(root, "20260101T000000Z-aaaa", broken=False)
     run = make_run(root, "20260102T000000Z-bbbb")
-    assert report.report_main(["--results-dir", str(root)]) == 0
+    assert report.main(["--results-dir", str(root)]) == 0
     assert capsys.readouterr().out.strip() == str(run.dir.resolve() / "report.html")
-    assert report.report_main([run.id, "--results-dir", str(root), "--markdown", "--against", "previous"]) == 0
+    assert report.main([run.id, "--results-dir", str(root), "--markdown", "--against", "previous"]) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith("## ❌ Run 20260102T000000Z-bbbb") and "1 regression(s)" in captured.out
     assert "report.html" in captured.err

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import json
 
-import hashlib
 import shutil
 import subprocess
 import sys
 import textwrap
-import threading
-from dataclasses import replace
 from pathlib import Path
 
 import pytest

@@ -32,7 +32,7 @@ def backend_ops_log(failing: list[str]) -> str:
         else:
             lines.append(f"  {case}: {GREEN}OK{RESET}")
     lines += ["  1/3 tests passed", f"  Backend CUDA0: {RED}FAIL{RESET}", "Backend 2/2: CPU", "  Skipping",
-              f"1/2 backends passed", f"{RED}FAIL{RESET}"]
+              "1/2 backends passed", f"{RED}FAIL{RESET}"]
     return "\n".join(lines) + "\n"
 
 

@@ -238,6 +238,21 @@ def test_the_speed_stage_interleaves_one_resident_engine_per_configuration(tmp_p
         assert m["pp"]["n"] == 5 and m["position"] == ["base", "fork"].index(m["config"])
 
 
+def test_the_stage_writes_its_measurements_as_llama_bench_rows_too(tmp_path):
+    pipe = FakePipeline(tmp_path, "rows")
+    for config in ("base", "fork"):  # as the comparisons leave them (harness.stages.outputs.sessions)
+        write_json(pipe.run.layout.config_json(CPU, config), {"build": config, "args": [], "env": {}})
+    stage_speed(pipe)
+    bench = read_bench(pipe.run.dir, CPU)
+    lines = (pipe.run.layout.speed(CPU) / "llama-bench.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert [(r["config"], r["n_prompt"], r["n_gen"]) for r in rows] == \
+        [(m["config"], n_prompt, n_gen) for m in bench["measurements"]
+         for n_prompt, n_gen in ((m["n_prompt"], 0), (0, m["n_gen"]))]
+    assert [r["samples_ts"] for r in rows[::2]] == [m["pp_tok_s"] for m in bench["measurements"]]
+    assert rows[0]["build_commit"] != rows[2]["build_commit"] and rows[0]["backends"] == "CPU"
+
+
 def with_processes(pipe: FakePipeline, processes: int) -> FakePipeline:
     """``pipe`` with ``base-vs-fork``'s speed measured by ``processes`` engine processes per side."""
     group = pipe.matrix.groups["base-vs-fork"]
@@ -423,9 +438,9 @@ def test_triage_does_not_compare_speed_across_machines(tmp_path):
 
 def test_the_command_line_turns_the_stage_off_and_refuses_too_few_rounds(capsys):
     from harness import cli
-    args = cli._stage_parser().parse_args(["--no-bench", "--bench-repeats", "7"])
+    args = cli.parse(["compare-outputs", "--no-bench", "--bench-repeats", "7"])
     assert args.bench is False and args.bench_repeats == 7
-    assert cli._stage_parser().parse_args([]).bench is True
+    assert cli.parse(["compare-outputs"]).bench is True
     with pytest.raises(SystemExit):
-        cli._stage_parser().parse_args(["--bench-repeats", "3"])
+        cli.parse(["compare-outputs", "--bench-repeats", "3"])
     assert "at least 5 rounds" in capsys.readouterr().err

@@ -243,9 +243,11 @@ def test_builds_and_models_are_taken_in_the_stage_s_own_thread(cuda_stage, monke
     monkeypatch.setattr(FakePipeline, "build_variant", build_variant)
     pipe = cuda_stage("threads")
     assert {s.status for s in pipe.run.steps} == {"passed"}
-    # 19 engines started (11, and 8 for cuda-base-vs-fork's further processes), and both builds of each of the
-    # 8 pairs asked for the pair's result-cache key
-    assert len(seen) == 19 + 2 * 8 and all(seen)
+    # 19 engines started (11, and 8 for cuda-base-vs-fork's further processes), both builds of each of the
+    # 8 pairs asked for the pair's result-cache key, and both builds of each rule checked before anything runs
+    # (a rule whose build did not pass is not run)
+    rules = sum(1 for s in pipe.run.steps if s.step.startswith("speed:"))
+    assert rules == 10 and len(seen) == 19 + 2 * 8 + 2 * rules and all(seen)
 
 
 def test_triage_reads_each_pair_as_its_own_set_of_rounds(cuda_stage, tmp_path):

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # builds a CMake project
-
 from harness.record.cache import ResultCache
 from harness.stages.build.build import find_tool
 from harness.stages.tests.test_cache import run_tests_reusing
+
+pytestmark = pytest.mark.slow  # builds a CMake project
 
 CMAKELISTS = """
 cmake_minimum_required(VERSION 3.16)

@@ -20,6 +20,7 @@ import yaml
 from packaging.utils import canonicalize_name
 
 import workflow_checks as wc
+from harness.common.interpreter import NEEDED_MODULES
 from harness.matrix.config import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -236,12 +237,7 @@ def test_a_cache_or_artifact_rule_broken_is_caught(tmp_path, old, new, problem):
 def light_install_problems(workflow: dict, root: Path = ROOT) -> list[str]:
     """Problems with the matrix job's light install: not a lock installed with its hashes checked
     (``--require-hashes -r LOCK``; a constraints file's hashes are not checked), or a module nox's sessions
-    need (noxfile.NEEDED_MODULES) that no package of that lock (under ``root``) provides."""
-    sys.path.insert(0, str(ROOT))
-    try:
-        import noxfile
-    finally:
-        sys.path.remove(str(ROOT))
+    need (harness.common.interpreter.NEEDED_MODULES) that no package of that lock (under ``root``) provides."""
     [step] = [s for s in workflow["jobs"]["matrix"]["steps"] if "pip install" in s.get("run", "")]
     words = step["run"].split()
     if "--require-hashes" not in words or "-r" not in words or "-c" in words:
@@ -249,8 +245,8 @@ def light_install_problems(workflow: dict, root: Path = ROOT) -> list[str]:
     lock = (root / words[words.index("-r") + 1]).read_text()
     installed = {canonicalize_name(m) for m in re.findall(r"^([A-Za-z0-9_.-]+)==", lock, re.MULTILINE)}
     providers = importlib.metadata.packages_distributions()
-    return [f"job matrix: no package it installs provides the module {module} (noxfile.NEEDED_MODULES)"
-            for module in noxfile.NEEDED_MODULES
+    return [f"job matrix: no package it installs provides the module {module} (harness.common.interpreter.NEEDED_MODULES)"
+            for module in NEEDED_MODULES
             if not {canonicalize_name(d) for d in providers.get(module, [])} & installed]
 
 
@@ -267,4 +263,4 @@ def test_the_matrix_jobs_light_install_covers_what_nox_needs(tmp_path):
     (tmp_path / "root" / ".ci").mkdir(parents=True)
     (tmp_path / "root" / ".ci" / "requirements-matrix.txt").write_text(without)
     assert light_install_problems(wc.load_workflow(WORKFLOW), tmp_path / "root") == [
-        "job matrix: no package it installs provides the module filelock (noxfile.NEEDED_MODULES)"]
+        "job matrix: no package it installs provides the module filelock (harness.common.interpreter.NEEDED_MODULES)"]

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..args import add_common, parse_defines, strip_dashdash
+from ..args import parse_defines, split_names
 from ..common.errors import InputError
 
 
@@ -562,8 +562,8 @@ class GroupCheck:
                     for cand in g.candidates:
                         cand_runs = self._runs(bisector, k, cand, model, prompt)
                         pc = compare_runs(prompt, g.reference, ref_runs, cand, cand_runs,
-                                          lambda text, _m=self.model_paths[model]: tokenize(
-                                              tok_bin, _m, text, bisector.dir_at(k, "fork") / "tokenize"))
+                                          lambda text, _m=self.model_paths[model], _t=tok_bin: tokenize(
+                                              _t, _m, text, bisector.dir_at(k, "fork") / "tokenize"))
                         if pc.status != "identical":
                             return False, f"{model}/{prompt}: {cand} vs {g.reference}: {pc.detail}"
                 except RuntimeError as exc:
@@ -640,6 +640,12 @@ def _print_upstream(result: UpstreamBisectResult) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
+    """``bisect`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s code."""
+    from ..cli import parse_command
+    return run(parse_command("bisect", argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """``python -m harness bisect -- --platform P --check test:NAME|group:G[:M[:P]] [--good K] [--bad K]``
     or ``... --upstream GOOD..BAD [--repo PATH]``.
 
@@ -661,26 +667,10 @@ def main(argv: Sequence[str]) -> int:
     from ..stages.build.patches import read_series
     from ..stages.build.builds import cmake_options
     from ..stages.build.source import cache_dir, obtain_base
-    ap = argparse.ArgumentParser(prog="python -m harness bisect",
-                                 description="Find the first patch of the series, or the first upstream commit, "
-                                             "that makes a check fail.")
-    add_common(ap)
-    ap.add_argument("--platform", required=True, help="platform from matrix.yaml")
-    ap.add_argument("--check", required=True, help="test:<ctest-name> or group:<group>[:model[:prompt]]")
-    ap.add_argument("--good", type=int, default=None, help="a k known to pass (default 0: the unpatched base)")
-    ap.add_argument("--bad", type=int, default=None, help="a k known to fail (default: the whole series)")
-    ap.add_argument("--upstream", metavar="GOOD..BAD", default=None,
-                    help="bisect the upstream commits on BAD's first-parent line after GOOD, each with the "
-                         "patch series applied, instead of the patches")
-    ap.add_argument("--repo", type=Path, default=None,
-                    help="with --upstream: git repository holding the commits (default: the matrix's first local "
-                         "source that has them, else a clone fetched from its git source)")
-    ap.add_argument("--cuda-arch", default=None, help="CMAKE_CUDA_ARCHITECTURES (default: from nvidia-smi)")
-    ap.add_argument("-j", "--jobs", type=int, default=None)
-    ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE")
-    ap.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = ap.parse_args(strip_dashdash(argv))
     say = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    platforms = split_names(args.platform)
+    if len(platforms) != 1:
+        raise InputError(f"bisect builds one platform: pass exactly one --platform (got {len(platforms)})")
     _parse_check(args.check)
     if args.upstream is None and args.repo is not None:
         raise InputError("--repo needs --upstream GOOD..BAD")
@@ -689,7 +679,7 @@ def main(argv: Sequence[str]) -> int:
                          "is GOOD..BAD")
     revs = _parse_range(args.upstream) if args.upstream is not None else None
     matrix = load_matrix(args.matrix)
-    platform = matrix.platform(args.platform)
+    platform = matrix.platform(platforms[0])
     patches = read_series(args.patches_dir)
     options = cmake_options(platform, "base", cuda_arch=args.cuda_arch, defines=parse_defines(args.defines))
     cache = cache_dir()

@@ -36,9 +36,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..args import add_common, parse_defines, positive, split_names
+from ..args import split_names
 from ..common.errors import EXIT_FAILED, EXIT_PASSED, InputError
-from ..matrix.config import Group, Matrix, RunConfig, Source, load_matrix
+from ..matrix.config import Matrix, RunConfig, Source, load_matrix
 from ..record.results import (PATCH, STEP, VERDICT_EXIT_CODES, ComparisonRecord, RunLayout, load_records,
                               write_json)
 from ..stages.build.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
@@ -369,7 +369,7 @@ def forecast_markdown(rec: dict) -> str:
                 out.append(f"Why: {c['reason']}")
                 out.append("")
             where = f"line {c['upstream_line']} of the new base" if c["upstream_line"] else "not in the new base"
-            out += [f"The patch writes:", "", "```", *c["wanted"], "```", "",
+            out += ["The patch writes:", "", "```", *c["wanted"], "```", "",
                     f"Upstream has there ({where}):", "", "```", *c["upstream"], "```"]
     out += ["", "## Stages", "", "| platform | config | step | status | seconds | detail | signature |",
             "|---|---|---|---|---|---|---|"]
@@ -443,41 +443,18 @@ def upstream_bisect(args: argparse.Namespace, onto: Onto, old: BaseTree, new: Ba
 # --------------------------------------------------------------------------- command
 
 
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m harness forecast",
-                                 description="What the patch series would hit on another upstream commit.")
-    add_common(ap)
-    ap.add_argument("--onto", required=True, metavar="SOURCE",
-                    help="pypi-sdist:PACKAGE==VERSION, URL@COMMIT, ARCHIVE.tar.gz#sha256=HEX or PATH[@REV]")
-    ap.add_argument("--patches-only", action="store_true", help="stop after the patch stage (no builds)")
-    ap.add_argument("--platform", action="append", default=[],
-                    help="platforms to build (default: linux-x86_64-cpu and linux-x86_64-cuda)")
-    ap.add_argument("--results-dir", type=Path, default=Path("results"))
-    ap.add_argument("--cuda-arch", default=None)
-    ap.add_argument("-j", "--jobs", type=positive, default=None)
-    ap.add_argument("--model", action="append", default=[], help="only these models (repeatable)")
-    ap.add_argument("--group", action="append", default=[], help="only these comparison groups (repeatable)")
-    ap.add_argument("--n-predict", type=positive, default=None)
-    ap.add_argument("--repeats", type=positive, default=None)
-    ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE")
-    ap.add_argument("--no-bench", dest="bench", action="store_false",
-                    help="without the speed stage (docs/speed.md)")
-    ap.add_argument("--no-cache", action="store_true",
-                    help="regenerate and rerun everything instead of reusing stored results (docs/cache.md)")
-    ap.add_argument("--bisect", metavar="CHECK", default=None,
-                    help="also bisect the upstream commits between the two bases for this check "
-                         "(test:NAME or group:G[:MODEL[:PROMPT]]); needs a local or git source")
-    return ap
-
-
 def main(argv: Sequence[str]) -> int:
+    """``forecast`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s code."""
+    from ..cli import parse_command
+    return run(parse_command("forecast", argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """``python -m harness forecast --onto SOURCE ...``; returns the exit code (module docstring).
 
     Raises ForecastError / harness.stages.build.source.SourceError (exit 2) when the source cannot be read
     or is not the commit it claims, and harness.stages.build.patches.PatchError for a broken series.
     """
-    from ..args import strip_dashdash
-    args = _parser().parse_args(strip_dashdash(list(argv)))
     started = time.monotonic()
     say = print
     matrix = load_matrix(args.matrix)
@@ -506,7 +483,8 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
               say: Callable[[str], None]) -> int:
     """The patch stage, the stages and the report of :func:`main`, in the forecast directory ``work``."""
     from ..common import proc
-    from ..pipeline import Options, run_stages
+    from ..commands import stage_options
+    from ..pipeline import run_stages
     from ..record.results import Run
     from .report import write_report
     base = forecast_base(new, old, patches, work / "upstream")
@@ -528,13 +506,10 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
     groups = split_names(args.group)
     if groups:
         groups += [g for g, src in old_groups.items() if src in groups]
-    opts = Options(platforms=platforms, cmake_defines=parse_defines(args.defines), cuda_arch=args.cuda_arch,
-                   jobs=args.jobs, models=split_names(args.model), groups=groups, n_predict=args.n_predict,
-                   repeats=args.repeats, work_dir=work, patches_dir=work / "patches", bench=args.bench,
-                   no_cache=args.no_cache)
+    opts = stage_options(args, platforms=platforms, groups=groups, work_dir=work, patches_dir=work / "patches")
     stages = [] if args.patches_only else ["build", "test", "compare-outputs"]
     with proc.handle_signals():
-        run = Run.open(args.results_dir, None, argv=sys.argv)
+        run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
         try:
             if stages:
                 rc = run_stages(fmatrix, run, opts, stages, bases={"base": base, OLD_VARIANT: old})

@@ -34,10 +34,12 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..common.fs import write_text_whole
-from ..record.results import COMPARISON, PATCH, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
+from ..record.results import COMPARISON, KILLED, PATCH, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
 from .signatures import load_signatures, step_logs
 from ..record.bench import bench_platforms, read_bench
 from ..record.probe import layers_by_type_text
+from . import svg
+from .report_figures import kl_figure, probe_figures, rule_history_figures, speed_pair_figures
 from ..record.results import describe_cache, describe_cached, describe_divergence_record, shown_as_reused
 
 #: Lines of a failing log shown in the report (the end of a log holds the error).
@@ -285,7 +287,8 @@ svg text { font: 11px system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-
 svg .axis { stroke: #8c959f; stroke-width: 1; }
 .filter { float: right; font-size: 13px; font-weight: normal; }
 body.only-bad tr.ok { display: none; }
-"""
+figure { margin: 8px 0 14px; } figcaption { font-size: 13px; color: var(--muted); }
+""" + svg.CSS
 
 _JS = """
 document.getElementById('only-bad').addEventListener('change', function (e) {
@@ -351,7 +354,8 @@ def _divergence_html(run_dir: Path, cmp: dict) -> str:
         sides.append(f'<div><h4>{label}: {escape(name)}{ident}</h4><pre class="gen"><span class="common">'
                      f'{escape(al.prefix)}</span>{_piece(token, cls)}<span class="rest">{escape(rest)}</span></pre></div>')
     return (f'<article class="divergence"><h3>{head}</h3><p>First divergent token: {where}{note}. '
-            f'Shared prefix greyed, the divergent token marked.</p><div class="sides">{"".join(sides)}</div></article>')
+            f'Shared prefix greyed, the divergent token marked.</p><div class="sides">{"".join(sides)}</div>'
+            f'{kl_figure(cmp)}</article>')
 
 
 def _step_status(s: dict) -> str:
@@ -478,7 +482,22 @@ def _speed_html(run_dir: Path) -> str:
         parts.append('<table><thead><tr><th>configuration</th><th>model</th><th>tokens pp / tg</th>'
                      '<th>pp tok/s median (quartiles)</th><th>tg tok/s median (quartiles)</th><th>errors</th></tr>'
                      '</thead><tbody>' + "".join(meas) + "</tbody></table>")
+        strips = speed_pair_figures(bench)
+        if strips:
+            parts.append('<details open><summary>Rounds per pair (each dot one timed request, the bar the median)'
+                         '</summary>' + "".join(strips) + "</details>")
+        history = rule_history_figures(results_root(run_dir), platform, run_dir.name)
+        if history:
+            parts.append(f'<details><summary>History of the rules over the runs in <code>'
+                         f'{escape(str(results_root(run_dir).name))}/</code> ({len(history)} rules recorded in '
+                         'more than one run; red: failed)</summary>' + "".join(history) + "</details>")
     return "".join(parts)
+
+
+def results_root(run_dir: Path) -> Path:
+    """The results directory a run belongs to: its nearest ancestor named ``results`` (runs under
+    ``results/evidence/`` included), else the run's parent."""
+    return next((p for p in run_dir.resolve().parents if p.name == "results"), run_dir.resolve().parent)
 
 
 def _environment_html(run_dir: Path, platform: str) -> str:
@@ -608,33 +627,54 @@ def _changes_html(baseline: Path, run_dir: Path) -> str:
             f'<th>status</th><th>signature</th></tr></thead><tbody>{"".join(rows)}</tbody></table></section>')
 
 
-def render_html(run_dir: Path, baseline: Path | None = None) -> str:
+#: :func:`render_html`'s default baseline: the previous comparable run (harness.analysis.triage.previous_run).
+PREVIOUS = "previous"
+
+
+def default_baseline(run_dir: Path) -> Path | None:
+    """The newest earlier run under the run's results directory (:func:`results_root`, ``evidence/``
+    excluded as triage does) that covers its platforms, or None where there is none."""
+    from .triage import TriageInputError, previous_run
+    try:
+        return previous_run(run_dir, run_dir.resolve().parent)
+    except TriageInputError:
+        return None
+
+
+def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
     """The HTML report of the run in ``run_dir`` as one self-contained string.
 
-    ``baseline``: an earlier run directory; when given, a "changes since" section lists
-    triage's transitions.  Raises FileNotFoundError when the run has no summary.json.
+    ``baseline``: an earlier run directory, :data:`PREVIOUS` (the default: the previous run beside it that
+    covers its platforms, :func:`default_baseline`, if any) or None; a "changes since" section lists
+    triage's transitions against it.  Raises FileNotFoundError when the run has no summary.json.
     """
+    if baseline == PREVIOUS:
+        baseline = default_baseline(run_dir)
     data = _summary(run_dir)
     steps, comparisons = data.get("configurations", []), data.get("comparisons", [])
     sigs = _sig_lookup(load_signatures(run_dir))
     run_id = str(data.get("run_id") or run_dir.name)
     overall = data.get("overall", "?")
+    shown = f"{overall} ({KILLED})" if data.get("interrupted") == "killed" else overall
     parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
              f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-             f'<title>Run {escape(run_id)}: {escape(overall)}</title><style>{_CSS}</style></head><body>',
-             f'<header><h1>Run {escape(run_id)} <span class="verdict {escape(overall)}">{escape(overall)}</span></h1>'
+             f'<title>Run {escape(run_id)}: {escape(shown)}</title><style>{_CSS}</style></head><body>',
+             f'<header><h1>Run {escape(run_id)} <span class="verdict {escape(overall)}">{escape(shown)}</span></h1>'
              f'<p class="muted">steps: {escape(_count_text(_counts(steps)))} · comparisons: '
              f'{escape(_count_text(_counts(comparisons)))} · summary updated {escape(str(data.get("updated", "?")))}</p>',
              '<nav>' + ('<a href="#forecast">forecast</a>' if RunLayout(run_dir).forecast_json.is_file() else '')
              + '<a href="#steps">steps</a><a href="#comparisons">comparisons</a><a href="#speed">speed</a><a href="#divergences">divergences</a>'
-             '<a href="#configurations">configurations</a><a href="#pin-ladder">pin ladder</a></nav></header>']
+             '<a href="#configurations">configurations</a><a href="#probe">probe</a><a href="#pin-ladder">pin ladder</a></nav></header>']
     if data.get("cache"):
         parts.append(f'<p class="cache">Result cache (docs/cache.md): {escape(describe_cache(data["cache"]))}</p>')
     if data.get("skipped_platforms"):
         parts.append("<p>Skipped platforms: " + "; ".join(
             f"<b>{escape(k)}</b>: {escape(v)}" for k, v in sorted(data["skipped_platforms"].items())) + "</p>")
-    if baseline is not None:
+    if isinstance(baseline, Path):
         parts.append(_changes_html(baseline, run_dir))
+    else:
+        parts.append('<section id="changes"><h2>Changes</h2><p class="muted">no earlier run beside this one covers '
+                     'its platforms</p></section>')
     parts.append(_forecast_html(run_dir))
     parts.append('<section id="steps"><h2>Steps <label class="filter"><input type="checkbox" id="only-bad"> '
                  'failures only</label></h2>' + _steps_table(steps, sigs) + "</section>")
@@ -656,6 +696,12 @@ def render_html(run_dir: Path, baseline: Path | None = None) -> str:
         parts.append(f"<h3>{escape(platform)}</h3>{_environment_html(run_dir, platform)}")
         parts += [_config_html(run_dir, platform, c, ss, sigs) for c, ss in sorted(configs.items())]
     parts.append("</section>")
+    probes = probe_figures(run_dir)
+    parts.append('<section id="probe"><h2>Where the expert tensors sit</h2>'
+                 + ('<p class="muted">per configuration, from the engine\'s runtime probe (<code>gen/&lt;model&gt;/'
+                    'engine.probe.json</code>): each layer\'s expert tensors in their buffer type, coloured by the '
+                    'bytes the driver reports page-locked (cudaPointerGetAttributes)</p>' + "".join(probes)
+                    if probes else '<p class="muted">no runtime probe in this run</p>') + "</section>")
     parts.append('<section id="pin-ladder"><h2>Pin ladder</h2>')
     ladders = pin_ladders(run_dir)
     if not ladders:
@@ -674,8 +720,9 @@ def render_html(run_dir: Path, baseline: Path | None = None) -> str:
     return "\n".join(parts)
 
 
-def write_report(run_dir: Path, out: Path | None = None, baseline: Path | None = None) -> Path:
-    """Write the HTML report of ``run_dir`` to ``out`` (default ``run_dir/report.html``); return its path."""
+def write_report(run_dir: Path, out: Path | None = None, baseline: Path | str | None = PREVIOUS) -> Path:
+    """Write the HTML report of ``run_dir`` to ``out`` (default ``run_dir/report.html``); return its path.
+    ``baseline``: as :func:`render_html` (default: changes since the previous comparable run)."""
     out = out or RunLayout(run_dir).report_html
     html_text = render_html(run_dir, baseline)
     write_text_whole(out, html_text)
@@ -704,7 +751,9 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
     overall = data.get("overall", "?")
     icon = VERDICT[overall].icon if overall in VERDICT else "❌"
     skipped = len(data.get("skipped_platforms") or {})
-    headline = overall + (f" ({skipped} platform{'s' if skipped != 1 else ''} skipped)" if skipped else "")
+    notes = ([KILLED] if data.get("interrupted") == "killed" else []) + \
+        ([f"{skipped} platform{'s' if skipped != 1 else ''} skipped"] if skipped else [])
+    headline = overall + (f" ({'; '.join(notes)})" if notes else "")
     lines = [f"## {icon} Run {run_id}: {headline}", "",
              f"**Steps:** {_count_text(_counts(steps))} · **comparisons:** {_count_text(_counts(comparisons))}", ""]
     if data.get("cache"):
@@ -763,7 +812,13 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
 # --------------------------------------------------------------------------- command line
 
 
-def report_main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str]) -> int:
+    """``report`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s code."""
+    from ..cli import parse_command
+    return run(parse_command("report", argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """``python -m harness report [RUN] [--markdown] [--against RUN] [--results-dir DIR] [--out FILE]``.
 
     Writes the run's report.html (RUN: id, directory or ``latest``, the default) and prints
@@ -772,20 +827,12 @@ def report_main(argv: Sequence[str]) -> int:
     earlier run covering the same platforms).  Returns 0; raises harness.common.errors.InputError
     subclasses (exit code 2 through harness.cli) for a run that does not exist.
     """
-    from .triage import previous_run, resolve_run
-    ap = argparse.ArgumentParser(prog="python -m harness report", description="Write a run's HTML report.")
-    ap.add_argument("run", nargs="?", default="latest", help="run id or directory (default: latest)")
-    ap.add_argument("--results-dir", type=Path, default=Path("results"))
-    ap.add_argument("--markdown", action="store_true", help="also print the Markdown summary to stdout")
-    ap.add_argument("--against", default=None, metavar="RUN",
-                    help="list changes since this earlier run ('previous': the last one covering the same platforms)")
-    ap.add_argument("--out", type=Path, default=None, help="HTML file (default: <run>/report.html)")
-    args = ap.parse_args(list(argv)[1:] if list(argv)[:1] == ["--"] else list(argv))
+    from .triage import resolve_run
     run_dir = resolve_run(args.run, args.results_dir)
-    baseline = None
-    if args.against == "previous":
-        baseline = previous_run(run_dir, args.results_dir)
-    elif args.against:
+    baseline: Path | None = None
+    if args.against == PREVIOUS:
+        baseline = default_baseline(run_dir)
+    elif args.against and args.against != "none":
         baseline = resolve_run(args.against, args.results_dir)
     out = write_report(run_dir, args.out, baseline)
     md = markdown_summary(run_dir, baseline) if args.markdown else None

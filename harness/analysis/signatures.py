@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import signal as _signal
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass
@@ -447,7 +448,6 @@ _LINK_RULES = [
     re.compile(r"(?P<sym>collect2|ld(?:\.\w+)?): error: ld returned \d+ exit status"),
 ]
 _NINJA_FAILED = re.compile(r"^FAILED: (?:\[code=\d+\] )?(?P<out>\S+)")
-_COMMAND_ROOTS = re.compile(r"(?:^|\s)(?:-S|-B|--build)\s+(?P<dir>\S+)")
 
 
 def _read(path: Path) -> str:
@@ -468,8 +468,13 @@ def _roots_from_logs(*texts: str) -> list[str]:
     roots: list[str] = []
     for text in texts:
         first = text.split("\n", 1)[0]
-        if first.startswith("$ "):
-            roots += [m.group("dir") for m in _COMMAND_ROOTS.finditer(first)]
+        if not first.startswith("$ "):
+            continue
+        try:  # the log's command line (harness.common.proc.command_line), shell-quoted
+            words = shlex.split(first[2:])
+        except ValueError:  # not a shell line
+            continue
+        roots += [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-S", "-B", "--build")]
     return roots
 
 

@@ -43,15 +43,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..record import gpu
-from ..args import strip_dashdash
-from ..common.errors import InputError
+from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
 from ..common.locks import RunLock
-from ..record.results import (COMPARISON, STEP, RecordError, RunLayout, StepRecord, describe_cache, describe_cached,
+from ..record.results import (COMPARISON, KILLED, STEP, RecordError, RunLayout, StepRecord, describe_cache, describe_cached,
                               read_summary, shown_as_reused)
 from . import memory_changes
 from .signatures import load_signatures
@@ -82,6 +82,10 @@ class TriageInputError(InputError):
 
 
 # --------------------------------------------------------------------------- runs
+
+
+#: What triage says when A and B are one run.
+SAME_RUN_WARNING = "warning: A and B are the same run ({run}): nothing can have changed; name an earlier run as A"
 
 
 def _read_json(path: Path) -> Any:
@@ -316,6 +320,11 @@ class TriageReport:
     #: why run B is incomplete ([] when it is complete); B is compared only on what it recorded, and
     #: ``not_compared`` lists what A has that B did not run or was stopped in (a regression only when ``strict``)
     b_incomplete: list[str] = field(default_factory=list)
+    #: B's harness process died before its command ended (harness.record.results.KILLED): what it recorded stops
+    #: where it died, not where it was stopped, so B is never called clean
+    b_killed: bool = False
+    #: A and B are one run (named twice, or B's previous run resolved to itself): nothing can have changed
+    same_run: bool = False
     not_compared: list[str] = field(default_factory=list)
     strict: bool = False
     #: speed of the configurations both runs measured (same machine only), and why other pairs were not compared
@@ -341,9 +350,10 @@ class TriageReport:
         return [t for t in self.transitions if t.category == "fix"]
 
     def to_json(self) -> dict[str, Any]:
-        """The report as JSON-ready data, plus ``verdict`` (regressed|clean) and counts."""
+        """The report as JSON-ready data, plus ``verdict`` (regressed|incomplete|clean; incomplete: no regression,
+        and B was killed mid-way) and counts."""
         data = asdict(self)
-        data["verdict"] = "regressed" if self.regressions else "clean"
+        data["verdict"] = "regressed" if self.regressions else ("incomplete" if self.b_killed else "clean")
         data["counts"] = {"regressions": len(self.regressions), "fixes": len(self.fixes),
                           "other_changes": len(self.transitions) - len(self.regressions) - len(self.fixes),
                           "speed_suspects": len(self.speed_suspects)}
@@ -413,6 +423,8 @@ def _step_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set,
                                       (sb_sig["kind"], sb_sig["key"]) in known))
             continue
         category = _category(before, after, BAD_STEP)
+        if category == "regression" and _model_unmade(b):
+            category = "other"  # the harness could not make its input: nothing of the fork was run, nor got worse
         if strict and _unfinished(after):
             category = "regression"
         failing_side = sig_a.get(key) if category == "fix" else sig_b.get(key)
@@ -424,6 +436,13 @@ def _step_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set,
                               {"platform": key[0], "config": key[1], "step": key[2]}, detail,
                               _short(failing_side), sig_known, _blocked_by(key[0], b), _step_cached(b)))
     return out
+
+
+def _model_unmade(step: dict | None) -> bool:
+    """True for a step that errored only because a model could not be made (every failure fact of kind
+    ``model``, harness.record.results.FAILURE_KINDS): a problem of the harness's inputs, never a regression."""
+    facts = StepRecord.from_json(step).failures if step else []
+    return step is not None and step.get("status") == "error" and bool(facts) and all(f.kind == "model" for f in facts)
 
 
 def _step_cached(step: dict | None) -> str:
@@ -697,6 +716,8 @@ def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str
                           a_dir=str(a), b_dir=str(b),
                           platforms=sorted(covered_platforms(sa) | covered_platforms(sb)))
     report.b_incomplete = incomplete_reasons(sb)
+    report.b_killed = sb.get("interrupted") == "killed"
+    report.same_run = a.resolve() == b.resolve()
     report.b_cache = describe_cache(sb["cache"]) if sb.get("cache") else ""
     owner = RunLock.live_owner(b)
     if owner is not None:
@@ -742,6 +763,8 @@ def _transition_line(t: Transition) -> str:
 def format_report(report: TriageReport) -> str:
     """The report as plain text for a terminal: sections in order of importance, then the verdict."""
     out = [f"triage {report.a} -> {report.b}  (platforms: {', '.join(report.platforms) or 'none'})", ""]
+    if report.same_run:
+        out += [f"{SAME_RUN_WARNING.format(run=report.b)}", ""]
     if report.b_cache:
         out += [f"result cache in {report.b}: {report.b_cache}", ""]
     if report.b_incomplete:
@@ -810,7 +833,13 @@ def format_report(report: TriageReport) -> str:
                        f"(threshold {c.threshold_s:.1f} s)")
         out.append("")
     n, suspects = len(report.regressions), len(report.speed_suspects)
-    out.append(f"verdict: {n} regression(s)" if n else "verdict: no regressions")
+    if n:
+        out.append(f"verdict: {n} regression(s)")
+    elif report.b_killed:
+        out.append(f"verdict: incomplete, not clean: no regression in what {report.b} recorded, but its harness "
+                   f"process was killed mid-way ({KILLED}); run it again")
+    else:
+        out.append("verdict: no regressions")
     if suspects:
         out[-1] += (f"; {suspects} suspect speed change(s), not regressions: `python -m harness triage "
                     f"{report.a} {report.b} --confirm` re-measures both builds interleaved")
@@ -832,33 +861,18 @@ def _speed_line(c: SpeedChange) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
+    """``triage`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s code."""
+    from ..cli import parse_command
+    return run(parse_command("triage", argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """``python -m harness triage [A [B]] [--json] [--results-dir DIR]``; returns the exit status.
 
     0: nothing that ran in both runs got worse; 1: at least one regression (with ``--strict``, also a
     record of A that B did not run).  Raises TriageInputError (exit code 2
     through harness.cli) for an unknown run, nothing to compare with or an unreadable summary.
     """
-    ap = argparse.ArgumentParser(prog="python -m harness triage",
-                                 description="Report what changed between two result runs.")
-    ap.add_argument("runs", nargs="*", metavar="RUN",
-                    help="run ids or directories: A B, or only B (A: the previous run covering its platforms); "
-                         "default: latest against its previous run")
-    ap.add_argument("--json", action="store_true", help="print a machine-readable JSON object")
-    ap.add_argument("--strict", action="store_true",
-                    help="count a record of A that B did not run (or was interrupted in) as a regression")
-    ap.add_argument("--results-dir", type=Path, default=Path("results"))
-    ap.add_argument("--matrix", type=Path, default=Path("matrix.yaml"),
-                    help="matrix file naming each fork configuration's upstream configuration in its mode, the "
-                         "preferred reference of its speed ratios (default: matrix.yaml; without the file every "
-                         "reference counts as fork-only)")
-    ap.add_argument("--confirm", action="store_true",
-                    help="re-measure each suspect speed change with both runs' builds interleaved on this machine "
-                         "(as asv continuous does); exit 1 when one is confirmed")
-    ap.add_argument("--work-dir", type=Path, default=Path(".harness"),
-                    help="--confirm: the work directory holding run B's builds (default: .harness)")
-    ap.add_argument("--a-work-dir", type=Path, action="append", default=[],
-                    help="--confirm: a work directory holding run A's builds (repeatable; default: --work-dir)")
-    args = ap.parse_args(strip_dashdash(argv))
     if len(args.runs) > 2:
         raise TriageInputError(f"expected at most two runs, got {len(args.runs)}: {' '.join(args.runs)}")
     if len(args.runs) == 2:
@@ -869,12 +883,16 @@ def main(argv: Sequence[str]) -> int:
     matrix = load_matrix(args.matrix) if args.matrix.is_file() else None
     upstream = same_mode_upstream(matrix) if matrix else None
     report = diff_runs(a, b, args.strict, upstream, rule_factors(matrix) if matrix else None)
+    if report.same_run:
+        print(SAME_RUN_WARNING.format(run=report.b), file=sys.stderr)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
         print(format_report(report))
     confirmed = _confirm(args, a, b, report) if args.confirm and report.speed_suspects else []
-    return 1 if report.regressions or any(c.confirmed for c in confirmed) else 0
+    if report.regressions or any(c.confirmed for c in confirmed):
+        return EXIT_FAILED
+    return EXIT_INCOMPLETE if report.b_killed else EXIT_PASSED
 
 
 def _confirm(args: argparse.Namespace, a: Path, b: Path, report: TriageReport) -> list:

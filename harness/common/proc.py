@@ -21,6 +21,7 @@ swallow it; the stage runner records the run as incomplete and exits with
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import threading
@@ -43,6 +44,7 @@ HOLDS_ENV = "HARNESS_LOCK_HOLDS"
 _live: set[subprocess.Popen] = set()
 _live_lock = threading.Lock()
 _holds: list[str] = []
+_group_logs: list[Path] = []  # files each child's process group id is appended to (see recording_groups)
 _stopping: list[int] = []  # the signal of a stop in force (see stop_children)
 
 
@@ -156,6 +158,19 @@ def stop_and_wait(futures: Iterable[Future], signum: int = signal.SIGTERM) -> No
             _, pending = wait(pending, timeout=0.2)
 
 
+def command_line(argv: Sequence[str | os.PathLike], env: Mapping[str, str] | None = None,
+                 cwd: Path | None = None) -> str:
+    """``argv`` as one POSIX shell line that runs it again when pasted: every word quoted (shlex.join),
+    preceded by ``env VAR=value …`` for the variables ``env`` adds to the environment (as :func:`start`
+    adds them; :data:`HOLDS_ENV`, the harness's own bookkeeping, left out) and by ``cd DIR &&`` for a
+    working directory ``cwd``.  The line each log of a program the harness runs starts with, after ``$ ``."""
+    added = [f"{k}={shlex.quote(v)}" for k, v in (env or {}).items() if k != HOLDS_ENV]
+    line = shlex.join(str(a) for a in argv)
+    if added:
+        line = " ".join(["env", *added, line])
+    return f"cd {shlex.quote(str(cwd))} && {line}" if cwd is not None else line
+
+
 def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
           stdin: Any = subprocess.DEVNULL, stdout: Any = None, stderr: Any = None) -> subprocess.Popen:
     """Start ``argv`` (a list, never a shell string) as the leader of a new process group.
@@ -178,6 +193,12 @@ def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Pat
     proc = subprocess.Popen(list(argv), stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd, env=full_env, **kwargs)
     with _live_lock:
         _live.add(proc)
+        for log in _group_logs:
+            try:
+                with open(log, "a", encoding="ascii") as fh:
+                    fh.write(f"{proc.pid}\n")  # the child leads its group: its pid is the group id
+            except OSError:
+                pass  # a full disk: the token in the child's environment still finds it (end_run_leftovers)
     return proc
 
 
@@ -277,6 +298,58 @@ def holding(token: str) -> Iterator[None]:
         yield
     finally:
         _holds.remove(token)
+
+
+@contextmanager
+def recording_groups(log: Path, token: str) -> Iterator[None]:
+    """Within the block, the process group id of every child started is appended to ``log`` (one a line) and
+    every child carries ``token`` in :data:`HOLDS_ENV`: what a later process needs to end what this one left
+    running if it is killed (:func:`end_run_leftovers`).  ``log`` is removed when the block ends."""
+    with holding(token):
+        _group_logs.append(log)
+        try:
+            yield
+        finally:
+            _group_logs.remove(log)
+            log.unlink(missing_ok=True)
+
+
+def _group_members(pgid: int, token: str) -> list[int]:
+    """The live pids of process group ``pgid`` whose environment carries ``token`` (/proc; [] elsewhere)."""
+    return [pid for pid in holders(token) if _pgid_of(pid) == pgid]
+
+
+def _pgid_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def end_run_leftovers(log: Path, token: str, grace_s: float = GRACE_S) -> int:
+    """End what a killed harness process left running: each process group recorded in ``log``
+    (:func:`recording_groups`) that still has a member carrying ``token`` (a group id the OS gave to
+    something else since has none, and is left alone), then any other process carrying ``token``
+    (:func:`end_holders`).  SIGTERM to each group, SIGKILL after ``grace_s`` seconds; waits until they are
+    gone.  Returns how many processes were found; 0 where ``log`` cannot be read and nothing carries the
+    token."""
+    try:
+        pgids = {int(line) for line in log.read_text(encoding="ascii").split() if line.isdigit()}
+    except OSError:
+        pgids = set()
+    own = os.getpgrp()
+    found = {pgid: _group_members(pgid, token) for pgid in pgids - {own}}
+    found = {pgid: pids for pgid, pids in found.items() if pids}
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pgid in found:
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while any(_group_alive(pgid) for pgid in found) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return sum(len(p) for p in found.values()) + end_holders(token, grace_s)
 
 
 def holders(token: str) -> list[int]:
@@ -389,6 +462,6 @@ def exit_code_for(exc: BaseException) -> int:
     return 1
 
 
-__all__ = ["GRACE_S", "HOLDS_ENV", "Completed", "Interrupted", "end_holders", "exit_code_for", "finish",
-           "handle_signals", "holders", "holding", "live", "raise_if_stopping", "run",
+__all__ = ["GRACE_S", "HOLDS_ENV", "Completed", "Interrupted", "end_holders", "end_run_leftovers", "exit_code_for",
+           "finish", "handle_signals", "holders", "holding", "live", "raise_if_stopping", "recording_groups", "run",
            "run_capture", "run_passing_signals", "start", "terminate", "terminate_all"]

@@ -459,6 +459,9 @@ def _reference_problems(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
         if pid in seen:
             out.append(f"{loc.path}:{loc.line(['prompts', i, 'id'])}: prompts[{i}].id: duplicate prompt id {pid!r}")
         seen.add(pid)
+        if not doc["prompts"][i]["text"].strip():  # the schema refuses "", this its whitespace-only kin
+            out.append(f"{loc.path}:{loc.line(['prompts', i, 'text'])}: prompts[{i}].text: prompt {pid!r} is only "
+                       f"whitespace; a prompt needs text to generate from")
     for gname, g in doc["groups"].items():
         for i, m in enumerate(g["models"]):
             if m not in doc["models"]:
@@ -646,8 +649,9 @@ def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
     found (file, line, key path, message) for YAML syntax errors, duplicate keys,
     schema violations (unknown keys, wrong types, malformed commits or digests)
     and dangling references; raises FileNotFoundError naming the file if absent.
-    Relative paths inside the matrix (sources, models of kind ``file``) are
-    resolved against the matrix file's directory.
+    Relative paths inside the matrix (sources, models of kind ``file``, ``base.files``, toolchains) are
+    resolved against the checkout (:data:`CHECKOUT`), wherever the matrix file is; a pinned file that is
+    not there (``base.files``, a ``cross.toolchain``) is a MatrixError (docs/matrix.md, "Paths").
     """
     path = Path(path)
     try:
@@ -666,10 +670,35 @@ def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
     problems += _schema_problems(doc, loc)
     if problems:
         raise MatrixError(problems)
-    problems = _reference_problems(doc, loc)
+    problems = _reference_problems(doc, loc) or _missing_paths(doc, loc)
     if problems:
         raise MatrixError(problems)
     return _build(doc, path)
+
+
+#: The checkout that holds the harness (and the shipped matrix.yaml): a relative path of any matrix file is read
+#: from here, wherever the matrix file is (docs/matrix.md, "Paths"), so a copy of matrix.yaml elsewhere means what
+#: the shipped one means.
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def _resolve(here: Path, p: str) -> Path:
+    """Matrix path ``p`` (``~`` expanded) as a path: absolute as it is, relative against ``here`` (:data:`CHECKOUT`)."""
+    q = Path(os.path.expanduser(p))
+    return q if q.is_absolute() else here / q
+
+
+def _missing_paths(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
+    """The files the matrix pins that do not exist where it names them: ``base.files`` (the pinned file list)
+    and each platform's ``cross.toolchain``.  A source's path is left out: a ``local`` checkout or an
+    ``archive`` that is not there is a source skipped, not an error."""
+    here = CHECKOUT
+    wanted = [(["base", "files", "path"], doc["base"]["files"]["path"])] if doc["base"].get("files") else []
+    wanted += [(["platforms", name, "cross", "toolchain"], p["cross"]["toolchain"])
+               for name, p in doc["platforms"].items() if p.get("cross")]
+    return [f"{loc.path}:{loc.line(keys)}: {_dotted(keys)}: {value} does not exist: {_resolve(here, value)} (a "
+            f"relative path is read from the checkout, {here}, wherever the matrix file is; docs/matrix.md#paths)"
+            for keys, value in wanted if not _resolve(here, value).exists()]
 
 
 def _cross(c: Mapping[str, Any] | None, rel: Any) -> CrossSpec | None:
@@ -680,13 +709,10 @@ def _cross(c: Mapping[str, Any] | None, rel: Any) -> CrossSpec | None:
 
 
 def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
-    here = path.resolve().parent
+    here = CHECKOUT
 
     def rel(p: str | None) -> Path | None:
-        if p is None:
-            return None
-        q = Path(os.path.expanduser(p))
-        return q if q.is_absolute() else here / q
+        return None if p is None else _resolve(here, p)
 
     sources = tuple(
         Source(kind=s["kind"], url=s.get("url"), path=rel(s.get("path")), sha256=s.get("sha256"),

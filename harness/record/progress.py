@@ -49,14 +49,22 @@ class InProgress:
         entry = Doing(platform, config, step, time.monotonic(), recheck)
         with self._lock:
             self._doing.append(entry)
+            self._note()
         yield
         with self._lock:
             self._doing.remove(entry)
+            self._note()
+
+    def _note(self) -> None:
+        """Keep the run's record of the steps in progress current (harness.record.results.Run.doing), so that a
+        run killed mid-way names them."""
+        self.run.doing(dict.fromkeys((d.platform, d.config, d.step, d.recheck) for d in self._doing))
 
     def forget(self, keep: Callable[[Doing], bool]) -> None:
         """Drop the marks that ``keep`` returns False for: steps their stage has recorded with what they did."""
         with self._lock:
             self._doing = [d for d in self._doing if keep(d)]
+            self._note()
 
     def record_unfinished(self, why: str) -> None:
         """Record every step still in progress as ``interrupted`` (``why``: e.g. "interrupted by SIGINT"), latest

@@ -42,7 +42,6 @@ import errno
 import json
 import os
 import re
-import secrets
 import threading
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from datetime import datetime, timezone
@@ -53,6 +52,7 @@ from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputErro
 from ..common.fs import describe, writable_dir, write_text_whole
 from ..common.locks import RunLock
 from .review import review_lines
+from .run_id import new_run_id
 
 #: Version of summary.json's record format.  1: steps without ``failures`` (facts only in
 #: ``detail``); 2: steps with ``failures``.  A run written by a newer harness is refused.
@@ -165,7 +165,13 @@ VERDICT = StatusSet("verdict", (
     Status("failed", "failure", "❌", "a step failed or errored, or a comparison is a failure"),
     Status("incomplete", "failure", "⚠️", "nothing failed, but something asked for did not run"),
     Status("skipped", "neutral", "⏭️", "nothing ran at all"),
+    Status("in-progress", "neutral", "⏳", "the command is still running: no verdict yet; a run whose harness process "
+                                          "died before its command ended reads incomplete (interrupted: killed)"),
 ))
+
+#: How a run whose harness process died mid-way (SIGKILL, a crash, the machine stopped) is named, in the
+#: headline of its verdict and in its ``incomplete`` reasons (:func:`settle_dead_progress`).
+KILLED = "interrupted: killed"
 
 #: Outcomes of applying one patch of the series onto another upstream commit (harness.analysis.forecast).
 PATCH = StatusSet("patch", (
@@ -180,7 +186,7 @@ PATCH = StatusSet("patch", (
 
 #: The exit code of each verdict (harness.common.errors).
 VERDICT_EXIT_CODES = {"passed": EXIT_PASSED, "failed": EXIT_FAILED, "incomplete": EXIT_INCOMPLETE,
-                      "skipped": EXIT_INCOMPLETE}
+                      "skipped": EXIT_INCOMPLETE, "in-progress": EXIT_INCOMPLETE}
 
 #: The status names, for code that only needs to check membership.
 STEP_STATUSES = STEP.names
@@ -603,7 +609,56 @@ def read_summary(run_dir: Path) -> dict:
     if not isinstance(version, int) or version > RECORD_VERSION:
         raise RecordError(f"{path}: record format {version!r} is newer than this harness reads ({RECORD_VERSION}); "
                           "update the harness")
-    return data
+    try:
+        return settle_dead_progress(data, run_dir)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise RecordError(f"{path}: its in_progress record cannot be read ({exc})") from None
+
+
+def progress_alive(progress: Mapping[str, Any], run_dir: Path) -> bool:
+    """Whether the harness process that wrote ``progress`` (a summary's ``in_progress``) still runs the run
+    ``run_dir``: it is this process, or it is the run's live owner (``.owner``, harness.common.locks.RunLock).
+    A pid of the record that is dead, or that no longer owns the run, is a process that died mid-way."""
+    pid = progress.get("pid")
+    return pid == os.getpid() or (pid is not None and RunLock.live_owner(run_dir) == pid)
+
+
+def settle_dead_progress(data: dict, run_dir: Path) -> dict:
+    """``data`` (a parsed summary.json of ``run_dir``) as it reads once its harness process is known to be dead.
+
+    A summary whose ``in_progress`` names a process that no longer runs the run
+    (:func:`progress_alive`) was left by a harness killed mid-way (SIGKILL, a crash, the machine
+    stopped): its steps in progress become ``interrupted``, its command and the stages it had not
+    reached are listed in ``incomplete`` as :data:`KILLED`, ``in_progress`` is dropped and the
+    verdict is computed again (``failed`` when a failure was recorded before, else ``incomplete``).
+    Any other summary is returned as it is.  Raises KeyError, TypeError or ValueError for a
+    malformed ``in_progress``.
+    """
+    progress = data.get("in_progress")
+    if not progress or progress_alive(progress, run_dir):
+        return data
+    why = f"{KILLED} (harness process {progress['pid']} ended before its command did)"
+    steps = [StepRecord.from_json(s) for s in data.get("configurations", [])]
+    by_key = {(s.platform, s.config, s.step): i for i, s in enumerate(steps)}
+    incomplete = list(data.get("incomplete", []))
+    for platform, config, step, recheck in progress.get("doing", []):
+        steps_at = by_key.get((platform, config, step))
+        if recheck and steps_at is not None and steps[steps_at].status == "passed":
+            continue  # a build found up to date again: its record stands (harness.record.progress.Doing)
+        record = StepRecord(platform, config, step, "interrupted", 0.0, f"{why}; did not finish")
+        if steps_at is None:
+            steps.append(record)
+        else:
+            steps[steps_at] = record
+        incomplete.append(f"{platform}: {step} {config}: {KILLED}; did not finish")
+    incomplete.append(f"{progress.get('command', '?')}: {why}; did not finish")
+    incomplete += [f"{stage}: not run ({KILLED})" for stage in progress.get("to_run", [])]
+    comparisons = [ComparisonRecord.from_json(c) for c in data.get("comparisons", [])]
+    failed = any(STEP.is_failure(s.status) for s in steps) or any(c.failed() for c in comparisons)
+    out = {k: v for k, v in data.items() if k != "in_progress"}
+    out.update(configurations=[_jsonable(s) for s in steps], incomplete=incomplete, interrupted="killed",
+               overall="failed" if failed else "incomplete")
+    return out
 
 
 def load_records(run_dir: Path) -> tuple[list[StepRecord], list[ComparisonRecord], dict]:
@@ -641,10 +696,21 @@ def write_json(path: Path, data: Any) -> None:
     write_text_whole(path, json.dumps(_jsonable(data), indent=2, ensure_ascii=False) + "\n")
 
 
-def new_run_id(now: datetime | None = None) -> str:
-    """A fresh run id: UTC time to the second plus 4 random hex digits, e.g. 20261130T120501Z-3fa2."""
-    now = now or datetime.now(timezone.utc)
-    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
+#: A run id: a plain name (a folder of the results directory, never a path), as new_run_id makes them.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+#: Names of the results directory that are not runs.
+RESERVED_RUN_IDS = frozenset({"latest", "junit", "LATEST"})
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` when it is a plain name (:data:`RUN_ID`, not ``..`` and not one of :data:`RESERVED_RUN_IDS`);
+    raises InputError naming it otherwise (``--run-id ../../x`` would write outside the results directory)."""
+    if not RUN_ID.fullmatch(run_id) or ".." in run_id or run_id in RESERVED_RUN_IDS:
+        raise InputError(f"run id {run_id!r} (--run-id or HARNESS_RUN_ID) is not a plain name: use letters, digits, "
+                         "'.', '_' and '-' (no '/' and no '..'), not 'latest' or 'junit'; it names a folder of the "
+                         "results directory")
+    return run_id
 
 
 #: Space a run holds back while it runs (``<run>/.reserve``, removed by Run.close): when the disk
@@ -666,6 +732,8 @@ class Run:
         self.skipped_platforms: dict[str, str] = {}
         self.incomplete: list[str] = []
         self.cache: dict[str, dict[str, int]] = {}  # result cache events per kind (harness.record.cache.EVENTS)
+        self.progress: dict[str, Any] | None = None  # while a command runs: see begin()
+        self.interrupted = ""  # "killed": a harness process died while it ran the run (settle_dead_progress)
         self._lock: RunLock | None = None
         self._records = threading.RLock()  # steps, comparisons and the summary files, from any thread
         now = datetime.now(timezone.utc).isoformat()
@@ -711,9 +779,11 @@ class Run:
         Several stages of one invocation (``nox -s build test compare-outputs``)
         share a run through the HARNESS_RUN_ID environment variable, one
         process after the other: a run held by a live process is refused
-        (RunInUse).  Raises EnvironmentProblem when ``root`` cannot hold runs.
+        (RunInUse).  Raises EnvironmentProblem when ``root`` cannot hold runs, InputError for a run id
+        that is not a plain name (:func:`check_run_id`).
         """
         run_id = run_id or os.environ.get("HARNESS_RUN_ID") or new_run_id()
+        check_run_id(run_id)
         return cls(root, run_id, argv=argv)
 
     def _point_latest(self) -> None:
@@ -731,6 +801,8 @@ class Run:
         self.skipped_platforms = dict(data.get("skipped_platforms", {}))
         self.incomplete = list(data.get("incomplete", []))
         self.cache = {k: dict(v) for k, v in (data.get("cache") or {}).items()}
+        self.interrupted = str(data.get("interrupted") or "")
+        self.progress = data.get("in_progress")
 
     def count_cache(self, stats: Mapping[str, Mapping[str, int]]) -> None:
         """Add one process's result cache counts (kind -> event -> n, harness.record.cache) to the run's."""
@@ -783,11 +855,14 @@ class Run:
     def overall(self) -> str:
         """The run's verdict.
 
+        ``in-progress`` while a command runs (:meth:`begin` to :meth:`end`: no verdict yet); then
         ``failed`` when a step failed or errored or a comparison fails
         (:meth:`ComparisonRecord.failed`, by its group's ``expect``); else ``incomplete`` when something explicitly asked for did
         not run, or a step was interrupted or could not read what it checks; else ``skipped`` when nothing ran at all; else ``passed``.
         Only ``passed`` is a success.
         """
+        if self.progress is not None:
+            return "in-progress"
         if any(STEP.is_failure(s.status) for s in self.steps) or any(c.failed() for c in self.comparisons):
             return "failed"
         if self.incomplete or any(s.status in ("interrupted", "incomplete") for s in self.steps):
@@ -799,13 +874,52 @@ class Run:
     def headline(self) -> str:
         """The verdict with what it does not cover, e.g. ``passed (2 platforms skipped)``."""
         n = len(self.skipped_platforms)
-        return self.overall() + (f" ({n} platform{'s' if n != 1 else ''} skipped)" if n else "")
+        notes = [KILLED] if self.interrupted == "killed" else []
+        if self.progress is not None:
+            notes.append("to run: " + ", ".join(self.progress["to_run"]) if self.progress["to_run"]
+                         else "its last stages running")
+        if n:
+            notes.append(f"{n} platform{'s' if n != 1 else ''} skipped")
+        return self.overall() + (f" ({'; '.join(notes)})" if notes else "")
+
+    def begin(self, command: str, to_run: Iterable[str], token: str) -> None:
+        """Record that this process runs ``command`` (e.g. ``build test``): the verdict is ``in-progress``
+        until :meth:`end`, with the stages ``to_run`` (names, in order; :meth:`stage_started` takes each off)
+        and the steps in progress (:meth:`doing`).  ``token``: what every child of the run carries in its
+        environment (harness.common.proc.HOLDS_ENV), for a later run to end what a killed one left."""
+        with self._records:
+            self.progress = {"pid": os.getpid(), "command": command, "to_run": list(to_run), "doing": [],
+                             "token": token, "started": datetime.now(timezone.utc).isoformat()}
+            self.write_summary()
+
+    def stage_started(self, stage: str) -> None:
+        """Take ``stage`` off the stages still to run of :meth:`begin` and rewrite the summary."""
+        with self._records:
+            if self.progress is not None and stage in self.progress["to_run"]:
+                self.progress["to_run"].remove(stage)
+                self.write_summary()
+
+    def doing(self, steps: Iterable[tuple[str, str, str, bool]]) -> None:
+        """Record the steps in progress, (platform, config, step, recheck) each (harness.record.progress.Doing):
+        a run killed mid-way has them read as ``interrupted`` (:func:`settle_dead_progress`)."""
+        with self._records:
+            if self.progress is not None:
+                self.progress["doing"] = [list(d) for d in steps]
+                self.write_summary()
+
+    def end(self) -> None:
+        """The command ended (done, stopped or refused): drop the in-progress record, so the verdict is
+        computed from the records; the caller writes the summary."""
+        with self._records:
+            self.progress = None
 
     def _write_summary_files(self) -> None:
         write_json(self.layout.summary_json, {
             "run_id": self.id, "record_version": RECORD_VERSION, "updated": datetime.now(timezone.utc).isoformat(),
             "overall": self.overall(), "configurations": self.steps, "comparisons": self.comparisons,
-            "skipped_platforms": self.skipped_platforms, "incomplete": self.incomplete, "cache": self.cache})
+            "skipped_platforms": self.skipped_platforms, "incomplete": self.incomplete, "cache": self.cache,
+            **({"in_progress": self.progress} if self.progress is not None else {}),
+            **({"interrupted": self.interrupted} if self.interrupted else {})})
         write_text_whole(self.layout.summary_md, render_markdown(self))
 
     def write_summary(self) -> None:

@@ -250,17 +250,13 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
+    """``bench`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s code."""
+    from ..cli import parse_command
+    return run(parse_command("bench", argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """``python -m harness bench --build-dir DIR [--model GGUF --n-layer N] [--out FILE.json]``."""
-    ap = argparse.ArgumentParser(prog="python -m harness bench")
-    ap.add_argument("--build-dir", type=Path, required=True, help="CUDA build of the fork (bin/ with shared libs)")
-    ap.add_argument("--model", type=Path, default=None, help="MoE GGUF for llama-bench")
-    ap.add_argument("--n-layer", type=int, default=8, help="the model's layer count (for PIN_LAYERS=half)")
-    ap.add_argument("--gib", type=float, default=4.0, help="host buffer size for the ladder measurements")
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--child", choices=("ladder", "plain"), help=argparse.SUPPRESS)
-    ap.add_argument("--size", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--reps", type=int, default=5, help="registrations per process in the ladder cost measurement")
-    args = ap.parse_args(argv)
     if args.child:
         fn = _child_ladder if args.child == "ladder" else _child_plain
         print(json.dumps(fn(args.build_dir, args.size, args.reps if args.child else 1)))

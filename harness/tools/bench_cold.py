@@ -5,7 +5,8 @@ there (:data:`README_COMMAND`) as a newcomer would, every cache of the harness e
 
 1. ``venv``: ``python3 -m venv .venv``;
 2. ``pip``: ``pip install --require-hashes -r requirements.txt`` with the new environment's pip; pip's own cache is
-   left as it is (what a download costs is not the harness's time);
+   left as it is (what a download costs is not the harness's time); then the console script,
+   ``pip install --no-deps --no-build-isolation --no-index -e .`` (its own part, ``pip-editable``);
 3. ``nox -s build test compare-outputs``: each session on its own, one results run (as
    harness/tools/bench_loop.py runs them), with the environment's ``bin/`` first on ``PATH`` as
    ``activate`` puts it, ``CCACHE_DIR`` and ``HARNESS_CACHE_DIR`` new empty directories beside the
@@ -20,6 +21,7 @@ with its load average before and after; ``bench-cold.json`` in the clone keeps t
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -32,12 +34,12 @@ from pathlib import Path
 from typing import Sequence
 
 from ..args import strip_dashdash
-from .bench_loop import Outcome, clone_arguments, fresh_clone, run_main_job
+from .bench_loop import Outcome, fresh_clone, run_main_job
 from .compile_bench import machine
 
 #: The README's first command, part by part ("the two commands"); tests/test_bench_cold.py keeps them equal.
 README_COMMAND = ("python3 -m venv .venv", ". .venv/bin/activate", "pip install --require-hashes -r requirements.txt",
-                  "nox -s build test compare-outputs")
+                  "pip install --no-deps --no-build-isolation --no-index -e .", "nox -s build test compare-outputs")
 #: Seconds the whole command may take on the 2-core development machine (issue 31).
 TARGET_S = 900.0
 
@@ -88,12 +90,14 @@ def report(cold: ColdRun) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
+    """``bench-cold`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s code."""
+    from ..cli import parse_command
+    return run(parse_command("bench-cold", argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """``python -m harness bench-cold``; returns 0 when every part ran (the target is reported, not
     enforced), 1 when creating the environment or installing the requirements failed (its log is named)."""
-    ap = clone_arguments("bench-cold", __doc__, "keep the clone, its environment, caches and results")
-    ap.add_argument("--reuse-python", action="store_true",
-                    help="no new environment and no pip install: run nox with this Python")
-    args = ap.parse_args(argv)
     _, base, clone = fresh_clone(args.clone_dir, "bench-cold-")
     log_dir = clone / "bench-cold"
     log_dir.mkdir()
@@ -110,8 +114,10 @@ def main(argv: Sequence[str]) -> int:
             venv = clone / ".venv"
             bindir = venv / ("Scripts" if os.name == "nt" else "bin")
             python = str(bindir / ("python.exe" if os.name == "nt" else "python"))
+            pip = [python, "-m", "pip", "install"]
             for name, argv_ in (("venv", [shutil.which("python3") or sys.executable, "-m", "venv", str(venv)]),
-                                ("pip", [python, "-m", "pip", "install", "--require-hashes", "-r", "requirements.txt"])):
+                                ("pip", [*pip, "--require-hashes", "-r", "requirements.txt"]),
+                                ("pip-editable", [*pip, "--no-deps", "--no-build-isolation", "--no-index", "-e", "."])):
                 rc, cold.setup[name] = _timed(argv_, clone, log_dir / f"{name}.log")
                 print(f"  {name}: {cold.setup[name]:.1f} s (exit {rc})", flush=True)
                 if rc != 0:

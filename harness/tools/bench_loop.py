@@ -159,19 +159,6 @@ def report(outcomes: Sequence[Outcome], where: str) -> str:
     return "\n".join(lines)
 
 
-def clone_arguments(command: str, doc: str | None, keep_help: str) -> argparse.ArgumentParser:
-    """The parser of a benchmark on a fresh clone, ``python -m harness COMMAND`` (described by the first
-    paragraph of ``doc``): ``--clone-dir``, ``--keep`` (``keep_help``) and, after ``--``, the harness's
-    arguments (``harness_args``: parsed last, whatever options the caller adds)."""
-    ap = argparse.ArgumentParser(prog=f"python -m harness {command}", description=(doc or "").split("\n\n")[0])
-    ap.add_argument("--clone-dir", type=Path, default=None,
-                    help="where to clone (default: a new directory under the system's temporary directory)")
-    ap.add_argument("--keep", action="store_true", help=keep_help)
-    ap.add_argument("harness_args", nargs=argparse.REMAINDER,
-                    help="after --: arguments for the harness stages (default: none, the main job)")
-    return ap
-
-
 def fresh_clone(clone_dir: Path | None, prefix: str) -> tuple[Path, Path, Path]:
     """Clone this checkout's committed HEAD: (the checkout, the directory holding the clone (``clone_dir``,
     else a new one under the system's temporary directory named ``prefix...``), the clone, ``<dir>/clone``).
@@ -187,11 +174,16 @@ def fresh_clone(clone_dir: Path | None, prefix: str) -> tuple[Path, Path, Path]:
 
 
 def main(argv: Sequence[str]) -> int:
+    """``bench-loop`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s code."""
+    from ..cli import parse_command
+    return run(parse_command("bench-loop", argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """``python -m harness bench-loop``; returns 0 when every scenario ran (targets are reported, not enforced)."""
-    ap = clone_arguments("bench-loop", __doc__, "keep the clone (its builds and results) afterwards")
-    ap.add_argument("--scenario", action="append", choices=list(SCENARIOS), default=[],
-                    help="run only these scenarios, in the order above (repeatable; default: all)")
-    args = ap.parse_args(argv)
+    unknown = [s for s in args.scenario if s not in SCENARIOS]
+    if unknown:
+        raise InputError(f"--scenario {unknown[0]}: no such scenario; the scenarios: {', '.join(SCENARIOS)}")
     root, base, clone = fresh_clone(args.clone_dir, "bench-loop-")
     log_dir = clone / "bench-loop"
     log_dir.mkdir()

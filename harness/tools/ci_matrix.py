@@ -53,7 +53,7 @@ from typing import Any, Callable, Sequence
 
 from ..matrix.config import Matrix, MatrixError, Platform, load_matrix
 from ..matrix.platforms import debian_packages
-from .path_budget import MAX_PATH, PathBudget, files_added_by, path_budget, runs_on_windows
+from .path_budget import MAX_PATH, PathBudget, files_added_by, path_budget
 from .windows_check import MINGW_PACKAGE
 
 #: The default shell of a platform job, by the runner's OS.
@@ -291,7 +291,13 @@ def _split(values: Sequence[str]) -> list[str]:
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str]) -> int:
+    """``ci-matrix`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s code."""
+    from ..cli import parse_command
+    return run(parse_command("ci-matrix", argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """``python -m harness ci-matrix [--matrix FILE] [--platform P ...] [--github-output]``.
 
     Prints the matrix as JSON on stdout.  With ``--github-output`` it also
@@ -299,28 +305,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns 0, or 2 with a message on stderr for a bad matrix, an unknown
     platform or a missing ``$GITHUB_OUTPUT``.
     """
-    ap = argparse.ArgumentParser(prog="python -m harness ci-matrix",
-                                 description="Print the GitHub Actions job matrix derived from matrix.yaml.")
-    ap.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), help="matrix file (default: matrix.yaml)")
-    ap.add_argument("--platform", action="append", default=[],
-                    help="only this platform (repeatable or comma separated; default: every platform with ci)")
-    ap.add_argument("--github-output", action="store_true",
-                    help="also append matrix=<json> to the file named by $GITHUB_OUTPUT, and the platforms "
-                         "left out to $GITHUB_STEP_SUMMARY")
-    ap.add_argument("--self-hosted", default="false", type=lambda v: v.strip().lower(),
-                    help="self-hosted runners exist (the repository variable HARNESS_SELF_HOSTED_RUNNERS; "
-                         "default false: platforms that need them are left out)")
-    ap.add_argument("--event", default="",
-                    help="the workflow's github.event_name: self-hosted runners are used only for a push to the "
-                         "default branch, a scheduled run, or a pull request or manual run approved in the "
-                         f"environment {APPROVAL_ENVIRONMENT} (default: the --self-hosted value alone decides)")
-    ap.add_argument("--ref", default="", help="the workflow's github.ref (for --event push and workflow_dispatch)")
-    ap.add_argument("--default-branch", default="", help="the repository's default branch (for --event push and workflow_dispatch)")
-    ap.add_argument("--patches-dir", type=Path, default=Path("patches"), help="patch series directory")
-    ap.add_argument("--repo", default=None,
-                    help="repository name for the Windows path budget (default: from $GITHUB_REPOSITORY, "
-                         "else the checkout directory's name)")
-    args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
     out_file = os.environ.get("GITHUB_OUTPUT") if args.github_output else None
     if args.github_output and not out_file:
         print("error: --github-output: $GITHUB_OUTPUT is not set (GitHub Actions sets it in a step)", file=sys.stderr)
@@ -357,4 +341,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -38,7 +38,13 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores, {ram:.0f} GiB RAM, load average {load}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str]) -> int:
+    """``bench-compile`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s code."""
+    from ..cli import parse_command
+    return run(parse_command("bench-compile", argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """Run the benchmark; prints one line per variant (status, seconds, units) and returns 0 when
     every compile passed, 1 otherwise."""
     from ..matrix.config import load_matrix
@@ -46,19 +52,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..stages.options import Options
     from ..stages.shape import Context
     from ..record.results import Run
-    ap = argparse.ArgumentParser(prog="python -m harness bench-compile", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--platform", default="linux-x86_64-cuda")
-    ap.add_argument("--cold", action="store_true", help="start from an empty ccache directory")
-    ap.add_argument("-j", "--jobs", type=int, default=2, help="compile jobs (default 2: the target's machine)")
-    ap.add_argument("--fork-only", action="store_true", help="time the fork's compile only, not the base's")
-    ap.add_argument("--matrix", type=Path, default=Path("matrix.yaml"))
-    ap.add_argument("--patches-dir", type=Path, default=Path("patches"))
-    ap.add_argument("--keep", type=Path, default=None, help="work and results directory to keep (default: temporary)")
-    args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
+    from ..args import parse_defines, split_names
+    platforms = split_names(args.platform) or ["linux-x86_64-cuda"]
+    if len(platforms) != 1:
+        print(f"error: bench-compile times one platform, got {', '.join(platforms)}", file=sys.stderr)
+        return 2
+    jobs = args.jobs or 2  # the target's machine
     matrix = load_matrix(args.matrix)
-    p = matrix.platform(args.platform)
+    p = matrix.platform(platforms[0])
     if not p.compile_only_cmake:
-        print(f"error: {args.platform} has no compile_only options in {args.matrix}", file=sys.stderr)
+        print(f"error: {p.name} has no compile_only options in {args.matrix}", file=sys.stderr)
         return 2
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench-compile-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -66,10 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["CCACHE_DIR"] = str(root / "ccache")
     print(f"machine: {machine()}")
     print(f"mode: {'cold (empty ccache)' if args.cold else 'warm (ccache ' + os.environ.get('CCACHE_DIR', 'default') + ')'}"
-          f", -j {args.jobs}, work {root / 'work'}")
+          f", -j {jobs}, work {root / 'work'}")
     run = Run(root / "results", "bench")
-    ctx = Context.open(matrix, run, Options(platforms=[p.name], jobs=args.jobs, work_dir=root / "work",
-                                            patches_dir=args.patches_dir), say=lambda _: None)
+    ctx = Context.open(matrix, run, Options(platforms=[p.name], jobs=jobs, work_dir=root / "work",
+                                            patches_dir=args.patches_dir, cuda_arch=args.cuda_arch,
+                                            cmake_defines=parse_defines(args.defines)), say=lambda _: None)
     ctx.builds.base()  # obtaining the source is not the step's time
     ctx.builds.patches()
     ok = True
@@ -96,4 +100,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main(sys.argv[1:]))

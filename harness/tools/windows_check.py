@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -53,7 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..stages.build.cuda_headers import CUDA_WHEELS, CudaHeaders, SetupError, find_cuda_headers
+from ..common.proc import command_line
+from ..stages.build.cuda_headers import CudaHeaders, SetupError, find_cuda_headers
 
 #: Debian package of the MinGW-w64 C++ cross compiler with the posix thread model.
 MINGW_PACKAGE = "g++-mingw-w64-x86-64-posix"
@@ -260,7 +260,8 @@ def run_check(tree: Path, log_dir: Path, targets: Sequence[Target], cuda: CudaHe
         tu.write_text("".join(line + "\n" for line in checked.prelude) + f'#include "{tree / checked.path}"\n')
         units[checked.path] = tu
     # plain ASCII messages in every locale, so the error lines read the same everywhere
-    env = {**os.environ, "LC_ALL": "C"}
+    added = {"LC_ALL": "C"}
+    env = {**os.environ, **added}
     results = []
     for target in targets:
         result = TargetResult(target)
@@ -278,8 +279,8 @@ def run_check(tree: Path, log_dir: Path, targets: Sequence[Target], cuda: CudaHe
                 output = (exc.stdout or b"").decode(errors="replace") + (exc.stderr or b"").decode(errors="replace")
             seconds = time.monotonic() - start
             status = f"exit status {rc}" if rc is not None else f"timed out after {COMPILE_TIMEOUT_S} s"
-            log.write_text(f"# target: {target.name} ({target.label})\n# CUDA headers: {cuda.include} "
-                           f"({cuda.source})\n# command:\n{shlex.join(cmd)}\n\n{output}\n# {status}, "
+            log.write_text(f"$ {command_line(cmd, added)}\n# target: {target.name} ({target.label})\n"
+                           f"# CUDA headers: {cuda.include} ({cuda.source})\n\n{output}\n# {status}, "
                            f"{seconds:.1f} s\n")
             first = None
             if rc != 0:
@@ -304,7 +305,13 @@ def _default_tree(args: argparse.Namespace) -> Path:
         raise SetupError(f"cannot make the fork work tree: {exc}") from exc
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str]) -> int:
+    """``check-windows`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s code."""
+    from ..cli import parse_command
+    return run(parse_command("check-windows", argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """``python -m harness check-windows [--tree PATH] [options]``; returns the exit status.
 
     Prints the tree and CUDA headers used, one summary line per target and the
@@ -312,25 +319,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem (message on stderr; for a missing cross compiler it names the
     Debian package).
     """
-    ap = argparse.ArgumentParser(prog="python -m harness check-windows",
-                                 description="Compile the fork's Windows-only host code with MinGW-w64 "
-                                             "and its POSIX side with g++ (syntax only).")
-    ap.add_argument("--tree", type=Path, default=None,
-                    help="patched source tree (default: the fork work tree <work-dir>/fork/llama.cpp, "
-                         "made from the series when missing)")
-    ap.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), help="matrix file (default: matrix.yaml)")
-    ap.add_argument("--patches-dir", type=Path, default=Path("patches"), help="patch series directory")
-    ap.add_argument("--work-dir", type=Path, default=Path(".harness"),
-                    help="work trees and build directories (default: .harness)")
-    ap.add_argument("--log-dir", type=Path, default=None, help="compile logs (default: <work-dir>/check-windows)")
-    ap.add_argument("--cuda-include", type=Path, default=None,
-                    help="CUDA include directory (default: the nvidia-cuda-runtime wheel, $CUDA_PATH, /usr/local/cuda)")
-    ap.add_argument("--mingw-cxx", default=None, help="MinGW-w64 C++ compiler (default: first of "
-                                                      f"{', '.join(MINGW_CANDIDATES)} on PATH)")
-    ap.add_argument("--host-cxx", default=None, help="host C++ compiler for the POSIX side (default: g++)")
-    ap.add_argument("--only", action="append", default=[], metavar="PATH",
-                    help="check only this file of the list (repeatable)")
-    args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         files = select_files(args.only)
         if args.tree is not None:
@@ -358,4 +346,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main(sys.argv[1:]))

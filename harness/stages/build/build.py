@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -139,7 +138,7 @@ def _run_step(argv: Sequence[str], log: Path, env: Mapping[str, str] | None = No
     if budget is not None:
         env = {**(env or {}), **budget.env()}
     with open(log, "wb") as fh:
-        fh.write(("$ " + " ".join(argv) + "\n").encode())
+        fh.write(("$ " + proc.command_line(argv, env) + "\n").encode())
         if budget is not None:
             fh.write((budget.describe() + "\n").encode())
         fh.flush()

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from ...common.errors import InputError
+from ...common.proc import command_line
 
 if TYPE_CHECKING:
     from .source import BaseTree
@@ -202,22 +203,27 @@ class Patch:
 # --------------------------------------------------------------------------- git runner
 
 
+#: What every git call gets in its environment beside the caller's (whose ``GIT_*`` it loses): a fixed locale,
+#: time zone, committer and no system or global configuration.
+_GIT_SETTINGS = {
+    "LC_ALL": "C",
+    "LANG": "C",
+    "TZ": "UTC",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_PAGER": "cat",
+    "GIT_EDITOR": "true",
+    "GIT_COMMITTER_NAME": COMMITTER_NAME,
+    "GIT_COMMITTER_EMAIL": COMMITTER_EMAIL,
+}
+
+
 def _git_env() -> dict[str, str]:
     """The environment for every git call: the caller's, minus ``GIT_*``, plus fixed settings."""
     env = {key: value for key, value in os.environ.items()
            if not key.startswith("GIT_") or key == "GIT_EXEC_PATH"}
-    env.update({
-        "LC_ALL": "C",
-        "LANG": "C",
-        "TZ": "UTC",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_PAGER": "cat",
-        "GIT_EDITOR": "true",
-        "GIT_COMMITTER_NAME": COMMITTER_NAME,
-        "GIT_COMMITTER_EMAIL": COMMITTER_EMAIL,
-    })
+    env.update(_GIT_SETTINGS)
     env.pop("LANGUAGE", None)
     return env
 
@@ -250,11 +256,12 @@ class _Git:
         for setting in (*_BASE_CONFIG, *config):
             cmd += ["-c", setting]
         cmd += list(args)
+        added = {**_GIT_SETTINGS, **(env or {})}
         proc = subprocess.run(cmd, cwd=self.cwd, env={**_git_env(), **(env or {})},
                               input=stdin, capture_output=True, check=False)
         if self.log is not None:
             with open(self.log, "a", encoding="utf-8") as fh:
-                fh.write(f"$ git {' '.join(args)}  (in {self.cwd}, exit {proc.returncode})\n")
+                fh.write(f"$ {command_line(cmd, added, self.cwd)}\n# exit {proc.returncode}\n")
                 for stream in (proc.stdout, proc.stderr):
                     if stream:
                         fh.write(_text(stream).rstrip("\n") + "\n")
@@ -308,7 +315,27 @@ def _parse_patch_file(path: Path, data: bytes) -> tuple[dict[str, str], str, byt
                 headers[key] = value.strip()
         body = _text((scratch / "msg").read_bytes())
         diff = (scratch / "diff").read_bytes()
+        if diff.strip():
+            # git apply reads the diff without a tree: a hunk cut short or a count that lies is malformed input,
+            # not a patch that no longer applies (that is the build's to find)
+            parsed = git.run(["apply", "--numstat", "-"], stdin=diff, check=False,
+                             env={"GIT_CEILING_DIRECTORIES": str(scratch.parent)})
+            if parsed.returncode != 0:
+                raise PatchError(f"{path}: malformed diff: {_malformed_where(data, diff, _text(parsed.stderr))}")
     return headers, body, diff
+
+
+def _malformed_where(data: bytes, diff: bytes, stderr: str) -> str:
+    """git apply's complaint about ``diff`` (the diff part of the patch file ``data``) in one line, its
+    ``at line N`` (of the diff) turned into the line of the patch file."""
+    first = next((line for line in stderr.splitlines() if line.strip()), "git apply cannot read it").strip()
+    first = first.removeprefix("error: ")
+    m = re.search(r"at line (\d+)", first)
+    start = data.find(diff.split(b"\n", 1)[0])
+    if m and start >= 0:
+        line = data.count(b"\n", 0, start) + int(m.group(1))
+        first = f"{first[:m.start()]}at line {line}{first[m.end():]}"
+    return f"{first} (git apply --numstat); fix or re-export the patch (python -m harness patches export)"
 
 
 #: Header lines of a git diff that name a path (the path follows the prefix).

@@ -85,7 +85,8 @@ def check_inputs(matrix: Matrix, platforms: Sequence[str], groups: Sequence[str]
 
     The prompts are bounded with the vocabulary of each model file that is already made in
     ``cache`` (harness.matrix.fit; a synthetic model only when the base tree is cached too, its
-    vocabulary being a file of that tree); nothing is obtained, built or run.
+    vocabulary being a file of that tree; a derived model by the model it is derived from, whose
+    vocabulary llama-quantize keeps); nothing is obtained, built or run.
     """
     problems = []
     for pname in platforms or list(matrix.platforms):
@@ -96,6 +97,8 @@ def check_inputs(matrix: Matrix, platforms: Sequence[str], groups: Sequence[str]
     base = cached_base(matrix, cache)
 
     def vocabulary(model: str) -> Vocabulary | None:
+        while matrix.models[model].kind == "quantized":  # llama-quantize keeps its source's vocabulary
+            model = matrix.models[model].spec["from"]
         try:
             path = made_model_path(matrix.models[model], cache, base)
             return vocabulary_of(model_summary(path)) if path is not None else None

@@ -103,8 +103,13 @@ def run_groups(ctx: Context, p: Platform, groups: Sequence[str], gen_steps: dict
             # generation failures that upstream's build shares (unsupported upstream) are not the fork's
             fork_problems = any(not (f.kind == "generation" and (side, f.model, f.prompt) in runner.unsupported)
                                 for side, facts in runner.problems.items() for f in facts)
-            shown.finish("failed" if any(c.failed() for c in mine) or fork_problems else "passed",
-                         ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no comparison ran")
+            unmade = list(dict.fromkeys(f.text() for facts in gen_steps.values() for f in facts
+                                        if f.kind in ("blocked", "model")))
+            if not mine and unmade:  # nothing ran for want of a build or a model: not a pass
+                shown.finish("error", "did not run: " + "; ".join(unmade))
+            else:
+                shown.finish("failed" if any(c.failed() for c in mine) or fork_problems else "passed",
+                             ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no comparison ran")
     except BaseException as exc:
         _merge_runner_failures(p, runner, gen_steps)
         _record_cut_generations(ctx, p, exc, runner, gen_steps)

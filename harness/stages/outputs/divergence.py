@@ -93,7 +93,8 @@ class KlSummary:
 
     ``positions``: number of positions; ``mean``/``max`` in nats; ``max_at``: the
     position of the maximum; ``top1_agreement``: fraction of positions (0..1)
-    where both full distributions have the same most likely token.
+    where both full distributions have the same most likely token.  ``per_position``: the KL of each
+    position in nats, kept where any is above zero (the report draws them; all-zero lists are left out).
     """
 
     positions: int
@@ -101,6 +102,7 @@ class KlSummary:
     max: float
     max_at: int
     top1_agreement: float
+    per_position: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -205,7 +207,8 @@ def summarize_kl(score: ScoreResult) -> KlSummary | None:
         return None
     worst = max(range(len(score.kl)), key=lambda k: score.kl[k])
     return KlSummary(positions=len(score.kl), mean=math.fsum(score.kl) / len(score.kl), max=score.kl[worst],
-                     max_at=worst, top1_agreement=sum(score.top1) / len(score.top1))
+                     max_at=worst, top1_agreement=sum(score.top1) / len(score.top1),
+                     per_position=tuple(score.kl) if score.kl[worst] > 0 else ())
 
 
 def _side_failure(kind: str, name: str, side: SideRuns) -> str | None:

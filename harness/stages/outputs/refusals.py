@@ -37,7 +37,7 @@ def refuse_what_cannot_run(ctx: Context, platforms: Sequence[Platform]) -> None:
 
     def count(gen: PlannedGeneration) -> int | None:
         if (gen.model, gen.prompt) not in counted:
-            counted[(gen.model, gen.prompt)] = _count_prompt_tokens(ctx, 
+            counted[(gen.model, gen.prompt)] = _count_prompt_tokens(ctx,
                 [p for p in platforms if gen.group in p.groups], gen)
         return counted[(gen.model, gen.prompt)]
 

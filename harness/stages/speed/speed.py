@@ -35,6 +35,7 @@ from ...matrix.config import Generation, GroupSpeed, Platform, SpeedRule
 from ...matrix.platforms import cannot_run
 from ...record import environment
 from ...record.bench import METRICS, step_name
+from ...record.llama_bench import write_rows
 from ...record.results import Failure, StepRecord, write_json
 from ..outputs.engine import EngineError, EngineSession
 from ..outputs.greedy import Side
@@ -153,10 +154,25 @@ def stage_speed(pipe: Pipeline) -> None:
         p = pipe.matrix.platform(name)
         if cannot_run(p):
             continue  # the comparisons recorded why
-        rules = rules_for(pipe, p)
+        rules = [r for r in rules_for(pipe, p) if not _blocked(pipe, p, r)]
         if rules:
             with pipe.doing(p.name, "-", "speed"):
                 _platform(pipe, p, rules)
+
+
+def _blocked(pipe: Pipeline, p: Platform, r: Rule) -> bool:
+    """Whether rule ``r`` cannot run on ``p`` because a build of its pair did not pass; such a rule is not
+    measured, and is recorded as ``error`` naming the build (harness.record.results.STEP: "a failed build it
+    needs"), never as a failed rule."""
+    configs = dict.fromkeys((r.reference, r.rule.candidate))
+    missing = list(dict.fromkeys(v for c in configs if pipe.build_variant(p, v := pipe.matrix.configs[c].build)
+                                 .status != "passed"))
+    if missing:
+        facts = [Failure("blocked", build=v) for v in missing]
+        detail = f"not run: {'; '.join(f.text() for f in facts)}"
+        pipe.run.record_step(StepRecord(p.name, r.rule.candidate, r.step, "error", detail=detail, failures=facts))
+        pipe.say(f"[{p.name}] {r.step} {r.rule.candidate}: error — {detail}")
+    return bool(missing)
 
 
 @dataclass
@@ -270,6 +286,7 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
                                     "pairs": [r.to_json() for r in records.values()],
                                     "measurements": [m.to_json() for m in measured.values()],
                                     "rules": [{k: v for k, v in x.items() if k != "log"} for x in verdicts]})
+    write_rows(pipe.run.dir, p.name)  # the same measurements as llama-bench rows (harness.record.llama_bench)
 
 
 def _load_average() -> list[float] | None:
@@ -380,7 +397,7 @@ def _starter(pipe: Pipeline, p: Platform, command: Callable[[EngineKind, str], t
             return RuntimeError(message)
 
         try:
-            model_path = pipe.model_path(model)
+            pipe.model_path(model)  # a model that cannot be made fails here, before any engine starts
         except Exception as exc:
             raise fail(Failure("model", model=model, message=f"{type(exc).__name__}: {exc}"), str(exc)) from exc
         variant = pipe.matrix.configs[config].build

@@ -21,9 +21,6 @@ from typing import Mapping, Sequence
 from ...common import proc
 from ..build.build import find_tool
 
-#: compute-sanitizer tools the native tests can run under (``--sanitize``).
-SANITIZERS = ("memcheck", "racecheck", "initcheck", "synccheck")
-
 
 @dataclass
 class TestCase:
@@ -124,7 +121,7 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
     if wrapper:
         return _run_wrapped(build_dir, selected, wrapper, out_dir, run, timeout_s, env, reference_junit)
     with open(log, "wb") as fh:
-        fh.write(("$ " + " ".join(argv) + "\n").encode())
+        fh.write(("$ " + proc.command_line(argv, env) + "\n").encode())
         fh.flush()
         done = proc.run(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
     run.seconds = time.monotonic() - start
@@ -199,7 +196,7 @@ def _run_wrapped(build_dir: Path, selected: Sequence[str], wrapper: Sequence[str
     with open(out_dir / "ctest.log", "wb") as fh:
         for name in selected:
             argv = [*wrapper, str(build_dir / "bin" / (name + exe))]
-            fh.write(("$ " + " ".join(argv) + "\n").encode())
+            fh.write(("$ " + proc.command_line(argv, env) + "\n").encode())
             fh.flush()
             start = time.monotonic()
             done, output, _ = proc.run_capture(argv, env=env, timeout_s=timeout_s, merge_stderr=True)

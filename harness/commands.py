@@ -1,0 +1,152 @@
+"""The commands harness.cli declares that belong to no one module: the stages, ``patches``, ``source`` and
+``models``; and :func:`stage_options`, the stage options of the command line as the stages read them."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+
+from .args import in_checkout, parse_defines, split_names
+from .common import proc
+from .common.errors import InputError
+from .matrix.config import SelectionError, load_matrix
+from .stages.options import Options
+
+
+def stage_options(args: argparse.Namespace, **overrides) -> Options:
+    """The options of harness.args.build_options and run_options in ``args`` as the stages' Options, with
+    ``--work-dir`` and ``--patches-dir``; ``overrides`` replace fields (forecast: its own work directory,
+    series and groups).  Raises InputError for a malformed ``-D``."""
+    fields = dict(platforms=split_names(args.platform, "--platform"), cmake_defines=parse_defines(args.defines),
+                  cuda_arch=args.cuda_arch, jobs=args.jobs, sanitize=args.sanitize,
+                  models=split_names(args.model, "--model"), groups=split_names(args.group, "--group"),
+                  n_predict=args.n_predict, repeats=args.repeats,
+                  work_dir=args.work_dir, patches_dir=args.patches_dir, bench=args.bench,
+                  bench_repeats=args.bench_repeats, bench_warmup=args.bench_warmup, no_cache=args.no_cache,
+                  lanes=args.lanes)
+    fields.update(overrides)
+    return Options(**fields)
+
+
+def run_stages(args: argparse.Namespace) -> int:
+    """``build test compare-outputs``: run ``args.stages``; the exit code of the run's verdict
+    (harness.common.errors)."""
+    from .pipeline import run_stages as run_pipeline
+    from .record.results import Run
+    matrix = load_matrix(args.matrix)
+    opts = stage_options(args)
+    for name in opts.platforms:
+        matrix.platform(name)  # unknown names fail before anything runs
+    for name in opts.models:
+        if name not in matrix.models:
+            raise SelectionError(f"unknown model {name!r}; {matrix.path} defines: {', '.join(sorted(matrix.models))}")
+    for name in opts.groups:
+        if name not in matrix.groups:
+            raise SelectionError(f"unknown group {name!r}; {matrix.path} defines: {', '.join(sorted(matrix.groups))}")
+    # what the inputs alone prove cannot run, refused before anything starts; in every stage command, since
+    # `nox -s build test compare-outputs` runs one per session with the same arguments
+    from .stages.build.preflight import check_inputs
+    from .stages.build.source import cache_dir
+    check_inputs(matrix, opts.platforms, opts.groups, opts.models, args.n_predict, cache_dir(),
+                 compare="compare-outputs" in args.stages)
+    from .stages.build.patches import read_series
+    read_series(args.patches_dir)  # a malformed patch is bad input, as `patches check` says; a stale one the build's
+    with proc.handle_signals():
+        run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
+        try:
+            return run_pipeline(matrix, run, opts, args.stages)
+        finally:
+            run.close()
+
+
+def patches(args: argparse.Namespace) -> int:
+    """``patches apply|export|check``: 0, or 1 when ``check`` finds patches/ differing from what export
+    writes.  Raises InputError where the dev tree holds work that apply would lose or export cannot write."""
+    from .stages.build.patches import check_series, export_series, prepare_series_tree, read_series, series_digest
+    from .stages.build.source import obtain_base, scratch_tree, tree_state, unexported_work
+    matrix = load_matrix(args.matrix)
+    base = obtain_base(matrix)
+    work = args.work_dir.resolve()
+    if args.action == "apply":
+        series = read_series(args.patches_dir)
+        pending = unexported_work(work, "dev")
+        if pending and not args.force:
+            raise InputError(f"{pending}; export it first (nox -s patches -- export) or pass --force")
+        (work / "dev" / "tree.stamp").unlink(missing_ok=True)
+        tree = prepare_series_tree(base, work, "dev", series)
+        print(f"applied {len(series)} patches onto {base.commit[:12]} in {tree}")
+        print("edit and commit there (git commit, git rebase -i), then run: nox -s patches -- export")
+        return 0
+    if args.action == "export":
+        tree = work / "dev" / "llama.cpp"
+        if not tree.exists():
+            raise InputError(f"no work tree at {tree}; run `nox -s patches -- apply` first")
+        if tree_state(tree)[1]:
+            raise InputError(f"{tree} has uncommitted changes; commit them (export writes commits only)")
+        written = export_series(tree, base.git_rev, args.patches_dir)
+        # the dev tree now matches patches/: a later apply may replace it without losing anything
+        (work / "dev" / "tree.stamp").write_text(f"{base.git_rev} {series_digest(written)} {tree_state(tree)[0]}\n")
+        for p in written:
+            print(f"exported {p.name}  sha256 {p.sha256[:12]}")
+        return 0
+    scratch = scratch_tree(base)
+    try:
+        problems = check_series(scratch, base.git_rev, args.patches_dir)
+    finally:
+        shutil.rmtree(scratch.parent, ignore_errors=True)
+    if problems:
+        print("patches/ is not what export would write:")
+        for p in problems:
+            print("  " + p.replace("\n", "\n  "))
+        return 1
+    print(f"patches/ is up to date ({len(read_series(args.patches_dir))} patches)")
+    return 0
+
+
+def source(args: argparse.Namespace) -> int:
+    """``source fetch|export-mirror|files``: obtain the base and write what ``action`` asks for; returns 0."""
+    from .stages.build.source import export_mirror, obtain_base, write_pinned_files
+    matrix = load_matrix(args.matrix)
+    log: list[str] = []
+    base = obtain_base(matrix, log=log)
+    for line in log:
+        print(line)
+    print(f"base {base.commit} at {base.path} (from {base.source})")
+    if args.action == "export-mirror":
+        out = args.out or in_checkout("mirror") / f"llama.cpp-{base.commit[:12]}.tar.gz"
+        path, digest = export_mirror(base, out)
+        print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB), sha256 {digest}")
+    if args.action == "files":
+        out = args.out or in_checkout("upstream-files") / f"llama.cpp-{base.commit[:12]}.files"
+        digest = write_pinned_files(base, out)
+        print(f"wrote {out}; pin it in {args.matrix} as base.files: {{path: {out}, sha256: {digest}}}")
+    return 0
+
+
+def models(args: argparse.Namespace) -> int:
+    """``models [NAME ...]``: assemble, generate or derive models and print their paths; 0, 1 when one cannot
+    be made, 2 for an unknown name.
+
+    A derived (``quantized``) model takes llama-quantize from a finished base build of the host's CPU
+    platform under ``--work-dir`` (harness.stages.build.quantize_tool.built_tool); without one its line says
+    which build to make.  This command builds nothing."""
+    from .matrix.models import ModelStore
+    from .stages.build.quantize_tool import built_tool
+    from .stages.build.source import cache_dir, obtain_base
+    matrix = load_matrix(args.matrix)
+    cache = cache_dir()
+    store = ModelStore(matrix.models, cache, lambda: obtain_base(matrix, cache).path, matrix.path,
+                       lambda: built_tool(matrix, args.work_dir))
+    rc = 0
+    for name in args.names or list(matrix.models):
+        if name not in matrix.models:
+            print(f"error: unknown model {name!r} (known: {', '.join(sorted(matrix.models))})")
+            rc = 2
+            continue
+        try:
+            print(f"{name}: {store.path(name)}")
+        except Exception as exc:
+            print(f"{name}: error: {exc}")
+            rc = 1
+    return rc

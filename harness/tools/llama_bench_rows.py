@@ -1,0 +1,60 @@
+"""``python -m harness llama-bench-rows RUN... [--platform P] [--out FILE]``: runs' speed measurements as
+llama-bench JSONL rows (harness.record.llama_bench), for upstream's ``scripts/compare-llama-bench.py``.
+
+The speed stage writes ``<platform>/speed/llama-bench.jsonl`` itself; this command writes it for runs
+recorded before it did (the committed ones under ``results/evidence/``), or all runs' rows into one file
+(``--out``).  It prints, per row set, which configuration each build_commit stands for, which is what
+``compare-llama-bench.py -b`` and ``-c`` take.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from ..common.errors import InputError
+from ..record.bench import bench_platforms
+from ..record.llama_bench import FILE_NAME, rows_of_run
+
+
+def main(argv: Sequence[str]) -> int:
+    """``llama-bench-rows`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s
+    code."""
+    from ..cli import parse_command
+    return run(parse_command("llama-bench-rows", argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the rows of ``args.runs`` (see the module docstring); returns 0, or 2 (InputError through
+    harness.cli) for a run that does not exist or has no bench.json on the platforms asked for."""
+    from ..analysis.triage import resolve_run
+    collected: list[str] = []
+    for spec in args.runs:
+        run_dir = resolve_run(spec, args.results_dir)
+        platforms = args.platform or bench_platforms(run_dir)
+        for platform in platforms:
+            try:
+                rows = rows_of_run(run_dir, platform)
+            except ValueError as exc:
+                raise InputError(f"{run_dir.name} {platform}: {exc}") from exc
+            if not rows:
+                raise InputError(f"{run_dir / platform / 'speed' / 'bench.json'}: no speed measurements")
+            lines = [json.dumps(r) + "\n" for r in rows]
+            legend: dict[str, list[str]] = {}
+            for r in rows:
+                names = legend.setdefault(r["build_commit"], [])
+                if r["config"] not in names:
+                    names.append(r["config"])
+            if args.out is None:
+                out = run_dir / platform / "speed" / FILE_NAME
+                out.write_text("".join(lines), encoding="utf-8")
+                print(f"{out}: {len(rows)} rows", file=sys.stderr)
+            collected += lines
+            for commit, names in legend.items():
+                print(f"{run_dir.name} {platform}: build_commit {commit} = {', '.join(names)}", file=sys.stderr)
+    if args.out is not None:
+        args.out.write_text("".join(collected), encoding="utf-8")
+        print(f"{args.out}: {len(collected)} rows", file=sys.stderr)
+    return 0

@@ -1,0 +1,180 @@
+"""A run whose harness process is killed (SIGKILL) mid-way: never read as passed, its leftovers ended by the next run.
+
+The record says ``in-progress`` from the first stage until the command ends
+(harness.record.results.Run.begin); a summary whose process is dead reads ``incomplete``
+(interrupted: killed) everywhere (harness.record.results.settle_dead_progress), and the next run
+ends the process groups the dead one recorded (harness.record.leftovers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fake_upstream import make_fake_project, pids_alive
+from test_interrupts import start, wait_for
+from harness.common import proc
+from harness.record.results import KILLED, Run, StepRecord, read_summary
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX process groups and /proc")
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+# --------------------------------------------------------------------------- the record, in one process
+
+
+def test_a_run_reads_in_progress_from_its_first_stage_and_gets_a_verdict_only_when_it_ends(tmp_path):
+    run = Run(tmp_path, "r1")
+    run.begin("build test", ["build", "test"], "tok")
+    run.stage_started("build")
+    run.record_step(StepRecord("p", "fork", "build", "passed"))
+    data = read_summary(run.dir)  # this process is alive: nothing settled
+    assert data["overall"] == "in-progress" and data["in_progress"]["to_run"] == ["test"]
+    assert "⏳ in-progress (to run: test)" in run.layout.summary_md.read_text()
+    run.end()
+    run.write_summary()
+    assert read_summary(run.dir)["overall"] == "passed" and "in_progress" not in read_summary(run.dir)
+    run.close()
+
+
+def test_a_summary_whose_process_died_reads_incomplete_killed_with_its_steps_in_progress_interrupted(tmp_path):
+    run = Run(tmp_path, "r1")
+    run.begin("compare-outputs", ["generate", "compare", "speed"], "tok")
+    run.stage_started("generate")
+    run.record_step(StepRecord("p", "fork", "build", "passed"))
+    run.doing([("p", "base", "generate", False), ("p", "fork", "build", True)])  # a build found up to date
+    run.close()
+    raw = json.loads(run.layout.summary_json.read_text())
+    raw["in_progress"]["pid"] = dead_pid()  # what a harness killed at this point leaves
+    run.layout.summary_json.write_text(json.dumps(raw))
+    data = read_summary(run.dir)
+    assert data["overall"] == "incomplete" and data["interrupted"] == "killed"
+    assert any(r.startswith(f"compare-outputs: {KILLED}") for r in data["incomplete"])
+    assert "compare: not run (interrupted: killed)" in data["incomplete"]
+    steps = {(s["config"], s["step"]): s["status"] for s in data["configurations"]}
+    assert steps == {("fork", "build"): "passed", ("base", "generate"): "interrupted"}
+    # a failure recorded before the kill keeps the run failed
+    raw["configurations"].append({"platform": "p", "config": "fork", "step": "test", "status": "failed"})
+    run.layout.summary_json.write_text(json.dumps(raw))
+    assert read_summary(run.dir)["overall"] == "failed"
+
+
+@linux_only
+def test_leftovers_are_ended_by_their_recorded_group_only_when_they_carry_the_run_token(tmp_path):
+    log = tmp_path / ".groups"
+    with proc.recording_groups(log, "run:x:1"):
+        mine = proc.start(["sleep", "60"])
+        kept = log.read_text()
+    assert not log.exists()  # a process that ends removes its record
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a group id the OS gave to another
+    log.write_text(kept + f"{stranger.pid}\n")
+    try:
+        assert proc.end_run_leftovers(log, "run:x:1", grace_s=2) == 1
+        assert mine.wait(timeout=10) == -signal.SIGTERM
+        assert stranger.poll() is None  # no token: left alone
+    finally:
+        stranger.kill()
+        stranger.wait()
+        if mine.poll() is None:
+            mine.kill()
+
+
+# --------------------------------------------------------------------------- real runs, killed
+
+
+def harness(project, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args, "--results-dir", str(project.results)],
+                          cwd=REPO_ROOT, env=project.env(), capture_output=True, text=True, timeout=300)
+
+
+def stages(project, *names: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    return subprocess.run(project.argv(*names, extra=extra), cwd=REPO_ROOT, env=project.env(), capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture()
+def project(tmp_path):
+    if not shutil.which("cc"):
+        pytest.skip("the fake project needs a C compiler")
+    return make_fake_project(tmp_path)
+
+
+@pytest.mark.slow
+@linux_only
+def test_a_run_killed_during_its_comparisons_reads_incomplete_and_the_next_run_ends_its_generation(project):
+    """The issue's reproduction: `build test compare-outputs`, SIGKILL during the comparisons."""
+    good = subprocess.run(project.argv("build", "test", "compare-outputs"), cwd=REPO_ROOT, env=project.env(),
+                          capture_output=True, text=True, timeout=300)
+    assert good.returncode == 0, good.stdout + good.stderr
+    mark, pids = project.root / "slow-started", project.root / "pids"
+    env = project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="three", FAKE_SLOW_MARK=str(mark), FAKE_PIDS=str(pids))
+    cut = start(project.argv("build", "test", "compare-outputs"), env)
+    try:
+        wait_for(mark.exists, what="the slow generation")
+        run_dir = (project.results / "latest").resolve()
+        live = json.loads((run_dir / "summary.json").read_text())
+        assert live["overall"] == "in-progress" and live["in_progress"]["to_run"]  # passed so far, no verdict
+        cut.kill()
+        cut.communicate(timeout=60)
+        assert pids_alive(pids), "SIGKILL left no generation running: the test proves nothing"
+        summary = read_summary(run_dir)
+        assert summary["overall"] == "incomplete" and summary["interrupted"] == "killed"
+
+        triage = harness(project, "triage")
+        assert triage.returncode == 3, triage.stdout + triage.stderr
+        assert "verdict: incomplete, not clean" in triage.stdout and "did not ask for" not in triage.stdout
+        assert json.loads(harness(project, "triage", "--json").stdout)["verdict"] == "incomplete"
+
+        nxt = stages(project, "build", extra=("--run-id", "another"))  # whatever its run id
+        assert nxt.returncode == 0, nxt.stdout + nxt.stderr
+        assert f"run {run_dir.name}: its harness process was killed" in nxt.stdout
+        assert pids_alive(pids) == []
+        md = (run_dir / "summary.md").read_text()
+        assert md.startswith(f"# Run {run_dir.name}: ⚠️ incomplete (interrupted: killed)")
+        assert "passed" not in md.splitlines()[0]
+        assert f"incomplete ({KILLED})" in (run_dir / "report.html").read_text()
+        assert not (run_dir / ".groups").exists()
+    finally:
+        for pid in pids_alive(pids):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+@linux_only
+def test_a_run_killed_during_its_build_reads_incomplete_and_its_build_ends_with_the_next_run(project):
+    """A plant of another stage: SIGKILL while ninja runs the fork's slow build step."""
+    pids = project.root / "pids"
+    cut = start(project.argv("build", "test"), project.env(FAKE_BUILD_SLEEP_S="120", FAKE_PIDS=str(pids)))
+    try:
+        wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the build's slow step")
+        run_dir = (project.results / "latest").resolve()
+        cut.kill()
+        cut.communicate(timeout=60)
+        assert pids_alive(pids)
+        summary = read_summary(run_dir)
+        assert summary["overall"] == "incomplete"
+        assert [(s["config"], s["status"]) for s in summary["configurations"] if s["step"] == "build"] == \
+            [("fork", "interrupted")]
+        assert "test: not run (interrupted: killed)" in summary["incomplete"]
+        later = harness(project, "triage", "--help")  # no run: settles nothing
+        assert later.returncode == 0 and pids_alive(pids)
+        nxt = stages(project, "build")
+        assert f"run {run_dir.name}: its harness process was killed" in nxt.stdout, nxt.stdout + nxt.stderr
+        assert pids_alive(pids) == []
+    finally:
+        for pid in pids_alive(pids):
+            os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,123 @@
+"""llama-bench rows of the speed stage's measurements (harness.record.llama_bench), read back by upstream's
+own scripts/compare-llama-bench.py from the pinned base tree."""
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.record.bench import BenchMeasurement, bench_measurements, read_bench
+from harness.record.llama_bench import Setting, build_commit, llama_bench_rows, rows_of_run, write_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = ROOT / "results" / "evidence" / "gpu1-20261202T165838Z"
+OTHER = ROOT / "results" / "evidence" / "gpu1-20261202T142857Z"
+CUDA = "linux-x86_64-cuda"
+MACHINE = {"cpu": "Test CPU", "gpus": [["NVIDIA H200", "580"]]}
+
+
+def _m(config, pp, tg, pair=("base", "fork")):
+    return BenchMeasurement(config, "moe-large", 512, 32, None, pair, tuple(pp), tuple(tg))
+
+
+def test_a_measurement_is_a_pp_row_and_a_tg_row_with_llama_bench_statistics():
+    settings = {"base": Setting("base", "9c89478", cuda=True)}
+    pp, tg = [20000.0, 25000.0, 30000.0], [1000.0, 1100.0, 900.0]
+    rows = llama_bench_rows([_m("base", pp, tg)], MACHINE, settings, "2026-12-02T17:05:12Z")
+    assert [(r["n_prompt"], r["n_gen"], r["n_depth"]) for r in rows] == [(512, 0, 0), (0, 32, 512)]
+    first = rows[0]
+    assert first["build_commit"] == "9c89478" and first["backends"] == "CUDA" and first["gpu_info"] == "NVIDIA H200"
+    assert first["samples_ts"] == pp and first["avg_ts"] == pytest.approx(25000.0)
+    assert first["stddev_ts"] == pytest.approx(statistics.stdev(pp))
+    # each round's nanoseconds for its 512 prompt tokens
+    assert first["samples_ns"] == [round(512e9 / x) for x in pp]
+    assert first["avg_ns"] == round(statistics.fmean(round(512e9 / x) for x in pp))
+    assert rows[1]["samples_ns"] == [round(32e9 / x) for x in tg]
+
+
+def test_settings_llama_bench_has_fields_for_become_fields_and_the_rest_a_distinct_build():
+    plain = Setting("fork", "53fbaed", ("--load-mode", "none", "--cpu-moe", "-ngl", "99", "-ts", "1,3"))
+    [row, _] = llama_bench_rows([_m("cuda-pin-all", [1.0], [1.0])], MACHINE, {"cuda-pin-all": plain}, "t")
+    assert row["tensor_buft_overrides"] == r"\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU"
+    assert (row["n_gpu_layers"], row["load_mode"], row["tensor_split"]) == (99, "none", "1.00/3.00")
+    assert build_commit(plain) == "53fbaed"
+    unpinned = Setting("fork", "53fbaed", plain.args, {"GGML_CUDA_NO_PINNED": "1"})
+    other = build_commit(unpinned)
+    assert other != "53fbaed" and len(other) == 7
+    assert build_commit(Setting("fork", "53fbaed", plain.args, {"GGML_CUDA_MOE_PIN_LAYERS": "2"})) not in (other, "53fbaed")
+
+
+def test_a_bench_record_of_the_wrong_shape_names_the_measurement():
+    with pytest.raises(ValueError, match=r"measurements\[1\]: KeyError"):
+        bench_measurements({"measurements": [{"config": "a", "model": "m", "n_prompt": 1, "n_gen": 1},
+                                             {"config": "b"}]}, "x/bench.json")
+
+
+def test_rows_of_a_committed_h200_run_hold_its_samples():
+    rows = rows_of_run(RUN, CUDA)
+    bench = read_bench(RUN, CUDA)
+    assert len(rows) == 2 * len(bench["measurements"])
+    base = [r for r in rows if r["config"] == "base"]
+    assert base[0]["samples_ts"] == bench["measurements"][0]["pp_tok_s"]
+    assert {r["build_commit"] for r in rows if r["config"] in ("fork", "cuda-pin-all")} == {"53fbaed"}
+    assert {r["build_commit"] for r in base} == {"9c89478"}
+
+
+def _compare_script() -> Path:
+    from harness.matrix.config import load_matrix
+    from harness.stages.build.source import obtain_base
+    script = obtain_base(load_matrix(ROOT / "matrix.yaml")).path / "scripts" / "compare-llama-bench.py"
+    assert script.is_file(), script
+    return script
+
+
+def _table(script: Path, rows: Path, baseline: str, compare: str, cwd: Path) -> list[list[str]]:
+    done = subprocess.run([sys.executable, str(script), "-t", "llama-bench", "-i", str(rows), "-b", baseline,
+                           "-c", compare], capture_output=True, text=True, cwd=cwd, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header[-4:] == ["Test", f"t/s {baseline}", f"t/s {compare}", "Speedup"], header
+    return [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("run", [RUN, OTHER], ids=lambda p: p.name)
+def test_upstreams_compare_llama_bench_prints_base_against_fork_of_a_committed_h200_run(run, tmp_path):
+    """The script joins rows on every llama-bench setting and compares two build_commits: base against fork
+    over the same settings, each t/s the mean of that side's rounds in bench.json."""
+    run_copy = tmp_path / run.name
+    shutil.copytree(run / CUDA / "speed", run_copy / CUDA / "speed")
+    for name in ("run.json", "summary.json"):
+        shutil.copy(run / name, run_copy / name)
+    for config in {m["config"] for m in read_bench(run, CUDA)["measurements"]}:
+        shutil.copytree(run / CUDA / config, run_copy / CUDA / config,
+                        ignore=lambda d, names: [n for n in names if n == "gen"])
+    for build in ("build-base", "build-fork"):
+        (run_copy / CUDA / build).mkdir()
+        shutil.copy(run / CUDA / build / "configure.log", run_copy / CUDA / build / "configure.log")
+    rows = write_rows(run_copy, CUDA)
+    table = _table(_compare_script(), rows, "9c89478", "53fbaed", tmp_path)
+    bench = read_bench(run, CUDA)
+    base = next(m for m in bench["measurements"] if m["config"] == "base")
+    fork = next(m for m in bench["measurements"] if m["config"] == "fork")
+    means = (round(statistics.fmean(base["pp_tok_s"]), 2), round(statistics.fmean(fork["pp_tok_s"]), 2))
+    assert means in [(float(r[-3]), float(r[-2])) for r in table if r[-4] == "pp512"], table
+    assert any(r[-4] == "tg32@d512" for r in table)
+
+
+@pytest.mark.network
+def test_configurations_that_differ_only_in_environment_are_compared_not_averaged(tmp_path):
+    """cuda-nopin (GGML_CUDA_NO_PINNED=1) and cuda-pin-all run the same fork build with the same arguments: only
+    their distinct build_commits keep the script from averaging pinned and pageable rounds together."""
+    rows = [r for r in rows_of_run(RUN, CUDA) if r["config"] in ("cuda-nopin", "cuda-pin-all")]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    nopin = next(r["build_commit"] for r in rows if r["config"] == "cuda-nopin")
+    table = _table(_compare_script(), path, nopin, "53fbaed", tmp_path)
+    pp = next(r for r in table if r[-4] == "pp512")
+    assert float(pp[-1]) > 3, pp  # pinned experts upload several times faster on the H200 run
