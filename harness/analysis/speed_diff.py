@@ -66,7 +66,8 @@ class SpeedChange:
     rank test's ``vs_reference_p``.  ``verdict``: REGRESSION, SUSPECT or UNCHANGED (module
     docstring), ``why`` says which evidence decided it.  ``factor``: the factor it was judged with (the
     matrix's, or the wider one of a speed rule that pairs the configuration with its reference; None in
-    records made before it was kept), which ``triage --confirm`` judges the re-measurement with too.
+    records made before it was kept), which ``triage --confirm`` judges the re-measurement with too, and
+    ``processes``: the engine processes a side it was measured with, which ``--confirm`` measures with too.
     """
 
     platform: str
@@ -90,6 +91,7 @@ class SpeedChange:
     n_prompt: int | None = None
     n_gen: int | None = None
     factor: float | None = None
+    processes: int = 1
 
     @property
     def regressed(self) -> bool:
@@ -206,7 +208,8 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
                 tok_s = judge(xa, xb, 1.0, wide, p_max)
                 change = SpeedChange(platform, config, str(mb.get("model")), metric, tok_s.reference.median,
                                      tok_s.candidate.median, tok_s.ratio, tok_s.threshold, tok_s.p_value, p_max,
-                                     n_prompt=mb.get("n_prompt"), n_gen=mb.get("n_gen"), factor=wide)
+                                     n_prompt=mb.get("n_prompt"), n_gen=mb.get("n_gen"), factor=wide,
+                                     processes=int(mb.get("processes") or 1))
                 rel = None
                 if ref is not None:
                     try:

@@ -51,7 +51,7 @@ Pipeline = Context
 #: prompt pays for page faults of mmap-ed weights and for weight repacking, which no timed one should).
 WARMUP_GEN = 2
 
-__all__ = ["Unit", "Measurement", "Rule", "rules_for", "stage_speed", "STAGE", "WARMUP_GEN"]
+__all__ = ["Unit", "Measurement", "Rule", "rules_for", "stage_speed", "process_medians", "STAGE", "WARMUP_GEN"]
 
 
 @dataclass
@@ -446,9 +446,18 @@ def _measure(pipe: Pipeline, roster: Roster, pair: Pair, rec: PairRecord, proble
             break
     if unit.processes == 1:
         return per_process[0]
+    return process_medians(pair.configs, unit, per_process)
+
+
+def process_medians(configs: tuple[str, ...], unit: Unit, per_process: list[list[Measurement]]) -> list[Measurement]:
+    """One measurement per configuration of ``configs`` from the measurements of each process pair
+    (``per_process``, in order): sample i is the median of process i's rounds where it timed every round, every
+    round is kept in ``rounds``, and errors and queued times are joined.  Configurations no process measured are
+    left out.  The stage's measurement across processes (:func:`_measure`) and ``triage --confirm``'s
+    (harness.analysis.speed_confirm) both take their samples so."""
     out = []
-    for i, config in enumerate(pair.configs):
-        m = Measurement(config, unit, i, pair.configs)
+    for i, config in enumerate(configs):
+        m = Measurement(config, unit, i, configs)
         for found in per_process:
             for x in found:
                 if x.config != config:
