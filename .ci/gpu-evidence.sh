@@ -2,7 +2,8 @@
 # The reference runs on an offline NVIDIA GPU machine (no network, no nox), through
 # `python -m harness`, in phases that each fit a 10-minute command:
 #
-#   build-test    build base and fork for linux-x86_64-cuda, native tests, the same tests under
+#   build-test    build base and fork for linux-x86_64-cuda, native tests, the same tests and a short generation
+#                 of each pin mode (docs/checks.md) under
 #                 compute-sanitizer memcheck                                  (one GPU: CUDA_VISIBLE_DEVICES=0)
 #   compare-1gpu  every one-GPU CUDA comparison group but the seed table's  (one GPU: CUDA_VISIBLE_DEVICES=0)
 #   compare-seed  the seed's evidence table (cuda-seed-table, docs/seed-table.md) on moe-48l-quant, which the

@@ -5,7 +5,9 @@ milliseconds per token (default 1) times ``FAKE_BENCH_SCALE`` (default 1), with 
 deterministic jitter, and reports that time. A ``probe`` request writes the record of one weight of
 4096 bytes in ``CPU_Mapped`` memory backed by the model file (``CPU``, anonymous, with
 ``--load-mode none`` or under ``FAKE_LOSE_MMAP``; ``FAKE_PROBE_ANON`` keeps the name ``CPU_Mapped`` over
-anonymous memory, as a load that copies the mapping would), as the fake load log reports it.
+anonymous memory, as a load that copies the mapping would; ``FAKE_PROBE_COW`` keeps the map's name and
+makes every page a private copy, as a load that writes a private mapping would), as the fake load log reports it.
+A ``reload`` request loads and frees a small host buffer (see :func:`reload`).
 ``FAKE_RSS_MB`` megabytes (default 0) are held resident from the model load on, as a model's weights
 would be."""
 
@@ -71,14 +73,21 @@ def handle(parts: list) -> bool:
     elif parts[0] == "probe":
         mapped = "none" not in sys.argv[1:] and not os.environ.get("FAKE_LOSE_MMAP")
         backed = 4096 if mapped and not os.environ.get("FAKE_PROBE_ANON") else 0
+        # FAKE_PROBE_COW: the map names the file, the pages are private copies (a written private mapping)
+        private = backed if os.environ.get("FAKE_PROBE_COW") else 0
+        counts = {"page_locked": None, "file_backed": backed, "file_pages": backed - private, "private_pages": private}
         record = {"weights": [{"name": "token_embd.weight", "layer": -1, "type": "f32", "bytes": 4096, "buffer": 0,
-                               "page_locked": None, "file_backed": backed}],
+                               **counts}],
                   "buffers": [{"name": "CPU_Mapped" if mapped else "CPU", "buffer_type": "CPU_Mapped" if mapped else "CPU",
-                               "bytes": 4096, "host": True, "page_locked": None, "file_backed": backed}],
-                  "driver": None, "probe_ms": 1.0}
+                               "bytes": 4096, "host": True, **counts}],
+                  "driver": None, "probe_ms": 1.0,
+                  "file_mappings": [{"bytes": 8192, "rss": 8192, "shared_clean": 0, "private_clean": 8192 - private,
+                                     "private_dirty": private, "anonymous": private}] if backed else []}
         with open(bytes.fromhex(parts[1]).decode(), "w", encoding="utf-8") as f:
             json.dump(record, f)
         reply({"ok": True, "weights": 1, "buffers": 1, "probe_ms": 1.0})
+    elif parts[0] == "reload":
+        reply(reload(int(parts[1]), bytes.fromhex(parts[2]).decode()))
     elif parts[0] == "bench":
         handle.benches = getattr(handle, "benches", 0) + 1
         per_token = float(os.environ.get("FAKE_BENCH_MS", "1")) * float(os.environ.get("FAKE_BENCH_SCALE", "1"))
@@ -90,6 +99,48 @@ def handle(parts: list) -> bool:
     else:
         reply({"ok": False, "error": "bad request"})
     return True
+
+def memory() -> dict:
+    """This process's resident, locked and pinned bytes from /proc/self/status (None where it has none)."""
+    out = {"rss": None, "locked": None, "pinned": None}
+    names = {"VmRSS:": "rss", "VmLck:": "locked", "VmPin:": "pinned"}
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                key, *rest = line.split()
+                if key in names:
+                    out[names[key]] = int(rest[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def reload(count: int, path: str) -> dict:
+    """The ``reload`` request: ``count`` loads of a 4 MiB host buffer, each written (resident) and freed, with the
+    process's real memory readings.  ``FAKE_RELOAD_DRIVER`` reports driver counts as a CUDA build would (the
+    whole buffer page-locked); ``FAKE_RELOAD_LEAK`` keeps 2 MiB of each freed buffer page-locked, so that every
+    later load is granted 2 MiB less; ``FAKE_RELOAD_KEEP`` keeps each load's buffer resident after its free."""
+    size = 4 * 2**20
+    driver = bool(os.environ.get("FAKE_RELOAD_DRIVER"))
+    leak = 2 * 2**20 if os.environ.get("FAKE_RELOAD_LEAK") else 0
+    kept = []
+    record = {"count": count, "baseline": memory(), "cycles": [], "driver": "cuda" if driver else None}
+    for k in range(count):
+        buffer = bytearray(b"\x01" * size)
+        loaded = memory()
+        if os.environ.get("FAKE_RELOAD_KEEP"):
+            kept.append(buffer)
+        del buffer
+        granted = size - leak * k
+        record["cycles"].append({"load_ms": 1.0, "loaded": loaded, "freed": memory(), "buffers": [
+            {"buffer_type": "CUDA_Host", "bytes": size, "host": True, "page_locked": granted if driver else None,
+             "page_locked_after_free": leak if driver else None}]})
+    record["reload_ms"] = 1.0 * count
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f)
+    reload.kept = kept
+    return {"ok": True, "loads": count, "reload_ms": record["reload_ms"]}
+
 
 if __name__ == "__main__":
     main()

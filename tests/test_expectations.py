@@ -5,8 +5,9 @@ gpu1-20261202T142857Z (every CUDA configuration, a probe record ``engine.probe.j
 configuration beside the engine's and llama-completion's parsed log records) and the runs
 of five planted faults (tests/plants/), each run with its patch on top of the series.  The
 CPU records (tests/data/probe-cpu-gemma3/) are the ``base`` engine loading gemma3-270m
-(Q4_K_M, memory-mapped, with the weights the CPU repacks beside) on linux-x86_64-cpu, from
-a local run of 2026-12-02 (probe record, placement record, model summary).
+(Q4_K_M, memory-mapped, with the weights the CPU repacks beside) on linux-x86_64-cpu: the
+probe and placement records from a local run of 2026-12-03 on the 2-core development machine
+(an engine that reads the pages' flags), the model summary from 2026-12-02.
 
 Rules no plant reaches are checked by rewriting a clean probe record the way the fault
 would have written it; each such test says which fault in its docstring.
@@ -324,7 +325,8 @@ def test_the_recorded_cpu_load_passes_and_its_repacked_weights_are_not_host_memo
     findings, facts = check_cpu("base", placement, probe)
     assert not bad(findings) and {f.rule for f in findings} == {"placement", "weights", "mapped", "claims"}
     assert facts["probe_buffers"] == {"CPU_Mapped": 246587904, "CPU_REPACK": 13271040}
-    assert one(findings, "mapped").message == "209 host weight(s) (223 MiB) backed by the model file"
+    assert one(findings, "mapped").message == ("209 host weight(s) (223 MiB) backed by the model file, no page a "
+                                               "private copy; smaps: the model's mappings hold 0 MiB anonymous")
 
 
 def test_a_silent_loss_of_mmap_fails_weights_and_mapped_on_the_cpu_platform():
@@ -334,10 +336,10 @@ def test_a_silent_loss_of_mmap_fails_weights_and_mapped_on_the_cpu_platform():
     placement = json.loads(json.dumps(placement).replace('"CPU_Mapped"', '"CPU"'))
     probe = copy.deepcopy(probe)
     mapped = buffer_index(probe, "CPU_Mapped")
-    probe["buffers"][mapped].update(name="CPU", buffer_type="CPU", file_backed=0)
+    probe["buffers"][mapped].update(name="CPU", buffer_type="CPU", file_backed=0, file_pages=0)
     for w in probe["weights"]:
         if w["buffer"] == mapped:
-            w["file_backed"] = 0
+            w.update(file_backed=0, file_pages=0)
     findings, _ = check_cpu("base", placement, probe)
     assert bad(findings) == {
         ("weights", "failed", "model weights in CPU, expected CPU_Mapped or CPU_REPACK"),
@@ -373,15 +375,15 @@ def test_a_mapped_host_weight_in_anonymous_memory_fails_mapped_and_repacked_weig
     placement, probe, _ = cpu_records()
     repack = buffer_index(probe, "CPU_REPACK")
     exempt = copy.deepcopy(probe)
-    exempt["buffers"][repack].update(host=True, page_locked=None, file_backed=0)
+    exempt["buffers"][repack].update(host=True, page_locked=None, file_backed=0, file_pages=0, private_pages=0)
     for w in exempt["weights"]:
         if w["buffer"] == repack:
-            w["file_backed"] = 0
+            w.update(file_backed=0, file_pages=0, private_pages=0)
     assert not bad(check_cpu("base", placement, exempt)[0])
     copied = copy.deepcopy(exempt)
     w = next(w for w in copied["weights"] if w["name"] == "token_embd.weight")
     assert copied["buffers"][w["buffer"]]["buffer_type"] == "CPU_Mapped" and w["file_backed"] == w["bytes"]
-    w["file_backed"] = w["bytes"] - PROBE_STEP_BYTES  # one sample of it anonymous
+    w["file_backed"] = w["file_pages"] = w["bytes"] - PROBE_STEP_BYTES  # one MiB of it anonymous
     findings, _ = check_cpu("base", placement, copied)
     assert bad(findings) == {("mapped", "failed", "host weights in CPU_Mapped not backed by the model file "
                                                   "(anonymous memory), expected memory-mapped")}
@@ -389,6 +391,60 @@ def test_a_mapped_host_weight_in_anonymous_memory_fails_mapped_and_repacked_weig
     no_count = copy.deepcopy(probe)
     no_count["weights"][0]["file_backed"] = None
     assert bad(check_cpu("base", placement, no_count)[0]) == {("mapped", "incomplete", "no map count in the probe")}
+
+
+def test_pages_copied_under_the_model_file_s_name_fail_mapped_and_name_the_layers():
+    """The fault of tests/plants/llama-mmap-first-layer-copied-on-write.patch, as its probe would read: the
+    memory map names the model file for every weight of layer 0 (the map's half passes), the page flags find
+    every page of them a private copy.  The rule names the layer, the private bytes and the first weight."""
+    placement, probe, _ = cpu_records()
+    written = copy.deepcopy(probe)
+    copied = 0
+    for w in written["weights"]:
+        buffer = written["buffers"][w["buffer"]]
+        if w["layer"] == 0 and buffer["buffer_type"] == "CPU_Mapped":
+            w.update(file_pages=0, private_pages=w["file_backed"])
+            copied += w["bytes"]
+    written["file_mappings"][0]["anonymous"] = copied
+    findings, _ = check_cpu("base", placement, written)
+    assert bad(findings) == {("mapped", "failed", "host weights in CPU_Mapped: pages privately copied under the model "
+                                                  "file's name, expected the file's pages")}
+    message = one(findings, "mapped").message
+    assert "; layers 0) hold " in message and "first: blk.0." in message and "(the OS's page flags)" in message
+    assert message.endswith(f"smaps: the model's mappings hold {copied / MIB:.0f} MiB anonymous")
+    # one page of one weight is enough
+    one_page = copy.deepcopy(probe)
+    w = next(w for w in one_page["weights"] if w["name"] == "token_embd.weight")
+    w.update(file_pages=w["file_backed"] - 4096, private_pages=4096)
+    assert bad(check_cpu("base", placement, one_page)[0]) == {
+        ("mapped", "failed", "host weights in CPU_Mapped: pages privately copied under the model file's name, "
+                             "expected the file's pages")}
+    # private copies of weights in CPU_REPACK (anonymous by design) and with mmap off are not the pages' rule
+    assert not bad(check_cpu("fork-load-none", *_read_into_memory(placement, probe))[0])
+
+
+def _read_into_memory(placement: dict, probe: dict) -> tuple[dict, dict]:
+    """The records rewritten as a load with mmap off writes them: CPU buffers, nothing backed by the file."""
+    placement = json.loads(json.dumps(placement).replace('"CPU_Mapped"', '"CPU"'))
+    probe = json.loads(json.dumps(probe).replace('"CPU_Mapped"', '"CPU"'))
+    for entry in probe["weights"] + probe["buffers"]:
+        if entry.get("file_backed") is not None:
+            entry.update(file_backed=0, file_pages=0, private_pages=0)
+    return placement, probe
+
+
+def test_page_counts_the_os_did_not_give_are_incomplete_and_an_older_record_says_it_read_none():
+    placement, probe, _ = cpu_records()
+    unread = copy.deepcopy(probe)
+    unread["weights"][0].update(file_pages=None, private_pages=None)  # the engine could not read pagemap
+    assert bad(check_cpu("base", placement, unread)[0]) == {("mapped", "incomplete", "no page counts in the probe")}
+    older = copy.deepcopy(probe)
+    del older["file_mappings"]
+    for entry in older["weights"] + older["buffers"]:
+        del entry["file_pages"], entry["private_pages"]
+    findings, _ = check_cpu("base", placement, older)
+    assert not bad(findings)
+    assert one(findings, "mapped").message.endswith("(pages not read: a record of an engine older than the page counts)")
 
 
 def test_no_pinned_needs_exactly_nothing_page_locked():

@@ -32,6 +32,21 @@ def _steps(summary: dict, step: str) -> dict:
     return {s["config"]: s for s in summary["configurations"] if s["step"] == step}
 
 
+def _planted_mmap_group(tmp_path: Path, plant: str) -> dict:
+    """The summary of a CPU run of the group mmap-vs-load-mode-none on moe-small (8 tokens, no speed stage), the
+    fork built with tests/plants/``plant`` on top of the series; asserts that the run failed (exit 1)."""
+    series = series_with(tmp_path / "series", [ROOT / "tests" / "plants" / plant])
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_RUN_ID"}
+    results = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "-m", "harness", "build", "compare-outputs", "--platform",
+                           "linux-x86_64-cpu", "--group", "mmap-vs-load-mode-none", "--model", "moe-small",
+                           "--n-predict", "8", "-j", "2", "--no-bench", "--patches-dir", str(series),
+                           "--work-dir", str(tmp_path / "work"), "--results-dir", str(results)],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return _summary(results)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler")
 def test_a_lost_mmap_fails_the_fake_run_and_triage_names_the_placement_change(tmp_path):
@@ -124,16 +139,7 @@ def test_a_mapping_copied_into_anonymous_memory_in_the_real_fork_fails_the_cpu_r
     """tests/plants/llama-mmap-served-from-an-anonymous-copy.patch maps the model, copies it into anonymous
     memory and serves the CPU_Mapped buffers from the copy: the same tokens, the same buffer names and sizes;
     the probe's memory map fails the fork's ``mapped`` rule, and nothing else."""
-    series = series_with(tmp_path / "series", [ROOT / "tests" / "plants" / "llama-mmap-served-from-an-anonymous-copy.patch"])
-    env = {k: v for k, v in os.environ.items() if k != "HARNESS_RUN_ID"}
-    results = tmp_path / "results"
-    proc = subprocess.run([sys.executable, "-m", "harness", "build", "compare-outputs", "--platform",
-                           "linux-x86_64-cpu", "--group", "mmap-vs-load-mode-none", "--model", "moe-small",
-                           "--n-predict", "8", "-j", "2", "--no-bench", "--patches-dir", str(series),
-                           "--work-dir", str(tmp_path / "work"), "--results-dir", str(results)],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
-    assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-4000:]
-    summary = _summary(results)
+    summary = _planted_mmap_group(tmp_path, "llama-mmap-served-from-an-anonymous-copy.patch")
     assert [c["status"] for c in summary["comparisons"]] == ["identical"] * 4
     steps = _steps(summary, "expectations")
     assert steps["fork-load-none"]["status"] == "passed"  # --load-mode none maps nothing: nothing to lose
@@ -141,3 +147,38 @@ def test_a_mapping_copied_into_anonymous_memory_in_the_real_fork_fails_the_cpu_r
     assert fork["status"] == "failed"
     assert {f["status"] for f in fork["failures"]} == {"mapped"}  # placement and weights still look right
     assert "in CPU_Mapped" in fork["detail"] and "not backed by the model file" in fork["detail"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler")
+def test_pages_copied_under_the_model_file_s_name_fail_the_fake_run_on_the_page_flags(tmp_path):
+    """The fake engine's probe under FAKE_PROBE_COW: the memory map names the model file for the whole weight, the
+    buffer keeps its name and size, and only the page flags say every page is a private copy."""
+    project = make_fake_project(tmp_path)
+    run = subprocess.run(project.argv("build", "compare-outputs"), cwd=ROOT, env=project.env(FAKE_PROBE_COW="1"),
+                         capture_output=True, text=True)
+    assert run.returncode == 1, run.stdout + run.stderr
+    summary = _summary(project.results)
+    assert all(c["status"] == "identical" for c in summary["comparisons"])
+    fork = _steps(summary, "expectations")["fork"]
+    assert fork["status"] == "failed" and {f["status"] for f in fork["failures"]} == {"mapped"}
+    assert "private page copies under the model file's name" in fork["detail"]
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CPU platform is Linux")
+def test_a_private_written_mapping_in_the_real_fork_fails_the_cpu_run_on_the_page_flags(tmp_path):
+    """tests/plants/llama-mmap-first-layer-copied-on-write.patch maps the model private and writes every page of
+    layer 0's tensors once at load (the subtler of the two page plants; the whole-model one,
+    llama-mmap-pages-copied-on-write.patch, failed the CPU main job the same way, docs/checks.md, and is left out
+    here to spare CI a build).  /proc/self/maps still names the model file for every weight, the tokens and
+    buffers are the same; the probe's page flags (/proc/self/pagemap) fail the fork's ``mapped`` rule, naming
+    layer 0, and nothing else."""
+    summary = _planted_mmap_group(tmp_path, "llama-mmap-first-layer-copied-on-write.patch")
+    assert [c["status"] for c in summary["comparisons"]] == ["identical"] * 4
+    steps = _steps(summary, "expectations")
+    assert steps["fork-load-none"]["status"] == "passed"  # --load-mode none maps nothing
+    fork = steps["fork"]
+    assert fork["status"] == "failed" and {f["status"] for f in fork["failures"]} == {"mapped"}
+    assert "private page copies under the model file's name" in fork["detail"] and "layers 0)" in fork["detail"]

@@ -110,3 +110,34 @@ def test_a_missing_unreadable_or_refused_record_raises_saying_why(tmp_path):
         read_probe(_write(tmp_path, {"error": "probe: the decode of one token failed"}))
     with pytest.raises(ProbeError, match=r"^engine\.probe\.json: not a probe record$"):
         read_probe(_write(tmp_path, [record()]))
+
+
+def test_page_counts_and_smaps_mappings_parse_and_an_older_record_says_it_read_no_pages():
+    """A record of the page-reading engine: per range the bytes whose pages are the file's and those that are
+    private copies, and the model file's mappings as smaps reports them.  A record without ``file_mappings``
+    (the committed H200 one, of an older engine) has no page counts, and says so."""
+    old = parse_probe(record())
+    assert not old.pages_read and old.file_mappings is None and old.weights[0].private_pages is None
+    data = record()
+    data["file_mappings"] = [{"bytes": 8192, "rss": 4096, "shared_clean": 0, "private_clean": 0,
+                              "private_dirty": 4096, "anonymous": 4096}]
+    embd = data["weights"][0]
+    embd.update(file_backed=embd["bytes"], file_pages=embd["bytes"] - 4096, private_pages=4096)
+    probe = parse_probe(data)
+    assert probe.pages_read and probe.file_mappings[0].anonymous == 4096
+    assert (probe.weights[0].file_pages, probe.weights[0].private_pages) == (embd["bytes"] - 4096, 4096)
+    assert probe.weights[1].private_pages is None  # null: not asked (a device weight, or no pagemap)
+
+
+def test_page_counts_beyond_the_file_backed_bytes_raise_naming_the_key(tmp_path):
+    data = record()
+    embd = data["weights"][0]
+    embd.update(file_backed=4096, file_pages=4096, private_pages=4096)
+    with pytest.raises(ProbeError, match=r"^engine\.probe\.json: weights\[0\]: 4096 file and 4096 private page bytes "
+                                         r"of 4096 file-backed bytes$"):
+        read_probe(_write(tmp_path, data))
+    data = record()
+    data["file_mappings"] = [{"bytes": 8192, "rss": -1, "shared_clean": 0, "private_clean": 0, "private_dirty": 0,
+                              "anonymous": 0}]
+    with pytest.raises(ProbeError, match=r"file_mappings\[0\]\.rss: expected a byte count, got -1$"):
+        read_probe(_write(tmp_path, data))

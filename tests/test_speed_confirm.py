@@ -47,6 +47,24 @@ def test_confirm_measures_both_builds_interleaved_and_judges_b_against_a(tmp_pat
     assert (tmp_path / f"{CPU}.fork.gemma3-270m" / "A.stderr").exists()
 
 
+def test_a_suspect_measured_across_processes_is_re_measured_across_as_many(tmp_path, monkeypatch):
+    # the speed stage measured the pair with five engine processes a side: --confirm starts five pairs of engines
+    # and judges the medians of their rounds, as the stage does
+    starts = []
+    real = speed_confirm.EngineSession
+
+    def counted(argv, env, stderr_path, *args, **kwargs):
+        starts.append(Path(stderr_path).stem)
+        return real(argv, env, stderr_path, *args, **kwargs)
+
+    monkeypatch.setattr(speed_confirm, "EngineSession", counted)
+    change = suspect("pp")
+    change.processes = 5
+    found = confirm([change], lambda c, side: fake(1.0 if side == "A" else 1.5), tmp_path, repeats=5, factor=0.1)
+    assert sorted(starts) == ["A"] * 5 + ["B"] * 5
+    assert found[0].confirmed and found[0].ratio == pytest.approx(1 / 1.5, rel=0.05)
+
+
 @pytest.mark.parametrize("factor,confirmed", [(None, True), (0.1, True), (0.75, False)])
 def test_the_re_measurement_is_judged_with_the_factor_the_suspect_was_found_with(tmp_path, factor, confirmed):
     # run B's build at 0.67x of run A's: past the matrix's 10 %, within a rule that allows 0.75

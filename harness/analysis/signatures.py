@@ -48,8 +48,10 @@ Kinds and what the key holds:
     and the rule's stable finding (``expert tensors of layers 0-7 in CPU, expected
     CUDA_Host``, ``pinned fraction below 1``, ``unexpected warning partial-pin``), without
     byte counts; the summary has them.
-
-
+``reload``
+    a failed ``reloads`` step (harness.stages.checks.reloads): configuration, model and the rule's stable
+    finding (``freed: page-locked bytes left in freed host buffers``, ``grant: a later load was granted
+    less than the first``), without byte counts or the load's number; the summary has them.
 ``speed_regression``
     a speed rule that found a slowdown (harness.stages.speed.speed): group, model, candidate, metric
     (pp or tg) and reference; the numbers are in the summary only.
@@ -75,8 +77,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ..record.gpu import SANITIZER_AT, SANITIZER_DETAIL, SANITIZER_NOT_A_REPORT, SANITIZER_REPORT
 from ..record.gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
 from ..stages.tests.native_tests import WRAPPER_DID_NOT_RUN
+from ..stages.tests.sanitized_generation import CRASH_LABEL, CRASH_TOOL, sanitized_stem
 from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
 from ..record.expectations import read_expectations
 from ..record.results import (STEP, TESTS_FILES, ComparisonRecord, Failure, RunLayout, StepRecord, load_records,
@@ -88,7 +92,7 @@ from ..record.results import (STEP, TESTS_FILES, ComparisonRecord, Failure, RunL
 #: those rank above ``signal``.
 KIND_RANK = {"configure_error": 3, "compile_error": 3, "link_error": 3, "patch_apply": 3, "test_assertion": 2,
              "signal": 5, "cuda_error": 1, "sanitizer_report": 0, "timeout": 4, "output_mismatch": 6,
-             "placement": 6, "pinning": 6, "warning": 7, "speed_regression": 6, "other": 8}
+             "placement": 6, "pinning": 6, "warning": 7, "reload": 6, "speed_regression": 6, "other": 8}
 #: The signature kind of each rule of harness.stages.checks.expectations (``weights`` and ``mapped`` are placements
 #: too; a failed ``claims`` finding is a pinning where its key starts so, else a placement).
 EXPECTATION_KINDS = {"placement": "placement", "weights": "placement", "mapped": "placement", "pinned": "pinning",
@@ -297,11 +301,8 @@ _MSVC_ASSERT = re.compile(r"Assertion failed: (?P<cond>.+?), file (?P<file>.+?),
 _ASSERT_LINE = re.compile(r"\bassert(?:ion)? failed\b.*", re.I)
 _FAIL_LINE = re.compile(r"^\s*(?:\[\s*FAIL(?:ED)?\s*\]|FAIL(?:ED)?\b[:!]?)\s*(?P<what>.*)$", re.M)
 _TIMEOUT_TEXT = re.compile(r"\*\*\*Timeout|\btimed out\b", re.I)
-_SAN_LINE = re.compile(r"^=+ (?P<msg>\S.*?)\s*$")
-_SAN_DETAIL = re.compile(r"^=+ {2,}(?P<msg>\S.*?)\s*$")
-_SAN_NOT_A_REPORT = re.compile(r"^(?:COMPUTE-SANITIZER|ERROR SUMMARY|Target application returned|"
-                               r"LEAK SUMMARY|This tool|Saved host backtrace|Host Frame|Error: process didn't)")
-_SAN_AT = re.compile(r"^at (?:(?P<fn1>.+?)\+0x[0-9a-fA-F]+ in .*|0x[0-9a-fA-F]+ in (?:\S+?:\d+:)?(?P<fn2>.+))$")
+_SAN_LINE, _SAN_DETAIL = SANITIZER_REPORT, SANITIZER_DETAIL
+_SAN_NOT_A_REPORT, _SAN_AT = SANITIZER_NOT_A_REPORT, SANITIZER_AT
 
 
 def _sanitizer(text: str, context: str, roots: Sequence[str], tool: str = "") -> Signature | None:
@@ -732,6 +733,20 @@ def _classify_generate(run_dir: Path, step: StepRecord) -> Signature:
     return _other(step.detail or "generation failed", _gen_roots(cmd_files), [step.detail])
 
 
+def _with_crash_memcheck(layout: RunLayout, step: StepRecord, fact: Failure, found: Signature | None) -> Signature | None:
+    """``found`` (the crash's signature from its logs, or None) with the first error of the crash's run once more under
+    memcheck (harness.stages.tests.sanitized_generation) joined to its key and summary; ``found`` unchanged where
+    that run reported nothing or did not run."""
+    stem = sanitized_stem(layout.config(step.platform, step.config), fact.model, fact.prompt, CRASH_LABEL)
+    san = _sanitizer(_read(stem.with_name(stem.name + ".sanitizer.log")), "", (), CRASH_TOOL)
+    if san is None:
+        return found
+    if found is None:
+        return san
+    return _sig(found.kind, f"{found.key}; {san.key}", f"{found.summary}; {san.summary}",
+                [*found.evidence.splitlines(), *san.evidence.splitlines()])
+
+
 def generate_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
     """One signature per failure fact of a failed ``generate`` step (every failing model and
     generation, none dropped), in fact order, duplicates (same kind and key) removed."""
@@ -750,6 +765,8 @@ def generate_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
             found = classify_text(_read(path), program, roots)
             if found:
                 break
+        if fact.status == "crashed":
+            found = _with_crash_memcheck(layout, step, fact, found)
         if not found and fact.status == "timeout":
             found = _sig("timeout", f"timeout in {program}", f"{program} timed out ({fact.model}/{fact.prompt})",
                          [text])
@@ -809,11 +826,42 @@ def classify_step(run_dir: Path, step: StepRecord | dict) -> Signature | None:
         found = expectation_signatures(run_dir, step)
         if found:
             return found[0]
+    if step.step == "reloads":
+        found = reload_signatures(run_dir, step)
+        if found:
+            return found[0]
+    if step.step.startswith("generate-") or step.step == CRASH_LABEL:
+        text = _read(run_dir / step.log) if step.log else ""
+        found = _sanitizer(text, step.config, (), step.step.split("-", 1)[1] if step.step != CRASH_LABEL else CRASH_TOOL)
+        if found:
+            return found
     if step.status == "failed" and parse_step(step.step):
         return speed_signature(run_dir, step)
     detail = "; ".join(f.text() for f in step.failures) or step.detail or f"{step.step} {step.status}"
     found = classify_text(detail)
     return found or _other(detail, (), [detail])
+
+
+def reload_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
+    """The ``reload`` signatures of a failed ``reloads`` step, one per failed rule and model, keyed by the
+    findings' stable keys in ``<platform>/<config>/reloads.json`` (the failure's normalised message where that
+    record is missing or unreadable)."""
+    record_path = RunLayout(run_dir).config(step.platform, step.config) / "reloads.json"
+    keys: dict[tuple[str, str, str], str] = {}
+    try:
+        for model, findings in json.loads(record_path.read_text(encoding="utf-8")).get("models", {}).items():
+            for f in findings:
+                if f.get("status") == "failed":
+                    keys.setdefault((model, f.get("rule", ""), f.get("message", "")), f.get("key", ""))
+    except (OSError, ValueError, AttributeError):
+        pass
+    out = []
+    for fact in step.failures:
+        stable = keys.get((fact.model, fact.status, fact.message)) or normalise(fact.message)
+        where = f"{step.config}/{fact.model}"
+        out.append(_sig("reload", f"reloads: {where}: {fact.status}: {stable}",
+                        f"reloads: {where}: {fact.status}: {fact.message}", [fact.message]))
+    return out
 
 
 def expectation_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:

@@ -29,7 +29,7 @@ from ..matrix.config import Generation, Matrix
 from ..matrix.platforms import executable_suffix
 from ..record.results import read_summary
 from ..stages.outputs.engine import ENGINE_TARGET, EngineError, EngineSession, engine_argv
-from ..stages.speed.speed import Measurement, Unit, interleave
+from ..stages.speed.speed import Measurement, Unit, interleave, process_medians
 from .speed_diff import SpeedChange
 from ..common.statistics import MIN_SAMPLES, judge
 
@@ -128,22 +128,30 @@ def engines_from_builds(matrix: Matrix, a: Path, b: Path, a_work: Sequence[Path]
 
 
 def remeasure(engines: Mapping[str, Engine], unit: Unit, out_dir: Path, timeout_s: float) -> dict[str, Measurement]:
-    """Start one engine per side of ``engines`` (side label -> Engine), time ``unit.repeats`` interleaved rounds
-    by the speed stage's measurement (harness.stages.speed.speed.interleave) and close them.
+    """Time both sides of ``engines`` (side label -> Engine) by the speed stage's measurement: ``unit.processes``
+    process pairs one after the other, each starting one engine per side, timing ``unit.repeats`` interleaved
+    rounds (harness.stages.speed.speed.interleave, the order reversed every other process) and closing them;
+    with several processes a side's samples are its processes' medians (harness.stages.speed.speed.process_medians).
 
     stderr and the command of each go to ``out_dir`` (``<side>.stderr``, ``<side>.cmd``).  ``timeout_s``
     bounds the model load and each request.  Returns side -> Measurement.  Raises EngineError or OSError
     when an engine does not start; a request that fails is in its Measurement's ``errors``.
     """
-    sessions: dict[str, EngineSession] = {}
-    try:
-        for side, e in engines.items():
-            sessions[side] = EngineSession(e.argv, e.env, out_dir / f"{side}.stderr", out_dir / f"{side}.cmd",
-                                           load_timeout_s=timeout_s, request_timeout_s=timeout_s)
-        return {m.config: m for m in interleave(sessions, list(engines), unit, lambda what: None)}
-    finally:
-        for s in sessions.values():
-            s.close()
+    sides = list(engines)
+    per_process: list[list[Measurement]] = []
+    for k in range(max(1, unit.processes)):
+        sessions: dict[str, EngineSession] = {}
+        try:
+            for side, e in engines.items():
+                sessions[side] = EngineSession(e.argv, e.env, out_dir / f"{side}.stderr", out_dir / f"{side}.cmd",
+                                               load_timeout_s=timeout_s, request_timeout_s=timeout_s)
+            order = sides if k % 2 == 0 else sides[::-1]
+            per_process.append(interleave(sessions, order, unit, lambda what: None))
+        finally:
+            for s in sessions.values():
+                s.close()
+    found = per_process[0] if unit.processes <= 1 else process_medians(tuple(sides), unit, per_process)
+    return {m.config: m for m in found}
 
 
 def confirm(suspects: Sequence[SpeedChange], engine: Callable[[SpeedChange, str], Engine], out_dir: Path,
@@ -163,7 +171,7 @@ def confirm(suspects: Sequence[SpeedChange], engine: Callable[[SpeedChange, str]
     for c in suspects:
         key = (c.platform, c.config, c.model, c.n_prompt, c.n_gen)
         if key not in measured:
-            unit = Unit(c.model, int(c.n_prompt or 0), int(c.n_gen or 0), repeats)
+            unit = Unit(c.model, int(c.n_prompt or 0), int(c.n_gen or 0), repeats, processes=c.processes)
             logs = out_dir / f"{c.platform}.{c.config}.{c.model}"
             try:
                 measured[key] = remeasure({side: engine(c, side) for side in ("A", "B")}, unit, logs, timeout_s)

@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..matrix.config import DEFAULT_SPEED
-from ..record.bench import METRICS, bench_platforms, read_bench
+from ..record.bench import METRICS, bench_platforms, instrument, read_bench
+from .speed_spread import Key, Spread, committed
 from .speed_ratios import FORK_ONLY, UPSTREAM, Reference, choose_reference, compare_ratios, interleaved, \
     recorded_rule_factors, round_ratios, rule_references
 from ..common.statistics import MIN_SAMPLES, SpeedVerdict, judge
@@ -65,7 +66,8 @@ class SpeedChange:
     rank test's ``vs_reference_p``.  ``verdict``: REGRESSION, SUSPECT or UNCHANGED (module
     docstring), ``why`` says which evidence decided it.  ``factor``: the factor it was judged with (the
     matrix's, or the wider one of a speed rule that pairs the configuration with its reference; None in
-    records made before it was kept), which ``triage --confirm`` judges the re-measurement with too.
+    records made before it was kept), which ``triage --confirm`` judges the re-measurement with too, and
+    ``processes``: the engine processes a side it was measured with, which ``--confirm`` measures with too.
     """
 
     platform: str
@@ -89,6 +91,7 @@ class SpeedChange:
     n_prompt: int | None = None
     n_gen: int | None = None
     factor: float | None = None
+    processes: int = 1
 
     @property
     def regressed(self) -> bool:
@@ -120,6 +123,22 @@ def _verdict(tok_s: SpeedVerdict, rel: SpeedVerdict | None, kind: str) -> tuple[
                                                          if rel.regressed else "")
 
 
+def _within_spread(ratio: float, factor: float, spread: Spread | None, verdict: str, why: str) -> tuple[str, str]:
+    """A ratio that did not fall by the rule (its factor widened to its cross-run spread) is still **suspect**
+    when it fell past the narrower of ``factor`` and the ``spread`` clean runs have shown: past the factor but
+    within what clean runs moved (the rule cannot tell the build from the machine), or past anything clean runs
+    moved though within the factor.  ``triage --confirm`` re-measures a suspect."""
+    bound = min(factor, spread.factor) if spread is not None else factor
+    if ratio >= 1.0 / (1.0 + bound):
+        return verdict, why
+    if spread is None:
+        return verdict, why
+    return SUSPECT, (f"ratio fell to {ratio:.3f}x of run A's: past {'the factor' if bound == factor else 'the spread'} "
+                     f"({bound:.0%}), within what it is judged by ({max(factor, spread.factor):.0%}: its smallest "
+                     f"change between two clean runs, {spread.smallest:.3f}x over {spread.pairs} pairs of "
+                     f"{spread.runs} committed runs, harness.analysis.speed_spread)")
+
+
 def _set_in_a(key: tuple, config: str, metric: str, set_b: Mapping[str, Mapping[str, Any]],
               sets_a: Mapping[tuple, Mapping[str, Mapping[str, Any]]], upstream: Mapping[str, str],
               named: list[str]) -> tuple[Mapping[str, Mapping[str, Any]], Reference | None] | None:
@@ -148,7 +167,8 @@ def _set_in_a(key: tuple, config: str, metric: str, set_b: Mapping[str, Mapping[
 
 def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
                   upstream: Mapping[str, str] | None = None,
-                  factors: Mapping[tuple[str, str, str], float] | None = None) -> list[SpeedChange]:
+                  factors: Mapping[tuple[str, str, str], float] | None = None,
+                  spreads: Mapping[Key, Spread] | None = None) -> list[SpeedChange]:
     """The speed changes of one platform from bench record ``ba`` (run A) to ``bb`` (run B).
 
     ``upstream``: fork configuration -> upstream's configuration in its mode
@@ -158,9 +178,12 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
     ``factors`` ((candidate, metric, reference) -> factor, speed_ratios.rule_factors of the matrix), or
     where it is None the factors the two records' rules were judged with.  Measurements with fewer
     than MIN_SAMPLES samples on a side are left out; a reference with a sample of 0 tok/s gives no ratio.
-    The machine is not checked here
-    (:func:`compare_speed` does).
+    ``spreads``: each ratio's cross-run spread (harness.analysis.speed_spread; None: none known): a ratio falls
+    by the rule only past the wider of its factor and its spread, and a fall past either alone is **suspect**.
+    The machine is not checked here (:func:`compare_speed` does).
     """
+    spreads = spreads or {}
+    inst = instrument(dict(bb))
     settings = {**DEFAULT_SPEED, **(bb.get("defaults") or {})}
     factor, p_max = float(settings["factor"]), float(settings["p_max"])
     sets_a, sets_b = interleaved(ba), interleaved(bb)
@@ -185,7 +208,8 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
                 tok_s = judge(xa, xb, 1.0, wide, p_max)
                 change = SpeedChange(platform, config, str(mb.get("model")), metric, tok_s.reference.median,
                                      tok_s.candidate.median, tok_s.ratio, tok_s.threshold, tok_s.p_value, p_max,
-                                     n_prompt=mb.get("n_prompt"), n_gen=mb.get("n_gen"), factor=wide)
+                                     n_prompt=mb.get("n_prompt"), n_gen=mb.get("n_gen"), factor=wide,
+                                     processes=int(mb.get("processes") or 1))
                 rel = None
                 if ref is not None:
                     try:
@@ -194,30 +218,43 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
                     except ValueError:  # a reference sample of 0 tok/s: no ratio, as without a reference
                         ra = rb = []
                     if min(len(ra), len(rb)) >= MIN_SAMPLES:
-                        rel = compare_ratios(ra, rb, wide, p_max)
+                        spread = spreads.get((platform, inst, config, metric, ref.name))
+                        judged = max(wide, spread.factor) if spread is not None else wide
+                        rel = compare_ratios(ra, rb, judged, p_max)
                         change.reference, change.reference_kind = ref.name, ref.kind
                         change.before_vs_reference, change.after_vs_reference = rel.reference.median, rel.candidate.median
                         change.vs_reference_ratio, change.vs_reference_p = rel.ratio, rel.p_value
+                        change.factor = judged
                 change.verdict, change.why = _verdict(tok_s, rel, ref.kind if rel is not None and ref else "")
+                if rel is not None and ref is not None and change.verdict == UNCHANGED:
+                    spread = spreads.get((platform, inst, config, metric, ref.name))
+                    change.verdict, change.why = _within_spread(rel.ratio, wide, spread, change.verdict, change.why)
                 out.append(change)
     return out
 
 
 def compare_speed(a: Path, b: Path, upstream: Mapping[str, str] | None = None,
-                  factors: Mapping[tuple[str, str, str], float] | None = None) -> tuple[list[SpeedChange], list[str]]:
+                  factors: Mapping[tuple[str, str, str], float] | None = None,
+                  spreads: Mapping[Key, Spread] | None = None) -> tuple[list[SpeedChange], list[str]]:
     """The speed changes from run directory ``a`` to ``b`` (:func:`compare_bench` per platform, with
-    ``upstream`` and ``factors``) and the platforms whose speeds are not comparable (one line each, saying
-    why: another machine)."""
+    ``upstream``, ``factors`` and ``spreads``, None: the committed runs', harness.analysis.speed_spread.committed)
+    and the platforms whose speeds are not comparable (one line each, saying why: another instrument or
+    machine)."""
+    spreads = committed() if spreads is None else spreads
     changes: list[SpeedChange] = []
     not_comparable: list[str] = []
     for platform in sorted(set(bench_platforms(a)) & set(bench_platforms(b))):
         ba, bb = read_bench(a, platform) or {}, read_bench(b, platform) or {}
+        if instrument(ba) != instrument(bb):
+            not_comparable.append(f"{platform}: measured by different instruments ({instrument(ba)} and "
+                                  f"{instrument(bb)}, harness.record.bench.INSTRUMENT); speed not compared")
+            continue
         if ba.get("machine") != bb.get("machine") or not bb.get("machine"):
             differ = sorted(k for k in set(ba.get("machine") or {}) | set(bb.get("machine") or {})
                             if (ba.get("machine") or {}).get(k) != (bb.get("machine") or {}).get(k))
             not_comparable.append(f"{platform}: another machine ({', '.join(differ) or 'no fingerprint'} differ); "
                                   "speed not compared")
             continue
-        changes += compare_bench(platform, ba, bb, upstream, factors)
+        changes += compare_bench(platform, ba, bb, upstream, factors, spreads)
     return changes, not_comparable
 

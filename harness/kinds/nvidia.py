@@ -104,4 +104,5 @@ NVIDIA = GpuKind(
     backend_env=re.compile(r"^(GGML_CUDA_|CUDA_VISIBLE_DEVICES$)"),
     arch_cmake="CMAKE_CUDA_ARCHITECTURES",
     visible_probe="nvidia-smi",
+    sanitizer="compute-sanitizer",
 )

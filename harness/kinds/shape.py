@@ -109,6 +109,8 @@ class GpuKind:
     arch_cmake: str | None = None
     stub_runtime_headers: bool = False
     visible_probe: str = ""
+    #: the program that checks its device code's memory accesses under ``--sanitize`` (None: no such checker)
+    sanitizer: str | None = None
 
     @property
     def has_device(self) -> bool:

@@ -129,6 +129,16 @@ class SpeedSettings:
 
 
 @dataclass(frozen=True)
+class ReloadSettings:
+    """Repeated loads in one process (harness.stages.checks.reloads, docs/checks.md): ``count`` loads, probes and
+    frees of the model after the engine's own load, for the pin configurations (0: none); ``rss_slack_mib``: how
+    far above the process's resident memory before the first of them (MiB) it may stay after each free."""
+
+    count: int = 3
+    rss_slack_mib: int = 256
+
+
+@dataclass(frozen=True)
 class SpeedRule:
     """One speed rule of a group: ``candidate``'s ``metric`` (``pp`` or ``tg``, tok/s) must reach
     ``min_ratio`` times ``reference``'s (1.0: no slowdown), judged with ``factor`` and ``p_max``.
@@ -267,6 +277,12 @@ class RunConfig:
     description: str = ""
     upstream: str | None = None
     expectations: Mapping[str, Any] = field(default_factory=dict)
+    #: loads, probes and frees of the model in one engine process (harness.stages.checks.reloads); None: the
+    #: default count for a pin configuration, none otherwise
+    reloads: int | None = None
+    #: whether ``--sanitize`` also runs a short generation of this configuration under the tool
+    #: (harness.stages.tests.sanitized_generation); None: a pin configuration of a one-GPU group does
+    sanitize: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -316,6 +332,8 @@ class Matrix:
     base_files_sha256: str | None = None
     #: ``defaults.speed``: the speed settings of groups that do not set their own, and triage's rule
     speed: SpeedSettings = field(default_factory=SpeedSettings)
+    #: ``defaults.reloads``: repeated loads of the pin configurations
+    reloads: ReloadSettings = field(default_factory=ReloadSettings)
 
     def platform(self, name: str) -> Platform:
         """Return the platform called ``name``; raises MatrixError listing the known names."""
@@ -705,7 +723,8 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
     prompts = {p["id"]: Prompt(p["id"], p["text"]) for p in doc["prompts"]}
     configs = {name: RunConfig(name=name, build=c["build"], args=tuple(c.get("args", ())),
                                env=dict(c.get("env", {})), description=c.get("description", ""),
-                               upstream=c.get("upstream"), expectations=dict(c.get("expectations", {})))
+                               upstream=c.get("upstream"), expectations=dict(c.get("expectations", {})),
+                               reloads=c.get("reloads"), sanitize=c.get("sanitize"))
                for name, c in doc["configs"].items()}
     groups = {name: Group(name=name, models=tuple(g["models"]),
                           prompts=tuple(g.get("prompts", list(prompts))),
@@ -722,4 +741,5 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
                   platforms=platforms, models=models, prompts=prompts, configs=configs, groups=groups,
                   base_files=rel(files["path"]) if files else None,
                   base_files_sha256=files["sha256"] if files else None,
-                  speed=SpeedSettings(**speed_defaults))
+                  speed=SpeedSettings(**speed_defaults),
+                  reloads=ReloadSettings(**doc.get("defaults", {}).get("reloads", {})))

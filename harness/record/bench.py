@@ -32,6 +32,26 @@ class RuleStep:
     reference: str = ""
 
 
+#: The key of ``bench.json`` that names how its samples were taken, and the instrument of this harness:
+#: 1 (absent): the engine's ``bench`` request of before, whose pp ended when the decodes returned and whose tg
+#: sampled each token on the CPU; 2: decodes through llama_process, each part ended by llama_synchronize, tg
+#: without sampling, as llama-bench (harness/stages/outputs/engine/engine.cpp).  Samples of two instruments are
+#: never compared (harness.analysis.speed_diff).
+INSTRUMENT_KEY = "instrument"
+INSTRUMENT = 2
+
+
+def instrument(bench: dict[str, Any]) -> int:
+    """The instrument a bench record was measured with: :data:`INSTRUMENT_KEY`, else 2 where a measurement
+    carries ``pp_queued_tok_s`` (only that engine reports it; the first records of instrument 2 were written
+    before the key), else 1."""
+    value = bench.get(INSTRUMENT_KEY)
+    if isinstance(value, int):
+        return value
+    measurements = bench.get("measurements") or []
+    return 2 if any(isinstance(m, dict) and "pp_queued_tok_s" in m for m in measurements) else 1
+
+
 def step_name(group: str, metric: str, reference: str = "") -> str:
     """The step of a speed rule: ``speed:<group>:<metric>``, with ``:vs-<reference>`` when the rule names
     a reference other than its group's (``reference``; "" for the group's).  The candidate is the step's

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +182,63 @@ def test_log_facts(log: Path) -> dict[str, str]:
     except OSError:
         return {}
     return dict(_FACT.findall(text))
+
+
+#: A compute-sanitizer report header (``========= Invalid __global__ write of size 1 bytes``): one ``=`` run, one
+#: space, the message; detail lines are indented further.
+SANITIZER_REPORT = re.compile(r"^=+ (?P<msg>\S.*?)\s*$")
+SANITIZER_DETAIL = re.compile(r"^=+ {2,}(?P<msg>\S.*?)\s*$")
+#: Lines of the ``=`` prefix that are not a report: the banner, summaries, and the backtrace headers.
+SANITIZER_NOT_A_REPORT = re.compile(r"^(?:COMPUTE-SANITIZER|ERROR SUMMARY|LEAK SUMMARY|Target application returned|This tool|"
+                             r"Saved host backtrace|Host Frame|Error: process didn't)")
+#: The device frame of a report: ``at k_name(char *)+0x30 in /src/file.cu:12`` or ``at 0x30 in file.cu:12:k_name``.
+SANITIZER_AT = re.compile(r"^at (?:(?P<fn1>.+?)\+0x[0-9a-fA-F]+(?: in .*)?|0x[0-9a-fA-F]+ in (?:\S+?:\d+:)?(?P<fn2>.+))$")
+#: A saved host frame: ``Host Frame:ggml_backend_sched_graph_compute_async [0x1c2d3] in libggml-base.so`` (older
+#: versions: ``Host Frame:/path/libggml-base.so (ggml_backend_sched_graph_compute_async + 0x1c2d3) [0x1c2d3]``).
+_SAN_HOST = re.compile(r"^Host Frame:\s*(?P<text>.+?)\s*$")
+#: Host frames of the CUDA driver and runtime, which every launch passes through: not where a launch came from.
+_SAN_RUNTIME = re.compile(r"libcuda\.so|libcudart|cudart|cuLaunch|cudaLaunch|__cudart|__device_stub|"
+                          r"\[0x[0-9a-fA-F]+\] in \S*libc\.so")
+
+
+@dataclass(frozen=True)
+class SanitizerError:
+    """compute-sanitizer's first report of a log: its message (``Invalid __global__ write of size 1 bytes``), the
+    kernel or API call it names (``""`` when none), and the function of the first host frame of the saved backtrace
+    outside the CUDA driver and runtime that has a symbol (``""`` when none), without its address and library."""
+
+    message: str
+    kernel: str
+    host_frame: str
+
+    def text(self) -> str:
+        """``Invalid __global__ write of size 1 bytes in k_x(char *) (host: ggml_backend_cuda_set_tensor_async)``."""
+        return self.message + (f" in {self.kernel}" if self.kernel else "") + \
+            (f" (host: {self.host_frame})" if self.host_frame else "")
+
+
+def first_sanitizer_error(text: str) -> SanitizerError | None:
+    """The first report in compute-sanitizer output ``text`` (its log file or a combined stdout), or None where it
+    reported nothing.  The device frame's function is the kernel; the host frame is the first of the report's
+    saved host backtrace outside the CUDA driver and runtime, its address dropped."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = SANITIZER_REPORT.match(line)
+        if not m or SANITIZER_DETAIL.match(line) or SANITIZER_NOT_A_REPORT.match(m.group("msg")):
+            continue
+        kernel = host = ""
+        for follow in lines[i + 1:]:
+            d = SANITIZER_DETAIL.match(follow)
+            if not d:
+                break
+            detail = d.group("msg")
+            at = SANITIZER_AT.match(detail)
+            if at and not kernel:
+                kernel = (at.group("fn1") or at.group("fn2") or "").strip()
+            frame = _SAN_HOST.match(detail)
+            if frame and not host and not _SAN_RUNTIME.search(frame.group("text")):
+                # the function alone: no address, no library path; a frame without a symbol is skipped
+                name = re.sub(r"\s*\[0x[0-9a-fA-F]+\]", "", frame.group("text"))
+                host = re.sub(r"\s+in\s+\S+$", "", name).strip() if not name.strip().startswith("in ") else ""
+        return SanitizerError(m.group("msg"), kernel, host)
+    return None

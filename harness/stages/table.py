@@ -9,19 +9,22 @@ docs/layout.md shows one worked through.
 from __future__ import annotations
 
 from .build import build_stage, compile_stage
-from .checks import expectations
+from .checks import expectations, reloads
 from .outputs import compare_stage
 from .shape import COMMANDS, Stage
 from .speed import speed
-from .tests import tests_stage
+from .tests import sanitized_generation, tests_stage
 
 #: The stages, in the order they run.
 STAGES: tuple[Stage, ...] = (
     compile_stage.STAGE,   # build: the CUDA compile step, beside the builds
     build_stage.STAGE,     # build: base and fork of every platform
     tests_stage.STAGE,     # test: ctest by label
+    sanitized_generation.STAGE,  # test, with --sanitize: a short generation of each pin configuration under the tool
     compare_stage.STAGE,   # compare-outputs: the generate steps and greedy comparisons
+    sanitized_generation.CRASH_STAGE,  # compare-outputs: a crashed GPU generation once more under memcheck
     expectations.STAGE,    # compare-outputs: placement, pinning, mmap and warnings, from the records
+    reloads.STAGE,         # compare-outputs: repeated loads of the pin configurations give back what they took
     speed.STAGE,           # compare-outputs: pp and tg tok/s, judged by the speed rules
 )
 

@@ -15,7 +15,8 @@ backs.  From it, exactly:
 ``mapped``
     memory-mapped loads: every host weight outside ``CPU_REPACK`` (weights upstream
     repacks for its CPU kernels live in anonymous memory by design) is backed by the
-    model file; loads with mmap off: none is.
+    model file, by the memory map's name and by the OS's page flags (no page a private
+    copy); loads with mmap off: none is.
 
 ``claims``: what the load logged, checked against the probe: llama's model buffer sizes per
 buffer type, each pin-ladder grant against the page-locked bytes the driver reports for
@@ -30,7 +31,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from ...record.gpu import SUMMARY_KINDS
-from ...record.probe import PROBE_STEP_BYTES, Probe, ProbeBuffer, group_layers, layers_text
+from ...record.probe import PROBE_STEP_BYTES, Probe, ProbeBuffer, ProbeWeight, group_layers, layers_text
 from .expectation_rules import Expectations, Finding, Pinned
 
 #: The buffer type of weights upstream repacks for its CPU kernels (ggml-cpu's extra buffer type): anonymous
@@ -160,7 +161,9 @@ def pinned_findings(rule: Pinned, probe: Probe, expert_total: int) -> tuple[list
 
 def mapped_findings(mapped: bool, probe: Probe) -> list[Finding]:
     """``mapped``: with ``mapped`` every host weight outside :data:`REPACK_BUFFER_TYPE` is wholly backed by the
-    model file; without, none of its bytes are.  Incomplete where the probe has no map count."""
+    model file, by the memory map's name and by its pages (none a private copy, by the OS's page flags:
+    harness.record.probe); without, none of its bytes are.  Incomplete where the probe has no map count, or,
+    with ``mapped`` and no failure of the map's name, no page counts."""
     host = [w for w in probe.weights if w.buffer.host and w.buffer.buffer_type != REPACK_BUFFER_TYPE]
     if any(w.file_backed is None for w in host):
         return [_finding("mapped", "incomplete", "no map count in the probe", "the probe has no file-backed counts")]
@@ -176,8 +179,47 @@ def mapped_findings(mapped: bool, probe: Probe) -> list[Finding]:
                          f"{len(bad)} host weight(s) in {', '.join(types)} ({mib(sum(w.bytes for w in bad))}) {what}, "
                          f"expected {want}; first: {bad[0].name} (the process's memory map)")]
     total = sum(w.bytes for w in host)
+    if not mapped:
+        return [_finding("mapped", "passed", "as expected", f"{len(host)} host weight(s) ({mib(total)}) in anonymous memory")]
+    return pages_findings(probe, host, total)
+
+
+def _anonymous_text(probe: Probe) -> str:
+    """``; smaps: the model's mappings hold 59 MiB anonymous`` (empty without a smaps reading)."""
+    if not probe.file_mappings:
+        return ""
+    return f"; smaps: the model's mappings hold {mib(sum(m.anonymous for m in probe.file_mappings))} anonymous"
+
+
+def pages_findings(probe: Probe, host: Sequence[ProbeWeight], total: int) -> list[Finding]:
+    """The page half of ``mapped`` for ``host`` weights (``total`` bytes) the memory map names as the model
+    file's: failed where a page of one is a private copy, incomplete where the probe has no page counts.  A
+    record of an engine older than the page counts (:attr:`Probe.pages_read`) is judged by the map's name alone,
+    and the message says so."""
+    if not probe.pages_read:
+        return [_finding("mapped", "passed", "as expected",
+                         f"{len(host)} host weight(s) ({mib(total)}) backed by the model file (pages not read: a "
+                         "record of an engine older than the page counts)")]
+    if any(w.private_pages is None for w in host):
+        return [_finding("mapped", "incomplete", "no page counts in the probe",
+                         "the probe has no page counts (the OS's page flags could not be read, or an older engine)")]
+    bad = [w for w in host if w.private_pages]
+    if bad:
+        types = sorted({w.buffer.buffer_type for w in bad})
+        layers = sorted({w.layer for w in bad if w.layer >= 0})
+        return [_finding("mapped", "failed",
+                         f"host weights in {', '.join(types)}: pages privately copied under the model file's name, "
+                         "expected the file's pages",
+                         f"{len(bad)} host weight(s) in {', '.join(types)} ({mib(sum(w.bytes for w in bad))}"
+                         + (f"; layers {layers_text(layers)}" if layers else "")
+                         + f") hold {mib(sum(w.private_pages or 0 for w in bad))} of private page copies under the "
+                         f"model file's name, expected the file's pages; first: {bad[0].name} (the OS's page flags)"
+                         + _anonymous_text(probe))]
+    untold = sum(w.file_backed - (w.file_pages or 0) for w in host if w.file_backed is not None)
     return [_finding("mapped", "passed", "as expected",
-                     f"{len(host)} host weight(s) ({mib(total)}) {'backed by the model file' if mapped else 'in anonymous memory'}")]
+                     f"{len(host)} host weight(s) ({mib(total)}) backed by the model file, no page a private copy"
+                     + (f" ({mib(untold)} outside the working set: the OS does not say)" if untold else "")
+                     + _anonymous_text(probe))]
 
 
 def _buffer_of_size(buffers: Sequence[ProbeBuffer], size: int, used: set[int]) -> int | None:

@@ -12,7 +12,10 @@ model once and then serves requests read from stdin:
   full log-probability rows to a dump file and/or computing KL divergence and
   top-1 agreement against a reference dump;
 * ``bench``: a timed prompt of given length and a timed generation of given length
-  (the speed stage, harness.stages.speed.speed).
+  (the speed stage, harness.stages.speed.speed);
+* ``probe`` and ``reload``: what the runtime, driver and OS say of the load's weights
+  (harness.record.probe), and of the model loaded and freed again in the same process
+  (harness.record.reloads).
 
 ``EngineSession`` runs one such process with a configuration's arguments and
 environment (optionally behind an emulator prefix such as ``wine``); stderr goes
@@ -289,6 +292,12 @@ class EngineSession:
         """Write the load's probe record to ``path`` (engine.cpp's ``probe``, harness.record.probe) and return
         the engine's reply (``weights``, ``buffers``: counts; ``probe_ms``); raises ``EngineError``."""
         return self._request(["probe", str(path).encode().hex()], "probing the load")
+
+    def reload(self, count: int, path: Path) -> dict:
+        """Load, probe and free the model ``count`` times in this process, beside its own load, writing the record
+        to ``path`` (engine.cpp's ``reload``, harness.record.reloads); returns the engine's reply (``loads``,
+        ``reload_ms``); raises ``EngineError`` (a load that failed, or a death)."""
+        return self._request(["reload", str(int(count)), str(path).encode().hex()], "reloading the model")
 
     def peak_rss_bytes(self) -> int | None:
         """The engine process's peak resident set so far, in bytes (harness.common.proc.peak_rss_bytes:

@@ -39,6 +39,8 @@ restored from the cache) is one state kept by :class:`GreedyRunner`.
 
 from __future__ import annotations
 
+import json
+
 import os
 import shutil
 import signal
@@ -63,6 +65,7 @@ from ...common.locks import Rank, joined_by_holder_of
 from ...common import proc
 from ...common.jobserver import available_cores
 from ...record.probe import PROBE_FILE
+from ...record.reloads import RELOADS_FILE, RELOADS_LOG
 from ...record.results import Failure, write_json
 from .upstream_support import unsupported_upstream
 
@@ -172,11 +175,13 @@ class Timing:
     scoring; ``cached_sessions``: sessions taken from the result cache (harness.stages.outputs.generation_cache);
     ``completion_wall``: llama-completion runs end to end; ``completion_generation``: their prompt eval +
     eval time as llama-completion's perf lines report it; ``probes``: the runtime probe of each load
-    (harness.record.probe), request to reply; ``sessions``/``completion_runs``: counts."""
+    (harness.record.probe), request to reply; ``reloads``: the engine processes of the repeated loads
+    (harness.record.reloads), start to exit; ``sessions``/``completion_runs``: counts."""
 
     wall: float = 0.0
     loads: float = 0.0
     probes: float = 0.0
+    reloads: float = 0.0
     engine_generation: float = 0.0
     engine_scoring: float = 0.0
     completion_wall: float = 0.0
@@ -229,7 +234,9 @@ class Hooks:
     progress (so an interrupt can name it).  ``relative``: a path as the run records it.
     ``stderr``: (side, model, stem, stderr text) after each process, where ``stem`` is
     the path prefix its derived files go to (``.../engine`` or ``.../<prompt>.r<k>``).
-    ``progress``: (side, what) after each generation.
+    ``progress``: (side, what) after each generation.  ``reloads``: side -> how many times a session's model is
+    loaded, probed and freed again in an engine process of its own after the session (0: never;
+    harness.stages.checks.reloads).
     """
 
     engine: Callable[[Side, Path, Generation], tuple[list[str], dict[str, str]]]
@@ -239,6 +246,7 @@ class Hooks:
     relative: Callable[[Path], str] = str
     stderr: Callable[[Side, str, Path, str], None] = lambda side, model, stem, text: None
     progress: Callable[[Side, str], None] = lambda side, what: None
+    reloads: Callable[[Side], int] = lambda side: 0
 
 
 def side_order(jobs: Iterable[Job]) -> list[Side]:
@@ -386,6 +394,8 @@ class GreedyRunner:
         argv, env = self.hooks.engine(side, model_path, gen)
         identity = self._session_identity(side, gen, model, model_path, need, argv, env)
         if identity is not None and self._restore(side, gen, model, model_path, need, out_dir, argv, env, identity):
+            if self._reloads_owed(side, out_dir):  # the stored session has no record of this many reloads
+                self._reloads(side, gen, out_dir, argv, env)
             return None
         refs = {(ref, gen) for _, ref in need["score"] if ref != side}
         return _SideWork(side, gen, need, identity, waits_for=refs & set(earlier),
@@ -562,6 +572,8 @@ class GreedyRunner:
         finally:
             if session[0] is not None:
                 session[0].close()
+        if generate and not load_failed:
+            self._reloads(w.side, gen, out_dir, argv, env)
         if (out_dir / "engine.stderr").exists():
             self.hooks.stderr(side, model, out_dir / "engine",
                               (out_dir / "engine.stderr").read_bytes().decode("utf-8", "replace"))
@@ -588,6 +600,34 @@ class GreedyRunner:
                 raise
             write_json(path, {"error": str(exc)})
         self._count(probes=time.monotonic() - t0)
+
+    def _reloads_owed(self, side: Side, out_dir: Path) -> bool:
+        """True when ``side`` reloads (``hooks.reloads``) and ``out_dir`` holds no reload record of that count (a
+        session restored from the cache that was stored without one, or with another count or an error)."""
+        count = self.hooks.reloads(side)
+        if count < 1:
+            return False
+        try:
+            return json.loads((out_dir / RELOADS_FILE).read_text(encoding="utf-8")).get("count") != count
+        except (OSError, ValueError, AttributeError):
+            return True
+
+    def _reloads(self, side: Side, gen: Generation, out_dir: Path, argv: list[str], env: dict[str, str]) -> None:
+        """The repeated loads of ``side`` (``hooks.reloads``) in an engine process of its own, whose log is
+        ``engine.reloads.log`` (not a load the expectations judge); an engine that fails or dies is written as
+        ``{"error": ...}``, which fails the ``reloads`` step (harness.stages.checks.reloads)."""
+        count = self.hooks.reloads(side)
+        if count < 1:
+            return
+        t0 = time.monotonic()
+        path = out_dir / RELOADS_FILE
+        try:
+            with EngineSession(argv, env, out_dir / RELOADS_LOG, out_dir / "engine.reloads.cmd",
+                               load_timeout_s=gen.timeout_s, request_timeout_s=gen.timeout_s * count) as session:
+                session.reload(count, path)
+        except (EngineError, OSError) as exc:
+            write_json(path, {"error": str(exc)})
+        self._count(reloads=time.monotonic() - t0)
 
     def _session_requests(self, w: "_SideWork", model: str, model_path: Path, dumps: Path,
                           call: Callable[..., object]) -> list:
@@ -724,8 +764,9 @@ class GreedyRunner:
         """Store the session just run when every run of it succeeded and every score it owes was made."""
         assert self.cache is not None
         files: dict[str, bytes] = {"engine.stderr": (out_dir / "engine.stderr").read_bytes()}
-        if (out_dir / PROBE_FILE).exists():
-            files[PROBE_FILE] = (out_dir / PROBE_FILE).read_bytes()
+        for name in (PROBE_FILE, RELOADS_FILE, RELOADS_LOG):
+            if (out_dir / name).exists():
+                files[name] = (out_dir / name).read_bytes()
         prompts: dict[str, dict] = {}
         for p in need["prompts"]:
             runs = self.runs[(side, gen, p)]

@@ -19,6 +19,7 @@ from ...record.progress import InProgress
 from ...record.results import Run, write_json
 from ..build.builds import Builds
 from ..build.cross import Emulator
+from ..checks.reload_rules import reload_count
 from .compare import GenerationSpec
 from .engine import ENGINE_TARGET, engine_argv
 from .generation_cache import SessionCache, side_identity
@@ -96,7 +97,10 @@ class Sessions:
             if self.shown is not None:
                 self.console.advance(self.shown, 1, f"{side.config} {what}")
 
+        def reloads(side: Side) -> int:
+            return reload_count(self.matrix, self.matrix.platform(side.platform), self.matrix.configs[side.config])
+
         return Hooks(engine=engine, completion=completion, out_dir=out_dir,
                      doing=lambda side: self.progress.doing(side.platform, side.config, "generate"),
-                     relative=layout.relative, stderr=stderr, progress=progress)
+                     relative=layout.relative, stderr=stderr, progress=progress, reloads=reloads)
 

@@ -39,7 +39,7 @@ from ...matrix.config import Generation, GroupSpeed, Platform, SpeedRule
 from ...matrix.platforms import cannot_run
 from ...kinds.registry import gpu_of, group_fits
 from ...record import environment
-from ...record.bench import METRICS, step_name
+from ...record.bench import INSTRUMENT, INSTRUMENT_KEY, METRICS, step_name
 from ...record.llama_bench import write_rows
 from ...record.results import Failure, StepRecord, write_json
 from ..outputs.engine import EngineError, EngineSession
@@ -56,7 +56,7 @@ Pipeline = Context
 #: prompt pays for page faults of mmap-ed weights and for weight repacking, which no timed one should).
 WARMUP_GEN = 2
 
-__all__ = ["Unit", "Measurement", "Rule", "rules_for", "stage_speed", "STAGE", "WARMUP_GEN"]
+__all__ = ["Unit", "Measurement", "Rule", "rules_for", "stage_speed", "process_medians", "STAGE", "WARMUP_GEN"]
 
 
 @dataclass
@@ -284,7 +284,8 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
         + f"engines resident at once: at most {roster.peak}\n"
         + f"peak host memory of the engines: {_gib(peak_bytes)}"
         + (f" ({peak.pair.first} + {peak.pair.second})\n" if peak and peak_bytes else "\n"), encoding="utf-8")
-    write_json(out / "bench.json", {"machine": environment.machine_fingerprint(), "defaults": pipe.matrix.speed,
+    write_json(out / "bench.json", {"machine": environment.machine_fingerprint(), INSTRUMENT_KEY: INSTRUMENT,
+                                    "defaults": pipe.matrix.speed,
                                     "wall_s": round(time.monotonic() - start, 2), "load_average": load,
                                     "load_average_after": _load_average(),
                                     "engines_resident_max": roster.peak, "peak_host_rss_bytes": peak_bytes,
@@ -450,9 +451,18 @@ def _measure(pipe: Pipeline, roster: Roster, pair: Pair, rec: PairRecord, proble
             break
     if unit.processes == 1:
         return per_process[0]
+    return process_medians(pair.configs, unit, per_process)
+
+
+def process_medians(configs: tuple[str, ...], unit: Unit, per_process: list[list[Measurement]]) -> list[Measurement]:
+    """One measurement per configuration of ``configs`` from the measurements of each process pair
+    (``per_process``, in order): sample i is the median of process i's rounds where it timed every round, every
+    round is kept in ``rounds``, and errors and queued times are joined.  Configurations no process measured are
+    left out.  The stage's measurement across processes (:func:`_measure`) and ``triage --confirm``'s
+    (harness.analysis.speed_confirm) both take their samples so."""
     out = []
-    for i, config in enumerate(pair.configs):
-        m = Measurement(config, unit, i, pair.configs)
+    for i, config in enumerate(configs):
+        m = Measurement(config, unit, i, configs)
         for found in per_process:
             for x in found:
                 if x.config != config:

@@ -38,8 +38,19 @@
 //       split and the numerics do not change. Per weight and per weight buffer: name, layer, type,
 //       bytes, buffer and buffer type (read from the tensor), and for host memory the bytes the driver
 //       reports page-locked (CUDA builds: cudaPointerGetAttributes, cudaMemoryTypeHost, sampled every
-//       MiB) and the bytes backed by the model file (/proc/self/maps; on Windows VirtualQuery, MEM_MAPPED).
+//       MiB), the bytes the memory map names as the model file's (/proc/self/smaps; on Windows VirtualQuery,
+//       MEM_MAPPED) and of those, by the OS's page flags, the bytes whose pages are the file's and those whose
+//       pages are private copies (/proc/self/pagemap; on Windows QueryWorkingSetEx, shared or not); and per
+//       mapping of the model file, the bytes smaps reports resident, shared clean, private and anonymous.
 //       Replies the counts and the time it took.
+//   reload <count> <path>
+//       Repeated loads in one process, as a server loads, frees and loads a model again: beside the engine's
+//       own load, the model is loaded with the same model parameters, its weights found as probe finds them,
+//       and freed, count times. Per load, written as JSON to path: per weight buffer its type, bytes and the
+//       bytes the driver reports page-locked while loaded and, asked again for the same range, after the free;
+//       the process's resident, locked (VmLck) and pinned (VmPin) bytes while loaded and after the free
+//       (/proc/self/status; on Windows the working set only); and those of the process before the first load.
+//       Replies the count and the time it took.
 //   quit
 //
 // Replies, one per request, are single lines on stdout starting with "@@engine " followed by
@@ -61,6 +72,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <string>
@@ -76,9 +88,15 @@
 #define NOMINMAX
 #endif
 #include <windows.h>
+#ifndef PSAPI_VERSION
+#define PSAPI_VERSION 2  // QueryWorkingSetEx from kernel32 (K32QueryWorkingSetEx): no psapi library to link
+#endif
+#include <psapi.h>
 #else
 #include <climits>
 #include <cstdlib>
+#include <fcntl.h>
+#include <unistd.h>
 #endif
 
 #if defined(HARNESS_ENGINE_CUDA)
@@ -284,41 +302,88 @@ long long probe_page_locked(const char * p, size_t n) {
 #endif
 }
 
-// the address ranges of this process backed by the model file
+// the address ranges of this process the memory map names as the model file's, and the state of their pages
+// as the OS reports it: a range the map names as the file's may hold private copies of the file's pages
+// (a private writable mapping written to), which the map's name does not show
 struct probe_file_map {
-    std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+    struct mapping {
+        uintptr_t lo, hi;
+        long long rss, shared_clean, private_clean, private_dirty, anonymous;  // bytes, /proc/self/smaps
+    };
+    std::vector<mapping> ranges;
     bool known = false;
+    bool pages_known = false;
+#if !defined(_WIN32)
+    int pagemap = -1;
+#endif
 
     explicit probe_file_map(const std::string & model_path) {
 #if defined(_WIN32)
         (void) model_path;
-        known = true;  // VirtualQuery is asked per range
+        known = true;  // VirtualQuery and QueryWorkingSetEx are asked per range
+        pages_known = true;
 #else
         char resolved[PATH_MAX];
         const std::string want = realpath(model_path.c_str(), resolved) ? std::string(resolved) : model_path;
-        std::ifstream maps("/proc/self/maps");
+        // /proc/self/smaps: a header line per mapping (start-end perms offset dev inode path), then "Key: N kB"
+        std::ifstream smaps("/proc/self/smaps");
         std::string line;
-        while (std::getline(maps, line)) {
-            // start-end perms offset dev inode path
+        mapping * cur = nullptr;
+        while (std::getline(smaps, line)) {
             std::istringstream in(line);
-            std::string span, perms, offset, dev, inode, path;
-            if (!(in >> span >> perms >> offset >> dev >> inode)) {
+            std::string first;
+            in >> first;
+            const size_t dash = first.find('-');
+            if (dash != std::string::npos && first.back() != ':') {
+                std::string perms, offset, dev, inode, path;
+                in >> perms >> offset >> dev >> inode;
+                std::getline(in >> std::ws, path);
+                cur = nullptr;
+                if (path == want) {
+                    ranges.push_back({ (uintptr_t) std::stoull(first.substr(0, dash), nullptr, 16),
+                                       (uintptr_t) std::stoull(first.substr(dash + 1), nullptr, 16), 0, 0, 0, 0, 0 });
+                    cur = &ranges.back();
+                }
                 continue;
             }
-            std::getline(in >> std::ws, path);
-            const size_t dash = span.find('-');
-            if (path != want || dash == std::string::npos) {
+            long long kb = 0;
+            if (cur == nullptr || !(in >> kb)) {
                 continue;
             }
-            ranges.emplace_back((uintptr_t) std::stoull(span.substr(0, dash), nullptr, 16),
-                                (uintptr_t) std::stoull(span.substr(dash + 1), nullptr, 16));
-            known = true;
+            const long long bytes = kb * 1024;
+            if (first == "Rss:") {
+                cur->rss = bytes;
+            } else if (first == "Shared_Clean:") {
+                cur->shared_clean = bytes;
+            } else if (first == "Private_Clean:") {
+                cur->private_clean = bytes;
+            } else if (first == "Private_Dirty:") {
+                cur->private_dirty = bytes;
+            } else if (first == "Anonymous:") {
+                cur->anonymous = bytes;
+            }
         }
-        known = known || maps.is_open();
+        known = smaps.is_open();
+        // /proc/self/pagemap: 8 bytes per virtual page, bit 63 present, 62 swapped, 61 file page or shared
+        // anonymous (the kernel's Documentation/admin-guide/mm/pagemap.rst); the flags are readable without
+        // CAP_SYS_ADMIN, which only the page frame numbers need
+        pagemap = open("/proc/self/pagemap", O_RDONLY);
+        pages_known = pagemap >= 0;
 #endif
     }
 
-    // bytes of [p, p + n) backed by the model file
+    ~probe_file_map() {
+#if !defined(_WIN32)
+        if (pagemap >= 0) {
+            close(pagemap);
+        }
+#endif
+    }
+
+    probe_file_map(const probe_file_map &) = delete;
+    probe_file_map & operator=(const probe_file_map &) = delete;
+
+    // bytes of [p, p + n) the memory map names as the model file's
     long long backed(const char * p, size_t n) const {
         if (!known) {
             return -1;
@@ -343,8 +408,8 @@ struct probe_file_map {
         const uintptr_t lo = (uintptr_t) p;
         const uintptr_t hi = lo + n;
         for (const auto & r : ranges) {
-            const uintptr_t a = std::max(lo, r.first);
-            const uintptr_t b = std::min(hi, r.second);
+            const uintptr_t a = std::max(lo, r.lo);
+            const uintptr_t b = std::min(hi, r.hi);
             if (a < b) {
                 total += (long long) (b - a);
             }
@@ -352,16 +417,159 @@ struct probe_file_map {
 #endif
         return total;
     }
+
+    // of the bytes of [p, p + n) the map names as the model file's: those whose pages are the file's and those
+    // whose pages are private copies, by the OS's page flags; {-1, -1} where the OS cannot be asked.
+    // Linux (pagemap): a resident page is the file's when flagged a file page, a private copy otherwise; a page
+    // not resident is a private copy when swapped out, the file's otherwise (a read fetches it from the file).
+    // Windows (QueryWorkingSetEx): a page in the working set is the file's when shared, a private copy
+    // otherwise; a page outside the working set is in neither count (the call does not tell).
+    std::pair<long long, long long> pages(const char * p, size_t n) const {
+        if (!pages_known) {
+            return { -1, -1 };
+        }
+        long long file = 0;
+        long long priv = 0;
+#if defined(_WIN32)
+        SYSTEM_INFO si;
+        GetSystemInfo(&si);
+        const uintptr_t page = si.dwPageSize;
+        const char * q = p;
+        const char * end = p + n;
+        std::vector<PSAPI_WORKING_SET_EX_INFORMATION> info;
+        while (q < end) {
+            MEMORY_BASIC_INFORMATION mbi;
+            if (VirtualQuery(q, &mbi, sizeof(mbi)) == 0) {
+                break;
+            }
+            const char * stop = std::min((const char *) mbi.BaseAddress + mbi.RegionSize, end);
+            if (mbi.Type == MEM_MAPPED) {
+                const uintptr_t first = (uintptr_t) q & ~(page - 1);
+                info.clear();
+                for (uintptr_t a = first; a < (uintptr_t) stop; a += page) {
+                    PSAPI_WORKING_SET_EX_INFORMATION e = {};
+                    e.VirtualAddress = (PVOID) a;
+                    info.push_back(e);
+                }
+                if (!QueryWorkingSetEx(GetCurrentProcess(), info.data(),
+                                          (DWORD) (info.size() * sizeof(PSAPI_WORKING_SET_EX_INFORMATION)))) {
+                    return { -1, -1 };
+                }
+                for (const auto & e : info) {
+                    const uintptr_t a = std::max((uintptr_t) e.VirtualAddress, (uintptr_t) q);
+                    const uintptr_t b = std::min((uintptr_t) e.VirtualAddress + page, (uintptr_t) stop);
+                    if (e.VirtualAttributes.Valid) {
+                        (e.VirtualAttributes.Shared ? file : priv) += (long long) (b - a);
+                    }
+                }
+            }
+            q = stop;
+        }
+#else
+        const uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
+        const uintptr_t lo = (uintptr_t) p;
+        const uintptr_t hi = lo + n;
+        std::vector<uint64_t> entries;
+        for (const auto & r : ranges) {
+            const uintptr_t a = std::max(lo, r.lo);
+            const uintptr_t b = std::min(hi, r.hi);
+            for (uintptr_t first = a & ~(page - 1); first < b; first += page * 4096) {
+                const uintptr_t last = std::min(b, first + page * 4096);  // at most 4096 entries a read
+                entries.resize((last - first + page - 1) / page);
+                const size_t want = entries.size() * sizeof(uint64_t);
+                if (pread(pagemap, entries.data(), want, (off_t) (first / page * sizeof(uint64_t))) != (ssize_t) want) {
+                    return { -1, -1 };
+                }
+                for (size_t i = 0; i < entries.size(); i++) {
+                    const uintptr_t pa = std::max(a, first + i * page);
+                    const uintptr_t pb = std::min(last, first + (i + 1) * page);
+                    const uint64_t e = entries[i];
+                    const bool present = (e >> 63) & 1;
+                    const bool swapped = (e >> 62) & 1;
+                    const bool file_page = (e >> 61) & 1;
+                    ((present && !file_page) || (!present && swapped) ? priv : file) += (long long) (pb - pa);
+                }
+            }
+        }
+#endif
+        return { file, priv };
+    }
+
+    // the model file's mappings as JSON: range and the bytes /proc/self/smaps reports resident, shared clean,
+    // private clean, private dirty and anonymous (null on Windows)
+    std::string mappings_json() const {
+#if defined(_WIN32)
+        return "null";
+#else
+        std::ostringstream out;
+        out << "[";
+        for (size_t i = 0; i < ranges.size(); i++) {
+            const mapping & m = ranges[i];
+            out << (i ? "," : "") << "{\"bytes\":" << (m.hi - m.lo) << ",\"rss\":" << m.rss << ",\"shared_clean\":"
+                << m.shared_clean << ",\"private_clean\":" << m.private_clean << ",\"private_dirty\":" << m.private_dirty
+                << ",\"anonymous\":" << m.anonymous << "}";
+        }
+        out << "]";
+        return out.str();
+#endif
+    }
 };
 
 std::string probe_memory_json(const char * p, size_t n, bool host, const probe_file_map & map) {
     if (!host) {
-        return "\"page_locked\":null,\"file_backed\":null";
+        return "\"page_locked\":null,\"file_backed\":null,\"file_pages\":null,\"private_pages\":null";
     }
     const long long locked = probe_page_locked(p, n);
     const long long backed = map.backed(p, n);
-    return std::string("\"page_locked\":") + (locked < 0 ? "null" : std::to_string(locked)) +
-           ",\"file_backed\":" + (backed < 0 ? "null" : std::to_string(backed));
+    const auto pages = map.pages(p, n);
+    auto count = [](long long v) { return v < 0 ? std::string("null") : std::to_string(v); };
+    return "\"page_locked\":" + count(locked) + ",\"file_backed\":" + count(backed) + ",\"file_pages\":" +
+           count(pages.first) + ",\"private_pages\":" + count(pages.second);
+}
+
+// the process's memory as the OS reports it, as JSON in bytes: resident (VmRSS), locked (VmLck: mlock) and
+// pinned (VmPin: pages a driver pinned and accounted) from /proc/self/status; on Windows the working set
+// (GetProcessMemoryInfo) and null for the others
+std::string probe_status_json() {
+    long long rss = -1;
+    long long locked = -1;
+    long long pinned = -1;
+#if defined(_WIN32)
+    PROCESS_MEMORY_COUNTERS pmc = {};
+    if (GetProcessMemoryInfo(GetCurrentProcess(), &pmc, sizeof(pmc))) {
+        rss = (long long) pmc.WorkingSetSize;
+    }
+#else
+    std::ifstream status("/proc/self/status");
+    std::string key;
+    long long kb = 0;
+    std::string unit;
+    while (status >> key) {
+        if (key == "VmRSS:" || key == "VmLck:" || key == "VmPin:") {
+            status >> kb >> unit;
+            (key == "VmRSS:" ? rss : key == "VmLck:" ? locked : pinned) = kb * 1024;
+        }
+        status.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+#endif
+    auto count = [](long long v) { return v < 0 ? std::string("null") : std::to_string(v); };
+    return "{\"rss\":" + count(rss) + ",\"locked\":" + count(locked) + ",\"pinned\":" + count(pinned) + "}";
+}
+
+// "driver":"cuda" for an engine built with the CUDA runtime, else "driver":null
+std::string probe_driver_json() {
+#if defined(HARNESS_ENGINE_CUDA)
+    return "\"driver\":\"cuda\"";
+#else
+    return "\"driver\":null";
+#endif
+}
+
+// text written to path whole; false where it could not be
+bool write_text(const std::string & path, const std::string & text) {
+    FILE * f = fopen(path.c_str(), "wb");
+    bool written = f != nullptr && fwrite(text.data(), 1, text.size(), f) == text.size();
+    return (f != nullptr && fclose(f) == 0) && written;
 }
 
 struct engine {
@@ -688,9 +896,9 @@ struct engine {
         reply(out.str());
     }
 
-    void probe(const std::string & path) {
-        const auto t_start = clock_type::now();
-        probe_state st;
+    // the weights the graphs of model m read, into st: a context of its own decodes one token with the eval
+    // callback set (see the request's description); "" or what failed
+    std::string probe_weights(llama_model * m, probe_state & st) const {
         llama_context_params cparams = common_context_params_to_llama(params);
         cparams.n_ctx = 256;
         cparams.n_batch = 8;
@@ -698,20 +906,27 @@ struct engine {
         cparams.n_seq_max = 1;
         cparams.cb_eval = probe_eval;
         cparams.cb_eval_user_data = &st;
-        llama_context * pctx = llama_init_from_model(model, cparams);
+        llama_context * pctx = llama_init_from_model(m, cparams);
         if (pctx == nullptr) {
-            reply_error("probe: cannot create a context of its own");
-            return;
+            return "cannot create a context of its own";
         }
-        llama_token token = llama_vocab_bos(vocab);
-        if (token < 0 || token >= n_vocab) {
+        const llama_vocab * v = llama_model_get_vocab(m);
+        llama_token token = llama_vocab_bos(v);
+        if (token < 0 || token >= llama_vocab_n_tokens(v)) {
             token = 0;
         }
         llama_batch batch = llama_batch_get_one(&token, 1);
         const bool ok = llama_decode(pctx, batch) == 0;
         llama_free(pctx);
-        if (!ok) {
-            reply_error("probe: the decode of one token failed");
+        return ok ? "" : "the decode of one token failed";
+    }
+
+    void probe(const std::string & path) {
+        const auto t_start = clock_type::now();
+        probe_state st;
+        const std::string failed = probe_weights(model, st);
+        if (!failed.empty()) {
+            reply_error("probe: " + failed);
             return;
         }
 
@@ -742,22 +957,82 @@ struct engine {
                 << probe_memory_json((const char *) ggml_backend_buffer_get_base(buf), ggml_backend_buffer_get_size(buf),
                                      host, map) << "}";
         }
-#if defined(HARNESS_ENGINE_CUDA)
-        out << "],\"driver\":\"cuda\"";
-#else
-        out << "],\"driver\":null";
-#endif
-        out << ",\"probe_ms\":" << json_number(ms_since(t_start)) << "}\n";
-        const std::string text = out.str();
-        FILE * f = fopen(path.c_str(), "wb");
-        bool written = f != nullptr && fwrite(text.data(), 1, text.size(), f) == text.size();
-        written = (f != nullptr && fclose(f) == 0) && written;
-        if (!written) {
+        out << "]," << probe_driver_json() << ",";
+        out << "\"file_mappings\":" << map.mappings_json() << ",";
+        out << "\"probe_ms\":" << json_number(ms_since(t_start)) << "}\n";
+        if (!write_text(path, out.str())) {
             reply_error("probe: cannot write " + path);
             return;
         }
         reply("{\"ok\":true,\"weights\":" + std::to_string(st.weights.size()) + ",\"buffers\":" +
               std::to_string(buffers.size()) + ",\"probe_ms\":" + json_number(ms_since(t_start)) + "}");
+    }
+
+    // load, probe and free the model `count` times beside the engine's own load (see the request's description)
+    void reload(const std::string & count_text, const std::string & path) {
+        const auto t_start = clock_type::now();
+        long count = 0;
+        try {
+            count = std::stol(count_text);
+        } catch (const std::exception &) {
+        }
+        if (count < 1 || count > 100) {
+            reply_error("reload needs a count of loads from 1 to 100, not " + json_string(count_text));
+            return;
+        }
+        std::ostringstream out;
+        out << "{\"count\":" << count << ",\"baseline\":" << probe_status_json() << ",\"cycles\":[";
+        for (long i = 0; i < count; i++) {
+            const auto t_load = clock_type::now();
+            llama_model * m = llama_model_load_from_file(params.model.path.c_str(), common_model_params_to_llama(params));
+            if (m == nullptr) {
+                reply_error("reload: load " + std::to_string(i + 1) + " of " + std::to_string(count) + " failed");
+                return;
+            }
+            probe_state st;
+            const std::string failed = probe_weights(m, st);
+            if (!failed.empty()) {
+                llama_model_free(m);
+                reply_error("reload: load " + std::to_string(i + 1) + ": " + failed);
+                return;
+            }
+            struct range { const char * base; size_t size; std::string type; bool host; long long locked; };
+            std::vector<range> ranges;
+            std::set<ggml_backend_buffer_t> seen;
+            for (const ggml_tensor * w : st.weights) {
+                if (!seen.insert(w->buffer).second) {
+                    continue;
+                }
+                const char * base = (const char *) ggml_backend_buffer_get_base(w->buffer);
+                const size_t size = ggml_backend_buffer_get_size(w->buffer);
+                const bool host = ggml_backend_buffer_is_host(w->buffer);
+                ranges.push_back({ base, size, ggml_backend_buft_name(ggml_backend_buffer_get_type(w->buffer)), host,
+                                   host ? probe_page_locked(base, size) : -1 });
+            }
+            const std::string loaded = probe_status_json();
+            const double load_ms = ms_since(t_load);
+            llama_model_free(m);
+            const std::string freed = probe_status_json();
+            out << (i ? "," : "") << "{\"load_ms\":" << json_number(load_ms) << ",\"loaded\":" << loaded
+                << ",\"freed\":" << freed << ",\"buffers\":[";
+            for (size_t b = 0; b < ranges.size(); b++) {
+                const range & r = ranges[b];
+                // the freed range asked again: the driver answers for an address it no longer maps too
+                const long long left = r.host ? probe_page_locked(r.base, r.size) : -1;
+                auto count_json = [](long long v) { return v < 0 ? std::string("null") : std::to_string(v); };
+                out << (b ? "," : "") << "{\"buffer_type\":" << json_string(r.type) << ",\"bytes\":" << r.size
+                    << ",\"host\":" << (r.host ? "true" : "false") << ",\"page_locked\":" << count_json(r.locked)
+                    << ",\"page_locked_after_free\":" << count_json(left) << "}";
+            }
+            out << "]}";
+        }
+        out << "]," << probe_driver_json() << ",";
+        out << "\"reload_ms\":" << json_number(ms_since(t_start)) << "}\n";
+        if (!write_text(path, out.str())) {
+            reply_error("reload: cannot write " + path);
+            return;
+        }
+        reply("{\"ok\":true,\"loads\":" + std::to_string(count) + ",\"reload_ms\":" + json_number(ms_since(t_start)) + "}");
     }
 };
 
@@ -807,6 +1082,10 @@ int main(int argc, char ** argv) {
         std::string probe_path;
         if (parts[0] == "probe" && parts.size() == 2 && hex_decode(parts[1], probe_path)) {
             eng.probe(probe_path);
+            continue;
+        }
+        if (parts[0] == "reload" && parts.size() == 3 && hex_decode(parts[2], probe_path)) {
+            eng.reload(parts[1], probe_path);
             continue;
         }
         if (parts[0] == "bench" && parts.size() == 3) {

@@ -1,0 +1,124 @@
+"""How far each within-run speed ratio moves between clean runs: triage's yardstick for a ratio.
+
+A within-run ratio (harness.analysis.speed_ratios: a configuration's per-round samples over its reference's)
+cancels what moved both sides of a round, but not what belongs to one engine process or one machine: between
+clean H200 runs of one series the fork's default-mode pp ratio to upstream moved 0.69-1.42x with the engine of
+before (docs/speed.md, "Noise"), and a pinned/pageable ratio moves with the host's memory bandwidth.  A fixed
+factor then either calls such movement a slowdown or hides a real one.
+
+So each ratio is judged by the spread it has really shown: for every ordered pair of **clean** runs (a
+``summary.json`` that passed, not a planted fault's ``plant-*`` run) measured by the same instrument on the same
+machine fingerprint, the change of the ratio's median (run B's median per-round ratio over run A's), and per
+(platform, configuration, metric, reference) the smallest such change: ``spread`` = 1 / smallest - 1 (0.25: a
+clean run has shown the ratio 20 % below another's).  Triage (harness.analysis.speed_diff) counts a fall of a
+ratio as a regression only past the wider of the rule's factor and this spread, and a fall past the rule's
+factor or past the spread alone as **suspect**, which ``triage --confirm`` re-measures.
+
+The runs are the checkout's committed ones, ``results/evidence/`` (every clean H200 run of every day and
+machine kept there), read once per process; :func:`measure` takes any directories.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import permutations
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from ..record.bench import INSTRUMENT_KEY, bench_platforms, instrument, read_bench
+from .speed_ratios import interleaved, round_ratios
+
+#: The committed runs the spreads are measured from.
+EVIDENCE = Path(__file__).resolve().parents[2] / "results" / "evidence"
+
+#: (platform, instrument, configuration, metric, reference).
+Key = tuple[str, int, str, str, str]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A ratio's cross-run spread: ``smallest`` change between two clean runs (B's median ratio over A's),
+    the ``pairs`` of runs it was measured over and the ``runs`` they came from."""
+
+    smallest: float
+    pairs: int
+    runs: int
+
+    @property
+    def factor(self) -> float:
+        """The spread as a factor: 1 / smallest - 1 (0 where no clean pair ever fell)."""
+        return max(0.0, 1.0 / self.smallest - 1.0)
+
+
+def clean(run_dir: Path) -> bool:
+    """True for a run whose ``summary.json`` says it passed and that is no planted fault's (``plant-*``)."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return summary.get("overall") == "passed" and not run_dir.name.startswith("plant-")
+
+
+def median_ratios(run_dir: Path) -> dict[tuple[str, int, str], dict[tuple[str, str], float]]:
+    """(platform, instrument, machine as JSON) -> (configuration, metric, reference) -> the median per-round ratio,
+    for every pair of configurations measured interleaved in the run's ``bench.json`` (both directions)."""
+    out: dict[tuple[str, int, str], dict[tuple[str, str], float]] = {}
+    for platform in bench_platforms(run_dir):
+        bench = read_bench(run_dir, platform) or {}
+        where = (platform, instrument(bench), json.dumps(bench.get("machine"), sort_keys=True))
+        mine = out.setdefault(where, {})
+        for configs in interleaved(bench).values():
+            for config, m in configs.items():
+                for ref, r in configs.items():
+                    if ref == config:
+                        continue
+                    for metric in ("pp", "tg"):
+                        try:
+                            ratios = round_ratios(m.get(f"{metric}_tok_s") or [], r.get(f"{metric}_tok_s") or [])
+                        except ValueError:
+                            continue
+                        if ratios:
+                            mine[(config, f"{metric}\0{ref}")] = statistics.median(ratios)
+    return out
+
+
+def measure(run_dirs: Iterable[Path]) -> dict[Key, Spread]:
+    """Every ratio's :class:`Spread` over the clean runs among ``run_dirs`` (:func:`clean`), pairs of runs of the
+    same platform, instrument and machine fingerprint only."""
+    by_where: dict[tuple[str, int, str], list[dict[tuple[str, str], float]]] = {}
+    for d in run_dirs:
+        if clean(d):
+            for where, ratios in median_ratios(d).items():
+                by_where.setdefault(where, []).append(ratios)
+    out: dict[Key, Spread] = {}
+    for (platform, inst, _), runs in by_where.items():
+        changes: dict[tuple[str, str], list[float]] = {}
+        for a, b in permutations(runs, 2):
+            for k in a.keys() & b.keys():
+                if a[k] > 0:
+                    changes.setdefault(k, []).append(b[k] / a[k])
+        for (config, metric_ref), values in changes.items():
+            metric, ref = metric_ref.split("\0")
+            key = (platform, inst, config, metric, ref)
+            n_runs = sum(1 for r in runs if (config, metric_ref) in r)
+            spread = Spread(min(values), len(values), n_runs)
+            if key not in out or spread.smallest < out[key].smallest:
+                out[key] = spread
+    return out
+
+
+def run_dirs_under(root: Path) -> list[Path]:
+    """Every run directory below ``root`` (a folder holding ``summary.json``), at any depth."""
+    return sorted(p.parent for p in root.rglob("summary.json")) if root.is_dir() else []
+
+
+@lru_cache(maxsize=1)
+def committed() -> Mapping[Key, Spread]:
+    """:func:`measure` over the checkout's committed runs (:data:`EVIDENCE`), once per process."""
+    return measure(run_dirs_under(EVIDENCE))
+
+
+__all__ = ["Spread", "Key", "EVIDENCE", "INSTRUMENT_KEY", "clean", "measure", "committed", "run_dirs_under"]

@@ -1,0 +1,151 @@
+"""The reload record: a model loaded, probed and freed several times in one engine process.
+
+The harness's engine (harness/stages/outputs/engine/engine.cpp, request ``reload <count> <path>``)
+writes ``<config>/gen/<model>/engine.reloads.json`` from an engine process of its own (its log:
+``engine.reloads.log``), for the pin configurations (harness.stages.checks.reloads).  Beside
+the engine's own load, the model is loaded with the same parameters, its weights found as the
+probe finds them (harness.record.probe), and freed, ``count`` times:
+
+- ``baseline``: the process's memory before the first of those loads;
+- ``cycles``: per load, ``load_ms``, the process's memory while ``loaded`` and after the free
+  (``freed``), and per weight buffer ``buffer_type``, ``bytes``, ``host``, ``page_locked`` (the
+  bytes the CUDA driver reports page-locked while loaded, as the probe counts them) and
+  ``page_locked_after_free`` (the same range asked again after the free: a registration kept past
+  the free still answers ``cudaMemoryTypeHost``);
+- ``driver``: ``"cuda"`` when the engine was built with the CUDA runtime, else null (the
+  page-locked counts are null then);
+- ``reload_ms``: what the loads cost, in milliseconds.
+
+A process's memory is ``rss`` (VmRSS), ``locked`` (VmLck: mlock'ed) and ``pinned`` (VmPin: pages
+a driver pinned and accounted to the process), in bytes from ``/proc/self/status``; on Windows
+``rss`` is the working set and the others are null.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from .probe import engine_record
+
+#: The name of the reload record beside a load's ``engine.stderr``.
+RELOADS_FILE = "engine.reloads.json"
+#: The log of the engine process that made it (its loads' lines; not a ``.stderr``: not a load the
+#: expectations judge).
+RELOADS_LOG = "engine.reloads.log"
+
+
+class ReloadError(ValueError):
+    """A reload record that cannot be read, does not have the shape above, or is the harness's record of an
+    engine that failed the request (``{"error": ...}``; :attr:`engine_failed` is then true)."""
+
+    def __init__(self, message: str, engine_failed: bool = False):
+        super().__init__(message)
+        self.engine_failed = engine_failed
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The process's memory in bytes (None: the OS did not say): resident, locked (VmLck), pinned (VmPin)."""
+
+    rss: int | None
+    locked: int | None
+    pinned: int | None
+
+
+@dataclass(frozen=True)
+class ReloadBuffer:
+    """One weight buffer of a reload: its type, bytes, whether host memory, and the bytes the driver reports
+    page-locked while loaded and after the free (None: not asked)."""
+
+    buffer_type: str
+    bytes: int
+    host: bool
+    page_locked: int | None
+    page_locked_after_free: int | None
+
+
+@dataclass(frozen=True)
+class ReloadCycle:
+    """One load and free: its time, the process's memory while loaded and after the free, its weight buffers."""
+
+    load_ms: float
+    loaded: Memory
+    freed: Memory
+    buffers: tuple[ReloadBuffer, ...]
+
+    @property
+    def granted(self) -> int:
+        """Bytes of the host weight buffers the driver reported page-locked while loaded."""
+        return sum(b.page_locked or 0 for b in self.buffers if b.host)
+
+    @property
+    def left(self) -> int:
+        """Bytes of the freed host weight buffers the driver still reports page-locked."""
+        return sum(b.page_locked_after_free or 0 for b in self.buffers if b.host)
+
+
+@dataclass(frozen=True)
+class Reloads:
+    """One reload record (see the module)."""
+
+    baseline: Memory
+    cycles: tuple[ReloadCycle, ...]
+    driver: str | None
+    reload_ms: float
+
+
+def _count(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ReloadError(f"{where}: expected a byte count, got {value!r}")
+    return value
+
+
+def _memory(data: Any, where: str) -> Memory:
+    if not isinstance(data, Mapping):
+        raise ReloadError(f"{where}: expected the process's memory, got {data!r}")
+    return Memory(*(_count(data.get(k), f"{where}.{k}") for k in ("rss", "locked", "pinned")))
+
+
+def _ms(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ReloadError(f"{where}: expected milliseconds, got {value!r}")
+    return float(value)
+
+
+def parse_reloads(data: Mapping[str, Any], where: str = "reloads") -> Reloads:
+    """The :class:`Reloads` of a parsed record; raises :class:`ReloadError` naming ``where`` and the key that is
+    missing or of the wrong kind."""
+    try:
+        cycles = []
+        for i, c in enumerate(data["cycles"]):
+            at = f"{where}: cycles[{i}]"
+            buffers = []
+            for j, b in enumerate(c["buffers"]):
+                bt = f"{at}.buffers[{j}]"
+                size = _count(b["bytes"], f"{bt}.bytes")
+                if not isinstance(b["buffer_type"], str) or not isinstance(b["host"], bool) or size is None:
+                    raise ReloadError(f"{bt}: expected a buffer type, bytes and host, got {b!r}")
+                locked = [_count(b.get(k), f"{bt}.{k}") for k in ("page_locked", "page_locked_after_free")]
+                if any(n is not None and n > size for n in locked):
+                    raise ReloadError(f"{bt}: page-locked bytes beyond the buffer's {size}")
+                buffers.append(ReloadBuffer(b["buffer_type"], size, b["host"], *locked))
+            cycles.append(ReloadCycle(_ms(c["load_ms"], f"{at}.load_ms"), _memory(c["loaded"], f"{at}.loaded"),
+                                      _memory(c["freed"], f"{at}.freed"), tuple(buffers)))
+        driver = data.get("driver")
+        return Reloads(_memory(data["baseline"], f"{where}: baseline"), tuple(cycles),
+                       None if driver is None else str(driver), _ms(data.get("reload_ms", 0.0), f"{where}: reload_ms"))
+    except (KeyError, TypeError) as exc:
+        raise ReloadError(f"{where}: not a reload record ({type(exc).__name__}: {exc})") from None
+
+
+def read_reloads(path: Path) -> Reloads:
+    """The reload record at ``path``; raises :class:`ReloadError` (missing, unreadable, malformed, or the
+    ``{"error": ...}`` the harness writes when the engine failed the request or died in it)."""
+    data = engine_record(path, ReloadError, "no reload record", "reload record")
+    if "error" in data:
+        raise ReloadError(f"the engine failed the reloads: {data['error']}", engine_failed=True)
+    return parse_reloads(data, path.name)

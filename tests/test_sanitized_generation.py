@@ -1,0 +1,128 @@
+"""compute-sanitizer over real generation (harness.stages.tests.sanitized_generation) on this machine's side.
+
+No GPU here: the generations under compute-sanitizer run on an H200 (docs/checks.md gives the
+command).  What is tested here: which configurations and generations are chosen from the real
+matrix, the command line, how a run is judged from the sanitizer's log, how the first report's
+kernel and host frame are read, and how a crash's signature takes the first error of its run
+once more under memcheck.  The logs below are written in compute-sanitizer's report layout (a
+header line, indented details, the saved host backtrace, the summary); the kernel is the one
+tests/plants/cuda-pinned-upload-writes-past-its-buffer.patch adds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from harness.analysis.signatures import classify_step
+from harness.matrix.config import load_matrix
+from harness.record.gpu import first_sanitizer_error
+from harness.record.results import Failure, RunLayout, StepRecord
+from harness.stages.checks.reload_rules import pin_configuration
+from harness.stages.outputs.compare import GenerationResult
+from harness.stages.tests.sanitized_generation import (CRASH_LABEL, first_generation, judge_run, sanitized_configs,
+                                                       sanitized_stem, sanitizer_launcher)
+
+ROOT = Path(__file__).resolve().parents[1]
+MATRIX = load_matrix(ROOT / "matrix.yaml")
+
+REPORT = """========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 1 bytes
+=========     at k_pinned_upload_end_mark(char *)+0x30 in /b/ggml/src/ggml-cuda/ggml-cuda.cu:2452
+=========     by thread (0,0,0) in block (0,0,0)
+=========     Address 0x7f2a3c400000 is out of bounds
+=========     and is 1 bytes after the nearest allocation at 0x7f2a3c000000 of size 4194304 bytes
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========         Host Frame: [0x2f2c3d] in /lib/x86_64-linux-gnu/libcuda.so.1
+=========         Host Frame:cudaLaunchKernel [0x75a2b] in /usr/local/cuda/lib64/libcudart.so.12
+=========         Host Frame: [0x1a2b] in /b/bin/libggml-cuda.so
+=========         Host Frame:ggml_backend_cuda_set_tensor_async(ggml_backend*, ggml_tensor*, void const*, unsigned long, unsigned long) [0x12ab34] in /b/bin/libggml-cuda.so
+=========         Host Frame:ggml_backend_sched_graph_compute_async [0x3c1d2] in /b/bin/libggml-base.so
+=========
+========= Invalid __global__ write of size 1 bytes
+=========     at k_pinned_upload_end_mark(char *)+0x30 in /b/ggml/src/ggml-cuda/ggml-cuda.cu:2452
+=========
+========= ERROR SUMMARY: 2 errors
+"""
+CLEAN = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
+
+
+def result(status: str = "ok", seconds: float = 12.5) -> GenerationResult:
+    return GenerationResult(status=status, text=b"x", returncode=0 if status == "ok" else 1, signal=None,
+                            error_line=None if status == "ok" else "CUDA error", seconds=seconds,
+                            stdout_path=Path("x.stdout"), stderr_path=Path("x.stderr"), argv=["llama-completion"])
+
+
+def test_the_first_report_names_its_kernel_and_the_first_host_frame_outside_the_runtime():
+    first = first_sanitizer_error(REPORT)
+    assert first.message == "Invalid __global__ write of size 1 bytes"
+    assert first.kernel == "k_pinned_upload_end_mark(char *)"
+    assert first.host_frame == ("ggml_backend_cuda_set_tensor_async(ggml_backend*, ggml_tensor*, void const*, "
+                                "unsigned long, unsigned long)")
+    assert first_sanitizer_error(CLEAN) is None
+
+
+def test_a_run_is_judged_from_the_sanitizer_s_log(tmp_path):
+    log = tmp_path / "story.memcheck.sanitizer.log"
+    log.write_text(REPORT)
+    status, detail, failures = judge_run(result(), log, "memcheck", "moe-large/story")
+    assert status == "failed" and len(failures) == 1
+    assert detail.startswith("memcheck: moe-large/story: first error: Invalid __global__ write of size 1 bytes in "
+                             "k_pinned_upload_end_mark(char *) (host: ggml_backend_cuda_set_tensor_async(")
+    assert detail.endswith("(12.5 s under memcheck)")
+    log.write_text(CLEAN)
+    assert judge_run(result(), log, "memcheck", "moe-large/story")[:2] == (
+        "passed", "memcheck: moe-large/story: 0 errors over 8 tokens (12.5 s under memcheck)")
+    assert judge_run(result("crashed"), log, "memcheck", "moe-large/story")[0] == "failed"
+    log.write_text("")  # the tool never wrote its summary: not a pass
+    assert judge_run(result(), log, "memcheck", "moe-large/story")[0] == "failed"
+
+
+def test_the_pin_modes_of_one_gpu_groups_run_the_first_model_and_prompt_of_their_first_group():
+    """Each pin mode once: the values that pin as another configuration does, the seed table's (its model is made
+    by a phase of its own) and the two-GPU groups' set ``sanitize: false`` or need two GPUs."""
+    cuda = MATRIX.platforms["linux-x86_64-cuda"]
+    ctx = SimpleNamespace(matrix=MATRIX)
+    assert sanitized_configs(ctx, cuda) == ["cuda-pin-all", "cuda-pin-layers-2", "cuda-pin-layers-half",
+                                            "cuda-sim-partial", "cuda-sim-sticky"]
+    assert pin_configuration(cuda, MATRIX.configs["cuda-pin-layers-6"]) and MATRIX.configs["cuda-pin-layers-6"].sanitize is False
+    assert sanitized_configs(ctx, MATRIX.platforms["linux-x86_64-cpu"]) == []
+    model, prompt, gen = first_generation(ctx, cuda, "cuda-pin-layers-2")
+    assert model == "moe-large" and prompt in MATRIX.prompts and gen.ctx_size > 0
+
+
+def test_the_sanitizer_writes_its_report_to_a_file_of_its_own(tmp_path):
+    argv = sanitizer_launcher("racecheck", tmp_path / "x.sanitizer.log")
+    assert argv[:3] == ("compute-sanitizer", "--tool", "racecheck") and argv[-2:] == ("--log-file",
+                                                                                   str(tmp_path / "x.sanitizer.log"))
+    assert "--error-exitcode" in argv
+
+
+def test_a_crash_s_signature_takes_the_first_error_of_its_run_under_memcheck(tmp_path):
+    layout = RunLayout(tmp_path)
+    gen = layout.config("linux-x86_64-cuda", "cuda-pin-layers-2") / "gen" / "moe-large"
+    gen.mkdir(parents=True)
+    (gen / "story.r1.stderr").write_text("CUDA error: an illegal memory access was encountered\n"
+                                         "  current device: 0, in function ggml_backend_cuda_synchronize at "
+                                         "/b/ggml/src/ggml-cuda/ggml-cuda.cu:2580\n  cudaStreamSynchronize(stream)\n")
+    step = StepRecord("linux-x86_64-cuda", "cuda-pin-layers-2", "generate", "failed", detail="crashed",
+                      failures=[Failure("generation", model="moe-large", prompt="story", repeat=1, status="crashed",
+                                        log="linux-x86_64-cuda/cuda-pin-layers-2/gen/moe-large/story.r1.stderr")])
+    alone = classify_step(tmp_path, step)
+    assert alone.kind == "cuda_error" and "memcheck" not in alone.key
+    stem = sanitized_stem(layout.config("linux-x86_64-cuda", "cuda-pin-layers-2"), "moe-large", "story", CRASH_LABEL)
+    stem.parent.mkdir(parents=True)
+    stem.with_name(stem.name + ".sanitizer.log").write_text(REPORT)
+    joined = classify_step(tmp_path, step)
+    assert joined.kind == "cuda_error" and joined.key.startswith(alone.key + "; ")
+    assert "memcheck: Invalid __global__ write of size 1 bytes in k_pinned_upload_end_mark" in joined.key
+
+
+def test_a_failed_sanitized_generation_step_is_signed_by_its_first_report(tmp_path):
+    log = tmp_path / "linux-x86_64-cuda" / "cuda-pin-all" / "sanitize" / "moe-large" / "story.memcheck.sanitizer.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(REPORT)
+    step = StepRecord("linux-x86_64-cuda", "cuda-pin-all", "generate-memcheck", "failed", detail="memcheck: ...",
+                      log=str(log.relative_to(tmp_path)))
+    sig = classify_step(tmp_path, step)
+    assert sig.kind == "sanitizer_report" and "k_pinned_upload_end_mark" in sig.key and sig.key.startswith("cuda-pin-all")
