@@ -253,6 +253,26 @@ def test_the_stage_writes_its_measurements_as_llama_bench_rows_too(tmp_path):
     assert rows[0]["build_commit"] != rows[2]["build_commit"] and rows[0]["backends"] == "CPU"
 
 
+def test_llama_completion_s_own_timings_are_kept_as_a_cross_check(tmp_path):
+    pipe = FakePipeline(tmp_path, "perf")
+    for config, pp, tg in (("base", 250.0, 80.0), ("fork", 200.0, 40.0)):
+        gen = pipe.run.layout.gen_dir(CPU, config, "gemma3-270m")
+        gen.mkdir(parents=True)
+        for k in (1, 2):
+            (gen / f"story.r{k}.stderr").write_text(
+                f"I common_perf_print: prompt eval time =  55.03 ms /  14 tokens ( 3.93 ms per token, {pp + k} tokens "
+                f"per second)\nI common_perf_print:        eval time = 1546.01 ms / 119 runs ( 12.99 ms per token, "
+                f"{tg + k} tokens per second)\n", encoding="utf-8")
+    stage_speed(pipe)
+    bench = read_bench(pipe.run.dir, CPU)
+    assert bench["completion_timings"] == {"base/gemma3-270m": {"pp_tok_s": 251.5, "tg_tok_s": 81.5, "runs": 2},
+                                           "fork/gemma3-270m": {"pp_tok_s": 201.5, "tg_tok_s": 41.5, "runs": 2}}
+    log = (pipe.run.dir / speed_steps(pipe.run)["speed:base-vs-fork:tg"].log).read_text()
+    assert "cross-check, llama-completion's own tg tok/s" in log and "41.5 vs 81.5, 0.51x" in log
+    # a cross-check judges nothing: the fake engines are equally fast, so both rules pass
+    assert {s.status for s in speed_steps(pipe.run).values()} == {"passed"}
+
+
 def with_processes(pipe: FakePipeline, processes: int) -> FakePipeline:
     """``pipe`` with ``base-vs-fork``'s speed measured by ``processes`` engine processes per side."""
     group = pipe.matrix.groups["base-vs-fork"]

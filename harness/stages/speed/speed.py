@@ -28,11 +28,12 @@ already.
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ...common.statistics import judge, spread
 from ...matrix.config import Generation, GroupSpeed, Platform, SpeedRule
@@ -268,7 +269,8 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
                         roster.drop(pair.unit.engine, m.config)
         finally:
             roster.close()
-        verdicts = [_judge(pipe, p, r, measured, records, problems, out) for r in rules]
+        completion = completion_timings(layout, p.name, measured.values())
+        verdicts = [_judge(pipe, p, r, measured, records, problems, out, completion) for r in rules]
         _store(pipe, pairs, identities, records, measured, rules, verdicts)
         failed = [v for v in verdicts if v["status"] != "passed"]
         reused = sorted({r.cached for r in records.values() if r.cached})
@@ -291,8 +293,39 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
                                     "engines_resident_max": roster.peak, "peak_host_rss_bytes": peak_bytes,
                                     "pairs": [r.to_json() for r in records.values()],
                                     "measurements": [m.to_json() for m in measured.values()],
+                                    "completion_timings": completion,
                                     "rules": [{k: v for k, v in x.items() if k != "log"} for x in verdicts]})
     write_rows(pipe.run.dir, p.name)  # the same measurements as llama-bench rows (harness.record.llama_bench)
+
+
+#: llama-completion's own timing lines (common/common.cpp, common_perf_print): the prompt's and the generated
+#: tokens' speed, tok/s.
+_PERF_TOK_S = {"pp": re.compile(r"prompt eval time =.*?([0-9.]+) tokens per second"),
+               "tg": re.compile(r"(?<!prompt )eval time =.*?([0-9.]+) tokens per second")}
+
+
+def completion_timings(layout: Any, platform: str, measurements: Iterable[Measurement]) -> dict[str, Any]:
+    """A cross-check of the stage's figures by llama-completion's own: per configuration and model measured, the
+    median pp and tg tok/s that ``common_perf_print`` reported in the run's comparisons of that configuration on
+    that model (``<platform>/<config>/gen/<model>/*.stderr``; other prompts and token counts than the stage's, so
+    their ratios, not their tok/s, compare), with the number of runs.  Configurations whose comparisons ran no
+    llama-completion in this run (taken from the result cache, or not compared) are left out."""
+    out: dict[str, Any] = {}
+    for m in measurements:
+        key = f"{m.config}/{m.unit.model}"
+        if key in out:
+            continue
+        found: dict[str, list[float]] = {"pp": [], "tg": []}
+        for path in sorted(layout.gen_dir(platform, m.config, m.unit.model).glob("*.stderr")):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            for metric, pattern in _PERF_TOK_S.items():
+                values = pattern.findall(text)
+                if values:
+                    found[metric].append(float(values[-1]))
+        if found["pp"] or found["tg"]:
+            out[key] = {f"{metric}_tok_s": statistics.median(v) if v else None for metric, v in found.items()} | \
+                {"runs": max(len(found["pp"]), len(found["tg"]))}
+    return out
 
 
 def _load_average() -> list[float] | None:
@@ -515,9 +548,11 @@ def interleave(sessions: dict[str, EngineSession], configs: list[str], unit: Uni
 
 def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[tuple[Unit, frozenset[str]], str], Measurement],
            pairs: dict[tuple[Unit, frozenset[str]], PairRecord], problems: dict[str, list[Failure]],
-           out: Path) -> dict[str, Any]:
+           out: Path, completion: dict[str, Any] | None = None) -> dict[str, Any]:
     """Judge rule ``r`` on its pair's samples, write its log, record its step (its seconds: its pair's
-    rounds); returns its bench.json record (with ``log``, its file name, which the caller drops)."""
+    rounds); returns its bench.json record (with ``log``, its file name, which the caller drops).  The log
+    also gives the ratio of llama-completion's own timings of both sides (``completion``:
+    :func:`completion_timings`), a cross-check that judges nothing."""
     rule = r.rule
     key = pair_key(r.unit, r.reference, rule.candidate)
     ref, cand = measured.get((key, r.reference)), measured.get((key, rule.candidate))
@@ -551,6 +586,15 @@ def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[tuple[Unit
         record.update(ratio=verdict.ratio, threshold=verdict.threshold, p_value=verdict.p_value,
                       reference_spread=asdict(verdict.reference), candidate_spread=asdict(verdict.candidate))
     lines.append(f"{status}: {detail}")
+    timings = completion or {}
+    ref_t = timings.get(f"{r.reference}/{r.unit.model}") or {}
+    cand_t = timings.get(f"{rule.candidate}/{r.unit.model}") or {}
+    metric_key = f"{rule.metric}_tok_s"
+    if ref_t.get(metric_key) and cand_t.get(metric_key):
+        lines.append(f"cross-check, llama-completion's own {rule.metric} tok/s in this run's comparisons (other prompts "
+                     f"and token counts; common_perf_print, medians of {cand_t['runs']} and {ref_t['runs']} runs): "
+                     f"{cand_t[metric_key]:.1f} vs {ref_t[metric_key]:.1f}, "
+                     f"{cand_t[metric_key] / ref_t[metric_key]:.2f}x")
     record.update(status=status, detail=detail)
     cached = pairs[key].cached if key in pairs else ""
     if cached:
