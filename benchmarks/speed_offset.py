@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.matrix.config import Generation  # noqa: E402
-from harness.stages.outputs.engine import ENGINE_TARGET, EngineSession, engine_argv  # noqa: E402
+from harness.stages.build.engine_target import ENGINE_TARGET  # noqa: E402
+from harness.stages.outputs.engine import EngineSession, engine_argv  # noqa: E402
 
 
 @dataclass

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.kinds import nvidia
-from harness.record import environment, gpu
+from harness.record import gpu
 from harness.stages.checks.expectation_load import model_buffers
 from harness.stages.outputs.compare import GenerationResult
 from harness.matrix.config import MatrixError, load_matrix

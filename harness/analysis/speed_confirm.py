@@ -28,7 +28,8 @@ from ..common.errors import InputError
 from ..matrix.config import Generation, Matrix
 from ..matrix.platforms import executable_suffix
 from ..record.results import read_summary
-from ..stages.outputs.engine import ENGINE_TARGET, EngineError, EngineSession, engine_argv
+from ..stages.build.engine_target import ENGINE_TARGET
+from ..stages.outputs.engine import EngineError, EngineSession, engine_argv
 from ..stages.speed.speed import Measurement, Unit, interleave, process_medians
 from .speed_diff import SpeedChange
 from ..common.statistics import MIN_SAMPLES, judge

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...common import proc
-from ..build.engine_target import ENGINE_SOURCE_DIR, ENGINE_TARGET, engine_cmake_options, engine_source_digest
 
 #: The prefix of every reply line the engine writes to stdout.
 REPLY_PREFIX = b"@@engine "

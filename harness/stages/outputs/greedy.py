@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 
-import os
 import shutil
 import signal
 import tempfile
@@ -63,7 +62,6 @@ from .generation_cache import SessionCache, generation_from_record, generation_i
     restored_completion, spec_identity
 from ...common.locks import Rank, joined_by_holder_of
 from ...common import proc
-from ...common.jobserver import available_cores
 from ...record.probe import PROBE_FILE
 from ...record.reloads import RELOADS_FILE, RELOADS_LOG
 from ...record.results import Failure, write_json

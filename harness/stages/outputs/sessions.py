@@ -21,7 +21,8 @@ from ..build.builds import Builds
 from ..build.cross import Emulator
 from ..checks.reload_rules import reload_count
 from .compare import GenerationSpec
-from .engine import ENGINE_TARGET, engine_argv
+from ..build.engine_target import ENGINE_TARGET
+from .engine import engine_argv
 from .generation_cache import SessionCache, side_identity
 from .greedy import Hooks, Side
 

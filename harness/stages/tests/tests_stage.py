@@ -38,8 +38,8 @@ def run_tests(ctx: Context) -> None:
         for step, wrapper in runs:
             target_dir = ctx.run.layout.tests(p.name, step)
 
-            def file(name: str, step: str = step) -> Path:
-                return ctx.run.layout.tests_file(p.name, step, name)
+            def file(name: str, step: str = step, platform: str = p.name) -> Path:
+                return ctx.run.layout.tests_file(platform, step, name)
             if wrapper and not shutil.which(wrapper[0]):
                 ctx.run.record_step(StepRecord(p.name, "fork", step, "skipped",
                                                detail="compute-sanitizer not found"))
