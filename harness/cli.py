@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from . import __version__
 from .args import (build_options, find_checkout, matrix_options, patches_options, positive,
@@ -251,10 +251,20 @@ def _bench_commands(sub: argparse._SubParsersAction) -> None:
                     help="no new environment and no pip install: run nox with this Python")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one ``error:`` line (the command, what is wrong, where the help
+    is) and exit 2, as every other expected error of the command line (README.md, "Exit codes"); its
+    sub-parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``error: <prog>: <message> (<prog> --help tells the options)`` to stderr and exit 2."""
+        self.exit(EXIT_BAD_INPUT, f"error: {self.prog}: {message} (`{self.prog} --help` tells the options)\n")
+
+
 def parser() -> argparse.ArgumentParser:
     """The whole command line: one sub-parser per command, each option declared once (harness.args).  Its
     defaults point into the checkout holding the working directory (harness.args.find_checkout)."""
-    top = argparse.ArgumentParser(
+    top = _Parser(
         prog=PROG, description="Build, test and compare the llama.cpp fork (upstream at one commit plus "
                                "patches/) on each platform of matrix.yaml; results in results/<run-id>/.",
         epilog=f"`{PROG} COMMAND --help` tells a command's options.  Exit codes: 0 passed, 1 failed, 2 bad input "
@@ -307,6 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         parser().print_help(sys.stderr)
+        print(f"error: {PROG}: a command is needed (the commands are listed above)", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
         args = parse(argv)

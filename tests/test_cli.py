@@ -91,3 +91,19 @@ def test_the_noxfile_imports_from_the_harness_only_what_the_standard_library_run
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
+
+@pytest.mark.parametrize("argv", [["build", "--lanes", "0"], ["build", "-j", "0"], ["compare-outputs", "--n-predict", "-1"],
+                                  ["build", "--sanitize", "bogus"], ["build", "--nosuchflag"], ["nosuchcommand"]])
+def test_a_usage_error_is_one_error_line_and_exit_2(argv, capsys):
+    from harness import cli
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and err.startswith("error: "), err
+
+
+def test_no_command_prints_the_commands_and_one_error_line(capsys):
+    from harness import cli
+    assert cli.main([]) == 2
+    err = capsys.readouterr().err
+    assert "compare-outputs" in err and [line for line in err.splitlines() if line.startswith("error:")] == \
+        ["error: llama-fork-harness: a command is needed (the commands are listed above)"]

@@ -34,3 +34,4 @@ def test_a_build_steps_log_starts_with_its_command_that_can_be_pasted_back(tmp_p
     first, output = log.read_text().split("\n", 1)
     assert rc == 0 and first.startswith("$ env HARNESS_X=")
     assert pasted(first[2:]) == output == f"{AWKWARD!r} 75;80\n"
+

@@ -60,11 +60,16 @@ def compile_variant(ctx: Context, p: Platform, variant: str, like: Plan | None =
     units.  Returns None when the step was skipped (a CUDA wheel missing: the reason names it)
     or could not start (recorded as ``error`` with its failure fact).
     """
-    with ctx.doing(p.name, variant, "compile"):
-        return _compile_variant(ctx, p, variant, like)
+    logs = ctx.run.layout.compile_logs(p.name, variant)
+    with ctx.doing(p.name, variant, "compile"), \
+            ctx.console.step(f"[{p.name}] compile {variant}", watch=logs / "build.log") as shown:
+        result, status, detail, log = _compile_variant(ctx, p, variant, like)
+        shown.finish(status, detail, log if log is not None and status not in ("passed", "skipped") else "")
+        return result
 
 
-def _compile_variant(ctx: Context, p: Platform, variant: str, like: Plan | None) -> CompileResult | None:
+def _compile_variant(ctx: Context, p: Platform, variant: str,
+                     like: Plan | None) -> tuple[CompileResult | None, str, str, Path | None]:
     logs = ctx.run.layout.compile_logs(p.name, variant)
     start = time.monotonic()
     result: CompileResult | None = None
@@ -110,8 +115,7 @@ def _compile_variant(ctx: Context, p: Platform, variant: str, like: Plan | None)
     ctx.run.record_step(StepRecord(p.name, variant, "compile", status, round(time.monotonic() - start, 1),
                                    detail, ctx.run.layout.relative(log) if log else "", failures,
                                    cached=reused))
-    ctx.say(f"[{p.name}] compile {variant}: {status} — {detail}")
-    return result
+    return result, status, detail, log
 
 
 STAGE = Stage("compile", command="build", role="build", reads=("matrix", "source"),
