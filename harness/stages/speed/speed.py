@@ -459,7 +459,8 @@ def _measure(pipe: Pipeline, roster: Roster, pair: Pair, rec: PairRecord, proble
     of process i's rounds (every round kept in ``rounds``), so the rank test compares processes, whose
     offsets no interleaving inside one process can cancel (docs/speed.md, "Noise").  Records in ``rec`` the
     engines started and their peak resident sets, and in ``problems`` the engines that could not start.
-    Returns the measurements of the configurations that had an engine in every process pair."""
+    Returns the measurements of the configurations that some process pair measured; after an engine error no
+    further process pair is started, and the side's samples fall short (the rule then says ``error``)."""
     unit = pair.unit
     kind = unit.engine
     per_process: list[list[Measurement]] = []
