@@ -61,15 +61,18 @@ def test_content_lines_with_crlf_are_not_taken_for_a_converted_file(project):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler")
-def test_the_build_records_an_absolute_path_patch_as_an_error_and_nothing_lands_anywhere(project):
+def test_the_build_refuses_an_absolute_path_patch_as_input_and_nothing_lands_anywhere(project):
+    # a patch that names a path outside the tree is bad input, refused before any work as `patches check`
+    # refuses it (issue 43): exit 2, one error line naming the patch and its line, no run, no tree
     patch = _only_patch(project)
     escape = project.root / "escaped" / "FORK.md"
     _rewrite(patch, "a/FORK.md b/FORK.md", f"a/{escape} b/{escape}")
     _rewrite(patch, "+++ b/FORK.md", f"+++ b/{escape}")
     done = subprocess.run(project.argv("build"), cwd=REPO_ROOT, env=project.env(), capture_output=True, text=True)
-    assert done.returncode == 1, done.stdout + done.stderr
-    summary = json.loads((project.results / "latest" / "summary.json").read_text())
-    fork = next(c for c in summary["configurations"] if c["config"] == "fork" and c["step"] == "build")
-    assert fork["status"] == "error" and f"the diff names the absolute path '{escape}'" in fork["detail"]
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [done.stderr.strip()] and done.stderr.startswith(f"error: {patch}:")
+    assert f"the diff names the absolute path '{escape}'" in done.stderr
     assert not escape.exists()
-    assert not list((project.work / "fork").rglob("FORK.md"))  # git am never ran
+    assert not (project.results / "latest").exists()
+    fork_tree = project.work / "fork"
+    assert not fork_tree.exists() or not list(fork_tree.rglob("FORK.md"))  # git am never ran
