@@ -8,6 +8,8 @@ per configuration.  Before any generation, what cannot run is refused (harness.s
 
 from __future__ import annotations
 
+import errno
+
 import json
 from dataclasses import asdict
 from typing import Sequence
@@ -166,9 +168,13 @@ def _record_cut_generations(ctx: Context, p: Platform, exc: BaseException, runne
                             gen_steps: dict) -> None:
     """Record the generate steps of ``p`` that an interrupt or exception cut short, with what they did."""
     why = describe_abort(exc)
+    # a full results disk also ends the engines writing their logs there: their crashes are its doing, not a
+    # fork failure, and the step says it was cut short, with them named in its detail
+    disk_full = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
     for config, problems in gen_steps.items():
         ran = runner.side_runs.get(Side(p.name, config), 0)
-        status = "failed" if any(f.kind not in ("model", "blocked") for f in problems) else "interrupted"
+        status = "failed" if not disk_full and any(f.kind not in ("model", "blocked") for f in problems) \
+            else "interrupted"
         texts = list(dict.fromkeys(f.text() for f in problems))
         detail = f"{why} after {ran} generation(s)" + "".join(f"; {t}" for t in texts)
         ctx.run.record_step(StepRecord(p.name, config, "generate", status, detail=detail, failures=problems))
