@@ -128,10 +128,10 @@ def _within_spread(ratio: float, factor: float, spread: Spread | None, verdict: 
     when it fell past the narrower of ``factor`` and the ``spread`` clean runs have shown: past the factor but
     within what clean runs moved (the rule cannot tell the build from the machine), or past anything clean runs
     moved though within the factor.  ``triage --confirm`` re-measures a suspect."""
-    bound = min(factor, spread.factor) if spread is not None else factor
-    if ratio >= 1.0 / (1.0 + bound):
-        return verdict, why
     if spread is None:
+        return verdict, why
+    bound = min(factor, spread.factor)
+    if ratio >= 1.0 / (1.0 + bound):
         return verdict, why
     return SUSPECT, (f"ratio fell to {ratio:.3f}x of run A's: past {'the factor' if bound == factor else 'the spread'} "
                      f"({bound:.0%}), within what it is judged by ({max(factor, spread.factor):.0%}: its smallest "
@@ -211,6 +211,7 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
                                      n_prompt=mb.get("n_prompt"), n_gen=mb.get("n_gen"), factor=wide,
                                      processes=int(mb.get("processes") or 1))
                 rel = None
+                spread = spreads.get((platform, inst, config, metric, ref.name)) if ref is not None else None
                 if ref is not None:
                     try:
                         ra = round_ratios(xa, set_a[ref.name][f"{metric}_tok_s"])
@@ -218,7 +219,6 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
                     except ValueError:  # a reference sample of 0 tok/s: no ratio, as without a reference
                         ra = rb = []
                     if min(len(ra), len(rb)) >= MIN_SAMPLES:
-                        spread = spreads.get((platform, inst, config, metric, ref.name))
                         judged = max(wide, spread.factor) if spread is not None else wide
                         rel = compare_ratios(ra, rb, judged, p_max)
                         change.reference, change.reference_kind = ref.name, ref.kind
@@ -226,8 +226,7 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
                         change.vs_reference_ratio, change.vs_reference_p = rel.ratio, rel.p_value
                         change.factor = judged
                 change.verdict, change.why = _verdict(tok_s, rel, ref.kind if rel is not None and ref else "")
-                if rel is not None and ref is not None and change.verdict == UNCHANGED:
-                    spread = spreads.get((platform, inst, config, metric, ref.name))
+                if rel is not None and change.verdict == UNCHANGED:
                     change.verdict, change.why = _within_spread(rel.ratio, wide, spread, change.verdict, change.why)
                 out.append(change)
     return out

@@ -28,7 +28,7 @@ from itertools import permutations
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..record.bench import INSTRUMENT_KEY, bench_platforms, instrument, read_bench
+from ..record.bench import bench_platforms, instrument, read_bench
 from .speed_ratios import interleaved, round_ratios
 
 #: The committed runs the spreads are measured from.
@@ -62,10 +62,10 @@ def clean(run_dir: Path) -> bool:
     return summary.get("overall") == "passed" and not run_dir.name.startswith("plant-")
 
 
-def median_ratios(run_dir: Path) -> dict[tuple[str, int, str], dict[tuple[str, str], float]]:
+def median_ratios(run_dir: Path) -> dict[tuple[str, int, str], dict[tuple[str, str, str], float]]:
     """(platform, instrument, machine as JSON) -> (configuration, metric, reference) -> the median per-round ratio,
     for every pair of configurations measured interleaved in the run's ``bench.json`` (both directions)."""
-    out: dict[tuple[str, int, str], dict[tuple[str, str], float]] = {}
+    out: dict[tuple[str, int, str], dict[tuple[str, str, str], float]] = {}
     for platform in bench_platforms(run_dir):
         bench = read_bench(run_dir, platform) or {}
         where = (platform, instrument(bench), json.dumps(bench.get("machine"), sort_keys=True))
@@ -81,29 +81,28 @@ def median_ratios(run_dir: Path) -> dict[tuple[str, int, str], dict[tuple[str, s
                         except ValueError:
                             continue
                         if ratios:
-                            mine[(config, f"{metric}\0{ref}")] = statistics.median(ratios)
+                            mine[(config, metric, ref)] = statistics.median(ratios)
     return out
 
 
 def measure(run_dirs: Iterable[Path]) -> dict[Key, Spread]:
     """Every ratio's :class:`Spread` over the clean runs among ``run_dirs`` (:func:`clean`), pairs of runs of the
     same platform, instrument and machine fingerprint only."""
-    by_where: dict[tuple[str, int, str], list[dict[tuple[str, str], float]]] = {}
+    by_where: dict[tuple[str, int, str], list[dict[tuple[str, str, str], float]]] = {}
     for d in run_dirs:
         if clean(d):
             for where, ratios in median_ratios(d).items():
                 by_where.setdefault(where, []).append(ratios)
     out: dict[Key, Spread] = {}
     for (platform, inst, _), runs in by_where.items():
-        changes: dict[tuple[str, str], list[float]] = {}
+        changes: dict[tuple[str, str, str], list[float]] = {}
         for a, b in permutations(runs, 2):
             for k in a.keys() & b.keys():
                 if a[k] > 0:
                     changes.setdefault(k, []).append(b[k] / a[k])
-        for (config, metric_ref), values in changes.items():
-            metric, ref = metric_ref.split("\0")
-            key = (platform, inst, config, metric, ref)
-            n_runs = sum(1 for r in runs if (config, metric_ref) in r)
+        for ratio, values in changes.items():
+            key = (platform, inst, *ratio)
+            n_runs = sum(1 for r in runs if ratio in r)
             spread = Spread(min(values), len(values), n_runs)
             if key not in out or spread.smallest < out[key].smallest:
                 out[key] = spread
@@ -121,4 +120,4 @@ def committed() -> Mapping[Key, Spread]:
     return measure(run_dirs_under(EVIDENCE))
 
 
-__all__ = ["Spread", "Key", "EVIDENCE", "INSTRUMENT_KEY", "clean", "measure", "committed", "run_dirs_under"]
+__all__ = ["Spread", "Key", "EVIDENCE", "clean", "measure", "committed", "run_dirs_under"]
