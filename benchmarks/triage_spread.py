@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from harness.analysis.speed_diff import compare_bench  # noqa: E402
 from harness.analysis.speed_ratios import rule_factors, same_mode_upstream  # noqa: E402
-from harness.analysis.speed_spread import EVIDENCE, clean, committed, run_dirs_under  # noqa: E402
+from harness.analysis.speed_spread import EVIDENCE, clean, committed  # noqa: E402
+from harness.record.summary import run_dirs_under  # noqa: E402
 from harness.matrix.config import load_matrix  # noqa: E402
 from harness.record.bench import instrument, read_bench  # noqa: E402
 

@@ -8,6 +8,7 @@ import pytest
 
 from harness.analysis import svg
 from harness.analysis.report import render_html
+from harness.record.results import ComparisonRecord
 from harness.analysis.report_figures import kl_figure, probe_figure, rule_history, speed_pair_figures
 from harness.record.bench import read_bench
 
@@ -62,11 +63,11 @@ def test_a_rule_history_runs_over_the_evidence_oldest_first():
 
 
 def test_kl_per_position_is_drawn_where_the_comparison_records_it():
-    cmp = {"model": "m", "prompt": "p", "candidate": "fork", "reference": "base",
-           "first_divergence": {"index": 2}, "kl": {"per_position": [0.0, 0.001, 0.5, 0.2]}}
+    cmp = ComparisonRecord("p1", "g", "m", "p", "base", "fork", "diverged", first_divergence={"index": 2},
+                           kl={"per_position": [0.0, 0.001, 0.5, 0.2]})
     out = kl_figure(cmp)
     assert "first divergent token at 2" in out and "position 2: 0.5 nats" in out and "KL (nats)" in out
-    assert kl_figure({"kl": {"mean": 0.1}}) == ""
+    assert kl_figure(ComparisonRecord("p1", "g", "m", "p", "base", "fork", "diverged", kl={"mean": 0.1})) == ""
 
 
 def test_the_report_of_a_committed_gpu_run_shows_its_pictures(tmp_path):

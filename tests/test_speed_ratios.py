@@ -16,7 +16,8 @@ from harness.analysis.speed_diff import REGRESSION, SUSPECT, UNCHANGED, compare_
 from harness.analysis.speed_ratios import (FORK_ONLY, UPSTREAM, Reference, choose_reference, compare_ratios,
                                            interleaved, recorded_rule_factors, round_ratios, rule_factors,
                                            rule_references, same_mode_upstream)
-from harness.analysis.speed_spread import clean, committed, run_dirs_under
+from harness.analysis.speed_spread import clean, committed
+from harness.record.summary import run_dirs_under
 from harness.common.statistics import judge
 from harness.record.bench import instrument
 from harness.matrix.config import load_matrix

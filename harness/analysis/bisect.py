@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..args import parse_defines, split_names
 from ..common.errors import InputError
+from ..record.results import IDENTICAL
 
 
 class BisectError(InputError):
@@ -568,7 +569,7 @@ class GroupCheck:
                         pc = compare_runs(prompt, g.reference, ref_runs, cand, cand_runs,
                                           lambda text, _m=self.model_paths[model], _t=tok_bin: tokenize(
                                               _t, _m, text, bisector.dir_at(k, "fork") / "tokenize"))
-                        if pc.status != "identical":
+                        if pc.status != IDENTICAL:
                             return False, f"{model}/{prompt}: {cand} vs {g.reference}: {pc.detail}"
                 except RuntimeError as exc:
                     return False, str(exc)

@@ -43,7 +43,7 @@ from typing import Any, Callable, Sequence
 from ..args import split_names
 from ..common.errors import EXIT_FAILED, EXIT_PASSED, InputError
 from ..matrix.config import Matrix, RunConfig, Source, load_matrix
-from ..record.results import (PATCH, STEP, VERDICT_EXIT_CODES, ComparisonRecord, RunLayout, load_records,
+from ..record.results import (IDENTICAL, PATCH, STEP, VERDICT_EXIT_CODES, ComparisonRecord, RunLayout, load_records,
                               write_json)
 from ..stages.build.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
 from ..common.locks import Rank, exclusive
@@ -336,7 +336,7 @@ def forecast_record(run_dir: Path, *, onto: Onto, new: BaseTree, old: BaseTree, 
         "verdict": line,
         "needs_work": work,
         "output_changes": changes,
-        "upstream_output_changes": [u for u in upstream if u["status"] != "identical"],
+        "upstream_output_changes": [u for u in upstream if u["status"] != IDENTICAL],
         "upstream_comparisons": upstream,
         "patches": [asdict(o) for o in outcomes],
         "stages": [{k: s[k] for k in ("platform", "config", "step", "status", "seconds", "detail")}
@@ -393,7 +393,7 @@ def forecast_markdown(rec: dict) -> str:
     if rec["upstream_comparisons"]:
         for u in rec["upstream_comparisons"]:
             out.append(f"- {u['platform']} {u['group']} {u['model']}/{u['prompt']}: {u['status']}"
-                       + (f" — {_md(u['difference'])}" if u["status"] != "identical" else ""))
+                       + (f" — {_md(u['difference'])}" if u["status"] != IDENTICAL else ""))
     else:
         out.append("none compared")
     if rec.get("not_built"):

@@ -38,7 +38,9 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..common.fs import write_text_whole
-from ..record.results import COMPARISON, KILLED, PATCH, STEP, VERDICT, ComparisonRecord, RunLayout, read_summary
+from ..record.results import (COMPARISON, DIVERGED, IDENTICAL, KILLED, PATCH, STEP, VERDICT, ComparisonRecord, RunLayout,
+                              StepRecord)
+from ..record.summary import read_run
 from .signatures import load_signatures, step_logs
 from ..record.bench import bench_platforms, read_bench
 from ..record.expectations import read_expectations
@@ -65,11 +67,6 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _summary(run_dir: Path) -> dict:
-    data = read_summary(run_dir)
-    return data
-
-
 def _bytes(n: float) -> str:
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= size:
@@ -77,10 +74,10 @@ def _bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
-def _counts(items: Iterable[dict]) -> dict[str, int]:
+def _counts(items: Iterable[StepRecord | ComparisonRecord]) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in items:
-        out[item.get("status", "?")] = out.get(item.get("status", "?"), 0) + 1
+        out[item.status] = out.get(item.status, 0) + 1
     return out
 
 
@@ -164,14 +161,14 @@ def align_divergence(reference: str, candidate: str, divergence: dict | None) ->
                      cand_token, candidate[p + 1:], False)
 
 
-def _compare_entry(run_dir: Path, cmp: dict) -> dict | None:
-    entries = _read_json(RunLayout(run_dir).compare_json(cmp["platform"], cmp["candidate"]))
+def _compare_entry(run_dir: Path, cmp: ComparisonRecord) -> dict | None:
+    entries = _read_json(RunLayout(run_dir).compare_json(cmp.platform, cmp.candidate))
     if not isinstance(entries, list):
         return None
     match = None
     for e in entries:
-        if (e.get("prompt_id") == cmp["prompt"] and e.get("group", cmp["group"]) == cmp["group"]
-                and e.get("model", cmp["model"]) == cmp["model"] and e.get("reference") == cmp["reference"]):
+        if (e.get("prompt_id") == cmp.prompt and e.get("group", cmp.group) == cmp.group
+                and e.get("model", cmp.model) == cmp.model and e.get("reference") == cmp.reference):
             match = e  # the last one recorded wins (a continued run appends)
     return match
 
@@ -329,19 +326,19 @@ def _piece(token: str | None, cls: str) -> str:
     return f'<mark class="{cls}" title="first divergent token">{escape(shown)}</mark>'
 
 
-def _divergence_html(run_dir: Path, cmp: dict) -> str:
-    head = (f'{escape(cmp["platform"])} · {escape(cmp["group"])} · {escape(cmp["model"])}/{escape(cmp["prompt"])}: '
-            f'{escape(cmp["candidate"])} vs {escape(cmp["reference"])}')
+def _divergence_html(run_dir: Path, cmp: ComparisonRecord) -> str:
+    head = (f'{escape(cmp.platform)} · {escape(cmp.group)} · {escape(cmp.model)}/{escape(cmp.prompt)}: '
+            f'{escape(cmp.candidate)} vs {escape(cmp.reference)}')
     entry = _compare_entry(run_dir, cmp)
-    div = cmp.get("first_divergence")
+    div = cmp.first_divergence
     if entry is None or not isinstance(entry.get("reference_text"), str):
         return (f'<article class="divergence"><h3>{head}</h3><p class="muted">compare.json has no texts for this '
-                f'comparison; {escape(cmp.get("detail", ""))}</p></article>')
+                f'comparison; {escape(cmp.detail)}</p></article>')
     al = align_divergence(entry["reference_text"], entry.get("candidate_text") or "", div)
     where = f"generated token {al.index}" if al.index is not None else "the first differing character"
     if div and "near_tie" in div:
         where += f" ({'near tie' if div['near_tie'] else 'hard divergence'}; near-tie margin {div.get('near_tie_margin')})"
-    kl = cmp.get("kl")
+    kl = cmp.kl
     if kl:
         where += (f"; KL mean {kl['mean']:.3g}, max {kl['max']:.3g} nats at position {kl['max_at']}, "
                   f"top-1 agreement {kl['top1_agreement']:.1%}")
@@ -363,66 +360,57 @@ def _divergence_html(run_dir: Path, cmp: dict) -> str:
             f'{kl_figure(cmp)}</article>')
 
 
-def _step_status(s: dict) -> str:
+def _step_status(s: StepRecord) -> str:
     """A step's status badge; a test step taken from the result cache shows ``reused`` (never ``passed``) and
     the run it came from, restored generations their status and ``cached: <run-id>`` (docs/cache.md)."""
-    if not s.get("cached"):
-        return _status(s.get("status", ""))
-    if shown_as_reused(s.get("step", "")):
+    if not s.cached:
+        return _status(s.status)
+    if shown_as_reused(s.step):
         return (f'<span class="st st-success st-reused">reused</span> '
-                f'<span class="muted">from run {escape(s["cached"])}</span>')
-    return f'{_status(s.get("status", ""))} <span class="muted">cached: {escape(s["cached"])}</span>'
+                f'<span class="muted">from run {escape(s.cached)}</span>')
+    return f'{_status(s.status)} <span class="muted">cached: {escape(s.cached)}</span>'
 
 
-def _steps_table(steps: list[dict], sigs: dict) -> str:
+def _steps_table(steps: list[StepRecord], sigs: dict) -> str:
     rows = []
     for s in steps:
-        bad = s.get("status") in _BAD
-        sig = sigs.get((s.get("platform"), s.get("config"), s.get("step")))
-        rows.append(f'<tr class="{"bad" if bad else "ok"}"><td class="nw">{escape(s.get("platform", ""))}</td>'
-                    f'<td class="nw">{escape(s.get("config", ""))}</td><td class="nw">{escape(s.get("step", ""))}</td>'
-                    f'<td>{_step_status(s)}</td><td class="num">{float(s.get("seconds") or 0):.1f} s</td>'
-                    f'<td>{escape(s.get("detail", ""))}</td><td>{_sig_html(sig)}</td></tr>')
+        bad = s.status in _BAD
+        sig = sigs.get((s.platform, s.config, s.step))
+        rows.append(f'<tr class="{"bad" if bad else "ok"}"><td class="nw">{escape(s.platform)}</td>'
+                    f'<td class="nw">{escape(s.config)}</td><td class="nw">{escape(s.step)}</td>'
+                    f'<td>{_step_status(s)}</td><td class="num">{float(s.seconds or 0):.1f} s</td>'
+                    f'<td>{escape(s.detail)}</td><td>{_sig_html(sig)}</td></tr>')
     return ('<table class="steps"><thead><tr><th>platform</th><th>config</th><th>step</th><th>status</th>'
             '<th>time</th><th>detail</th><th>signature</th></tr></thead><tbody>' + "".join(rows) + "</tbody></table>")
 
 
-def _div_cell(c: dict) -> str:
-    d = c.get("first_divergence")
-    text = describe_divergence_record(d) if d else (c.get("detail", "") if c.get("status") not in COMPARISON.successes else "")
-    tc = c.get("text_check") or {}
-    if tc.get("status") == "differs":
-        text += f"; llama-completion texts differ at byte {tc.get('first_differing_byte')}"
-    return escape(text)
-
-
-def _kl_cells(c: dict) -> str:
-    kl = c.get("kl")
+def _kl_cells(c: ComparisonRecord) -> str:
+    kl = c.kl
     if not kl:
         return '<td class="num">–</td><td class="num">–</td>'
-    over = c.get("kl_mean_max") is not None and kl["mean"] > c["kl_mean_max"]
-    flag = f' <span class="st-diverged">&gt; {c["kl_mean_max"]:g}</span>' if over else ""
+    over = c.kl_mean_max is not None and kl["mean"] > c.kl_mean_max
+    flag = f' <span class="st-diverged">&gt; {c.kl_mean_max:g}</span>' if over else ""
     return (f'<td class="num">{kl["mean"]:.3g} / {kl["max"]:.3g}{flag}</td>'
             f'<td class="num">{kl["top1_agreement"]:.1%}</td>')
 
 
-def _comparisons_table(comparisons: list[dict]) -> str:
+def _comparisons_table(comparisons: list[ComparisonRecord]) -> str:
     rows = []
     for c in comparisons:
-        bad = ComparisonRecord.from_json(c).failed()
-        if c.get("expected", "identical") != "identical":
-            nondet_expected = f' <span class="muted">(expected: {escape(c["expected"])})</span>'
+        bad = c.failed()
+        if c.expected != IDENTICAL:
+            nondet_expected = f' <span class="muted">(expected: {escape(c.expected)})</span>'
         else:
             nondet_expected = ""
-        nondet = f' <span class="muted">(nondeterministic: {escape(", ".join(c["nondeterministic"]))})</span>' \
-            if c.get("nondeterministic") else ""
-        if c.get("cached"):
-            nondet += f' <span class="muted cached">({escape(describe_cached(c["cached"]))})</span>'
-        rows.append(f'<tr class="{"bad" if bad else "ok"}"><td class="nw">{escape(c["platform"])}</td>'
-                    f'<td class="nw">{escape(c["group"])}</td>'
-                    f'<td>{escape(c["model"])}</td><td>{escape(c["prompt"])}</td><td>{escape(c["reference"])}</td>'
-                    f'<td>{escape(c["candidate"])}</td><td>{_status(c["status"])}</td><td>{_div_cell(c)}{nondet}{nondet_expected}</td>'
-                    f'{_kl_cells(c)}</tr>')
+        nondet = f' <span class="muted">(nondeterministic: {escape(", ".join(c.nondeterministic))})</span>' \
+            if c.nondeterministic else ""
+        if c.cached:
+            nondet += f' <span class="muted cached">({escape(describe_cached(c.cached))})</span>'
+        rows.append(f'<tr class="{"bad" if bad else "ok"}"><td class="nw">{escape(c.platform)}</td>'
+                    f'<td class="nw">{escape(c.group)}</td>'
+                    f'<td>{escape(c.model)}</td><td>{escape(c.prompt)}</td><td>{escape(c.reference)}</td>'
+                    f'<td>{escape(c.candidate)}</td><td>{_status(c.status)}</td>'
+                    f'<td>{escape(c.difference())}{nondet}{nondet_expected}</td>{_kl_cells(c)}</tr>')
     return ('<table class="comparisons"><thead><tr><th>platform</th><th>group</th><th>model</th><th>prompt</th>'
             '<th>reference</th><th>candidate</th><th>status</th><th>first divergent token</th>'
             '<th>KL mean / max (nats)</th><th>top-1 agree</th></tr></thead><tbody>'
@@ -516,9 +504,9 @@ def _environment_html(run_dir: Path, platform: str) -> str:
     return "<p class=\"muted\">" + " · ".join(f"{k}: {escape(str(v))}" for k, v in items if v) + "</p>"
 
 
-def _config_html(run_dir: Path, platform: str, config: str, steps: list[dict], sigs: dict) -> str:
-    bad = [s for s in steps if s.get("status") in _BAD]
-    badges = " ".join(f'{escape(s["step"])} {_status(s["status"])}' for s in steps)
+def _config_html(run_dir: Path, platform: str, config: str, steps: list[StepRecord], sigs: dict) -> str:
+    bad = [s for s in steps if s.status in _BAD]
+    badges = " ".join(f'{escape(s.step)} {_status(s.status)}' for s in steps)
     body = []
     cfg = _read_json(RunLayout(run_dir).config_json(platform, config))
     if isinstance(cfg, dict):
@@ -537,8 +525,8 @@ def _config_html(run_dir: Path, platform: str, config: str, steps: list[dict], s
                     f'<code>{escape(platform)}/{escape(config)}/gen/</code></p>')
     body.append(_expectations_html(run_dir, platform, config))
     for s in bad:
-        sig = sigs.get((platform, config, s.get("step")))
-        body.append(f'<h4>{escape(s["step"])}: {_status(s["status"])} — {escape(s.get("detail", ""))}</h4>')
+        sig = sigs.get((platform, config, s.step))
+        body.append(f'<h4>{escape(s.step)}: {_status(s.status)} — {escape(s.detail)}</h4>')
         if sig:
             body.append(f"<p>{_sig_html(sig)}</p>")
         for path in step_logs(run_dir, s)[:LOGS_PER_STEP]:
@@ -597,15 +585,16 @@ def _forecast_html(run_dir: Path) -> str:
                     f'<td>{escape(p.get("name", ""))}</td><td>{_status(p.get("status", ""))}</td>'
                     f'<td>{escape(p.get("detail", ""))}{conflicts}</td>'
                     f'<td>{escape(", ".join(p.get("applied_without", [])))}</td></tr>')
-    stage_rows = _steps_table(rec.get("stages", []), {(s["platform"], s["config"], s["step"]): s["signature"]
-                                                      for s in rec.get("stages", []) if s.get("signature")})
+    stages = rec.get("stages", [])
+    stage_rows = _steps_table([StepRecord.from_json(s) for s in stages],
+                              {(s["platform"], s["config"], s["step"]): s["signature"] for s in stages if s.get("signature")})
     first = rec.get("first_failure")
     first_html = "none"
     if first:
         first_html = (f'{escape(first["step"])} {escape(first["platform"])}/{escape(first["config"])}: '
                       + (_sig_html(first.get("signature")) or escape(first.get("detail", ""))))
     upstream = "".join(f'<li>{escape(u["platform"])} {escape(u["group"])} {escape(u["model"])}/{escape(u["prompt"])}: '
-                       f'{escape(u["status"])}{" — " + escape(u["difference"]) if u["status"] != "identical" else ""}</li>'
+                       f'{escape(u["status"])}{" — " + escape(u["difference"]) if u["status"] != IDENTICAL else ""}</li>'
                        for u in rec.get("upstream_comparisons", []))
     return (f'<section id="forecast"><h2>Forecast onto {escape(str(onto.get("commit", ""))[:12])}</h2>'
             f'<p>From the pinned base {escape(str(old.get("commit", ""))[:12])} onto '
@@ -654,26 +643,26 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
     """
     if baseline == PREVIOUS:
         baseline = default_baseline(run_dir)
-    data = _summary(run_dir)
-    steps, comparisons = data.get("configurations", []), data.get("comparisons", [])
+    data = read_run(run_dir)
+    steps, comparisons = data.steps, data.comparisons
     sigs = _sig_lookup(load_signatures(run_dir))
-    run_id = str(data.get("run_id") or run_dir.name)
-    overall = data.get("overall", "?")
-    shown = f"{overall} ({KILLED})" if data.get("interrupted") == "killed" else overall
+    run_id = data.run_id
+    overall = data.overall or "?"
+    shown = f"{overall} ({KILLED})" if data.killed else overall
     parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
              f'<meta name="viewport" content="width=device-width, initial-scale=1">'
              f'<title>Run {escape(run_id)}: {escape(shown)}</title><style>{_CSS}</style></head><body>',
              f'<header><h1>Run {escape(run_id)} <span class="verdict {escape(overall)}">{escape(shown)}</span></h1>'
              f'<p class="muted">steps: {escape(_count_text(_counts(steps)))} · comparisons: '
-             f'{escape(_count_text(_counts(comparisons)))} · summary updated {escape(str(data.get("updated", "?")))}</p>',
+             f'{escape(_count_text(_counts(comparisons)))} · summary updated {escape(data.updated or "?")}</p>',
              '<nav>' + ('<a href="#forecast">forecast</a>' if RunLayout(run_dir).forecast_json.is_file() else '')
              + '<a href="#steps">steps</a><a href="#comparisons">comparisons</a><a href="#speed">speed</a><a href="#divergences">divergences</a>'
              '<a href="#configurations">configurations</a><a href="#probe">probe</a><a href="#pin-ladder">pin ladder</a></nav></header>']
-    if data.get("cache"):
-        parts.append(f'<p class="cache">Result cache (docs/cache.md): {escape(describe_cache(data["cache"]))}</p>')
-    if data.get("skipped_platforms"):
+    if data.cache:
+        parts.append(f'<p class="cache">Result cache (docs/cache.md): {escape(describe_cache(data.cache))}</p>')
+    if data.skipped_platforms:
         parts.append("<p>Skipped platforms: " + "; ".join(
-            f"<b>{escape(k)}</b>: {escape(v)}" for k, v in sorted(data["skipped_platforms"].items())) + "</p>")
+            f"<b>{escape(k)}</b>: {escape(v)}" for k, v in sorted(data.skipped_platforms.items())) + "</p>")
     if isinstance(baseline, Path):
         parts.append(_changes_html(baseline, run_dir))
     else:
@@ -686,16 +675,16 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
                  + (_comparisons_table(comparisons) if comparisons else '<p class="muted">none recorded</p>')
                  + "</section>")
     parts.append('<section id="speed"><h2>Speed</h2>' + _speed_html(run_dir) + "</section>")
-    diverged = [c for c in comparisons if c.get("status") == "diverged"]
+    diverged = [c for c in comparisons if c.status == DIVERGED]
     parts.append('<section id="divergences"><h2>Divergences</h2>'
                  + ("".join(_divergence_html(run_dir, c) for c in diverged) or '<p class="muted">none</p>')
                  + "</section>")
     parts.append('<section id="configurations"><h2>Configurations</h2>')
-    by_platform: dict[str, dict[str, list[dict]]] = {}
+    by_platform: dict[str, dict[str, list[StepRecord]]] = {}
     for s in steps:
-        if s.get("config") == "-":
+        if s.config == "-":
             continue
-        by_platform.setdefault(s["platform"], {}).setdefault(s["config"], []).append(s)
+        by_platform.setdefault(s.platform, {}).setdefault(s.config, []).append(s)
     for platform, configs in sorted(by_platform.items()):
         parts.append(f"<h3>{escape(platform)}</h3>{_environment_html(run_dir, platform)}")
         parts += [_config_html(run_dir, platform, c, ss, sigs) for c, ss in sorted(configs.items())]
@@ -748,23 +737,23 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
     (an earlier run directory) is given — the regressions and fixes against it.  Raises
     FileNotFoundError when the run has no summary.json.
     """
-    data = _summary(run_dir)
-    steps, comparisons = data.get("configurations", []), data.get("comparisons", [])
+    data = read_run(run_dir)
+    steps, comparisons = data.steps, data.comparisons
     sigs = _sig_lookup(load_signatures(run_dir))
-    run_id = data.get("run_id") or run_dir.name
-    overall = data.get("overall", "?")
+    run_id = data.run_id
+    overall = data.overall or "?"
     icon = VERDICT[overall].icon if overall in VERDICT else "❌"
-    skipped = len(data.get("skipped_platforms") or {})
-    notes = ([KILLED] if data.get("interrupted") == "killed" else []) + \
+    skipped = len(data.skipped_platforms)
+    notes = ([KILLED] if data.killed else []) + \
         ([f"{skipped} platform{'s' if skipped != 1 else ''} skipped"] if skipped else [])
     headline = overall + (f" ({'; '.join(notes)})" if notes else "")
     lines = [f"## {icon} Run {run_id}: {headline}", "",
              f"**Steps:** {_count_text(_counts(steps))} · **comparisons:** {_count_text(_counts(comparisons))}", ""]
-    if data.get("cache"):
-        lines += [f"**Result cache:** {_md(describe_cache(data['cache']))}", ""]
-    if data.get("skipped_platforms"):
+    if data.cache:
+        lines += [f"**Result cache:** {_md(describe_cache(data.cache))}", ""]
+    if data.skipped_platforms:
         lines += ["Skipped platforms: " + "; ".join(f"`{k}` ({_md(v)})"
-                                                    for k, v in sorted(data["skipped_platforms"].items())), ""]
+                                                    for k, v in sorted(data.skipped_platforms.items())), ""]
     if baseline is not None:
         from .triage import diff_runs
         rep = diff_runs(baseline, run_dir)
@@ -774,27 +763,27 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
             new = " (new signature)" if t.signature_known is False else ""
             lines.append(f"- **{t.category}** {t.platform} {_md(t.what)}: {t.before} → {t.after}{sig}{new}")
         lines.append("")
-    failed = [s for s in steps if s.get("status") in STEP.failures]
+    failed = [s for s in steps if s.status in STEP.failures]
     if failed:
         lines += ["### Failures", "", "| platform | config | step | status | signature |", "|---|---|---|---|---|"]
         for s in failed:
-            sig = sigs.get((s.get("platform"), s.get("config"), s.get("step")))
-            cell = f"`{sig['kind']}` {_md(sig['summary'])}" if sig else _md(s.get("detail", ""))
-            lines.append(f"| {s['platform']} | {s['config']} | {s['step']} | {s['status']} | {cell} |")
+            sig = sigs.get((s.platform, s.config, s.step))
+            cell = f"`{sig['kind']}` {_md(sig['summary'])}" if sig else _md(s.detail)
+            lines.append(f"| {s.platform} | {s.config} | {s.step} | {s.status} | {cell} |")
         lines.append("")
-    bad_cmp = [c for c in comparisons if c.get("status") != "identical" or ComparisonRecord.from_json(c).failed()]
+    bad_cmp = [c for c in comparisons if c.status != IDENTICAL or c.failed()]
     if bad_cmp:
         lines += ["### Divergences and failed comparisons", ""]
         for c in bad_cmp:
-            d = c.get("first_divergence")
+            d = c.first_divergence
             if d:
                 what = f"first divergent token {_md(describe_divergence_record(d))}"
             else:
-                what = _md(c.get("detail", ""))
-            if c.get("cached"):
-                what += f" ({_md(describe_cached(c['cached']))})"
-            lines.append(f"- {c['platform']} {c['group']} {c['model']}/{c['prompt']}: {c['candidate']} vs "
-                         f"{c['reference']} **{c['status']}** — {what}")
+                what = _md(c.detail)
+            if c.cached:
+                what += f" ({_md(describe_cached(c.cached))})"
+            lines.append(f"- {c.platform} {c.group} {c.model}/{c.prompt}: {c.candidate} vs "
+                         f"{c.reference} **{c.status}** — {what}")
         lines.append("")
     speed = [(platform, r) for platform, _, rules in speed_rows(run_dir) for r in rules]
     if speed:

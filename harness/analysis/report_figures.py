@@ -16,6 +16,8 @@ from typing import Any, Iterable
 
 from ..record.bench import bench_measurements, bench_platforms, read_bench
 from ..record.probe import ProbeError, read_probe
+from ..record.results import ComparisonRecord
+from ..record.summary import run_dirs_under
 from .svg import Cell, cell_strip, line_plot, strip_plot
 
 #: Most runs a rule's history shows (the newest).
@@ -49,12 +51,6 @@ def speed_pair_figures(bench: dict[str, Any]) -> list[str]:
     return out
 
 
-def _run_dirs(results_dir: Path) -> list[Path]:
-    """Run directories (with summary.json) at any depth under ``results_dir`` (``results/evidence/`` keeps
-    runs in folders per setting)."""
-    return [p.parent for p in results_dir.rglob("summary.json")] if results_dir.is_dir() else []
-
-
 def _when(run_dir: Path) -> str:
     """The run's start (run.json ``started``), else its directory name: the history's order."""
     from .triage import _started
@@ -64,7 +60,7 @@ def _when(run_dir: Path) -> str:
 def rule_history(results_dir: Path, platform: str) -> dict[str, list[tuple[str, dict[str, Any]]]]:
     """Per speed rule step of ``platform``: (run id, its rule record) over the runs under ``results_dir`` (at any
     depth) that have one, oldest first, at most :data:`HISTORY_RUNS` of them."""
-    runs = sorted(_run_dirs(results_dir), key=lambda d: (_when(d), d.name))
+    runs = sorted(run_dirs_under(results_dir), key=lambda d: (_when(d), d.name))
     out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for run in runs:
         for rule in (read_bench(run, platform) or {}).get("rules") or []:
@@ -153,18 +149,18 @@ def probe_figures(run_dir: Path) -> list[str]:
     return out
 
 
-def kl_figure(comparison: dict[str, Any]) -> str:
+def kl_figure(comparison: ComparisonRecord) -> str:
     """A divergent comparison's KL(reference || candidate) per generated position as a line plot (its
     ``kl.per_position``, nats), the first divergent token's position in the title; "" where the record holds
     no per-position values (runs before they were recorded)."""
-    kl = comparison.get("kl") or {}
+    kl = comparison.kl or {}
     values = kl.get("per_position") or []
     if not values:
         return ""
-    first = (comparison.get("first_divergence") or {}).get("index")
+    first = (comparison.first_divergence or {}).get("index")
     where = f", first divergent token at {first}" if first is not None else ""
-    title = (f"{comparison.get('model')}/{comparison.get('prompt')}: {comparison.get('candidate')} vs "
-             f"{comparison.get('reference')}, KL per position{where}")
+    title = (f"{comparison.model}/{comparison.prompt}: {comparison.candidate} vs "
+             f"{comparison.reference}, KL per position{where}")
     return _figure(title, line_plot([float(v) for v in values], x_label="generated position (teacher-forced on "
                                     "the reference's tokens)", y_label="KL (nats)", title=title,
                                     point_titles=[f"position {i}: {float(v):.4g} nats" for i, v in enumerate(values)]))

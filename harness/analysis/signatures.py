@@ -83,7 +83,7 @@ from ..stages.tests.native_tests import WRAPPER_DID_NOT_RUN
 from ..stages.tests.sanitized_generation import CRASH_LABEL, CRASH_TOOL, sanitized_stem
 from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
 from ..record.expectations import read_expectations
-from ..record.results import (STEP, TESTS_FILES, ComparisonRecord, Failure, RunLayout, StepRecord, load_records,
+from ..record.results import (CRASHED, DIVERGED, STEP, TIMEOUT, TESTS_FILES, ComparisonRecord, Failure, RunLayout, StepRecord, load_records,
                               write_json)
 
 #: Every signature kind, declared once here (the module docstring says what each key holds), with
@@ -765,9 +765,9 @@ def generate_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
             found = classify_text(_read(path), program, roots)
             if found:
                 break
-        if fact.status == "crashed":
+        if fact.status == CRASHED:
             found = _with_crash_memcheck(layout, step, fact, found)
-        if not found and fact.status == "timeout":
+        if not found and fact.status == TIMEOUT:
             found = _sig("timeout", f"timeout in {program}", f"{program} timed out ({fact.model}/{fact.prompt})",
                          [text])
         if not found and fact.signal:
@@ -916,7 +916,7 @@ def comparison_signature(cmp: ComparisonRecord | dict) -> Signature | None:
     token index: a divergence that moves is the same failure; triage reports the move.
     """
     c = cmp if isinstance(cmp, ComparisonRecord) else ComparisonRecord.from_json(cmp)
-    if c.status != "diverged":
+    if c.status != DIVERGED:
         return None
     where = f"{c.group}/{c.model}/{c.prompt}: {c.candidate} vs {c.reference}"
     div = c.first_divergence or {}
@@ -925,7 +925,7 @@ def comparison_signature(cmp: ComparisonRecord | dict) -> Signature | None:
         at = (f"token {div.get('index')}: {ref.get('piece', 'end of output')!r} vs "
               f"{cand.get('piece', 'end of output')!r}")
     else:
-        at = c.detail or "diverged"
+        at = c.detail or DIVERGED
     return _sig("output_mismatch", where, f"{where} diverged at {at}", [c.detail or at])
 
 

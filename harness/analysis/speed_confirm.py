@@ -27,7 +27,8 @@ from typing import Callable, Mapping, Sequence
 from ..common.errors import InputError
 from ..matrix.config import Generation, Matrix
 from ..matrix.platforms import executable_suffix
-from ..record.results import read_summary
+from ..record.results import STEP_PASSED
+from ..record.summary import read_run
 from ..stages.build.engine_target import ENGINE_TARGET
 from ..stages.outputs.engine import EngineError, EngineSession, engine_argv
 from ..stages.speed.speed import Measurement, Unit, interleave, process_medians
@@ -72,12 +73,11 @@ class Confirmation:
 def recorded_build_key(run_dir: Path, platform: str, variant: str) -> str | None:
     """The key of ``variant``'s build of ``platform`` that run ``run_dir`` used (its ``build`` step's detail),
     None when the run has no such passed step."""
-    for s in read_summary(run_dir).get("configurations", []):
-        if (s.get("platform"), s.get("config"), s.get("step"), s.get("status")) == (platform, variant, "build",
-                                                                                      "passed"):
-            found = BUILD_KEY.search(str(s.get("detail") or ""))
-            return found.group(1) if found else None
-    return None
+    step = read_run(run_dir).steps_by_key().get((platform, variant, "build"))
+    if step is None or step.status != STEP_PASSED:
+        return None
+    found = BUILD_KEY.search(step.detail)
+    return found.group(1) if found else None
 
 
 def build_holding(work_dirs: Sequence[Path], platform: str, variant: str, key: str) -> Path | None:

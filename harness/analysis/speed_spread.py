@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from ..record.bench import bench_platforms, instrument, read_bench
+from ..record.results import RecordError, VERDICT
+from ..record.summary import read_run, run_dirs_under
 from .speed_ratios import interleaved, round_ratios
 
 #: The committed runs the spreads are measured from.
@@ -56,10 +58,10 @@ class Spread:
 def clean(run_dir: Path) -> bool:
     """True for a run whose ``summary.json`` says it passed and that is no planted fault's (``plant-*``)."""
     try:
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        summary = read_run(run_dir)
+    except (OSError, RecordError):
         return False
-    return summary.get("overall") == "passed" and not run_dir.name.startswith("plant-")
+    return summary.overall in VERDICT.successes and not run_dir.name.startswith("plant-")
 
 
 def median_ratios(run_dir: Path) -> dict[tuple[str, int, str], dict[tuple[str, str, str], float]]:
@@ -109,15 +111,10 @@ def measure(run_dirs: Iterable[Path]) -> dict[Key, Spread]:
     return out
 
 
-def run_dirs_under(root: Path) -> list[Path]:
-    """Every run directory below ``root`` (a folder holding ``summary.json``), at any depth."""
-    return sorted(p.parent for p in root.rglob("summary.json")) if root.is_dir() else []
-
-
 @lru_cache(maxsize=1)
 def committed() -> Mapping[Key, Spread]:
     """:func:`measure` over the checkout's committed runs (:data:`EVIDENCE`), once per process."""
     return measure(run_dirs_under(EVIDENCE))
 
 
-__all__ = ["Spread", "Key", "EVIDENCE", "clean", "measure", "committed", "run_dirs_under"]
+__all__ = ["Spread", "Key", "EVIDENCE", "clean", "measure", "committed"]

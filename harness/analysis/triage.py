@@ -55,8 +55,10 @@ from typing import Any, Mapping, Sequence
 from ..record import gpu
 from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
 from ..common.locks import RunLock
-from ..record.results import (COMPARISON, KILLED, STEP, RecordError, RunLayout, StepRecord, describe_cache, describe_cached,
-                              read_summary, shown_as_reused)
+from ..record.results import (COMPARISON, DIVERGED, GENERATION_FAILURES, KILLED, STEP, STEP_ERROR, STEP_INTERRUPTED,
+                              STEP_PASSED, ComparisonRecord, RecordError, RunLayout, StepRecord, describe_cache,
+                              describe_cached, shown_as_reused)
+from ..record.summary import RunSummary, read_run
 from . import memory_changes
 from .signatures import load_signatures
 from ..matrix.config import load_matrix
@@ -105,8 +107,10 @@ def _started(run_dir: Path) -> str:
     meta = _read_json(RunLayout(run_dir).run_json) or {}
     if isinstance(meta, dict) and meta.get("started"):
         return str(meta["started"])
-    summary = _read_json(RunLayout(run_dir).summary_json) or {}
-    return str(summary.get("updated", "")) if isinstance(summary, dict) else ""
+    try:
+        return read_run(run_dir).updated
+    except (OSError, RecordError):
+        return ""
 
 
 def known_runs(results_dir: Path) -> list[Path]:
@@ -164,22 +168,28 @@ def resolve_run(spec: str, results_dir: Path) -> Path:
     raise _unknown(spec, results_dir)
 
 
-def incomplete_reasons(summary: Mapping[str, Any]) -> list[str]:
+def incomplete_reasons(summary: RunSummary) -> list[str]:
     """Why a run is incomplete (its ``incomplete`` list, plus its interrupted steps); [] for a complete run."""
-    reasons = list(summary.get("incomplete", []))
-    for s in summary.get("configurations", []):
-        if s.get("status") == "interrupted":
-            what = f"{s.get('platform')}: {s.get('step')} {s.get('config')}: interrupted"
+    reasons = list(summary.incomplete)
+    for s in summary.steps:
+        if s.status == STEP_INTERRUPTED:
+            what = f"{s.platform}: {s.step} {s.config}: interrupted"
             if not any(what.rsplit(":", 1)[0] in r for r in reasons):
                 reasons.append(what)
-    if summary.get("overall") == "incomplete" and not reasons:
+    if summary.overall == "incomplete" and not reasons:
         reasons.append("the run's verdict is incomplete")
     return reasons
 
 
-def covered_platforms(summary: Mapping[str, Any]) -> set[str]:
-    """Platforms of a summary that ran at least one step (a skipped platform does not count)."""
-    return {s["platform"] for s in summary.get("configurations", []) if s.get("status") != "skipped"}
+def _covered(run_dir: Path) -> set[str]:
+    """The platforms the run in ``run_dir`` ran (RunSummary.covered_platforms); none without a summary.json.
+    Raises TriageInputError naming the file when its summary cannot be read."""
+    try:
+        return read_run(run_dir).covered_platforms()
+    except FileNotFoundError:
+        return set()
+    except RecordError as exc:
+        raise TriageInputError(str(exc)) from None
 
 
 def previous_run(b: Path, results_dir: Path) -> Path:
@@ -188,15 +198,14 @@ def previous_run(b: Path, results_dir: Path) -> Path:
     "Covers" means it ran a superset of the platforms b ran.  Raises TriageInputError when
     there is none.
     """
-    summary_b = _read_json(RunLayout(b).summary_json) or {}
-    wanted = covered_platforms(summary_b)
+    wanted = _covered(b)
     runs = known_runs(results_dir)
     names = [r.resolve() for r in runs]
     earlier = runs[:names.index(b.resolve())] if b.resolve() in names else runs
     for run in reversed(earlier):
         if run.resolve() == b.resolve():
             continue
-        if wanted <= covered_platforms(_read_json(RunLayout(run).summary_json) or {}):
+        if wanted <= _covered(run):
             return run.resolve()
     raise TriageInputError(f"no run before {b.name} in {results_dir} covers its platforms "
                            f"({', '.join(sorted(wanted)) or 'none'}); name two runs to compare")
@@ -375,8 +384,8 @@ def _category(before: str, after: str, bad: frozenset[str]) -> str:
     return "other"
 
 
-def _blocked_by(platform: str, step: dict | None) -> str:
-    builds = StepRecord.from_json(step).blocked_by() if step else []
+def _blocked_by(platform: str, step: StepRecord | None) -> str:
+    builds = step.blocked_by() if step else []
     return f"{platform} {', '.join(builds)} build" if builds else ""
 
 
@@ -397,7 +406,7 @@ def _short(sig: dict | None) -> dict[str, str] | None:
 
 def _unfinished(after: str) -> bool:
     """True when B's side of a record says nothing: B did not run it (absent) or was stopped during it."""
-    return after in ("absent", "interrupted")
+    return after in ("absent", STEP_INTERRUPTED)
 
 
 def _not_run(before: str, after: str) -> str:
@@ -405,15 +414,14 @@ def _not_run(before: str, after: str) -> str:
     return f"({before} in A; {'not run' if after == 'absent' else after} in B)"
 
 
-def _step_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set,
+def _step_transitions(sa: RunSummary, sb: RunSummary, sig_a: dict, sig_b: dict, known: set,
                       not_compared: list[str] | None = None, strict: bool = False) -> list[Transition]:
-    steps_a = {(s["platform"], s["config"], s["step"]): s for s in sa.get("configurations", [])}
-    steps_b = {(s["platform"], s["config"], s["step"]): s for s in sb.get("configurations", [])}
+    steps_a, steps_b = sa.steps_by_key(), sb.steps_by_key()
     out = []
     for key in sorted(set(steps_a) | set(steps_b)):
         a, b = steps_a.get(key), steps_b.get(key)
-        before = a["status"] if a else "absent"
-        after = b["status"] if b else "absent"
+        before = a.status if a else "absent"
+        after = b.status if b else "absent"
         if before != after and _unfinished(after) and not strict:
             if not_compared is not None and a is not None:
                 not_compared.append(f"{key[0]} {key[1]} {key[2]} {_not_run(before, after)}")
@@ -432,7 +440,7 @@ def _step_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set,
         if strict and _unfinished(after):
             category = "regression"
         failing_side = sig_a.get(key) if category == "fix" else sig_b.get(key)
-        detail = (b or a or {}).get("detail", "")
+        detail = (b or a).detail if (b or a) else ""
         sig_known = None
         if failing_side and category != "fix":
             sig_known = (failing_side["kind"], failing_side["key"]) in known
@@ -442,37 +450,32 @@ def _step_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set,
     return out
 
 
-def _model_unmade(step: dict | None) -> bool:
+def _model_unmade(step: StepRecord | None) -> bool:
     """True for a step that errored only because a model could not be made (every failure fact of kind
     ``model``, harness.record.results.FAILURE_KINDS): a problem of the harness's inputs, never a regression."""
-    facts = StepRecord.from_json(step).failures if step else []
-    return step is not None and step.get("status") == "error" and bool(facts) and all(f.kind == "model" for f in facts)
+    facts = step.failures if step else []
+    return step is not None and step.status == STEP_ERROR and bool(facts) and all(f.kind == "model" for f in facts)
 
 
-def _step_cached(step: dict | None) -> str:
+def _step_cached(step: StepRecord | None) -> str:
     """``cached: <run-id>`` (``reused`` for a test step) when the result cache supplied ``step``, else ""."""
-    if not step or not step.get("cached"):
+    if not step or not step.cached:
         return ""
-    return f"{'reused' if shown_as_reused(step['step']) else 'cached'}: {step['cached']}"
-
-
-def _cmp_key(c: dict) -> tuple:
-    return (c["platform"], c["group"], c["model"], c["prompt"], c["reference"], c["candidate"])
+    return f"{'reused' if shown_as_reused(step.step) else 'cached'}: {step.cached}"
 
 
 def _cmp_what(key: tuple) -> str:
     return f"{key[1]} {key[2]}/{key[3]}: {key[5]} vs {key[4]}"
 
 
-def _comparison_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known: set,
+def _comparison_transitions(sa: RunSummary, sb: RunSummary, sig_a: dict, sig_b: dict, known: set,
                             not_compared: list[str] | None = None, strict: bool = False) -> list[Transition]:
-    ca = {_cmp_key(c): c for c in sa.get("comparisons", [])}
-    cb = {_cmp_key(c): c for c in sb.get("comparisons", [])}
+    ca, cb = sa.comparisons_by_key(), sb.comparisons_by_key()
     out = []
     for key in sorted(set(ca) | set(cb)):
         a, b = ca.get(key), cb.get(key)
-        before = a["status"] if a else "absent"
-        after = b["status"] if b else "absent"
+        before = a.status if a else "absent"
+        after = b.status if b else "absent"
         if before == after:
             continue
         if _unfinished(after) and not strict:
@@ -481,38 +484,39 @@ def _comparison_transitions(sa: dict, sb: dict, sig_a: dict, sig_b: dict, known:
             continue
         category = "regression" if _unfinished(after) else _category(before, after, BAD_COMPARISON)
         sigs, side = (sig_a, a) if category == "fix" else (sig_b, b)
-        status = (side or {}).get("status")
+        status = side.status if side else None
         platform, _, model, prompt, reference, candidate = key
         sig = None
-        if status == "diverged":
+        if status == DIVERGED:
             sig = sigs.get((platform, "compare", key[1], model, prompt, candidate))
-        elif status in ("crashed", "timeout"):  # the generate step of the side that failed holds the signature
+        elif status in GENERATION_FAILURES:  # the generate step of the side that failed holds the signature
             sig = sigs.get((platform, candidate, "generate")) or sigs.get((platform, reference, "generate"))
         sig_known = None
         if sig and category != "fix":
             sig_known = (sig["kind"], sig["key"]) in known
         where = {"platform": platform, "group": key[1], "model": model, "prompt": prompt,
                  "reference": reference, "candidate": candidate}
+        shown = b or a
         out.append(Transition(category, "comparison", platform, _cmp_what(key), before, after, where,
-                              (b or a or {}).get("detail", ""), _short(sig), sig_known,
-                              cached=describe_cached(b["cached"]) if b and b.get("cached") else ""))
+                              shown.detail if shown else "", _short(sig), sig_known,
+                              cached=describe_cached(b.cached) if b and b.cached else ""))
     return out
 
 
-def _divergence_changes(sa: dict, sb: dict) -> list[DivergenceChange]:
-    ca = {_cmp_key(c): c for c in sa.get("comparisons", [])}
+def _divergence_changes(sa: RunSummary, sb: RunSummary) -> list[DivergenceChange]:
+    ca = sa.comparisons_by_key()
     out = []
-    for c in sb.get("comparisons", []):
-        div = c.get("first_divergence")
-        if c.get("status") != "diverged":
+    for c in sb.comparisons:
+        div = c.first_divergence
+        if c.status != DIVERGED:
             continue
-        key = _cmp_key(c)
+        key = c.key()
         old = ca.get(key)
-        old_div = (old or {}).get("first_divergence") if old and old.get("status") == "diverged" else None
+        old_div = old.first_divergence if old and old.status == DIVERGED else None
         index = div.get("index") if div else None
         ref = (div or {}).get("reference") or {}
         cand = (div or {}).get("candidate") or {}
-        if old is None or old.get("status") != "diverged":
+        if old is None or old.status != DIVERGED:
             change = "new"
         elif (old_div or {}).get("index") != index:
             change = "moved"
@@ -523,20 +527,25 @@ def _divergence_changes(sa: dict, sb: dict) -> list[DivergenceChange]:
                                     ref.get("piece") if div else None, cand.get("piece") if div else None,
                                     (div or {}).get("near_tie"), ref.get("margin"), cand.get("margin"),
                                     index - before if isinstance(index, int) and isinstance(before, int) else None,
-                                    describe_cached(c["cached"]) if c.get("cached") else ""))
+                                    describe_cached(c.cached) if c.cached else ""))
     return out
 
 
-def _kl_transitions(sa: dict, sb: dict) -> list[Transition]:
+def _kl_mean(c: ComparisonRecord | None) -> float | None:
+    """The comparison's mean KL divergence (nats), None when it has none."""
+    return (c.kl or {}).get("mean") if c else None
+
+
+def _kl_transitions(sa: RunSummary, sb: RunSummary) -> list[Transition]:
     """A comparison whose mean KL divergence rose above its group's ``kl_mean_max`` is a regression, even
     when its greedy tokens stayed identical; one that fell back below it is a fix."""
-    ca = {_cmp_key(c): c for c in sa.get("comparisons", [])}
+    ca = sa.comparisons_by_key()
     out = []
-    for c in sb.get("comparisons", []):
-        limit = c.get("kl_mean_max")
-        after = (c.get("kl") or {}).get("mean")
-        key = _cmp_key(c)
-        before = ((ca.get(key) or {}).get("kl") or {}).get("mean")
+    for c in sb.comparisons:
+        limit = c.kl_mean_max
+        after = _kl_mean(c)
+        key = c.key()
+        before = _kl_mean(ca.get(key))
         if limit is None or after is None:
             continue
         over_a = before is not None and before > limit
@@ -548,25 +557,25 @@ def _kl_transitions(sa: dict, sb: dict) -> list[Transition]:
         out.append(Transition("regression" if over_b else "fix", "kl", key[0], _cmp_what(key), text_a,
                               f"KL mean {after:.3g}", where,
                               f"mean KL divergence {'above' if over_b else 'back below'} the group's kl_mean_max "
-                              f"{limit:g} nats (status {c.get('status')})"))
+                              f"{limit:g} nats (status {c.status})"))
     return out
 
 
-def _memory_transitions(a: Path, b: Path, pin_changes: list[PinChange], sa: dict, sb: dict) -> list[Transition]:
+def _memory_transitions(a: Path, b: Path, pin_changes: list[PinChange], sa: RunSummary,
+                        sb: RunSummary) -> list[Transition]:
     """Regressions that no status shows: model buffers that moved (any load both runs have), expert layers the
     runtime probe finds in another buffer type, fewer page-locked bytes by the driver's count, and fewer
     page-locked bytes granted by the pin lines (harness.analysis.memory_changes); more is not a transition.
     A move is a fix instead where it made the configuration's ``expectations`` step go from failed to
     passed (the buffers went back where they belong)."""
-    def expectations(summary: dict, platform: str, config: str) -> str:
-        return next((s["status"] for s in summary.get("configurations", []) if (s["platform"], s["config"], s["step"])
-                     == (platform, config, "expectations")), "absent")
+    def expectations(summary: RunSummary, platform: str, config: str) -> str:
+        return summary.step_status(platform, config, "expectations") or "absent"
 
     out = []
     for c in memory_changes.placement_changes(a, b):
         where = {"platform": c["platform"], "config": c["config"], "model": c["model"], "load": c["load"]}
         back = expectations(sa, c["platform"], c["config"]) in BAD_STEP and \
-            expectations(sb, c["platform"], c["config"]) == "passed"
+            expectations(sb, c["platform"], c["config"]) == STEP_PASSED
         out.append(Transition("fix" if back else "regression", "placement", c["platform"],
                               f"{c['config']} {c['model']}: placement",
                               memory_changes.describe_buffers(c["before"]), memory_changes.describe_buffers(c["after"]),
@@ -651,19 +660,19 @@ def time_threshold(before_s: float) -> float:
     return max(TIME_NOISE_FRACTION * before_s, TIME_NOISE_FLOOR_S)
 
 
-def _timing_changes(sa: dict, sb: dict) -> list[TimingChange]:
-    steps_a = {(s["platform"], s["config"], s["step"]): s for s in sa.get("configurations", [])}
+def _timing_changes(sa: RunSummary, sb: RunSummary) -> list[TimingChange]:
+    steps_a = sa.steps_by_key()
     out = []
-    for s in sb.get("configurations", []):
-        key = (s["platform"], s["config"], s["step"])
+    for s in sb.steps:
+        key = (s.platform, s.config, s.step)
         a = steps_a.get(key)
         if not a or not (key[2] == "build" or key[2].startswith("test")):
             continue  # only build and test steps have meaningful times
-        if a["status"] != "passed" or s["status"] != "passed":
+        if a.status != STEP_PASSED or s.status != STEP_PASSED:
             continue  # a failed step stops early; its time says nothing
-        if any(StepRecord.from_json(x).up_to_date or x.get("cached") for x in (a, s)):
+        if any(x.up_to_date or x.cached for x in (a, s)):
             continue  # an up-to-date build did not build; a reused test step ran nothing
-        before, after = float(a.get("seconds") or 0), float(s.get("seconds") or 0)
+        before, after = float(a.seconds or 0), float(s.seconds or 0)
         threshold = time_threshold(before)
         if abs(after - before) > threshold:
             out.append(TimingChange(key[0], key[1], key[2], before, after, round(threshold, 1)))
@@ -710,23 +719,21 @@ def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str
     directory has no readable summary.json.
     """
     try:
-        sa, sb = read_summary(a), read_summary(b)
+        sa, sb = read_run(a), read_run(b)
     except (FileNotFoundError, RecordError) as exc:
         raise TriageInputError(str(exc)) from None
     entries_a, entries_b = load_signatures(a), load_signatures(b)
     sig_a, sig_b = _sig_index(entries_a), _sig_index(entries_b)
     known = {(sig["kind"], sig["key"]) for e in entries_a for sig in (e["signature"], *e.get("other_signatures", []))}
-    report = TriageReport(a=str(sa.get("run_id") or a.name), b=str(sb.get("run_id") or b.name),
-                          a_dir=str(a), b_dir=str(b),
-                          platforms=sorted(covered_platforms(sa) | covered_platforms(sb)))
+    report = TriageReport(a=sa.run_id, b=sb.run_id, a_dir=str(a), b_dir=str(b),
+                          platforms=sorted(sa.covered_platforms() | sb.covered_platforms()))
     report.b_incomplete = incomplete_reasons(sb)
-    report.b_killed = sb.get("interrupted") == "killed"
+    report.b_killed = sb.killed
     report.same_run = a.resolve() == b.resolve()
-    report.b_cache = describe_cache(sb["cache"]) if sb.get("cache") else ""
+    report.b_cache = describe_cache(sb.cache) if sb.cache else ""
     owner = RunLock.live_owner(b)
     if owner is not None:
         report.b_incomplete.insert(0, f"still running (pid {owner})")
-        sb = {**sb, "incomplete": [*sb.get("incomplete", []), f"still running (pid {owner})"]}
     report.strict = strict
     report.pin_changes = _pin_changes(a, b)
     report.speed_changes, report.speed_not_comparable = compare_speed(a, b, upstream, factors)

@@ -24,6 +24,7 @@ import jsonschema
 import yaml
 
 from ..common.errors import InputError
+from ..record.results import IDENTICAL
 
 SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
 
@@ -307,7 +308,7 @@ class Group:
     generation: Generation
     description: str = ""
     comparison: Comparison = field(default_factory=Comparison)
-    expect: str = "identical"
+    expect: str = IDENTICAL
     min_gpus: int = 1
     reference_platform: str | None = None
     #: speed rules measured after the comparisons (None: the group has none)
@@ -732,7 +733,7 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
                           generation=Generation(**{**gen_defaults, **g.get("generation", {})}),
                           description=g.get("description", ""),
                           comparison=Comparison(**{**cmp_defaults, **g.get("comparison", {})}),
-                          expect=g.get("expect", "identical"), min_gpus=int(g.get("min_gpus", 1)),
+                          expect=g.get("expect", IDENTICAL), min_gpus=int(g.get("min_gpus", 1)),
                           reference_platform=g.get("reference_platform"),
                           speed=_group_speed(g, speed_defaults))
               for name, g in doc["groups"].items()}

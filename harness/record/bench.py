@@ -81,7 +81,7 @@ def parse_step(step: str) -> tuple[str, str] | None:
 
 def bench_json(run_dir: Path, platform: str) -> Path:
     """``<platform>/speed/bench.json`` of the run in ``run_dir``."""
-    return RunLayout(run_dir).speed(platform) / "bench.json"
+    return RunLayout(run_dir).bench_json(platform)
 
 
 def read_bench(run_dir: Path, platform: str) -> dict[str, Any] | None:

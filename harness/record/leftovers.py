@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..common import proc
 from ..common.locks import RunInUse, RunLock
-from .results import Run
+from .results import Run, RunLayout
 
 #: The file of a run directory that lists its children's process groups while a process runs it.
 GROUPS_NAME = ".groups"
@@ -52,12 +52,12 @@ def settle_killed_runs(results_root: Path, skip: Path | None = None) -> list[Set
             continue
         try:
             try:
-                raw = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+                raw = json.loads(RunLayout(run_dir).summary_json.read_text(encoding="utf-8"))
                 token = str((raw.get("in_progress") or {}).get("token") or "")
             except (OSError, ValueError, AttributeError):
                 token = ""
             ended = proc.end_run_leftovers(groups, token) if token else 0
-            if (run_dir / "summary.json").is_file():
+            if RunLayout(run_dir).summary_json.is_file():
                 Run(run_dir.parent, run_dir.name, create=False).write_summary()  # loaded as settled
             groups.unlink(missing_ok=True)
             settled.append(Settled(run_dir, ended))

@@ -219,7 +219,7 @@ def _test_time(run_dir: Path) -> str:
     commands = run.get("commands") or []
     if commands and commands[-1].get("started"):
         return str(commands[-1]["started"])
-    return str((_read_json(run_dir / "summary.json") or {}).get("updated") or run.get("started") or "")
+    return str((_read_json(RunLayout(run_dir).summary_json) or {}).get("updated") or run.get("started") or "")
 
 
 def rows_of_run(run_dir: Path, platform: str) -> list[dict[str, Any]]:
@@ -228,7 +228,7 @@ def rows_of_run(run_dir: Path, platform: str) -> list[dict[str, Any]]:
     data = read_bench(run_dir, platform)
     if data is None:
         return []
-    where = str(RunLayout(run_dir).speed(platform) / "bench.json")
+    where = str(RunLayout(run_dir).bench_json(platform))
     measurements = bench_measurements(data, where)
     settings = run_settings(run_dir, platform, sorted({m.config for m in measurements}))
     return llama_bench_rows(measurements, data.get("machine") or {}, settings, _test_time(run_dir))

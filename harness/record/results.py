@@ -51,7 +51,7 @@ import threading
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
 from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
 from ..common.fs import describe, writable_dir, write_text_whole
@@ -206,6 +206,18 @@ VERDICT_EXIT_CODES = {"passed": EXIT_PASSED, "failed": EXIT_FAILED, "incomplete"
 #: The status names, for code that only needs to check membership.
 STEP_STATUSES = STEP.names
 COMPARISON_STATUSES = COMPARISON.names
+
+#: The statuses code sets or decides by, named once here (each checked against its declaration above); no
+#: other module spells a comparison status (tests/test_imports.py).
+STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED, STEP_INTERRUPTED = (
+    STEP.check(n) for n in ("passed", "failed", "error", "skipped", "interrupted"))
+IDENTICAL, DIVERGED, CRASHED, TIMEOUT, UNSUPPORTED_UPSTREAM = (
+    COMPARISON.check(n) for n in ("identical", "diverged", "crashed", "timeout", "unsupported-upstream"))
+
+#: The comparison statuses of a generation that ended abnormally (a crash, a time limit), in the order a
+#: comparison reports them when both happened (harness.stages.outputs.compare.compare_outputs); also the
+#: ``kind`` of an engine's error (harness.stages.outputs.engine.EngineError).
+GENERATION_FAILURES = (CRASHED, TIMEOUT)
 
 
 # --------------------------------------------------------------------------- failure facts
@@ -476,6 +488,9 @@ class RunLayout:
 
     dir: Path
 
+    #: The summary's file name, for code that finds runs by it (:func:`harness.record.summary.run_dirs_under`).
+    SUMMARY_NAME: ClassVar[str] = "summary.json"
+
     @property
     def run_json(self) -> Path:
         """``run.json``: id, start time, command lines."""
@@ -484,7 +499,7 @@ class RunLayout:
     @property
     def summary_json(self) -> Path:
         """``summary.json``: every step and comparison record."""
-        return self.dir / "summary.json"
+        return self.dir / self.SUMMARY_NAME
 
     @property
     def summary_md(self) -> Path:
@@ -611,6 +626,10 @@ class RunLayout:
         """``<platform>/speed/``: the speed stage's bench.json, one log per speed rule and the engines' stderr
         (harness.stages.speed.speed)."""
         return self.platform(platform) / "speed"
+
+    def bench_json(self, platform: str) -> Path:
+        """``<platform>/speed/bench.json``: the speed stage's record (harness.record.bench)."""
+        return self.speed(platform) / "bench.json"
 
     def compare_json(self, platform: str, config: str) -> Path:
         """``<platform>/<candidate>/compare.json``: the full comparison records of a candidate."""

@@ -41,9 +41,9 @@ def _layers(layers: dict[str, list[int]] | None) -> str:
     return layers_by_type_text(layers)
 
 
-def _speed(run_dir: Path, platform: str) -> dict[tuple[str, str], tuple[float, float]]:
-    """(config, model) -> (pp, tg) median tok/s, the first measurement of each."""
-    bench = _read(run_dir / platform / "speed" / "bench.json")
+def _speed(bench_json: Path) -> dict[tuple[str, str], tuple[float, float]]:
+    """(config, model) -> (pp, tg) median tok/s, the first measurement of each, from a platform's bench.json."""
+    bench = _read(bench_json)
     out: dict[tuple[str, str], tuple[float, float]] = {}
     for m in (bench or {}).get("measurements", []) if isinstance(bench, dict) else []:
         try:
@@ -65,7 +65,7 @@ def review_lines(run: Any) -> list[str]:
         record = read_expectations(run.layout.expectations_json(step.platform, step.config))
         if record is None:
             continue
-        speed = speeds.setdefault(step.platform, _speed(run.dir, step.platform))
+        speed = speeds.setdefault(step.platform, _speed(run.layout.bench_json(step.platform)))
         for load in record.loads:
             if load.load != "engine":
                 continue

@@ -40,7 +40,8 @@ from typing import Mapping, Sequence
 
 from ..args import strip_dashdash
 from ..common.errors import InputError
-from ..record.results import describe_cache, new_run_id
+from ..record.results import STEP_SKIPPED, RecordError, describe_cache, new_run_id
+from ..record.summary import read_run
 from .compile_bench import machine
 
 STAGES = ("build", "test", "compare-outputs")
@@ -121,15 +122,15 @@ def run_main_job(clone: Path, scenario: str, harness_args: Sequence[str], log_di
     out.total = round(sum(out.stages.values()), 1)
     out.load_after = _load()
     try:
-        summary = json.loads((clone / "results" / run_id / "summary.json").read_text())
-    except (OSError, ValueError):
+        summary = read_run(clone / "results" / run_id)
+    except (OSError, RecordError):
         out.verdict = "no summary"
         return out
-    out.verdict, out.cache = summary.get("overall", "?"), summary.get("cache") or {}
-    for s in summary.get("configurations", []):
-        if s.get("step") in ("build", "compile", "test") and s.get("status") != "skipped":
-            what = f"{s['platform']} {s['config']} {s['step']}" + (" (reused)" if s.get("cached") else "")
-            out.steps[what] = float(s.get("seconds") or 0)
+    out.verdict, out.cache = summary.overall or "?", summary.cache
+    for s in summary.steps:
+        if s.step in ("build", "compile", "test") and s.status != STEP_SKIPPED:
+            what = f"{s.platform} {s.config} {s.step}" + (" (reused)" if s.cached else "")
+            out.steps[what] = float(s.seconds or 0)
     return out
 
 

@@ -28,11 +28,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ...common import proc
+from ...record.results import CRASHED, DIVERGED, GENERATION_FAILURES, IDENTICAL, TIMEOUT
 
-GenerationStatus = Literal["ok", "crashed", "timeout"]
+#: How one generation ended: ``ok``, or one of harness.record.results.GENERATION_FAILURES (a crash, a time
+#: limit), the status its comparison then takes.
+GenerationStatus = str
 #: A name declared in harness.record.results.COMPARISON (the one place comparison statuses are declared).
 ComparisonStatus = str
 
@@ -348,18 +351,18 @@ def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
     )
     if timed_out:
         return GenerationResult(
-            status="timeout", text=raw, returncode=None, signal=None,
+            status=TIMEOUT, text=raw, returncode=None, signal=None,
             error_line=find_error_line(stderr), **common,
         )
     assert returncode is not None
     if returncode < 0:
         return GenerationResult(
-            status="crashed", text=raw, returncode=returncode,
+            status=CRASHED, text=raw, returncode=returncode,
             signal=_signal_name(-returncode), error_line=find_error_line(stderr), **common,
         )
     if returncode != 0:
         return GenerationResult(
-            status="crashed", text=raw, returncode=returncode, signal=None,
+            status=CRASHED, text=raw, returncode=returncode, signal=None,
             error_line=find_error_line(stderr), **common,
         )
     text, stopped_at_eog, complete = split_completion_stdout(raw)
@@ -535,7 +538,7 @@ def _describe_failures(
             continue
         first = failed[0]
         count = "" if len(runs) == 1 else f" in {len(failed)} of {len(runs)} repeats"
-        if kind == "timeout":
+        if kind == TIMEOUT:
             parts.append(f"{side} timed out{count} after {first.seconds:.0f} s")
             continue
         if first.signal is not None:
@@ -583,7 +586,7 @@ def compare_runs(
             reference_text=ref_text, candidate_text=cand,
         )
 
-    for kind in ("crashed", "timeout"):
+    for kind in GENERATION_FAILURES:
         failure = _describe_failures(kind, sides)
         if failure is not None:
             return result(kind, failure, [])
@@ -600,7 +603,7 @@ def compare_runs(
     others += [(f"reference repeat {k}", r.text) for k, r in enumerate(reference_runs[1:], 2)]
     differing = next(((label, text) for label, text in others if text != ref_text), None)
     if differing is None:
-        return result("identical", "identical", nondet)
+        return result(IDENTICAL, IDENTICAL, nondet)
     label, other = differing
     where = "" if label == "candidate repeat 1" else f" ({label} against reference repeat 1)"
 
@@ -611,8 +614,8 @@ def compare_runs(
             min(len(ref_text), len(other)),
         )
         detail = f"diverged at byte {byte_index}; the texts tokenize to the same ids"
-        return result("diverged", detail + where + suffix, nondet, cand=other)
-    return result("diverged", _describe_divergence(div) + where + suffix, nondet, div, cand=other)
+        return result(DIVERGED, detail + where + suffix, nondet, cand=other)
+    return result(DIVERGED, _describe_divergence(div) + where + suffix, nondet, div, cand=other)
 
 
 def to_json(obj: Any) -> Any:

@@ -31,6 +31,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ...record.results import CRASHED, DIVERGED, GENERATION_FAILURES, IDENTICAL, TIMEOUT
 from .compare import GenerationResult
 from .engine import EngineGeneration, GenToken, ScoreResult
 
@@ -191,7 +192,7 @@ def check_texts(ref: GenerationResult, cand: GenerationResult) -> TextCheck:
     """Compare two llama-completion runs' texts byte for byte (see ``TextCheck``)."""
     offset = first_differing_byte(ref.text, cand.text)
     if ref.complete and cand.complete:
-        status = "identical" if offset is None else "differs"
+        status = IDENTICAL if offset is None else "differs"
     else:
         # a cut text is only known up to its length: it must be a prefix of the other
         shorter = min(len(ref.text), len(cand.text))
@@ -216,12 +217,12 @@ def _side_failure(kind: str, name: str, side: SideRuns) -> str | None:
     comp = side.completion
     if comp is not None and comp.status == kind:
         cause = comp.signal or f"exit code {comp.returncode}"
-        if kind == "timeout":
+        if kind == TIMEOUT:
             cause = f"after {comp.seconds:.0f} s"
         failed.append(f"llama-completion {cause}" + (f": {comp.error_line}" if comp.error_line else ""))
     if not failed:
         return None
-    verb = "crashed" if kind == "crashed" else "timed out"
+    verb = "timed out" if kind == TIMEOUT else CRASHED
     return f"{name} {verb}: {failed[0]}" + (f" (and {len(failed) - 1} more runs)" if len(failed) > 1 else "")
 
 
@@ -266,9 +267,9 @@ def compare_streams(prompt_id: str, reference_name: str, reference: SideRuns, ca
     if not reference.engine or not candidate.engine:
         raise ValueError(f"prompt {prompt_id!r}: each side needs at least one engine run")
     base = StreamComparison(prompt_id=prompt_id, reference=reference_name, candidate=candidate_name,
-                            status="identical", detail="", kl=kl)
+                            status=IDENTICAL, detail="", kl=kl)
     sides = ((reference_name, reference), (candidate_name, candidate))
-    for kind in ("crashed", "timeout"):
+    for kind in GENERATION_FAILURES:
         failures = [f for name, side in sides if (f := _side_failure(kind, name, side))]
         if failures:
             base.status, base.detail = kind, "; ".join(failures)
@@ -300,10 +301,10 @@ def compare_streams(prompt_id: str, reference_name: str, reference: SideRuns, ca
     elif tc is not None and tc.status == "incomplete":
         notes.append("llama-completion text cut at exit on one side: compared as far as it goes")
     if base.first_divergence is not None or base.nondeterministic or (tc is not None and tc.status == "differs"):
-        base.status = "diverged"
+        base.status = DIVERGED
     elif not parts:
-        parts.append("identical")
+        parts.append(IDENTICAL)
     if kl is not None:
         notes.append(f"KL mean {kl.mean:.3g} max {kl.max:.3g} nats, top-1 agreement {kl.top1_agreement:.1%}")
-    base.detail = "; ".join(parts + notes) or "identical"
+    base.detail = "; ".join(parts + notes) or IDENTICAL
     return base

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...common import proc
+from ...record.results import CRASHED, TIMEOUT
 
 #: The prefix of every reply line the engine writes to stdout.
 REPLY_PREFIX = b"@@engine "
@@ -234,24 +235,24 @@ class EngineSession:
         self._lines.put(None)
 
     def _failure(self, kind: str, what: str, timeout_s: float | None = None) -> EngineError:
-        if kind == "timeout":
+        if kind == TIMEOUT:
             self.kill()
-            return EngineError("timeout", f"engine timed out after {timeout_s:.0f} s while {what}")
+            return EngineError(TIMEOUT, f"engine timed out after {timeout_s:.0f} s while {what}")
         rc = self.proc.wait()
         sig = _signal_name(-rc) if rc < 0 else None
         cause = sig or f"exit code {rc}"
-        return EngineError("crashed", f"engine ended while {what} ({cause})", returncode=rc, signal_name=sig)
+        return EngineError(CRASHED, f"engine ended while {what} ({cause})", returncode=rc, signal_name=sig)
 
     def _reply(self, timeout_s: float, what: str) -> dict:
         try:
             line = self._lines.get(timeout=timeout_s)
         except queue.Empty:
-            raise self._failure("timeout", what, timeout_s) from None
+            raise self._failure(TIMEOUT, what, timeout_s) from None
         if line is None:
-            raise self._failure("crashed", what)
+            raise self._failure(CRASHED, what)
         reply = json.loads(line)
         if not reply.get("ok"):
-            raise EngineError("crashed", f"engine refused {what}: {reply.get('error')}")
+            raise EngineError(CRASHED, f"engine refused {what}: {reply.get('error')}")
         return reply
 
     def _request(self, fields: Sequence[str], what: str) -> dict:
@@ -260,7 +261,7 @@ class EngineSession:
             self.proc.stdin.write("\t".join(fields).encode("ascii") + b"\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            raise self._failure("crashed", what) from None
+            raise self._failure(CRASHED, what) from None
         return self._reply(self.request_timeout_s, what)
 
     def generate(self, prompt: str) -> EngineGeneration:

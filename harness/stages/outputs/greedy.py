@@ -64,7 +64,7 @@ from ...common.locks import Rank, joined_by_holder_of
 from ...common import proc
 from ...record.probe import PROBE_FILE
 from ...record.reloads import RELOADS_FILE, RELOADS_LOG
-from ...record.results import Failure, write_json
+from ...record.results import CRASHED, GENERATION_FAILURES, IDENTICAL, UNSUPPORTED_UPSTREAM, Failure, write_json
 from .upstream_support import unsupported_upstream
 
 
@@ -127,7 +127,7 @@ class Job:
     generation: Generation
     comparison: Comparison
     label: str
-    expect: str = "identical"
+    expect: str = IDENTICAL
     upstream: Mapping[str, Side] = field(default_factory=dict)
 
 
@@ -376,7 +376,7 @@ class GreedyRunner:
                     kl = summarize_kl(score) if isinstance(score, ScoreResult) else None
                     pc = compare_streams(prompt, job.label, ref, cand.config, side, job.comparison.near_tie_margin, kl)
                     up = job.upstream.get(cand.config)
-                    if pc.status in ("crashed", "timeout") and up is not None:
+                    if pc.status in GENERATION_FAILURES and up is not None:
                         self._judge_upstream(pc, self.runs[(up, gen, prompt)], side, up, cand, model, prompt)
                     res.comparisons.append(pc)
             out.append(res)
@@ -509,7 +509,7 @@ class GreedyRunner:
             return
         why = unsupported_upstream([up.completion], [cand_runs.completion])  # type: ignore[list-item]
         if why:
-            pc.status, pc.detail = "unsupported-upstream", why
+            pc.status, pc.detail = UNSUPPORTED_UPSTREAM, why
             self.unsupported |= {(up_side, model, prompt), (cand, model, prompt)}
 
     def _score_later(self, side: Side, gen: Generation, later: list, model: str, model_path: Path,
@@ -549,7 +549,7 @@ class GreedyRunner:
                     loading = False
                 return fn(session[0])
             except (EngineError, OSError) as exc:
-                kind = exc.kind if isinstance(exc, EngineError) else "crashed"
+                kind = exc.kind if isinstance(exc, EngineError) else CRASHED
                 if session[0] is not None:
                     session[0].kill()
                     session[0].close()
@@ -872,5 +872,5 @@ class GreedyRunner:
             with self._lock:
                 self.problems.setdefault(ref, []).append(Failure(
                     "generation", model=model, prompt=prompts[0] if prompts else "",
-                    status=getattr(exc, "kind", "crashed"),
+                    status=getattr(exc, "kind", CRASHED),
                     error_line=f"engine scoring its cached tokens for a candidate: {exc}", log=self.hooks.relative(log)))

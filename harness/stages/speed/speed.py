@@ -286,7 +286,7 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
         + f"engines resident at once: at most {roster.peak}\n"
         + f"peak host memory of the engines: {_gib(peak_bytes)}"
         + (f" ({peak.pair.first} + {peak.pair.second})\n" if peak and peak_bytes else "\n"), encoding="utf-8")
-    write_json(out / "bench.json", {"machine": environment.machine_fingerprint(), INSTRUMENT_KEY: INSTRUMENT,
+    write_json(layout.bench_json(p.name), {"machine": environment.machine_fingerprint(), INSTRUMENT_KEY: INSTRUMENT,
                                     "defaults": pipe.matrix.speed,
                                     "wall_s": round(time.monotonic() - start, 2), "load_average": load,
                                     "load_average_after": _load_average(),

@@ -32,7 +32,7 @@ from pathlib import Path
 from ...kinds.registry import gpu_of
 from ...matrix.config import Generation, Platform
 from ...record import gpu
-from ...record.results import Failure, StepRecord, write_json
+from ...record.results import CRASHED, Failure, StepRecord, write_json
 from ..checks.reload_rules import pin_configuration
 from ..outputs.compare import GenerationResult, GenerationSpec, run_generation
 from ..outputs.greedy import Side
@@ -162,7 +162,7 @@ def rerun_crashes(ctx: Context) -> list[StepRecord]:
             continue
         for name in configs:
             generate = ctx.run.step(platform, name, "generate")
-            crashed = [f for f in (generate.failures if generate else []) if f.kind == "generation" and f.status == "crashed"]
+            crashed = [f for f in (generate.failures if generate else []) if f.kind == "generation" and f.status == CRASHED]
             seen = set()
             found = []
             for fact in crashed:

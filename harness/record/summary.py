@@ -1,0 +1,90 @@
+"""A run's ``summary.json`` read back, typed: the one reader for everything that looks at a finished (or
+stopped) run: triage, the report, the signatures, the forecast, the speed tools.
+
+:func:`read_run` gives a :class:`RunSummary`: its steps are :class:`~harness.record.results.StepRecord`, its
+comparisons :class:`~harness.record.results.ComparisonRecord`, and the run's own facts (verdict, skipped
+platforms, what did not run, the result cache's counts) are fields.  A summary of a harness process that died
+mid-way reads as settled (harness.record.results.settle_dead_progress).  Readers never index the JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .results import STEP_SKIPPED, ComparisonRecord, RecordError, RunLayout, StepRecord, load_records
+
+#: A step's identity in a run: (platform, config, step).
+StepKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a run's summary.json holds: ``run_id``; ``overall``, the verdict it was written with (one of
+    harness.record.results.VERDICT); the ``steps`` and ``comparisons`` in the order recorded;
+    ``skipped_platforms`` (platform -> why); ``incomplete`` (what was asked for and did not run); ``cache`` (the
+    result cache's counts, kind -> event -> n); ``interrupted`` (``killed`` for a run whose harness process died,
+    else ""); ``updated`` (when it was last written, ISO 8601 UTC; "" when unknown)."""
+
+    run_id: str
+    overall: str
+    steps: list[StepRecord] = field(default_factory=list)
+    comparisons: list[ComparisonRecord] = field(default_factory=list)
+    skipped_platforms: dict[str, str] = field(default_factory=dict)
+    incomplete: list[str] = field(default_factory=list)
+    cache: dict[str, dict[str, int]] = field(default_factory=dict)
+    interrupted: str = ""
+    updated: str = ""
+
+    @property
+    def killed(self) -> bool:
+        """True when the run's harness process died before its command ended."""
+        return self.interrupted == "killed"
+
+    def steps_by_key(self) -> dict[StepKey, StepRecord]:
+        """Each step by (platform, config, step)."""
+        return {(s.platform, s.config, s.step): s for s in self.steps}
+
+    def comparisons_by_key(self) -> dict[tuple[str, ...], ComparisonRecord]:
+        """Each comparison by :meth:`ComparisonRecord.key`."""
+        return {c.key(): c for c in self.comparisons}
+
+    def step_status(self, platform: str, config: str, step: str) -> str | None:
+        """The status of step (platform, config, step), None when the run has no such step."""
+        found = self.steps_by_key().get((platform, config, step))
+        return found.status if found else None
+
+    def covered_platforms(self) -> set[str]:
+        """Platforms that ran at least one step (a platform whose steps were all skipped does not count)."""
+        return {s.platform for s in self.steps if s.status != STEP_SKIPPED}
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def read_run(run_dir: Path) -> RunSummary:
+    """The summary.json of the run in ``run_dir``, typed.
+
+    Raises FileNotFoundError (naming the file) when there is none, and
+    harness.record.results.RecordError naming the file when it is not JSON, was written by a newer record
+    format, or holds an entry with an undeclared status or without its identity keys.
+    """
+    steps, comparisons, data = load_records(run_dir)
+    try:
+        return RunSummary(
+            run_id=_text(data.get("run_id")) or run_dir.name, overall=_text(data.get("overall")),
+            steps=steps, comparisons=comparisons,
+            skipped_platforms={str(k): _text(v) for k, v in (data.get("skipped_platforms") or {}).items()},
+            incomplete=[_text(r) for r in data.get("incomplete") or []],
+            cache={str(k): dict(v) for k, v in (data.get("cache") or {}).items()},
+            interrupted=_text(data.get("interrupted")), updated=_text(data.get("updated")))
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise RecordError(f"{RunLayout(run_dir).summary_json}: not of a summary's shape ({exc})") from None
+
+
+def run_dirs_under(root: Path) -> list[Path]:
+    """Every run directory at any depth below ``root`` (a folder holding a summary.json), sorted; [] when
+    ``root`` is no directory."""
+    return sorted(p.parent for p in root.rglob(RunLayout.SUMMARY_NAME)) if root.is_dir() else []
