@@ -345,8 +345,8 @@ def _divergence_html(run_dir: Path, cmp: ComparisonRecord) -> str:
     note = "" if al.exact else ' <span class="muted">(token pieces not found in the texts; split at the first ' \
                                'differing character)</span>'
     sides = []
-    for label, name, token, rest, cls in (("reference", cmp["reference"], al.reference_token, al.reference_rest, "ref"),
-                                          ("candidate", cmp["candidate"], al.candidate_token, al.candidate_rest,
+    for label, name, token, rest, cls in (("reference", cmp.reference, al.reference_token, al.reference_rest, "ref"),
+                                          ("candidate", cmp.candidate, al.candidate_token, al.candidate_rest,
                                            "cand")):
         ident = ""
         side = (div or {}).get(label) if div else None
