@@ -35,6 +35,7 @@ import sys
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -57,6 +58,7 @@ class Figures:
     idle_cpu_s: float | None = None
     samples_pp: list[float] = field(default_factory=list)
     samples_tg: list[float] = field(default_factory=list)
+    process: int = 0
 
 
 def cpu_seconds(pid: int) -> float:
@@ -65,15 +67,41 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def llama_bench(binary: Path, model: Path, n_prompt: int, n_gen: int, reps: int, side: str) -> Figures:
-    """One llama-bench process with every layer on the GPU; raises CalledProcessError or ValueError."""
-    out = subprocess.run([str(binary), "-m", str(model), "-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps),
-                          "-ngl", "99", "-o", "json"], check=True, capture_output=True, text=True).stdout
+def bound_to(cpus: set[int] | None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that binds the child process (and every thread it starts) to ``cpus``; None for no binding."""
+    if not cpus:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def llama_bench(binary: Path, model: Path, n_prompt: int, n_gen: int, reps: int, side: str,
+                contexts: int = 1, threads: int | None = None, cpus: set[int] | None = None,
+                process: int = 0) -> list[Figures]:
+    """One llama-bench process with every layer on the GPU: ``contexts`` pp tests of ``n_prompt`` tokens (each in a
+    context of its own, on the model loaded once) and one tg test; a Figures per pp test, each with the tg
+    figure.  ``threads``: its ``-t``; ``cpus``: the CPUs it is bound to.  Raises CalledProcessError or ValueError."""
+    argv = [str(binary), "-m", str(model), "-p", ",".join([str(n_prompt)] * contexts), "-n", str(n_gen),
+            "-r", str(reps), "-ngl", "99", "-o", "json"]
+    if threads:
+        argv += ["-t", str(threads)]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True, preexec_fn=bound_to(cpus)).stdout
     tests = json.loads(out)
-    pp = next(t for t in tests if t["n_prompt"] == n_prompt and t["n_gen"] == 0)
+    pps = [t for t in tests if t["n_prompt"] == n_prompt and t["n_gen"] == 0]
     tg = next(t for t in tests if t["n_gen"] == n_gen and t["n_prompt"] == 0)
-    return Figures(side, "llama-bench", float(pp["avg_ts"]), float(tg["avg_ts"]),
-                   samples_pp=[float(x) for x in pp["samples_ts"]], samples_tg=[float(x) for x in tg["samples_ts"]])
+    if len(pps) != contexts:
+        raise ValueError(f"llama-bench reported {len(pps)} pp tests of {n_prompt} tokens, not {contexts}")
+    return [Figures(side, "llama-bench", float(pp["avg_ts"]), float(tg["avg_ts"]),
+                    samples_pp=[float(x) for x in pp["samples_ts"]], samples_tg=[float(x) for x in tg["samples_ts"]],
+                    process=process) for pp in pps]
+
+
+def cpu_list(text: str) -> set[int]:
+    """The CPUs of a list such as ``4``, ``4-7`` or ``0,2,4-5``; an empty set for ``""``.  Raises ValueError."""
+    out: set[int] = set()
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
 
 
 def engine_figures(session: EngineSession, n_prompt: int, n_gen: int, reps: int, side: str, instrument: str,
@@ -138,6 +166,18 @@ def report(figures: list[Figures], sides: list[str], clocks: Clocks) -> None:
                 if not values:
                     continue
                 medians.setdefault(metric, {})[side] = statistics.median(values)
+                per_process: dict[int, list[float]] = {}
+                for f in mine:
+                    if getattr(f, metric) is not None:
+                        per_process.setdefault(f.process, []).append(getattr(f, metric))
+                if metric == "pp" and instrument == "llama-bench" and any(len(v) > 1 for v in per_process.values()):
+                    # several contexts a process: their figures bracketed, and the widest spread within one
+                    within = max(max(v) / min(v) for v in per_process.values())
+                    shown = " ".join("[" + ", ".join(f"{v:.0f}" for v in vs) + "]" for vs in per_process.values())
+                    print(f"  {side} pp by process [contexts]: {shown} tok/s; widest spread within a process "
+                          f"{within:.3f}x, across process medians "
+                          f"{max(map(statistics.median, per_process.values())) / min(map(statistics.median, per_process.values())):.3f}x")
+                    continue
                 print(f"  {side} {metric}: {', '.join(f'{v:.0f}' for v in values)} tok/s; spread across processes "
                       f"{max(values) / min(values):.3f}x")
             idle = [f.idle_cpu_s for f in mine if f.idle_cpu_s is not None]
@@ -161,8 +201,18 @@ def main() -> int:
     ap.add_argument("--n-gen", type=int, default=32, help="generated tokens per request (tg)")
     ap.add_argument("--reps", type=int, default=5, help="timed requests per process")
     ap.add_argument("--processes", type=int, default=4, help="processes per side and instrument")
+    ap.add_argument("--instruments", default="llama-bench,engine,beside",
+                    help="comma-separated parts to run: llama-bench, engine (alone), beside (beside an idle engine)")
+    ap.add_argument("--contexts", type=int, default=1,
+                    help="llama-bench: pp tests per process, each in a context of its own on the one loaded model")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads of each measured process (llama.cpp's "
+                    "default when left out)")
+    ap.add_argument("--cpus", default="", help="bind each measured process to these CPUs, e.g. 4 or 4-7 (none when "
+                    "left out)")
     ap.add_argument("--json", type=Path, default=None, help="also write every figure here")
     args = ap.parse_args()
+    parts = set(args.instruments.split(","))
+    cpus = cpu_list(args.cpus)
     found = subprocess.run([sys.executable, "-m", "harness", "models", args.model], cwd=ROOT, check=True,
                            capture_output=True, text=True).stdout
     model = Path(found.strip().split(": ", 1)[1])
@@ -172,7 +222,10 @@ def main() -> int:
     logs.mkdir(parents=True, exist_ok=True)
 
     def start(side: str) -> EngineSession:
-        argv = engine_argv(bins[side] / ENGINE_TARGET, model, gen, ["-ngl", "99"])
+        extra = ["-ngl", "99"] + (["-t", str(args.threads)] if args.threads else [])
+        # util-linux's taskset binds the engine and every thread it starts
+        argv = (["taskset", "--cpu-list", args.cpus] if cpus else []) + engine_argv(
+            bins[side] / ENGINE_TARGET, model, gen, extra)
         return EngineSession(argv, {}, logs / f"{side}.stderr", logs / f"{side}.cmd", load_timeout_s=300.0,
                              request_timeout_s=300.0)
 
@@ -181,12 +234,15 @@ def main() -> int:
     order = [args.sides if k % 2 == 0 else args.sides[::-1] for k in range(args.processes)]
     print(f"model {model.name}, {args.n_prompt} prompt and {args.n_gen} generated tokens, {args.reps} timed "
           f"requests per process, {args.processes} processes per side; {os.cpu_count()} cores")
+    if cpus or args.threads:
+        print(f"measured processes bound to CPUs {sorted(cpus) if cpus else 'any'}, threads {args.threads or 'default'}")
     clocks.part = "llama-bench"
-    for sides in order:
+    for k, sides in enumerate(order if "llama-bench" in parts else []):
         for side in sides:
-            figures.append(llama_bench(bins[side] / "llama-bench", model, args.n_prompt, args.n_gen, args.reps, side))
+            figures += llama_bench(bins[side] / "llama-bench", model, args.n_prompt, args.n_gen, args.reps, side,
+                                   args.contexts, args.threads, cpus, k)
     clocks.part = "engine alone"
-    for sides in order:
+    for sides in order if "engine" in parts else []:
         for side in sides:
             session = start(side)
             try:
@@ -194,7 +250,7 @@ def main() -> int:
             finally:
                 session.close()
     clocks.part = "engine beside an idle one"
-    for sides in order:
+    for sides in order if "beside" in parts else []:
         sessions = {s: start(s) for s in sides}
         try:
             for side in sides:
