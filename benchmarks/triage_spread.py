@@ -56,9 +56,9 @@ def main() -> int:
         groups[(instrument(b), json.dumps(b.get("machine"), sort_keys=True))].append(d)
     print(f"{len(runs)} clean runs with {args.platform} speed records under {EVIDENCE}")
     print("\nspread of each ratio (smallest change of its median between two clean runs):")
-    for (platform, inst, config, metric, ref), s in sorted(spreads.items()):
+    for (platform, inst, model, config, metric, ref), s in sorted(spreads.items()):
         if platform == args.platform:
-            print(f"  instrument {inst}: {config} {metric} vs {ref}: {s.smallest:.3f}x ({s.factor:.0%}), "
+            print(f"  instrument {inst}, {model}: {config} {metric} vs {ref}: {s.smallest:.3f}x ({s.factor:.0%}), "
                   f"{s.pairs} pairs of {s.runs} runs")
     pairs = [(a, b) for ds in groups.values() for a, b in permutations(ds, 2)]
     changes = [c for a, b in pairs for c in compare_bench(args.platform, benches[a], benches[b], upstream, factors,

@@ -211,7 +211,8 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
                                      n_prompt=mb.get("n_prompt"), n_gen=mb.get("n_gen"), factor=wide,
                                      processes=int(mb.get("processes") or 1))
                 rel = None
-                spread = spreads.get((platform, inst, config, metric, ref.name)) if ref is not None else None
+                spread = (spreads.get((platform, inst, str(mb.get("model")), config, metric, ref.name))
+                          if ref is not None else None)
                 if ref is not None:
                     try:
                         ra = round_ratios(xa, set_a[ref.name][f"{metric}_tok_s"])

@@ -9,7 +9,7 @@ factor then either calls such movement a slowdown or hides a real one.
 So each ratio is judged by the spread it has really shown: for every ordered pair of **clean** runs (a
 ``summary.json`` that passed, not a planted fault's ``plant-*`` run) measured by the same instrument on the same
 machine fingerprint, the change of the ratio's median (run B's median per-round ratio over run A's), and per
-(platform, configuration, metric, reference) the smallest such change: ``spread`` = 1 / smallest - 1 (0.25: a
+(platform, model, configuration, metric, reference) the smallest such change: ``spread`` = 1 / smallest - 1 (0.25: a
 clean run has shown the ratio 20 % below another's).  Triage (harness.analysis.speed_diff) counts a fall of a
 ratio as a regression only past the wider of the rule's factor and this spread, and a fall past the rule's
 factor or past the spread alone as **suspect**, which ``triage --confirm`` re-measures.
@@ -36,8 +36,9 @@ from .speed_ratios import interleaved, round_ratios
 #: The committed runs the spreads are measured from.
 EVIDENCE = Path(__file__).resolve().parents[2] / "results" / "evidence"
 
-#: (platform, instrument, configuration, metric, reference).
-Key = tuple[str, int, str, str, str]
+#: (platform, instrument, model, configuration, metric, reference): a ratio moves differently on another model
+#: (the F16 experts' prefill synchronises the stream at every expert product, a quantized one's does not).
+Key = tuple[str, int, str, str, str, str]
 
 
 @dataclass(frozen=True)
@@ -64,15 +65,16 @@ def clean(run_dir: Path) -> bool:
     return summary.overall in VERDICT.successes and not run_dir.name.startswith("plant-")
 
 
-def median_ratios(run_dir: Path) -> dict[tuple[str, int, str], dict[tuple[str, str, str], float]]:
-    """(platform, instrument, machine as JSON) -> (configuration, metric, reference) -> the median per-round ratio,
-    for every pair of configurations measured interleaved in the run's ``bench.json`` (both directions)."""
-    out: dict[tuple[str, int, str], dict[tuple[str, str, str], float]] = {}
+def median_ratios(run_dir: Path) -> dict[tuple[str, int, str], dict[tuple[str, str, str, str], float]]:
+    """(platform, instrument, machine as JSON) -> (model, configuration, metric, reference) -> the median per-round
+    ratio, for every pair of configurations measured interleaved in the run's ``bench.json`` (both directions)."""
+    out: dict[tuple[str, int, str], dict[tuple[str, str, str, str], float]] = {}
     for platform in bench_platforms(run_dir):
         bench = read_bench(run_dir, platform) or {}
         where = (platform, instrument(bench), json.dumps(bench.get("machine"), sort_keys=True))
         mine = out.setdefault(where, {})
-        for configs in interleaved(bench).values():
+        for unit, configs in interleaved(bench).items():
+            model = str(unit[0])
             for config, m in configs.items():
                 for ref, r in configs.items():
                     if ref == config:
@@ -83,21 +85,21 @@ def median_ratios(run_dir: Path) -> dict[tuple[str, int, str], dict[tuple[str, s
                         except ValueError:
                             continue
                         if ratios:
-                            mine[(config, metric, ref)] = statistics.median(ratios)
+                            mine[(model, config, metric, ref)] = statistics.median(ratios)
     return out
 
 
 def measure(run_dirs: Iterable[Path]) -> dict[Key, Spread]:
     """Every ratio's :class:`Spread` over the clean runs among ``run_dirs`` (:func:`clean`), pairs of runs of the
     same platform, instrument and machine fingerprint only."""
-    by_where: dict[tuple[str, int, str], list[dict[tuple[str, str, str], float]]] = {}
+    by_where: dict[tuple[str, int, str], list[dict[tuple[str, str, str, str], float]]] = {}
     for d in run_dirs:
         if clean(d):
             for where, ratios in median_ratios(d).items():
                 by_where.setdefault(where, []).append(ratios)
     out: dict[Key, Spread] = {}
     for (platform, inst, _), runs in by_where.items():
-        changes: dict[tuple[str, str, str], list[float]] = {}
+        changes: dict[tuple[str, str, str, str], list[float]] = {}
         for a, b in permutations(runs, 2):
             for k in a.keys() & b.keys():
                 if a[k] > 0:
