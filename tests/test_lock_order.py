@@ -109,3 +109,39 @@ def test_the_compile_thread_keeps_the_order_beside_the_builds(tmp_path):
     assert done.returncode == 0, out
     assert "[compiled-cuda] compile fork: passed" in out and "[compiled-cuda] compile base: passed" in out, out
     assert "LockOrderError" not in out
+
+
+def test_a_wait_names_whether_a_step_of_this_run_or_another_process_holds_the_lock(tmp_path):
+    """The message of a wait for an exclusive lock says who holds it: another thread of this process (a step of
+    the same run, e.g. the CUDA compile preparing the fork tree while the CPU build waits) by its thread, or
+    another harness process by the lock file."""
+    import threading
+
+    target = tmp_path / "fork" / "llama.cpp"
+    said: list[str] = []
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with exclusive(target, "the fork source tree", Rank.SOURCE):
+            taken.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold, name="compile-linux-x86_64-cuda")
+    holder.start()
+    assert taken.wait(10)
+    threading.Timer(0.5, release.set).start()
+    with exclusive(target, "the fork source tree", Rank.SOURCE, say=said.append):
+        pass
+    holder.join(10)
+    assert said == ["waiting for the fork source tree: another step of this run (thread compile-linux-x86_64-cuda) "
+                    "is using it"]
+
+    code = ("import sys, time\nfrom pathlib import Path\nfrom harness.common.locks import Rank, exclusive\n"
+            "with exclusive(Path(sys.argv[1]), 'x', Rank.SOURCE):\n    print('held', flush=True)\n    time.sleep(1.5)\n")
+    other = subprocess.Popen([sys.executable, "-c", code, str(target)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert other.stdout is not None and other.stdout.readline().strip() == "held"
+    said.clear()
+    with exclusive(target, "the fork source tree", Rank.SOURCE, say=said.append):
+        pass
+    other.wait(10)
+    assert said == [f"waiting for the fork source tree: another harness process holds {target}.lock"]

@@ -146,6 +146,11 @@ def _owned(lock_file: str, say: Callable[[str], None] | None) -> Iterator[None]:
         holder.unlink(missing_ok=True)
 
 
+#: Lock file -> the thread of this process that holds it: the message of a wait says
+#: whether the holder is another step of this run or another harness process.
+_held_here: dict[str, str] = {}
+
+
 @contextmanager
 def exclusive(target: Path, what: str, rank: Rank, say: Callable[[str], None] | None = None) -> Iterator[None]:
     """Hold the exclusive lock on ``target`` (a lock of kind ``rank``) for the block, waiting as long as another
@@ -160,13 +165,16 @@ def exclusive(target: Path, what: str, rank: Rank, say: Callable[[str], None] | 
             lock.acquire(blocking=False)
         except filelock.Timeout:
             if say:
-                say(f"waiting for {what}: another harness process, or another step of this one, "
-                    f"holds {lock.lock_file}")
+                say(f"waiting for {what}: " + (f"another step of this run ({_held_here[lock.lock_file]}) is using it"
+                                               if lock.lock_file in _held_here else
+                                               f"another harness process holds {lock.lock_file}"))
             lock.acquire()
+        _held_here[lock.lock_file] = f"thread {threading.current_thread().name}"
         try:
             with _owned(lock.lock_file, say):
                 yield
         finally:
+            _held_here.pop(lock.lock_file, None)
             lock.release()
 
 
