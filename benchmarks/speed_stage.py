@@ -174,11 +174,16 @@ def noise_report(run_dirs: list[Path], platforms: list[str], out_json: Path | No
 def main() -> int:
     """The command line (see the module docstring); returns the exit status."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("cost", "repeat", "noise"))
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--results-dir", type=Path, default=ROOT / "results" / "speed-bench")
-    ap.add_argument("--platform", action="append", default=[])
-    ap.add_argument("--group", action="append", default=[])
+    ap.add_argument("what", choices=("cost", "repeat", "noise"),
+                    help="cost: the stage's time against its work; repeat: the stage again on the same builds; "
+                    "noise: false alarms and spread over repeated stages")
+    ap.add_argument("--runs", type=int, default=5, help="stages to run (repeat, noise; default 5)")
+    ap.add_argument("--results-dir", type=Path, default=ROOT / "results" / "speed-bench",
+                    help="where each stage's run is written (default: results/speed-bench)")
+    ap.add_argument("--platform", action="append", default=[],
+                    help="a platform of the matrix (repeatable; default: linux-x86_64-cpu)")
+    ap.add_argument("--group", action="append", default=[],
+                    help="a comparison group with speed rules (repeatable; default: every one)")
     ap.add_argument("--work-dir", type=Path, default=ROOT / ".harness", help="where the builds are (repeat, noise)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed rounds per pair (noise; default: matrix)")
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds per pair (noise; default: matrix)")
