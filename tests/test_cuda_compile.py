@@ -23,7 +23,7 @@ from harness.stages.build.cuda_compile import (Plan, ToolkitMissing, assemble_to
 from harness.pipeline import Options
 from harness.stages.build.compile_stage import compile_options, compile_variant
 from harness.stages.shape import Context
-from harness.record.results import Run
+from harness.record.results import Run, StepRecord
 from harness.analysis.signatures import classify_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,8 +209,8 @@ def test_a_compile_error_fails_the_step_with_its_file_and_line(tmp_path):
     assert "a.c:2" in result.detail and "undeclared_thing" in result.detail
     assert result.not_linked == {"tool": "an object or library it needs failed to compile"}
     assert (logs / "build.rc").read_text().strip() != "0"
-    sig = classify_step(run_dir, {"platform": PLATFORM, "config": "fork", "step": "compile", "status": "failed",
-                                  "detail": result.detail})
+    sig = classify_step(run_dir, StepRecord.from_json({"platform": PLATFORM, "config": "fork", "step": "compile", "status": "failed",
+                                  "detail": result.detail}))
     assert sig.kind == "compile_error"
     assert "a.c:2" in sig.summary and "undeclared_thing" in sig.key
 
@@ -297,8 +297,7 @@ def _compile_with(fork_tree, tmp_path, rel: str, after: str | None, planted: str
         logs = run_dir / PLATFORM / "compile-fork"
         result = compile_tree(tree, work / "fork" / f"compile-{PLATFORM}", options, {rel: "M"}, list(link), logs,
                               cmake=find_tool("cmake"), ninja=find_tool("ninja"), jobs=2, env=ccache_env(work))
-        step = {"platform": PLATFORM, "config": "fork", "step": "compile", "status": result.status,
-                "detail": result.detail}
+        step = StepRecord(PLATFORM, "fork", "compile", result.status, detail=result.detail)
         return result, classify_step(run_dir, step), line_no
     finally:
         path.write_bytes(original)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ from harness.analysis.forecast import (ForecastError, forecast_markdown, parse_o
                                       without_left_out_tests)
 from harness.analysis.forecast_patches import PatchOutcome, conflict_regions, try_series
 from harness.matrix.config import load_matrix
+from harness.record.forecast import ForecastRecord
+from harness.record.results import ComparisonRecord, StepRecord
 from harness.analysis.report import render_html
 from harness.common.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PASSED
 from harness.stages.build.patches import apply_series, read_series
@@ -114,14 +117,13 @@ def test_parse_onto_reads_an_archive_s_commit_from_its_manifest(tmp_path: Path):
 
 def test_verdict_names_conflicts_compile_errors_and_output_changes(drift: DriftProject, tmp_path: Path):
     outcomes, _ = _trial(drift, drift.drift, tmp_path)
-    build = {"platform": "p", "config": "fork", "step": "build", "status": "failed", "detail": "x", "failures": []}
+    build = StepRecord("p", "fork", "build", "failed", detail="x")
     sig = {"kind": "compile_error", "key": "launcher.c: error: 'FAKE_API_VALUE' undeclared",
            "summary": "compile error in launcher.c:7: 'FAKE_API_VALUE' undeclared"}
     line, work, _ = verdict(outcomes, [build], [], {("p", "fork", "build"): sig}, [])
     assert line.startswith("2 patches need work: ")
     assert [w["patch"] for w in work] == [outcomes[1].name, outcomes[4].name]
-    diverged = {"platform": "p", "group": "base-vs-fork", "model": "m", "prompt": "one", "reference": "base",
-                "candidate": "fork", "status": "diverged", "first_divergence": None, "detail": "differs"}
+    diverged = ComparisonRecord("p", "base-vs-fork", "m", "one", "base", "fork", "diverged", detail="differs")
     elsewhere = dict(sig, key="ggml.c: error: x", summary="compile error in ggml.c:1: x")
     unowned, _, _ = verdict([outcomes[0]], [build], [], {("p", "fork", "build"): elsewhere}, [])
     assert unowned == "0 patches need work; not attributed to a patch: build p/fork (compile error in ggml.c:1: x)"
@@ -129,7 +131,7 @@ def test_verdict_names_conflicts_compile_errors_and_output_changes(drift: DriftP
     assert clean == "the series moves cleanly"
     changed, _, changes = verdict([outcomes[0]], [], [diverged], {}, [])
     assert changed.startswith("builds but outputs change: ") and changes[0]["group"] == "base-vs-fork"
-    upstream_only, _, _ = verdict([outcomes[0]], [], [dict(diverged, group="old-base-vs-new-base")], {},
+    upstream_only, _, _ = verdict([outcomes[0]], [], [replace(diverged, group="old-base-vs-new-base")], {},
                                   ["old-base-vs-new-base"])
     assert upstream_only == "the series moves cleanly"
 
@@ -195,7 +197,7 @@ def test_forecast_onto_an_upstream_output_change_blames_upstream_not_the_series(
             if c["group"] == "base-vs-fork"]
     assert fork and all(c["status"] == "identical" for c in fork)
     assert rec["output_changes"] == []
-    assert "howdy" in forecast_markdown(rec)
+    assert "howdy" in forecast_markdown(ForecastRecord.from_json(rec))
 
 
 @pytest.mark.slow

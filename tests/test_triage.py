@@ -171,7 +171,7 @@ def test_cuda_error_signature_is_error_and_api_call_not_the_call_site(runs):
     sig_b = classify_step(b.dir, b.step(CUDA, "cuda-pin-all", "generate"))
     sig_c = classify_step(c.dir, c.step(CUDA, "cuda-pin-all", "generate"))
     # a record-format-1 entry (facts only in its detail) gets the same signature
-    assert classify_step(b.dir, {**step, "detail": _detail(b, CUDA, "cuda-pin-all")}) == sig_b
+    assert classify_step(b.dir, StepRecord.from_json({**step, "detail": _detail(b, CUDA, "cuda-pin-all")})) == sig_b
     assert sig_b.kind == "cuda_error"
     assert sig_b.key == "an illegal memory access was encountered at cudaFuncSetAttribute"
     assert sig_b.key == sig_c.key  # other device, address, line, function, machine: same failure
@@ -186,12 +186,12 @@ def _detail(run: Run, platform: str, config: str) -> str:
 def test_compile_error_signature_keeps_file_and_message_without_paths_or_lines(runs):
     root, a, b, q, c = runs
     step = {"platform": WIN, "config": "fork", "step": "build", "status": "failed", "detail": "build failed"}
-    sig_b, sig_c = classify_step(b.dir, step), classify_step(c.dir, step)
+    sig_b, sig_c = classify_step(b.dir, StepRecord.from_json(step)), classify_step(c.dir, StepRecord.from_json(step))
     assert sig_b.kind == "compile_error"
     assert sig_b.key == 'ggml/src/ggml-cuda/ggml-cuda.cu: error: identifier "cudaHostRegisterReadOnlyFlag" is undefined'
     assert sig_c.key == sig_b.key
     assert "ggml-cuda.cu:512" in sig_b.summary and "ggml-cuda.cu:530" in sig_c.summary
-    assert classify_step(a.dir, {**step, "status": "passed"}) is None
+    assert classify_step(a.dir, StepRecord.from_json({**step, "status": "passed"})) is None
 
 
 @pytest.mark.parametrize("log, kind, key", [
@@ -211,7 +211,7 @@ def test_build_log_rules(tmp_path, log, kind, key):
     (logs / "configure.rc").write_text("0\n")
     (logs / "build.log").write_text(f"$ cmake --build /w/build --target all\n{log}")
     (logs / "build.rc").write_text("1\n")
-    sig = classify_step(run.dir, {"platform": CPU, "config": "fork", "step": "build", "status": "failed"})
+    sig = classify_step(run.dir, StepRecord.from_json({"platform": CPU, "config": "fork", "step": "build", "status": "failed"}))
     assert (sig.kind, sig.key) == (kind, key)
 
 
@@ -224,7 +224,7 @@ def test_configure_error(tmp_path):
         "CMake Error at /tmp/x/src/ggml/src/ggml-cuda/CMakeLists.txt:40 (message):\n"
         "  CUDA Toolkit not found\n\n-- Configuring incomplete, errors occurred!\n")
     (logs / "configure.rc").write_text("1\n")
-    sig = classify_step(run.dir, {"platform": CPU, "config": "base", "step": "build", "status": "failed"})
+    sig = classify_step(run.dir, StepRecord.from_json({"platform": CPU, "config": "base", "step": "build", "status": "failed"}))
     assert sig.kind == "configure_error"
     assert sig.key == "ggml/src/ggml-cuda/CMakeLists.txt (message): CUDA Toolkit not found"
 
@@ -283,8 +283,9 @@ def test_a_series_that_does_not_apply_has_a_patch_apply_signature_naming_the_pat
 
     # a step whose detail was lost is read from error.log; other build errors are not patch_apply
     step = {"platform": WIN, "config": "fork", "step": "build", "status": "error", "detail": ""}
-    assert classify_step(run.dir, step).key == f"patch {name} does not apply"
-    other = classify_step(run.dir, {**step, "platform": CPU, "detail": "BuildError: ninja not found on PATH"})
+    assert classify_step(run.dir, StepRecord.from_json(step)).key == f"patch {name} does not apply"
+    other = classify_step(run.dir, StepRecord.from_json({**step, "platform": CPU,
+                                                         "detail": "BuildError: ninja not found on PATH"}))
     assert other.kind == "other"
 
 
@@ -310,7 +311,7 @@ def test_test_step_assertion_signal_and_sanitizer(tmp_path):
         "\t  2 - test-cuda-pin-ladder (SEGFAULT)\n"),
         [{"name": "test-moe-pin-layers", "status": "failed", "message": "Failed"},
          {"name": "test-cuda-pin-ladder", "status": "failed", "message": "Failed"}])
-    sig = classify_step(run.dir, {"platform": CUDA, "config": "fork", "step": "test", "status": "failed"})
+    sig = classify_step(run.dir, StepRecord.from_json({"platform": CUDA, "config": "fork", "step": "test", "status": "failed"}))
     assert sig.kind == "test_assertion"  # ranks above the other test's SIGSEGV
     assert sig.key == "test-moe-pin-layers: GGML_ASSERT(n_pinned <= n_layer) failed in ggml/src/ggml-cuda/ggml-cuda.cu"
     assert "+1 more failing test" in sig.summary
@@ -324,13 +325,13 @@ def test_test_step_assertion_signal_and_sanitizer(tmp_path):
         "=========     by thread (255,0,0) in block (12,0,0)\n"
         "=========     Address 0x7f5e3c000400 is out of bounds\n"
         "========= ERROR SUMMARY: 1 error\n")
-    sig = classify_step(run.dir, {"platform": CUDA, "config": "fork", "step": "test-memcheck", "status": "failed"})
+    sig = classify_step(run.dir, StepRecord.from_json({"platform": CUDA, "config": "fork", "step": "test-memcheck", "status": "failed"}))
     assert sig.kind == "sanitizer_report"
     assert sig.key == ("test-cuda-pin-ladder: memcheck: Invalid __global__ read of size 4 bytes "
                        "in k_copy_pinned(const float *, float *, int)")
 
     (run.platform_dir(CUDA) / "tests-memcheck" / "test-cuda-pin-ladder.log").write_text("no output\n")
-    sig = classify_step(run.dir, {"platform": CUDA, "config": "fork", "step": "test-memcheck", "status": "failed"})
+    sig = classify_step(run.dir, StepRecord.from_json({"platform": CUDA, "config": "fork", "step": "test-memcheck", "status": "failed"}))
     assert (sig.kind, sig.key) == ("signal", "SIGSEGV in test-cuda-pin-ladder")  # from exit 139 = 128 + 11
 
 
@@ -346,8 +347,8 @@ def test_test_step_assertion_signal_and_sanitizer(tmp_path):
 def test_generate_step_rules(tmp_path, detail, stderr, kind, key):
     run = Run.open(tmp_path, "r1")
     write_gen(run, CPU, "fork", "gemma3-270m", "story", stderr=stderr)
-    sig = classify_step(run.dir, {"platform": CPU, "config": "fork", "step": "generate", "status": "failed",
-                                  "detail": detail})
+    sig = classify_step(run.dir, StepRecord.from_json({"platform": CPU, "config": "fork", "step": "generate", "status": "failed",
+                                  "detail": detail}))
     assert (sig.kind, sig.key) == (kind, key)
 
 

@@ -43,11 +43,13 @@ from typing import Any, Callable, Sequence
 from ..args import split_names
 from ..common.errors import EXIT_FAILED, EXIT_PASSED, InputError
 from ..matrix.config import Matrix, RunConfig, Source, load_matrix
-from ..record.results import (IDENTICAL, PATCH, STEP, VERDICT_EXIT_CODES, ComparisonRecord, RunLayout, load_records,
+from ..record.forecast import ForecastRecord
+from ..record.results import (IDENTICAL, PATCH, STEP, VERDICT_EXIT_CODES, ComparisonRecord, RunLayout, StepRecord,
                               write_json)
 from ..stages.build.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
 from ..common.locks import Rank, exclusive
 from ..stages.build.source import BaseTree, SourceError, archive_commit, cache_dir, git, obtain_base, unpacked_sdist
+from ..record.summary import read_run
 from .forecast_patches import PatchOutcome, added_files, defined_targets, try_series
 
 #: The upstream that llama-cpp-python's sdists vendor, and where.
@@ -259,7 +261,7 @@ def _failing_file(signature: dict | None) -> str | None:
     return str(signature.get("key", "")).split(": error", 1)[0] or None
 
 
-def verdict(outcomes: Sequence[PatchOutcome], steps: Sequence[dict], comparisons: Sequence[dict],
+def verdict(outcomes: Sequence[PatchOutcome], steps: Sequence[StepRecord], comparisons: Sequence[ComparisonRecord],
             signatures: dict[tuple, dict], old_groups: Sequence[str]) -> tuple[str, list[dict], list[dict]]:
     """The forecast's one-line verdict, the patches that need work and the output changes of the fork.
 
@@ -274,20 +276,20 @@ def verdict(outcomes: Sequence[PatchOutcome], steps: Sequence[dict], comparisons
         if o.status == "conflict":
             work.append({"patch": o.name, "why": f"conflict: {o.detail.removeprefix('conflicts in ')}"})
     for s in steps:
-        consequence = s.get("failures") and all(f.get("kind") == "blocked" for f in s["failures"])
-        if not STEP.is_failure(s["status"]) or consequence or s.get("config", "").startswith("old-"):
+        consequence = s.failures and all(f.kind == "blocked" for f in s.failures)
+        if not STEP.is_failure(s.status) or consequence or s.config.startswith("old-"):
             continue  # the old base is the pinned one; a step blocked by a failed build repeats that failure
-        sig = signatures.get((s["platform"], s["config"], s["step"]))
-        summary = (sig or {}).get("summary") or s.get("detail", "")
+        sig = signatures.get((s.platform, s.config, s.step))
+        summary = (sig or {}).get("summary") or s.detail
         file = _failing_file(sig)
         owners = [o.name for o in outcomes if o.applied and file and file in o.files]
         for name in owners:
-            work.append({"patch": name, "why": f"{s['step']} {s['platform']}/{s['config']}: {summary}"})
+            work.append({"patch": name, "why": f"{s.step} {s.platform}/{s.config}: {summary}"})
         if not owners:
-            work.append({"step": f"{s['step']} {s['platform']}/{s['config']}", "why": summary})
-    changes = [{k: c.get(k) for k in ("platform", "group", "model", "prompt", "candidate", "reference")}
-               | {"difference": _difference(c)}
-               for c in comparisons if c.get("group") not in old_groups and _failed(c)]
+            work.append({"step": f"{s.step} {s.platform}/{s.config}", "why": summary})
+    changes = [{"platform": c.platform, "group": c.group, "model": c.model, "prompt": c.prompt,
+                "candidate": c.candidate, "reference": c.reference, "difference": _difference(c)}
+               for c in comparisons if c.group not in old_groups and c.failed()]
     if work:
         n = len({w["patch"] for w in work if "patch" in w})
         line = f"{n} patch{'es' if n != 1 else ''} need{'' if n != 1 else 's'} work"
@@ -303,12 +305,8 @@ def verdict(outcomes: Sequence[PatchOutcome], steps: Sequence[dict], comparisons
     return line, work, changes
 
 
-def _failed(c: dict) -> bool:
-    return ComparisonRecord.from_json(c).failed()
-
-
-def _difference(c: dict) -> str:
-    return ComparisonRecord.from_json(c).difference() or c.get("status", "")
+def _difference(c: ComparisonRecord) -> str:
+    return c.difference() or c.status
 
 
 # --------------------------------------------------------------------------- report
@@ -318,17 +316,15 @@ def forecast_record(run_dir: Path, *, onto: Onto, new: BaseTree, old: BaseTree, 
                     old_groups: dict[str, str], seconds: dict[str, float], incomplete: Sequence[str]) -> dict:
     """The content of ``forecast.json`` for the run in ``run_dir`` (its summary and signatures read back)."""
     from .signatures import load_signatures
-    steps, comparisons, _ = load_records(run_dir)
-    step_rows = [asdict(s) for s in steps]
-    cmp_rows = [asdict(c) for c in comparisons]
+    run = read_run(run_dir)
     sigs = {(e["platform"], e["config"], e["step"]): e["signature"] for e in load_signatures(run_dir)
             if e.get("step") != "compare"}
-    line, work, changes = verdict(outcomes, step_rows, cmp_rows, sigs, list(old_groups))
-    first = next(({"platform": s["platform"], "config": s["config"], "step": s["step"], "detail": s["detail"],
-                   "signature": sigs.get((s["platform"], s["config"], s["step"]))}
-                  for s in step_rows if STEP.is_failure(s["status"])), None)
-    upstream = [{k: c[k] for k in ("platform", "group", "model", "prompt", "status")}
-                | {"difference": _difference(c)} for c in cmp_rows if c["group"] in old_groups]
+    line, work, changes = verdict(outcomes, run.steps, run.comparisons, sigs, list(old_groups))
+    first = next(({"platform": s.platform, "config": s.config, "step": s.step, "detail": s.detail,
+                   "signature": sigs.get((s.platform, s.config, s.step))}
+                  for s in run.steps if STEP.is_failure(s.status)), None)
+    upstream = [{"platform": c.platform, "group": c.group, "model": c.model, "prompt": c.prompt, "status": c.status,
+                 "difference": _difference(c)} for c in run.comparisons if c.group in old_groups]
     return {
         "onto": {"spec": onto.spec, "commit": new.commit, "source": new.source},
         "old_base": {"commit": old.commit, "source": old.source},
@@ -339,8 +335,9 @@ def forecast_record(run_dir: Path, *, onto: Onto, new: BaseTree, old: BaseTree, 
         "upstream_output_changes": [u for u in upstream if u["status"] != IDENTICAL],
         "upstream_comparisons": upstream,
         "patches": [asdict(o) for o in outcomes],
-        "stages": [{k: s[k] for k in ("platform", "config", "step", "status", "seconds", "detail")}
-                   | {"signature": sigs.get((s["platform"], s["config"], s["step"]))} for s in step_rows],
+        "stages": [{"platform": s.platform, "config": s.config, "step": s.step, "status": s.status,
+                    "seconds": s.seconds, "detail": s.detail, "signature": sigs.get((s.platform, s.config, s.step))}
+                   for s in run.steps],
         "first_failure": first,
         "incomplete": list(incomplete),
         "seconds": seconds,
@@ -351,58 +348,58 @@ def _md(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def forecast_markdown(rec: dict) -> str:
+def forecast_markdown(rec: ForecastRecord) -> str:
     """``forecast.md``: the verdict, one row per patch (with each conflict's hunk and the upstream lines
     it met), then one row per stage, the first failing step with its signature, and the times."""
-    onto, old = rec["onto"], rec["old_base"]
+    onto, old = rec.onto, rec.old_base
     out = [f"# Forecast: the series onto {onto['commit'][:12]}", "",
            f"- onto: `{onto['spec']}` → upstream {onto['commit']} ({onto['source']})",
            f"- from: the pinned base {old['commit']} ({old['source']})",
-           f"- written {rec['written']}", "", f"**Verdict: {rec['verdict']}**", "",
+           f"- written {rec.written}", "", f"**Verdict: {rec.verdict}**", "",
            "Upstream's own output changes (old base against new base, not the series'): "
-           + (f"{len(rec['upstream_output_changes'])} of {len(rec['upstream_comparisons'])} comparisons."
-              if rec["upstream_comparisons"] else "none compared."), "",
+           + (f"{len(rec.upstream_output_changes)} of {len(rec.upstream_comparisons)} comparisons."
+              if rec.upstream_comparisons else "none compared."), "",
            "## Patches", "", "| # | patch | status | detail | applied without |", "|---|---|---|---|---|"]
-    for p in rec["patches"]:
-        out.append(f"| {p['index']} | {_md(p['name'])} | {PATCH.icon(p['status'])} | {_md(p['detail'])} | "
-                   f"{_md(', '.join(p['applied_without']))} |")
-    for p in rec["patches"]:
-        for c in p["conflicts"]:
-            out += ["", f"### {p['name']}: `{c['file']}` `{c['hunk']}`", ""]
-            if c["reason"]:
-                out.append(f"Why: {c['reason']}")
+    for p in rec.patches:
+        out.append(f"| {p.index} | {_md(p.name)} | {PATCH.icon(p.status)} | {_md(p.detail)} | "
+                   f"{_md(', '.join(p.applied_without))} |")
+    for p in rec.patches:
+        for c in p.conflicts:
+            out += ["", f"### {p.name}: `{c.file}` `{c.hunk}`", ""]
+            if c.reason:
+                out.append(f"Why: {c.reason}")
                 out.append("")
-            where = f"line {c['upstream_line']} of the new base" if c["upstream_line"] else "not in the new base"
-            out += ["The patch writes:", "", "```", *c["wanted"], "```", "",
-                    f"Upstream has there ({where}):", "", "```", *c["upstream"], "```"]
+            where = f"line {c.upstream_line} of the new base" if c.upstream_line else "not in the new base"
+            out += ["The patch writes:", "", "```", *c.wanted, "```", "",
+                    f"Upstream has there ({where}):", "", "```", *c.upstream, "```"]
     out += ["", "## Stages", "", "| platform | config | step | status | seconds | detail | signature |",
             "|---|---|---|---|---|---|---|"]
-    for s in rec["stages"]:
-        sig = s["signature"] or {}
-        out.append(f"| {s['platform']} | {s['config']} | {s['step']} | {STEP.icon(s['status'])} | {s['seconds']} | "
-                   f"{_md(s['detail'])[:200]} | {_md(sig.get('kind', ''))} {_md(sig.get('summary', ''))[:160]} |")
-    first = rec["first_failure"]
+    for s in rec.stages:
+        sig = s.signature or {}
+        out.append(f"| {s.platform} | {s.config} | {s.step} | {STEP.icon(s.status)} | {s.seconds} | "
+                   f"{_md(s.detail)[:200]} | {_md(sig.get('kind', ''))} {_md(sig.get('summary', ''))[:160]} |")
+    first = rec.first_failure
     out += ["", "## First failing step", ""]
     if first:
-        sig = first["signature"] or {}
-        out.append(f"{first['step']} {first['platform']}/{first['config']}: {sig.get('kind', 'other')} — "
-                   f"{_md(sig.get('summary') or first['detail'])}")
+        sig = first.signature or {}
+        out.append(f"{first.step} {first.platform}/{first.config}: {sig.get('kind', 'other')} — "
+                   f"{_md(sig.get('summary') or first.detail)}")
     else:
         out.append("none")
     out += ["", "## Upstream's own output changes (old base against new base)", ""]
-    if rec["upstream_comparisons"]:
-        for u in rec["upstream_comparisons"]:
-            out.append(f"- {u['platform']} {u['group']} {u['model']}/{u['prompt']}: {u['status']}"
-                       + (f" — {_md(u['difference'])}" if u["status"] != IDENTICAL else ""))
+    if rec.upstream_comparisons:
+        for u in rec.upstream_comparisons:
+            out.append(f"- {u.platform} {u.group} {u.model}/{u.prompt}: {u.status}"
+                       + (f" — {_md(u.difference)}" if u.status != IDENTICAL else ""))
     else:
         out.append("none compared")
-    if rec.get("not_built"):
-        out += ["", "## Not built", "", *[f"- {_md(i)}" for i in rec["not_built"]]]
-    if rec.get("incomplete"):
-        out += ["", "## Not run", "", *[f"- {_md(i)}" for i in rec["incomplete"]]]
-    if rec.get("bisect"):
-        out += ["", "## Upstream bisect", "", f"```\n{json.dumps(rec['bisect'], indent=2)}\n```"]
-    out += ["", "## Times (seconds)", "", *[f"- {k}: {v}" for k, v in rec["seconds"].items()], ""]
+    if rec.not_built:
+        out += ["", "## Not built", "", *[f"- {_md(i)}" for i in rec.not_built]]
+    if rec.incomplete:
+        out += ["", "## Not run", "", *[f"- {_md(i)}" for i in rec.incomplete]]
+    if rec.bisect:
+        out += ["", "## Upstream bisect", "", f"```\n{json.dumps(rec.bisect, indent=2)}\n```"]
+    out += ["", "## Times (seconds)", "", *[f"- {k}: {v}" for k, v in rec.seconds.items()], ""]
     return "\n".join(out)
 
 
@@ -527,15 +524,15 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
                 rc = EXIT_PASSED
             seconds["stages"] = round(time.monotonic() - tried, 1)
             seconds["total"] = round(time.monotonic() - started, 1)
-            summary = json.loads(RunLayout(run.dir).summary_json.read_text())
             rec = forecast_record(run.dir, onto=onto, new=new, old=old, outcomes=outcomes, old_groups=old_groups,
-                                  seconds=seconds, incomplete=summary.get("incomplete", []))
+                                  seconds=seconds, incomplete=read_run(run.dir).incomplete)
             rec["applied_series"] = [p.name for p in applied]
             rec["not_built"] = dropped
             if args.bisect:
                 rec["bisect"] = upstream_bisect(args, onto, old, new, say)
             write_json(RunLayout(run.dir).forecast_json, rec)
-            RunLayout(run.dir).forecast_md.write_text(forecast_markdown(rec), encoding="utf-8")
+            RunLayout(run.dir).forecast_md.write_text(forecast_markdown(ForecastRecord.from_json(rec)),
+                                                       encoding="utf-8")
             write_report(run.dir)  # again: it shows the forecast too
         finally:
             run.close()

@@ -26,14 +26,13 @@ from __future__ import annotations
 import difflib
 import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
-from ..record.results import PATCH
+from ..record.forecast import HunkConflict, PatchOutcome
 from ..stages.build.patches import AM_ARGS, Git, Patch, reset_to_base
 
 #: Ref under which the old base's commit is kept in the trial repository (its blobs serve 3-way merges).
@@ -44,56 +43,6 @@ MET_MAX_LINES = 40
 _MERGE_CONFIG = ("merge.conflictStyle=merge",)
 _FAILED_AT = re.compile(r"^error: patch failed: (?P<file>.+?):(?P<line>\d+)$", re.M)
 _GIT_REASON = re.compile(r"^(?:error|fatal): (?P<msg>.+)$", re.M)
-
-
-@dataclass
-class HunkConflict:
-    """One place where a patch met upstream code it cannot be merged with.
-
-    ``file``: path in the tree; ``hunk``: the patch's ``@@`` header (old-base line numbers);
-    ``wanted``: the lines the patch's hunk writes there (context and ``+`` lines);
-    ``upstream_line``: 1-based line of the new base's file where the met lines start (0 when
-    the file is not in the new base); ``upstream``: those lines (at most MET_MAX_LINES, then a
-    count); ``reason``: what git said when it could not merge the file at all, else ''.
-    """
-
-    file: str
-    hunk: str
-    wanted: list[str]
-    upstream_line: int
-    upstream: list[str]
-    reason: str = ""
-
-
-@dataclass
-class PatchOutcome:
-    """What one patch did on the new base.
-
-    ``index``: 1-based position in the series; ``status``: one of harness.record.results.PATCH;
-    ``files``: the paths it changes; ``detail``: one line for people; ``conflicts``: for
-    ``conflict``, where and what it met; ``applied_without``: for a patch that applied, the
-    earlier patches of the series that were left out before it; ``commit``: the commit it made
-    in the trial repository ('' when none); ``seconds``: wall time of its git calls.
-    """
-
-    index: int
-    name: str
-    subject: str
-    status: str
-    files: list[str]
-    detail: str
-    conflicts: list[HunkConflict] = field(default_factory=list)
-    applied_without: list[str] = field(default_factory=list)
-    commit: str = ""
-    seconds: float = 0.0
-
-    def __post_init__(self) -> None:
-        PATCH.check(self.status)
-
-    @property
-    def applied(self) -> bool:
-        """True when the patch made a commit (clean or 3-way)."""
-        return bool(self.commit)
 
 
 def _parsed(patch: Patch) -> list:

@@ -38,10 +38,12 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..common.fs import write_text_whole
-from ..record.results import (COMPARISON, DIVERGED, IDENTICAL, KILLED, PATCH, STEP, VERDICT, ComparisonRecord, RunLayout,
-                              StepRecord)
+from ..record.results import (COMPARISON, DIVERGED, IDENTICAL, KILLED, PATCH, STEP, VERDICT, ComparisonRecord, RecordError,
+                              RunLayout, StepRecord)
 from ..record.summary import read_run
 from .signatures import load_signatures, step_logs
+from ..record.compare import CompareEntry, find_compare_entry
+from ..record.forecast import read_forecast
 from ..record.bench import bench_platforms, read_bench
 from ..record.expectations import read_expectations
 from ..record.probe import layers_by_type_text
@@ -161,16 +163,12 @@ def align_divergence(reference: str, candidate: str, divergence: dict | None) ->
                      cand_token, candidate[p + 1:], False)
 
 
-def _compare_entry(run_dir: Path, cmp: ComparisonRecord) -> dict | None:
-    entries = _read_json(RunLayout(run_dir).compare_json(cmp.platform, cmp.candidate))
-    if not isinstance(entries, list):
+def _compare_entry(run_dir: Path, cmp: ComparisonRecord) -> CompareEntry | None:
+    try:
+        return find_compare_entry(RunLayout(run_dir).compare_json(cmp.platform, cmp.candidate), cmp.group, cmp.model,
+                                  cmp.prompt, cmp.reference)
+    except (OSError, RecordError):
         return None
-    match = None
-    for e in entries:
-        if (e.get("prompt_id") == cmp.prompt and e.get("group", cmp.group) == cmp.group
-                and e.get("model", cmp.model) == cmp.model and e.get("reference") == cmp.reference):
-            match = e  # the last one recorded wins (a continued run appends)
-    return match
 
 
 # --------------------------------------------------------------------------- pin ladder chart
@@ -331,10 +329,10 @@ def _divergence_html(run_dir: Path, cmp: ComparisonRecord) -> str:
             f'{escape(cmp.candidate)} vs {escape(cmp.reference)}')
     entry = _compare_entry(run_dir, cmp)
     div = cmp.first_divergence
-    if entry is None or not isinstance(entry.get("reference_text"), str):
+    if entry is None or entry.reference_text is None:
         return (f'<article class="divergence"><h3>{head}</h3><p class="muted">compare.json has no texts for this '
                 f'comparison; {escape(cmp.detail)}</p></article>')
-    al = align_divergence(entry["reference_text"], entry.get("candidate_text") or "", div)
+    al = align_divergence(entry.reference_text, entry.candidate_text or "", div)
     where = f"generated token {al.index}" if al.index is not None else "the first differing character"
     if div and "near_tie" in div:
         where += f" ({'near tie' if div['near_tie'] else 'hard divergence'}; near-tie margin {div.get('near_tie_margin')})"
@@ -567,39 +565,40 @@ def _expectations_html(run_dir: Path, platform: str, config: str) -> str:
 
 def _forecast_html(run_dir: Path) -> str:
     """The forecast section: verdict, one row per patch (conflicts with the upstream lines they met),
-    one row per stage with its signature, and upstream's own output changes; '' without forecast.json."""
-    rec = _read_json(RunLayout(run_dir).forecast_json)
-    if not isinstance(rec, dict):
+    one row per stage with its signature, and upstream's own output changes; '' without a readable forecast.json."""
+    try:
+        rec = read_forecast(RunLayout(run_dir).forecast_json)
+    except (OSError, RecordError):
         return ""
-    onto, old = rec.get("onto", {}), rec.get("old_base", {})
+    onto, old = rec.onto, rec.old_base
     rows = []
-    for p in rec.get("patches", []):
-        bad = PATCH.is_failure(p.get("status", ""))
+    for p in rec.patches:
+        bad = PATCH.is_failure(p.status)
         conflicts = "".join(
-            f'<details><summary><code>{escape(c["file"])}</code> <code>{escape(c["hunk"])}</code></summary>'
-            + (f'<p class="muted">{escape(c["reason"])}</p>' if c.get("reason") else "")
-            + f'<p>the patch writes:</p><pre>{escape(chr(10).join(c["wanted"]))}</pre><p>upstream has '
-            + (f'at line {c["upstream_line"]}' if c.get("upstream_line") else "nothing there (not in the new base)")
-            + f':</p><pre>{escape(chr(10).join(c["upstream"]))}</pre></details>' for c in p.get("conflicts", []))
-        rows.append(f'<tr class="{"bad" if bad else "ok"}"><td class="num">{p.get("index")}</td>'
-                    f'<td>{escape(p.get("name", ""))}</td><td>{_status(p.get("status", ""))}</td>'
-                    f'<td>{escape(p.get("detail", ""))}{conflicts}</td>'
-                    f'<td>{escape(", ".join(p.get("applied_without", [])))}</td></tr>')
-    stages = rec.get("stages", [])
-    stage_rows = _steps_table([StepRecord.from_json(s) for s in stages],
-                              {(s["platform"], s["config"], s["step"]): s["signature"] for s in stages if s.get("signature")})
-    first = rec.get("first_failure")
+            f'<details><summary><code>{escape(c.file)}</code> <code>{escape(c.hunk)}</code></summary>'
+            + (f'<p class="muted">{escape(c.reason)}</p>' if c.reason else "")
+            + f'<p>the patch writes:</p><pre>{escape(chr(10).join(c.wanted))}</pre><p>upstream has '
+            + (f'at line {c.upstream_line}' if c.upstream_line else "nothing there (not in the new base)")
+            + f':</p><pre>{escape(chr(10).join(c.upstream))}</pre></details>' for c in p.conflicts)
+        rows.append(f'<tr class="{"bad" if bad else "ok"}"><td class="num">{p.index}</td>'
+                    f'<td>{escape(p.name)}</td><td>{_status(p.status)}</td>'
+                    f'<td>{escape(p.detail)}{conflicts}</td>'
+                    f'<td>{escape(", ".join(p.applied_without))}</td></tr>')
+    stage_rows = _steps_table([StepRecord(s.platform, s.config, s.step, s.status, s.seconds, s.detail)
+                               for s in rec.stages],
+                              {(s.platform, s.config, s.step): s.signature for s in rec.stages if s.signature})
+    first = rec.first_failure
     first_html = "none"
     if first:
-        first_html = (f'{escape(first["step"])} {escape(first["platform"])}/{escape(first["config"])}: '
-                      + (_sig_html(first.get("signature")) or escape(first.get("detail", ""))))
-    upstream = "".join(f'<li>{escape(u["platform"])} {escape(u["group"])} {escape(u["model"])}/{escape(u["prompt"])}: '
-                       f'{escape(u["status"])}{" — " + escape(u["difference"]) if u["status"] != IDENTICAL else ""}</li>'
-                       for u in rec.get("upstream_comparisons", []))
+        first_html = (f'{escape(first.step)} {escape(first.platform)}/{escape(first.config)}: '
+                      + (_sig_html(first.signature) or escape(first.detail)))
+    upstream = "".join(f'<li>{escape(u.platform)} {escape(u.group)} {escape(u.model)}/{escape(u.prompt)}: '
+                       f'{escape(u.status)}{" — " + escape(u.difference) if u.status != IDENTICAL else ""}</li>'
+                       for u in rec.upstream_comparisons)
     return (f'<section id="forecast"><h2>Forecast onto {escape(str(onto.get("commit", ""))[:12])}</h2>'
             f'<p>From the pinned base {escape(str(old.get("commit", ""))[:12])} onto '
             f'<code>{escape(str(onto.get("spec", "")))}</code> ({escape(str(onto.get("source", "")))}).</p>'
-            f'<p class="verdict-line"><b>{escape(rec.get("verdict", ""))}</b></p>'
+            f'<p class="verdict-line"><b>{escape(rec.verdict)}</b></p>'
             '<h3>Patches</h3><table><thead><tr><th>#</th><th>patch</th><th>status</th><th>detail</th>'
             f'<th>applied without</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
             f'<h3>Stages</h3>{stage_rows}<p>First failing step: {first_html}</p>'

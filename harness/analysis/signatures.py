@@ -83,8 +83,9 @@ from ..stages.tests.native_tests import WRAPPER_DID_NOT_RUN
 from ..stages.tests.sanitized_generation import CRASH_LABEL, CRASH_TOOL, sanitized_stem
 from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
 from ..record.expectations import read_expectations
-from ..record.results import (CRASHED, DIVERGED, STEP, TIMEOUT, TESTS_FILES, ComparisonRecord, Failure, RunLayout, StepRecord, load_records,
-                              write_json)
+from ..record.reloads import read_reload_check
+from ..record.results import (CRASHED, DIVERGED, STEP, TIMEOUT, TESTS_FILES, ComparisonRecord, Failure, RecordError,
+                              RunLayout, StepRecord, load_records, write_json)
 
 #: Every signature kind, declared once here (the module docstring says what each key holds), with
 #: its rank: of a step with several failures (tests, generations) the signature of the lowest rank
@@ -795,15 +796,11 @@ def _generation_logs(layout: RunLayout, step: StepRecord, fact: Failure) -> list
 
 # --------------------------------------------------------------------------- steps and runs
 
-def _as_step(step: StepRecord | dict) -> StepRecord:
-    return step if isinstance(step, StepRecord) else StepRecord.from_json(step)
-
-
-def classify_step(run_dir: Path, step: StepRecord | dict) -> Signature | None:
+def classify_step(run_dir: Path, step: StepRecord) -> Signature | None:
     """The signature of one step record of ``run_dir``'s summary, or None when it did not fail.
 
-    ``step`` is a harness.record.results.StepRecord or a summary.json ``configurations`` entry
-    (read with StepRecord.from_json, so entries of older runs work too).  Steps named
+    ``step`` is a step record of the run (harness.record.summary.read_run reads entries of older record formats
+    too).  Steps named
     ``build`` are read from the step's patch fact, else ``<platform>/build-<config>/``
     (``compile``: ``<platform>/compile-<config>/``)
     (configure.log, build.log, their .rc files, error.log); ``test`` and ``test-<tool>``
@@ -813,7 +810,6 @@ def classify_step(run_dir: Path, step: StepRecord | dict) -> Signature | None:
     most specific one (:data:`KIND_RANK`).  Missing logs give an ``other`` signature from
     the facts or the detail; this never raises for absent or unreadable logs.
     """
-    step = _as_step(step)
     if not STEP.is_failure(step.status):
         return None
     if step.step in ("build", "compile"):
@@ -846,15 +842,10 @@ def reload_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
     """The ``reload`` signatures of a failed ``reloads`` step, one per failed rule and model, keyed by the
     findings' stable keys in ``<platform>/<config>/reloads.json`` (the failure's normalised message where that
     record is missing or unreadable)."""
-    record_path = RunLayout(run_dir).config(step.platform, step.config) / "reloads.json"
-    keys: dict[tuple[str, str, str], str] = {}
     try:
-        for model, findings in json.loads(record_path.read_text(encoding="utf-8")).get("models", {}).items():
-            for f in findings:
-                if f.get("status") == "failed":
-                    keys.setdefault((model, f.get("rule", ""), f.get("message", "")), f.get("key", ""))
-    except (OSError, ValueError, AttributeError):
-        pass
+        keys = read_reload_check(RunLayout(run_dir).reloads_json(step.platform, step.config)).failed_keys()
+    except (OSError, RecordError):
+        keys = {}
     out = []
     for fact in step.failures:
         stable = keys.get((fact.model, fact.status, fact.message)) or normalise(fact.message)
@@ -909,13 +900,12 @@ def speed_signature(run_dir: Path, step: StepRecord) -> Signature:
     return _sig("speed_regression", key, summary, [step.detail])
 
 
-def comparison_signature(cmp: ComparisonRecord | dict) -> Signature | None:
-    """The ``output_mismatch`` signature of a diverged comparison record (or summary.json entry), else None.
+def comparison_signature(c: ComparisonRecord) -> Signature | None:
+    """The ``output_mismatch`` signature of a diverged comparison record, else None.
 
     The key names the comparison (group/model/prompt, candidate vs reference), not the
     token index: a divergence that moves is the same failure; triage reports the move.
     """
-    c = cmp if isinstance(cmp, ComparisonRecord) else ComparisonRecord.from_json(cmp)
     if c.status != DIVERGED:
         return None
     where = f"{c.group}/{c.model}/{c.prompt}: {c.candidate} vs {c.reference}"
@@ -929,7 +919,7 @@ def comparison_signature(cmp: ComparisonRecord | dict) -> Signature | None:
     return _sig("output_mismatch", where, f"{where} diverged at {at}", [c.detail or at])
 
 
-def step_logs(run_dir: Path, step: StepRecord | dict) -> list[Path]:
+def step_logs(run_dir: Path, step: StepRecord) -> list[Path]:
     """The log files that show why ``step`` failed (existing files only, most telling first).
 
     build: build.log when the build ran (else configure.log) and error.log; test: the
@@ -937,7 +927,6 @@ def step_logs(run_dir: Path, step: StepRecord | dict) -> list[Path]:
     generations its failure facts name (all .stderr files when they name none); expectations:
     its log, then the stderr of each load a rule failed on.
     """
-    step = _as_step(step)
     layout = RunLayout(run_dir)
     found: list[Path] = []
     if step.step in ("build", "compile"):

@@ -23,17 +23,22 @@ a driver pinned and accounted to the process), in bytes from ``/proc/self/status
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .expectations import Finding
 from .probe import engine_record
+from .results import RecordError, read_record_json
 
 #: The name of the reload record beside a load's ``engine.stderr``.
 RELOADS_FILE = "engine.reloads.json"
 #: The log of the engine process that made it (its loads' lines; not a ``.stderr``: not a load the
 #: expectations judge).
 RELOADS_LOG = "engine.reloads.log"
+#: The command line of that engine process.
+RELOADS_CMD = "engine.reloads.cmd"
 
 
 class ReloadError(ValueError):
@@ -149,3 +154,53 @@ def read_reloads(path: Path) -> Reloads:
     if "error" in data:
         raise ReloadError(f"the engine failed the reloads: {data['error']}", engine_failed=True)
     return parse_reloads(data, path.name)
+
+
+def recorded_count(path: Path) -> int | None:
+    """The ``count`` of loads the reload record at ``path`` was asked for (the engine writes it beside the cycles),
+    None when the file is missing, unreadable, not an object or holds no count (the loads are owed again)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    count = data.get("count") if isinstance(data, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
+# --------------------------------------------------------------------------- the check's record
+
+
+@dataclass(frozen=True)
+class ReloadCheck:
+    """A configuration's reloads check record, ``<platform>/<config>/reloads.json`` (harness.record.results.RunLayout
+    .reloads_json), written by harness.stages.checks.reloads: ``platform``, ``config``, the check's ``status`` and
+    the ``findings`` per model (rule, status, message and a stable ``key``, as the expectations record's)."""
+
+    platform: str
+    config: str
+    status: str
+    models: Mapping[str, tuple[Finding, ...]]
+
+    def failed_keys(self) -> dict[tuple[str, str, str], str]:
+        """(model, rule, message) -> the stable key of every failed finding (the first where one repeats)."""
+        keys: dict[tuple[str, str, str], str] = {}
+        for model, findings in self.models.items():
+            for f in findings:
+                if f.status == "failed":
+                    keys.setdefault((model, f.rule, f.message), f.key)
+        return keys
+
+
+def read_reload_check(path: Path) -> ReloadCheck:
+    """The reloads check record at ``path``.  Raises FileNotFoundError naming the file when there is none (the
+    check did not run), harness.record.results.RecordError naming it when it is not JSON or not of the shape of
+    :class:`ReloadCheck`."""
+    data = read_record_json(path, "no reloads record; the reloads check did not run here")
+    try:
+        models = {str(model): tuple(Finding(str(f["rule"]), str(f["status"]), str(f["message"]), str(f.get("key", "")))
+                                    for f in findings)
+                  for model, findings in data.get("models", {}).items()}
+        return ReloadCheck(str(data.get("platform", "")), str(data.get("config", "")), str(data.get("status", "")),
+                           models)
+    except (AttributeError, KeyError, TypeError) as exc:
+        raise RecordError(f"{path}: not a reloads record ({type(exc).__name__}: {exc})") from None

@@ -18,7 +18,8 @@ Everything a run knows is declared here once:
             tokenize/                 llama-tokenize runs of the comparisons
             speed/                    bench.json (tok/s samples, rule verdicts, machine), <rule>.log, engine stderr
             <config>/                 config.json, gen/<model>/<prompt>.r<k>.{stdout,stderr,cmd}, compare.json,
-                                      expectations.json and .log (harness.stages.checks.expectations)
+                                      expectations.json and .log (harness.stages.checks.expectations),
+                                      reloads.json and .log (harness.stages.checks.reloads)
     results/latest -> <run-id>
     results/junit/                    JUnit XML of the latest comparisons (a stable path for CI)
 
@@ -479,6 +480,13 @@ TESTS_FILES = {"log": "ctest.log", "junit": "junit.xml", "run": "tests.json", "s
                "gpu_facts": "gpu-facts.json"}
 
 
+#: The files of a compile step's log directory (:meth:`RunLayout.compile_logs`) beside its configure and build
+#: logs: the step's record (the plan, the unity groups, the targets linked, the times;
+#: harness.stages.build.cuda_compile.compile_tree, which writes it into any directory) and the CUDA toolkit the
+#: step used (harness.stages.build.compile_stage).
+COMPILE_FILES = {"record": "compile.json", "toolkit": "toolkit.json"}
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """Every path of the run directory ``dir`` (see the module docstring); creates nothing.
@@ -530,8 +538,12 @@ class RunLayout:
 
     def compile_logs(self, platform: str, variant: str) -> Path:
         """``<platform>/compile-<variant>/``: the compile step of a CUDA platform without a GPU
-        (harness.stages.build.cuda_compile): configure.log, build.log, .rc files, toolkit.json, compile.json."""
+        (harness.stages.build.cuda_compile): configure.log, build.log, .rc files and :data:`COMPILE_FILES`."""
         return self.platform(platform) / f"compile-{variant}"
+
+    def compile_file(self, platform: str, variant: str, name: str) -> Path:
+        """The file ``name`` (a key of :data:`COMPILE_FILES`) of the compile step's log directory of ``variant``."""
+        return self.compile_logs(platform, variant) / COMPILE_FILES[name]
 
     @staticmethod
     def test_step(tool: str | None = None) -> str:
@@ -576,6 +588,15 @@ class RunLayout:
     def expectations_log(self, platform: str, config: str) -> Path:
         """``<platform>/<config>/expectations.log``: the same check's findings as lines, and its status."""
         return self.config(platform, config) / "expectations.log"
+
+    def reloads_json(self, platform: str, config: str) -> Path:
+        """``<platform>/<config>/reloads.json``: the reloads check's findings per model (harness.stages.checks.reloads,
+        read by harness.record.reloads.read_reload_check)."""
+        return self.config(platform, config) / "reloads.json"
+
+    def reloads_log(self, platform: str, config: str) -> Path:
+        """``<platform>/<config>/reloads.log``: the same check's findings as lines, and its status."""
+        return self.config(platform, config) / "reloads.log"
 
     def gen_dir(self, platform: str, config: str, model: str | None = None) -> Path:
         """``<platform>/<config>/gen/`` (``.../gen/<model>/`` with ``model``)."""
@@ -651,6 +672,18 @@ class RunLayout:
 def junit_dir(results_root: Path) -> Path:
     """``<results>/junit/``: JUnit XML at a path that does not change from run to run."""
     return results_root / "junit"
+
+
+def read_record_json(path: Path, missing: str) -> Any:
+    """The parsed JSON of the run file at ``path``, for the typed readers of harness.record.  Raises
+    FileNotFoundError naming the file followed by ``missing`` (why a run may have none) when there is none, and
+    :class:`RecordError` naming it when it cannot be read or is not JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: {missing}") from None
+    except (OSError, ValueError) as exc:
+        raise RecordError(f"{path}: cannot be read as JSON ({exc})") from None
 
 
 def read_summary(run_dir: Path) -> dict:

@@ -27,6 +27,7 @@ from typing import Any
 
 from ...common.fs import sha256_files
 from ...record.cache import ResultCache, abstract_paths, identity_key
+from ...record.results import COMPILE_FILES
 from .cuda_compile import CompileResult, Plan
 from .source import git
 
@@ -105,7 +106,7 @@ def compile_reusing(cache: ResultCache | None, run_id: str, identity: dict[str, 
     result = run()
     if cache is not None and key is not None and result.status == "passed" and result.plan is not None:
         files = {p.name: p.read_bytes() for p in sorted(logs_dir.iterdir())  # what compile_tree wrote
-                 if p.is_file() and (p.name.startswith(("configure", "build")) or p.name == "compile.json")}
+                 if p.is_file() and (p.name.startswith(("configure", "build")) or p.name == COMPILE_FILES["record"])}
         meta = {"plan": asdict(result.plan), "linked": result.linked, "not_linked": result.not_linked,
                 "detail": result.detail, "seconds": result.seconds,
                 "logs": {k: v.name for k, v in result.logs.items()}}

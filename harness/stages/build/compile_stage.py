@@ -88,7 +88,7 @@ def _compile_variant(ctx: Context, p: Platform, variant: str,
             changed = dict(like.changed) if like else {}
             targets = [*p.targets, ENGINE_TARGET]
         options = {**compile_options(ctx, p, variant), **toolkit.cmake_options()}
-        write_json(logs / "toolkit.json", toolkit)
+        write_json(ctx.run.layout.compile_file(p.name, variant, "toolkit"), toolkit)
         build_dir = work / variant / f"compile-{p.name}"
         cmake, ninja = find_tool("cmake") or "cmake", find_tool("ninja") or "ninja"
         with exclusive(build_dir, f"the {variant} compile directory of {p.name}", Rank.COMPILE, ctx.say):

@@ -585,8 +585,8 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
                          + f" ({what})")
     else:
         result.detail = f"compiled {what}"
-    from ...record.results import write_json
-    write_json(logs_dir / "compile.json", {
+    from ...record.results import COMPILE_FILES, write_json
+    write_json(logs_dir / COMPILE_FILES["record"], {
         "status": result.status, "seconds": round(result.seconds, 1), "scan_seconds": round(scan_seconds, 1),
         "build_seconds": round(build_seconds, 1), "options": opts, "changed": result.plan.changed,
         "units": result.plan.units, "units_decided_by_include_scan": result.plan.scanned,

@@ -33,7 +33,7 @@ from typing import Iterable
 
 from ...matrix.config import Matrix, Platform, RunConfig
 from ...record.probe import PROBE_STEP_BYTES
-from ...record.reloads import RELOADS_FILE, ReloadError, Reloads, read_reloads
+from ...record.reloads import RELOADS_FILE, RELOADS_LOG, ReloadError, Reloads, read_reloads
 from ...record.results import Failure, RunLayout, StepRecord, write_json
 from .checks import CheckContext, check_stage
 from .expectation_probe import mib
@@ -131,7 +131,7 @@ def check_config(layout: RunLayout, matrix: Matrix, platform: Platform, config: 
     incomplete: list[str] = []
     lines: list[str] = []
     for model in models:
-        path = out_dir / "gen" / model / RELOADS_FILE
+        path = layout.gen_dir(platform.name, config.name, model) / RELOADS_FILE
         try:
             findings = judge(read_reloads(path), slack)
         except ReloadError as exc:
@@ -145,7 +145,7 @@ def check_config(layout: RunLayout, matrix: Matrix, platform: Platform, config: 
             lines.append(f"{model}: {f.rule}: {f.status}: {f.message}")
             if f.status == "failed":
                 failures.append(Failure("expectation", model=model, status=f.rule, message=f.message,
-                                        log=layout.relative(path.with_name("engine.reloads.log"))))
+                                        log=layout.relative(path.with_name(RELOADS_LOG))))
             elif f.status == "incomplete":
                 incomplete.append(f"{model}: {f.message}")
     if failures:
@@ -160,11 +160,11 @@ def check_config(layout: RunLayout, matrix: Matrix, platform: Platform, config: 
                 f"{f['rule']} {f['message']}" for fs in record.values() for f in fs if f["key"] == "not checked"))
     else:
         status, detail = "skipped", "no model of this configuration generated"
-    write_json(out_dir / "reloads.json", {"config": config.name, "platform": platform.name, "status": status,
-                                          "models": record})
-    (out_dir / "reloads.log").write_text("\n".join(lines + [f"status: {status}: {detail}"]) + "\n", encoding="utf-8")
-    return StepRecord(platform.name, config.name, STEP_NAME, status, 0.0, detail,
-                      layout.relative(out_dir / "reloads.log"), failures)
+    write_json(layout.reloads_json(platform.name, config.name), {"config": config.name, "platform": platform.name,
+                                                                 "status": status, "models": record})
+    log = layout.reloads_log(platform.name, config.name)
+    log.write_text("\n".join(lines + [f"status: {status}: {detail}"]) + "\n", encoding="utf-8")
+    return StepRecord(platform.name, config.name, STEP_NAME, status, 0.0, detail, layout.relative(log), failures)
 
 
 def check(ctx: CheckContext) -> Iterable[StepRecord]:

@@ -39,8 +39,6 @@ restored from the cache) is one state kept by :class:`GreedyRunner`.
 
 from __future__ import annotations
 
-import json
-
 import shutil
 import signal
 import tempfile
@@ -63,7 +61,7 @@ from .generation_cache import SessionCache, generation_from_record, generation_i
 from ...common.locks import Rank, joined_by_holder_of
 from ...common import proc
 from ...record.probe import PROBE_FILE
-from ...record.reloads import RELOADS_FILE, RELOADS_LOG
+from ...record.reloads import RELOADS_CMD, RELOADS_FILE, RELOADS_LOG, recorded_count
 from ...record.results import CRASHED, GENERATION_FAILURES, IDENTICAL, UNSUPPORTED_UPSTREAM, Failure, write_json
 from .upstream_support import unsupported_upstream
 
@@ -605,10 +603,7 @@ class GreedyRunner:
         count = self.hooks.reloads(side)
         if count < 1:
             return False
-        try:
-            return json.loads((out_dir / RELOADS_FILE).read_text(encoding="utf-8")).get("count") != count
-        except (OSError, ValueError, AttributeError):
-            return True
+        return recorded_count(out_dir / RELOADS_FILE) != count
 
     def _reloads(self, side: Side, gen: Generation, out_dir: Path, argv: list[str], env: dict[str, str]) -> None:
         """The repeated loads of ``side`` (``hooks.reloads``) in an engine process of its own, whose log is
@@ -620,7 +615,7 @@ class GreedyRunner:
         t0 = time.monotonic()
         path = out_dir / RELOADS_FILE
         try:
-            with EngineSession(argv, env, out_dir / RELOADS_LOG, out_dir / "engine.reloads.cmd",
+            with EngineSession(argv, env, out_dir / RELOADS_LOG, out_dir / RELOADS_CMD,
                                load_timeout_s=gen.timeout_s, request_timeout_s=gen.timeout_s * count) as session:
                 session.reload(count, path)
         except (EngineError, OSError) as exc:

@@ -8,12 +8,12 @@ configurations' generate steps instead.
 
 from __future__ import annotations
 
-import json
 from typing import Mapping
 
 from ...matrix.config import Platform
 from ...matrix.models import model_summary
 from ...matrix.platforms import cannot_run
+from ...record.compare import record_compare_entries
 from ...record.results import ComparisonRecord, Failure, write_json
 from ..shape import Context
 from .compare import to_json
@@ -99,9 +99,6 @@ def record_job(ctx: Context, p: Platform, res: JobResult, origins: Mapping[tuple
                                kl_mean_max=job.comparison.kl_mean_max, expected=job.expect, cached=cached)
         records.append(rec)
         ctx.say(f"[{p.name}] {job.group} {job.model} {pc.prompt_id}: {pc.candidate} vs {job.label}: {pc.detail}")
-        cmp_path = ctx.run.layout.compare_json(p.name, pc.candidate)
-        same = (job.group, job.model, pc.prompt_id)
-        existing = json.loads(cmp_path.read_text()) if cmp_path.exists() else []
-        existing = [e for e in existing if (e.get("group"), e.get("model"), e.get("prompt_id")) != same]
-        write_json(cmp_path, existing + [entry])
+        record_compare_entries(ctx.run.layout.compare_json(p.name, pc.candidate), job.group, job.model, pc.prompt_id,
+                               [entry])
     ctx.run.record_comparisons(records)  # recorded per model at once: an interrupt keeps them
