@@ -110,7 +110,7 @@ def _run_commands(ctx: Context, run: Run, stages: Sequence[str], table: tuple[St
                     run.mark_incomplete(f"{later}: not run ({why})")
                 _finish(run, ctx.results_cache, table)
             except OSError as werr:  # e.g. the disk is full: what was written before stays
-                say(f"error: the summary could not be updated ({werr}); {run.dir / 'summary.json'} "
+                say(f"error: the summary could not be updated ({werr}); {run.layout.summary_json} "
                     f"holds the run up to the last step that was written")
             if isinstance(exc, (proc.Interrupted, KeyboardInterrupt)):
                 return proc.exit_code_for(exc)

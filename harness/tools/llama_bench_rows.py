@@ -17,6 +17,7 @@ from typing import Sequence
 from ..common.errors import InputError
 from ..record.bench import bench_platforms
 from ..record.llama_bench import FILE_NAME, rows_of_run
+from ..record.results import RunLayout
 
 
 def main(argv: Sequence[str]) -> int:
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 raise InputError(f"{run_dir.name} {platform}: {exc}") from exc
             if not rows:
-                raise InputError(f"{run_dir / platform / 'speed' / 'bench.json'}: no speed measurements")
+                raise InputError(f"{RunLayout(run_dir).bench_json(platform)}: no speed measurements")
             lines = [json.dumps(r) + "\n" for r in rows]
             legend: dict[str, list[str]] = {}
             for r in rows:
