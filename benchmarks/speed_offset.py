@@ -35,7 +35,6 @@ import sys
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -67,24 +66,23 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bound_to(cpus: set[int] | None) -> Callable[[], None] | None:
-    """A ``preexec_fn`` that binds the child process (and every thread it starts) to ``cpus``; None for no binding."""
-    if not cpus:
-        return None
-    return lambda: os.sched_setaffinity(0, cpus)
+def bound(argv: list[str], cpus: str) -> list[str]:
+    """``argv`` started bound to the CPU list ``cpus`` (e.g. ``4-7``) by util-linux's taskset, which binds the
+    process and every thread it starts; ``argv`` itself for ``""``."""
+    return ["taskset", "--cpu-list", cpus, *argv] if cpus else argv
 
 
 def llama_bench(binary: Path, model: Path, n_prompt: int, n_gen: int, reps: int, side: str,
-                contexts: int = 1, threads: int | None = None, cpus: set[int] | None = None,
-                process: int = 0) -> list[Figures]:
+                contexts: int = 1, threads: int | None = None, cpus: str = "", process: int = 0) -> list[Figures]:
     """One llama-bench process with every layer on the GPU: ``contexts`` pp tests of ``n_prompt`` tokens (each in a
     context of its own, on the model loaded once) and one tg test; a Figures per pp test, each with the tg
-    figure.  ``threads``: its ``-t``; ``cpus``: the CPUs it is bound to.  Raises CalledProcessError or ValueError."""
+    figure.  ``threads``: its ``-t``; ``cpus``: the CPU list it is bound to (:func:`bound`).  Raises
+    CalledProcessError or ValueError."""
     argv = [str(binary), "-m", str(model), "-p", ",".join([str(n_prompt)] * contexts), "-n", str(n_gen),
             "-r", str(reps), "-ngl", "99", "-o", "json"]
     if threads:
         argv += ["-t", str(threads)]
-    out = subprocess.run(argv, check=True, capture_output=True, text=True, preexec_fn=bound_to(cpus)).stdout
+    out = subprocess.run(bound(argv, cpus), check=True, capture_output=True, text=True).stdout
     tests = json.loads(out)
     pps = [t for t in tests if t["n_prompt"] == n_prompt and t["n_gen"] == 0]
     tg = next(t for t in tests if t["n_gen"] == n_gen and t["n_prompt"] == 0)
@@ -93,6 +91,10 @@ def llama_bench(binary: Path, model: Path, n_prompt: int, n_gen: int, reps: int,
     return [Figures(side, "llama-bench", float(pp["avg_ts"]), float(tg["avg_ts"]),
                     samples_pp=[float(x) for x in pp["samples_ts"]], samples_tg=[float(x) for x in tg["samples_ts"]],
                     process=process) for pp in pps]
+
+
+#: The parts ``--instruments`` may name.
+INSTRUMENTS = {"llama-bench", "engine", "beside"}
 
 
 def cpu_list(text: str) -> set[int]:
@@ -154,6 +156,19 @@ class Clocks:
             self._proc.terminate()
 
 
+def contexts_line(figures: list[Figures]) -> str:
+    """One side's llama-bench pp figures with several contexts a process: each process's figures bracketed, the
+    widest spread within a process and the spread across process medians."""
+    per_process: dict[int, list[float]] = {}
+    for f in figures:
+        per_process.setdefault(f.process, []).append(f.pp)
+    within = max(max(v) / min(v) for v in per_process.values())
+    centres = [statistics.median(v) for v in per_process.values()]
+    shown = " ".join("[" + ", ".join(f"{v:.0f}" for v in vs) + "]" for vs in per_process.values())
+    return (f"pp by process [contexts]: {shown} tok/s; widest spread within a process {within:.3f}x, across process "
+            f"medians {max(centres) / min(centres):.3f}x")
+
+
 def report(figures: list[Figures], sides: list[str], clocks: Clocks) -> None:
     """Per instrument: each side's process figures, their spread, and the ratio of the sides' medians."""
     for instrument in dict.fromkeys(f.instrument for f in figures):
@@ -166,17 +181,8 @@ def report(figures: list[Figures], sides: list[str], clocks: Clocks) -> None:
                 if not values:
                     continue
                 medians.setdefault(metric, {})[side] = statistics.median(values)
-                per_process: dict[int, list[float]] = {}
-                for f in mine:
-                    if getattr(f, metric) is not None:
-                        per_process.setdefault(f.process, []).append(getattr(f, metric))
-                if metric == "pp" and instrument == "llama-bench" and any(len(v) > 1 for v in per_process.values()):
-                    # several contexts a process: their figures bracketed, and the widest spread within one
-                    within = max(max(v) / min(v) for v in per_process.values())
-                    shown = " ".join("[" + ", ".join(f"{v:.0f}" for v in vs) + "]" for vs in per_process.values())
-                    print(f"  {side} pp by process [contexts]: {shown} tok/s; widest spread within a process "
-                          f"{within:.3f}x, across process medians "
-                          f"{max(map(statistics.median, per_process.values())) / min(map(statistics.median, per_process.values())):.3f}x")
+                if metric == "pp" and instrument == "llama-bench" and len(mine) > len({f.process for f in mine}):
+                    print(f"  {side} {contexts_line(mine)}")
                     continue
                 print(f"  {side} {metric}: {', '.join(f'{v:.0f}' for v in values)} tok/s; spread across processes "
                       f"{max(values) / min(values):.3f}x")
@@ -212,7 +218,12 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write every figure here")
     args = ap.parse_args()
     parts = set(args.instruments.split(","))
-    cpus = cpu_list(args.cpus)
+    if parts - INSTRUMENTS:
+        ap.error(f"--instruments: unknown {', '.join(sorted(parts - INSTRUMENTS))} (known: {', '.join(sorted(INSTRUMENTS))})")
+    try:
+        cpus = cpu_list(args.cpus)
+    except ValueError:
+        ap.error(f"--cpus: not a CPU list such as 4 or 4-7: {args.cpus!r}")
     found = subprocess.run([sys.executable, "-m", "harness", "models", args.model], cwd=ROOT, check=True,
                            capture_output=True, text=True).stdout
     model = Path(found.strip().split(": ", 1)[1])
@@ -223,9 +234,7 @@ def main() -> int:
 
     def start(side: str) -> EngineSession:
         extra = ["-ngl", "99"] + (["-t", str(args.threads)] if args.threads else [])
-        # util-linux's taskset binds the engine and every thread it starts
-        argv = (["taskset", "--cpu-list", args.cpus] if cpus else []) + engine_argv(
-            bins[side] / ENGINE_TARGET, model, gen, extra)
+        argv = bound(engine_argv(bins[side] / ENGINE_TARGET, model, gen, extra), args.cpus)
         return EngineSession(argv, {}, logs / f"{side}.stderr", logs / f"{side}.cmd", load_timeout_s=300.0,
                              request_timeout_s=300.0)
 
@@ -240,7 +249,7 @@ def main() -> int:
     for k, sides in enumerate(order if "llama-bench" in parts else []):
         for side in sides:
             figures += llama_bench(bins[side] / "llama-bench", model, args.n_prompt, args.n_gen, args.reps, side,
-                                   args.contexts, args.threads, cpus, k)
+                                   args.contexts, args.threads, args.cpus, k)
     clocks.part = "engine alone"
     for sides in order if "engine" in parts else []:
         for side in sides:
