@@ -23,7 +23,6 @@ a driver pinned and accounted to the process), in bytes from ``/proc/self/status
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -160,10 +159,9 @@ def recorded_count(path: Path) -> int | None:
     """The ``count`` of loads the reload record at ``path`` was asked for (the engine writes it beside the cycles),
     None when the file is missing, unreadable, not an object or holds no count (the loads are owed again)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        count = engine_record(path, ReloadError, "no reload record", "reload record").get("count")
+    except ReloadError:
         return None
-    count = data.get("count") if isinstance(data, dict) else None
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
