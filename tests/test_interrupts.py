@@ -129,6 +129,9 @@ def test_end_holders_ends_every_process_a_hold_started_grandchildren_too_and_not
     other = proc.start(["sleep", "600"])  # started after the holds: carries no token
     try:
         wait_for(lambda: pid_file.exists() and len(pid_file.read_text().split()) == 2, what="the children")
+        # a child carries its environment from its exec on; until then /proc shows the parent's
+        wait_for(lambda: all(Path(f"/proc/{c.pid}/cmdline").read_bytes().startswith(b"sleep") for c in (both, other)),
+                 what="the sleeps to start")
         assert sorted(proc.holders("token-a")) == sorted([*map(int, pid_file.read_text().split()), both.pid])
         assert proc.end_holders("token-a", grace_s=2) == 3
         assert pids_alive(pid_file) == [] and held.wait(timeout=10) and both.wait(timeout=10)
