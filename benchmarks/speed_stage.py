@@ -157,12 +157,17 @@ def noise_report(run_dirs: list[Path], platforms: list[str], out_json: Path | No
     benches = [(p, read_bench(d, p)) for d in run_dirs for p in platforms]
     missing = [f"{d.name}/{p}" for (p, b), d in zip(benches, [d for d in run_dirs for _ in platforms]) if b is None]
     rules, configs = noise([(p, b) for p, b in benches if b is not None])
+    # the machines the runs were measured on, as their records say (a report of --from-runs is often made elsewhere)
+    measured_on = sorted({json.dumps(b.get("machine"), sort_keys=True) for _, b in benches if b is not None})
     print(f"\n{len(run_dirs)} runs: {', '.join(d.name for d in run_dirs)}")
+    for m in measured_on:
+        print(f"measured on: {m}")
     print(markdown(rules, configs))
     loads = [b.get("load_average") for _, b in benches if b]
     print(f"load average (1 min) at each run's start: {', '.join(f'{x[0]:.1f}' for x in loads if x)}")
     if out_json is not None:
-        out_json.write_text(json.dumps({"machine": machine(), "runs": [str(d) for d in run_dirs],
+        out_json.write_text(json.dumps({"machine": machine(), "measured_on": [json.loads(m) for m in measured_on],
+                                        "runs": [str(d) for d in run_dirs],
                                         "rules": [r.to_json() for r in rules],
                                         "configs": [c.to_json() for c in configs]}, indent=1), encoding="utf-8")
         print(f"written: {out_json}")
@@ -201,7 +206,7 @@ def main() -> int:
     if args.what == "cost":
         return cost(args.results_dir, extra)
     if args.what == "noise":
-        print(f"machine: {machine()}")
+        print(f"machine: {machine()}{' (where this report is made)' if args.from_runs else ''}")
         try:
             dirs = args.from_runs or list(speed_runs(args.runs, args.results_dir, platforms, args.group, args.work_dir,
                                                      args.warmup, args.repeats, args.matrix))

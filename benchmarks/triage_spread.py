@@ -65,23 +65,25 @@ def main() -> int:
                                                           spreads)]
     print(f"\n{len(pairs)} ordered pairs: {sum(c.regressed for c in changes)} regressions, "
           f"{sum(c.suspect for c in changes)} suspects")
-    rules = sorted({(r["candidate"], r["reference"], r["metric"]) for b in benches.values() for r in b.get("rules", [])})
+    rules = sorted({(r["candidate"], r["reference"], r["metric"], str(r.get("model")))
+                    for b in benches.values() for r in b.get("rules", [])})
     flagged, total = Counter(), Counter()
     for a, b in pairs:
         inst = instrument(benches[b])
-        for config, ref, metric in rules:
-            if not any(m["config"] == config for m in benches[b].get("measurements", [])):
+        for config, ref, metric, model in rules:
+            if not any(m["config"] == config and str(m.get("model")) == model
+                       for m in benches[b].get("measurements", [])):
                 continue
             found = [c for c in compare_bench(args.platform, benches[a], scaled(benches[b], config, ref, metric,
                                                                                 args.scale), upstream, factors, spreads)
-                     if (c.config, c.metric) == (config, metric)]
+                     if (c.config, c.metric, c.model) == (config, metric, model)]
             if found:
-                total[(inst, config, ref, metric)] += 1
-                flagged[(inst, config, ref, metric)] += any(c.regressed or c.suspect for c in found)
+                total[(inst, model, config, ref, metric)] += 1
+                flagged[(inst, model, config, ref, metric)] += any(c.regressed or c.suspect for c in found)
     print(f"\nrun B's candidate samples of one rule times {args.scale}: pairs that report a regression or a suspect")
     for key in sorted(total):
-        inst, config, ref, metric = key
-        print(f"  instrument {inst}: {config} {metric} vs {ref}: {flagged[key]}/{total[key]}")
+        inst, model, config, ref, metric = key
+        print(f"  instrument {inst}, {model}: {config} {metric} vs {ref}: {flagged[key]}/{total[key]}")
     return 0
 
 

@@ -4,6 +4,7 @@ and the committed H200 evidence runs (results/evidence/), clean and with planted
 from __future__ import annotations
 
 import copy
+from collections import Counter
 import json
 import shutil
 from itertools import combinations
@@ -16,7 +17,7 @@ from harness.analysis.speed_diff import REGRESSION, SUSPECT, UNCHANGED, compare_
 from harness.analysis.speed_ratios import (FORK_ONLY, UPSTREAM, Reference, choose_reference, compare_ratios,
                                            interleaved, recorded_rule_factors, round_ratios, rule_factors,
                                            rule_references, same_mode_upstream)
-from harness.analysis.speed_spread import clean, committed
+from harness.analysis.speed_spread import clean, committed, median_ratios
 from harness.record.summary import run_dirs_under
 from harness.common.statistics import judge
 from harness.record.bench import instrument
@@ -371,8 +372,8 @@ def test_every_clean_h200_run_passes_the_shipped_rules_of_the_fork_on_default_se
 def test_every_ordered_pair_of_the_committed_clean_h200_runs_is_free_of_regressions():
     """Triage of every ordered pair of the committed clean H200 runs (2026-12-01 to 12-03, several machines of one
     fingerprint, both instruments; only pairs of one instrument compare): no regression, where the matrix's factors
-    alone give some.  And with run B's default-mode tg of the fork scaled by 0.88 (a 12 % loss), every pair of the
-    instrument of 2026-12-03 (11 runs) reports it."""
+    alone give some.  And with run B's default-mode pp or tg of the fork scaled by 0.88 (a 12 % loss), the pairs of
+    the instrument of 2026-12-03 that report it."""
     runs = [d for d in run_dirs_under(EVIDENCE) if clean(d) and (d / CUDA / "speed" / "bench.json").is_file()]
     benches = {d: noise_bench(d) for d in runs}
     spreads = committed()
@@ -385,13 +386,32 @@ def test_every_ordered_pair_of_the_committed_clean_h200_runs_is_free_of_regressi
     assert not [(a.name, b.name, c.config, c.metric) for a, b in pairs
                 for c in compare_bench(CUDA, benches[a], benches[b], UPSTREAM_OF, FACTORS, spreads) if c.regressed]
     new = [(a, b) for a, b in pairs if instrument(benches[a]) == 2]
-    # the ten back-to-back runs of 2026-12-03 and the clean compare-1gpu run of that night (gpu1-20261203T233251Z)
-    assert len(new) == 110
+    # of 2026-12-03: ten back-to-back runs and the clean compare-1gpu run (gpu1-20261203T233251Z), the default-mode
+    # pair on moe-large; of 2026-12-04: ten back-to-back runs and gpu1-20261204T073536Z, the pair on moe-48l-quant
+    assert len(new) == 22 * 21
+    flagged: Counter = Counter()
     for a, b in new:
-        slower = copy.deepcopy(benches[b])
-        for m in slower["measurements"]:
-            if m["config"] == "fork":
-                m["tg_tok_s"] = [x * 0.88 for x in m["tg_tok_s"]]
-        fork = [c for c in compare_bench(CUDA, benches[a], slower, UPSTREAM_OF, FACTORS, spreads)
-                if (c.config, c.metric, c.reference) == ("fork", "tg", "base")]
-        assert fork and (fork[0].regressed or fork[0].suspect), (a.name, b.name)
+        for metric in ("pp", "tg"):
+            slower = copy.deepcopy(benches[b])
+            for m in slower["measurements"]:
+                if m["config"] == "fork":
+                    m[f"{metric}_tok_s"] = [x * 0.88 for x in m[f"{metric}_tok_s"]]
+            for c in compare_bench(CUDA, benches[a], slower, UPSTREAM_OF, FACTORS, spreads):
+                if (c.config, c.metric, c.reference) == ("fork", metric, "base"):
+                    flagged[(c.model, metric, c.regressed or c.suspect)] += 1
+    # a 12 % loss of the fork is reported in every pair of one model but two kinds: moe-large's prefill, whose F16
+    # experts' prefill moves up to 1.26x between engine processes (docs/speed.md), and one quantized pair, whose run A
+    # measured the fork's pp at 0.970x upstream's (the lowest of its ten runs) and run B's scaled one at 0.910x: a
+    # change of 0.938x, no further than two clean runs have moved
+    assert flagged == {("moe-large", "tg", True): 110, ("moe-large", "pp", True): 74, ("moe-large", "pp", False): 36,
+                       ("moe-48l-quant", "tg", True): 110, ("moe-48l-quant", "pp", True): 109,
+                       ("moe-48l-quant", "pp", False): 1}
+
+def test_a_pair_restored_from_the_result_cache_is_no_run_of_its_own_in_the_spreads():
+    """gpu1-20261204T073536Z took its default-mode pair from the result cache of the last back-to-back run before it
+    (the same builds): those samples are that run's, so the spreads count them once."""
+    run = EVIDENCE / "gpu1-20261204T073536Z"
+    assert [p["cached"] for p in noise_bench(run)["pairs"] if p["model"] == "moe-48l-quant"] == ["20261204T072658Z-1475"]
+    (ratios,) = median_ratios(run).values()
+    assert ("moe-48l-quant", "fork", "pp", "base") not in ratios
+    assert ("moe-large", "cuda-pin-all", "pp", "cuda-base-host-experts") in ratios

@@ -67,13 +67,19 @@ def clean(run_dir: Path) -> bool:
 
 def median_ratios(run_dir: Path) -> dict[tuple[str, int, str], dict[tuple[str, str, str, str], float]]:
     """(platform, instrument, machine as JSON) -> (model, configuration, metric, reference) -> the median per-round
-    ratio, for every pair of configurations measured interleaved in the run's ``bench.json`` (both directions)."""
+    ratio, for every pair of configurations measured interleaved in the run's ``bench.json`` (both directions).
+    A pair the stage restored from the result cache (its ``pairs`` entry names the run that measured it) is left
+    out: its samples are that run's, and counting them twice would show a change of exactly 1."""
     out: dict[tuple[str, int, str], dict[tuple[str, str, str, str], float]] = {}
     for platform in bench_platforms(run_dir):
         bench = read_bench(run_dir, platform) or {}
         where = (platform, instrument(bench), json.dumps(bench.get("machine"), sort_keys=True))
         mine = out.setdefault(where, {})
+        cached = {(p.get("model"), p.get("n_prompt"), p.get("n_gen"), p.get("repeats"))
+                  for p in bench.get("pairs") or [] if p.get("cached")}
         for unit, configs in interleaved(bench).items():
+            if unit[:4] in cached:
+                continue
             model = str(unit[0])
             for config, m in configs.items():
                 for ref, r in configs.items():
@@ -119,4 +125,4 @@ def committed() -> Mapping[Key, Spread]:
     return measure(run_dirs_under(EVIDENCE))
 
 
-__all__ = ["Spread", "Key", "EVIDENCE", "clean", "measure", "committed"]
+__all__ = ["Spread", "Key", "EVIDENCE", "clean", "median_ratios", "measure", "committed"]
