@@ -13,15 +13,16 @@ import pytest
 from harness.record.compare import find_compare_entry, read_compare_entries, record_compare_entries
 from harness.record.forecast import read_forecast
 from harness.record.reloads import read_reload_check
-from harness.record.results import COMPILE_FILES, TESTS_FILES, RecordError
+from harness.record.results import COMPILE_FILES, LOAD_FILES, TESTS_FILES, RecordError
 
 PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
-#: The names of the files RunLayout declares (harness.record.results).
+#: The names of the files RunLayout declares (harness.record.results), and the suffixes of a load's JSON records.
 RUN_FILE_NAMES = frozenset({
     "run.json", "summary.json", "summary.md", "signatures.json", "report.html", "forecast.json", "forecast.md",
     "environment.json", "config.json", "compare.json", "compare-timing.json", "placement.json", "expectations.json",
-    "expectations.log", "reloads.json", "reloads.log", "bench.json", *TESTS_FILES.values(), *COMPILE_FILES.values()})
+    "expectations.log", "reloads.json", "reloads.log", "bench.json", *TESTS_FILES.values(), *COMPILE_FILES.values(),
+    *(s for s in LOAD_FILES.values() if s.endswith(".json"))})
 
 #: (module, name) pairs that spell a run file's name for something that is not a run's file.
 NOT_RUN_FILES = {
@@ -43,11 +44,7 @@ JSON_READERS = {
     "stages/outputs/generation_cache.py": (1, "a cached generation's stored bytes"),
     "stages/tests/test_cache.py": (1, "ctest --show-only=json-v1 output"),
     "tools/bench.py": (2, "the benchmark commands' JSON output"),
-    "analysis/memory_changes.py": (1, "run file: gen/<model>/<stem>.placement.json"),
-    "analysis/report.py": (1, "run file: environment.json, config.json, gen/*.pin-ladder.json"),
     "analysis/signatures.py": (5, "run file: tests.json, sanitizer.json, gen/*.cmd, signatures.json"),
-    "analysis/triage.py": (1, "run file: run.json, gen/*.pin-ladder.json"),
-    "stages/checks/expectations.py": (1, "run file: models/<model>.json, gen/*.placement.json, *.pin-ladder.json"),
 }
 
 

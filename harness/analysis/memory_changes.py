@@ -24,37 +24,26 @@ counts, so the same fault gives the same key in every run.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from ..record.gpu import last_load_model_buffers
+from ..record.loads import read_placement
 from ..record.probe import (PROBE_FILE, PROBE_STEP_BYTES, Probe, ProbeError, group_layers, layers_by_type_text,
                             layers_text, read_probe)
-
-
-def model_buffers_mib(placement: dict[str, Any]) -> dict[str, float]:
-    """``{buffer type: MiB}`` of the model (weight) buffers of one placement record's last model load
-    (harness.record.gpu.last_load_model_buffers), summed per type."""
-    out: dict[str, float] = {}
-    for b in last_load_model_buffers(placement):
-        out[b["buffer_type"]] = round(out.get(b["buffer_type"], 0.0) + float(b["mib"]), 2)
-    return out
+from ..record.results import RecordError, RunLayout
 
 
 def load_placements(run_dir: Path) -> dict[tuple[str, str, str], dict[str, dict[str, float]]]:
     """Per (platform, configuration, model), per load (``engine``, ``<prompt>.r<k>``): the model buffers
-    of its placement record (:func:`model_buffers_mib`).  Loads without a readable record are left out."""
+    of its placement record (harness.record.loads.Placement.model_buffers_mib).  Loads without a readable
+    record are left out."""
     out: dict[tuple[str, str, str], dict[str, dict[str, float]]] = {}
-    for path in sorted(run_dir.glob("*/*/gen/*/*.placement.json")):
-        platform, config, model = path.parents[3].name, path.parents[2].name, path.parent.name
+    for platform, config, model, stem, path in RunLayout(run_dir).all_load_files("placement"):
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            buffers = read_placement(path).model_buffers_mib()
+        except (OSError, RecordError):
             continue
-        buffers = model_buffers_mib(record) if isinstance(record, dict) else {}
         if buffers:
-            stem = path.name[:-len(".placement.json")]
             out.setdefault((platform, config, model), {})[stem] = buffers
     return out
 

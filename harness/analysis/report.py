@@ -29,7 +29,6 @@ page's CSS and JavaScript; each section is a function of the run directory, and 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -38,8 +37,11 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..common.fs import write_text_whole
-from ..record.results import (COMPARISON, DIVERGED, IDENTICAL, KILLED, PATCH, STEP, VERDICT, ComparisonRecord, RecordError,
-                              RunLayout, StepRecord)
+from ..record.environment import read_environment
+from ..record.inputs import ConfigRecord, read_run_config
+from ..record.loads import PinLadder, read_pin_ladder
+from ..record.results import (COMPARISON, DIVERGED, IDENTICAL, KILLED, LOAD_FILES, PATCH, STEP, VERDICT, ComparisonRecord,
+                              RecordError, RunLayout, StepRecord)
 from ..record.summary import read_run
 from .signatures import load_signatures, step_logs
 from ..record.compare import CompareEntry, find_compare_entry
@@ -60,13 +62,6 @@ CHART_WIDTH = 1000
 
 #: Statuses shown as failures (declared in harness.record.results).
 _BAD = STEP.failures | COMPARISON.failures
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def _bytes(n: float) -> str:
@@ -174,6 +169,14 @@ def _compare_entry(run_dir: Path, cmp: ComparisonRecord) -> CompareEntry | None:
 # --------------------------------------------------------------------------- pin ladder chart
 
 
+def _pin_ladder(path: Path) -> PinLadder | None:
+    """The pin-ladder record at ``path``, None where it is unreadable (left out of the chart)."""
+    try:
+        return read_pin_ladder(path)
+    except (OSError, RecordError):
+        return None
+
+
 def pin_ladders(run_dir: Path) -> list[dict[str, Any]]:
     """The pin-ladder files of a run grouped per (platform, config, model).
 
@@ -182,18 +185,18 @@ def pin_ladders(run_dir: Path) -> list[dict[str, Any]]:
     granted_totals (sorted distinct totals of granted bytes over the files)}.
     """
     groups: dict[tuple[str, str, str], list[Path]] = {}
-    for platform, config, model, _, path in RunLayout(run_dir).all_generation_files(".pin-ladder.json"):
+    for platform, config, model, _, path in RunLayout(run_dir).all_generation_files(LOAD_FILES["pin_ladder"]):
         groups.setdefault((platform, config, model), []).append(path)
     out = []
     for (platform, config, model), files in sorted(groups.items()):
-        loaded = [r for r in (_read_json(f) for f in files) if isinstance(r, list)]
+        loaded = [ladder.lines for ladder in map(_pin_ladder, files) if ladder is not None]
         if not loaded:
             continue
-        totals = sorted({sum(int(x.get("granted", 0)) for x in recs if x.get("kind") in ("ladder", "malloc_host"))
+        totals = sorted({sum(int(x["granted"]) for x in recs if x["kind"] in ("ladder", "malloc_host"))
                          for recs in loaded})
         out.append({"platform": platform, "config": config, "model": model,
-                    "file": str(files[0].relative_to(run_dir)), "records": loaded[0], "files": len(loaded),
-                    "granted_totals": totals})
+                    "file": str(files[0].relative_to(run_dir)), "records": [dict(r) for r in loaded[0]],
+                    "files": len(loaded), "granted_totals": totals})
     return out
 
 
@@ -492,13 +495,14 @@ def results_root(run_dir: Path) -> Path:
 
 
 def _environment_html(run_dir: Path, platform: str) -> str:
-    env = _read_json(RunLayout(run_dir).environment_json(platform))
-    if not isinstance(env, dict):
+    try:
+        env = read_environment(RunLayout(run_dir).environment_json(platform))
+    except (OSError, RecordError):
         return ""
-    gpus = ", ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g) for g in env.get("gpus") or []) or "none"
-    items = [("OS", env.get("os")), ("CPU", env.get("cpu")), ("GPU", gpus), ("CUDA toolkit", env.get("cuda_toolkit")),
-             ("base commit", (env.get("base_commit") or "")[:12]),
-             ("patches", str(len(env.get("patches") or [])) if env.get("patches") is not None else None)]
+    gpus = ", ".join(str(g.get("name", g)) for g in env.gpus) or "none"
+    items = [("OS", env.os), ("CPU", env.cpu), ("GPU", gpus), ("CUDA toolkit", env.cuda_toolkit),
+             ("base commit", env.base_commit[:12]),
+             ("patches", str(len(env.patches)) if env.patches is not None else None)]
     return "<p class=\"muted\">" + " · ".join(f"{k}: {escape(str(v))}" for k, v in items if v) + "</p>"
 
 
@@ -506,16 +510,19 @@ def _config_html(run_dir: Path, platform: str, config: str, steps: list[StepReco
     bad = [s for s in steps if s.status in _BAD]
     badges = " ".join(f'{escape(s.step)} {_status(s.status)}' for s in steps)
     body = []
-    cfg = _read_json(RunLayout(run_dir).config_json(platform, config))
-    if isinstance(cfg, dict):
+    try:
+        cfg: ConfigRecord | None = read_run_config(RunLayout(run_dir).config_json(platform, config))
+    except (OSError, RecordError):
+        cfg = None
+    if cfg is not None:
         facts = []
-        if cfg.get("description"):
-            facts.append(escape(cfg["description"]))
-        facts.append(f'build <code>{escape(str(cfg.get("build", "")))}</code>')
-        if cfg.get("args"):
-            facts.append("args <code>" + escape(" ".join(map(str, cfg["args"]))) + "</code>")
-        if cfg.get("env"):
-            facts.append("env <code>" + escape(" ".join(f"{k}={v}" for k, v in cfg["env"].items())) + "</code>")
+        if cfg.description:
+            facts.append(escape(cfg.description))
+        facts.append(f'build <code>{escape(cfg.build)}</code>')
+        if cfg.args:
+            facts.append("args <code>" + escape(" ".join(cfg.args)) + "</code>")
+        if cfg.env:
+            facts.append("env <code>" + escape(" ".join(f"{k}={v}" for k, v in cfg.env.items())) + "</code>")
         body.append("<p>" + " · ".join(facts) + "</p>")
     gens = RunLayout(run_dir).generation_files(platform, config, ".stdout")
     if gens:

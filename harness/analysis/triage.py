@@ -52,12 +52,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..record import gpu
 from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
 from ..common.locks import RunLock
 from ..record.results import (COMPARISON, DIVERGED, GENERATION_FAILURES, KILLED, STEP, STEP_ERROR, STEP_INTERRUPTED,
                               STEP_PASSED, ComparisonRecord, RecordError, RunLayout, StepRecord, describe_cache,
                               describe_cached, shown_as_reused)
+from ..record.inputs import read_run_info
+from ..record.loads import PinLadder, read_pin_ladder
 from ..record.summary import RunSummary, read_run
 from . import memory_changes
 from .signatures import load_signatures
@@ -94,19 +95,15 @@ class TriageInputError(InputError):
 SAME_RUN_WARNING = "warning: A and B are the same run ({run}): nothing can have changed; name an earlier run as A"
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except ValueError as exc:
-        raise TriageInputError(f"{path}: not valid JSON ({exc})") from exc
-
-
 def _started(run_dir: Path) -> str:
-    meta = _read_json(RunLayout(run_dir).run_json) or {}
-    if isinstance(meta, dict) and meta.get("started"):
-        return str(meta["started"])
+    """When the run started (run.json), else when its summary was last written, else ""; raises RecordError
+    naming run.json when it is not JSON or not a run record."""
+    try:
+        started = read_run_info(RunLayout(run_dir).run_json).started
+    except FileNotFoundError:
+        started = ""
+    if started:
+        return started
     try:
         return read_run(run_dir).updated
     except (OSError, RecordError):
@@ -625,10 +622,13 @@ def pin_totals(run_dir: Path) -> dict[tuple[str, str], dict[tuple[str, str], dic
     (bytes requested/granted, allocations, segments).
     """
     out: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}
-    for platform, config, model, stem, stderr in RunLayout(run_dir).all_generation_files(".stderr"):
-        ladder_file = stderr.with_name(stem + ".pin-ladder.json")
-        records = _read_json(ladder_file) if ladder_file.is_file() else []
-        out.setdefault((platform, config), {})[(model, stem)] = gpu.ladder_totals(records or [])
+    layout = RunLayout(run_dir)
+    for platform, config, model, stem, _ in layout.all_generation_files(".stderr"):
+        try:
+            ladder = read_pin_ladder(layout.load_file(platform, config, model, stem, "pin_ladder"))
+        except FileNotFoundError:
+            ladder = PinLadder()
+        out.setdefault((platform, config), {})[(model, stem)] = ladder.totals()
     return out
 
 

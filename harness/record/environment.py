@@ -1,4 +1,5 @@
-"""Facts about the machine a platform ran on, recorded in each platform's environment.json."""
+"""Facts about the machine a platform ran on, recorded in each platform's environment.json (:func:`collect`) and
+read back typed (:func:`read_environment`)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..kinds import nvidia
 from .gpu import pin_environment
+from .results import RecordError, read_record_json
 
 
 def _first_line(argv: list[str]) -> str | None:
@@ -138,3 +141,63 @@ def machine_fingerprint(env: Mapping[str, Any] | None = None) -> dict[str, Any]:
             "gpus": [[g.get("name"), g.get("driver")] for g in env.get("gpus") or [] if isinstance(g, dict)],
             "visible_gpus": env.get("visible_gpus"), "cuda_driver": env.get("cuda_driver"),
             "cuda_toolkit": env.get("cuda_toolkit")}
+
+
+@dataclass(frozen=True)
+class EnvironmentRecord:
+    """A platform's environment.json as :func:`collect` writes it: the machine (``os``, ``machine``, ``cpu``,
+    ``cpu_count``, ``ram_bytes`` in bytes), the tools' first lines (``python``, ``cmake``, ``ninja``, ``ccache``,
+    ``cc``), CUDA (``cuda_toolkit``, ``cuda_driver``), the ``gpus`` ({name, driver, ...} each) and how many are
+    ``visible_gpus``, the ``pin_environment``, the ``base_commit`` and ``base_source``, the ``patches`` applied
+    ({name, sha256} each; None where not recorded) and the compilers CMake found per build variant
+    (``compilers``: variant -> language -> compiler).  Facts not recorded are None (or empty)."""
+
+    os: str | None = None
+    machine: str | None = None
+    cpu: str | None = None
+    cpu_count: int | None = None
+    ram_bytes: int | None = None
+    python: str | None = None
+    cmake: str | None = None
+    ninja: str | None = None
+    ccache: str | None = None
+    cc: str | None = None
+    cuda_toolkit: str | None = None
+    cuda_driver: str | None = None
+    gpus: tuple[Mapping[str, Any], ...] = ()
+    visible_gpus: int | None = None
+    pin_environment: Mapping[str, str] = field(default_factory=dict)
+    base_commit: str = ""
+    base_source: str = ""
+    patches: tuple[Mapping[str, str], ...] | None = None
+    compilers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+#: The text facts of :class:`EnvironmentRecord`, None where not recorded.
+_TEXTS = ("os", "machine", "cpu", "python", "cmake", "ninja", "ccache", "cc", "cuda_toolkit", "cuda_driver")
+_COUNTS = ("cpu_count", "ram_bytes", "visible_gpus")
+
+
+def read_environment(path: Path) -> EnvironmentRecord:
+    """The environment record at ``path`` (harness.record.results.RunLayout.environment_json).  Raises
+    FileNotFoundError naming the file when there is none (the platform recorded none), harness.record.results
+    .RecordError naming it when it is not JSON or not of the shape of :class:`EnvironmentRecord` (a GPU or a
+    patch that is not an object, a count that is not a number included)."""
+    data = read_record_json(path, "no environment.json; the platform did not build here")
+    try:
+        if not isinstance(data, dict):
+            raise TypeError("not an object")
+        texts = {k: None if data.get(k) is None else str(data[k]) for k in _TEXTS}
+        counts = {k: None if data.get(k) is None else int(data[k]) for k in _COUNTS}
+        gpus = tuple(dict(g) for g in data.get("gpus") or [])
+        patches = data.get("patches")
+        return EnvironmentRecord(
+            **texts, **counts, gpus=gpus,
+            pin_environment={str(k): str(v) for k, v in (data.get("pin_environment") or {}).items()},
+            base_commit=str(data.get("base_commit") or ""), base_source=str(data.get("base_source") or ""),
+            patches=None if patches is None else tuple(dict(x) for x in patches),
+            compilers={k[len("compilers_"):]: {str(lang): str(c) for lang, c in v.items()}
+                       for k, v in data.items() if k.startswith("compilers_")})
+    except (AttributeError, TypeError, ValueError) as exc:
+        reason = f"not an environment record ({exc})"
+        raise RecordError(f"{path}: {reason}", reason) from None

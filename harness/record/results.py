@@ -66,7 +66,13 @@ RECORD_VERSION = 2
 
 
 class RecordError(InputError, ValueError):
-    """A summary.json this harness cannot read: not JSON, or written by a newer record format."""
+    """A run file this harness cannot read: not JSON, not of its record's shape, or a summary.json written by a
+    newer record format.  The message names the file; ``reason`` says what is wrong without naming it (the
+    message where the raiser gave none), for records that name the file their own way."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason or message
 
 
 # --------------------------------------------------------------------------- statuses
@@ -487,6 +493,20 @@ TESTS_FILES = {"log": "ctest.log", "junit": "junit.xml", "run": "tests.json", "s
 COMPILE_FILES = {"record": "compile.json", "toolkit": "toolkit.json"}
 
 
+#: The logs of a build step's log directory (:meth:`RunLayout.build_logs`, :meth:`RunLayout.compile_logs`), by
+#: what they hold: the configure and build commands' output (each with a ``.rc`` file beside it holding the exit
+#: code), the patch series' application (harness.stages.build.source) and the error of a build that could not
+#: run.  The builds write them into any directory (a bisect's and a forecast's too), so they are named here once.
+BUILD_FILES = {"configure": "configure.log", "build": "build.log", "patches": "patches.log", "error": "error.log"}
+
+
+#: The records of one model load beside its stderr under ``gen/<model>/`` (a generation ``<prompt>.r<k>`` or the
+#: engine's load ``engine``; :meth:`RunLayout.load_file`), by what they hold: its command line as JSON, the
+#: buffers llama logged (harness.record.gpu.buffer_placement) and the pin-ladder lines (harness.record.gpu
+#: .parse_ladder_lines); read by harness.record.loads.
+LOAD_FILES = {"cmd": ".cmd", "placement": ".placement.json", "pin_ladder": ".pin-ladder.json"}
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """Every path of the run directory ``dir`` (see the module docstring); creates nothing.
@@ -608,6 +628,24 @@ class RunLayout:
         ``.stdout``, ``.stderr``, ``.cmd``, ``.pin-ladder.json`` or ``.placement.json``."""
         return self.gen_dir(platform, config, model) / f"{prompt}.r{repeat}"
 
+    def load_file(self, platform: str, config: str, model: str, stem: str, name: str) -> Path:
+        """The record ``name`` (a key of :data:`LOAD_FILES`) of the load ``stem`` (``engine``, ``<prompt>.r<k>``)
+        of ``model``: ``.../gen/<model>/<stem><suffix>``."""
+        return self.gen_dir(platform, config, model) / (stem + LOAD_FILES[name])
+
+    @staticmethod
+    def beside(prefix: Path, name: str) -> Path:
+        """The record ``name`` (a key of :data:`LOAD_FILES`) of the load whose path prefix is ``prefix``
+        (:meth:`generation`'s, or ``gen/<model>/engine``)."""
+        return prefix.with_name(prefix.name + LOAD_FILES[name])
+
+    def all_load_files(self, name: str) -> Iterator[tuple[str, str, str, str, Path]]:
+        """Every record ``name`` (a key of :data:`LOAD_FILES`) of the run, the engine's loads included:
+        (platform, config, model, stem, path), sorted by path."""
+        suffix = LOAD_FILES[name]
+        for path in sorted(self.dir.glob(f"*/*/gen/*/*{suffix}")):
+            yield (path.parents[3].name, path.parents[2].name, path.parent.name, path.name[:-len(suffix)], path)
+
     def generation_files(self, platform: str, config: str, suffix: str, model: str | None = None,
                          prompt: str | None = None) -> list[Path]:
         """Existing generation files of one configuration with ``suffix`` (e.g. ``.stderr``), sorted;
@@ -683,7 +721,7 @@ def read_record_json(path: Path, missing: str) -> Any:
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: {missing}") from None
     except (OSError, ValueError) as exc:
-        raise RecordError(f"{path}: cannot be read as JSON ({exc})") from None
+        raise RecordError(f"{path}: cannot be read as JSON ({exc})", f"cannot be read ({exc})") from None
 
 
 def read_summary(run_dir: Path) -> dict:

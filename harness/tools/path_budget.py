@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import PureWindowsPath
+from pathlib import Path, PureWindowsPath
 from typing import Iterable, Sequence
 
 from ..kinds.windows import WINDOWS
 from ..matrix.config import Matrix, Platform
 from ..matrix.platforms import executable_suffix
-from ..record.results import new_run_id
+from ..record.results import RunLayout, new_run_id
 
 #: Windows' MAX_PATH: the longest path, in characters, without long path support (harness.kinds.windows).
 MAX_PATH: int = WINDOWS.max_path or 260
@@ -87,14 +87,14 @@ def layout_paths(matrix: Matrix, p: Platform, base_files: Sequence[str], fork_fi
     rel += [f"{WORK_DIR}/fork/llama.cpp/{f}" for f in (*base_files, *fork_files)]
     for variant in ("base", "fork"):
         rel += [f"{WORK_DIR}/{variant}/build-{p.name}/bin/{t}{exe}" for t in (*p.targets, *p.test_targets)]
-    run_id = new_run_id()
+    layout = RunLayout(Path("results", new_run_id()))
     for gname in p.groups:
         g = matrix.groups[gname]
         repeats = g.generation.repeats
         for config in (g.reference, *g.candidates):
             for model in g.models:
                 for prompt in g.prompts:
-                    rel.append(f"results/{run_id}/{p.name}/{config}/gen/{model}/{prompt}.r{repeats}.pin-ladder.json")
+                    rel.append(layout.load_file(p.name, config, model, f"{prompt}.r{repeats}", "pin_ladder").as_posix())
     return [str(PureWindowsPath(r)) for r in rel]
 
 

@@ -41,14 +41,15 @@ the step ``incomplete``, never ``passed``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 from ...matrix.config import Platform, RunConfig
 from ...record.probe import PROBE_FILE, Probe, ProbeError, read_probe
-from ...record.results import Failure, RunLayout, StepRecord, write_json
+from ...record.inputs import read_model_record
+from ...record.loads import PinLadder, read_pin_ladder, read_placement
+from ...record.results import Failure, RecordError, RunLayout, StepRecord, write_json
 from .expectation_load import LOGGED_MIB_TOLERANCE_BYTES, Finding, check_load
 from .expectation_rules import (RULES, WARNINGS, Expectations, default_expectations, expectations_for, pin_layers,
                                 rule_on, uses_mmap)
@@ -60,18 +61,21 @@ __all__ = ["STEP_NAME", "STAGE", "RULES", "WARNINGS", "LOGGED_MIB_TOLERANCE_BYTE
 #: The step every configuration that generated gets.
 STEP_NAME = "expectations"
 
+T = TypeVar("T")
+
 
 # --------------------------------------------------------------------------- the step
 
 
-def _read_json(path: Path) -> tuple[Any, str]:
-    """(parsed JSON, "") or (None, why it cannot be read)."""
+def _read(reader: Callable[[Path], T], path: Path) -> tuple[T | None, str]:
+    """(the record ``reader`` reads at ``path``, "") or (None, why it cannot be read, naming the file by its
+    name: the expectations record holds no absolute path)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8")), ""
+        return reader(path), ""
     except FileNotFoundError:
         return None, f"{path.name} missing"
-    except (OSError, ValueError) as exc:
-        return None, f"{path.name} cannot be read ({exc})"
+    except RecordError as exc:
+        return None, f"{path.name} {exc.reason}"
 
 
 def _failed_models(step: StepRecord | None) -> set[str]:
@@ -104,12 +108,13 @@ def check_config(layout: RunLayout, platform: Platform, config: RunConfig,
         if model in failed_models:
             entry["skipped"] = "a generation of this model failed (see the generate step)"
             continue
-        summary, why = _read_json(layout.model_json(platform.name, model))
-        if summary is None:
+        model_record, why = _read(read_model_record, layout.model_json(platform.name, model))
+        if model_record is None:
             entry["findings"].append(asdict(Finding("records", "incomplete", "model summary missing",
                                                     f"model summary: {why}")))
             continue
         try:
+            summary = model_record.summary
             exp = expectations_for(platform, config, summary)
         except ValueError as exc:
             entry["findings"].append(asdict(Finding("records", "incomplete", "expectations unreadable", str(exc))))
@@ -118,23 +123,24 @@ def check_config(layout: RunLayout, platform: Platform, config: RunConfig,
         if not any(rule_on(exp, r) for r in RULES):
             entry["skipped"] = "no rule holds for this configuration"
             continue
-        placement, why = _read_json(stderr.with_name(stem + ".placement.json"))
+        placement, why = _read(read_placement, layout.load_file(platform.name, config.name, model, stem, "placement"))
         if placement is None:
             entry["findings"].append(asdict(Finding("records", "incomplete", "no placement record",
                                                     f"no placement record for {layout.relative(stderr)}: {why} "
                                                     "(its stderr has no buffer lines)")))
             continue
-        ladder_path = stderr.with_name(stem + ".pin-ladder.json")
-        ladder: Any = []
+        ladder_path = layout.load_file(platform.name, config.name, model, stem, "pin_ladder")
+        ladder: PinLadder | None = PinLadder()
         if ladder_path.exists():  # no file: the load logged no pin-ladder line
-            ladder, why = _read_json(ladder_path)
-            if not isinstance(ladder, list):
+            ladder, why = _read(read_pin_ladder, ladder_path)
+            if ladder is None:
                 entry["findings"].append(asdict(Finding("records", "incomplete", "pin-ladder record unreadable",
-                                                        f"{layout.relative(ladder_path)}: {why or 'not a list'}")))
+                                                        f"{layout.relative(ladder_path)}: {why}")))
                 continue
         probe, probe_problem = probes.get(model) or _probe(layout, stderr.with_name(PROBE_FILE), probes, model)
         source = "the engine" if stem == "engine" else f"llama-completion ({stem})"
-        findings, facts = check_load(exp, placement, ladder, summary, probe, probe_problem, source)
+        findings, facts = check_load(exp, placement.as_record(), [dict(r) for r in ladder.lines], summary, probe,
+                                     probe_problem, source)
         entry["facts"] = facts
         entry["findings"] = [asdict(f) for f in findings]
     return _step(layout, platform, config, loads, rules)

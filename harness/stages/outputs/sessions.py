@@ -16,7 +16,7 @@ from ...matrix.platforms import executable_suffix
 from ...record import gpu
 from ...record.cache import DigestMemo, ResultCache
 from ...record.progress import InProgress
-from ...record.results import Run, write_json
+from ...record.results import Run, RunLayout, write_json
 from ..build.builds import Builds
 from ..build.cross import Emulator
 from ..checks.reload_rules import reload_count
@@ -88,10 +88,10 @@ class Sessions:
         def stderr(side: Side, model: str, stem: Path, text: str) -> None:
             ladder = gpu.parse_ladder_lines(text)
             if ladder:
-                write_json(stem.with_name(stem.name + ".pin-ladder.json"), ladder)
+                write_json(RunLayout.beside(stem, "pin_ladder"), ladder)
             placement = gpu.buffer_placement(text)
             if placement["buffers"] or placement["routing"]:
-                write_json(stem.with_name(stem.name + ".placement.json"), placement)
+                write_json(RunLayout.beside(stem, "placement"), placement)
                 self.placements.setdefault(side.platform, {}).setdefault(side.config, {}).setdefault(model, placement)
 
         def progress(side: Side, what: str) -> None:

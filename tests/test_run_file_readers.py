@@ -1,0 +1,123 @@
+"""The typed readers of a run's files (harness/record/): each reads back what its writer wrote, and names the file
+in a RecordError where the file is not JSON or not of its record's shape."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.matrix.config import RunConfig
+from harness.record import gpu
+from harness.record.environment import read_environment
+from harness.record.inputs import ConfigRecord, read_model_record, read_run_config, read_run_info
+from harness.record.loads import read_load_command, read_pin_ladder, read_placement
+from harness.record.results import RecordError, Run, RunLayout, write_json
+
+GIB = 2**30
+
+STDERR = ("llama_model_loader: loaded meta data with 31 key-value pairs\n"
+          f"ggml_cuda_host_malloc: pin ladder: requested={4 * GIB} granted={2 * GIB} segments=2 calls=3 seconds=0.412\n"
+          "ggml_cuda_host_malloc: pin ladder: partial pin: requested=6442450944 granted=2147483648 segments=4 "
+          "error=cudaErrorMemoryAllocation\n"
+          "load_tensors:   CPU_Mapped model buffer size =   100.00 MiB\n"
+          "load_tensors:    CUDA_Host model buffer size =  4733.00 MiB\n"
+          "llama_model_loader: loaded meta data with 31 key-value pairs\n"
+          "load_tensors:          CPU model buffer size =  4733.50 MiB\n"
+          "llama_model_loader: GGML_CUDA_MOE_PIN_LAYERS=4: experts of layers 0-3 in CUDA_Host\n")
+
+
+def _bad(path: Path, text: str, reader, match: str) -> None:
+    path.write_text(text)
+    with pytest.raises(RecordError, match=match) as caught:
+        reader(path)
+    assert str(path) in str(caught.value) and str(path) not in caught.value.reason
+
+
+def test_the_load_records_read_back_what_the_comparisons_write(tmp_path):
+    layout = RunLayout(tmp_path)
+    prefix = layout.generation("cpu", "fork", "m", "p", 1)
+    assert RunLayout.beside(prefix, "placement") == layout.load_file("cpu", "fork", "m", "p.r1", "placement")
+    assert layout.load_file("cpu", "fork", "m", "engine", "pin_ladder").name == "engine.pin-ladder.json"
+    write_json(RunLayout.beside(prefix, "placement"), gpu.buffer_placement(STDERR))
+    write_json(RunLayout.beside(prefix, "pin_ladder"), gpu.parse_ladder_lines(STDERR))
+    placement = read_placement(RunLayout.beside(prefix, "placement"))
+    assert placement.as_record() == gpu.buffer_placement(STDERR)
+    assert placement.model_buffers_mib() == {"CPU": 4733.5}  # the last load's only
+    assert placement.routing == ("GGML_CUDA_MOE_PIN_LAYERS=4: experts of layers 0-3 in CUDA_Host",)
+    ladder = read_pin_ladder(RunLayout.beside(prefix, "pin_ladder"))
+    assert [dict(r) for r in ladder.lines] == gpu.parse_ladder_lines(STDERR)
+    assert ladder.totals() == gpu.ladder_totals(gpu.parse_ladder_lines(STDERR))
+    assert ladder.totals()["granted"] == 2 * GIB and ladder.totals()["warnings"] == 1
+    assert [(p, c, m, s) for p, c, m, s, _ in layout.all_load_files("placement")] == [("cpu", "fork", "m", "p.r1")]
+
+
+def test_the_load_records_name_a_broken_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"x\.placement\.json"):
+        read_placement(tmp_path / "x.placement.json")
+    _bad(tmp_path / "x.placement.json", "{", read_placement, r"x\.placement\.json: cannot be read as JSON")
+    _bad(tmp_path / "x.placement.json", "[]", read_placement, "not a placement record")
+    _bad(tmp_path / "x.placement.json", json.dumps({"buffers": [{"stage": "load_tensors"}]}), read_placement,
+         r"buffers\[0\] has no buffer_type and mib")
+    _bad(tmp_path / "x.pin-ladder.json", "{}", read_pin_ladder, r"x\.pin-ladder\.json: not a pin-ladder record")
+    _bad(tmp_path / "x.pin-ladder.json", json.dumps([{"kind": "ladder", "requested": 1}]), read_pin_ladder,
+         "line 0 has no kind, requested and granted bytes")
+    _bad(tmp_path / "x.cmd", json.dumps({"argv": []}), read_load_command, r"x\.cmd: not a command record")
+    _bad(tmp_path / "x.cmd", "not json", read_load_command, r"x\.cmd: cannot be read as JSON")
+
+
+def test_a_load_command_reads_back(tmp_path):
+    path = tmp_path / "p.r1.cmd"
+    path.write_text(json.dumps({"argv": ["/b/bin/llama-completion", "-m", "m.gguf"], "env": {"A": "1"},
+                                "launcher_env": {}, "timeout_s": 300}))
+    cmd = read_load_command(path)
+    assert cmd.argv == ("/b/bin/llama-completion", "-m", "m.gguf") and cmd.env == {"A": "1"}
+    assert cmd.timeout_s == 300.0 and cmd.program.name == "llama-completion"
+
+
+def test_the_run_record_and_the_configuration_read_back(tmp_path):
+    run = Run.open(tmp_path, "r1", argv=["harness", "build"])
+    run.close()
+    info = read_run_info(run.layout.run_json)
+    assert info.run_id == "r1" and info.started and [c.argv for c in info.commands] == [("harness", "build")]
+    config = RunConfig("cuda-pin", "fork", ("--cpu-moe", "--no-mmap"), {"GGML_CUDA_MOE_PIN_LAYERS": "4"},
+                       "pin four layers", "base-cpu-moe", {"pinned": {"min": 1.0}}, 3, True)
+    write_json(run.layout.config_json("cpu", "cuda-pin"), config)  # as the comparisons write it
+    assert read_run_config(run.layout.config_json("cpu", "cuda-pin")) == ConfigRecord(
+        "cuda-pin", "fork", ("--cpu-moe", "--no-mmap"), {"GGML_CUDA_MOE_PIN_LAYERS": "4"}, "pin four layers")
+    write_json(run.layout.model_json("cpu", "m"), {"path": "/models/m.gguf", "n_layer": 4})
+    model = read_model_record(run.layout.model_json("cpu", "m"))
+    assert model.path == "/models/m.gguf" and model.summary["n_layer"] == 4
+    with pytest.raises(FileNotFoundError, match="models/x.json"):
+        read_model_record(run.layout.model_json("cpu", "x"))
+
+
+def test_the_run_record_and_the_configuration_name_a_broken_file(tmp_path):
+    _bad(tmp_path / "run.json", "[1]", read_run_info, r"run\.json: not a run record")
+    _bad(tmp_path / "run.json", json.dumps({"commands": [1]}), read_run_info, r"run\.json: not a run record")
+    _bad(tmp_path / "config.json", json.dumps({"name": "c"}), read_run_config, "no name and build")
+    _bad(tmp_path / "config.json", "{", read_run_config, r"config\.json: cannot be read as JSON")
+    _bad(tmp_path / "m.json", "3", read_model_record, r"m\.json: not a model record")
+
+
+def test_the_environment_reads_back_what_collect_writes(tmp_path):
+    env = {"os": "Linux-6.8", "machine": "x86_64", "cpu": "EPYC", "cpu_count": 16, "ram_bytes": 64 * GIB,
+           "python": "3.12.3", "cmake": "cmake version 3.28", "ninja": "1.11", "ccache": None, "cc": "gcc 13",
+           "cuda_toolkit": "13.0, V13.0.48", "cuda_driver": "13.0", "gpus": [{"name": "H200", "driver": "580"}],
+           "visible_gpus": 1, "pin_environment": {"GGML_CUDA_NO_PINNED": ""}, "base_commit": "a" * 40,
+           "base_source": "mirror", "patches": [{"name": "0001.patch", "sha256": "b" * 64}],
+           "compilers_fork": {"CXX": "GNU 13.2 (/usr/bin/c++)"}}
+    path = RunLayout(tmp_path).environment_json("cuda")
+    write_json(path, env)
+    rec = read_environment(path)
+    assert (rec.os, rec.cpu, rec.cpu_count, rec.ram_bytes, rec.ccache) == ("Linux-6.8", "EPYC", 16, 64 * GIB, None)
+    assert rec.gpus == ({"name": "H200", "driver": "580"},) and rec.visible_gpus == 1
+    assert rec.base_commit == "a" * 40 and rec.patches == ({"name": "0001.patch", "sha256": "b" * 64},)
+    assert rec.compilers == {"fork": {"CXX": "GNU 13.2 (/usr/bin/c++)"}}
+    assert rec.pin_environment == {"GGML_CUDA_NO_PINNED": ""}
+    write_json(path, {"os": "Linux"})
+    assert read_environment(path).patches is None and read_environment(path).gpus == ()
+    _bad(path, json.dumps({"gpus": ["H200"]}), read_environment, r"environment\.json: not an environment record")
+    _bad(path, json.dumps({"cpu_count": "many"}), read_environment, "not an environment record")
+    _bad(path, "{", read_environment, r"environment\.json: cannot be read as JSON")
