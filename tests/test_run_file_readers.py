@@ -13,7 +13,10 @@ from harness.record import gpu
 from harness.record.environment import read_environment
 from harness.record.inputs import ConfigRecord, read_model_record, read_run_config, read_run_info
 from harness.record.loads import read_load_command, read_pin_ladder, read_placement
+from harness.record import native_tests
+from harness.record.native_tests import SanitizerRecord, read_sanitizer, read_test_run
 from harness.record.results import RecordError, Run, RunLayout, write_json
+from harness.record.signatures import read_signatures
 
 GIB = 2**30
 
@@ -121,3 +124,49 @@ def test_the_environment_reads_back_what_collect_writes(tmp_path):
     _bad(path, json.dumps({"gpus": ["H200"]}), read_environment, r"environment\.json: not an environment record")
     _bad(path, json.dumps({"cpu_count": "many"}), read_environment, "not an environment record")
     _bad(path, "{", read_environment, r"environment\.json: cannot be read as JSON")
+
+
+def test_the_native_tests_records_read_back_what_the_test_stage_writes(tmp_path):
+    layout = RunLayout(tmp_path)
+    case = native_tests.TestCase  # not imported by name: pytest would take the classes for tests
+    run = native_tests.TestRun("failed", [case("test-a", "passed", 0.5), case("test-b", "failed", 1.25, "exit 139")],
+                  tmp_path / "junit.xml", tmp_path / "ctest.log", 2.0, "1 of 2 failed")
+    write_json(layout.tests_file("cuda", "test-memcheck", "run"), run)
+    assert read_test_run(layout.tests_file("cuda", "test-memcheck", "run")) == run
+    assert [c.name for c in run.failed()] == ["test-b"]
+    write_json(layout.tests_file("cuda", "test-memcheck", "sanitizer"), SanitizerRecord("memcheck", "0 errors"))
+    assert read_sanitizer(layout.tests_file("cuda", "test-memcheck", "sanitizer")) == SanitizerRecord("memcheck",
+                                                                                                      "0 errors")
+    with pytest.raises(FileNotFoundError, match="tests/sanitizer.json"):
+        read_sanitizer(layout.tests_file("cuda", "test", "sanitizer"))
+
+
+def test_the_native_tests_records_name_a_broken_file(tmp_path):
+    _bad(tmp_path / "tests.json", "{", read_test_run, r"tests\.json: cannot be read as JSON")
+    _bad(tmp_path / "tests.json", json.dumps({"cases": []}), read_test_run, r"tests\.json: not a test run \(no status")
+    _bad(tmp_path / "tests.json", json.dumps({"status": "failed", "cases": [{"status": "failed"}]}), read_test_run,
+         "case 0 has no name and status")
+    _bad(tmp_path / "sanitizer.json", json.dumps({"tool": 3}), read_sanitizer, r"sanitizer\.json: not a sanitizer")
+    _bad(tmp_path / "sanitizer.json", "[]", read_sanitizer, "not a sanitizer record")
+
+
+def test_the_signatures_read_back_as_classify_run_writes_them(tmp_path):
+    sig = {"kind": "signal", "key": "SIGSEGV in llama-completion", "summary": "crashed", "evidence": "Segmentation"}
+    other = dict(sig, key="timeout in llama-completion", kind="timeout")
+    entries = [{"platform": "cuda", "config": "fork", "step": "generate", "signature": sig, "other_signatures": [other]},
+               {"platform": "cuda", "config": "fork", "step": "build", "signature": sig},
+               {"platform": "cuda", "config": "pin", "step": "compare", "group": "g", "model": "m", "prompt": "p",
+                "reference": "base", "signature": sig}]
+    path = RunLayout(tmp_path).signatures_json
+    write_json(path, entries)
+    read = read_signatures(path)
+    assert [e.to_json() for e in read] == entries
+    assert [list(e.to_json()) for e in read] == [list(e) for e in entries]  # the same keys in the same order
+    assert read[2].comparison == {"group": "g", "model": "m", "prompt": "p", "reference": "base"}
+    with pytest.raises(FileNotFoundError, match="signatures.json"):
+        read_signatures(tmp_path / "x" / "signatures.json")
+    _bad(path, "{}", read_signatures, r"signatures\.json: not a signatures record \(not a list\)")
+    _bad(path, json.dumps([{"platform": "cuda", "config": "fork", "step": "build", "signature": {"kind": "x"}}]),
+         read_signatures, "entry 0's signature is not a signature")
+    _bad(path, json.dumps([{"platform": "cuda", "signature": sig}]), read_signatures,
+         "entry 0 has no platform, config and step")

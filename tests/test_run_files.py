@@ -44,7 +44,6 @@ JSON_READERS = {
     "stages/outputs/generation_cache.py": (1, "a cached generation's stored bytes"),
     "stages/tests/test_cache.py": (1, "ctest --show-only=json-v1 output"),
     "tools/bench.py": (2, "the benchmark commands' JSON output"),
-    "analysis/signatures.py": (5, "run file: tests.json, sanitizer.json, gen/*.cmd, signatures.json"),
 }
 
 

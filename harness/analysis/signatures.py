@@ -68,7 +68,6 @@ changed together.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import signal as _signal
@@ -84,8 +83,11 @@ from ..stages.tests.sanitized_generation import CRASH_LABEL, CRASH_TOOL, sanitiz
 from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
 from ..record.expectations import read_expectations
 from ..record.reloads import read_reload_check
-from ..record.results import (CRASHED, DIVERGED, STEP, TIMEOUT, TESTS_FILES, ComparisonRecord, Failure, RecordError,
-                              RunLayout, StepRecord, load_records, write_json)
+from ..record.loads import read_load_command
+from ..record.native_tests import read_sanitizer, read_test_run
+from ..record.results import (CRASHED, DIVERGED, LOAD_FILES, STEP, TIMEOUT, TESTS_FILES, ComparisonRecord, Failure,
+                              RecordError, RunLayout, StepRecord, load_records, write_json)
+from ..record.signatures import read_signatures
 
 #: Every signature kind, declared once here (the module docstring says what each key holds), with
 #: its rank: of a step with several failures (tests, generations) the signature of the lowest rank
@@ -633,9 +635,8 @@ def _ctest_blocks(text: str) -> dict[str, str]:
 def _failed_tests(test_dir: Path) -> list[tuple[str, str]]:
     """(name, message) of the failed tests, from tests.json, else junit.xml, else ctest.log."""
     try:
-        data = json.loads((test_dir / TESTS_FILES["run"]).read_text(encoding="utf-8"))
-        return [(c["name"], c.get("message", "")) for c in data.get("cases", []) if c.get("status") == "failed"]
-    except (OSError, ValueError, KeyError, AttributeError):
+        return [(c.name, c.message) for c in read_test_run(test_dir / TESTS_FILES["run"]).failed()]
+    except (OSError, RecordError):
         pass
     try:
         root = ET.parse(test_dir / TESTS_FILES["junit"]).getroot()
@@ -653,12 +654,10 @@ def _failed_tests(test_dir: Path) -> list[tuple[str, str]]:
 def _classify_test(run_dir: Path, step: StepRecord) -> Signature:
     test_dir = RunLayout(run_dir).tests(step.platform, step.step)
     ctest_log = _read(test_dir / TESTS_FILES["log"])
-    tool = ""
-    if (test_dir / TESTS_FILES["sanitizer"]).exists():
-        try:
-            tool = json.loads((test_dir / TESTS_FILES["sanitizer"]).read_text()).get("tool") or ""
-        except ValueError:
-            tool = ""
+    try:
+        tool = read_sanitizer(test_dir / TESTS_FILES["sanitizer"]).tool
+    except (OSError, RecordError):
+        tool = ""
     blocks = _ctest_blocks(ctest_log)
     why = {m.group("name"): m.group("why") for m in _CTEST_FAILED_ITEM.finditer(ctest_log)}
     candidates: list[Signature] = []
@@ -706,10 +705,9 @@ def _gen_roots(cmd_files: Iterable[Path]) -> list[str]:
     roots = []
     for cmd in cmd_files:
         try:
-            argv0 = json.loads(cmd.read_text())["argv"][0]
-        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            binary = read_load_command(cmd).program
+        except (OSError, RecordError):
             continue
-        binary = Path(argv0)
         if binary.parent.name == "bin":
             roots.append(str(binary.parent.parent))
         break
@@ -719,10 +717,10 @@ def _gen_roots(cmd_files: Iterable[Path]) -> list[str]:
 def _program_name(cmd_files: Sequence[Path]) -> str:
     for cmd in cmd_files:
         try:
-            name = Path(json.loads(cmd.read_text())["argv"][0]).name
-            return name[:-4] if name.endswith(".exe") else name
-        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            name = read_load_command(cmd).program.name
+        except (OSError, RecordError):
             continue
+        return name[:-4] if name.endswith(".exe") else name
     return "llama-completion"
 
 
@@ -730,7 +728,7 @@ def _classify_generate(run_dir: Path, step: StepRecord) -> Signature:
     candidates = generate_signatures(run_dir, step)
     if candidates:
         return min(candidates, key=lambda s: KIND_RANK.get(s.kind, 99))
-    cmd_files = RunLayout(run_dir).generation_files(step.platform, step.config, ".cmd")
+    cmd_files = RunLayout(run_dir).generation_files(step.platform, step.config, LOAD_FILES["cmd"])
     return _other(step.detail or "generation failed", _gen_roots(cmd_files), [step.detail])
 
 
@@ -752,7 +750,7 @@ def generate_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
     """One signature per failure fact of a failed ``generate`` step (every failing model and
     generation, none dropped), in fact order, duplicates (same kind and key) removed."""
     layout = RunLayout(run_dir)
-    cmd_files = layout.generation_files(step.platform, step.config, ".cmd")
+    cmd_files = layout.generation_files(step.platform, step.config, LOAD_FILES["cmd"])
     roots = _gen_roots(cmd_files)
     program = _program_name(cmd_files)
     candidates: list[Signature] = []
@@ -996,12 +994,7 @@ def load_signatures(run_dir: Path) -> list[dict]:
 
     Same shape as :func:`classify_run`; an unreadable signatures.json is recomputed.
     """
-    path = RunLayout(run_dir).signatures_json
-    if path.is_file():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(data, list):
-                return data
-        except ValueError:
-            pass
-    return classify_run(run_dir, write=False)
+    try:
+        return [e.to_json() for e in read_signatures(RunLayout(run_dir).signatures_json)]
+    except (OSError, RecordError):
+        return classify_run(run_dir, write=False)

@@ -14,42 +14,13 @@ import re
 import subprocess
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from ...common import proc
+from ...record.native_tests import TestCase, TestRun
 from ...record.results import TESTS_FILES
 from ..build.build import find_tool
-
-
-@dataclass
-class TestCase:
-    """One native test binary's outcome: passed, failed or skipped, with seconds and a message."""
-
-    name: str
-    status: str
-    seconds: float = 0.0
-    message: str = ""
-
-
-@dataclass
-class TestRun:
-    """All tests of one build: overall status, cases, JUnit and log paths."""
-
-    status: str
-    cases: list[TestCase] = field(default_factory=list)
-    junit: Path | None = None
-    log: Path | None = None
-    seconds: float = 0.0
-    detail: str = ""
-
-    def counts(self) -> dict[str, int]:
-        """Number of cases per status."""
-        out = {"passed": 0, "failed": 0, "skipped": 0}
-        for c in self.cases:
-            out[c.status] = out.get(c.status, 0) + 1
-        return out
 
 
 def parse_junit(path: Path) -> list[TestCase]:

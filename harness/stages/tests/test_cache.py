@@ -35,7 +35,8 @@ from ...record.results import TESTS_FILES
 from ..build.build import find_tool
 from ..build.binaries import build_labels, shared_libraries
 from ..outputs.generation_cache import emulator_version, inherited_environment, machine_facts
-from .native_tests import TestCase, TestRun, run_ctest
+from ...record.native_tests import TestCase, TestRun
+from .native_tests import run_ctest
 
 #: The entry kind of a ctest label's result in the store.
 KIND = "tests"

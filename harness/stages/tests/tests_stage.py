@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ...kinds.registry import gpu_of
 from ...record import gpu
+from ...record.native_tests import SanitizerRecord
 from ...record.results import Failure, StepRecord, write_json
 from ..shape import Context, Stage
 from .test_cache import run_tests_reusing
@@ -56,7 +57,7 @@ def run_tests(ctx: Context) -> None:
             if wrapper:
                 summary = gpu.sanitizer_summary(file("log"))
                 detail += f"; {summary}" if summary else ""
-                write_json(file("sanitizer"), {"tool": ctx.opts.sanitize, "summary": summary})
+                write_json(file("sanitizer"), SanitizerRecord(ctx.opts.sanitize, summary))
             facts = gpu.test_log_facts(file("log"))
             if facts:
                 write_json(file("gpu_facts"), facts)
