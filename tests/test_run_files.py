@@ -13,7 +13,7 @@ import pytest
 from harness.record.compare import find_compare_entry, read_compare_entries, record_compare_entries
 from harness.record.forecast import read_forecast
 from harness.record.reloads import read_reload_check
-from harness.record.results import COMPILE_FILES, LOAD_FILES, TESTS_FILES, RecordError
+from harness.record.results import BUILD_FILES, COMPILE_FILES, LOAD_FILES, TESTS_FILES, RecordError
 
 PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
@@ -22,7 +22,7 @@ RUN_FILE_NAMES = frozenset({
     "run.json", "summary.json", "summary.md", "signatures.json", "report.html", "forecast.json", "forecast.md",
     "environment.json", "config.json", "compare.json", "compare-timing.json", "placement.json", "expectations.json",
     "expectations.log", "reloads.json", "reloads.log", "bench.json", *TESTS_FILES.values(), *COMPILE_FILES.values(),
-    *(s for s in LOAD_FILES.values() if s.endswith(".json"))})
+    *BUILD_FILES.values(), *(s for s in LOAD_FILES.values() if s.endswith(".json"))})
 
 #: (module, name) pairs that spell a run file's name for something that is not a run's file.
 NOT_RUN_FILES = {

@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..args import parse_defines, split_names
 from ..common.errors import InputError
-from ..record.results import IDENTICAL
+from ..record.results import BUILD_FILES, IDENTICAL
 
 
 class BisectError(InputError):
@@ -174,7 +174,7 @@ class SeriesBisector(Bisector):
             return prepare_tree(self.base, self.work_dir, "k0")
         return prepare_tree(self.base, self.work_dir, f"k{k}", series_digest(list(self.patches[:k])),
                             lambda repo, rev: apply_series(repo, rev, self.patches, upto=k,
-                                                           log=logs / "patches.log"))
+                                                           log=logs / BUILD_FILES["patches"]))
 
     def build(self, k: int) -> Any:
         """Build base + patches 1..k once per process; returns harness.stages.build.build.BuildResult."""
@@ -403,7 +403,7 @@ class UpstreamBisector(Bisector):
         if variant == "base":
             return prepare_tree(base, self.work_dir, f"{commit.short}/base")
         return prepare_series_tree(base, self.work_dir, f"{commit.short}/fork", list(self.patches),
-                                   log=logs / "patches.log")
+                                   log=logs / BUILD_FILES["patches"])
 
     def build_at(self, k: int, variant: str = "fork") -> Any:
         """Build commit k (``fork``: with the series; ``base``: without) once per process.
@@ -424,7 +424,7 @@ class UpstreamBisector(Bisector):
             result = BuildResult(self.platform, f"bisect-upstream-{variant}", "error", "", (here / "build").resolve(),
                                  0.0, False, detail=(f"the patch series does not apply at {commit.short}: patch "
                                                      f"{position} of {len(self.patches)}, {exc.patch}, does not "
-                                                     f"apply (log {here / 'logs' / 'patches.log'})"))
+                                                     f"apply (log {here / 'logs' / BUILD_FILES['patches']})"))
             self._builds[(k, variant)] = result
             return result
         options = dict(self.cmake_options)

@@ -44,7 +44,7 @@ from ..args import split_names
 from ..common.errors import EXIT_FAILED, EXIT_PASSED, InputError
 from ..matrix.config import Matrix, RunConfig, Source, load_matrix
 from ..record.forecast import ForecastRecord
-from ..record.results import (IDENTICAL, PATCH, STEP, VERDICT_EXIT_CODES, ComparisonRecord, RunLayout, StepRecord,
+from ..record.results import (BUILD_FILES, IDENTICAL, PATCH, STEP, VERDICT_EXIT_CODES, ComparisonRecord, RunLayout, StepRecord,
                               write_json)
 from ..stages.build.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
 from ..common.locks import Rank, exclusive
@@ -493,7 +493,7 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
     trial = work / "trial"
     shutil.rmtree(trial, ignore_errors=True)
     git(["clone", "--quiet", "--no-checkout", str(base.path), str(trial)])
-    outcomes = try_series(trial, base.git_rev, patches, log=work / "patches.log")
+    outcomes = try_series(trial, base.git_rev, patches, log=work / BUILD_FILES["patches"])
     tried = time.monotonic()
     for o in outcomes:
         extra = f" (applied without {', '.join(o.applied_without)})" if o.applied_without else ""

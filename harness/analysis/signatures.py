@@ -85,7 +85,7 @@ from ..record.expectations import read_expectations
 from ..record.reloads import read_reload_check
 from ..record.loads import read_load_command
 from ..record.native_tests import read_sanitizer, read_test_run
-from ..record.results import (CRASHED, DIVERGED, LOAD_FILES, STEP, TIMEOUT, TESTS_FILES, ComparisonRecord, Failure,
+from ..record.results import (BUILD_FILES, CRASHED, DIVERGED, LOAD_FILES, STEP, TIMEOUT, TESTS_FILES, ComparisonRecord, Failure,
                               RecordError, RunLayout, StepRecord, load_records, write_json)
 from ..record.signatures import read_signatures
 
@@ -580,12 +580,12 @@ def _classify_build(run_dir: Path, step: StepRecord) -> Signature:
             return _patch_apply(fact.message) or _sig("patch_apply", f"patch {fact.patch} does not apply",
                                                      f"patch {fact.patch} does not apply", [fact.message])
     if not any(f.kind == "exception" for f in step.failures):
-        found = _patch_apply(step.detail or _read(logs / "error.log"))  # a record without facts
+        found = _patch_apply(step.detail or _read(logs / BUILD_FILES["error"]))  # a record without facts
         if found:
             return found
-    configure, build = _read(logs / "configure.log"), _read(logs / "build.log")
+    configure, build = _read(logs / BUILD_FILES["configure"]), _read(logs / BUILD_FILES["build"])
     roots = _roots_from_logs(configure, build)
-    configure_rc, build_rc = _rc(logs / "configure.rc"), _rc(logs / "build.rc")
+    configure_rc, build_rc = (_rc((logs / BUILD_FILES[name]).with_suffix(".rc")) for name in ("configure", "build"))
     if configure_rc not in (None, 0) or (configure and not build and "CMake Error" in configure):
         found = _configure_error(configure, roots)
         if found:
@@ -597,7 +597,7 @@ def _classify_build(run_dir: Path, step: StepRecord) -> Signature:
             found = rule(build, roots)
             if found:
                 return found
-    error_log = _read(logs / "error.log").strip()
+    error_log = _read(logs / BUILD_FILES["error"]).strip()
     detail = step.detail or error_log or f"build exit {build_rc}"
     return _other(detail, roots, error_log.splitlines()[:3] or [detail])
 
@@ -929,11 +929,12 @@ def step_logs(run_dir: Path, step: StepRecord) -> list[Path]:
     found: list[Path] = []
     if step.step in ("build", "compile"):
         logs = (layout.compile_logs if step.step == "compile" else layout.build_logs)(step.platform, step.config)
-        if _rc(logs / "configure.rc") not in (None, 0) or not (logs / "build.log").exists():
-            found.append(logs / "configure.log")
+        if _rc((logs / BUILD_FILES["configure"]).with_suffix(".rc")) not in (None, 0) \
+                or not (logs / BUILD_FILES["build"]).exists():
+            found.append(logs / BUILD_FILES["configure"])
         else:
-            found.append(logs / "build.log")
-        found.append(logs / "error.log")
+            found.append(logs / BUILD_FILES["build"])
+        found.append(logs / BUILD_FILES["error"])
     elif RunLayout.is_test_step(step.step):
         test_dir = layout.tests(step.platform, step.step)
         found += [test_dir / f"{n}.log" for n, _ in _failed_tests(test_dir)]

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .bench import BenchMeasurement, bench_measurements, read_bench
-from .results import RunLayout
+from .results import BUILD_FILES, RunLayout
 
 #: The file beside bench.json.
 FILE_NAME = "llama-bench.jsonl"
@@ -180,7 +180,7 @@ def _build_commit_of(run_dir: Path, platform: str, variant: str) -> tuple[str, b
     hex digits of the sha256 of the variant's name where the run has no configure.log (a build restored
     from the result cache)."""
     try:
-        text = (RunLayout(run_dir).build_logs(platform, variant) / "configure.log").read_text(
+        text = (RunLayout(run_dir).build_logs(platform, variant) / BUILD_FILES["configure"]).read_text(
             encoding="utf-8", errors="replace")
     except OSError:
         text = ""

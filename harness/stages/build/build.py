@@ -24,6 +24,7 @@ from ...common.jobserver import JobBudget
 from ...common.locks import BuildLock
 
 from ...common.errors import EnvironmentProblem
+from ...record.results import BUILD_FILES
 
 #: Bumped when the way builds are configured changes, so old build dirs are not reused.
 BUILD_SCHEME = 1
@@ -209,10 +210,10 @@ def up_to_date_result(req: BuildRequest, logs_dir: Path) -> BuildResult:
     """The BuildResult of a build directory :func:`is_up_to_date` accepted (a line goes to ``build.log``)."""
     key = req.key()
     logs_dir.mkdir(parents=True, exist_ok=True)
-    with open(logs_dir / "build.log", "a") as fh:  # a later stage of the run keeps the real build's log
+    with open(logs_dir / BUILD_FILES["build"], "a") as fh:  # a later stage of the run keeps the real build's log
         fh.write(f"up to date: key {key}, {req.build_dir}\n")
     return BuildResult(req.platform, req.variant, "passed", key, req.build_dir, 0.0, True,
-                       detail=f"up to date (key {key})", logs={"build": logs_dir / "build.log"})
+                       detail=f"up to date (key {key})", logs={"build": logs_dir / BUILD_FILES["build"]})
 
 
 def _build_locked(req: BuildRequest, logs_dir: Path, budget: JobBudget | None) -> BuildResult:
@@ -236,7 +237,7 @@ def _build_locked(req: BuildRequest, logs_dir: Path, budget: JobBudget | None) -
     steps = [("configure", configure),
              ("build", [cmake, "--build", str(req.build_dir), *jobs, "--target", *req.targets])]
     for name, argv in steps:
-        log = logs_dir / f"{name}.log"
+        log = logs_dir / BUILD_FILES[name]
         rc, secs = _run_step(argv, log, req.env, budget)
         result.logs[name] = log
         result.seconds += secs

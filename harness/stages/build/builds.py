@@ -24,7 +24,7 @@ from ...kinds.registry import gpu_of
 from ...matrix.platforms import cross_built, executable_suffix
 from ...record import environment
 from ...record.progress import InProgress
-from ...record.results import Failure, Run, StepRecord, write_json
+from ...record.results import BUILD_FILES, Failure, Run, StepRecord, write_json
 from ..options import Options
 from .engine_target import ENGINE_TARGET, engine_cmake_options, engine_source_digest
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
@@ -184,9 +184,9 @@ class Builds:
             return self.built[(p.name, variant)]
         logs = self.run.layout.build_logs(p.name, variant)
         with self.progress.doing(p.name, variant, "build", recheck=True), \
-                self.console.step(f"[{p.name}] build {variant}", watch=logs / "build.log") as shown:
+                self.console.step(f"[{p.name}] build {variant}", watch=logs / BUILD_FILES["build"]) as shown:
             result = self._build_variant(p, variant)
-            log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
+            log = result.logs.get("build") or result.logs.get("configure") or (logs / BUILD_FILES["error"])
             shown.finish(result.status, result.detail, log if result.status != "passed" else "")
             return result
 
@@ -196,7 +196,7 @@ class Builds:
         base tree.  Returns the tree's path."""
         with exclusive(work / variant / "llama.cpp", f"the {variant} source tree", Rank.SOURCE, self.say):
             if variant == "fork":
-                return prepare_series_tree(base, work, "fork", self.patches(), log=logs / "patches.log")
+                return prepare_series_tree(base, work, "fork", self.patches(), log=logs / BUILD_FILES["patches"])
             return prepare_tree(self.bases.get(variant, base), work, variant)
 
     def _build_and_hold(self, req: BuildRequest, logs: Path) -> BuildResult:
@@ -287,7 +287,7 @@ class Builds:
             else:
                 failures.append(Failure("exception", message=result.detail))
             logs.mkdir(parents=True, exist_ok=True)
-            (logs / "error.log").write_text(result.detail + "\n")
+            (logs / BUILD_FILES["error"]).write_text(result.detail + "\n")
         self._record_build(p.name, variant, result, logs, failures)
         return result
 
@@ -300,7 +300,7 @@ class Builds:
         if result.up_to_date and earlier is not None and earlier.status == "passed":
             # a later stage of the same run found the build up to date: keep the record of the real build
             return
-        log = result.logs.get("build") or result.logs.get("configure") or (logs / "error.log")
+        log = result.logs.get("build") or result.logs.get("configure") or (logs / BUILD_FILES["error"])
         self.run.record_step(StepRecord(platform, variant, "build", result.status, round(result.seconds, 1),
                                         result.detail, self.run.layout.relative(log), list(failures),
                                         up_to_date=result.up_to_date))

@@ -17,7 +17,7 @@ from pathlib import Path
 from ...common.locks import Rank, exclusive, joined_by_holder_of
 from ...matrix.config import Platform
 from ...matrix.platforms import compiles_instead
-from ...record.results import Failure, StepRecord, write_json
+from ...record.results import BUILD_FILES, Failure, StepRecord, write_json
 from .engine_target import ENGINE_TARGET
 from ..shape import Context, Stage
 from .build import ccache_env, compiler_launcher_options, find_tool
@@ -62,7 +62,7 @@ def compile_variant(ctx: Context, p: Platform, variant: str, like: Plan | None =
     """
     logs = ctx.run.layout.compile_logs(p.name, variant)
     with ctx.doing(p.name, variant, "compile"), \
-            ctx.console.step(f"[{p.name}] compile {variant}", watch=logs / "build.log") as shown:
+            ctx.console.step(f"[{p.name}] compile {variant}", watch=logs / BUILD_FILES["build"]) as shown:
         result, status, detail, log = _compile_variant(ctx, p, variant, like)
         shown.finish(status, detail, log if log is not None and status not in ("passed", "skipped") else "")
         return result
@@ -110,7 +110,7 @@ def _compile_variant(ctx: Context, p: Platform, variant: str,
         else:
             failures.append(Failure("exception", message=detail))
         logs.mkdir(parents=True, exist_ok=True)
-        log = logs / "error.log"
+        log = logs / BUILD_FILES["error"]
         log.write_text(detail + "\n")
     ctx.run.record_step(StepRecord(p.name, variant, "compile", status, round(time.monotonic() - start, 1),
                                    detail, ctx.run.layout.relative(log) if log else "", failures,

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from ...common.jobserver import JobBudget
+from ...record.results import BUILD_FILES, COMPILE_FILES, write_json
 from .unity import CMAKE_HOOK, INCLUDE_LINE, Member, unity_groups, unity_object, write_groups_file
 
 #: PyPI wheels of the CUDA 13.0 toolkit the step compiles with; nvidia-nvvm holds cicc, which
@@ -533,7 +534,7 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
             result.seconds = time.monotonic() - start
         return rc == 0
 
-    if not configure({}, "configure.log"):
+    if not configure({}, BUILD_FILES["configure"]):
         return result
     scan_start = time.monotonic()
     result.plan = plan(tree, build_dir, changed, link_targets, ninja, like)
@@ -544,18 +545,19 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
     outputs = sorted(result.plan.units)
     parallel = budget.jobs_option(jobs) if budget is not None else ["-j", str(jobs)]
     build = [ninja, "-C", str(build_dir), "-k", "0", *parallel, *outputs, *result.plan.link]
-    rc, build_seconds = _run_step(build, logs_dir / "build.log", env, budget)
-    dissolved = sorted({g for g in map(unity_object, _failed_outputs(logs_dir / "build.log")) if g in groups})
+    rc, build_seconds = _run_step(build, logs_dir / BUILD_FILES["build"], env, budget)
+    dissolved = sorted({g for g in map(unity_object, _failed_outputs(logs_dir / BUILD_FILES["build"]))
+                        if g in groups})
     if dissolved:
-        (logs_dir / "build.log").replace(logs_dir / "build-grouped.log")
+        (logs_dir / BUILD_FILES["build"]).replace(logs_dir / "build-grouped.log")
         groups = {name: ms for name, ms in groups.items() if name not in dissolved}
         if not configure(groups, "configure-unity.log"):
             return result
-        rc, again = _run_step(build, logs_dir / "build.log", env, budget)
+        rc, again = _run_step(build, logs_dir / BUILD_FILES["build"], env, budget)
         build_seconds += again
-    result.logs["build"] = logs_dir / "build.log"
+    result.logs["build"] = logs_dir / BUILD_FILES["build"]
     spare = refine(result.plan, tree, build_dir, ninja) if like is None else []
-    failed_objects = _failed_outputs(logs_dir / "build.log")
+    failed_objects = _failed_outputs(logs_dir / BUILD_FILES["build"])
     for target in result.plan.link:
         left = left_to_do(ninja, build_dir, target)
         if left is None:
@@ -578,14 +580,14 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
         result.status = "failed"
         if result.not_linked:
             what += f"; not linked: {', '.join(sorted(result.not_linked))}"
-        result.detail = "compile failed: " + (first_error_line(logs_dir / "build.log") or f"exit {rc}") + f" ({what})"
+        result.detail = ("compile failed: " + (first_error_line(logs_dir / BUILD_FILES["build"]) or f"exit {rc}")
+                         + f" ({what})")
     elif result.not_linked:  # ninja exited 0, but what the step was to link is not there: it did not do its work
         result.status = "failed"
         result.detail = ("not linked: " + "; ".join(f"{t} ({why})" for t, why in sorted(result.not_linked.items()))
                          + f" ({what})")
     else:
         result.detail = f"compiled {what}"
-    from ...record.results import COMPILE_FILES, write_json
     write_json(logs_dir / COMPILE_FILES["record"], {
         "status": result.status, "seconds": round(result.seconds, 1), "scan_seconds": round(scan_seconds, 1),
         "build_seconds": round(build_seconds, 1), "options": opts, "changed": result.plan.changed,
