@@ -11,12 +11,15 @@ import pytest
 from harness.matrix.config import RunConfig
 from harness.record import gpu
 from harness.record.environment import read_environment
+from harness.record.forecast import ForecastRecord
 from harness.record.inputs import ConfigRecord, read_model_record, read_run_config, read_run_info
 from harness.record.loads import read_load_command, read_pin_ladder, read_placement
 from harness.record import native_tests
 from harness.record.native_tests import SanitizerRecord, read_sanitizer, read_test_run
 from harness.record.results import RecordError, Run, RunLayout, write_json
 from harness.record.signatures import read_signatures
+
+ROOT = Path(__file__).resolve().parent.parent
 
 GIB = 2**30
 
@@ -170,3 +173,13 @@ def test_the_signatures_read_back_as_classify_run_writes_them(tmp_path):
          read_signatures, "entry 0's signature is not a signature")
     _bad(path, json.dumps([{"platform": "cuda", "signature": sig}]), read_signatures,
          "entry 0 has no platform, config and step")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "results" / "forecast").glob("*/forecast.json")),
+                         ids=lambda p: p.parent.name)
+def test_a_committed_forecast_record_is_written_back_as_it_was_read(path):
+    """forecast.json is written from its typed record (harness.record.forecast.ForecastRecord.to_json): each committed
+    forecast reads back into the record and out again key for key, in the same order."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    again = ForecastRecord.from_json(data).to_json()
+    assert again == data and list(again) == list(data)

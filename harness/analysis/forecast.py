@@ -35,15 +35,15 @@ import re
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..args import split_names
 from ..common.errors import EXIT_FAILED, EXIT_PASSED, InputError
 from ..matrix.config import Matrix, RunConfig, Source, load_matrix
-from ..record.forecast import ForecastRecord
+from ..record.forecast import ForecastRecord, ForecastStage, UpstreamComparison
 from ..record.results import (BUILD_FILES, IDENTICAL, PATCH, STEP, VERDICT_EXIT_CODES, ComparisonRecord, RunLayout, StepRecord,
                               write_json)
 from ..stages.build.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
@@ -313,35 +313,32 @@ def _difference(c: ComparisonRecord) -> str:
 
 
 def forecast_record(run_dir: Path, *, onto: Onto, new: BaseTree, old: BaseTree, outcomes: Sequence[PatchOutcome],
-                    old_groups: dict[str, str], seconds: dict[str, float], incomplete: Sequence[str]) -> dict:
-    """The content of ``forecast.json`` for the run in ``run_dir`` (its summary and signatures read back)."""
+                    old_groups: dict[str, str], seconds: dict[str, float], incomplete: Sequence[str],
+                    applied_series: Sequence[str] = (), not_built: Sequence[str] = (),
+                    bisect: Mapping[str, Any] | None = None) -> ForecastRecord:
+    """The forecast record of the run in ``run_dir`` (its summary and signatures read back), written as
+    ``forecast.json`` by :meth:`ForecastRecord.to_json`."""
     from .signatures import load_signatures
     run = read_run(run_dir)
     sigs = {(e["platform"], e["config"], e["step"]): e["signature"] for e in load_signatures(run_dir)
             if e.get("step") != "compare"}
     line, work, changes = verdict(outcomes, run.steps, run.comparisons, sigs, list(old_groups))
-    first = next(({"platform": s.platform, "config": s.config, "step": s.step, "detail": s.detail,
-                   "signature": sigs.get((s.platform, s.config, s.step))}
+    first = next((ForecastStage(s.platform, s.config, s.step, detail=s.detail,
+                                signature=sigs.get((s.platform, s.config, s.step)))
                   for s in run.steps if STEP.is_failure(s.status)), None)
-    upstream = [{"platform": c.platform, "group": c.group, "model": c.model, "prompt": c.prompt, "status": c.status,
-                 "difference": _difference(c)} for c in run.comparisons if c.group in old_groups]
-    return {
-        "onto": {"spec": onto.spec, "commit": new.commit, "source": new.source},
-        "old_base": {"commit": old.commit, "source": old.source},
-        "written": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "verdict": line,
-        "needs_work": work,
-        "output_changes": changes,
-        "upstream_output_changes": [u for u in upstream if u["status"] != IDENTICAL],
-        "upstream_comparisons": upstream,
-        "patches": [asdict(o) for o in outcomes],
-        "stages": [{"platform": s.platform, "config": s.config, "step": s.step, "status": s.status,
-                    "seconds": s.seconds, "detail": s.detail, "signature": sigs.get((s.platform, s.config, s.step))}
-                   for s in run.steps],
-        "first_failure": first,
-        "incomplete": list(incomplete),
-        "seconds": seconds,
-    }
+    return ForecastRecord(
+        onto={"spec": onto.spec, "commit": new.commit, "source": new.source},
+        old_base={"commit": old.commit, "source": old.source},
+        written=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        verdict=line, needs_work=tuple(work), output_changes=tuple(changes),
+        upstream_comparisons=tuple(UpstreamComparison(c.platform, c.group, c.model, c.prompt, c.status,
+                                                      _difference(c))
+                                   for c in run.comparisons if c.group in old_groups),
+        patches=tuple(outcomes),
+        stages=tuple(ForecastStage(s.platform, s.config, s.step, s.status, s.seconds, s.detail,
+                                   sigs.get((s.platform, s.config, s.step))) for s in run.steps),
+        first_failure=first, incomplete=tuple(incomplete), not_built=tuple(not_built), seconds=dict(seconds),
+        applied_series=tuple(applied_series), bisect=bisect)
 
 
 def _md(text: Any) -> str:
@@ -403,10 +400,10 @@ def forecast_markdown(rec: ForecastRecord) -> str:
     return "\n".join(out)
 
 
-def exit_code(rec: dict, overall: str | None) -> int:
+def exit_code(rec: ForecastRecord, overall: str | None) -> int:
     """1 when patches need work or outputs change; else the run's verdict's code (0 passed, 3 something asked
     for did not run), or 0 for a patch stage alone (``overall`` None: --patches-only)."""
-    if rec["needs_work"] or rec["output_changes"]:
+    if rec.needs_work or rec.output_changes:
         return EXIT_FAILED
     return EXIT_PASSED if overall is None else VERDICT_EXIT_CODES[overall]
 
@@ -525,18 +522,15 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
             seconds["stages"] = round(time.monotonic() - tried, 1)
             seconds["total"] = round(time.monotonic() - started, 1)
             rec = forecast_record(run.dir, onto=onto, new=new, old=old, outcomes=outcomes, old_groups=old_groups,
-                                  seconds=seconds, incomplete=read_run(run.dir).incomplete)
-            rec["applied_series"] = [p.name for p in applied]
-            rec["not_built"] = dropped
-            if args.bisect:
-                rec["bisect"] = upstream_bisect(args, onto, old, new, say)
-            write_json(RunLayout(run.dir).forecast_json, rec)
-            RunLayout(run.dir).forecast_md.write_text(forecast_markdown(ForecastRecord.from_json(rec)),
-                                                       encoding="utf-8")
+                                  seconds=seconds, incomplete=read_run(run.dir).incomplete,
+                                  applied_series=[p.name for p in applied], not_built=dropped,
+                                  bisect=upstream_bisect(args, onto, old, new, say) if args.bisect else None)
+            write_json(RunLayout(run.dir).forecast_json, rec.to_json())
+            RunLayout(run.dir).forecast_md.write_text(forecast_markdown(rec), encoding="utf-8")
             write_report(run.dir)  # again: it shows the forecast too
         finally:
             run.close()
-    say(f"forecast: {rec['verdict']}")
+    say(f"forecast: {rec.verdict}")
     say(f"forecast: {RunLayout(run.dir).forecast_md} (patch stage {seconds['patches']} s, total {seconds['total']} s)")
     if rc >= 128:
         return rc

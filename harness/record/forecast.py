@@ -10,7 +10,7 @@ did not run and the times.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -99,7 +99,8 @@ class UpstreamComparison:
 class ForecastRecord:
     """A forecast.json (see the module): ``onto`` and ``old_base`` map spec, commit and source; ``needs_work``
     holds {patch or step, why}; ``output_changes`` the fork's failed comparisons outside upstream's groups
-    ({platform, group, model, prompt, candidate, reference, difference}); ``seconds`` the times per phase."""
+    ({platform, group, model, prompt, candidate, reference, difference}); ``seconds`` the times per phase;
+    ``applied_series`` the names of the patches the forecast's fork was built from (those that applied)."""
 
     onto: Mapping[str, str]
     old_base: Mapping[str, str]
@@ -114,12 +115,35 @@ class ForecastRecord:
     incomplete: tuple[str, ...] = ()
     not_built: tuple[str, ...] = ()
     seconds: Mapping[str, float] = field(default_factory=dict)
+    applied_series: tuple[str, ...] = ()
     bisect: Mapping[str, Any] | None = None
 
     @property
     def upstream_output_changes(self) -> tuple[UpstreamComparison, ...]:
         """Upstream's comparisons that are not identical."""
         return tuple(u for u in self.upstream_comparisons if u.status != IDENTICAL)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as forecast.json holds it (what :meth:`from_json` reads back): upstream's changed comparisons
+        written out beside all of them, the first failure without a status or seconds, ``bisect`` only where one
+        ran."""
+        def stage(s: ForecastStage, timed: bool = True) -> dict[str, Any]:
+            head = {"platform": s.platform, "config": s.config, "step": s.step}
+            timing = {"status": s.status, "seconds": s.seconds} if timed else {}
+            return {**head, **timing, "detail": s.detail, "signature": s.signature}
+
+        out: dict[str, Any] = {
+            "onto": dict(self.onto), "old_base": dict(self.old_base), "written": self.written, "verdict": self.verdict,
+            "needs_work": [dict(w) for w in self.needs_work], "output_changes": [dict(c) for c in self.output_changes],
+            "upstream_output_changes": [asdict(u) for u in self.upstream_output_changes],
+            "upstream_comparisons": [asdict(u) for u in self.upstream_comparisons],
+            "patches": [asdict(p) for p in self.patches], "stages": [stage(s) for s in self.stages],
+            "first_failure": stage(self.first_failure, timed=False) if self.first_failure else None,
+            "incomplete": list(self.incomplete), "seconds": dict(self.seconds),
+            "applied_series": list(self.applied_series), "not_built": list(self.not_built)}
+        if self.bisect is not None:
+            out["bisect"] = self.bisect
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ForecastRecord":
@@ -149,7 +173,9 @@ class ForecastRecord:
                 first_failure=stage(first) if first else None,
                 incomplete=tuple(str(i) for i in data.get("incomplete", [])),
                 not_built=tuple(str(i) for i in data.get("not_built") or []),
-                seconds=dict(data.get("seconds") or {}), bisect=data.get("bisect") or None)
+                seconds=dict(data.get("seconds") or {}),
+                applied_series=tuple(str(p) for p in data.get("applied_series") or []),
+                bisect=data.get("bisect") or None)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a forecast record ({type(exc).__name__}: {exc})") from None
 
