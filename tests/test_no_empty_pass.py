@@ -93,3 +93,18 @@ def test_a_fork_build_that_errs_leaves_no_passed_step_that_needed_it(tmp_path):
     assert needs_fork and "passed" not in needs_fork.values(), needs_fork
     assert steps[("fork", "generate")]["failures"] == [{**steps[("fork", "generate")]["failures"][0],
                                                         "kind": "blocked", "build": "fork"}]
+
+
+def test_a_selection_with_nothing_to_compare_is_skipped_and_the_run_incomplete(tmp_path):
+    """A group the platform does not run (a CUDA group on the CPU platform) leaves compare-outputs nothing to do:
+    its line says so as skipped, never "passed", and the run is incomplete (exit 3), naming the selection."""
+    done = subprocess.run([sys.executable, "-m", "harness", "compare-outputs", "--platform", "linux-x86_64-cpu",
+                           "--group", "cuda-base-vs-fork", "--no-bench", "--results-dir", str(tmp_path / "results"),
+                           "--work-dir", str(tmp_path / "work")],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stdout + done.stderr
+    line = next(x for x in done.stdout.splitlines() if "] compare " in x and " — " in x)
+    assert line.endswith("compare nothing: skipped — no comparison selected (0.0 s)") and "passed" not in line, line
+    summary = json.loads(next((tmp_path / "results").glob("*/summary.json")).read_text())
+    assert summary["overall"] == "incomplete"
+    assert "compare-outputs selected no comparison" in summary["incomplete"][0]

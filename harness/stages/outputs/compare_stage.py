@@ -107,6 +107,8 @@ def run_groups(ctx: Context, p: Platform, groups: Sequence[str], gen_steps: dict
                                         if f.kind in ("blocked", "model")))
             if not mine and unmade:  # nothing ran for want of a build or a model: not a pass
                 shown.finish("error", "did not run: " + "; ".join(unmade))
+            elif not mine and not fork_problems:  # the selection left nothing to compare: not a pass either
+                shown.finish("skipped", "no comparison selected")
             else:
                 shown.finish("failed" if any(c.failed() for c in mine) or fork_problems else "passed",
                              ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no comparison ran")
