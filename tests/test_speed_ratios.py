@@ -415,3 +415,14 @@ def test_a_pair_restored_from_the_result_cache_is_no_run_of_its_own_in_the_sprea
     (ratios,) = median_ratios(run).values()
     assert ("moe-48l-quant", "fork", "pp", "base") not in ratios
     assert ("moe-large", "cuda-pin-all", "pp", "cuda-base-host-experts") in ratios
+
+
+def test_a_ratio_s_spread_is_its_model_s():
+    """The default-mode pair measured on moe-large (2026-12-03) and on moe-48l-quant (2026-12-04) by the same engine
+    on machines of one fingerprint: each model keeps its own spread (harness.analysis.speed_spread.Key), the F16
+    experts' prefill moving about three times as far as the quantized one's."""
+    spreads = committed()
+    large = spreads[(CUDA, 2, "moe-large", "fork", "pp", "base")]
+    quant = spreads[(CUDA, 2, "moe-48l-quant", "fork", "pp", "base")]
+    assert (large.runs, quant.runs) == (11, 10)
+    assert large.smallest == pytest.approx(0.819, abs=0.001) and quant.smallest == pytest.approx(0.938, abs=0.001)
