@@ -199,5 +199,4 @@ def read_environment(path: Path) -> EnvironmentRecord:
             compilers={k[len("compilers_"):]: {str(lang): str(c) for lang, c in v.items()}
                        for k, v in data.items() if k.startswith("compilers_")})
     except (AttributeError, TypeError, ValueError) as exc:
-        reason = f"not an environment record ({exc})"
-        raise RecordError(f"{path}: {reason}", reason) from None
+        raise RecordError.at(path, f"not an environment record ({exc})") from None

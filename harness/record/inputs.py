@@ -20,7 +20,7 @@ from .results import RecordError, read_record_json
 def _object(path: Path, missing: str, what: str) -> dict[str, Any]:
     data = read_record_json(path, missing)
     if not isinstance(data, dict):
-        raise RecordError(f"{path}: not {what} (not an object)", f"not {what} (not an object)")
+        raise RecordError.at(path, f"not {what} (not an object)")
     return data
 
 
@@ -51,7 +51,7 @@ def read_run_info(path: Path) -> RunInfo:
                        tuple(RunCommand(tuple(str(a) for a in c.get("argv") or []), str(c.get("started") or ""))
                              for c in data.get("commands") or []))
     except (AttributeError, TypeError) as exc:
-        raise RecordError(f"{path}: not a run record ({exc})", f"not a run record ({exc})") from None
+        raise RecordError.at(path, f"not a run record ({exc})") from None
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,7 @@ def read_run_config(path: Path) -> ConfigRecord:
                             {str(k): str(v) for k, v in (data.get("env") or {}).items()},
                             str(data.get("description") or ""))
     except (AttributeError, TypeError, ValueError) as exc:
-        reason = f"not a configuration record ({exc})"
-        raise RecordError(f"{path}: {reason}", reason) from None
+        raise RecordError.at(path, f"not a configuration record ({exc})") from None
 
 
 @dataclass(frozen=True)

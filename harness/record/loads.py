@@ -23,10 +23,6 @@ from .gpu import ladder_totals, last_load_model_buffers
 from .results import RecordError, read_record_json
 
 
-def _bad(path: Path, reason: str) -> RecordError:
-    return RecordError(f"{path}: {reason}", reason)
-
-
 @dataclass(frozen=True)
 class LoadCommand:
     """A load's ``.cmd``: ``argv`` (the full command, launcher first), ``env`` (added on top of the harness's
@@ -50,14 +46,14 @@ def read_load_command(path: Path) -> LoadCommand:
     data = read_record_json(path, "no command record")
     argv = data.get("argv") if isinstance(data, dict) else None
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-        raise _bad(path, "not a command record (no argv of strings)")
+        raise RecordError.at(path, "not a command record (no argv of strings)")
     timeout = data.get("timeout_s")
     try:
         return LoadCommand(tuple(argv), {str(k): str(v) for k, v in (data.get("env") or {}).items()},
                            {str(k): str(v) for k, v in (data.get("launcher_env") or {}).items()},
                            None if timeout is None else float(timeout))
     except (AttributeError, TypeError, ValueError) as exc:
-        raise _bad(path, f"not a command record ({exc})") from None
+        raise RecordError.at(path, f"not a command record ({exc})") from None
 
 
 @dataclass(frozen=True)
@@ -93,7 +89,7 @@ def read_placement(path: Path) -> Placement:
     the shape of :class:`Placement` (a buffer without its buffer type and MiB included)."""
     data = read_record_json(path, "no placement record")
     if not isinstance(data, dict):
-        raise _bad(path, "not a placement record (not an object)")
+        raise RecordError.at(path, "not a placement record (not an object)")
     try:
         buffers = tuple(dict(b) for b in data.get("buffers") or [])
         for i, b in enumerate(buffers):
@@ -105,7 +101,7 @@ def read_placement(path: Path) -> Placement:
                          None if offloaded is None else (int(offloaded[0]), int(offloaded[1])),
                          tuple(str(line) for line in data.get("routing") or []))
     except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
-        raise _bad(path, f"not a placement record ({exc})") from None
+        raise RecordError.at(path, f"not a placement record ({exc})") from None
 
 
 @dataclass(frozen=True)
@@ -128,10 +124,10 @@ def read_pin_ladder(path: Path) -> PinLadder:
     list of lines each with a ``kind`` and byte counts ``requested`` and ``granted``."""
     data = read_record_json(path, "no pin-ladder record; the load logged no pin-ladder line")
     if not isinstance(data, list):
-        raise _bad(path, "not a pin-ladder record (not a list)")
+        raise RecordError.at(path, "not a pin-ladder record (not a list)")
     for i, line in enumerate(data):
         if not isinstance(line, dict) or not isinstance(line.get("kind"), str) \
                 or not all(isinstance(line.get(k), int) and not isinstance(line.get(k), bool)
                            for k in ("requested", "granted")):
-            raise _bad(path, f"not a pin-ladder record (line {i} has no kind, requested and granted bytes)")
+            raise RecordError.at(path, f"not a pin-ladder record (line {i} has no kind, requested and granted bytes)")
     return PinLadder(tuple(data))

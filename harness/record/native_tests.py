@@ -48,10 +48,6 @@ class TestRun:
         return [c for c in self.cases if c.status == "failed"]
 
 
-def _bad(path: Path, reason: str) -> RecordError:
-    return RecordError(f"{path}: {reason}", reason)
-
-
 def read_test_run(path: Path) -> TestRun:
     """The test run recorded at ``path`` (``tests.json``).  Raises FileNotFoundError naming the file when there is
     none, RecordError naming it when it is not JSON or not a test run (no status, a case without a name and
@@ -69,7 +65,7 @@ def read_test_run(path: Path) -> TestRun:
         return TestRun(data["status"], cases, None if junit is None else Path(junit), None if log is None else Path(log),
                        float(data.get("seconds") or 0.0), str(data.get("detail") or ""))
     except (AttributeError, TypeError, ValueError) as exc:
-        raise _bad(path, f"not a test run ({exc})") from None
+        raise RecordError.at(path, f"not a test run ({exc})") from None
 
 
 @dataclass(frozen=True)
@@ -89,5 +85,5 @@ def read_sanitizer(path: Path) -> SanitizerRecord:
     tool, summary = (data.get("tool"), data.get("summary")) if isinstance(data, dict) else (None, None)
     if not isinstance(tool, (str, type(None))) or not isinstance(summary, (str, type(None))) \
             or not isinstance(data, dict):
-        raise _bad(path, "not a sanitizer record (tool and summary as text)")
+        raise RecordError.at(path, "not a sanitizer record (tool and summary as text)")
     return SanitizerRecord(tool or "", summary or "")

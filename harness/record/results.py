@@ -74,6 +74,11 @@ class RecordError(InputError, ValueError):
         super().__init__(message)
         self.reason = reason or message
 
+    @classmethod
+    def at(cls, path: Path, reason: str) -> "RecordError":
+        """The error of the file at ``path``: the message ``<path>: <reason>``, the ``reason`` alone beside it."""
+        return cls(f"{path}: {reason}", reason)
+
 
 # --------------------------------------------------------------------------- statuses
 

@@ -69,6 +69,5 @@ def read_signatures(path: Path) -> tuple[SignatureEntry, ...]:
                       for j, s in enumerate(e.get("other_signatures") or [])),
                 {k: str(e.get(k, "")) for k in COMPARISON_KEYS} if compare else None))
     except ValueError as exc:
-        reason = f"not a signatures record ({exc})"
-        raise RecordError(f"{path}: {reason}", reason) from None
+        raise RecordError.at(path, f"not a signatures record ({exc})") from None
     return tuple(out)
