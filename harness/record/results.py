@@ -647,8 +647,12 @@ class RunLayout:
     def all_load_files(self, name: str) -> Iterator[tuple[str, str, str, str, Path]]:
         """Every record ``name`` (a key of :data:`LOAD_FILES`) of the run, the engine's loads included:
         (platform, config, model, stem, path), sorted by path."""
-        suffix = LOAD_FILES[name]
-        for path in sorted(self.dir.glob(f"*/*/gen/*/*{suffix}")):
+        return self._gen_files("*", LOAD_FILES[name])
+
+    def _gen_files(self, stems: str, suffix: str) -> Iterator[tuple[str, str, str, str, Path]]:
+        """The files ``<stems><suffix>`` (a glob) under every ``<platform>/<config>/gen/<model>/``:
+        (platform, config, model, stem, path), sorted by path."""
+        for path in sorted(self.dir.glob(f"*/*/gen/*/{stems}{suffix}")):
             yield (path.parents[3].name, path.parents[2].name, path.parent.name, path.name[:-len(suffix)], path)
 
     def generation_files(self, platform: str, config: str, suffix: str, model: str | None = None,
@@ -672,9 +676,7 @@ class RunLayout:
     def all_generation_files(self, suffix: str) -> Iterator[tuple[str, str, str, str, Path]]:
         """Every generation file of the run with ``suffix``: (platform, config, model, stem, path),
         sorted; ``stem`` is ``<prompt>.r<k>``."""
-        for path in sorted(self.dir.glob(f"*/*/gen/*/*.r*{suffix}")):
-            yield (path.parents[3].name, path.parents[2].name, path.parent.name,
-                   path.name[:-len(suffix)], path)
+        return self._gen_files("*.r*", suffix)
 
     @property
     def forecast_json(self) -> Path:
