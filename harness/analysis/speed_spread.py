@@ -75,10 +75,9 @@ def median_ratios(run_dir: Path) -> dict[tuple[str, int, str], dict[tuple[str, s
         bench = read_bench(run_dir, platform) or {}
         where = (platform, instrument(bench), json.dumps(bench.get("machine"), sort_keys=True))
         mine = out.setdefault(where, {})
-        cached = {(p.get("model"), p.get("n_prompt"), p.get("n_gen"), p.get("repeats"))
-                  for p in bench.get("pairs") or [] if p.get("cached")}
+        cached = {(p.get("model"), tuple(p.get("configs") or ())) for p in bench.get("pairs") or [] if p.get("cached")}
         for unit, configs in interleaved(bench).items():
-            if unit[:4] in cached:
+            if any((m.get("model"), tuple(m.get("pair") or ())) in cached for m in configs.values()):
                 continue
             model = str(unit[0])
             for config, m in configs.items():
