@@ -108,8 +108,9 @@ def _tool_commands(sub: argparse._SubParsersAction) -> None:
     ap.add_argument("names", nargs="*", metavar="NAME", help="models of matrix.yaml (default: all)")
 
     ap = _add(sub, "llama-bench-rows", "tools.llama_bench_rows:run",
-              "runs' speed measurements as llama-bench JSONL rows (for upstream's compare-llama-bench.py)",
-              parents=[results_options()])
+              "runs' speed measurements as llama-bench JSONL rows (for upstream's compare-llama-bench.py); "
+              "a platform's kind (its backend, whether it has GPUs) is read from --matrix",
+              parents=[results_options(), matrix_options()])
     ap.add_argument("runs", nargs="+", metavar="RUN", help="run id (under --results-dir) or run directory")
     ap.add_argument("--platform", action="append", default=[],
                     help="platform whose bench.json to convert (repeatable; default: every one with a bench.json)")

@@ -102,7 +102,10 @@ def bench_platforms(run_dir: Path) -> list[str]:
 class BenchMeasurement:
     """One configuration's samples in one pair of a bench.json (``measurements``): its model and tokens per
     request (``n_prompt`` prompt tokens, then ``n_gen`` generated), the threads it asked for (None: the
-    engine's default), the pair it was interleaved in, and the pp and tg tok/s of each timed round."""
+    engine's default), the pair it was interleaved in, and the pp and tg tok/s of each timed round; what its
+    engine said of itself when it loaded (``engine``: ``model_desc``, the model's description as
+    ``llama_model_desc`` gives it, and ``n_threads``, the CPU threads its context used), "" and None in records
+    of before."""
 
     config: str
     model: str
@@ -112,6 +115,8 @@ class BenchMeasurement:
     pair: tuple[str, ...]
     pp: tuple[float, ...]
     tg: tuple[float, ...]
+    model_desc: str = ""
+    n_threads_used: int | None = None
 
 
 def bench_measurements(data: dict[str, Any], where: str = "bench.json") -> list[BenchMeasurement]:
@@ -121,10 +126,13 @@ def bench_measurements(data: dict[str, Any], where: str = "bench.json") -> list[
     for i, m in enumerate(data.get("measurements") or []):
         try:
             threads = m.get("threads")
+            engine = m.get("engine") or {}
+            used = engine.get("n_threads")
             out.append(BenchMeasurement(
                 str(m["config"]), str(m["model"]), int(m["n_prompt"]), int(m["n_gen"]),
                 None if threads is None else int(threads), tuple(str(c) for c in m.get("pair") or ()),
-                tuple(float(x) for x in m.get("pp_tok_s") or ()), tuple(float(x) for x in m.get("tg_tok_s") or ())))
+                tuple(float(x) for x in m.get("pp_tok_s") or ()), tuple(float(x) for x in m.get("tg_tok_s") or ()),
+                str(engine.get("model_desc") or ""), None if used is None else int(used)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"{where}: measurements[{i}]: {type(exc).__name__}: {exc}") from exc
     return out

@@ -92,11 +92,13 @@ def cmake_cache_compilers(build_dir: Path) -> dict[str, str]:
 
 
 def collect(base_commit: str, base_source: str, patches: list[dict[str, str]],
-            build_dirs: dict[str, Path] | None = None) -> dict[str, Any]:
+            build_dirs: dict[str, Path] | None = None, build_commits: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Everything environment.json records for one platform run.
 
     ``patches`` is [{name, sha256}] of the applied series; ``build_dirs`` maps
-    variant -> build dir, whose detected compilers are included.
+    variant -> build dir, whose detected compilers are included; ``build_commits`` maps variant -> the
+    commit its source tree was made from (upstream's pinned commit for base, the fork tree's HEAD for the
+    fork), known also for a build found up to date, which configures nothing.
     """
     gpus = nvidia.nvidia_gpus()
     env: dict[str, Any] = {
@@ -119,6 +121,7 @@ def collect(base_commit: str, base_source: str, patches: list[dict[str, str]],
         "base_commit": base_commit,
         "base_source": base_source,
         "patches": patches,
+        "build_commits": dict(build_commits or {}),
     }
     for variant, d in (build_dirs or {}).items():
         env[f"compilers_{variant}"] = cmake_cache_compilers(d)
@@ -149,8 +152,9 @@ class EnvironmentRecord:
     ``cpu_count``, ``ram_bytes`` in bytes), the tools' first lines (``python``, ``cmake``, ``ninja``, ``ccache``,
     ``cc``), CUDA (``cuda_toolkit``, ``cuda_driver``), the ``gpus`` ({name, driver, ...} each) and how many are
     ``visible_gpus``, the ``pin_environment``, the ``base_commit`` and ``base_source``, the ``patches`` applied
-    ({name, sha256} each; None where not recorded) and the compilers CMake found per build variant
-    (``compilers``: variant -> language -> compiler).  Facts not recorded are None (or empty)."""
+    ({name, sha256} each; None where not recorded), the compilers CMake found per build variant
+    (``compilers``: variant -> language -> compiler) and the commit each variant's source tree was made from
+    (``build_commits``: variant -> full commit id).  Facts not recorded are None (or empty)."""
 
     os: str | None = None
     machine: str | None = None
@@ -171,6 +175,7 @@ class EnvironmentRecord:
     base_source: str = ""
     patches: tuple[Mapping[str, str], ...] | None = None
     compilers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    build_commits: Mapping[str, str] = field(default_factory=dict)
 
 
 #: The text facts of :class:`EnvironmentRecord`, None where not recorded.
@@ -197,6 +202,7 @@ def read_environment(path: Path) -> EnvironmentRecord:
             base_commit=str(data.get("base_commit") or ""), base_source=str(data.get("base_source") or ""),
             patches=None if patches is None else tuple(dict(x) for x in patches),
             compilers={k[len("compilers_"):]: {str(lang): str(c) for lang, c in v.items()}
-                       for k, v in data.items() if k.startswith("compilers_")})
+                       for k, v in data.items() if k.startswith("compilers_")},
+            build_commits={str(k): str(v) for k, v in (data.get("build_commits") or {}).items()})
     except (AttributeError, TypeError, ValueError) as exc:
         raise RecordError.at(path, f"not an environment record ({exc})") from None

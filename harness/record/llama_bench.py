@@ -11,18 +11,28 @@ The fields and their meaning are llama-bench's (``tools/llama-bench/llama-bench.
 * ``samples_ts`` the tok/s of each timed round, ``samples_ns`` each round's nanoseconds for its tokens
   (tokens / tok/s), ``avg_*`` their means and ``stddev_*`` their sample standard deviations (n - 1, as
   llama-bench), by Python's ``statistics``;
-* ``build_commit``: the build tree's git HEAD as its configure step printed it (``-- ggml commit:`` of
-  ``<platform>/build-<variant>/configure.log``), so the base and the fork differ.  A configuration that adds
-  an environment (``GGML_CUDA_NO_PINNED=1``) or arguments that llama-bench has no field for runs code the
-  fields cannot tell apart; its build_commit is then the first characters of the sha256 of the commit
-  and those settings, of the commit's length (the script truncates build ids of differing lengths).
-  Each row also names its ``config``, ``build`` and ``env`` (fields the script ignores);
+* ``build_commit``: the first 7 hex digits of the commit the build was made from, as ``environment.json``
+  records it for every build, one found up to date included (``build_commits``: upstream's pinned commit
+  for ``base``, the fork tree's HEAD for ``fork``): a maintainer's own llama-bench of the pinned upstream
+  writes the same for base.  Records of before: the pinned commit for base, the fork tree's HEAD as its
+  configure step printed it (``-- ggml commit:``) for the fork; a build of neither is left out.  A
+  configuration that adds an environment (``GGML_CUDA_NO_PINNED=1``) or arguments that llama-bench has no
+  field for runs code the fields cannot tell apart; its build_commit is then the first characters of the
+  sha256 of the commit and those settings, of the commit's length (the script truncates build ids of
+  differing lengths).  Each row also names its ``config``, ``build`` and ``env`` (fields the script ignores);
 * the settings llama-bench has fields for are read from the configuration's ``args`` (``-ngl``,
-  ``--cpu-moe``, ``-ot``, ``-sm``, ``-ts``, ``-fa``, ...), llama.cpp's defaults otherwise (``n_threads``
-  -1: the engine's default, not recorded);
-* ``cpu_info``/``gpu_info`` from the bench.json's machine fingerprint, ``backends`` CUDA where the build
-  was configured with ``-DGGML_CUDA=ON``; ``test_time`` the start of the run's last command (run.json);
-  ``model_type`` the matrix's model name, ``model_filename`` the file the engine loaded, ``model_size`` and
+  ``--cpu-moe``, ``-ot``, ``-sm``, ``-ts``, ``-fa``, ...), llama.cpp's defaults otherwise; ``n_threads`` the
+  threads the engine's context used (its own word when it loaded, bench.json's ``engine``), -1 in records
+  of before, which did not keep it;
+* ``backends`` the platform kind's backend (harness.kinds: ``CUDA``, ``CPU``), which every build of the
+  platform is configured with; ``gpu_info`` the names of the visible GPUs of environment.json on a kind
+  with a device, "" on a CPU-only one; ``cpu_info`` from the bench.json's machine fingerprint;
+* ``test_time`` the start of the run's last command (run.json) as llama-bench writes it (RFC 3339 in UTC,
+  whole seconds: ``2026-12-04T07:35:38Z``);
+* ``model_type`` the model's description as ``llama_model_desc`` gives it (``llama 34B Q4_K - Medium``):
+  the engine's word when it loaded (bench.json's ``engine``), else the same three parts as the model's load
+  printed them (``print_info: arch``, ``model type``, ``file type`` of an engine's stderr kept in the run),
+  else the matrix's model name; ``model_filename`` the file the engine loaded, ``model_size`` and
   ``model_n_params`` from that GGUF's tensors where the file is readable here (gguf).
 """
 
@@ -36,8 +46,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from datetime import datetime, timezone
+
+from ..kinds.shape import GpuKind
 from .bench import BenchMeasurement, bench_measurements, read_bench
-from .results import BUILD_FILES, RunLayout
+from .environment import EnvironmentRecord, read_environment
+from .results import BUILD_FILES, RecordError, RunLayout
 
 #: The file beside bench.json.
 FILE_NAME = "llama-bench.jsonl"
@@ -47,19 +61,26 @@ FILE_NAME = "llama-bench.jsonl"
 CPU_MOE_PATTERN = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 
 _COMMIT_LINE = re.compile(r"^-- ggml commit:\s+(\S+)", re.MULTILINE)
+#: The three parts of ``llama_model_desc`` as a model's load prints them (llama-model.cpp, print_info).
+_DESC_LINES = {part: re.compile(rf"print_info: {label}\s*=\s*(.+?)\s*$", re.MULTILINE)
+               for part, label in (("arch", "arch"), ("type", "model type"), ("ftype", "file type"))}
+#: Hex digits of a build_commit (llama.cpp's build-info, ``git rev-parse --short``).
+COMMIT_DIGITS = 7
 
 
 @dataclass(frozen=True)
 class Setting:
-    """How one configuration ran: its build variant and that build's commit, its ``args`` and ``env``, the
-    model file its engine loaded ("" unknown), and whether its build has the CUDA backend."""
+    """How one configuration ran: its build variant and the commit that build was made from (short), its
+    ``args`` and ``env``, the model file its engine loaded ("" unknown), its platform's ``backend``
+    (harness.kinds: ``CUDA``, ``CPU``) and the names of the GPUs it saw (``gpu_info``, "" on a CPU-only kind)."""
 
     build: str
     commit: str
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     model_file: str = ""
-    cuda: bool = False
+    backend: str = "CPU"
+    gpu_info: str = ""
 
 
 def _flag_values(args: Sequence[str]) -> tuple[dict[str, str], list[str]]:
@@ -138,27 +159,43 @@ def _row_stats(tokens: int, samples_ts: Sequence[float]) -> dict[str, Any]:
             "samples_ns": samples_ns, "samples_ts": list(samples_ts)}
 
 
+def llama_bench_time(iso: str) -> str:
+    """``iso`` (ISO 8601, e.g. run.json's ``2026-12-04T07:35:38.422060+00:00``) as llama-bench writes its
+    ``test_time``: RFC 3339 in UTC to the second (``strftime("%FT%TZ", gmtime(...))``, llama-bench.cpp);
+    "" for "".  Raises ValueError for a text that is not ISO 8601."""
+    if not iso:
+        return ""
+    when = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def llama_bench_rows(measurements: Sequence[BenchMeasurement], machine: Mapping[str, Any],
-                     settings: Mapping[str, Setting], test_time: str) -> list[dict[str, Any]]:
+                     settings: Mapping[str, Setting], test_time: str,
+                     model_types: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """The llama-bench rows of ``measurements`` (harness.record.bench.bench_measurements), two per
     measurement with samples (pp, then tg; a metric without samples gives none).  ``machine``: bench.json's
-    fingerprint; ``settings``: per configuration (a measurement of a configuration without one gives no
-    rows); ``test_time``: ISO 8601.  Field by field: the module docstring."""
-    gpus = [str(g[0]) if isinstance(g, (list, tuple)) else str(g) for g in machine.get("gpus") or []]
+    fingerprint; ``settings``: per configuration (a measurement of a configuration without one, or whose
+    build's commit is unknown, gives no rows); ``test_time``: as llama-bench writes it (:func:`llama_bench_time`);
+    ``model_types``: matrix model name -> its description where the measurement's engine did not say
+    (:func:`logged_model_types`).  Field by field: the module docstring."""
     rows = []
     facts: dict[str, dict[str, int]] = {}
     for m in measurements:
-        if m.config not in settings:
+        s = settings.get(m.config)
+        if s is None or not s.commit:
             continue
-        s = settings[m.config]
         if s.model_file not in facts:
             facts[s.model_file] = _model_facts(s.model_file)
+        model_type = m.model_desc or (model_types or {}).get(m.model) or m.model
         common = {"build_commit": build_commit(s), "build_number": 0, "cpu_info": str(machine.get("cpu") or ""),
-                  "gpu_info": ", ".join(gpus) if s.cuda else "", "backends": "CUDA" if s.cuda else "CPU",
-                  "model_filename": s.model_file, "model_type": m.model, **facts[s.model_file],
+                  "gpu_info": s.gpu_info, "backends": s.backend,
+                  "model_filename": s.model_file, "model_type": model_type, **facts[s.model_file],
                   **_settings_fields(s)}
-        if m.threads is not None:
-            common["n_threads"] = m.threads
+        used = m.threads if m.threads is not None else m.n_threads_used
+        if used is not None:
+            common["n_threads"] = used
         extra = {"config": m.config, "build": s.build, "env": dict(s.env), "pair": list(m.pair)}
         for samples, n_prompt, n_gen, n_depth, tokens in ((m.pp, m.n_prompt, 0, 0, m.n_prompt),
                                                           (m.tg, 0, m.n_gen, m.n_prompt, m.n_gen)):
@@ -175,70 +212,120 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _build_commit_of(run_dir: Path, platform: str, variant: str) -> tuple[str, bool]:
-    """(the commit the build's configure step printed, whether it enabled CUDA); the commit is the first 7
-    hex digits of the sha256 of the variant's name where the run has no configure.log (a build restored
-    from the result cache)."""
+def _environment(run_dir: Path, platform: str) -> EnvironmentRecord:
+    """The platform's environment.json, an empty record where the run has none or it cannot be read."""
+    try:
+        return read_environment(RunLayout(run_dir).environment_json(platform))
+    except (OSError, RecordError):
+        return EnvironmentRecord()
+
+
+def built_from(run_dir: Path, platform: str, variant: str, env: EnvironmentRecord | None = None) -> str:
+    """The first :data:`COMMIT_DIGITS` hex digits of the commit ``variant``'s build was made from: recorded
+    in environment.json (``build_commits``, also for a build found up to date); in records of before, the
+    pinned upstream commit for ``base`` and the commit the configure step printed (the fork tree's HEAD) for
+    another variant; "" where neither says."""
+    env = env if env is not None else _environment(run_dir, platform)
+    if env.build_commits.get(variant):
+        return env.build_commits[variant][:COMMIT_DIGITS]
+    if variant == "base" and env.base_commit:
+        return env.base_commit[:COMMIT_DIGITS]
     try:
         text = (RunLayout(run_dir).build_logs(platform, variant) / BUILD_FILES["configure"]).read_text(
             encoding="utf-8", errors="replace")
     except OSError:
-        text = ""
+        return ""
     found = _COMMIT_LINE.search(text)
-    commit = found.group(1) if found else hashlib.sha256(variant.encode()).hexdigest()[:7]
-    return commit, "-DGGML_CUDA=ON" in text
+    return found.group(1)[:COMMIT_DIGITS] if found else ""
 
 
-def run_settings(run_dir: Path, platform: str, configs: Sequence[str]) -> dict[str, Setting]:
-    """The :class:`Setting` of each of ``configs`` on ``platform`` of a run, from its files: the
-    configuration's config.json, its build's configure.log, its speed engine command (``<config>.<model>
-    [.t<threads>].cmd`` in the speed directory, for the model file).  A configuration without config.json
-    is left out."""
+def visible_gpu_names(env: EnvironmentRecord) -> list[str]:
+    """The names of the GPUs a platform's programs saw (environment.json's ``gpus``, the first
+    ``visible_gpus`` of them where it says how many)."""
+    names = [str(g.get("name")) for g in env.gpus if g.get("name")]
+    return names[:env.visible_gpus] if env.visible_gpus is not None else names
+
+
+def run_settings(run_dir: Path, platform: str, configs: Sequence[str], kind: GpuKind) -> dict[str, Setting]:
+    """The :class:`Setting` of each of ``configs`` on ``platform`` (of platform kind ``kind``) of a run, from
+    its files: the configuration's config.json, environment.json (:func:`built_from`, the GPUs), its speed
+    engine command (``<config>.<model>[.t<threads>].cmd`` in the speed directory, for the model file).  A
+    configuration without config.json is left out."""
     layout = RunLayout(run_dir)
+    env = _environment(run_dir, platform)
+    gpu_info = ", ".join(visible_gpu_names(env)) if kind.has_device else ""
     out = {}
     for config in configs:
         cfg = _read_json(layout.config_json(platform, config))
         if not isinstance(cfg, dict):
             continue
         build = str(cfg.get("build", ""))
-        commit, cuda = _build_commit_of(run_dir, platform, build)
         model_file = ""
         for cmd in sorted(layout.speed(platform).glob(f"{config}.*.cmd")):
             argv = (_read_json(cmd) or {}).get("argv") or []
             if "-m" in argv[:-1]:
                 model_file = str(argv[argv.index("-m") + 1])
                 break
-        out[config] = Setting(build, commit, tuple(str(a) for a in cfg.get("args") or ()),
-                              {str(k): str(v) for k, v in (cfg.get("env") or {}).items()}, model_file, cuda)
+        out[config] = Setting(build, built_from(run_dir, platform, build, env),
+                              tuple(str(a) for a in cfg.get("args") or ()),
+                              {str(k): str(v) for k, v in (cfg.get("env") or {}).items()}, model_file,
+                              kind.backend, gpu_info)
     return out
 
 
+def logged_model_types(run_dir: Path, platform: str) -> dict[str, str]:
+    """Matrix model name -> ``"<arch> <model type> <file type>"``, the three parts of ``llama_model_desc`` as a
+    load of that model printed them (``print_info:`` lines of an engine's stderr kept in the run: a
+    generation's ``gen/<model>/engine.stderr`` or a speed engine's ``<config>.<model>.engine.stderr``), for
+    measurements whose engine did not say; models without such a log are left out."""
+    layout = RunLayout(run_dir)
+    found: dict[str, str] = {}
+    logs = [(p.parent.name, p) for p in sorted(layout.platform(platform).glob("*/gen/*/engine.stderr"))]
+    logs += [(p.name.split(".")[1], p) for p in sorted(layout.speed(platform).glob("*.*.engine.stderr"))]
+    for model, path in logs:
+        if model in found:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        parts = [pattern.search(text) for pattern in _DESC_LINES.values()]
+        if all(parts):
+            found[model] = " ".join(p.group(1) for p in parts if p)
+    return found
+
+
 def _test_time(run_dir: Path) -> str:
-    """The start of the run's last command (run.json), else summary.json's ``updated``, else ""."""
+    """The start of the run's last command (run.json), else summary.json's ``updated``, else "", as llama-bench
+    writes a test_time (:func:`llama_bench_time`)."""
     run = _read_json(RunLayout(run_dir).run_json) or {}
     commands = run.get("commands") or []
     if commands and commands[-1].get("started"):
-        return str(commands[-1]["started"])
-    return str((_read_json(RunLayout(run_dir).summary_json) or {}).get("updated") or run.get("started") or "")
+        return llama_bench_time(str(commands[-1]["started"]))
+    return llama_bench_time(str((_read_json(RunLayout(run_dir).summary_json) or {}).get("updated")
+                               or run.get("started") or ""))
 
 
-def rows_of_run(run_dir: Path, platform: str) -> list[dict[str, Any]]:
-    """The llama-bench rows of a run's ``<platform>/speed/bench.json``; [] without one.  A configuration the run
-    recorded no config.json of gives no rows.  Raises ValueError for a bench.json of the wrong shape."""
+def rows_of_run(run_dir: Path, platform: str, kind: GpuKind) -> list[dict[str, Any]]:
+    """The llama-bench rows of a run's ``<platform>/speed/bench.json`` (``kind``: the platform's kind,
+    harness.kinds.registry.gpu_of); [] without one.  A configuration the run recorded no config.json of, or
+    whose build's commit it did not record (:func:`built_from`), gives no rows.  Raises ValueError for a
+    bench.json of the wrong shape."""
     data = read_bench(run_dir, platform)
     if data is None:
         return []
     where = str(RunLayout(run_dir).bench_json(platform))
     measurements = bench_measurements(data, where)
-    settings = run_settings(run_dir, platform, sorted({m.config for m in measurements}))
-    return llama_bench_rows(measurements, data.get("machine") or {}, settings, _test_time(run_dir))
+    settings = run_settings(run_dir, platform, sorted({m.config for m in measurements}), kind)
+    return llama_bench_rows(measurements, data.get("machine") or {}, settings, _test_time(run_dir),
+                            logged_model_types(run_dir, platform))
 
 
-def write_rows(run_dir: Path, platform: str, out: Path | None = None) -> Path:
+def write_rows(run_dir: Path, platform: str, kind: GpuKind, out: Path | None = None) -> Path:
     """Write :func:`rows_of_run` as JSON lines to ``out`` (default: ``<platform>/speed/llama-bench.jsonl``);
     returns the path."""
     out = out or RunLayout(run_dir).speed(platform) / FILE_NAME
-    rows = rows_of_run(run_dir, platform)
+    rows = rows_of_run(run_dir, platform, kind)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return out

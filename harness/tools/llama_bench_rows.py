@@ -4,7 +4,8 @@ llama-bench JSONL rows (harness.record.llama_bench), for upstream's ``scripts/co
 The speed stage writes ``<platform>/speed/llama-bench.jsonl`` itself; this command writes it for runs
 recorded before it did (the committed ones under ``results/evidence/``), or all runs' rows into one file
 (``--out``).  It prints, per row set, which configuration each build_commit stands for, which is what
-``compare-llama-bench.py -b`` and ``-c`` take.
+``compare-llama-bench.py -b`` and ``-c`` take.  A platform's kind (``backends``, ``gpu_info``) is its
+``hardware.gpu`` in ``--matrix``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import sys
 from typing import Sequence
 
 from ..common.errors import InputError
+from ..kinds.registry import UnknownKind, gpu_of
+from ..kinds.shape import GpuKind
 from ..record.bench import bench_platforms
 from ..record.llama_bench import FILE_NAME, rows_of_run
 from ..record.results import RunLayout
@@ -27,6 +30,19 @@ def main(argv: Sequence[str]) -> int:
     return run(parse_command("llama-bench-rows", argv))
 
 
+def _kind(args: argparse.Namespace, platform: str) -> GpuKind:
+    """The kind of ``platform`` in ``args.matrix``; raises InputError naming the matrix where it has no such
+    platform or the platform an undeclared kind."""
+    from ..matrix.config import load_matrix
+    matrix = load_matrix(args.matrix)
+    if platform not in matrix.platforms:
+        raise InputError(f"{args.matrix}: no platform {platform}: its kind (backend, GPUs) is not known")
+    try:
+        return gpu_of(matrix.platforms[platform])
+    except UnknownKind as exc:
+        raise InputError(str(exc)) from exc
+
+
 def run(args: argparse.Namespace) -> int:
     """Write the rows of ``args.runs`` (see the module docstring); returns 0, or 2 (InputError through
     harness.cli) for a run that does not exist or has no bench.json on the platforms asked for."""
@@ -37,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         platforms = args.platform or bench_platforms(run_dir)
         for platform in platforms:
             try:
-                rows = rows_of_run(run_dir, platform)
+                rows = rows_of_run(run_dir, platform, _kind(args, platform))
             except ValueError as exc:
                 raise InputError(f"{run_dir.name} {platform}: {exc}") from exc
             if not rows:

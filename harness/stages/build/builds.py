@@ -35,7 +35,7 @@ from .cuda_headers import SetupError, find_cuda_headers
 from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, \
     series_label
 from .quantize_tool import no_quantize_platform, quantize_platform, tool_from_build
-from .source import BaseTree, obtain_base, prepare_tree
+from .source import BaseTree, obtain_base, prepare_tree, tree_state
 
 
 #: The CMake code that compiles a platform's ``unoptimised_targets`` at -O0, included at the end of ggml's project().
@@ -114,6 +114,7 @@ class Builds:
         self.matrix, self.run, self.opts, self.console, self.say = matrix, run, opts, console, say
         self.progress, self.cache, self.bases = progress, cache, dict(bases or {})
         self.built: dict[tuple[str, str], BuildResult] = {}  # (platform, variant) -> this process's build
+        self.commits: dict[str, str] = {}  # variant -> the commit its source tree was made from (environment.json)
         self._base: BaseTree | None = None
         self._patches: list[Patch] | None = None
         self._inputs = threading.Lock()  # the base and the series are read once, whichever thread asks first
@@ -196,7 +197,10 @@ class Builds:
         base tree.  Returns the tree's path."""
         with exclusive(work / variant / "llama.cpp", f"the {variant} source tree", Rank.SOURCE, self.say):
             if variant == "fork":
-                return prepare_series_tree(base, work, "fork", self.patches(), log=logs / BUILD_FILES["patches"])
+                tree = prepare_series_tree(base, work, "fork", self.patches(), log=logs / BUILD_FILES["patches"])
+                self.commits[variant] = tree_state(tree)[0]  # the series applied: the fork tree's HEAD
+                return tree
+            self.commits[variant] = self.bases.get(variant, base).commit  # upstream's commit, as pinned
             return prepare_tree(self.bases.get(variant, base), work, variant)
 
     def _build_and_hold(self, req: BuildRequest, logs: Path) -> BuildResult:
@@ -319,7 +323,7 @@ class Builds:
         dirs = {v: b.build_dir for (pn, v), b in self.built.items() if pn == p.name and b.status == "passed"}
         self.run.platform_dir(p.name)
         write_json(self.run.layout.environment_json(p.name),
-                   environment.collect(commit, source, patches, dirs))
+                   environment.collect(commit, source, patches, dirs, dict(self.commits)))
 
     def emulator(self, p: Platform) -> Emulator | None:
         """The emulator that runs ``p``'s executables here (prepared once, made ready at every call:

@@ -226,6 +226,10 @@ class EngineSession:
             raise
         self.load_seconds = time.monotonic() - start
         self.n_vocab = int(ready.get("n_vocab", 0))
+        #: what the loaded program says of itself: the model's description as ``llama_model_desc`` gives it
+        #: (``model_desc``) and the CPU threads its context decodes with (``n_threads``); {} from an engine
+        #: built before it said so
+        self.facts: dict[str, Any] = {k: ready[k] for k in ("model_desc", "n_threads") if k in ready}
 
     def _read(self) -> None:
         assert self.proc.stdout is not None

@@ -46,7 +46,7 @@ from ...record.results import Failure, StepRecord, write_json
 from ..outputs.engine import EngineError, EngineSession
 from ..outputs.greedy import Side
 from ..shape import Context, Stage
-from .speed_cache import lookup, pair_identity, restored_samples, store_pair
+from .speed_cache import lookup, pair_identity, restored_engine_facts, restored_samples, store_pair
 from .speed_pairs import EngineKind, Pair, Roster, Unit, pair_key, plan_pairs
 
 #: What the stage runs in, its functions' ``pipe`` (harness.stages.shape.Context: matrix, run, opts, console,
@@ -73,6 +73,8 @@ class Measurement:
     median of process i's rounds, and ``rounds`` keeps every round's pp and tg per process.
     ``pp_queued``: per timed round, the prompt tokens over the time its decodes took to return before the
     wait for the backend (harness.stages.outputs.engine.BenchResult.pp_queued_ms), where the engine says.
+    ``engine``: what its engine said of itself when it loaded (harness.stages.outputs.engine.EngineSession.facts:
+    the model's description, the CPU threads used); {} where no engine said (an engine of before).
     """
 
     config: str
@@ -85,6 +87,7 @@ class Measurement:
     errors: list[str] = field(default_factory=list)
     rounds: list[dict[str, list[float]]] = field(default_factory=list)
     pp_queued: list[float] = field(default_factory=list)
+    engine: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The record bench.json keeps: settings, samples and their spread (harness.common.statistics.Spread)."""
@@ -97,6 +100,8 @@ class Measurement:
             out["process_rounds"] = self.rounds
         if self.pp_queued:
             out["pp_queued_tok_s"] = self.pp_queued
+        if self.engine:
+            out["engine"] = dict(self.engine)
         for metric in METRICS:
             samples = getattr(self, metric)
             out[metric] = asdict(spread(samples)) if samples else None
@@ -295,7 +300,7 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
                                     "measurements": [m.to_json() for m in measured.values()],
                                     "completion_timings": completion,
                                     "rules": [{k: v for k, v in x.items() if k != "log"} for x in verdicts]})
-    write_rows(pipe.run.dir, p.name)  # the same measurements as llama-bench rows (harness.record.llama_bench)
+    write_rows(pipe.run.dir, p.name, gpu_of(p))  # the same measurements as llama-bench rows (harness.record.llama_bench)
 
 
 #: llama-completion's own timing lines (common/common.cpp, common_perf_print): the prompt's and the generated
@@ -394,8 +399,9 @@ def _restore(pipe: Pipeline, pair: Pair, identity: dict[str, Any] | None,
     samples = restored_samples(hit, pair) if hit is not None else None
     if hit is None or samples is None:
         return None
+    facts = restored_engine_facts(hit)
     found = [Measurement(config, pair.unit, i, pair.configs, "+".join(pair.configs) if several else None,
-                         *samples[config]) for i, config in enumerate(pair.configs)]
+                         *samples[config], engine=facts.get(config, {})) for i, config in enumerate(pair.configs)]
     wall = hit.meta.get("wall_s")
     rec = PairRecord(pair, [], float(wall) if isinstance(wall, (int, float)) else 0.0, cached=hit.run_id)
     return found, rec
@@ -418,7 +424,7 @@ def _store(pipe: Pipeline, pairs: list[Pair], identities: dict[Any, dict[str, An
         if any(m is None or m.errors or len(m.pp) != pair.unit.samples or len(m.tg) != pair.unit.samples
                for m in ms):
             continue
-        samples = {m.config: {"pp": m.pp, "tg": m.tg} for m in ms if m is not None}
+        samples = {m.config: {"pp": m.pp, "tg": m.tg, "engine": m.engine} for m in ms if m is not None}
         store_pair(pipe.results_cache, pipe.run.id, identity, samples, round(rec.wall_s, 2))
 
 
@@ -503,6 +509,7 @@ def process_medians(configs: tuple[str, ...], unit: Unit, per_process: list[list
                     continue
                 m.errors += x.errors
                 m.pp_queued += x.pp_queued
+                m.engine = m.engine or x.engine
                 m.rounds.append({"pp": x.pp, "tg": x.tg})
                 if len(x.pp) == unit.repeats and len(x.tg) == unit.repeats:
                     m.pp.append(statistics.median(x.pp))
@@ -519,7 +526,8 @@ def interleave(sessions: dict[str, EngineSession], configs: list[str], unit: Uni
     Rounds alternate the order: ``configs`` in odd rounds, reversed in even ones (A B, B A, A B, ...), so
     a drift of the machine's load favours neither side.  A configuration whose engine fails stops being
     timed.  Returns the measurements of the configurations that had a session."""
-    found = [Measurement(c, unit, i, tuple(configs)) for i, c in enumerate(configs)]
+    found = [Measurement(c, unit, i, tuple(configs), engine=dict(getattr(sessions.get(c), "facts", {}) or {}))
+             for i, c in enumerate(configs)]
     broken: set[str] = {c for c in configs if c not in sessions}
 
     def request(m: Measurement, timed: bool) -> None:

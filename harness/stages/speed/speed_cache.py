@@ -81,6 +81,15 @@ def store_pair(store: ResultCache, run_id: str, identity: Mapping[str, Any], sam
         pass
 
 
+def restored_engine_facts(hit: Hit) -> dict[str, dict[str, Any]]:
+    """Per configuration of ``hit``, what its engine said of itself when it loaded (``engine`` beside its
+    samples: harness.stages.outputs.engine.EngineSession.facts); a side stored without them is left out."""
+    samples = hit.meta.get("samples")
+    if not isinstance(samples, dict):
+        return {}
+    return {str(c): dict(s["engine"]) for c, s in samples.items() if isinstance(s, dict) and isinstance(s.get("engine"), dict)}
+
+
 def restored_samples(hit: Hit, pair: Pair) -> dict[str, tuple[list[float], list[float]]] | None:
     """The samples of ``hit`` for ``pair`` (config -> (pp, tg) tok/s per round), or None when the entry does
     not hold both configurations with every round of both metrics (then the pair is measured)."""

@@ -1062,8 +1062,13 @@ int main(int argc, char ** argv) {
     }
     const llama_vocab * vocab = llama_model_get_vocab(model);
     engine eng{ params, model, ctx, vocab, init->sampler(0), llama_vocab_n_tokens(vocab), (int) llama_n_ctx(ctx) };
+    // the model's description as llama_model_desc gives it (llama-bench's model_type) and the CPU threads the
+    // context decodes with (llama-bench's n_threads)
+    char desc[256];
+    llama_model_desc(model, desc, sizeof(desc));
     reply("{\"ok\":true,\"ready\":true,\"n_vocab\":" + std::to_string(eng.n_vocab) + ",\"n_ctx\":" +
-          std::to_string(eng.n_ctx) + ",\"load_ms\":" + json_number(ms_since(t_load)) + "}");
+          std::to_string(eng.n_ctx) + ",\"model_desc\":" + json_string(desc) + ",\"n_threads\":" +
+          std::to_string(llama_n_threads(ctx)) + ",\"load_ms\":" + json_number(ms_since(t_load)) + "}");
 
     std::string line;
     while (std::getline(std::cin, line)) {
