@@ -9,12 +9,15 @@ import pytest
 from harness.analysis import svg
 from harness.analysis.report import render_html
 from harness.record.results import ComparisonRecord
-from harness.analysis.report_figures import kl_figure, probe_figure, rule_history, speed_pair_figures
+from harness.analysis.report_figures import (checkout_series, kl_figure, probe_figure, recorded_series, rule_history,
+                                             rule_history_figures, speed_pair_figures)
 from harness.record.bench import read_bench
+from harness.record.summary import run_dirs_under
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "results" / "evidence" / "gpu1-20261202T165838Z"
 CUDA = "linux-x86_64-cuda"
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 def _svgs(html: str) -> list[ET.Element]:
@@ -56,10 +59,89 @@ def test_the_probe_strip_says_which_layers_are_pinned():
     assert {buft for cls, _, buft in titles if cls == "c-pageable"} == {"CPU"}
 
 
+def _lines(step, candidate, series=None):
+    return {line: points for line, points in rule_history(ROOT / "results", CUDA, series).items()
+            if (line.step, line.candidate) == (step, candidate)}
+
+
 def test_a_rule_history_runs_over_the_evidence_oldest_first():
-    history = rule_history(ROOT / "results", CUDA)
-    points = history["speed:cuda-base-vs-fork:pp fork"]
-    assert len(points) > 10 and len({run for run, _ in points}) == len(points)
+    lines = _lines("speed:cuda-base-vs-fork:pp", "fork")
+    points = max(lines.values(), key=len)
+    assert len(points) > 10 and len({p.run for p in points}) == len(points)
+    assert [p.started for p in points] == sorted(p.started for p in points)
+
+
+def test_each_line_of_a_rules_history_is_one_model_token_count_instrument_and_machine():
+    """The default-mode pp rule ran on moe-large (512 and 2048 prompt tokens, two instruments) and later on
+    moe-48l-quant: each is a line of its own, and a line holds exactly the runs that measured its model."""
+    lines = _lines("speed:cuda-base-vs-fork:pp", "fork")
+    assert {line.model for line in lines} == {"moe-large", "moe-48l-quant"}
+    assert {line.n_prompt for line in lines if line.model == "moe-large"} == {512, 2048}
+    for line, points in lines.items():
+        assert {p.rule["model"] for p in points} == {line.model}
+    quant = [p for line, points in lines.items() if line.model == "moe-48l-quant" for p in points]
+    measured = [run.name for run in run_dirs_under(ROOT / "results")
+                for r in (read_bench(run, CUDA) or {}).get("rules") or []
+                if r.get("step") == "speed:cuda-base-vs-fork:pp" and r.get("model") == "moe-48l-quant"]
+    assert sorted(p.run for p in quant) == sorted(measured) and len(measured) < 20
+
+
+def test_runs_of_another_patch_series_are_told_by_their_recorded_series_and_drawn_apart():
+    """The planted faults of 2026-12-04 (one extra patch, their fork's configure line naming another series)
+    are not the fork's history: hollow points off its line, never its red failures."""
+    series = checkout_series()
+    assert series and recorded_series(ROOT / "results" / "evidence" / "gpu1-20261204T073536Z", CUDA) == series
+    plant = run_dirs_under(ROOT / "results" / "evidence" / "h200-speed-20261204" / "plants")[0]
+    recorded = recorded_series(plant, CUDA)
+    assert recorded and not series.startswith(recorded)
+    [(line, points)] = [(k, v) for k, v in _lines("speed:cuda-base-vs-fork:pp", "fork", series).items()
+                        if k.model == "moe-48l-quant"]
+    apart = {p.run for p in points if p.same_series is False}
+    assert apart == {"plant-hold-prompt-20261204T072726Z", "plant-hold-token-20261204T073005Z"}
+    figures = [f for f in rule_history_figures(ROOT / "results", CUDA, "x", series)
+               if f.startswith("<figure><figcaption>speed:cuda-base-vs-fork:pp fork: moe-48l-quant")]
+    [figure] = figures
+    root = ET.fromstring(figure[figure.index("<svg"):figure.index("</svg>") + 6])
+    dots = list(root.iter(f"{SVG}circle"))
+    hollow = [d for d in dots if d.get("class") == "apart"]
+    assert len(hollow) == 2 and all("another patch series" in d.find(f"{SVG}title").text for d in hollow)
+    assert not [d for d in dots if d.get("class") == "bad" and "plant" in d.find(f"{SVG}title").text]
+    line_points = " ".join(p.get("points") for p in root.iter(f"{SVG}polyline"))
+    assert all(f"{d.get('cx')},{d.get('cy')}" not in line_points for d in hollow)
+
+
+def test_a_history_names_dates_and_keeps_its_threshold_label_off_the_data():
+    series = checkout_series()
+    figure = next(f for f in rule_history_figures(ROOT / "results", CUDA, "x", series) if "moe-48l-quant" in f)
+    root = ET.fromstring(figure[figure.index("<svg"):figure.index("</svg>") + 6])
+    texts = {t.text: t for t in root.iter(f"{SVG}text")}
+    assert re.fullmatch(r"\d\d-\d\d \d\d:\d\d", next(t for t in texts if t and t[0].isdigit() and "-" in t))
+    frame_top = float(next(r for r in root.iter(f"{SVG}rect") if r.get("class") == "frame").get("y"))
+    label = next(t for k, t in texts.items() if k and k.startswith("fails below"))
+    assert float(label.get("y")) < frame_top  # above the plot, where no point is drawn
+
+
+def test_the_probe_strip_of_a_platform_without_a_device_draws_no_device_memory(tmp_path):
+    """CPU_REPACK is not host-addressable (ggml_backend_buffer_is_host false) but is host memory on a CPU-only
+    platform: its cells are host memory, not device memory; on a platform with a device the same record
+    would say device."""
+    record = {"weights": [{"name": "blk.0.ffn_up_exps.weight", "layer": 0, "type": "q4_0", "bytes": 1024,
+                           "buffer": 0, "page_locked": None}],
+              "buffers": [{"name": "CPU_REPACK", "buffer_type": "CPU_REPACK", "bytes": 1024, "host": False,
+                           "page_locked": None}], "driver": None, "probe_ms": 1.0}
+    path = tmp_path / "engine.probe.json"
+    path.write_text(__import__("json").dumps(record))
+    assert 'class="c-host"' in probe_figure(path, "t", device=False)
+    assert 'class="c-device"' not in probe_figure(path, "t", device=False)
+    assert 'class="c-device"' in probe_figure(path, "t", device=True)
+
+
+def test_layer_ticks_stay_apart_at_48_layers():
+    assert svg.tick_stride(48, 5.2) == 5 and svg.tick_stride(8, 22) == 2 and svg.tick_stride(3, 22) == 2
+    cells = [svg.Cell("c-pinned", "") for _ in range(48)]
+    out = svg.cell_strip([("CPU", cells)], column_label="layer", title="t", legend=[], notes=["x"])
+    xs = sorted(float(t.get("x")) for t in ET.fromstring(out).iter(f"{SVG}text") if (t.text or "").isdigit())
+    assert min(b - a for a, b in zip(xs, xs[1:])) >= svg.TICK_GAP
 
 
 def test_kl_per_position_is_drawn_where_the_comparison_records_it():
@@ -67,6 +149,10 @@ def test_kl_per_position_is_drawn_where_the_comparison_records_it():
                            kl={"per_position": [0.0, 0.001, 0.5, 0.2]})
     out = kl_figure(cmp)
     assert "first divergent token at 2" in out and "position 2: 0.5 nats" in out and "KL (nats)" in out
+    root = ET.fromstring(out[out.index("<svg"):out.index("</svg>") + 6])
+    [mark] = [m for m in root.iter(f"{SVG}line") if m.get("class") == "mark"]
+    dot = next(c for c in root.iter(f"{SVG}circle") if c.find(f"{SVG}title").text.startswith("position 2:"))
+    assert mark.get("x1") == dot.get("cx")  # the dotted line stands on position 2
     assert kl_figure(ComparisonRecord("p1", "g", "m", "p", "base", "fork", "diverged", kl={"mean": 0.1})) == ""
 
 

@@ -50,7 +50,7 @@ from ..record.bench import bench_platforms, read_bench
 from ..record.expectations import read_expectations
 from ..record.probe import layers_by_type_text
 from . import svg
-from .report_figures import kl_figure, probe_figures, rule_history_figures, speed_pair_figures
+from .report_figures import checkout_series, kl_figure, machine_text, probe_figures, rule_history_figures, speed_pair_figures
 from ..record.results import describe_cache, describe_cached, describe_divergence_record, shown_as_reused
 
 #: Lines of a failing log shown in the report (the end of a log holds the error).
@@ -200,19 +200,34 @@ def pin_ladders(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def pin_chart_svg(records: Sequence[dict[str, Any]], title: str) -> str:
+def _ladder_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records a pin-ladder chart draws: the summary lines (kind ladder or malloc_host), else every one."""
+    return [r for r in records if r.get("kind") in ("ladder", "malloc_host")] or list(records)
+
+
+def ladder_scale(ladders: Sequence[Sequence[dict[str, Any]]]) -> float:
+    """The bytes at the right end of the axis every pin-ladder chart of a run shares: the round value
+    (harness.analysis.svg.nice_ticks) at or above the largest request or grant of any of ``ladders``."""
+    biggest = max([max(int(r.get("requested", 0)), int(r.get("granted", 0)))
+                   for recs in ladders for r in _ladder_rows(recs)] + [1])
+    return svg.nice_ticks(0, biggest / 2**30, 5)[-1] * 2**30
+
+
+def pin_chart_svg(records: Sequence[dict[str, Any]], title: str, scale_bytes: float | None = None) -> str:
     """An inline SVG bar chart of pin-ladder records: per allocation, requested and granted bytes.
 
     ``records`` are harness.record.gpu.parse_ladder_lines dicts; the summary lines (kind ladder or
-    malloc_host) are drawn, or every record when there is none.  Bars share one scale
-    (the largest request); a granted bar short of its request is drawn in the warning
-    colour.  Returns the ``<svg>`` element as a string.
+    malloc_host) are drawn, or every record when there is none.  Bars share one scale from 0 to
+    ``scale_bytes`` (bytes; the report passes one for all the run's charts, :func:`ladder_scale`; default:
+    this chart's own), drawn as an axis in GiB below them; a granted bar short of its request is drawn in
+    the warning colour.  Returns the ``<svg>`` element as a string.
     """
-    rows = [r for r in records if r.get("kind") in ("ladder", "malloc_host")] or list(records)
+    rows = _ladder_rows(records)
     label_w, value_w, bar_h, gap, top = 56, 380, 13, 10, 34
     plot_w = CHART_WIDTH - label_w - value_w - 20
-    height = top + len(rows) * (2 * bar_h + gap) + 10
-    biggest = max([int(r.get("requested", 0)) for r in rows] + [1])
+    axis_h = 30
+    height = top + len(rows) * (2 * bar_h + gap) + axis_h
+    biggest = scale_bytes or ladder_scale([records])
     parts = [f'<svg class="chart" width="{CHART_WIDTH}" height="{height}" '
              f'viewBox="0 0 {CHART_WIDTH} {height}" role="img" aria-label="{escape(title)}">',
              f'<title>{escape(title)}</title>',
@@ -242,7 +257,16 @@ def pin_chart_svg(records: Sequence[dict[str, Any]], title: str) -> str:
             f'<rect x="{label_w}" y="{y}" width="{w_req:.1f}" height="{bar_h}" class="req"/>'
             f'<rect x="{label_w}" y="{y + bar_h}" width="{w_got:.1f}" height="{bar_h}" class="{cls}"/>'
             f'<text x="{label_w + plot_w + 8}" y="{y + bar_h + 4}" class="value">{escape(detail)}</text></g>')
-    parts.append(f'<line x1="{label_w}" y1="{top - 4}" x2="{label_w}" y2="{height - 6}" class="axis"/></svg>')
+    axis_y = height - axis_h + 4
+    parts.append(f'<line x1="{label_w}" y1="{top - 4}" x2="{label_w}" y2="{axis_y}" class="axis"/>'
+                 f'<line x1="{label_w}" y1="{axis_y}" x2="{label_w + plot_w}" y2="{axis_y}" class="axis"/>')
+    for t in svg.nice_ticks(0, biggest / 2**30, 5):
+        x = label_w + plot_w * t * 2**30 / biggest
+        if x > label_w + plot_w + 0.5:
+            continue
+        parts.append(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}" class="axis"/>'
+                     f'<text x="{x:.1f}" y="{axis_y + 15}" class="label" text-anchor="middle">{t:g}</text>')
+    parts.append(f'<text x="{label_w + plot_w + 8}" y="{axis_y + 15}" class="label">GiB</text></svg>')
     return "".join(parts)
 
 
@@ -450,8 +474,7 @@ def _speed_html(run_dir: Path) -> str:
     parts = []
     for platform, bench, rules in rows:
         machine = bench.get("machine") or {}
-        parts.append(f'<h3>{escape(platform)}</h3><p class="muted">machine: {escape(str(machine.get("cpu")))}, '
-                     f'{escape(str(machine.get("cpu_count")))} CPUs, GPUs {escape(str(machine.get("gpus") or "none"))}; '
+        parts.append(f'<h3>{escape(platform)}</h3><p class="muted">machine: {escape(machine_text(machine))}; '
                      f'speed stage {float(bench.get("wall_s") or 0):.1f} s{_peak_text(bench)}</p>')
         body = []
         for r in rules:
@@ -480,11 +503,13 @@ def _speed_html(run_dir: Path) -> str:
         if strips:
             parts.append('<details open><summary>Rounds per pair (each dot one timed request, the bar the median)'
                          '</summary>' + "".join(strips) + "</details>")
-        history = rule_history_figures(results_root(run_dir), platform, run_dir.name)
+        history = rule_history_figures(results_root(run_dir), platform, run_dir.name, checkout_series())
         if history:
             parts.append(f'<details><summary>History of the rules over the runs in <code>'
-                         f'{escape(str(results_root(run_dir).name))}/</code> ({len(history)} rules recorded in '
-                         'more than one run; red: failed)</summary>' + "".join(history) + "</details>")
+                         f'{escape(str(results_root(run_dir).name))}/</code> ({len(history)} lines, each one rule on '
+                         'one model, token counts, instrument and machine, recorded by more than one run of the '
+                         "checkout's patch series; red: failed; hollow grey: a run of another series, such as a "
+                         'planted fault)</summary>' + "".join(history) + "</details>")
     return "".join(parts)
 
 
@@ -703,6 +728,7 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
                     if probes else '<p class="muted">no runtime probe in this run</p>') + "</section>")
     parts.append('<section id="pin-ladder"><h2>Pin ladder</h2>')
     ladders = pin_ladders(run_dir)
+    scale = ladder_scale([lad["records"] for lad in ladders])
     if not ladders:
         parts.append('<p class="muted">no pin-ladder lines in this run</p>')
     for lad in ladders:
@@ -711,7 +737,7 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
                 "granted totals differ between generations: "
                 + ", ".join(_bytes(t) for t in lad["granted_totals"]))
         parts.append(f'<h3>{escape(title)}</h3><p class="muted">per allocation, from <code>{escape(lad["file"])}'
-                     f'</code>; {escape(same)}</p>' + pin_chart_svg(lad["records"], title))
+                     f'</code>; {escape(same)}; every chart on one scale</p>' + pin_chart_svg(lad["records"], title, scale))
     parts.append("</section>")
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts.append(f'<footer class="muted"><p>Written by <code>python -m harness report</code> on {generated} from '

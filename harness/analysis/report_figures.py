@@ -10,13 +10,18 @@
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from ..record.bench import bench_measurements, bench_platforms, read_bench
+from ..record.environment import read_environment
 from ..record.probe import ProbeError, read_probe
-from ..record.results import ComparisonRecord
+from ..record.results import BUILD_FILES, ComparisonRecord, RecordError, RunLayout
 from ..record.summary import run_dirs_under
 from .svg import Cell, cell_strip, line_plot, strip_plot
 
@@ -57,51 +62,190 @@ def _when(run_dir: Path) -> str:
     return str(_started(run_dir) or run_dir.name)
 
 
-def rule_history(results_dir: Path, platform: str) -> dict[str, list[tuple[str, dict[str, Any]]]]:
-    """Per speed rule step of ``platform``: (run id, its rule record) over the runs under ``results_dir`` (at any
-    depth) that have one, oldest first, at most :data:`HISTORY_RUNS` of them."""
+def _date(when: str) -> str:
+    """``12-04 07:35`` for an ISO 8601 start (UTC), the text itself where it is not one."""
+    try:
+        return datetime.fromisoformat(when.replace("Z", "+00:00")).astimezone(timezone.utc).strftime("%m-%d %H:%M")
+    except ValueError:
+        return when[-16:]
+
+
+def machine_text(machine: Mapping[str, Any]) -> str:
+    """A bench.json machine fingerprint in words: ``Intel(R) Xeon(R) Processor, 16 CPUs; 1 of NVIDIA H200
+    (driver 580.159.04) visible; CUDA 13.0`` (harness.record.environment.machine_fingerprint)."""
+    gpus = [g for g in machine.get("gpus") or [] if isinstance(g, (list, tuple)) and g]
+    names = ", ".join(f"{g[0]} (driver {g[1]})" if len(g) > 1 and g[1] else str(g[0]) for g in gpus)
+    text = f"{machine.get('cpu') or 'unknown CPU'}, {machine.get('cpu_count') or '?'} CPUs"
+    if gpus:
+        shown = machine.get("visible_gpus")
+        text += f"; {'' if shown is None else f'{shown} of '}{names} visible"
+        if machine.get("cuda_driver"):
+            text += f"; CUDA {machine['cuda_driver']}"
+    else:
+        text += "; no GPU"
+    return text
+
+
+@dataclass(frozen=True)
+class HistoryLine:
+    """What one line of a rule's history holds fixed: the rule (its step and candidate), the model, the tokens
+    per request (``n_prompt`` prompt, ``n_gen`` generated; None where the record does not say), the instrument
+    (bench.json's ``instrument``: how the rounds were taken) and the machine's fingerprint (as JSON text).
+    Points of two lines measured different things and are never joined."""
+
+    step: str
+    candidate: str
+    model: str
+    n_prompt: int | None
+    n_gen: int | None
+    instrument: str
+    machine: str
+
+    def describe(self) -> str:
+        """The line in words, for its figure's caption."""
+        tokens = "" if self.n_prompt is None else f", {self.n_prompt} prompt / {self.n_gen} generated tokens"
+        return (f"{self.step} {self.candidate}: {self.model}{tokens}, instrument {self.instrument}, "
+                f"{machine_text(json.loads(self.machine))}")
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One run's record of a rule: the run's id and start (ISO 8601), the rule record of its bench.json, and
+    whether the run built the series the history is of (False: another patch series, e.g. a planted fault or
+    a forecast; None: the run recorded no series)."""
+
+    run: str
+    started: str
+    rule: Mapping[str, Any]
+    same_series: bool | None
+
+
+#: The series label a fork build is configured with (harness.stages.build.patches.series_label), as the
+#: command line that heads its configure.log gives it: the first 12 hex digits of the series digest.
+_SERIES_LABEL = re.compile(r"-DLLAMA_FORK_SERIES=[^,']*patches, sha256 ([0-9a-f]{12})")
+
+
+def recorded_series(run_dir: Path, platform: str) -> str | None:
+    """The digest of the patch series the run built on ``platform``: from its environment.json's ``patches``
+    (harness.stages.build.patches.digest_of_series), else the first 12 hex digits its fork build was
+    configured with (``LLAMA_FORK_SERIES`` on the command line heading ``build-fork/configure.log``); None
+    where the run recorded neither (a fork build found up to date in a run without environment.json)."""
+    from ..stages.build.patches import digest_of_series
+    layout = RunLayout(run_dir)
+    try:
+        patches = read_environment(layout.environment_json(platform)).patches
+    except (OSError, RecordError):
+        patches = None
+    if patches is not None and all("name" in p and "sha256" in p for p in patches):
+        return digest_of_series([(str(p["name"]), str(p["sha256"])) for p in patches])
+    try:
+        with (layout.build_logs(platform, "fork") / BUILD_FILES["configure"]).open(encoding="utf-8",
+                                                                                  errors="replace") as fh:
+            head = fh.readline()
+    except OSError:
+        return None
+    found = _SERIES_LABEL.search(head)
+    return found.group(1) if found else None
+
+
+def checkout_series() -> str | None:
+    """The digest of the checkout's patch series (``patches/`` of harness.args.find_checkout), None where it
+    cannot be read."""
+    from ..args import find_checkout
+    from ..stages.build.patches import PatchError, read_series, series_digest
+    root = find_checkout()
+    if root is None:
+        return None
+    try:
+        return series_digest(read_series(root / "patches"))
+    except (OSError, PatchError):
+        return None
+
+
+def _tokens(bench: Mapping[str, Any], rule: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """The prompt and generated tokens per request of ``rule``'s pair in ``bench``, (None, None) unknown."""
+    pair = list(rule.get("pair") or [])
+    for p in bench.get("pairs") or []:
+        if isinstance(p, dict) and list(p.get("configs") or []) == pair and p.get("model") == rule.get("model"):
+            return p.get("n_prompt"), p.get("n_gen")
+    return None, None
+
+
+def rule_history(results_dir: Path, platform: str, series: str | None = None
+                 ) -> dict[HistoryLine, list[HistoryPoint]]:
+    """Per line of a speed rule of ``platform`` (:class:`HistoryLine`: rule, model, tokens, instrument,
+    machine), the runs under ``results_dir`` (at any depth) that recorded it, oldest first, at most
+    :data:`HISTORY_RUNS` of them.  ``series``: the digest of the patch series the history is of (e.g.
+    :func:`checkout_series`); a run of another series (:func:`recorded_series`) is kept with
+    ``same_series`` False, for the figure to draw apart; None: every run counts as the same series."""
     runs = sorted(run_dirs_under(results_dir), key=lambda d: (_when(d), d.name))
-    out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    out: dict[HistoryLine, list[HistoryPoint]] = {}
     for run in runs:
-        for rule in (read_bench(run, platform) or {}).get("rules") or []:
+        bench = read_bench(run, platform) or {}
+        if not bench.get("rules"):
+            continue
+        machine = json.dumps(bench.get("machine") or {}, sort_keys=True)
+        recorded = recorded_series(run, platform) if series is not None else None
+        same = None if series is None or recorded is None else series.startswith(recorded)
+        for rule in bench.get("rules") or []:
             if isinstance(rule, dict) and rule.get("step") and rule.get("candidate"):
-                out.setdefault(f"{rule['step']} {rule['candidate']}", []).append((run.name, rule))
+                n_prompt, n_gen = _tokens(bench, rule)
+                line = HistoryLine(str(rule["step"]), str(rule["candidate"]), str(rule.get("model")), n_prompt, n_gen,
+                                   str(bench.get("instrument", "1")), machine)
+                out.setdefault(line, []).append(HistoryPoint(run.name, _when(run), rule, same))
     return {k: v[-HISTORY_RUNS:] for k, v in out.items()}
 
 
-def rule_history_figures(results_dir: Path, platform: str, current: str) -> list[str]:
-    """Per speed rule of ``platform``, a line plot of its candidate/reference median ratio over the runs of
-    :func:`rule_history` with the rule's fail threshold dashed and failed verdicts in red; ``current``: this
-    run's id (its point is named on the x axis).  Rules recorded in one run only are left out."""
+def rule_history_figures(results_dir: Path, platform: str, current: str, series: str | None = None) -> list[str]:
+    """Per line of :func:`rule_history` (a rule on one model, tokens, instrument and machine), a line plot of its
+    candidate/reference median ratio over the runs, oldest first, their start dates (UTC) on the x axis, the
+    rule's fail threshold dashed and failed verdicts in red.  Runs of another patch series than ``series``
+    (planted faults, forecasts) are hollow grey dots off the line.  ``current``: this run's id (its point is
+    named on the x axis).  Lines with fewer than two runs of the series are left out."""
     out = []
-    for key, points in sorted(rule_history(results_dir, platform).items()):
-        if len(points) < 2:
+    lines = rule_history(results_dir, platform, series)
+    for line in sorted(lines, key=lambda k: (k.step, k.candidate, k.model, k.n_prompt or 0, k.n_gen or 0,
+                                             k.instrument, k.machine)):
+        points = lines[line]
+        ys = [p.rule.get("ratio") for p in points]
+        ours = [p for p, y in zip(points, ys) if p.same_series is not False and y is not None]
+        if len(ours) < 2:
             continue
-        ys = [r.get("ratio") for _, r in points]
-        if all(y is None for y in ys):
-            continue
-        last = points[-1][1]
+        apart = [p.same_series is False for p in points]
+        last = ours[-1].rule
         threshold = last.get("threshold")
-        ticks = [(0, points[0][0][-16:]), (len(points) - 1, points[-1][0][-16:])]
-        ticks += [(i, "this run") for i, (run, _) in enumerate(points) if run == current and i not in (0, len(points) - 1)]
-        title = f"{key}: {last.get('model')}, {last.get('candidate')} / {last.get('reference')} over {len(points)} runs"
+        n = len(points)
+        ticks = [(0, _date(points[0].started)), (n - 1, _date(points[-1].started))]
+        ticks += [(i, "this run") for i, p in enumerate(points) if p.run == current and i not in (0, n - 1)]
+        others = sum(apart)
+        elsewhere = f"; {others} run(s) of another patch series hollow, off the line" if others else ""
+        title = (f"{line.describe()}; {last.get('candidate')} / {last.get('reference')} over {len(ours)} runs"
+                 f"{elsewhere}")
         out.append(_figure(title, line_plot(
-            ys, x_label="runs, oldest to newest", y_label=f"{last.get('metric')} ratio", title=title, x_ticks=ticks,
+            ys, x_label="runs, oldest to newest (start, UTC)", y_label=f"{last.get('metric')} ratio", title=title,
+            x_ticks=ticks, apart=apart,
             limit=float(threshold) if isinstance(threshold, (int, float)) else None,
             limit_label=f"fails below {threshold:.3g}x" if isinstance(threshold, (int, float)) else "",
-            bad=[r.get("status") == "failed" for _, r in points],
-            point_titles=[f"{run}: {r.get('status')}, {r['ratio']:.3f}x" if r.get("ratio") is not None
-                          else f"{run}: {r.get('status')}" for run, r in points])))
+            bad=[p.rule.get("status") == "failed" and p.same_series is not False for p in points],
+            point_titles=[_point_title(p) for p in points])))
     return out
 
 
-def _probe_cell(weights: list[Any]) -> Cell:
+def _point_title(p: HistoryPoint) -> str:
+    what = f"{p.rule['ratio']:.3f}x" if p.rule.get("ratio") is not None else "no ratio"
+    series = "; another patch series" if p.same_series is False else ""
+    return f"{p.run} ({_date(p.started)} UTC): {p.rule.get('status')}, {what}{series}"
+
+
+def _probe_cell(weights: list[Any], device: bool) -> Cell:
     total = sum(w.bytes for w in weights)
     locked = [w.page_locked for w in weights]
     if not weights:
         return Cell("c-empty", "")
     buffer = weights[0].buffer
     what = f"layer {weights[0].layer} in {buffer.buffer_type}: {total / 2**20:.0f} MiB of expert tensors"
+    if not device:
+        return Cell("c-host", f"{what} in host memory (a platform without a device)")
     if not buffer.host:
         return Cell("c-device", f"{what} in device memory")
     if any(x is None for x in locked):
@@ -111,10 +255,13 @@ def _probe_cell(weights: list[Any]) -> Cell:
     return Cell(cls, f"{what}, {pinned / 2**20:.0f} MiB page-locked by the driver")
 
 
-def probe_figure(path: Path, title: str) -> str:
+def probe_figure(path: Path, title: str, device: bool = True) -> str:
     """The layer × buffer-type strip of one probe record: a row per buffer type holding expert tensors, a
-    column per layer, each cell coloured by the share the driver reports page-locked.  Raises ProbeError
-    for a record that cannot be read, ValueError for one without expert tensors."""
+    column per layer, each cell coloured by the share the driver reports page-locked.  ``device``: whether
+    the platform's kind has a device (harness.kinds: GpuKind.has_device); without one every buffer is host
+    memory, whatever ggml says of its addressing (CPU_REPACK is not host-addressable, and not device memory
+    either), and nothing is page-locked for a device.  Raises ProbeError for a record that cannot be read,
+    ValueError for one without expert tensors."""
     probe = read_probe(path)
     experts = probe.experts
     if not experts:
@@ -123,27 +270,56 @@ def probe_figure(path: Path, title: str) -> str:
     rows, notes = [], []
     for buffer_type in sorted({w.buffer.buffer_type for w in experts}):
         these = [w for w in experts if w.buffer.buffer_type == buffer_type]
-        cells = [_probe_cell([w for w in these if w.layer == layer]) for layer in range(layers)]
+        cells = [_probe_cell([w for w in these if w.layer == layer], device) for layer in range(layers)]
         total = sum(w.bytes for w in these)
         locked = [w.page_locked for w in these]
         pinned = "page-locked not asked" if any(x is None for x in locked) else \
             f"{sum(locked) / 2**20:.0f} MiB page-locked"
         rows.append((buffer_type, cells))
-        notes.append(f"{total / 2**20:.0f} MiB, {pinned}" if these[0].buffer.host else f"{total / 2**20:.0f} MiB")
+        if not device:
+            notes.append(f"{total / 2**20:.0f} MiB, host memory")
+        else:
+            notes.append(f"{total / 2**20:.0f} MiB, {pinned}" if these[0].buffer.host else
+                         f"{total / 2**20:.0f} MiB, device memory")
     legend = [("c-pinned", "page-locked"), ("c-partial", "partly page-locked"), ("c-pageable", "pageable"),
-              ("c-device", "device memory"), ("c-unknown", "not asked")]
+              ("c-device", "device memory"), ("c-unknown", "not asked")] if device else \
+        [("c-host", "host memory (no device on this platform kind)")]
     return cell_strip(rows, column_label="layer (expert tensors)", title=title, legend=legend, notes=notes)
+
+
+def platform_has_device(platform: str, probe_driver: str | None = None) -> bool:
+    """Whether ``platform``'s kind has a device (its ``hardware.gpu`` in the checkout's matrix.yaml,
+    harness.kinds.registry.gpu_of); for a platform that matrix does not name, whether the probing engine
+    was built with a device runtime (the probe's ``driver``)."""
+    from ..args import find_checkout
+    from ..kinds.registry import UnknownKind, gpu_of
+    from ..matrix.config import load_matrix
+    root = find_checkout()
+    try:
+        matrix = load_matrix(root / "matrix.yaml") if root else None
+    except Exception:  # noqa: BLE001 - an unreadable matrix leaves the probe's own word
+        matrix = None
+    if matrix is not None and platform in matrix.platforms:
+        try:
+            return gpu_of(matrix.platforms[platform]).has_device
+        except UnknownKind:
+            pass
+    return probe_driver is not None
 
 
 def probe_figures(run_dir: Path) -> list[str]:
     """One :func:`probe_figure` per (platform, configuration, model) of a run that recorded a probe
-    (the engine's load: ``gen/<model>/engine.probe.json``), in name order; unreadable records are left out."""
+    (the engine's load: ``gen/<model>/engine.probe.json``), in name order, memory classes by the platform's
+    kind (:func:`platform_has_device`); unreadable records are left out."""
     out = []
+    devices: dict[str, bool] = {}
     for path in sorted(run_dir.glob("*/*/gen/*/engine.probe.json")):
         platform, config, model = path.parents[3].name, path.parents[2].name, path.parent.name
         title = f"{platform} · {config} · {model}: expert tensors per layer and buffer type"
         try:
-            out.append(_figure(title, probe_figure(path, title)))
+            if platform not in devices:
+                devices[platform] = platform_has_device(platform, read_probe(path).driver)
+            out.append(_figure(title, probe_figure(path, title, devices[platform])))
         except (ProbeError, ValueError):
             continue
     return out
@@ -151,8 +327,8 @@ def probe_figures(run_dir: Path) -> list[str]:
 
 def kl_figure(comparison: ComparisonRecord) -> str:
     """A divergent comparison's KL(reference || candidate) per generated position as a line plot (its
-    ``kl.per_position``, nats), the first divergent token's position in the title; "" where the record holds
-    no per-position values (runs before they were recorded)."""
+    ``kl.per_position``, nats), the first divergent token's position in the title and marked on the plot by a
+    dotted vertical line; "" where the record holds no per-position values (runs before they were recorded)."""
     kl = comparison.kl or {}
     values = kl.get("per_position") or []
     if not values:
@@ -161,8 +337,10 @@ def kl_figure(comparison: ComparisonRecord) -> str:
     where = f", first divergent token at {first}" if first is not None else ""
     title = (f"{comparison.model}/{comparison.prompt}: {comparison.candidate} vs "
              f"{comparison.reference}, KL per position{where}")
+    marks = [(int(first), f"first divergent token ({first})")] if isinstance(first, int) and 0 <= first < len(values) \
+        else []
     return _figure(title, line_plot([float(v) for v in values], x_label="generated position (teacher-forced on "
-                                    "the reference's tokens)", y_label="KL (nats)", title=title,
+                                    "the reference's tokens)", y_label="KL (nats)", title=title, marks=marks,
                                     point_titles=[f"position {i}: {float(v):.4g} nats" for i, v in enumerate(values)]))
 
 

@@ -21,6 +21,8 @@ WIDTH = 640
 LEFT = 170
 #: Room right of a plot (for a row's value text in a strip of cells).
 RIGHT = 20
+#: Least room between two tick labels of a strip of cells, in pixels (11 px text of up to three digits).
+TICK_GAP = 24
 
 #: The classes the figures use; the page embeds this once in its ``<style>``.
 CSS = """
@@ -36,8 +38,11 @@ svg.fig .line { fill: none; stroke-width: 1.5; }
 svg.fig .limit { stroke: #cf222e; stroke-dasharray: 4 3; stroke-width: 1; }
 svg.fig text.limit { fill: #cf222e; stroke: none; }
 svg.fig .bad { fill: #cf222e; stroke: #cf222e; }
+svg.fig .apart { fill: #ffffff; stroke: #6e7781; stroke-width: 1.5; }
+svg.fig .mark { stroke: #8250df; stroke-dasharray: 2 2; stroke-width: 1.5; }
+svg.fig text.mark { fill: #8250df; stroke: none; }
 svg.fig .c-pinned { fill: #1a7f37; } svg.fig .c-partial { fill: #e0a43d; } svg.fig .c-pageable { fill: #cf222e; }
-svg.fig .c-device { fill: #2f6fb0; } svg.fig .c-unknown { fill: #afb8c1; } svg.fig .c-empty { fill: #f6f8fa; }
+svg.fig .c-device { fill: #2f6fb0; } svg.fig .c-host { fill: #8c959f; } svg.fig .c-unknown { fill: #afb8c1; } svg.fig .c-empty { fill: #f6f8fa; }
 """
 
 
@@ -141,17 +146,21 @@ def strip_plot(rows: Sequence[tuple[str, Sequence[float]]], *, x_label: str, tit
 
 def line_plot(ys: Sequence[float | None], *, x_label: str, y_label: str, title: str,
               x_ticks: Sequence[tuple[int, str]] = (), limit: float | None = None, limit_label: str = "",
-              bad: Sequence[bool] = (), point_titles: Sequence[str] = (), height: int = 180) -> str:
+              bad: Sequence[bool] = (), point_titles: Sequence[str] = (), height: int = 180,
+              apart: Sequence[bool] = (), marks: Sequence[tuple[int, str]] = ()) -> str:
     """A line plot of ``ys`` over their indexes 0..n-1 (None: a gap), dots on every point.
 
     ``x_ticks``: (index, label) pairs to label (default: about six evenly spaced indexes).  ``limit``: a
-    dashed horizontal line (a rule's threshold) with ``limit_label``.  ``bad``: per point, drawn in the
-    failure colour.  ``point_titles``: hover text per point.  Raises ValueError when no y is known.
+    dashed horizontal line (a rule's threshold); ``limit_label`` names it above the plot, off the data.
+    ``bad``: per point, drawn in the failure colour.  ``apart``: per point, drawn hollow and grey and left
+    out of the line (a point of another series).  ``marks``: (index, label) pairs marked by a dotted
+    vertical line, labelled above the plot (e.g. the first divergent token).  ``point_titles``: hover text
+    per point.  Raises ValueError when no y is known.
     """
     known = [y for y in ys if y is not None]
     if not known:
         raise ValueError(f"line plot {title!r}: no values")
-    top, bottom = 10, height - 40
+    top, bottom = (24 if limit_label or marks else 10), height - 40
     span = known + ([limit] if limit is not None else [])
     ticks = nice_ticks(min(span), max(span), 4)
     y_scale = Scale(ticks[0], ticks[-1], bottom, top)
@@ -175,11 +184,19 @@ def line_plot(ys: Sequence[float | None], *, x_label: str, y_label: str, title: 
                  f'class="axis-label">{escape(x_label)}</text>')
     if limit is not None:
         y = y_scale(limit)
-        parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" class="limit"/>'
-                     f'<text x="{WIDTH - RIGHT - 4}" y="{y - 4:.1f}" text-anchor="end" class="limit">'
-                     f'{escape(limit_label)}</text>')
+        parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" class="limit"/>')
+        if limit_label:
+            parts.append(f'<line x1="{WIDTH - RIGHT - 150}" y1="{top - 10}" x2="{WIDTH - RIGHT - 132}" y2="{top - 10}" '
+                         f'class="limit"/><text x="{WIDTH - RIGHT - 128}" y="{top - 6}" class="limit">'
+                         f'{escape(limit_label)}</text>')
+    for i, text in marks:
+        x = x_scale(i)
+        parts.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{bottom}" class="mark"/>'
+                     f'<text x="{x + 4:.1f}" y="{top - 8}" class="mark">{escape(text)}</text>')
     run: list[str] = []
     for i, y in enumerate(list(ys) + [None]):
+        if i < len(apart) and apart[i]:
+            continue
         if y is None:
             if len(run) > 1:
                 parts.append(f'<polyline points="{" ".join(run)}" class="line s0" fill="none"/>')
@@ -189,13 +206,24 @@ def line_plot(ys: Sequence[float | None], *, x_label: str, y_label: str, title: 
     for i, y in enumerate(ys):
         if y is None:
             continue
-        cls = "bad" if i < len(bad) and bad[i] else "s0"
+        cls = "apart" if i < len(apart) and apart[i] else "bad" if i < len(bad) and bad[i] else "s0"
         tip = point_titles[i] if i < len(point_titles) else tick_text(y)
         parts.append(f'<circle cx="{x_scale(i):.1f}" cy="{y_scale(y):.1f}" r="{3 if n > 60 else 4}" class="{cls}">'
                      f'<title>{escape(tip)}</title></circle>')
     parts.append(f'<rect x="{LEFT}" y="{top}" width="{WIDTH - RIGHT - LEFT}" height="{bottom - top}" class="frame"/>'
                  "</svg>")
     return "".join(parts)
+
+
+def tick_stride(columns: int, cell_w: float, gap: float = TICK_GAP) -> int:
+    """Every how many columns of ``cell_w`` pixels a strip of cells labels one: the least of 1, 2, 5, 10, 20,
+    50, ... whose labels lie at least ``gap`` pixels apart (48 layers of 5 px: every 5th)."""
+    for power in range(0, 7):
+        for m in (1, 2, 5):
+            stride = m * 10 ** power
+            if stride * cell_w >= gap or stride >= columns:
+                return stride
+    return max(1, columns)
 
 
 @dataclass(frozen=True)
@@ -235,7 +263,7 @@ def cell_strip(rows: Sequence[tuple[str, Sequence[Cell]]], *, column_label: str,
         if r < len(notes):
             parts.append(f'<text x="{LEFT + columns * cell_w + 8:.1f}" y="{y + 12}">{escape(notes[r])}</text>')
     bottom = top + len(rows) * (cell_h + 4)
-    stride = max(1, math.ceil(columns / 16))
+    stride = tick_stride(columns, cell_w)
     for c in range(0, columns, stride):
         parts.append(f'<text x="{LEFT + c * cell_w + (cell_w - 2) / 2:.1f}" y="{bottom + 10}" '
                      f'text-anchor="middle">{c}</text>')

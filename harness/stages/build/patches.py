@@ -466,9 +466,15 @@ def series_digest(patches: Sequence[Patch]) -> str:
     read), each field NUL-terminated so no two different series share an input.  Build
     caches are keyed by it; a change to any byte, name or position changes it.
     """
+    return digest_of_series([(patch.name, patch.sha256) for patch in patches])
+
+
+def digest_of_series(entries: Sequence[tuple[str, str]]) -> str:
+    """:func:`series_digest` of a series given as (file name, sha256 of its bytes) pairs in series order, as a
+    run's environment.json records it (:func:`series_env_summary`)."""
     digest = hashlib.sha256()
-    for patch in patches:
-        digest.update(patch.name.encode("utf-8") + b"\0" + patch.sha256.encode("ascii") + b"\0")
+    for name, sha256 in entries:
+        digest.update(name.encode("utf-8") + b"\0" + sha256.encode("ascii") + b"\0")
     return digest.hexdigest()
 
 
