@@ -208,8 +208,10 @@ def _analysis_commands(sub: argparse._SubParsersAction) -> None:
     ap.add_argument("--markdown", action="store_true",
                     help="also print the Markdown summary to stdout (the path then goes to stderr)")
     ap.add_argument("--against", default="previous", metavar="RUN",
-                    help="list changes since this earlier run (default 'previous': the last one covering the same "
-                         "platforms, if any; 'none': no changes section)")
+                    help="list changes since this earlier run: a run directory, or a run id beside RUN, else under "
+                         "--results-dir (default 'previous': triage's choice, the newest earlier run beside RUN of "
+                         "the same patch series covering its platforms and groups, if any; 'none': no changes "
+                         "section)")
     ap.add_argument("--out", type=Path, default=None, help="HTML file (default: <run>/report.html)")
 
 

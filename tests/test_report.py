@@ -183,7 +183,7 @@ def test_markdown_against_a_baseline_lists_the_regressions(tmp_path):
     good = make_run(root, "20260101T000000Z-aaaa", broken=False)
     bad = make_run(root, "20260102T000000Z-bbbb")
     md = markdown_summary(bad.dir, good.dir)
-    assert "### Against 20260101T000000Z-aaaa: 1 regression(s), 0 fix(es)" in md
+    assert "### Against 20260101T000000Z-aaaa: 1 regression(s), 0 suspect speed change(s), 0 fix(es)" in md
     assert f"- **regression** {CPU} fork build: passed → failed — `compile_error`" in md
 
 

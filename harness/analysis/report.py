@@ -293,7 +293,7 @@ td.num, td.nw { white-space: nowrap; } td.num { text-align: right; }
 .st { font-weight: 600; white-space: nowrap; }
 .st-success { color: var(--ok); } .st-failure { color: var(--bad); } .st-neutral { color: var(--skip); }
 .st-timeout { color: var(--warn); }
-tr.bad td { background: #fff5f5; }
+tr.bad td { background: #fff5f5; } tr.suspect td { background: #fff8e5; }
 .sig { font-size: 12px; } .kind { display: inline-block; font-family: ui-monospace, Menlo, Consolas, monospace;
        font-size: 11px; background: #eef1f4; border: 1px solid var(--line); border-radius: 4px; padding: 0 4px; }
 pre { background: var(--soft); border: 1px solid var(--line); border-radius: 6px; padding: 8px 10px;
@@ -638,17 +638,52 @@ def _forecast_html(run_dir: Path) -> str:
             f'<ul>{upstream or "<li class=muted>none compared</li>"}</ul></section>')
 
 
-def _changes_html(baseline: Path, run_dir: Path) -> str:
-    from .triage import diff_runs
-    rep = diff_runs(baseline, run_dir)
-    rows = []
-    for t in rep.transitions:
-        rows.append(f'<tr class="{"bad" if t.category == "regression" else "ok"}"><td>{escape(t.category)}</td>'
-                    f'<td>{escape(t.platform)}</td><td>{escape(t.what)}</td><td>{_status(t.before)} → '
-                    f'{_status(t.after)}</td><td>{_sig_html(t.signature)}</td></tr>')
-    return (f'<section id="changes"><h2>Changes since {escape(rep.a)}</h2><p>{len(rep.regressions)} regression(s), '
-            f'{len(rep.fixes)} fix(es).</p><table><thead><tr><th>change</th><th>platform</th><th>what</th>'
-            f'<th>status</th><th>signature</th></tr></thead><tbody>{"".join(rows)}</tbody></table></section>')
+def _transition_row(t: Any) -> str:
+    """One triage transition (harness.analysis.triage.Transition) as a row of the changes table."""
+    cls = "bad" if t.category == "regression" else "ok"
+    return (f'<tr class="{cls}"><td>{escape(t.category)}</td><td>{escape(t.platform)}</td><td>{escape(t.what)}</td>'
+            f'<td>{_status(t.before)} → {_status(t.after)}</td><td>{_sig_html(t.signature)}</td></tr>')
+
+
+def _suspect_row(c: Any) -> str:
+    """One speed change triage calls suspect (harness.analysis.speed_diff.SpeedChange) as a row."""
+    what = f"{c.config} {c.model} {c.metric}" + (f" vs {c.reference}" if c.reference else "")
+    ratio = (f"{c.before_vs_reference:.3g}x → {c.after_vs_reference:.3g}x ({c.vs_reference_ratio:.3f}x)"
+             if c.vs_reference_ratio is not None else f"{c.before_median:.1f} → {c.after_median:.1f} tok/s")
+    return (f'<tr class="suspect"><td>suspect</td><td>{escape(c.platform)}</td><td>{escape(what)}</td>'
+            f'<td>{escape(ratio)}</td><td>{escape(c.why)}</td></tr>')
+
+
+def _changes_html(baseline: Path, run_dir: Path, chosen: bool = True) -> str:
+    """The changes section: triage's findings against ``baseline`` (harness.analysis.triage.diff_by_matrix, with
+    the checkout's matrix as ``triage`` judges), regressions first, then the speed changes it calls suspect,
+    then fixes and other changes; records new in this run (``absent → ...``) folded below.  ``chosen``: the
+    baseline is triage's own choice (:func:`default_baseline`), not one named with ``--against``."""
+    from ..args import find_checkout
+    from .triage import diff_by_matrix
+    root = find_checkout()
+    rep = diff_by_matrix(baseline, run_dir, root / "matrix.yaml" if root else None)
+    others = [t for t in rep.transitions if t.category == "other"]
+    new = [t for t in others if t.before == "absent"]
+    shown = rep.regressions + [t for t in rep.transitions if t.category == "fix"] + \
+        [t for t in others if t.before != "absent"]
+    rows = [_transition_row(t) for t in rep.regressions] + [_suspect_row(c) for c in rep.speed_suspects] + \
+        [_transition_row(t) for t in shown[len(rep.regressions):]]
+    why = ("the newest earlier run beside it of the same patch series that covers its platforms and groups "
+           "(triage's choice)" if chosen else "named with --against")
+    table = ('<table><thead><tr><th>change</th><th>platform</th><th>what</th><th>status</th>'
+             f'<th>signature</th></tr></thead><tbody>{"".join(rows)}</tbody></table>' if rows else
+             '<p class="muted">nothing that ran in both runs changed its status</p>')
+    folded = (f'<details><summary>{len(new)} record(s) new in this run (absent in {escape(rep.a)})</summary>'
+              '<table><thead><tr><th>change</th><th>platform</th><th>what</th><th>status</th><th>signature</th>'
+              f'</tr></thead><tbody>{"".join(_transition_row(t) for t in new)}</tbody></table></details>'
+              if new else "")
+    not_run = (f'<p class="muted">{len(rep.not_compared)} record(s) of {escape(rep.a)} not run here, not compared.</p>'
+               if rep.not_compared else "")
+    return (f'<section id="changes"><h2>Changes since {escape(rep.a)}</h2><p class="muted">{escape(why)}</p>'
+            f'<p>{len(rep.regressions)} regression(s), {len(rep.speed_suspects)} suspect speed change(s) '
+            f'(<code>triage --confirm</code> re-measures them), {len(rep.fixes)} fix(es).</p>'
+            f'{table}{folded}{not_run}</section>')
 
 
 #: :func:`render_html`'s default baseline: the previous comparable run (harness.analysis.triage.previous_run).
@@ -656,8 +691,9 @@ PREVIOUS = "previous"
 
 
 def default_baseline(run_dir: Path) -> Path | None:
-    """The newest earlier run under the run's results directory (:func:`results_root`, ``evidence/``
-    excluded as triage does) that covers its platforms, or None where there is none."""
+    """The newest earlier run beside ``run_dir`` (in its parent directory) of the same patch series that covers
+    its platforms and groups (triage's own choice, harness.analysis.triage.previous_run), or None where there
+    is none."""
     from .triage import TriageInputError, previous_run
     try:
         return previous_run(run_dir, run_dir.resolve().parent)
@@ -672,6 +708,7 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
     covers its platforms, :func:`default_baseline`, if any) or None; a "changes since" section lists
     triage's transitions against it.  Raises FileNotFoundError when the run has no summary.json.
     """
+    chosen = baseline == PREVIOUS
     if baseline == PREVIOUS:
         baseline = default_baseline(run_dir)
     data = read_run(run_dir)
@@ -695,10 +732,10 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
         parts.append("<p>Skipped platforms: " + "; ".join(
             f"<b>{escape(k)}</b>: {escape(v)}" for k, v in sorted(data.skipped_platforms.items())) + "</p>")
     if isinstance(baseline, Path):
-        parts.append(_changes_html(baseline, run_dir))
+        parts.append(_changes_html(baseline, run_dir, chosen))
     else:
-        parts.append('<section id="changes"><h2>Changes</h2><p class="muted">no earlier run beside this one covers '
-                     'its platforms</p></section>')
+        parts.append('<section id="changes"><h2>Changes</h2><p class="muted">no earlier run beside this one of the '
+                     'same patch series covers its platforms and groups</p></section>')
     parts.append(_forecast_html(run_dir))
     parts.append('<section id="steps"><h2>Steps <label class="filter"><input type="checkbox" id="only-bad"> '
                  'failures only</label></h2>' + _steps_table(steps, sigs) + "</section>")
@@ -787,13 +824,21 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
         lines += ["Skipped platforms: " + "; ".join(f"`{k}` ({_md(v)})"
                                                     for k, v in sorted(data.skipped_platforms.items())), ""]
     if baseline is not None:
-        from .triage import diff_runs
-        rep = diff_runs(baseline, run_dir)
-        lines += [f"### Against {rep.a}: {len(rep.regressions)} regression(s), {len(rep.fixes)} fix(es)", ""]
-        for t in rep.regressions + rep.fixes:
+        from ..args import find_checkout
+        from .triage import diff_by_matrix
+        root = find_checkout()
+        rep = diff_by_matrix(baseline, run_dir, root / "matrix.yaml" if root else None)
+        lines += [f"### Against {rep.a}: {len(rep.regressions)} regression(s), {len(rep.speed_suspects)} suspect "
+                  f"speed change(s), {len(rep.fixes)} fix(es)", ""]
+        for t in rep.regressions:
             sig = f" — `{t.signature['kind']}` {_md(t.signature['summary'])}" if t.signature else ""
             new = " (new signature)" if t.signature_known is False else ""
             lines.append(f"- **{t.category}** {t.platform} {_md(t.what)}: {t.before} → {t.after}{sig}{new}")
+        for c in rep.speed_suspects:
+            lines.append(f"- **suspect** {c.platform} {c.config} {c.model} {c.metric}"
+                         + (f" vs {c.reference}" if c.reference else "") + f": {_md(c.why)}")
+        for t in rep.fixes:
+            lines.append(f"- **{t.category}** {t.platform} {_md(t.what)}: {t.before} → {t.after}")
         lines.append("")
     failed = [s for s in steps if s.status in STEP.failures]
     if failed:
@@ -843,6 +888,20 @@ def main(argv: Sequence[str]) -> int:
     return run(parse_command("report", argv))
 
 
+def against_run(spec: str, run_dir: Path, results_dir: Path) -> Path:
+    """The run ``--against`` names: a run directory, else a run id beside ``run_dir`` (where the default
+    baseline is looked for), else under ``results_dir``.  Raises harness.analysis.triage.TriageInputError
+    naming ``spec`` and the runs beside ``run_dir`` when it names none."""
+    from .triage import TriageInputError, resolve_run
+    try:
+        return resolve_run(spec, run_dir.resolve().parent)
+    except TriageInputError as beside:
+        try:
+            return resolve_run(spec, results_dir)
+        except TriageInputError:
+            raise beside from None
+
+
 def run(args: argparse.Namespace) -> int:
     """``python -m harness report [RUN] [--markdown] [--against RUN] [--results-dir DIR] [--out FILE]``.
 
@@ -854,12 +913,14 @@ def run(args: argparse.Namespace) -> int:
     """
     from .triage import resolve_run
     run_dir = resolve_run(args.run, args.results_dir)
-    baseline: Path | None = None
+    baseline: Path | str | None = None
     if args.against == PREVIOUS:
-        baseline = default_baseline(run_dir)
+        baseline = PREVIOUS
     elif args.against and args.against != "none":
-        baseline = resolve_run(args.against, args.results_dir)
+        baseline = against_run(args.against, run_dir, args.results_dir)
     out = write_report(run_dir, args.out, baseline)
+    if baseline == PREVIOUS:
+        baseline = default_baseline(run_dir)
     md = markdown_summary(run_dir, baseline) if args.markdown else None
     if md is not None:
         print(md)

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from html import escape
@@ -19,10 +18,10 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..record.bench import bench_measurements, bench_platforms, read_bench
-from ..record.environment import read_environment
 from ..record.probe import ProbeError, read_probe
-from ..record.results import BUILD_FILES, ComparisonRecord, RecordError, RunLayout
+from ..record.results import ComparisonRecord
 from ..record.summary import run_dirs_under
+from .triage import _started, recorded_series, same_series
 from .svg import Cell, cell_strip, line_plot, strip_plot
 
 #: Most runs a rule's history shows (the newest).
@@ -58,7 +57,6 @@ def speed_pair_figures(bench: dict[str, Any]) -> list[str]:
 
 def _when(run_dir: Path) -> str:
     """The run's start (run.json ``started``), else its directory name: the history's order."""
-    from .triage import _started
     return str(_started(run_dir) or run_dir.name)
 
 
@@ -120,34 +118,6 @@ class HistoryPoint:
     same_series: bool | None
 
 
-#: The series label a fork build is configured with (harness.stages.build.patches.series_label), as the
-#: command line that heads its configure.log gives it: the first 12 hex digits of the series digest.
-_SERIES_LABEL = re.compile(r"-DLLAMA_FORK_SERIES=[^,']*patches, sha256 ([0-9a-f]{12})")
-
-
-def recorded_series(run_dir: Path, platform: str) -> str | None:
-    """The digest of the patch series the run built on ``platform``: from its environment.json's ``patches``
-    (harness.stages.build.patches.digest_of_series), else the first 12 hex digits its fork build was
-    configured with (``LLAMA_FORK_SERIES`` on the command line heading ``build-fork/configure.log``); None
-    where the run recorded neither (a fork build found up to date in a run without environment.json)."""
-    from ..stages.build.patches import digest_of_series
-    layout = RunLayout(run_dir)
-    try:
-        patches = read_environment(layout.environment_json(platform)).patches
-    except (OSError, RecordError):
-        patches = None
-    if patches is not None and all("name" in p and "sha256" in p for p in patches):
-        return digest_of_series([(str(p["name"]), str(p["sha256"])) for p in patches])
-    try:
-        with (layout.build_logs(platform, "fork") / BUILD_FILES["configure"]).open(encoding="utf-8",
-                                                                                  errors="replace") as fh:
-            head = fh.readline()
-    except OSError:
-        return None
-    found = _SERIES_LABEL.search(head)
-    return found.group(1) if found else None
-
-
 def checkout_series() -> str | None:
     """The digest of the checkout's patch series (``patches/`` of harness.args.find_checkout), None where it
     cannot be read."""
@@ -185,8 +155,7 @@ def rule_history(results_dir: Path, platform: str, series: str | None = None
         if not bench.get("rules"):
             continue
         machine = json.dumps(bench.get("machine") or {}, sort_keys=True)
-        recorded = recorded_series(run, platform) if series is not None else None
-        same = None if series is None or recorded is None else series.startswith(recorded)
+        same = same_series(series, recorded_series(run, platform)) if series is not None else None
         for rule in bench.get("rules") or []:
             if isinstance(rule, dict) and rule.get("step") and rule.get("candidate"):
                 n_prompt, n_gen = _tokens(bench, rule)

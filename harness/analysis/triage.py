@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,9 +55,11 @@ from typing import Any, Mapping, Sequence
 
 from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
 from ..common.locks import RunLock
-from ..record.results import (COMPARISON, DIVERGED, GENERATION_FAILURES, KILLED, STEP, STEP_ERROR, STEP_INTERRUPTED,
+from ..record.results import (BUILD_FILES, COMPARISON, DIVERGED, GENERATION_FAILURES, KILLED, STEP, STEP_ERROR,
+                              STEP_INTERRUPTED,
                               STEP_PASSED, ComparisonRecord, RecordError, RunLayout, StepRecord, describe_cache,
                               describe_cached, shown_as_reused)
+from ..record.environment import read_environment
 from ..record.inputs import read_run_info
 from ..record.loads import PinLadder, read_pin_ladder
 from ..record.summary import RunSummary, read_run
@@ -189,23 +192,90 @@ def _covered(run_dir: Path) -> set[str]:
         raise TriageInputError(str(exc)) from None
 
 
-def previous_run(b: Path, results_dir: Path) -> Path:
-    """The newest run before ``b`` (in :func:`known_runs` order) that covers b's platforms.
+#: The series label a fork build is configured with (harness.stages.build.patches.series_label), as the
+#: command line that heads its configure.log gives it: the first 12 hex digits of the series digest.
+_SERIES_LABEL = re.compile(r"-DLLAMA_FORK_SERIES=[^,']*patches, sha256 ([0-9a-f]{12})")
 
-    "Covers" means it ran a superset of the platforms b ran.  Raises TriageInputError when
-    there is none.
+
+def recorded_series(run_dir: Path, platform: str) -> str | None:
+    """The digest of the patch series the run built on ``platform``: from its environment.json's ``patches``
+    (harness.stages.build.patches.digest_of_series), else the first 12 hex digits its fork build was
+    configured with (``LLAMA_FORK_SERIES`` on the command line heading ``build-fork/configure.log``); None
+    where the run recorded neither (a fork build found up to date in a run without environment.json)."""
+    from ..stages.build.patches import digest_of_series
+    layout = RunLayout(run_dir)
+    try:
+        patches = read_environment(layout.environment_json(platform)).patches
+    except (OSError, RecordError):
+        patches = None
+    if patches is not None and all("name" in p and "sha256" in p for p in patches):
+        return digest_of_series([(str(p["name"]), str(p["sha256"])) for p in patches])
+    try:
+        with (layout.build_logs(platform, "fork") / BUILD_FILES["configure"]).open(encoding="utf-8",
+                                                                                  errors="replace") as fh:
+            head = fh.readline()
+    except OSError:
+        return None
+    found = _SERIES_LABEL.search(head)
+    return found.group(1) if found else None
+
+
+def same_series(a: str | None, b: str | None) -> bool | None:
+    """Whether two recorded series (:func:`recorded_series`: a digest or its first 12 hex digits) are one;
+    None where either is unknown."""
+    if a is None or b is None:
+        return None
+    return a.startswith(b) or b.startswith(a)
+
+
+def _groups(run_dir: Path) -> set[str]:
+    """The comparison groups a run ran: those of its comparisons and of its speed rules' steps
+    (``speed:<group>:<metric>``); none without a readable summary."""
+    try:
+        summary = read_run(run_dir)
+    except (FileNotFoundError, RecordError):
+        return set()
+    groups = {c.group for c in summary.comparisons}
+    return groups | {s.step.split(":")[1] for s in summary.steps if s.step.startswith("speed:") and s.step.count(":") >= 2}
+
+
+def _why_not_comparable(a: Path, b: Path, platforms: set[str], groups: set[str]) -> str:
+    """Why run ``a`` is no earlier state of run ``b`` ("" where it is one): it does not cover b's platforms
+    or groups, or built another patch series on one of them (a planted fault, a forecast)."""
+    if not platforms <= _covered(a):
+        return "platforms"
+    if not groups <= _groups(a):
+        return "groups"
+    if any(same_series(recorded_series(a, p), recorded_series(b, p)) is False for p in platforms):
+        return "series"
+    return ""
+
+
+def previous_run(b: Path, results_dir: Path) -> Path:
+    """The newest run before ``b`` (in :func:`known_runs` order) of the same patch series that covers b's
+    platforms and comparison groups: the earlier state of what ``b`` checked.
+
+    "Covers" means it ran a superset of the platforms and groups b ran (:func:`_groups`); "the same series"
+    that where both recorded the series they built on a platform (:func:`recorded_series`), it is one, so a
+    planted fault or a forecast beside the run is never its baseline.  Raises TriageInputError when there is
+    none, saying how many earlier runs were passed over and why.
     """
-    wanted = _covered(b)
+    wanted, groups = _covered(b), _groups(b)
     runs = known_runs(results_dir)
     names = [r.resolve() for r in runs]
     earlier = runs[:names.index(b.resolve())] if b.resolve() in names else runs
+    passed_over: dict[str, int] = {}
     for run in reversed(earlier):
         if run.resolve() == b.resolve():
             continue
-        if wanted <= _covered(run):
+        why = _why_not_comparable(run, b, wanted, groups)
+        if not why:
             return run.resolve()
-    raise TriageInputError(f"no run before {b.name} in {results_dir} covers its platforms "
-                           f"({', '.join(sorted(wanted)) or 'none'}); name two runs to compare")
+        passed_over[why] = passed_over.get(why, 0) + 1
+    over = "; ".join(f"{n} of other {why}" for why, n in sorted(passed_over.items()))
+    raise TriageInputError(f"no run before {b.name} in {results_dir} of the same patch series covers its platforms "
+                           f"({', '.join(sorted(wanted)) or 'none'}) and groups ({', '.join(sorted(groups)) or 'none'})"
+                           f"{f' ({over})' if over else ''}; name two runs to compare")
 
 
 # --------------------------------------------------------------------------- report records
@@ -747,6 +817,15 @@ def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str
     return report
 
 
+def diff_by_matrix(a: Path, b: Path, matrix_path: Path | None, strict: bool = False) -> TriageReport:
+    """:func:`diff_runs` with the speed references and rule factors of the matrix at ``matrix_path``
+    (harness.analysis.speed_ratios), as ``triage`` judges; without a matrix file, those the runs recorded.
+    Raises TriageInputError as diff_runs, and harness.matrix.config's errors for a matrix that cannot be read."""
+    matrix = load_matrix(matrix_path) if matrix_path is not None and matrix_path.is_file() else None
+    upstream = same_mode_upstream(matrix) if matrix else None
+    return diff_runs(a, b, strict, upstream, rule_factors(matrix) if matrix else None)
+
+
 # --------------------------------------------------------------------------- text output
 
 
@@ -891,9 +970,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         b = resolve_run(args.runs[0] if args.runs else "latest", args.results_dir)
         a = previous_run(b, args.results_dir)
-    matrix = load_matrix(args.matrix) if args.matrix.is_file() else None
-    upstream = same_mode_upstream(matrix) if matrix else None
-    report = diff_runs(a, b, args.strict, upstream, rule_factors(matrix) if matrix else None)
+    report = diff_by_matrix(a, b, args.matrix, args.strict)
     if report.same_run:
         print(SAME_RUN_WARNING.format(run=report.b), file=sys.stderr)
     if args.json:
