@@ -467,6 +467,15 @@ def speed_rows(run_dir: Path) -> list[tuple[str, dict, list[dict]]]:
     return out
 
 
+def _p_text(rule: dict) -> str:
+    """A rule's one-sided Mann-Whitney p set against its p_max as what holds (``0.004 ≤ 0.01``, ``1 > 0.01``):
+    a slowdown counts only at or below p_max, so a large p on a passing rule reads as the pass it is."""
+    if "p_value" not in rule:
+        return "–"
+    p, p_max = float(rule["p_value"]), float(rule["p_max"])
+    return f"{p:.3g} {'≤' if p <= p_max else '>'} {p_max:g}"
+
+
 def _speed_html(run_dir: Path) -> str:
     rows = speed_rows(run_dir)
     if not rows:
@@ -479,18 +488,18 @@ def _speed_html(run_dir: Path) -> str:
         body = []
         for r in rules:
             ratio = f'{r["ratio"]:.2f}x' if "ratio" in r else "–"
-            p_value = f'{r["p_value"]:.3g}' if "p_value" in r else "–"
+            p_value = _p_text(r)
             bad = r.get("status") in _BAD
             body.append(f'<tr class="{"bad" if bad else "ok"}"><td>{escape(r["group"])}</td><td>{escape(r["model"])}</td>'
                         f'<td>{escape(r["candidate"])} vs {escape(r["reference"])}</td><td>{escape(r["metric"])}</td>'
                         f'<td>{_status(r.get("status", "?"))}</td>'
                         f'<td class="num">{_spread_text(r.get("candidate_spread"))}</td>'
                         f'<td class="num">{_spread_text(r.get("reference_spread"))}</td><td class="num">{ratio}</td>'
-                        f'<td class="num">≥ {r["min_ratio"] / (1 + r["factor"]):.3g}x</td><td class="num">{p_value} '
-                        f'(≤ {r["p_max"]:g})</td></tr>')
+                        f'<td class="num">≥ {r["min_ratio"] / (1 + r["factor"]):.3g}x</td><td class="num">{escape(p_value)}'
+                        '</td></tr>')
         parts.append('<table><thead><tr><th>group</th><th>model</th><th>rule</th><th>metric</th><th>status</th>'
                      '<th>candidate tok/s median (quartiles)</th><th>reference tok/s</th><th>ratio</th>'
-                     '<th>fails below</th><th>Mann-Whitney p</th></tr></thead><tbody>' + "".join(body)
+                     '<th>fails below</th><th>Mann-Whitney p (a slowdown: ≤ p max)</th></tr></thead><tbody>' + "".join(body)
                      + "</tbody></table>")
         meas = [f'<tr><td>{escape(m["config"])}{_partner_text(m)}</td><td>{escape(m["model"])}</td><td class="num">{m["n_prompt"]} / '
                 f'{m["n_gen"]}</td><td class="num">{_spread_text(m.get("pp"))}</td>'
@@ -870,7 +879,7 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
             medians = (f"{r['candidate_spread']['median']:.1f} / {r['reference_spread']['median']:.1f}"
                        if "ratio" in r else "–")
             ratio = f"{r['ratio']:.2f}x (fails below {r['threshold']:.3g}x)" if "ratio" in r else _md(r.get("detail", ""))
-            p_value = f"{r['p_value']:.3g}" if "p_value" in r else "–"
+            p_value = _p_text(r)
             lines.append(f"| {platform} | {r['group']} | {r['candidate']} vs {r['reference']} | {r['metric']} "
                          f"| {r.get('status')} | {medians} | {ratio} | {p_value} |")
         lines.append("")

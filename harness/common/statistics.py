@@ -91,6 +91,14 @@ class SpeedVerdict:
         """Both: a slowdown by the rule."""
         return self.slower and self.significant
 
+    def outcome(self) -> str:
+        """What the rule decided in words: ``slowdown`` / ``no slowdown by the rule`` for a rule that asks for no
+        slowdown (``min_ratio`` 1), ``short of 3x`` / ``not short of 3x by the rule`` for one that asks for at
+        least that many times the reference's speed."""
+        if self.min_ratio == 1.0:
+            return "slowdown" if self.regressed else "no slowdown by the rule"
+        return f"short of {self.min_ratio:g}x" if self.regressed else f"not short of {self.min_ratio:g}x by the rule"
+
     def describe(self) -> str:
         """The decision in one line: both medians, the ratio against its threshold, p against p_max."""
         want = "no slowdown" if self.min_ratio == 1.0 else f"at least {self.min_ratio:g}x"

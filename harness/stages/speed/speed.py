@@ -590,8 +590,7 @@ def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[tuple[Unit
     else:
         verdict = judge(samples[0], samples[1], rule.min_ratio, rule.factor, rule.p_max)
         status = "failed" if verdict.regressed else "passed"
-        what = "slowdown" if verdict.regressed else "no slowdown by the rule"
-        detail = f"{rule.metric} {r.unit.model}: {what}: {verdict.describe()} vs {r.reference}"
+        detail = f"{rule.metric} {r.unit.model}: {verdict.outcome()}: {verdict.describe()} vs {r.reference}"
         record.update(ratio=verdict.ratio, threshold=verdict.threshold, p_value=verdict.p_value,
                       reference_spread=asdict(verdict.reference), candidate_spread=asdict(verdict.candidate))
     lines.append(f"{status}: {detail}")
