@@ -35,10 +35,15 @@ def note(what: str) -> None:
             f.write(f"{os.getpid()} {what}\n")
 
 
+#: What the fake says of its model when it loads, as the engine passes on llama_model_desc.
+MODEL_DESC = "gemma3 270M F16"
+
+
 def ready() -> None:
     """The reply the engine gives once its model is loaded."""
     note("ready")
-    reply({"ok": True, "ready": True, "n_vocab": N_VOCAB, "n_ctx": 1024, "load_ms": 1.0})
+    reply({"ok": True, "ready": True, "n_vocab": N_VOCAB, "n_ctx": 1024, "model_desc": MODEL_DESC, "n_threads": 2,
+           "load_ms": 1.0})
 
 
 def main() -> None:

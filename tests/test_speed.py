@@ -191,6 +191,9 @@ class FakePipeline:
         self.requests: list[str] = []
         self.results_cache = ResultCache(tmp_path / "store", read=not no_cache)
         self.sessions = FakeSessions(images or {})
+        # environment.json as harness.stages.build.builds writes it: the commit each variant was made from
+        self.builds = SimpleNamespace(write_environment=lambda p: write_json(
+            self.run.layout.environment_json(p.name), {"build_commits": {"base": "0c1e57098bba", "fork": "53fbaed1"}}))
 
     def model_path(self, name: str) -> Path:
         return self.tmp / f"{name}.gguf"
@@ -250,7 +253,8 @@ def test_the_stage_writes_its_measurements_as_llama_bench_rows_too(tmp_path):
         [(m["config"], n_prompt, n_gen) for m in bench["measurements"]
          for n_prompt, n_gen in ((m["n_prompt"], 0), (0, m["n_gen"]))]
     assert [r["samples_ts"] for r in rows[::2]] == [m["pp_tok_s"] for m in bench["measurements"]]
-    assert rows[0]["build_commit"] != rows[2]["build_commit"] and rows[0]["backends"] == "CPU"
+    assert (rows[0]["build_commit"], rows[2]["build_commit"], rows[0]["backends"]) == ("0c1e570", "53fbaed", "CPU")
+    assert {(r["model_type"], r["n_threads"], r["gpu_info"]) for r in rows} == {("gemma3 270M F16", 2, "")}
 
 
 def test_llama_completion_s_own_timings_are_kept_as_a_cross_check(tmp_path):
@@ -374,6 +378,9 @@ def test_a_pair_on_the_same_bytes_is_restored_and_judged_again(tmp_path):
     assert [(q.get("cached"), q["started"]) for q in bench["pairs"]] == [("first", [])]
     assert not list((again.run.dir / CPU / "speed").glob("*.engine.stderr"))
     assert [m["tg_tok_s"] for m in bench["measurements"]] == [m["tg_tok_s"] for m in before["measurements"]]
+    # what the engines said of themselves when they loaded is restored with their samples: the llama-bench rows'
+    # model_type and n_threads of a restored pair are those of the run that measured it
+    assert [m["engine"] for m in bench["measurements"]] == [{"model_desc": "gemma3 270M F16", "n_threads": 2}] * 2
     assert all(r["cached"] == "first" for r in bench["rules"])
     assert "measured by run first" in (again.run.dir / steps["speed:base-vs-fork:tg"].log).read_text()
     # judged by today's rule: a matrix that asks for a twofold speedup fails the same samples

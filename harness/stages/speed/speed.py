@@ -300,7 +300,10 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
                                     "measurements": [m.to_json() for m in measured.values()],
                                     "completion_timings": completion,
                                     "rules": [{k: v for k, v in x.items() if k != "log"} for x in verdicts]})
-    write_rows(pipe.run.dir, p.name, gpu_of(p))  # the same measurements as llama-bench rows (harness.record.llama_bench)
+    # the same measurements as llama-bench rows (harness.record.llama_bench), whose build_commits environment.json
+    # names: written again here, as this stage may have asked for a build the comparisons did not
+    pipe.builds.write_environment(p)
+    write_rows(pipe.run.dir, p.name, gpu_of(p))
 
 
 #: llama-completion's own timing lines (common/common.cpp, common_perf_print): the prompt's and the generated
