@@ -22,8 +22,8 @@ The fields and their meaning are llama-bench's (``tools/llama-bench/llama-bench.
   differing lengths).  Each row also names its ``config``, ``build`` and ``env`` (fields the script ignores);
 * the settings llama-bench has fields for are read from the configuration's ``args`` (``-ngl``,
   ``--cpu-moe``, ``-ot``, ``-sm``, ``-ts``, ``-fa``, ...), llama.cpp's defaults otherwise; ``n_threads`` the
-  threads the engine's context used (its own word when it loaded, bench.json's ``engine``), -1 in records
-  of before, which did not keep it;
+  threads the engine's context used (its own word when it loaded, bench.json's ``engine``), else the
+  threads it was started with, -1 in records of before that kept neither;
 * ``backends`` the platform kind's backend (harness.kinds: ``CUDA``, ``CPU``), which every build of the
   platform is configured with; ``gpu_info`` the names of the visible GPUs of environment.json on a kind
   with a device, "" on a CPU-only one; ``cpu_info`` from the bench.json's machine fingerprint;
@@ -193,7 +193,7 @@ def llama_bench_rows(measurements: Sequence[BenchMeasurement], machine: Mapping[
                   "gpu_info": s.gpu_info, "backends": s.backend,
                   "model_filename": s.model_file, "model_type": model_type, **facts[s.model_file],
                   **_settings_fields(s)}
-        used = m.threads if m.threads is not None else m.n_threads_used
+        used = m.n_threads_used if m.n_threads_used is not None else m.threads  # the engine's word first
         if used is not None:
             common["n_threads"] = used
         extra = {"config": m.config, "build": s.build, "env": dict(s.env), "pair": list(m.pair)}
