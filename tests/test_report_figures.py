@@ -137,11 +137,11 @@ def test_the_probe_strip_of_a_platform_without_a_device_draws_no_device_memory(t
 
 
 def test_layer_ticks_stay_apart_at_48_layers():
-    assert svg.tick_stride(48, 5.2) == 5 and svg.tick_stride(8, 22) == 2 and svg.tick_stride(3, 22) == 2
+    assert svg.tick_stride(48, 5.2) == 5 and svg.tick_stride(8, 22) == 1 and svg.tick_stride(48, 22) == 1
     cells = [svg.Cell("c-pinned", "") for _ in range(48)]
     out = svg.cell_strip([("CPU", cells)], column_label="layer", title="t", legend=[], notes=["x"])
     xs = sorted(float(t.get("x")) for t in ET.fromstring(out).iter(f"{SVG}text") if (t.text or "").isdigit())
-    assert min(b - a for a, b in zip(xs, xs[1:])) >= svg.TICK_GAP
+    assert min(b - a for a, b in zip(xs, xs[1:])) >= 2 * svg.DIGIT_W + svg.TICK_GAP  # two-digit labels apart
 
 
 def test_kl_per_position_is_drawn_where_the_comparison_records_it():

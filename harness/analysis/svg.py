@@ -21,8 +21,8 @@ WIDTH = 640
 LEFT = 170
 #: Room right of a plot (for a row's value text in a strip of cells).
 RIGHT = 20
-#: Least room between two tick labels of a strip of cells, in pixels (11 px text of up to three digits).
-TICK_GAP = 24
+#: Pixels a digit of 11 px text takes, and the least room between two tick labels beside their digits.
+DIGIT_W, TICK_GAP = 7, 8
 
 #: The classes the figures use; the page embeds this once in its ``<style>``.
 CSS = """
@@ -215,9 +215,11 @@ def line_plot(ys: Sequence[float | None], *, x_label: str, y_label: str, title: 
     return "".join(parts)
 
 
-def tick_stride(columns: int, cell_w: float, gap: float = TICK_GAP) -> int:
+def tick_stride(columns: int, cell_w: float) -> int:
     """Every how many columns of ``cell_w`` pixels a strip of cells labels one: the least of 1, 2, 5, 10, 20,
-    50, ... whose labels lie at least ``gap`` pixels apart (48 layers of 5 px: every 5th)."""
+    50, ... whose labels (numbers up to ``columns - 1``, :data:`DIGIT_W` a digit) keep :data:`TICK_GAP` pixels
+    between them (48 layers of 5 px: every 5th; 8 layers of 22 px: every one)."""
+    gap = DIGIT_W * len(str(max(columns - 1, 0))) + TICK_GAP
     for power in range(0, 7):
         for m in (1, 2, 5):
             stride = m * 10 ** power
@@ -253,7 +255,7 @@ def cell_strip(rows: Sequence[tuple[str, Sequence[Cell]]], *, column_label: str,
     for cls, text in legend:
         parts.append(f'<rect x="{x}" y="6" width="11" height="11" class="{cls}"/>'
                      f'<text x="{x + 15}" y="15">{escape(text)}</text>')
-        x += 24 + 6 * len(text)
+        x += 26 + DIGIT_W * len(text)
     for r, (label, cells) in enumerate(rows):
         y = top + r * (cell_h + 4)
         parts.append(f'<text x="{LEFT - 8}" y="{y + 12}" text-anchor="end">{escape(label)}</text>')
