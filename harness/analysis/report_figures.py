@@ -88,8 +88,8 @@ def machine_text(machine: Mapping[str, Any]) -> str:
 class HistoryLine:
     """What one line of a rule's history holds fixed: the rule (its step and candidate), the model, the tokens
     per request (``n_prompt`` prompt, ``n_gen`` generated; None where the record does not say), the instrument
-    (bench.json's ``instrument``: how the rounds were taken) and the machine's fingerprint (as JSON text).
-    Points of two lines measured different things and are never joined."""
+    (bench.json's ``instrument``: how the rounds were taken) and the machine's fingerprint (as JSON text, and in
+    words: :func:`machine_text`).  Points of two lines measured different things and are never joined."""
 
     step: str
     candidate: str
@@ -98,12 +98,13 @@ class HistoryLine:
     n_gen: int | None
     instrument: str
     machine: str
+    machine_words: str
 
     def describe(self) -> str:
         """The line in words, for its figure's caption."""
         tokens = "" if self.n_prompt is None else f", {self.n_prompt} prompt / {self.n_gen} generated tokens"
         return (f"{self.step} {self.candidate}: {self.model}{tokens}, instrument {self.instrument}, "
-                f"{machine_text(json.loads(self.machine))}")
+                f"{self.machine_words}")
 
 
 @dataclass(frozen=True)
@@ -155,12 +156,13 @@ def rule_history(results_dir: Path, platform: str, series: str | None = None
         if not bench.get("rules"):
             continue
         machine = json.dumps(bench.get("machine") or {}, sort_keys=True)
+        words = machine_text(bench.get("machine") or {})
         same = same_series(series, recorded_series(run, platform)) if series is not None else None
         for rule in bench.get("rules") or []:
             if isinstance(rule, dict) and rule.get("step") and rule.get("candidate"):
                 n_prompt, n_gen = _tokens(bench, rule)
                 line = HistoryLine(str(rule["step"]), str(rule["candidate"]), str(rule.get("model")), n_prompt, n_gen,
-                                   str(bench.get("instrument", "1")), machine)
+                                   str(bench.get("instrument", "1")), machine, words)
                 out.setdefault(line, []).append(HistoryPoint(run.name, _when(run), rule, same))
     return {k: v[-HISTORY_RUNS:] for k, v in out.items()}
 
