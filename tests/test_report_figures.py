@@ -162,3 +162,17 @@ def test_the_report_of_a_committed_gpu_run_shows_its_pictures(tmp_path):
     assert len(figures) >= 16 + 18  # a strip per pair and metric, a probe strip per configuration and model
     assert 'id="probe"' in html and "Rounds per pair" in html and "History of the rules" in html
     assert 'id="changes"' in html  # against the previous comparable run by default (none beside it here)
+
+
+def test_no_planted_run_is_drawn_as_the_forks_in_any_rules_history():
+    """Over results/evidence/, every rule's history: each point of a planted fault's run (each recorded
+    another series than the checkout's) is hollow and off the line, in every figure."""
+    figures = rule_history_figures(ROOT / "results", CUDA, "x", checkout_series())
+    planted = 0
+    for figure in figures:
+        root = ET.fromstring(figure[figure.index("<svg"):figure.index("</svg>") + 6])
+        for dot in root.iter(f"{SVG}circle"):
+            if dot.find(f"{SVG}title").text.startswith("plant"):
+                planted += 1
+                assert dot.get("class") == "apart", dot.find(f"{SVG}title").text
+    assert planted >= 10
