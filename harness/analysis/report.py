@@ -681,7 +681,7 @@ def _changes_html(baseline: Path, run_dir: Path, chosen: bool = True) -> str:
     why = ("the newest earlier run beside it of the same patch series that covers its platforms and groups "
            "(triage's choice)" if chosen else "named with --against")
     table = ('<table><thead><tr><th>change</th><th>platform</th><th>what</th><th>status</th>'
-             f'<th>signature</th></tr></thead><tbody>{"".join(rows)}</tbody></table>' if rows else
+             f'<th>signature, or why suspect</th></tr></thead><tbody>{"".join(rows)}</tbody></table>' if rows else
              '<p class="muted">nothing that ran in both runs changed its status</p>')
     folded = (f'<details><summary>{len(new)} record(s) new in this run (absent in {escape(rep.a)})</summary>'
               '<table><thead><tr><th>change</th><th>platform</th><th>what</th><th>status</th><th>signature</th>'
