@@ -178,3 +178,18 @@ def test_configurations_that_differ_only_in_environment_are_compared_not_average
     table = _table(_compare_script(), path, nopin, FORK_HEAD, tmp_path)
     pp = next(r for r in table if r[-4] == "pp512")
     assert float(pp[-1]) > 3, pp  # pinned experts upload several times faster on the H200 run
+
+
+def test_a_build_of_no_recorded_commit_gives_no_rows_and_the_command_says_why(tmp_path, capsys):
+    """Without environment.json's build_commits or a configure log, the fork's commit is not known: its rows are
+    left out (never a made-up build_commit), and llama-bench-rows names the configurations and why."""
+    from harness import cli
+    run = tmp_path / "run"
+    shutil.copytree(CACHED_BASE / CUDA / "speed", run / CUDA / "speed")
+    for name in ("run.json", "summary.json"):
+        shutil.copy(CACHED_BASE / name, run / name)
+    shutil.copytree(CACHED_BASE / CUDA / "fork", run / CUDA / "fork", ignore=shutil.ignore_patterns("gen"))
+    assert rows_of_run(run, CUDA, NVIDIA) == []
+    assert cli.main(["llama-bench-rows", str(run), "--out", str(tmp_path / "rows.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "no record of the commit the builds of" in err and "fork" in err

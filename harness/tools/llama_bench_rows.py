@@ -18,7 +18,7 @@ from typing import Sequence
 from ..common.errors import InputError
 from ..kinds.registry import UnknownKind, gpu_of
 from ..kinds.shape import GpuKind
-from ..record.bench import bench_platforms
+from ..record.bench import bench_measurements, bench_platforms, read_bench
 from ..record.llama_bench import FILE_NAME, rows_of_run
 from ..record.results import RunLayout
 
@@ -56,8 +56,15 @@ def run(args: argparse.Namespace) -> int:
                 rows = rows_of_run(run_dir, platform, _kind(args, platform))
             except ValueError as exc:
                 raise InputError(f"{run_dir.name} {platform}: {exc}") from exc
+            measured = sorted({m.config for m in bench_measurements(read_bench(run_dir, platform) or {})})
+            left_out = [c for c in measured if c not in {r["config"] for r in rows}]
             if not rows:
-                raise InputError(f"{RunLayout(run_dir).bench_json(platform)}: no speed measurements")
+                why = (f"no record of the commit the builds of {', '.join(left_out)} were made from (environment.json's "
+                       "build_commits, a base_commit or a configure log)") if left_out else "no speed measurements"
+                raise InputError(f"{RunLayout(run_dir).bench_json(platform)}: {why}")
+            if left_out:
+                print(f"{run_dir.name} {platform}: left out {', '.join(left_out)}: no config.json, or no record of the "
+                      "commit its build was made from", file=sys.stderr)
             lines = [json.dumps(r) + "\n" for r in rows]
             legend: dict[str, list[str]] = {}
             for r in rows:
