@@ -72,10 +72,12 @@ class Setup:
         (self.bin / "libllama.so").write_bytes(b"\x00library code\x00fork series: " + series.encode() + b"\x00")
 
     def run(self, run_id: str, read: bool = True, out: str | None = None, lanes: int = 1,
-            b_is_a_reference: bool = False, groups: list[tuple[str, tuple[str, ...]]] | None = None) -> GreedyRunner:
+            b_is_a_reference: bool = False, groups: list[tuple[str, tuple[str, ...]]] | None = None,
+            models: list[tuple[str, Path, tuple[str, ...]]] | None = None) -> GreedyRunner:
         """One comparison run: group g (ref vs a, b) on two prompts, into ``out`` (default: run_id); with
         ``b_is_a_reference`` also group g2 (b vs a), so that a scores against two references; ``groups``
-        ((reference, candidates) each) instead of both."""
+        ((reference, candidates) each) instead of both; ``models`` ((name, file, prompts) each, in order)
+        group g once per model instead of model m."""
         out_root = self.tmp / "runs" / (out or run_id)
 
         def engine(side: Side, model_path: Path, gen: Generation):
@@ -104,6 +106,10 @@ class Setup:
             Job(group=f"g{i}", model="m", model_path=self.model, reference=Side("p", ref),
                 candidates=tuple(Side("p", c) for c in cands), prompts=tuple(self.prompts), generation=gen,
                 comparison=Comparison(), label=ref) for i, (ref, cands) in enumerate(groups)]
+        if models is not None:
+            jobs = [Job(group="g", model=name, model_path=path, reference=Side("p", "ref"),
+                        candidates=(Side("p", "a"), Side("p", "b")), prompts=prompts, generation=gen,
+                        comparison=Comparison(), label="ref") for name, path, prompts in models]
         if b_is_a_reference:
             jobs.append(Job(group="g2", model="m", model_path=self.model, reference=Side("p", "b"),
                             candidates=(Side("p", "a"),), prompts=tuple(self.prompts), generation=gen,
@@ -235,6 +241,22 @@ def test_a_candidate_generates_while_its_cached_references_dumps_are_written(tmp
     assert len(generating) == 1 and len(ready) == 3
     assert ready.index(next(iter(generating))) < 2, events  # among the first two processes, not the third
     assert _comparisons(s.results) == first  # both references' scores, as in a fresh run
+
+
+def test_a_model_whose_sessions_all_come_from_the_cache_leaves_nothing_for_the_next_models_candidates(tmp_path):
+    # the first model is restored whole (its reference's dumps never needed), the second runs: its candidates
+    # score against its own reference's live dumps, never against the first model's restored prompts
+    s = Setup(tmp_path)
+    second = tmp_path / "model-2.gguf"
+    second.write_bytes(b"GGUF model two")
+    models = [("m", s.model, ("p0", "p1")), ("m2", second, ("p0",))]
+    s.run("run-1", models=models)
+    first = _comparisons(s.results)
+    second.write_bytes(b"GGUF model two, made again")  # every session of m2 misses, every one of m stays
+    again = s.run("run-2", models=models)
+    assert {(side.config, model) for side, model in again.origins} == {("ref", "m"), ("a", "m"), ("b", "m")}
+    assert again.timing.sessions == 3  # m2's three sessions, and no load to write m's dumps again
+    assert _comparisons(s.results) == first  # m2's comparisons, scored against its own reference
 
 
 def test_a_session_with_scores_serves_a_run_that_needs_its_generations_alone(tmp_path):

@@ -345,6 +345,9 @@ class GreedyRunner:
         self.runs: dict[tuple[Side, Generation, str], SideRuns] = {}
         self.scores: dict[tuple[Side, Generation, str, Side], ScoreResult | EngineRun] = {}
         self.dumped: dict[tuple[Side, Generation, str], Path] = {}
+        # keyed by side and generation, like the records above: a model's restored references only (another
+        # model's would name its prompts and its dumps folder, already removed)
+        self._undumped = {}
         model_path = jobs[0].model_path
         model = jobs[0].model
         plan = [(side, gen, n) for side in side_order(jobs) for (s, gen), n in needs.items() if s == side]
