@@ -73,16 +73,21 @@ class Project:
         return _git(self.root, "rev-parse", "--abbrev-ref", "HEAD")
 
     def snapshot(self) -> dict[str, str]:
-        """Every file of the checkout but git's own and the download cache, by sha256; the branches."""
-        out = {}
-        for path in sorted(self.root.rglob("*")):
-            rel = path.relative_to(self.root).as_posix()
-            if rel.startswith((".git/", "cache/", "upstream/.git/")) or not path.is_file():
-                continue
-            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
-        out["<branches>"] = _git(self.root, "branch", "--list")
-        out["<HEAD>"] = _git(self.root, "rev-parse", "HEAD")
-        return out
+        return snapshot(self.root)
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file under the checkout ``root`` but git's own and the download cache, by sha256; its branches and
+    HEAD."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith((".git/", "cache/", "upstream/.git/")) or not path.is_file():
+            continue
+        out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    out["<branches>"] = _git(root, "branch", "--list")
+    out["<HEAD>"] = _git(root, "rev-parse", "HEAD")
+    return out
 
 
 @pytest.fixture
@@ -181,6 +186,11 @@ def test_rewrite_yaml_replaces_scalars_and_removes_items_keeping_comments():
 
 @pytest.mark.slow
 def test_roll_resolved_by_hand_continues_to_a_consistent_verified_pin(project: Project):
+    # a passed run of the old pin for the roll to triage against (results/ is not part of the checkout)
+    first = subprocess.run(project.p.argv("build", "test", "compare-outputs"), env=project.p.env(), cwd=ROOT,
+                           capture_output=True, text=True)
+    assert first.returncode == 0, first.stdout[-2000:]
+    old_run = (project.p.results / "latest").resolve().name
     proc = project.roll(*project.onto())
     assert proc.returncode == EXIT_INCOMPLETE, proc.stdout + proc.stderr
     _resolve_by_hand(project.p.work / "dev" / "llama.cpp")
@@ -213,8 +223,50 @@ def test_roll_resolved_by_hand_continues_to_a_consistent_verified_pin(project: P
                  "| 3 | mark-the-third-other-line.patch | dropped (already upstream) |",
                  "| 4 | mark-the-fifteenth-other-line.patch | clean |",
                  "| 5 | start-the-argument-count-at-the-api-value.patch | clean |",
-                 "- between them: 1 upstream commits", "removed" if False else "(archive): updated to",
+                 "- between them: 1 upstream commits", "source 2 (archive): updated to",
                  "## What upstream changed in the outputs", "tiny/one: identical"):
         assert line in roll_md, line
+    assert "## Against the old pin's last passed run" in roll_md and f"old pin ({old_run})" in roll_md
+    assert "no passed run of the old pin" not in roll_md
     assert "-line 20 (fork)" not in roll_md  # the resolution kept the fork's line
     assert "### mark-line-20-of-the-notes.patch: against its old version" in roll_md
+
+
+# --------------------------------------------------------------------------- the real series
+
+
+def clone_of_this_checkout(dst: Path) -> Path:
+    """A clone of this repository carrying the working tree as git sees it (tracked changes and untracked files
+    git does not ignore), so that the roll commits there and never here."""
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(dst)], check=True)
+    diff = subprocess.run(["git", "diff", "--binary", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+    if diff:
+        subprocess.run(["git", "apply", "--binary", "-"], cwd=dst, input=diff, check=True)
+    untracked = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                               capture_output=True, check=True).stdout
+    for name in filter(None, untracked.split(b"\0")):
+        target = dst / os.fsdecode(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((ROOT / os.fsdecode(name)).read_bytes())
+    if subprocess.run(["git", "status", "--porcelain"], cwd=dst, capture_output=True, text=True).stdout.strip():
+        _git(dst, "add", "-A")
+        _git(dst, "commit", "-q", "-m", "the working tree")
+    return dst
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_roll_onto_the_real_0_3_35_sdist_stops_at_patch_1_in_build_info_and_abort_restores(tmp_path: Path):
+    clone = clone_of_this_checkout(tmp_path / "clone")
+    before = snapshot(clone)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_RUN")}
+    argv = [sys.executable, "-m", "harness", "roll", "--onto", "pypi-sdist:llama-cpp-python==0.3.35"]
+    proc = subprocess.run(argv, cwd=clone, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == EXIT_INCOMPLETE, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "patch 1 of 5 build-info-name-the-applied-patch-series.patch: conflict — stopped" in proc.stdout
+    assert "common/build-info.cpp.in @@ -32,4 +37,5 @@" in proc.stdout  # as the forecast predicts (docs/forecast.md)
+    assert _git(clone, "rev-parse", "--abbrev-ref", "HEAD") == "roll/4df29be4f4c3"
+    assert "<<<<<<<" in (clone / ".harness" / "dev" / "llama.cpp" / "common" / "build-info.cpp.in").read_text()
+    aborted = subprocess.run([*argv[:4], "--abort"], cwd=clone, env=env, capture_output=True, text=True)
+    assert aborted.returncode == EXIT_PASSED, aborted.stderr
+    assert snapshot(clone) == before
