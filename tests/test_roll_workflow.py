@@ -59,7 +59,10 @@ def test_the_roll_workflow_makes_the_branch_and_roll_md_without_pushing(tmp_path
     assert run.outputs["roll"]["rc"] == "0" and run.outputs["roll"]["branch"] == branch
     head = subprocess.run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=clone, capture_output=True, text=True)
     assert head.stdout.strip() == branch
-    assert load_matrix(clone / "matrix.yaml").base_commit == new  # the clone's pin, checked to agree with itself
+    # the clone's pin, checked to agree with itself by the clone's harness (its relative paths are the clone's)
+    pin = subprocess.run([sys.executable, "-c", "from harness.matrix.config import load_matrix; "
+                          "print(load_matrix('matrix.yaml').base_commit)"], cwd=clone, capture_output=True, text=True)
+    assert pin.stdout.strip() == new, pin.stderr
     record = Path(run.outputs["roll"]["record"])
     assert record.is_file() and record.parent.parent == clone / "results"
     text = record.read_text()
