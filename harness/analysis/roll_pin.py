@@ -33,7 +33,7 @@ from ..stages.build.patches import export_series, series_digest
 from ..stages.build.source import (GIT_IDENTITY, BaseTree, cache_dir, export_mirror, obtain_base, tree_state,
                                    unpacked_sdist, write_pinned_files)
 from .forecast import OLD_VARIANT, obtain_onto, parse_onto, with_old_base
-from .roll import State, platforms_of, project_git, roll_dir
+from .roll_state import OUTCOMES, RollError, State, platforms_of, project_git, roll_dir
 
 
 def _renamed(text: str, old12: str, new12: str, default: str) -> str:
@@ -66,7 +66,6 @@ def write_pin(matrix: Matrix, doc: dict, old: BaseTree, new: BaseTree, onto_spec
     Returns (scalars to replace by key path, list items to remove, one line per part of the pin for the
     record, files written, files to delete).  Raises harness.analysis.roll.RollError where a part cannot be
     derived (a file list needs the new commit's git objects)."""
-    from .roll import RollError
     old12, new12 = old.commit[:12], new.commit[:12]
     values: dict[tuple, str] = {("base", "commit"): new.commit}
     remove: list[tuple] = []
@@ -153,7 +152,6 @@ def _commit(root: Path, paths: list[Path], message: str) -> str:
 def finish(state: State, args: argparse.Namespace, say: Callable[[str], None]) -> int:
     """Export the rebased series, write and commit the new pin, verify it and write roll.md; returns the exit
     code of the verification (0 passed, 1 failed, 3 incomplete)."""
-    from .roll import OUTCOMES
     from .roll_record import RollRecord, write_record
     started = time.monotonic()
     work = args.work_dir.resolve()
@@ -248,22 +246,3 @@ def verify(record: Any, args: argparse.Namespace, *, matrix_path: Path, old: Bas
         finally:
             run.close()
     return rc, path
-
-
-def runs_of_pin(results_dir: Path, commit: str) -> list[Path]:
-    """The runs under ``results_dir`` whose every platform built ``commit`` as its base (its environment.json,
-    harness.record.environment) and that passed, newest first."""
-    from ..record.environment import read_environment
-    from ..record.results import RecordError
-    from ..record.summary import read_run
-    from .triage import known_runs
-    found = []
-    for d in reversed(known_runs(results_dir)):
-        envs = sorted(d.glob("*/environment.json"))
-        try:
-            if envs and {read_environment(e).base_commit for e in envs} == {commit} and \
-                    read_run(d).overall == "passed":
-                found.append(d)
-        except (OSError, RecordError, ValueError):
-            continue
-    return found

@@ -23,14 +23,10 @@ from typing import Any
 from ..record.forecast import HunkConflict
 from ..record.results import IDENTICAL, STEP, write_json
 from ..stages.build.source import BaseTree
+from .roll_state import OUTCOMES
 
 #: Most lines of a patch's diff against its old version shown in roll.md (the rest are counted).
 DIFF_MAX_LINES = 120
-
-
-def _outcomes() -> dict[str, str]:
-    from .roll import OUTCOMES
-    return OUTCOMES
 
 
 def commit_date(repo: Path, commit: str) -> str:
@@ -148,7 +144,6 @@ class RollRecord:
         ``old_groups``), speed ratios beside those of the newest passed run of the old pin, triage against that
         run, and what did not run."""
         from ..record.summary import read_run
-        from .roll_pin import runs_of_pin
         from .speed_ratios import rule_factors, same_mode_upstream
         from .triage import diff_runs, format_report
         run = read_run(run_dir)
@@ -211,7 +206,7 @@ def markdown(rec: RollRecord) -> str:
            f"**Verdict: {rec.verdict_line()}**", ""]
     out += ["## Patches", "", "| # | patch | outcome | detail |", "|---|---|---|---|"]
     for o in rec.outcomes:
-        out.append(f"| {o['index']} | {o['name']} | {_outcomes()[o['outcome']]} | {o['detail'].replace('|', '/')} |")
+        out.append(f"| {o['index']} | {o['name']} | {OUTCOMES[o['outcome']]} | {o['detail'].replace('|', '/')} |")
     if rec.stopped:
         s = rec.stopped
         out.append(f"| {s['index']} | {s['name']} | **conflict: the roll stopped here** | "
@@ -277,3 +272,21 @@ def write_stopped(state: Any, path: Path) -> Path:
     path.write_text(markdown(rec), encoding="utf-8")
     return path
 
+
+def runs_of_pin(results_dir: Path, commit: str) -> list[Path]:
+    """The runs under ``results_dir`` whose every platform built ``commit`` as its base (its environment.json,
+    harness.record.environment) and that passed, newest first."""
+    from ..record.environment import read_environment
+    from ..record.results import RecordError
+    from ..record.summary import read_run
+    from .triage import known_runs
+    found = []
+    for d in reversed(known_runs(results_dir)):
+        envs = sorted(d.glob("*/environment.json"))
+        try:
+            if envs and {read_environment(e).base_commit for e in envs} == {commit} and \
+                    read_run(d).overall == "passed":
+                found.append(d)
+        except (OSError, RecordError, ValueError):
+            continue
+    return found
