@@ -23,11 +23,53 @@ from workflow_checks import load_workflow
 from workflow_dry_run import dry_run, tail
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git checkout")]
+WORKFLOW = ROOT / ".github" / "workflows" / "roll.yml"
+BIN = Path(sys.executable).parent
 IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
             "GIT_COMMITTER_EMAIL": "t@example.org"}
 
 
+def lint(tool: str, *argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / tool), *argv], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def planted(tmp_path: Path, old: str, new: str) -> Path:
+    """A copy of roll.yml with ``old`` replaced by ``new``, in ``tmp_path/.github/workflows/``."""
+    text = WORKFLOW.read_text(encoding="utf-8")
+    assert old in text, old
+    copy = tmp_path / ".github" / "workflows" / "roll.yml"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(text.replace(old, new, 1), encoding="utf-8")
+    return copy
+
+
+def permissions(workflow: dict) -> dict[str, dict]:
+    """What each job of ``workflow`` may do, and the workflow's own default."""
+    return {"<workflow>": workflow.get("permissions"), **{name: job.get("permissions")
+                                                          for name, job in workflow["jobs"].items()}}
+
+
+def test_actionlint_and_zizmor_pass_on_roll_yml_and_catch_an_unpinned_action(tmp_path: Path):
+    proc = lint("actionlint", "-no-color", str(WORKFLOW))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    zizmor = lint("zizmor", "--offline", "--config", str(ROOT / ".github" / "zizmor.yml"), str(WORKFLOW))
+    assert zizmor.returncode == 0, zizmor.stdout + zizmor.stderr
+    bad = planted(tmp_path, "actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8  # v5.0.0",
+                  "actions/checkout@v5")
+    caught = lint("zizmor", "--offline", "--config", str(ROOT / ".github" / "zizmor.yml"), str(bad))
+    assert caught.returncode != 0 and "unpinned" in caught.stdout + caught.stderr
+
+
+def test_the_roll_job_may_write_contents_and_pull_requests_only(tmp_path: Path):
+    expected = {"<workflow>": {}, "roll": {"contents": "write", "pull-requests": "write"}}
+    assert permissions(load_workflow(WORKFLOW)) == expected
+    wider = planted(tmp_path, "      pull-requests: write  # its pull request\n",
+                    "      pull-requests: write  # its pull request\n      issues: write\n")
+    assert permissions(load_workflow(wider)) != expected
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git checkout")
 def test_the_roll_workflow_makes_the_branch_and_roll_md_without_pushing(tmp_path: Path):
     matrix = load_matrix(ROOT / "matrix.yaml")
     cached = cache_dir() / "base" / matrix.base_commit[:12]
