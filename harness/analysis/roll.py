@@ -36,12 +36,13 @@ from typing import Callable
 from ..common.errors import EXIT_INCOMPLETE
 from ..matrix.config import load_matrix
 from ..record.forecast import HunkConflict
-from ..stages.build.patches import Git, read_series
+from ..stages.build.patches import Git, read_series, reset_to_base
 from ..stages.build.source import cache_dir, obtain_base, unexported_work
 from .forecast import forecast_base, obtain_onto, parse_onto
 from .forecast_patches import try_patch
 from .roll_state import (ACTIONS, BRANCH_PREFIX, OUTCOMES, RollError, State, checkout_root, option_json, project_git,
                          roll_dir, uncommitted)
+
 
 def run(args: argparse.Namespace) -> int:
     """``roll --onto SOURCE | --continue | --abort``; returns the exit code (module docstring).  Raises RollError
@@ -91,7 +92,7 @@ def start(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     here = roll_dir(work)
     shutil.rmtree(here / "old-patches", ignore_errors=True)
     (here / "old-patches").mkdir(parents=True)
-    for p in [*patches]:
+    for p in patches:
         shutil.copyfile(p.path, here / "old-patches" / p.name)
     shutil.copyfile(args.patches_dir / "series", here / "old-patches" / "series")
     dev = work / "dev" / "llama.cpp"
@@ -122,7 +123,6 @@ def start(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     dev_git.run(["fetch", "--quiet", "--no-tags", str(upstream.path), f"+{new.git_rev}:refs/roll/new-base",
                  "+refs/heads/forecast-old-fork:refs/roll/old-fork"])
     stamp.unlink(missing_ok=True)
-    from ..stages.build.patches import reset_to_base
     reset_to_base(dev_git, new.git_rev)
     return _rebase(state, args, say, resume=False)
 
