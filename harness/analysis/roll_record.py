@@ -245,7 +245,7 @@ def markdown(rec: RollRecord) -> str:
                 "|---|---|---|---|---|---|", *rec.speed]
     else:
         out.append("none measured")
-    out += ["", "## Against the old pin's last passed run", ""]
+    out += ["", "## Against the old pin's last passed run" + (f" ({rec.old_run})" if rec.old_run else ""), ""]
     out += ["```text", rec.triage.rstrip("\n"), "```"] if rec.triage else \
         ["no passed run of the old pin in the results directory: nothing to triage against"]
     out += ["", "## Not run", ""]
