@@ -160,8 +160,11 @@ class RollRecord:
                                              + (f"; KL mean {kl:.3g} nats" if kl is not None else ""))
         self.not_run = list(run.incomplete)
         self.not_run += [f"{p}: {why}" for p, why in run.skipped_platforms.items()]
-        self.not_run += [f"{p}: not selected (--platform)" for p in self.matrix_platforms if p not in self.platforms
-                         and p not in run.skipped_platforms]
+        from ..matrix.platforms import cannot_run
+        for name in self.matrix_platforms:
+            if name not in self.platforms and name not in run.skipped_platforms:
+                why = cannot_run(matrix.platform(name))
+                self.not_run.append(f"{name}: not selected (--platform)" + (f"; this machine: {why}" if why else ""))
         olds = [d for d in runs_of_pin(results_dir, self.old["commit"]) if d.resolve() != run_dir.resolve()]
         new_ratios = speed_ratios(run_dir)
         old_ratios = speed_ratios(olds[0]) if olds else {}
