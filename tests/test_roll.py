@@ -270,3 +270,24 @@ def test_roll_onto_the_real_0_3_35_sdist_stops_at_patch_1_in_build_info_and_abor
     aborted = subprocess.run([*argv[:4], "--abort"], cwd=clone, env=env, capture_output=True, text=True)
     assert aborted.returncode == EXIT_PASSED, aborted.stderr
     assert snapshot(clone) == before
+
+
+def test_an_sdist_whose_cached_checkout_vendors_another_commit_disagrees(project: Project, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch):
+    from dataclasses import replace
+
+    from harness.matrix.config import Source
+    from harness.matrix.pin import pin_problems
+    vendored = tmp_path / "cache" / "sdists" / "llama_cpp_python-9.9.9" / "llama_cpp_python-9.9.9" / "vendor" / "llama.cpp"
+    vendored.parent.mkdir(parents=True)
+    subprocess.run(["git", "clone", "--quiet", str(project.p.repo), str(vendored)], check=True)
+    _git(vendored, "checkout", "-q", "--detach", project.new)
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    sdist = Source("pypi-sdist", package="llama-cpp-python", version="9.9.9", subdir="vendor/llama.cpp")
+    matrix = replace(load_matrix(project.p.matrix), sources=(sdist,))
+    problems = pin_problems(matrix, lambda keys: 1)
+    assert problems == [f"{project.p.matrix}:1: base.sources.0.version: the pin disagrees with itself: "
+                        f"llama-cpp-python 9.9.9 vendors commit {project.new} (its vendor/llama.cpp in the download "
+                        f"cache), base.commit is {project.old[:12]} (`roll --onto SOURCE` writes every part of a pin)"]
+    _git(vendored, "checkout", "-q", "--detach", project.old)
+    assert pin_problems(matrix, lambda keys: 1) == []
