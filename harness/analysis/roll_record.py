@@ -280,15 +280,15 @@ def runs_of_pin(results_dir: Path, commit: str) -> list[Path]:
     """The runs under ``results_dir`` whose every platform built ``commit`` as its base (its environment.json,
     harness.record.environment) and that passed, newest first."""
     from ..record.environment import read_environment
-    from ..record.results import RecordError
+    from ..record.results import RecordError, RunLayout
     from ..record.summary import read_run
     from .triage import known_runs
     found = []
     for d in reversed(known_runs(results_dir)):
-        envs = sorted(d.glob("*/environment.json"))
         try:
-            if envs and {read_environment(e).base_commit for e in envs} == {commit} and \
-                    read_run(d).overall == "passed":
+            run = read_run(d)
+            envs = [RunLayout(d).environment_json(p) for p in sorted(run.covered_platforms())]
+            if envs and {read_environment(e).base_commit for e in envs} == {commit} and run.overall == "passed":
                 found.append(d)
         except (OSError, RecordError, ValueError):
             continue
