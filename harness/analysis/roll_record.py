@@ -155,7 +155,7 @@ class RollRecord:
         for c in run.comparisons:
             if c.group in self.old_groups:
                 kl = (c.kl or {}).get("mean")
-                what = "identical" if c.status == IDENTICAL else f"{c.status}: {c.difference()}"
+                what = IDENTICAL if c.status == IDENTICAL else f"{c.status}: {c.difference()}"
                 self.upstream_changes.append(f"{c.platform} {c.model}/{c.prompt}: {what}"
                                              + (f"; KL mean {kl:.3g} nats" if kl is not None else ""))
         self.not_run = list(run.incomplete)
