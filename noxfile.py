@@ -124,6 +124,13 @@ def forecast(session: nox.Session) -> None:
 
 
 @nox.session
+def roll(session: nox.Session) -> None:
+    """Move the pin and the series to another upstream commit on branch roll/<commit12>, verified:
+    ``nox -s roll -- --onto SOURCE``, then ``--continue`` or ``--abort`` after a conflict (docs/roll.md)."""
+    _harness(session, "roll")
+
+
+@nox.session
 def report(session: nox.Session) -> None:
     """Self-contained ``results/<run-id>/report.html``: ``nox -s report -- [RUN] [--markdown]``."""
     _harness(session, "report")

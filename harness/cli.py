@@ -202,6 +202,24 @@ def _analysis_commands(sub: argparse._SubParsersAction) -> None:
                     help="also bisect the upstream commits between the two bases for this check "
                          "(test:NAME or group:G[:MODEL[:PROMPT]]); needs a local or git source")
 
+    ap = _add(sub, "roll", "analysis.roll:run",
+              "move the pin and the series to another upstream commit, on a branch, verified (docs/roll.md)",
+              "Move the pin and the patch series to another upstream commit in one command: the branch "
+              "roll/<commit12>, the series rebased patch by patch with git am -3 in the dev tree (stopping at a "
+              "conflict like git rebase), the new pin written and committed, the main job run on it and "
+              "results/<run>/roll.md written (docs/roll.md).",
+              [matrix_options(), patches_options(), work_options(), results_options(), build_options(),
+               run_options()])
+    ap.add_argument("--onto", metavar="SOURCE", default=None,
+                    help="pypi-sdist:PACKAGE==VERSION, URL@COMMIT, ARCHIVE.tar.gz#sha256=HEX or PATH[@REV]")
+    action = ap.add_mutually_exclusive_group()
+    action.add_argument("--continue", dest="continue_", action="store_true",
+                        help="go on after resolving the conflict in the dev tree and `git am --continue` there")
+    action.add_argument("--abort", action="store_true",
+                        help="return to the branch the roll started from, every file as it was")
+    ap.add_argument("--no-verify", action="store_true",
+                    help="commit the new pin and write roll.md without running the main job on it")
+
     ap = _add(sub, "report", "analysis.report:run", "a run's report.html, one self-contained page",
               "Write a run's HTML report and print its path.", [results_options()])
     ap.add_argument("run", nargs="?", default="latest", help="run id or directory (default: latest)")

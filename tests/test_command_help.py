@@ -40,7 +40,7 @@ def test_every_option_of_every_command_has_help():
     top = cli.parser()
     # every command a nox session runs is one of them
     sessions = set(re.findall(r'_harness\(session, "([\w-]+)"\)', (ROOT / "noxfile.py").read_text()))
-    assert len(sessions) == 17 and sessions == set(commands(top))
+    assert len(sessions) == 18 and sessions == set(commands(top))
     assert options_without_help(top) == []
     # a planted option without help is caught
     commands(top)["bisect"].add_argument("--planted")

@@ -221,6 +221,9 @@ def test_the_old_base_group_judges_the_new_base_against_the_old_by_the_group_s_s
     # the new base is measured against the old one, never the fork against the old base
     assert group.speed is not None
     assert sorted((r.candidate, r.metric) for r in group.speed.rules) == [("base", "pp"), ("base", "tg")]
+    # against the old base: the loader names the group's reference (base) in every rule of base-vs-fork, and a
+    # rule left so measured the new base against itself (bench.json's pair [base, base], ratio 1.00x)
+    assert {r.reference for r in group.speed.rules} == {"old-base"}
     assert group.speed.platforms == shipped.groups["base-vs-fork"].speed.platforms
 
 

@@ -34,7 +34,9 @@ NOT_RUN_FILES = {
 JSON_READERS = {
     "analysis/forecast.py": (1, "bisect's --json output, captured in memory"),
     "analysis/speed_confirm.py": (1, "a build directory's harness-build.json stamp, not a run"),
+    "analysis/roll_state.py": (1, "the roll in progress's state.json in the work directory, not a run"),
     "matrix/config.py": (1, "the matrix's JSON schema"),
+    "matrix/pin.py": (1, "a mirror archive's manifest, its first member"),
     "matrix/models.py": (2, "a model file's sidecars in the model cache"),
     "stages/build/build.py": (1, "a build directory's harness-build.json stamp"),
     "stages/build/quantize_tool.py": (1, "a build directory's harness-build.json stamp"),

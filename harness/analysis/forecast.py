@@ -239,8 +239,9 @@ def with_old_base(matrix: Matrix, platforms: Sequence[str]) -> tuple[Matrix, dic
             speed = group.speed
             if speed is not None:
                 # the group's rules judge the new base against the old one: one rule per metric of the
-                # fork's candidates, its candidate the new base (a rule's candidate is the fork's otherwise)
-                rules = {(r.metric, r.min_ratio): replace(r, candidate=ref.name) for r in speed.rules
+                # fork's candidates, its candidate the new base and its reference the old base (the loader
+                # names the group's reference in every rule, which here would measure the new base against itself)
+                rules = {(r.metric, r.min_ratio): replace(r, candidate=ref.name, reference=old) for r in speed.rules
                          if matrix.configs[r.candidate].build == "fork"}
                 speed = replace(speed, rules=tuple(rules.values())) if rules else None
             groups[new] = replace(group, name=new, reference=old, candidates=(ref.name,), expect="informational",

@@ -40,7 +40,7 @@ OLD_BASE_REF = "refs/forecast/old-base"
 #: Most upstream lines kept per conflicting region (the rest are counted).
 MET_MAX_LINES = 40
 #: ``-c`` settings of the trial's git am: two-sided conflict markers, whatever the user's config says.
-_MERGE_CONFIG = ("merge.conflictStyle=merge",)
+MERGE_CONFIG = ("merge.conflictStyle=merge",)
 _FAILED_AT = re.compile(r"^error: patch failed: (?P<file>.+?):(?P<line>\d+)$", re.M)
 _GIT_REASON = re.compile(r"^(?:error|fatal): (?P<msg>.+)$", re.M)
 
@@ -199,10 +199,12 @@ def _conflicts(git: Git, patch: Patch, said: str) -> list[HunkConflict]:
     return found
 
 
-def try_patch(git: Git, patch: Patch, index: int) -> PatchOutcome:
+def try_patch(git: Git, patch: Patch, index: int, *, leave_conflict: bool = False) -> PatchOutcome:
     """Apply ``patch`` (series position ``index``) on HEAD of ``git.cwd`` and classify it.
 
-    Leaves the tree clean: at a new commit for clean and 3-way, at the same HEAD otherwise.
+    Leaves the tree clean: at a new commit for clean and 3-way, at the same HEAD otherwise; with
+    ``leave_conflict`` a conflicting patch's ``git am`` session is left as git stops it (the conflict in the
+    work tree, for a person to resolve and ``git am --continue``: harness.analysis.roll).
     """
     start = time.monotonic()
     hunks = _hunks(patch)
@@ -221,7 +223,7 @@ def try_patch(git: Git, patch: Patch, index: int) -> PatchOutcome:
         return outcome("already-upstream", "its reverse applies: the new base already holds its changes")
     else:
         status = "3-way"
-    am = git.run([*AM_ARGS, where], check=False, config=_MERGE_CONFIG)
+    am = git.run([*AM_ARGS, where], check=False, config=MERGE_CONFIG)
     said = (am.stdout + am.stderr + forward.stderr).decode("utf-8", errors="replace")
     if am.returncode == 0:
         new = git.commit_id("HEAD")
@@ -230,12 +232,14 @@ def try_patch(git: Git, patch: Patch, index: int) -> PatchOutcome:
         detail = "applies as it is" if status == "clean" else "merged by git am -3 (the plain apply fails)"
         return outcome(status, detail, commit=new)
     conflicts = _conflicts(git, patch, said)
+    places = ", ".join(dict.fromkeys(f"{c.file} {c.hunk.split(' @@')[0]} @@" for c in conflicts)) or "see the log"
+    if leave_conflict:
+        return outcome("conflict", f"conflicts in {places}", conflicts=conflicts)
     git.run(["am", "--abort"], check=False)
     if git.am_in_progress():
         git.run(["am", "--quit"])
     git.run(["reset", "--quiet", "--hard", head])
     git.clean_tree()
-    places = ", ".join(dict.fromkeys(f"{c.file} {c.hunk.split(' @@')[0]} @@" for c in conflicts)) or "see the log"
     return outcome("conflict", f"conflicts in {places}", conflicts=conflicts)
 
 

@@ -650,7 +650,12 @@ def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
     problems = _reference_problems(doc, loc) or _missing_paths(doc, loc)
     if problems:
         raise MatrixError(problems)
-    return _build(doc, path)
+    matrix = _build(doc, path)
+    from .pin import pin_problems  # a pin edited in one place only is refused by every command
+    problems = pin_problems(matrix, loc.line)
+    if problems:
+        raise MatrixError(problems)
+    return matrix
 
 
 #: The checkout that holds the harness (and the shipped matrix.yaml): a relative path of any matrix file is read

@@ -1,0 +1,293 @@
+"""Tests for the roll (harness.analysis.roll, roll_pin, roll_record) and the pin's agreement (harness.matrix.pin).
+
+The roll creates branches and commits, so every test rolls a project of its own: a git checkout in a temporary
+directory holding the fake project's matrix.yaml (tests/fake_upstream.py, make_drift_project), its five-patch
+series, its file list and a mirror archive, beside a synthetic upstream repository made from the pinned base
+plus one commit that moves lines near patch 1's hunk (3-way), rewrites the line patch 2 changes (conflict) and
+already holds patch 3's change (dropped).  The tests that run git only are in the fast tier; the one that
+resolves the conflict, continues and runs the main job on the new pin builds the fake project (slow)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fake_upstream import NOTES, OTHER, _git, _lines, make_drift_project
+from harness.common.errors import EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_PASSED
+from harness.matrix.config import MatrixError, load_matrix
+from harness.matrix.pin import rewrite_yaml
+from harness.stages.build.source import BaseTree, export_mirror, write_pinned_files
+
+ROOT = Path(__file__).resolve().parents[1]
+IGNORED = "upstream/\nwork/\nresults/\ncache/\nmirror/\n*.gguf\n"
+
+
+class Project:
+    """A checkout with a pin (commit, file list, mirror archive) and a series, and the synthetic upstream."""
+
+    def __init__(self, root: Path):
+        d = make_drift_project(root)
+        self.root, self.p, self.old = root, d.project, d.old
+        repo = self.p.repo
+        base = BaseTree(repo, d.old, d.old, "local")
+        files = root / "upstream-files" / f"llama.cpp-{d.old[:12]}.files"
+        digest = write_pinned_files(base, files)
+        mirror = root / "mirror" / f"llama.cpp-{d.old[:12]}.tar.gz"
+        export_mirror(base, mirror)
+        text = self.p.matrix.read_text()
+        text = text.replace("  sources:\n", f"  files:\n    path: {files}\n    sha256: {digest}\n  sources:\n", 1)
+        text = text.replace(f"      path: {repo}\n", f"      path: {repo}\n    - kind: archive  # the trimmed mirror\n"
+                                                     f"      path: {mirror}\n      sha256_file: {mirror}.sha256\n", 1)
+        self.p.matrix.write_text(text)
+        # the synthetic upstream: patch 1's hunk moved and its context changed, patch 2's line rewritten,
+        # patch 3's change already made
+        _git(repo, "checkout", "-q", "-B", "next", d.old)
+        (repo / "notes.txt").write_text(_lines(NOTES, {3: "line 3 (upstream)", 20: "line 20 (upstream rewrite)"},
+                                               prepend="".join(f"new {i}\n" for i in range(1, 6))))
+        (repo / "other.txt").write_text(_lines(OTHER, {3: "other 3 (fork)"}))
+        _git(repo, "commit", "-q", "-am", "upstream: reword the notes, take the fork's third line")
+        self.new = _git(repo, "rev-parse", "HEAD")
+        _git(repo, "checkout", "-q", "main")
+        (root / ".gitignore").write_text(IGNORED)
+        _git(root, "init", "-q", "-b", "main")
+        _git(root, "add", "-A")
+        _git(root, "commit", "-q", "-m", "the fork's checkout")
+
+    def roll(self, *extra: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "harness", "roll", "--matrix", str(self.p.matrix), "--patches-dir",
+                str(self.p.patches), "--work-dir", str(self.p.work), "--results-dir", str(self.p.results), *extra]
+        env = self.p.env(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org", GIT_COMMITTER_NAME="t",
+                         GIT_COMMITTER_EMAIL="t@example.org")
+        return subprocess.run(argv, env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+    def onto(self) -> list[str]:
+        return ["--onto", f"{self.p.repo}@{self.new}", "--platform", "linux-x86_64-cpu", "-j", "1"]
+
+    def branch(self) -> str:
+        return _git(self.root, "rev-parse", "--abbrev-ref", "HEAD")
+
+    def snapshot(self) -> dict[str, str]:
+        return snapshot(self.root)
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file under the checkout ``root`` but git's own and the download cache, by sha256; its branches and
+    HEAD."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith((".git/", "cache/", "upstream/.git/")) or not path.is_file():
+            continue
+        out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    out["<branches>"] = _git(root, "branch", "--list")
+    out["<HEAD>"] = _git(root, "rev-parse", "HEAD")
+    return out
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return Project(tmp_path / "checkout")
+
+
+def _resolve_by_hand(dev: Path) -> None:
+    """The person's resolution of patch 2: upstream's notes with the fork's line 20, then git am --continue."""
+    text = (dev / "notes.txt").read_text()
+    assert "<<<<<<<" in text
+    lines, keep = [], True
+    for line in text.splitlines():
+        if line.startswith("<<<<<<<"):
+            keep = False
+        elif line == "=======":
+            keep = True
+        elif line.startswith(">>>>>>>"):
+            continue
+        elif keep:
+            lines.append(line)
+    (dev / "notes.txt").write_text("\n".join(lines) + "\n")
+    env = {**os.environ, "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
+    subprocess.run(["git", "add", "notes.txt"], cwd=dev, check=True, env=env)
+    subprocess.run(["git", "am", "--continue"], cwd=dev, check=True, env=env, capture_output=True)
+
+
+def test_a_dirty_checkout_is_refused(project: Project):
+    before = project.snapshot()
+    with open(project.p.matrix, "a") as fh:
+        fh.write("# an edit not committed\n")
+    proc = project.roll(*project.onto())
+    assert proc.returncode == EXIT_BAD_INPUT, proc.stderr
+    assert "uncommitted changes" in proc.stderr and "matrix.yaml" in proc.stderr
+    assert project.branch() == "main"
+    assert not (project.p.work / "roll").exists()
+    _git(project.root, "checkout", "--", "matrix.yaml")
+    assert project.snapshot() == before
+
+
+def test_the_roll_stops_at_a_conflict_naming_the_hunk_and_abort_restores_every_file(project: Project):
+    before = project.snapshot()
+    proc = project.roll(*project.onto())
+    assert proc.returncode == EXIT_INCOMPLETE, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "patch 1 mark-line-5-of-the-notes.patch: 3-way" in out
+    assert "patch 2 of 5 mark-line-20-of-the-notes.patch: conflict — stopped" in out
+    assert "notes.txt @@ -17,7 +17,7 @@" in out
+    assert "line 20 (upstream rewrite)" in out and "line 20 (fork)" in out
+    assert project.branch() == f"roll/{project.new[:12]}"
+    dev = project.p.work / "dev" / "llama.cpp"
+    assert "<<<<<<<" in (dev / "notes.txt").read_text()  # the dev tree holds git's conflict
+    stopped = (project.p.work / "roll" / "roll.md").read_text()
+    assert "conflict: the roll stopped here" in stopped and "`notes.txt` `@@ -17,7 +17,7 @@" in stopped
+    # a second roll, or continuing before git am is done, is refused
+    again = project.roll(*project.onto())
+    assert again.returncode == EXIT_BAD_INPUT and "a roll is in progress" in again.stderr
+    early = project.roll("--continue")
+    assert early.returncode == EXIT_BAD_INPUT and "git am is still stopped" in early.stderr
+    aborted = project.roll("--abort")
+    assert aborted.returncode == EXIT_PASSED, aborted.stderr
+    assert project.branch() == "main"
+    assert project.snapshot() == before
+
+
+def test_a_hand_edit_of_base_commit_alone_is_refused_naming_what_disagrees(project: Project):
+    text = project.p.matrix.read_text().replace(f"commit: {project.old}", f"commit: {project.new}")
+    project.p.matrix.write_text(text)
+    with pytest.raises(MatrixError) as err:
+        load_matrix(project.p.matrix)
+    message = str(err.value)
+    assert "base.files.path: the pin disagrees with itself" in message
+    assert f"lists commit {project.old}" in message
+    assert f"holds commit {project.old}" in message  # the mirror archive's manifest
+    check = subprocess.run([sys.executable, "-m", "harness", "patches", "check", "--matrix", str(project.p.matrix),
+                            "--patches-dir", str(project.p.patches), "--work-dir", str(project.p.work)],
+                           env=project.p.env(), capture_output=True, text=True, cwd=ROOT)
+    assert check.returncode == EXIT_BAD_INPUT and "the pin disagrees with itself" in check.stderr
+    project.p.matrix.write_text(text.replace(f"commit: {project.new}", f"commit: {project.old}"))
+    load_matrix(project.p.matrix)  # the pin as it was agrees with itself
+
+
+def test_rewrite_yaml_replaces_scalars_and_removes_items_keeping_comments():
+    text = ("base:\n  commit: aaa  # the pin\n  sources:\n    - kind: local   # first\n      path: ../x\n"
+            "    - kind: pypi-sdist  # the sdist\n      version: 0.3.36\n      sha256: bbb\n"
+            "    - kind: git\n      url: https://example.org/x.git\n# after\n")
+    out = rewrite_yaml(text, {("base", "commit"): "ccc", ("base", "sources", 0, "path"): "../y"},
+                       [("base", "sources", 1)])
+    assert out == ("base:\n  commit: ccc  # the pin\n  sources:\n    - kind: local   # first\n      path: ../y\n"
+                   "    - kind: git\n      url: https://example.org/x.git\n# after\n")
+    last = rewrite_yaml(text, {("base", "sources", 1, "version"): "0.4"}, [("base", "sources", 2)])
+    assert "version: \"0.4\"" in last and "kind: git" not in last and last.endswith("# after\n")
+    with pytest.raises(KeyError):
+        rewrite_yaml(text, {("base", "nothing"): "x"})
+
+
+@pytest.mark.slow
+def test_roll_resolved_by_hand_continues_to_a_consistent_verified_pin(project: Project):
+    # a passed run of the old pin for the roll to triage against (results/ is not part of the checkout)
+    first = subprocess.run(project.p.argv("build", "test", "compare-outputs"), env=project.p.env(), cwd=ROOT,
+                           capture_output=True, text=True)
+    assert first.returncode == 0, first.stdout[-2000:]
+    old_run = (project.p.results / "latest").resolve().name
+    proc = project.roll(*project.onto())
+    assert proc.returncode == EXIT_INCOMPLETE, proc.stdout + proc.stderr
+    _resolve_by_hand(project.p.work / "dev" / "llama.cpp")
+    done = project.roll("--continue")
+    assert done.returncode == EXIT_PASSED, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "patch 3 mark-the-third-other-line.patch: dropped (already upstream)" in done.stdout
+    assert project.branch() == f"roll/{project.new[:12]}"
+    assert not _git(project.root, "status", "--porcelain", "--untracked-files=no")
+    # the pin names the new commit everywhere, and agrees with itself
+    m = load_matrix(project.p.matrix)
+    assert m.base_commit == project.new
+    assert m.base_files.name == f"llama.cpp-{project.new[:12]}.files"
+    assert not (project.root / "upstream-files" / f"llama.cpp-{project.old[:12]}.files").exists()
+    mirror = next(s for s in m.sources if s.kind == "archive")
+    assert mirror.path.name == f"llama.cpp-{project.new[:12]}.tar.gz" and mirror.path.is_file()
+    series = (project.p.patches / "series").read_text()
+    assert "mark-the-third-other-line.patch" not in series and "mark-line-20-of-the-notes.patch" in series
+    subject = _git(project.root, "log", "-1", "--format=%s")
+    assert subject == f"Roll upstream llama.cpp from {project.old[:12]} to {project.new[:12]}"
+    check = subprocess.run([sys.executable, "-m", "harness", "patches", "check", "--matrix", str(project.p.matrix),
+                            "--patches-dir", str(project.p.patches), "--work-dir", str(project.p.work)],
+                           env=project.p.env(), capture_output=True, text=True, cwd=ROOT)
+    assert check.returncode == 0, check.stdout + check.stderr
+    run_dir = (project.p.results / "latest").resolve()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["overall"] == "passed"
+    roll_md = (run_dir / "roll.md").read_text()
+    for line in ("| 1 | mark-line-5-of-the-notes.patch | 3-way |",
+                 "| 2 | mark-line-20-of-the-notes.patch | resolved by hand |",
+                 "| 3 | mark-the-third-other-line.patch | dropped (already upstream) |",
+                 "| 4 | mark-the-fifteenth-other-line.patch | clean |",
+                 "| 5 | start-the-argument-count-at-the-api-value.patch | clean |",
+                 "- between them: 1 upstream commits", "source 2 (archive): updated to",
+                 "## What upstream changed in the outputs", "tiny/one: identical"):
+        assert line in roll_md, line
+    assert f"## Against the old pin's last passed run ({old_run})" in roll_md
+    assert "no passed run of the old pin" not in roll_md
+    assert "-line 20 (fork)" not in roll_md  # the resolution kept the fork's line
+    assert "### mark-line-20-of-the-notes.patch: against its old version" in roll_md
+
+
+# --------------------------------------------------------------------------- the real series
+
+
+def clone_of_this_checkout(dst: Path) -> Path:
+    """A clone of this repository carrying the working tree as git sees it (tracked changes and untracked files
+    git does not ignore), so that the roll commits there and never here."""
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(dst)], check=True)
+    diff = subprocess.run(["git", "diff", "--binary", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+    if diff:
+        subprocess.run(["git", "apply", "--binary", "-"], cwd=dst, input=diff, check=True)
+    untracked = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                               capture_output=True, check=True).stdout
+    for name in filter(None, untracked.split(b"\0")):
+        target = dst / os.fsdecode(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((ROOT / os.fsdecode(name)).read_bytes())
+    if subprocess.run(["git", "status", "--porcelain"], cwd=dst, capture_output=True, text=True).stdout.strip():
+        _git(dst, "add", "-A")
+        _git(dst, "commit", "-q", "-m", "the working tree")
+    return dst
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_roll_onto_the_real_0_3_35_sdist_stops_at_patch_1_in_build_info_and_abort_restores(tmp_path: Path):
+    clone = clone_of_this_checkout(tmp_path / "clone")
+    before = snapshot(clone)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_RUN")}
+    argv = [sys.executable, "-m", "harness", "roll", "--onto", "pypi-sdist:llama-cpp-python==0.3.35"]
+    proc = subprocess.run(argv, cwd=clone, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == EXIT_INCOMPLETE, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "patch 1 of 5 build-info-name-the-applied-patch-series.patch: conflict — stopped" in proc.stdout
+    assert "common/build-info.cpp.in @@ -32,4 +37,5 @@" in proc.stdout  # as the forecast predicts (docs/forecast.md)
+    assert _git(clone, "rev-parse", "--abbrev-ref", "HEAD") == "roll/4df29be4f4c3"
+    assert "<<<<<<<" in (clone / ".harness" / "dev" / "llama.cpp" / "common" / "build-info.cpp.in").read_text()
+    aborted = subprocess.run([*argv[:4], "--abort"], cwd=clone, env=env, capture_output=True, text=True)
+    assert aborted.returncode == EXIT_PASSED, aborted.stderr
+    assert snapshot(clone) == before
+
+
+def test_an_sdist_whose_cached_checkout_vendors_another_commit_disagrees(project: Project, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch):
+    from dataclasses import replace
+
+    from harness.matrix.config import Source
+    from harness.matrix.pin import pin_problems
+    vendored = tmp_path / "cache" / "sdists" / "llama_cpp_python-9.9.9" / "llama_cpp_python-9.9.9" / "vendor" / "llama.cpp"
+    vendored.parent.mkdir(parents=True)
+    subprocess.run(["git", "clone", "--quiet", str(project.p.repo), str(vendored)], check=True)
+    _git(vendored, "checkout", "-q", "--detach", project.new)
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    sdist = Source("pypi-sdist", package="llama-cpp-python", version="9.9.9", subdir="vendor/llama.cpp")
+    matrix = replace(load_matrix(project.p.matrix), sources=(sdist,))
+    problems = pin_problems(matrix, lambda keys: 1)
+    assert problems == [f"{project.p.matrix}:1: base.sources.0.version: the pin disagrees with itself: "
+                        f"llama-cpp-python 9.9.9 vendors commit {project.new} (its vendor/llama.cpp in the download "
+                        f"cache), base.commit is {project.old[:12]} (`roll --onto SOURCE` writes every part of a pin)"]
+    _git(vendored, "checkout", "-q", "--detach", project.old)
+    assert pin_problems(matrix, lambda keys: 1) == []
