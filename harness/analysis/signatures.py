@@ -70,12 +70,12 @@ from __future__ import annotations
 
 import re
 import shlex
-import signal as _signal
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ..common.words import signal_name
 from ..record.gpu import SANITIZER_AT, SANITIZER_DETAIL, SANITIZER_NOT_A_REPORT, SANITIZER_REPORT
 from ..record.gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
 from ..stages.tests.native_tests import WRAPPER_DID_NOT_RUN
@@ -271,10 +271,7 @@ def signal_from_exit(code: int | None) -> str | None:
         return None
     number = -code if code < 0 else (code - 128 if 128 < code <= 192 else None)
     if number is not None:
-        try:
-            return _signal.Signals(number).name
-        except ValueError:
-            return f"signal {number}"
+        return signal_name(number)
     return WINDOWS_STATUS.get(code & 0xFFFFFFFF)
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..common.fs import read_json_or_none
 from .bench import BenchMeasurement, bench_measurements, read_bench
 from .results import BUILD_FILES, RunLayout
 
@@ -168,13 +169,6 @@ def llama_bench_rows(measurements: Sequence[BenchMeasurement], machine: Mapping[
     return rows
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def _build_commit_of(run_dir: Path, platform: str, variant: str) -> tuple[str, bool]:
     """(the commit the build's configure step printed, whether it enabled CUDA); the commit is the first 7
     hex digits of the sha256 of the variant's name where the run has no configure.log (a build restored
@@ -197,14 +191,14 @@ def run_settings(run_dir: Path, platform: str, configs: Sequence[str]) -> dict[s
     layout = RunLayout(run_dir)
     out = {}
     for config in configs:
-        cfg = _read_json(layout.config_json(platform, config))
+        cfg = read_json_or_none(layout.config_json(platform, config))
         if not isinstance(cfg, dict):
             continue
         build = str(cfg.get("build", ""))
         commit, cuda = _build_commit_of(run_dir, platform, build)
         model_file = ""
         for cmd in sorted(layout.speed(platform).glob(f"{config}.*.cmd")):
-            argv = (_read_json(cmd) or {}).get("argv") or []
+            argv = (read_json_or_none(cmd) or {}).get("argv") or []
             if "-m" in argv[:-1]:
                 model_file = str(argv[argv.index("-m") + 1])
                 break
@@ -215,11 +209,11 @@ def run_settings(run_dir: Path, platform: str, configs: Sequence[str]) -> dict[s
 
 def _test_time(run_dir: Path) -> str:
     """The start of the run's last command (run.json), else summary.json's ``updated``, else ""."""
-    run = _read_json(RunLayout(run_dir).run_json) or {}
+    run = read_json_or_none(RunLayout(run_dir).run_json) or {}
     commands = run.get("commands") or []
     if commands and commands[-1].get("started"):
         return str(commands[-1]["started"])
-    return str((_read_json(RunLayout(run_dir).summary_json) or {}).get("updated") or run.get("started") or "")
+    return str((read_json_or_none(RunLayout(run_dir).summary_json) or {}).get("updated") or run.get("started") or "")
 
 
 def rows_of_run(run_dir: Path, platform: str) -> list[dict[str, Any]]:

@@ -96,6 +96,9 @@ class Finding:
     message: str
     evidence: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.evidence = list(self.evidence)
+
 
 @dataclass(frozen=True)
 class Expectations:
