@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
-from ...kinds.nvidia import NO_PINNED, PIN_LAYERS, PIN_SIM_STICKY, PIN_SIM_TOTAL_MAX_MB
 from ...kinds.registry import GPUS, gpu_of
 from ...matrix.config import Platform, RunConfig
 
@@ -133,17 +132,18 @@ def uses_mmap(args: Sequence[str]) -> bool:
     return _arg_value(args, "--load-mode", "-lm") not in _MMAP_OFF_MODES
 
 
-def pin_layers(env: Mapping[str, str]) -> int | None:
-    """GGML_CUDA_MOE_PIN_LAYERS as the fork reads it (patch 0003, src/llama-moe-pin.h): a positive decimal
-    integer, else None (unset, or a value the fork ignores with a warning: ``4x``, ``0``, ``-1``)."""
-    raw = env.get(PIN_LAYERS)
+def pin_layers(env: Mapping[str, str], name: str | None) -> int | None:
+    """Variable ``name`` of ``env`` (a kind's ``pin-layers``: GGML_CUDA_MOE_PIN_LAYERS) as the fork reads it
+    (patch 0003, src/llama-moe-pin.h): a positive decimal integer, else None (unset, no such variable, or a
+    value the fork ignores with a warning: ``4x``, ``0``, ``-1``)."""
+    raw = env.get(name) if name else None
     if raw is None or not raw.isdigit() or int(raw) < 1:
         return None
     return int(raw)
 
 
-def _mib_env(env: Mapping[str, str], name: str) -> int | None:
-    raw = env.get(name, "")
+def _mib_env(env: Mapping[str, str], name: str | None) -> int | None:
+    raw = env.get(name, "") if name else ""
     return int(raw) * 2**20 if raw.isdigit() and int(raw) > 0 else None
 
 
@@ -210,37 +210,38 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
                       pinned="not checked: a memory-mapped model is not pinned",
                       warnings="not checked: a memory-mapped model is not pinned")
         return Expectations(experts=(LayerRange(0, None, homes["host-mmap"]),), origin=origin)
-    no_pinned = NO_PINNED in env  # tested for presence by the fork and upstream (harness.kinds.nvidia.ENV)
+    var = kind.pin_vars  # its pinning variables: harness.kinds.shape.PIN_ROLES
+    no_pinned = var.get("no-pinned") in env  # tested for presence by the fork and upstream (harness.kinds.nvidia.ENV)
     host = homes["host-unpinned" if no_pinned else "host"]
     fork = config.build == "fork"
-    n_pin = pin_layers(env) if fork else None
+    n_pin = pin_layers(env, var.get("pin-layers")) if fork else None
     if n_pin is not None and n_pin < max(n_layer, 1):
         experts = (LayerRange(0, n_pin - 1, host), LayerRange(n_pin, None, homes["host-unpinned"]))
-        origin["placement"] = f"default: --cpu-moe, mmap off, GGML_CUDA_MOE_PIN_LAYERS={n_pin}" + \
-                              (", GGML_CUDA_NO_PINNED" if no_pinned else "")
+        origin["placement"] = f"default: --cpu-moe, mmap off, {var['pin-layers']}={n_pin}" + \
+                              (f", {var['no-pinned']}" if no_pinned else "")
     else:
         experts = (LayerRange(0, None, host),)
-        origin["placement"] = "default: --cpu-moe, mmap off" + (", GGML_CUDA_NO_PINNED" if no_pinned else "")
+        origin["placement"] = "default: --cpu-moe, mmap off" + (f", {var['no-pinned']}" if no_pinned else "")
     if not fork:
         origin.update(pinned="not checked: upstream's build logs no pin records",
                       warnings="not checked: upstream's build logs no pin warnings")
         return Expectations(experts=experts, origin=origin)
     by_layer = list(model.get("expert_tensor_bytes_by_layer") or [])
     total = sum(by_layer)
-    cap = _mib_env(env, PIN_SIM_TOTAL_MAX_MB)
-    sticky = env.get(PIN_SIM_STICKY, "0") not in ("", "0")
+    cap = _mib_env(env, var.get("sim-total-max-mb"))
+    sticky = "sim-sticky" in var and env.get(var["sim-sticky"], "0") not in ("", "0")
     present: list[str] = []
     absent: list[str] = []
     if no_pinned:
         pinned = Pinned(0.0, 0.0)
-        why = "GGML_CUDA_NO_PINNED: nothing pinned"
+        why = f"{var['no-pinned']}: nothing pinned"
     elif sticky:
         pinned = None
-        why = "not checked: GGML_CUDA_PIN_SIM_STICKY refuses every call after the first refusal"
+        why = f"not checked: {var['sim-sticky']} refuses every call after the first refusal"
         present.append("no-pin")
     elif cap is not None:
         pinned = Pinned(cap_bytes=cap)
-        why = f"GGML_CUDA_PIN_SIM_TOTAL_MAX_MB={cap // 2**20}: at least what the cap allows"
+        why = f"{var['sim-total-max-mb']}={cap // 2**20}: at least what the cap allows"
         present.append("partial-pin")
     else:
         share = 1.0
@@ -250,11 +251,10 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
         why = f"experts of layers 0-{min(n_pin, n_layer) - 1} pinned" if n_pin is not None else "full pin"
         absent += ["partial-pin", "no-pin"]
     origin["pinned"] = why if why.startswith("not checked") else f"default: {why}"
-    raw_pin = env.get(PIN_LAYERS)
-    if raw_pin is not None:
+    if var.get("pin-layers") in env:
         (absent if n_pin is not None else present).append("pin-layers-invalid")
         (present if n_pin is not None and n_layer and n_pin > n_layer else absent).append("pin-layers-clamped")
-    origin["warnings"] = "default: from GGML_CUDA_NO_PINNED, GGML_CUDA_PIN_SIM_*, GGML_CUDA_MOE_PIN_LAYERS"
+    origin["warnings"] = f"default: from {', '.join(var.values())}"
     return Expectations(experts=experts, pinned=pinned, present=tuple(present), absent=tuple(absent), origin=origin)
 
 

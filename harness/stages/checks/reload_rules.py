@@ -6,7 +6,6 @@ reloads, import only this.
 
 from __future__ import annotations
 
-from ...kinds.nvidia import NO_PINNED
 from ...kinds.registry import gpu_of
 from ...matrix.config import Matrix, Platform, RunConfig
 from .expectation_rules import uses_mmap
@@ -14,10 +13,12 @@ from .expectation_rules import uses_mmap
 
 def pin_configuration(platform: Platform, config: RunConfig) -> bool:
     """True for a configuration whose expert tensors the fork pins: the fork's build on a platform with a GPU,
-    ``--cpu-moe``, mmap off (:func:`uses_mmap`), GGML_CUDA_NO_PINNED unset."""
-    return (gpu_of(platform).has_device and config.build == "fork"
+    ``--cpu-moe``, mmap off (:func:`uses_mmap`), the kind's ``no-pinned`` variable (GGML_CUDA_NO_PINNED:
+    harness.kinds.shape.GpuKind.pin_vars) unset."""
+    kind = gpu_of(platform)
+    return (kind.has_device and config.build == "fork"
             and ("--cpu-moe" in config.args or "-cmoe" in config.args) and not uses_mmap(config.args)
-            and NO_PINNED not in config.env)
+            and kind.pin_vars.get("no-pinned") not in config.env)
 
 
 def reload_count(matrix: Matrix, platform: Platform, config: RunConfig) -> int:

@@ -41,7 +41,8 @@ from typing import Any
 
 from ...common import proc
 from ...common.fs import sha256_files
-from ...kinds import nvidia
+from ...kinds.cpu import CPU
+from ...kinds.shape import GpuKind
 from ...record import environment
 from ...record.cache import DigestMemo, Hit, ResultCache, identity_key, images_digest
 from ..build.binaries import build_labels, shared_libraries
@@ -81,24 +82,19 @@ def emulator_version(argv: Sequence[str], env: Mapping[str, str]) -> str:
     return _EMULATOR_VERSIONS[key]
 
 
-def machine_facts(gpu: bool, cmake_cache: Path | None = None) -> dict[str, Any]:
-    """What of this machine can change a result: CPU model and count, C library, OS; for ``gpu``, the
-    NVIDIA GPUs (name, driver, memory, compute capability), the driver's CUDA version and the bytes of the
-    CUDA runtime and cuBLAS the build links (from ``CUDAToolkit_LIBRARY_DIR`` in ``cmake_cache``)."""
+def machine_facts(kind: GpuKind, cmake_cache: Path | None = None) -> dict[str, Any]:
+    """What of this machine can change a result of a platform of GPU kind ``kind``: CPU model and count, C
+    library, OS; for a kind with a device, what the kind says of it (harness.kinds.shape.GpuKind): its devices
+    here (``gpus``: name, driver, memory, ...), its driver's version (``<backend>_driver``) and the bytes of the
+    runtime libraries the build links (``<backend>_runtime``, found from ``cmake_cache``): for NVIDIA
+    ``cuda_driver`` and the CUDA runtime and cuBLAS."""
     facts: dict[str, Any] = {"cpu": environment.cpu_model(), "cpus": os.cpu_count(), "system": pyplatform.system(),
                              "libc": list(pyplatform.libc_ver())}
-    if gpu:
-        facts["gpus"] = nvidia.nvidia_gpus()
-        facts["cuda_driver"] = environment.cuda_driver_version()
-        lib_dir = None
-        try:
-            for line in (cmake_cache.read_text().splitlines() if cmake_cache else []):
-                if line.startswith("CUDAToolkit_LIBRARY_DIR:"):
-                    lib_dir = Path(line.split("=", 1)[1])
-        except OSError:
-            pass
-        libs = sorted(lib_dir.glob("libcu*.so*")) if lib_dir and lib_dir.is_dir() else []
-        facts["cuda_runtime"] = images_digest([p for p in libs if p.is_file()])
+    if kind.has_device:
+        driver, _ = kind.version_keys()
+        facts["gpus"] = kind.inventory()
+        facts[driver] = kind.driver_version()
+        facts[f"{kind.backend.lower()}_runtime"] = images_digest(kind.runtime_libraries(cmake_cache))
     return facts
 
 
@@ -119,18 +115,18 @@ class SideIdentity:
 
 
 def side_identity(bin_dir: Path, programs: Sequence[str], emulator_argv: Sequence[str] = (),
-                  emulator_env: Mapping[str, str] | None = None, gpu: bool = False) -> SideIdentity:
+                  emulator_env: Mapping[str, str] | None = None, kind: GpuKind = CPU) -> SideIdentity:
     """The :class:`SideIdentity` of the build whose binaries are in ``bin_dir``.
 
     ``programs``: the executables' file names (engine and llama-completion, with the platform's suffix);
     every shared library in ``bin_dir`` is added.  ``emulator_argv``/``emulator_env``: the emulator that
-    runs them (empty for a native platform).  ``gpu``: add the GPU facts.  Raises OSError when a program
+    runs them (empty for a native platform).  ``kind``: the platform's GPU kind (:func:`machine_facts`).  Raises OSError when a program
     cannot be read.
     """
     build_dir = bin_dir.parent
     files = [bin_dir / p for p in programs] + shared_libraries(bin_dir)
     facts: dict[str, Any] = {"images": images_digest(files, build_labels(build_dir)),
-                             "machine": machine_facts(gpu, build_dir / "CMakeCache.txt"),
+                             "machine": machine_facts(kind, build_dir / "CMakeCache.txt"),
                              "inherited_env": inherited_environment()}
     paths = {str(bin_dir): "<bin>"}
     if emulator_argv:

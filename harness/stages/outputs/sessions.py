@@ -52,7 +52,7 @@ class Sessions:
             emu = self.builds.emulator(q)
             sfx = executable_suffix(q)
             return side_identity(b.bin_dir, [f"{ENGINE_TARGET}{sfx}", f"llama-completion{sfx}"],
-                                 emu.argv if emu else (), dict(emu.env) if emu else {}, gpu=gpu_of(q).has_device)
+                                 emu.argv if emu else (), dict(emu.env) if emu else {}, kind=gpu_of(q))
         return SessionCache(self.results_cache, self.run.id, identity, DigestMemo(self.results_cache.root / "digests"))
 
     def hooks(self, p: Platform) -> Hooks:
