@@ -79,7 +79,7 @@ from ..common.words import signal_name
 from ..record.gpu import SANITIZER_AT, SANITIZER_DETAIL, SANITIZER_NOT_A_REPORT, SANITIZER_REPORT
 from ..record.gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
 from ..stages.tests.native_tests import WRAPPER_DID_NOT_RUN
-from ..stages.tests.sanitized_generation import CRASH_LABEL, CRASH_TOOL, sanitized_stem
+from ..stages.outputs.sanitized_generation import CRASH_LABEL, CRASH_TOOL, sanitized_stem
 from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
 from ..record.expectations import read_expectations
 from ..record.reloads import read_reload_check
@@ -731,7 +731,7 @@ def _classify_generate(run_dir: Path, step: StepRecord) -> Signature:
 
 def _with_crash_memcheck(layout: RunLayout, step: StepRecord, fact: Failure, found: Signature | None) -> Signature | None:
     """``found`` (the crash's signature from its logs, or None) with the first error of the crash's run once more under
-    memcheck (harness.stages.tests.sanitized_generation) joined to its key and summary; ``found`` unchanged where
+    memcheck (harness.stages.outputs.sanitized_generation) joined to its key and summary; ``found`` unchanged where
     that run reported nothing or did not run."""
     stem = sanitized_stem(layout.config(step.platform, step.config), fact.model, fact.prompt, CRASH_LABEL)
     san = _sanitizer(_read(stem.with_name(stem.name + ".sanitizer.log")), "", (), CRASH_TOOL)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from .build import build_stage, compile_stage
 from .checks import expectations, reloads
-from .outputs import compare_stage
+from .outputs import compare_stage, sanitized_generation
 from .shape import COMMANDS, Stage
 from .speed import speed
-from .tests import sanitized_generation, tests_stage
+from .tests import tests_stage
 
 #: The stages, in the order they run.
 STAGES: tuple[Stage, ...] = (

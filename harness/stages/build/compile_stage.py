@@ -33,7 +33,7 @@ def run_compile(ctx: Context) -> None:
     It runs in a thread beside the builds, which the build stage's thread may wait for while it holds builds:
     so this thread takes only locks after those (harness.common.locks.joined_by_holder_of)."""
     joined_by_holder_of(Rank.BUILD)
-    for p in (ctx.matrix.platform(n) for n in ctx.selected()):
+    for p in (ctx.matrix.platform(n) for n in ctx.selection.platform_names()):
         if not compiles_instead(p):
             continue
         fork = compile_variant(ctx, p, "fork")

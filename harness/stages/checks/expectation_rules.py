@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from ...kinds.registry import GPUS, gpu_of
 from ...matrix.config import Platform, RunConfig
+from ...matrix.loading import arg_value, uses_mmap
 
 #: The rules, in the order they are checked and reported.
 RULES = ("placement", "weights", "pinned", "mapped", "claims", "warnings")
@@ -30,7 +31,6 @@ WARNINGS = {
     "pin-layers-no-effect": "GGML_CUDA_MOE_PIN_LAYERS has no effect (the model is memory-mapped, or no host buffer)",
 }
 
-_MMAP_OFF_MODES = ("none", "dio")
 #: The buffer type of the weights upstream repacks for its CPU kernels (ggml-cpu/repack.cpp).
 REPACK = "CPU_REPACK"
 _LAYER_KEY = re.compile(r"^(\d+)(?:-(\d*))?$")
@@ -113,25 +113,6 @@ class Expectations:
     mapped: bool | None = None
 
 
-def _arg_value(args: Sequence[str], *names: str) -> str | None:
-    """The value after the last of ``names`` in ``args`` (``--flag value`` or ``--flag=value``), or None."""
-    value = None
-    for i, a in enumerate(args):
-        for n in names:
-            if a == n and i + 1 < len(args):
-                value = args[i + 1]
-            elif a.startswith(n + "="):
-                value = a[len(n) + 1:]
-    return value
-
-
-def uses_mmap(args: Sequence[str]) -> bool:
-    """True when llama memory-maps the model with these arguments: load mode ``auto`` (default), ``mmap``,
-    ``mlock`` or ``mmap+mlock``; False for ``--load-mode none`` or ``dio`` (``-lm``; common/arg.cpp at
-    the pinned commit, which has no other mmap option)."""
-    return _arg_value(args, "--load-mode", "-lm") not in _MMAP_OFF_MODES
-
-
 def pin_layers(env: Mapping[str, str], name: str | None) -> int | None:
     """Variable ``name`` of ``env`` (a kind's ``pin-layers``: GGML_CUDA_MOE_PIN_LAYERS) as the fork reads it
     (patch 0003, src/llama-moe-pin.h): a positive decimal integer, else None (unset, no such variable, or a
@@ -195,7 +176,7 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
                       warnings="not checked: no pin warnings on the CPU platform")
         return Expectations(experts=(LayerRange(0, None, f"{home}|{REPACK}"),), weights=(home, REPACK), origin=origin)
     origin["weights"] = "not checked: model weights are split between device and host buffers by design"
-    if _arg_value(args, "-ot", "--override-tensor", "-ncmoe", "--n-cpu-moe") is not None:
+    if arg_value(args, "-ot", "--override-tensor", "-ncmoe", "--n-cpu-moe") is not None:
         origin.update(placement="not checked: tensors placed by pattern (-ot/--n-cpu-moe); declare the placement",
                       pinned="not checked: placement by pattern", warnings="not checked: placement by pattern")
         return Expectations(origin=origin)

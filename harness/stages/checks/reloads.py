@@ -2,7 +2,7 @@
 
 A server loads a model, frees it and loads it again in one process; a load that keeps a
 registration past its free leaves page-locked memory behind, and the next load may get less.
-For the pin configurations (harness.stages.checks.reload_rules.reload_count) the comparisons ask an engine process of
+For the pin configurations (harness.matrix.loading.reload_count) the comparisons ask an engine process of
 their own to load, probe and free the model ``count`` times (harness.record.reloads).  Each
 configuration so asked gets a step ``reloads``; per model and per load, after its free:
 
@@ -38,7 +38,7 @@ from ...record.results import Failure, RunLayout, StepRecord, write_json
 from .checks import CheckContext, check_stage
 from .expectation_probe import mib
 from .expectation_rules import Finding
-from .reload_rules import reload_count
+from ...matrix.loading import reload_count
 
 #: The step every configuration asked to reload gets.
 STEP_NAME = "reloads"
@@ -165,7 +165,7 @@ def check_config(layout: RunLayout, matrix: Matrix, platform: Platform, config: 
 
 def check(ctx: CheckContext) -> Iterable[StepRecord]:
     """The ``reloads`` step of every configuration of ``ctx.configs`` that generated on ``ctx.platform`` and is
-    asked to reload (harness.stages.checks.reload_rules.reload_count; a check of harness.stages.checks.checks)."""
+    asked to reload (harness.matrix.loading.reload_count; a check of harness.stages.checks.checks)."""
     for name in ctx.configs:
         config = ctx.matrix.configs.get(name)
         generate = ctx.run.step(ctx.platform.name, name, "generate")

@@ -40,7 +40,7 @@ def run_compare(ctx: Context) -> None:
     chosen = ctx.platforms("compare-outputs")
     refuse_what_cannot_run(ctx, chosen)
     for p in chosen:
-        groups = [g for g in p.groups if not ctx.opts.groups or g in ctx.opts.groups]
+        groups = ctx.selection.group_names(p.name)
         gen_steps: dict[str, list[Failure]] = {}
         visible = gpu_of(p).visible()
         runnable = []
@@ -48,7 +48,7 @@ def run_compare(ctx: Context) -> None:
             why = group_fits(p, ctx.matrix.groups[gname], visible)
             if why:
                 ctx.run.record_step(StepRecord(p.name, gname, "compare-outputs", "skipped", detail=why))
-                if gname in ctx.opts.groups:
+                if ctx.selection.names_group(gname):
                     ctx.run.mark_incomplete(f"{p.name}: group {gname} skipped: {why}")
                 ctx.say(f"[{p.name}] {gname}: skipped: {why}")
                 continue
@@ -57,7 +57,7 @@ def run_compare(ctx: Context) -> None:
         if not any(c.platform == p.name for c in ctx.run.comparisons) and not gen_steps:
             ctx.run.mark_incomplete(f"{p.name}: compare-outputs selected no comparison "
                                     f"(groups {', '.join(p.groups) or 'none'}; filters: "
-                                    f"{', '.join(ctx.opts.groups + ctx.opts.models) or 'none'})")
+                                    f"{ctx.selection.filters()})")
         record_generate_steps(ctx, p, runner, gen_steps)
         for config, per_model in ctx.sessions.placements.get(p.name, {}).items():
             write_json(ctx.run.layout.placement_json(p.name, config), per_model)

@@ -32,20 +32,16 @@ run succeeded are stored.
 from __future__ import annotations
 
 import json
-import os
-import platform as pyplatform
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...common import proc
 from ...common.fs import sha256_files
 from ...kinds.cpu import CPU
 from ...kinds.shape import GpuKind
-from ...record import environment
 from ...record.cache import DigestMemo, Hit, ResultCache, identity_key, images_digest
-from ..build.binaries import build_labels, shared_libraries
+from ..build.binaries import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
 from .compare import GenerationResult, GenerationSpec, from_text_mode, prepare_generation, split_completion_stdout
 from .engine import EngineGeneration, parse_generation
 
@@ -58,50 +54,10 @@ FORMAT = 1
 #: Harness modules whose code decides how a generation runs and is read back (their bytes enter the key).
 HARNESS_SOURCES = ("compare.py", "engine.py", "greedy.py", "generation_cache.py")
 
-#: Prefixes of inherited environment variables that reach the programs' results (llama.cpp's LLAMA_ARG_*,
-#: ggml's GGML_*, the CUDA runtime, OpenMP, Wine, the dynamic loader); they enter every key.
-INHERITED_PREFIXES = ("LLAMA_", "GGML_", "CUDA_", "OMP_", "GOMP_", "KMP_", "WINE", "LD_")
-
 def harness_digest() -> str:
     """sha256 over :data:`HARNESS_SOURCES` (name and bytes)."""
     here = Path(__file__).resolve().parent
     return sha256_files(here / name for name in HARNESS_SOURCES)
-
-
-_EMULATOR_VERSIONS: dict[tuple[str, ...], str] = {}
-
-
-def emulator_version(argv: Sequence[str], env: Mapping[str, str]) -> str:
-    """``<emulator> --version``'s first line (Wine: ``wine-8.0 (Debian 8.0~repack-4)``), once per process."""
-    key = tuple(argv)
-    if key not in _EMULATOR_VERSIONS:
-        done, out, _ = proc.run_capture([*argv, "--version"], env={**os.environ, **env}, timeout_s=60,
-                                        merge_stderr=True)
-        lines = out.decode("utf-8", "replace").strip().splitlines()
-        _EMULATOR_VERSIONS[key] = (lines[0] if lines else "") + f" (exit {done.returncode})"
-    return _EMULATOR_VERSIONS[key]
-
-
-def machine_facts(kind: GpuKind, cmake_cache: Path | None = None) -> dict[str, Any]:
-    """What of this machine can change a result of a platform of GPU kind ``kind``: CPU model and count, C
-    library, OS; for a kind with a device, what the kind says of it (harness.kinds.shape.GpuKind): its devices
-    here (``gpus``: name, driver, memory, ...), its driver's version (``<backend>_driver``) and the bytes of the
-    runtime libraries the build links (``<backend>_runtime``, found from ``cmake_cache``): for NVIDIA
-    ``cuda_driver`` and the CUDA runtime and cuBLAS."""
-    facts: dict[str, Any] = {"cpu": environment.cpu_model(), "cpus": os.cpu_count(), "system": pyplatform.system(),
-                             "libc": list(pyplatform.libc_ver())}
-    if kind.has_device:
-        driver, _ = kind.version_keys()
-        facts["gpus"] = kind.inventory()
-        facts[driver] = kind.driver_version()
-        facts[f"{kind.backend.lower()}_runtime"] = images_digest(kind.runtime_libraries(cmake_cache))
-    return facts
-
-
-def inherited_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The inherited variables of :data:`INHERITED_PREFIXES` (``environ``: default os.environ)."""
-    env = os.environ if environ is None else environ
-    return {k: v for k, v in sorted(env.items()) if k.startswith(INHERITED_PREFIXES)}
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from ...common.console import Console, Step
 from ...matrix.config import Generation, Matrix, Platform
+from ...matrix.loading import reload_count
 from ...kinds.registry import gpu_of, os_of
 from ...matrix.platforms import executable_suffix
 from ...record import gpu
@@ -19,7 +20,6 @@ from ...record.progress import InProgress
 from ...record.results import Run, RunLayout, write_json
 from ..build.builds import Builds
 from ..build.cross import Emulator
-from ..checks.reload_rules import reload_count
 from .compare import GenerationSpec
 from ..build.engine_target import ENGINE_TARGET
 from .engine import engine_argv

@@ -133,12 +133,13 @@ def rules_for(pipe: Pipeline, p: Platform) -> list[Rule]:
     model ``--model`` leaves in."""
     opts, matrix = pipe.opts, pipe.matrix
     visible = gpu_of(p).visible()
+    selected = pipe.selection.group_names(p.name)
     out = []
     for gname in p.groups:
         group = matrix.groups[gname]
         speed: GroupSpeed | None = group.speed
-        if speed is None or not speed.measured_on(p.name) or (opts.groups and gname not in opts.groups) or \
-                (opts.models and speed.model not in opts.models):
+        if speed is None or not speed.measured_on(p.name) or gname not in selected or \
+                not pipe.selection.takes_model(speed.model):
             continue
         if group_fits(p, group, visible):
             continue  # the comparisons recorded the skip
@@ -156,7 +157,7 @@ def stage_speed(pipe: Pipeline) -> None:
     nothing at all with ``--no-bench``."""
     if not pipe.opts.bench:
         return
-    for name in pipe.opts.platforms or list(pipe.matrix.platforms):
+    for name in pipe.selection.platform_names():
         p = pipe.matrix.platform(name)
         if cannot_run(p):
             continue  # the comparisons recorded why

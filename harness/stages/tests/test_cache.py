@@ -35,8 +35,7 @@ from ...kinds.shape import GpuKind
 from ...record.cache import ResultCache, abstract_paths, identity_key, image_digest, images_digest
 from ...record.results import TESTS_FILES
 from ..build.build import find_tool
-from ..build.binaries import build_labels, shared_libraries
-from ..outputs.generation_cache import emulator_version, inherited_environment, machine_facts
+from ..build.binaries import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
 from ...record.native_tests import TestCase, TestRun
 from .native_tests import run_ctest
 
