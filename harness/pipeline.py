@@ -33,9 +33,18 @@ from .stages.build.source import BaseTree, cache_dir
 from .stages.options import Options
 from .stages.outputs.sessions import Sessions
 from .stages.shape import Context, Stage
-from .stages.table import STAGES, stages_of, steps_of_role
+from .stages.table import STAGES, stages_of, steps_of_role, undeclared
 
-__all__ = ["Options", "open_context", "run_command", "run_stage", "run_stages"]
+__all__ = ["Options", "STRICT_ENV", "UndeclaredStep", "open_context", "run_command", "run_stage", "run_stages"]
+
+#: Set to ``1`` (the test suite does, tests/conftest.py), a step that no stage declares with its status stops the
+#: run with :class:`UndeclaredStep`; otherwise it is recorded and named in one console line.
+STRICT_ENV = "HARNESS_STRICT_STAGES"
+
+
+class UndeclaredStep(RuntimeError):
+    """A stage recorded a step, or a status of one, that its declaration does not name (harness.stages.shape
+    .StepSpec); the message lists them."""
 
 
 def open_context(matrix: Matrix, run: Run, opts: Options, say: Callable[[str], None] | None = None,
@@ -120,6 +129,8 @@ def _run_commands(ctx: Context, run: Run, stages: Sequence[str], table: tuple[St
     for i, command in enumerate(stages):
         try:
             run_command(ctx, stages_of(command, table))
+            if i == len(stages) - 1:
+                _check_declared(ctx, table)
         except BaseException as exc:
             proc.terminate_all()
             why = describe_abort(exc)
@@ -140,6 +151,16 @@ def _run_commands(ctx: Context, run: Run, stages: Sequence[str], table: tuple[St
             raise
     _finish(run, ctx.results_cache, table)
     return VERDICT_EXIT_CODES[run.overall()]
+
+
+def _check_declared(ctx: Context, table: tuple[Stage, ...]) -> None:
+    """Hold what the stages recorded so far to what ``table``'s stages declare (harness.stages.table.undeclared):
+    raise UndeclaredStep under :data:`STRICT_ENV`, else say each step that no stage declares."""
+    found = undeclared(list(ctx.run.steps), table)
+    if found and os.environ.get(STRICT_ENV) == "1":
+        raise UndeclaredStep("steps no stage declares with their status: " + "; ".join(found))
+    for line in found:
+        ctx.say(f"warning: {line}: no stage declares this step with this status (harness/stages/table.py)")
 
 
 def _finish(run: Run, cache: ResultCache | None = None, table: tuple[Stage, ...] = STAGES) -> None:

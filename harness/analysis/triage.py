@@ -58,12 +58,14 @@ from ..common.words import size_text
 from ..record.results import (COMPARISON, DIVERGED, GENERATION_FAILURES, KILLED, STEP, STEP_ERROR, STEP_INTERRUPTED,
                               STEP_PASSED, ComparisonRecord, RecordError, RunLayout, StepRecord, describe_cache,
                               describe_cached, shown_as_reused)
+from ..record.expectations import EXPECTATIONS_STEP
 from ..record.inputs import read_run_info
 from ..record.loads import PinLadder, read_pin_ladder
 from ..record.summary import RunSummary, read_run
 from . import memory_changes
 from .signatures import load_signatures
 from ..matrix.config import load_matrix
+from ..stages.table import step_spec
 from .speed_diff import SpeedChange, compare_speed
 from .speed_ratios import rule_factors, same_mode_upstream
 
@@ -571,7 +573,7 @@ def _memory_transitions(a: Path, b: Path, pin_changes: list[PinChange], sa: RunS
     A move is a fix instead where it made the configuration's ``expectations`` step go from failed to
     passed (the buffers went back where they belong)."""
     def expectations(summary: RunSummary, platform: str, config: str) -> str:
-        return summary.step_status(platform, config, "expectations") or "absent"
+        return summary.step_status(platform, config, EXPECTATIONS_STEP) or "absent"
 
     out = []
     for c in memory_changes.placement_changes(a, b):
@@ -671,8 +673,9 @@ def _timing_changes(sa: RunSummary, sb: RunSummary) -> list[TimingChange]:
     for s in sb.steps:
         key = (s.platform, s.config, s.step)
         a = steps_a.get(key)
-        if not a or not (key[2] == "build" or key[2].startswith("test")):
-            continue  # only build and test steps have meaningful times
+        spec = step_spec(key[2])
+        if not a or spec is None or not spec.timed:
+            continue  # only the steps whose stage times their work (a build, a test run) have meaningful times
         if a.status != STEP_PASSED or s.status != STEP_PASSED:
             continue  # a failed step stops early; its time says nothing
         if any(x.up_to_date or x.cached for x in (a, s)):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common.fs import read_json_or_none
-from .expectations import read_expectations
+from .expectations import EXPECTATIONS_STEP, read_expectations
 from .probe import layers_by_type_text
 
 
@@ -53,7 +53,7 @@ def review_lines(run: Any) -> list[str]:
     rows = []
     speeds: dict[str, dict[tuple[str, str], tuple[float, float]]] = {}
     for step in run.steps:
-        if step.step != "expectations":
+        if step.step != EXPECTATIONS_STEP:
             continue
         record = read_expectations(run.layout.expectations_json(step.platform, step.config))
         if record is None:

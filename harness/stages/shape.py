@@ -6,9 +6,12 @@ A stage (:class:`Stage`) declares, once:
 * ``command``: the command-line stage it belongs to (:data:`COMMANDS`: ``build``, ``test``,
   ``compare-outputs``), and ``role``: the folder under ``harness/stages/`` it lives in (:data:`ROLES`);
 * ``reads``: what it takes from the run (:data:`READS`), and ``writes``: what it adds (:data:`WRITES`);
-* ``steps``: the step names it records (a name ending in ``:`` or ``-`` is a prefix: ``speed:`` for
-  ``speed:<group>:<metric>``, ``test-`` for ``test-<tool>``), and ``statuses``: the step statuses it
-  may give them (harness.record.results.STEP); ``interrupted`` is the run loop's, never declared;
+* ``steps``: the steps it records, each a :class:`StepSpec`: its name (a name ending in ``:`` or ``-`` is
+  a prefix: ``speed:`` for ``speed:<group>:<metric>``, ``test-`` for ``test-<tool>``), the statuses it
+  may end in (the named constants of harness.record.results.STEP; ``interrupted`` is the run loop's,
+  never declared) and what its failure is read from (:data:`EVIDENCE`: the signatures, the logs a
+  report shows and review ask the step's declaration, harness.stages.table.step_spec); the run loop
+  holds what a stage records to them (harness.stages.table.undeclared);
 * ``run``: a function of the :class:`Context` that does its work and returns the steps it decided
   (the run loop records each and says it in one line); steps found deep in its work (a build that a
   comparison asks for) it records through ``ctx.run`` as they finish, so an interrupt keeps them;
@@ -36,7 +39,7 @@ from ..matrix.platforms import cannot_build, cannot_run, compiles_instead
 from ..matrix.selection import Selection
 from ..record.cache import ResultCache
 from ..record.progress import InProgress
-from ..record.results import STEP_STATUSES, Run, StepRecord
+from ..record.results import STEP_INTERRUPTED, STEP_STATUSES, Run, StepRecord
 from .command_names import STAGE_COMMANDS
 from .options import Options
 
@@ -57,36 +60,98 @@ READS = ("matrix", "source", "builds", "models", "records")
 WRITES = ("builds", "steps", "comparisons", "files")
 
 
+#: What a failed step is read from, the ``evidence`` of a :class:`StepSpec`: harness.analysis.signatures makes
+#: a failed step's signature and finds the logs that show why by it, never by the step's name.
+EVIDENCE = {
+    "build-logs": "configure.log, build.log, their .rc files and error.log of the step's build directory, and "
+                  "the patch that did not apply",
+    "compile-logs": "the same files of the step's compile directory (a platform compiled, not run)",
+    "test-logs": "tests.json, junit.xml, ctest.log and the failed tests' logs of the step's tests directory",
+    "generations": "the step's failure facts and the .stderr and .cmd files of the generations they name",
+    "sanitizer-log": "the compute-sanitizer log the step names (its ``log``)",
+    "expectations": "the findings of the configuration's expectations.json",
+    "reloads": "the findings of the configuration's reloads.json",
+    "speed-rule": "the rule's record in the platform's bench.json",
+    "detail": "the step's failure facts and detail alone",
+}
+
+#: The statuses a stage may declare: every step status but the run loop's ``interrupted``.
+DECLARABLE = tuple(s for s in STEP_STATUSES if s != STEP_INTERRUPTED)
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One step a stage records: its ``name`` (ending in ``:`` or ``-``: a prefix), the ``statuses`` it may end
+    in (named constants of harness.record.results), its ``evidence`` (:data:`EVIDENCE`) and whether it is
+    ``timed``: its seconds measure the work itself (a build, a test run), so triage compares them across runs.
+    Raises ValueError for a status or evidence outside its vocabulary."""
+
+    name: str
+    statuses: tuple[str, ...]
+    evidence: str = "detail"
+    timed: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.statuses if s not in DECLARABLE]
+        if unknown or not self.statuses:
+            raise ValueError(f"step {self.name}: statuses {', '.join(map(repr, unknown))} not in {DECLARABLE}")
+        if self.evidence not in EVIDENCE:
+            raise ValueError(f"step {self.name}: evidence {self.evidence!r} not in {tuple(EVIDENCE)}")
+
+    def matches(self, step: str) -> bool:
+        """Whether step name ``step`` is this one (or of this prefix)."""
+        return step.startswith(self.name) if self.name.endswith((":", "-")) else step == self.name
+
+
 @dataclass(frozen=True)
 class Stage:
-    """One stage of a run (see the module docstring).  Raises ValueError when a declared name is outside its
-    vocabulary (:data:`COMMANDS`, :data:`ROLES`, :data:`READS`, :data:`WRITES`, the step statuses)."""
+    """One stage of a run (see the module docstring).  ``steps``: a :class:`StepSpec` each; a bare name stands for
+    a step that may end in any of ``statuses`` and whose failure is read from its detail.  Raises ValueError when
+    a declared name is outside its vocabulary (:data:`COMMANDS`, :data:`ROLES`, :data:`READS`, :data:`WRITES`,
+    the step statuses, :data:`EVIDENCE`)."""
 
     name: str
     command: str
     role: str
     reads: tuple[str, ...]
     writes: tuple[str, ...]
-    steps: tuple[str, ...]
-    statuses: tuple[str, ...]
+    steps: tuple[StepSpec, ...]
     run: Callable[["Context"], Iterable[StepRecord] | None]
     beside: bool = False
+    statuses: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         checks = (("command", (self.command,), COMMANDS), ("role", (self.role,), ROLES),
                   ("reads", self.reads, READS), ("writes", self.writes, WRITES),
-                  ("statuses", self.statuses, tuple(s for s in STEP_STATUSES if s != "interrupted")))
+                  ("statuses", self.statuses, DECLARABLE))
         for what, names, known in checks:
             unknown = [n for n in names if n not in known]
             if unknown:
                 raise ValueError(f"stage {self.name}: {what} {', '.join(map(repr, unknown))} not in {known}")
         if not self.steps:
             raise ValueError(f"stage {self.name}: declares no step")
+        specs = tuple(s if isinstance(s, StepSpec) else StepSpec(s, self.statuses) for s in self.steps)
+        object.__setattr__(self, "steps", specs)
+        object.__setattr__(self, "statuses", tuple(dict.fromkeys(st for s in specs for st in s.statuses)))
+
+    @property
+    def step_names(self) -> tuple[str, ...]:
+        """The names of its steps, in declaration order."""
+        return tuple(s.name for s in self.steps)
+
+    def spec(self, step: str) -> StepSpec | None:
+        """The declaration of step name ``step`` (:meth:`StepSpec.matches`), None when it declares none."""
+        return next((s for s in self.steps if s.matches(step)), None)
 
     def records(self, step: str) -> bool:
         """Whether ``step`` is one of the step names this stage declares (a declared name ending in ``:`` or ``-``
         is a prefix)."""
-        return any(step.startswith(s) if s.endswith((":", "-")) else step == s for s in self.steps)
+        return self.spec(step) is not None
+
+    def declares(self, step: str, status: str) -> bool:
+        """Whether this stage may record step ``step`` with ``status`` (``interrupted``, the run loop's, always)."""
+        spec = self.spec(step)
+        return spec is not None and (status in spec.statuses or status == STEP_INTERRUPTED)
 
 
 class RunBuilds(Protocol):

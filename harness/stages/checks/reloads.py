@@ -178,4 +178,4 @@ def check(ctx: CheckContext) -> Iterable[StepRecord]:
 
 
 #: The check as a stage of compare-outputs (harness.stages.checks.checks.check_stage).
-STAGE = check_stage(STEP_NAME, check)
+STAGE = check_stage(STEP_NAME, check, "reloads")

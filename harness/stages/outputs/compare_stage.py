@@ -18,8 +18,8 @@ from ...matrix.config import Platform
 from ...common.jobserver import available_cores
 from ...kinds.registry import gpu_of, group_fits
 from ...record.progress import describe_abort
-from ...record.results import Failure, StepRecord, write_json
-from ..shape import Context, Stage
+from ...record.results import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED, Failure, StepRecord, write_json
+from ..shape import Context, Stage, StepSpec
 from .greedy import GreedyRunner, Side, lanes_for
 from .jobs import jobs_of, record_job
 from .refusals import refuse_what_cannot_run
@@ -186,5 +186,5 @@ def _record_cut_generations(ctx: Context, p: Platform, exc: BaseException, runne
 
 
 STAGE = Stage("compare", command="compare-outputs", role="outputs", reads=("matrix", "builds", "models"),
-              writes=("steps", "comparisons", "files"), steps=("compare-outputs", "generate"),
-              statuses=("passed", "failed", "error", "skipped"), run=run_compare)
+              writes=("steps", "comparisons", "files"),
+              steps=(StepSpec("compare-outputs", (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED)), StepSpec("generate", (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED), "generations")), run=run_compare)

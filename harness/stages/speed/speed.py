@@ -42,10 +42,10 @@ from ...kinds.registry import gpu_of, group_fits
 from ...record import environment
 from ...record.bench import INSTRUMENT, INSTRUMENT_KEY, METRICS, step_name
 from ...record.llama_bench import write_rows
-from ...record.results import Failure, StepRecord, write_json
+from ...record.results import STEP_ERROR, STEP_FAILED, STEP_PASSED, Failure, StepRecord, write_json
 from ..outputs.engine import EngineError, EngineSession
 from ..outputs.greedy import Side
-from ..shape import Context, Stage
+from ..shape import Context, Stage, StepSpec
 from .speed_cache import lookup, pair_identity, restored_samples, store_pair
 from .speed_pairs import EngineKind, Pair, Roster, Unit, pair_key, plan_pairs
 
@@ -613,5 +613,6 @@ def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[tuple[Unit
 #: The speed stage, last of compare-outputs: a step ``speed:<group>:<metric>[:vs-<reference>]`` per rule (``speed``: a
 #: platform's measurements in progress).
 STAGE = Stage("speed", command="compare-outputs", role="speed", reads=("matrix", "builds", "models"),
-              writes=("steps", "files"), steps=("speed:", "speed"), statuses=("passed", "failed", "error"),
-              run=stage_speed)
+              writes=("steps", "files"),
+              steps=(StepSpec("speed:", (STEP_PASSED, STEP_FAILED, STEP_ERROR), "speed-rule"),
+                     StepSpec("speed", (STEP_PASSED, STEP_FAILED, STEP_ERROR))), run=stage_speed)

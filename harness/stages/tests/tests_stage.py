@@ -11,8 +11,8 @@ from pathlib import Path
 from ...kinds.registry import gpu_of, os_of
 from ...record import gpu
 from ...record.native_tests import SanitizerRecord
-from ...record.results import Failure, StepRecord, write_json
-from ..shape import Context, Stage
+from ...record.results import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED, Failure, StepRecord, write_json
+from ..shape import Context, Stage, StepSpec
 from .test_cache import run_tests_reusing
 
 
@@ -69,4 +69,6 @@ def run_tests(ctx: Context) -> None:
 
 
 STAGE = Stage("test", command="test", role="tests", reads=("matrix", "builds"), writes=("steps", "files"),
-              steps=("test", "test-"), statuses=("passed", "failed", "error", "skipped"), run=run_tests)
+              steps=(StepSpec("test", (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED), "test-logs", timed=True),
+                     StepSpec("test-", (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED), "test-logs", timed=True)),
+              run=run_tests)
