@@ -19,6 +19,7 @@ from harness.analysis.signatures import classify_run
 from harness.common.statistics import judge, spread
 from harness.common.console import Console
 from harness.matrix.config import MatrixError, load_matrix
+from harness.matrix.selection import Selection
 from harness.pipeline import Options
 from harness.record.bench import parse_step, read_bench, step_name
 from harness.record.junit import write_speed_junit
@@ -191,6 +192,10 @@ class FakePipeline:
         self.requests: list[str] = []
         self.results_cache = ResultCache(tmp_path / "store", read=not no_cache)
         self.sessions = FakeSessions(images or {})
+
+    @property
+    def selection(self) -> Selection:
+        return Selection.of(self.matrix, self.opts.platforms, self.opts.groups, self.opts.models)
 
     def model_path(self, name: str) -> Path:
         return self.tmp / f"{name}.gguf"
