@@ -77,3 +77,14 @@ def test_the_stage_commands_are_declared_once_and_the_command_line_the_run_loop_
                              capture_output=True, text=True).stdout.split("Sessions defined in", 1)[1]
     selected = [line[2:].split(" -> ")[0] for line in listing.splitlines() if line.startswith("* ")]
     assert selected == list(STAGE_COMMANDS)  # nox's default sessions: the stage commands, in their order
+
+
+def test_the_schema_names_the_stage_commands_a_ci_job_runs():
+    """matrix.schema.json cannot import the declaration: its enum of a platform's CI steps is held to it here."""
+    import json
+
+    from harness.matrix import config
+    ci = json.loads(config.SCHEMA_PATH.read_text(encoding="utf-8"))["$defs"]
+    found = [node["properties"]["ci"]["properties"]["steps"]["items"]["enum"] for node in ci.values()
+             if isinstance(node, dict) and "ci" in node.get("properties", {})]
+    assert found == [list(STAGE_COMMANDS)]
