@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from . import errors
 
@@ -101,12 +100,3 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def read_json_or_none(path: Path) -> Any:
-    """The JSON value in the file at ``path`` (UTF-8), or None when it is missing, unreadable or not JSON: for views
-    that show what a run left and leave a blank where a file is gone (a reader that must tell why raises)."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None

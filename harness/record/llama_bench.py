@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..common.fs import read_json_or_none
 from .bench import BenchMeasurement, bench_measurements, read_bench
 from .results import BUILD_FILES, RunLayout
+from .tolerant import read_json_or_none
 
 #: The file beside bench.json.
 FILE_NAME = "llama-bench.jsonl"

@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..common.fs import read_json_or_none
 from .expectations import EXPECTATIONS_STEP, read_expectations
 from .probe import layers_by_type_text
+from .tolerant import read_json_or_none
 
 
 def _mib(n: int | None) -> str:
