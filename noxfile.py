@@ -25,9 +25,10 @@ sys.path.insert(0, str(ROOT))
 from harness.common.interpreter import harness_python  # noqa: E402
 from harness.common.proc import command_line, run_passing_signals  # noqa: E402
 from harness.record.run_id import new_run_id  # noqa: E402
+from harness.stages.command_names import STAGE_COMMANDS  # noqa: E402
 
 nox.options.default_venv_backend = "none"
-nox.options.sessions = ["build", "test", "compare-outputs"]
+nox.options.sessions = list(STAGE_COMMANDS)
 nox.options.stop_on_first_error = True
 
 # one results run for all sessions of this nox invocation
@@ -49,22 +50,16 @@ def _harness(session: nox.Session, command: str) -> None:
     _run(session, "-m", "harness", command, *session.posargs)
 
 
-@nox.session
-def build(session: nox.Session) -> None:
-    """Configure and build every selected platform (base and fork variants)."""
-    _harness(session, "build")
+def _stage_session(command: str, summary: str) -> None:
+    """Declare the session of stage command ``command`` (harness.stages.command_names), ``summary`` its line."""
+    def session_of_stage(session: nox.Session) -> None:
+        _harness(session, command)
+    session_of_stage.__doc__ = summary[0].upper() + summary[1:] + "."
+    nox.session(name=command)(session_of_stage)
 
 
-@nox.session
-def test(session: nox.Session) -> None:
-    """Run the fork's native tests through ctest by label; writes JUnit XML."""
-    _harness(session, "test")
-
-
-@nox.session(name="compare-outputs")
-def compare_outputs(session: nox.Session) -> None:
-    """Run every greedy comparison group (temperature 0, fixed seed) and report divergences."""
-    _harness(session, "compare-outputs")
+for _command, _summary in STAGE_COMMANDS.items():
+    _stage_session(_command, _summary)
 
 
 @nox.session

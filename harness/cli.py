@@ -20,11 +20,12 @@ from .common import proc
 from .common.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, HarnessError
 from .common.fs import describe, is_environment_error
 from .common.interpreter import NEEDED_MODULES
+from .stages.command_names import STAGE_COMMANDS
 
 PROG = "llama-fork-harness"
 
-#: The stages, in the order one command runs them (``build test compare-outputs``).
-STAGES = ("build", "test", "compare-outputs")
+#: The stages, in the order one command runs them (``build test compare-outputs``): harness.stages.command_names.
+STAGES = tuple(STAGE_COMMANDS)
 
 
 def _version() -> str:
@@ -73,15 +74,13 @@ def _add(sub: argparse._SubParsersAction, name: str, handler: str, summary: str,
 
 def _stage_commands(sub: argparse._SubParsersAction) -> None:
     stage = [matrix_options(), patches_options(), work_options(), results_options(), build_options(), run_options()]
-    lines = {"build": "configure and build each selected platform, variants base (upstream) and fork (patched)",
-             "test": "the fork's native tests through ctest by label; JUnit XML",
-             "compare-outputs": "every comparison group (greedy, token by token) and its speed rules"}
-    for name in STAGES:
-        ap = _add(sub, name, "commands:run_stages", lines[name],
-                  f"{lines[name]}.\n\nStages run in the order build, test, compare-outputs, all of one command "
-                  f"in one run: `{PROG} build test compare-outputs [options]`.", stage)
+    order = ", ".join(STAGES)
+    for name, line in STAGE_COMMANDS.items():
+        ap = _add(sub, name, "commands:run_stages", line,
+                  f"{line}.\n\nStages run in the order {order}, all of one command "
+                  f"in one run: `{PROG} {' '.join(STAGES)} [options]`.", stage)
         ap.add_argument("stages", nargs="*", metavar="STAGE",
-                        help="further stages to run in the same run: test, compare-outputs")
+                        help=f"further stages to run in the same run: {', '.join(STAGES[1:])}")
 
 
 def _tool_commands(sub: argparse._SubParsersAction) -> None:

@@ -18,19 +18,51 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Mapping, Sequence
 
 from .common import proc
+from .common.console import Console
 from .common.errors import HarnessError
 from .matrix.config import Matrix
-from .record.cache import ResultCache
+from .matrix.model_sources.registry import ModelStore
+from .matrix.selection import Selection
+from .record.cache import ResultCache, max_bytes_from_env
 from .record.junit import write_checks_junit, write_comparisons_junit, write_speed_junit
 from .record.leftovers import GROUPS_NAME
-from .record.progress import describe_abort
+from .record.progress import InProgress, describe_abort
 from .record.results import VERDICT_EXIT_CODES, Run
-from .stages.build.source import BaseTree
+from .stages.build.builds import Builds
+from .stages.build.source import BaseTree, cache_dir
 from .stages.options import Options
+from .stages.outputs.sessions import Sessions
 from .stages.shape import Context, Stage
-from .stages.table import STAGES, stages_of, steps_of_role
+from .stages.table import STAGES, stages_of, steps_of_role, undeclared
 
-__all__ = ["Options", "run_command", "run_stage", "run_stages"]
+__all__ = ["Options", "STRICT_ENV", "UndeclaredStep", "open_context", "run_command", "run_stage", "run_stages"]
+
+#: Set to ``1`` (the test suite does, tests/conftest.py), a step that no stage declares with its status stops the
+#: run with :class:`UndeclaredStep`; otherwise it is recorded and named in one console line.
+STRICT_ENV = "HARNESS_STRICT_STAGES"
+
+
+class UndeclaredStep(RuntimeError):
+    """A stage recorded a step, or a status of one, that its declaration does not name (harness.stages.shape
+    .StepSpec); the message lists them."""
+
+
+def open_context(matrix: Matrix, run: Run, opts: Options, say: Callable[[str], None] | None = None,
+                 console: Console | None = None, bases: Mapping[str, BaseTree] | None = None) -> Context:
+    """The context of a run of ``matrix`` recorded in ``run`` with ``opts`` (harness.stages.shape.Context), with
+    the run's builds (harness.stages.build.builds.Builds), models and program sessions
+    (harness.stages.outputs.sessions.Sessions); ``say`` defaults to the console's, ``bases``: variant -> its
+    base tree where the caller gives one (Builds)."""
+    console = console or Console()
+    say = say or console.say
+    cache = cache_dir()
+    progress = InProgress(run)
+    results_cache = ResultCache(cache / "results", max_bytes_from_env(), read=not opts.no_cache)
+    builds = Builds(matrix, run, opts, console, say, progress, cache, bases)
+    models = ModelStore(matrix.models, cache, lambda: builds.base().path, matrix.path, builds.quantize_tool)
+    sessions = Sessions(matrix, run, builds, progress, results_cache, console)
+    selection = Selection.of(matrix, opts.platforms, opts.groups, opts.models)
+    return Context(matrix, run, opts, console, say, progress, results_cache, builds, models, sessions, selection)
 
 
 def run_stage(ctx: Context, stage: Stage) -> None:
@@ -81,7 +113,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
     exception is raised again once the summary is written.  ``bases``: variant -> its base tree
     (harness.stages.build.builds.Builds).
     """
-    ctx = Context.open(matrix, run, opts, say, bases=bases)
+    ctx = open_context(matrix, run, opts, say, bases=bases)
     run.begin(" ".join(stages), [s.name for command in stages for s in stages_of(command, table)],
               f"run:{run.id}:{os.getpid()}:{secrets.token_hex(4)}")
     try:
@@ -97,6 +129,8 @@ def _run_commands(ctx: Context, run: Run, stages: Sequence[str], table: tuple[St
     for i, command in enumerate(stages):
         try:
             run_command(ctx, stages_of(command, table))
+            if i == len(stages) - 1:
+                _check_declared(ctx, table)
         except BaseException as exc:
             proc.terminate_all()
             why = describe_abort(exc)
@@ -117,6 +151,16 @@ def _run_commands(ctx: Context, run: Run, stages: Sequence[str], table: tuple[St
             raise
     _finish(run, ctx.results_cache, table)
     return VERDICT_EXIT_CODES[run.overall()]
+
+
+def _check_declared(ctx: Context, table: tuple[Stage, ...]) -> None:
+    """Hold what the stages recorded so far to what ``table``'s stages declare (harness.stages.table.undeclared):
+    raise UndeclaredStep under :data:`STRICT_ENV`, else say each step that no stage declares."""
+    found = undeclared(list(ctx.run.steps), table)
+    if found and os.environ.get(STRICT_ENV) == "1":
+        raise UndeclaredStep("steps no stage declares with their status: " + "; ".join(found))
+    for line in found:
+        ctx.say(f"warning: {line}: no stage declares this step with this status (harness/stages/table.py)")
 
 
 def _finish(run: Run, cache: ResultCache | None = None, table: tuple[Stage, ...] = STAGES) -> None:

@@ -11,7 +11,13 @@ cost from one of :data:`FIXTURE_MARKERS`' fixtures is marked here, so every test
 the fixture is.
 """
 
+import os
+
 import pytest
+
+# every run the suite makes, in this process and in the harness processes it starts, holds its stages to what
+# they declare: a step or a status no stage declares stops the run (harness.pipeline.STRICT_ENV)
+os.environ["HARNESS_STRICT_STAGES"] = "1"
 
 #: Debian packages the suite needs beyond the harness's own (harness.tools.ci_matrix.debian_packages_of:
 #: MinGW-w64 and Wine), each with what needs it; without them those tests skip, saying so.  The report

@@ -20,9 +20,8 @@ from harness.stages.build.build import ccache_env, find_tool
 from harness.matrix.config import load_matrix
 from harness.stages.build.cuda_compile import (Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree,
                                   driver_functions, include_closure, plan, wheel_versions)
-from harness.pipeline import Options
+from harness.pipeline import Options, open_context
 from harness.stages.build.compile_stage import compile_options, compile_variant
-from harness.stages.shape import Context
 from harness.record.results import Run, StepRecord
 from harness.analysis.signatures import classify_step
 
@@ -57,7 +56,7 @@ def test_the_compile_step_is_skipped_naming_the_missing_package(tmp_path, monkey
     monkeypatch.setattr("harness.stages.build.compile_stage.assemble_toolkit", missing)
     matrix = load_matrix(ROOT / "matrix.yaml")
     run = Run(tmp_path, "r")
-    ctx = Context.open(matrix, run, Options(work_dir=tmp_path / "work", patches_dir=ROOT / "patches"), say=lambda _: None)
+    ctx = open_context(matrix, run, Options(work_dir=tmp_path / "work", patches_dir=ROOT / "patches"), say=lambda _: None)
     assert compile_variant(ctx, matrix.platform(PLATFORM), "fork") is None
     step = run.step(PLATFORM, "fork", "compile")
     assert step.status == "skipped" and "nvidia-cuda-nvcc" in step.detail
@@ -274,7 +273,7 @@ def fork_tree(tmp_path_factory):
     matrix = load_matrix(ROOT / "matrix.yaml")
     base = obtain_base(matrix)
     tree = prepare_series_tree(base, work, "fork", read_series(ROOT / "patches"))
-    ctx = Context.open(matrix, Run(work, "unused", create=False), Options(work_dir=work, patches_dir=ROOT / "patches"))
+    ctx = open_context(matrix, Run(work, "unused", create=False), Options(work_dir=work, patches_dir=ROOT / "patches"))
     options = {**compile_options(ctx, matrix.platform(PLATFORM), "fork"), **toolkit.cmake_options()}
     return work, tree, options
 

@@ -621,7 +621,7 @@ def test_defaults_follow_the_documented_rule():
     exp = ex.expectations_for(CPU, MATRIX.configs["fork-load-none"], moe_large())
     assert exp.origin["mapped"] == "default: mmap off" and exp.weights == ("CPU", "CPU_REPACK")
     assert ex.uses_mmap(["-lm", "dio"]) is False and ex.uses_mmap(["--load-mode=mmap"]) is True
-    assert ex.pin_layers({"GGML_CUDA_MOE_PIN_LAYERS": "4x"}) is None
+    assert ex.pin_layers({"GGML_CUDA_MOE_PIN_LAYERS": "4x"}, "GGML_CUDA_MOE_PIN_LAYERS") is None
 
 
 def _matrix_with(tmp_path: Path, expectations: str) -> Path:

@@ -175,12 +175,12 @@ def _fake_cuda_build(tmp_path: Path, variant: str, script: str):
 
 def _cuda_pipeline(tmp_path, monkeypatch, base_script: str, fork_script: str, groups=()):
     from harness.pipeline import Options
-    from harness.stages.shape import Context
+    from harness.pipeline import open_context
     monkeypatch.setattr("harness.stages.outputs.jobs.model_summary", lambda path: {})
     monkeypatch.setattr("harness.stages.outputs.refusals.model_summary", lambda path: {})
     matrix = load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml")
     run = Run.open(tmp_path / "results", "r1")
-    pipe = Context.open(matrix, run, Options(platforms=[CUDA], repeats=2, n_predict=4, groups=list(groups)),
+    pipe = open_context(matrix, run, Options(platforms=[CUDA], repeats=2, n_predict=4, groups=list(groups)),
                         say=lambda _: None)
     pipe.builds.built[(CUDA, "base")] = _fake_cuda_build(tmp_path, "base", base_script)
     pipe.builds.built[(CUDA, "fork")] = _fake_cuda_build(tmp_path, "fork", fork_script)

@@ -154,17 +154,19 @@ def test_the_kind_rule_finds_the_compares_a_stage_would_write():
 
 def room(module: str) -> str:
     """The room of a module: its folder under ``stages/`` (``stages.build``), else its top-level package or module
-    (``analysis``, ``pipeline``); the frame every stage room fits, ``stages/shape.py``, ``table.py`` and
-    ``options.py``, is the room ``stages``."""
+    (``analysis``, ``pipeline``).  Under ``stages/`` itself, ``table.py``, the list of every stage room's stages,
+    is a room of its own (``stages.table``), above the rooms; the frame every stage fits, ``shape.py`` and
+    ``options.py``, is the room ``stages``, below them."""
     parts = module.split(".")
+    if parts[:2] == ["stages", "table"]:
+        return "stages.table"
     return ".".join(parts[:2]) if parts[0] == "stages" and len(parts) > 2 else parts[0]
 
 
 def rooms_importing_each_other(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
-    """(room, room) for every pair of rooms each of which imports the other, the frame ``stages`` left out (every
-    stage room implements its shape, and its table lists them)."""
+    """(room, room) for every pair of rooms each of which imports the other."""
     edges = {(room(m), room(d)) for m, deps in graph.items() for d in deps if room(m) != room(d)}
-    return sorted((a, b) for a, b in edges if a < b and (b, a) in edges and "stages" not in (a, b))
+    return sorted((a, b) for a, b in edges if a < b and (b, a) in edges)
 
 
 def test_no_two_rooms_import_each_other():
@@ -174,8 +176,39 @@ def test_no_two_rooms_import_each_other():
 def test_the_room_rule_finds_a_pair():
     graph = {"stages.build.builds": {"stages.outputs.greedy", "stages.shape"}, "stages.outputs.sessions":
              {"stages.build.builds"}, "stages.shape": {"stages.build.builds"}, "pipeline": {"analysis.report"},
-             "analysis.forecast": {"pipeline"}}
-    assert rooms_importing_each_other(graph) == [("analysis", "pipeline"), ("stages.build", "stages.outputs")]
+             "analysis.forecast": {"pipeline"}, "stages.table": {"stages.build.builds", "stages.shape"}}
+    assert rooms_importing_each_other(graph) == [("analysis", "pipeline"), ("stages", "stages.build"),
+                                                 ("stages.build", "stages.outputs")]
+
+
+def arrows_up(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(module, import) for every import of a stage room's module that reaches a room of a later floor (the stage
+    rooms' floors are harness.stages.shape.ROLES, in the order of the run: build, tests, outputs, checks, speed),
+    or of the frame (``stages.shape``, ``stages.options``) that reaches any stage room or the table."""
+    from harness.stages.shape import ROLES
+    floors = {f"stages.{r}": i for i, r in enumerate(ROLES)}
+    found = []
+    for mod, deps in graph.items():
+        for dep in deps:
+            here, there = room(mod), room(dep)
+            if here == "stages" and (there in floors or there == "stages.table") or \
+                    here in floors and there in floors and floors[there] > floors[here]:
+                found.append((mod, dep))
+    return sorted(found)
+
+
+def test_no_arrow_climbs_a_floor_and_the_frame_knows_no_stage():
+    assert arrows_up(import_graph()) == []
+
+
+def test_the_floor_rule_finds_an_arrow_up():
+    graph = {"stages.outputs.sessions": {"stages.checks.reload_rules", "stages.build.builds"},
+             "stages.tests.sanitized_generation": {"stages.outputs.compare", "stages.shape"},
+             "stages.shape": {"stages.outputs.greedy", "stages.options", "record.results"},
+             "stages.speed.speed": {"stages.outputs.engine"}, "stages.table": {"stages.speed.speed"}}
+    assert arrows_up(graph) == [("stages.outputs.sessions", "stages.checks.reload_rules"),
+                                ("stages.shape", "stages.outputs.greedy"),
+                                ("stages.tests.sanitized_generation", "stages.outputs.compare")]
 
 
 def private_imports(name: str, source: str, is_package: bool = False) -> list[str]:

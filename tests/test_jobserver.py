@@ -18,8 +18,7 @@ from fake_upstream import make_fake_project
 from harness.common import proc
 from harness.common.jobserver import JobBudget, ninja_version
 from harness.matrix.config import load_matrix
-from harness.pipeline import Options, run_command
-from harness.stages.shape import Context
+from harness.pipeline import Options, open_context, run_command
 from harness.stages.table import stages_of
 from harness.record.results import Run
 from harness.stages.build.build import _run_step, find_tool
@@ -216,7 +215,7 @@ def test_with_j_2_the_cpu_build_and_the_compile_step_together_run_at_most_two_co
     monkeypatch.setattr("harness.stages.build.compile_stage.assemble_toolkit", lambda _cache: toolkit)
     run = Run(project.results, "jobs")
     launchers = {"CMAKE_C_COMPILER_LAUNCHER": str(script), "CMAKE_C_LINKER_LAUNCHER": str(script)}
-    ctx = Context.open(load_matrix(project.matrix), run,
+    ctx = open_context(load_matrix(project.matrix), run,
                        Options(platforms=["linux-x86_64-cpu", "linux-x86_64-cuda"], jobs=2, work_dir=project.work,
                                patches_dir=project.patches, cmake_defines=launchers, no_cache=True), say=lambda _: None)
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,11 @@ from harness.kinds.shape import LOAD_MODES, EnvVar, GpuKind, HostTool
 from harness.matrix import config
 from harness.matrix.config import load_matrix
 from harness.pipeline import Options, run_stages
+from harness.record import environment
+from harness.record.cache import identity_key
 from harness.record.results import Run
 from harness.stages.build.preflight import check_inputs
+from harness.stages.outputs.generation_cache import side_identity
 
 ROOT = Path(__file__).resolve().parents[1]
 ROCM = "linux-host-rocm"
@@ -121,6 +125,50 @@ def test_the_run_loop_skips_build_test_and_compare_of_the_new_kind_with_its_reas
     assert summary["overall"] == "incomplete" and code == 3
     assert not (run.dir / ROCM / "base").exists()  # nothing was built
 
+
+
+def _kind_on_a_machine(card: str, runtime: Path) -> GpuKind:
+    """The fake kind on a machine with one AMD GPU ``card``: what its tools would report, and the HIP runtime
+    library ``runtime`` its builds link."""
+    return replace(_fake_kind(1), inventory=lambda: [{"name": card, "driver": "6.3.42131", "memory": "192 GiB"}],
+                   driver_version=lambda: "6.3.1", toolkit_version=lambda: "HIP version: 6.3.42131",
+                   runtime_libraries=lambda cmake_cache: [runtime])
+
+
+def test_the_new_kinds_machine_identity_reaches_the_result_cache_key_and_environment_json(tmp_path, monkeypatch):
+    """The kind's declaration is all the result cache and environment.json ask: its devices, driver and runtime
+    enter a generation's cache key (another card, another key) and the platform's environment record."""
+    monkeypatch.setattr("harness.kinds.nvidia.nvidia_gpus", lambda: [])  # this machine's NVIDIA tools say nothing
+    for probe in ("cuda_driver_version", "nvcc_version"):
+        monkeypatch.setattr(f"harness.kinds.nvidia.{probe}", lambda: None)
+    runtime = tmp_path / "libamdhip64.so.6"
+    runtime.write_bytes(b"the HIP runtime")
+    bin_dir = tmp_path / "build" / "bin"
+    bin_dir.mkdir(parents=True)
+    for program in ("llama-harness-engine", "llama-completion"):
+        (bin_dir / program).write_bytes(program.encode())
+
+    def key(card: str) -> tuple[str, dict]:
+        identity = side_identity(bin_dir, ["llama-harness-engine", "llama-completion"],
+                                 kind=_kind_on_a_machine(card, runtime))
+        return identity_key(identity.facts), identity.facts["machine"]
+    mi300, facts = key("AMD Instinct MI300X")
+    assert facts["gpus"] == [{"name": "AMD Instinct MI300X", "driver": "6.3.42131", "memory": "192 GiB"}]
+    assert facts["hip_driver"] == "6.3.1" and facts["hip_runtime"]
+    assert key("AMD Instinct MI250X")[0] != mi300  # results are never reused across different GPUs
+    runtime.write_bytes(b"another HIP runtime")
+    assert key("AMD Instinct MI300X")[0] != mi300  # nor across runtimes
+
+    monkeypatch.setitem(registry.GPUS, "rocm", _kind_on_a_machine("AMD Instinct MI300X", runtime))
+    record_path = tmp_path / "environment.json"
+    record_path.write_text(json.dumps(environment.collect("a" * 40, "test", [])), encoding="utf-8")
+    written = json.loads(record_path.read_text(encoding="utf-8"))
+    assert written["gpus"] == [{"name": "AMD Instinct MI300X", "driver": "6.3.42131", "memory": "192 GiB"}]
+    assert (written["visible_gpus"], written["hip_driver"], written["hip_toolkit"]) == (1, "6.3.1", "HIP version: 6.3.42131")
+    assert environment.read_environment(record_path).gpus == ({"name": "AMD Instinct MI300X", "driver": "6.3.42131",
+                                                                "memory": "192 GiB"},)
+    fingerprint = environment.machine_fingerprint(written)
+    assert fingerprint["gpus"] == [["AMD Instinct MI300X", "6.3.42131"]] and fingerprint["hip_driver"] == "6.3.1"
 
 # ----- model sources: one module per kind, one registry ---------------------------------------------------------
 

@@ -10,9 +10,8 @@ import pytest
 from harness.record import results
 from harness.stages.build.build import BuildResult
 from harness.matrix.config import load_matrix
-from harness.pipeline import Options
+from harness.pipeline import Options, open_context
 from harness.stages.outputs.compare_stage import record_generate_steps, run_groups
-from harness.stages.shape import Context
 from harness.analysis.report import render_html
 from harness.record.results import (COMPARISON, ComparisonRecord, Failure, RecordError, Run, RunLayout, Status,
                              StepRecord, legacy_failures, load_records)
@@ -121,7 +120,7 @@ def test_the_pipeline_writes_failure_facts_where_generations_fail(tmp_path, monk
     monkeypatch.setattr("harness.stages.outputs.jobs.model_summary", lambda path: {})
     matrix = load_matrix(ROOT / "matrix.yaml")
     run = Run.open(tmp_path / "results", "r1")
-    pipe = Context.open(matrix, run, Options(platforms=[CPU], repeats=1, n_predict=4, models=["gemma3-270m"]),
+    pipe = open_context(matrix, run, Options(platforms=[CPU], repeats=1, n_predict=4, models=["gemma3-270m"]),
                         say=lambda _: None)
     p = matrix.platform(CPU)
     pipe.builds.built[(CPU, "base")] = _fake_build(tmp_path, "base", "echo 'hello'; printf '\\n\\n' >&2\n")

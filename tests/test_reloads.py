@@ -24,7 +24,7 @@ from harness.analysis.signatures import classify_step
 from harness.matrix.config import MatrixError, load_matrix
 from harness.record.reloads import ReloadError, parse_reloads, read_reloads
 from harness.record.results import StepRecord
-from harness.stages.checks.reload_rules import pin_configuration, reload_count
+from harness.matrix.loading import pin_configuration, reload_count
 from harness.stages.checks.reloads import judge
 from harness.stages.outputs.engine import EngineSession
 

@@ -1,4 +1,4 @@
-"""compute-sanitizer over real generation (harness.stages.tests.sanitized_generation) on this machine's side.
+"""compute-sanitizer over real generation (harness.stages.outputs.sanitized_generation) on this machine's side.
 
 No GPU here: the generations under compute-sanitizer run on an H200 (docs/checks.md gives the
 command).  What is tested here: which configurations and generations are chosen from the real
@@ -18,9 +18,9 @@ from harness.analysis.signatures import classify_step
 from harness.matrix.config import load_matrix
 from harness.record.gpu import first_sanitizer_error
 from harness.record.results import Failure, RunLayout, StepRecord
-from harness.stages.checks.reload_rules import pin_configuration
+from harness.matrix.loading import pin_configuration
 from harness.stages.outputs.compare import GenerationResult
-from harness.stages.tests.sanitized_generation import (CRASH_LABEL, first_generation, judge_run, sanitized_configs,
+from harness.stages.outputs.sanitized_generation import (CRASH_LABEL, first_generation, judge_run, sanitized_configs,
                                                        sanitized_stem, sanitizer_launcher)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,6 +19,7 @@ from harness.analysis.signatures import classify_run
 from harness.common.statistics import judge, spread
 from harness.common.console import Console
 from harness.matrix.config import MatrixError, load_matrix
+from harness.matrix.selection import Selection
 from harness.pipeline import Options
 from harness.record.bench import parse_step, read_bench, step_name
 from harness.record.junit import write_speed_junit
@@ -194,6 +195,10 @@ class FakePipeline:
         # environment.json as harness.stages.build.builds writes it: the commit each variant was made from
         self.builds = SimpleNamespace(write_environment=lambda p: write_json(
             self.run.layout.environment_json(p.name), {"build_commits": {"base": "0c1e57098bba", "fork": "53fbaed1"}}))
+
+    @property
+    def selection(self) -> Selection:
+        return Selection.of(self.matrix, self.opts.platforms, self.opts.groups, self.opts.models)
 
     def model_path(self, name: str) -> Path:
         return self.tmp / f"{name}.gguf"

@@ -46,6 +46,7 @@ from ..matrix.config import Matrix, RunConfig, Source, load_matrix
 from ..record.forecast import ForecastRecord, ForecastStage, UpstreamComparison
 from ..record.results import (BUILD_FILES, IDENTICAL, PATCH, STEP, VERDICT_EXIT_CODES, ComparisonRecord, RunLayout, StepRecord,
                               write_json)
+from ..stages.command_names import STAGE_COMMANDS
 from ..stages.build.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
 from ..common.locks import Rank, exclusive
 from ..stages.build.source import BaseTree, SourceError, archive_commit, cache_dir, git, obtain_base, unpacked_sdist
@@ -507,7 +508,7 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
     if groups:
         groups += [g for g, src in old_groups.items() if src in groups]
     opts = stage_options(args, platforms=platforms, groups=groups, work_dir=work, patches_dir=work / "patches")
-    stages = [] if args.patches_only else ["build", "test", "compare-outputs"]
+    stages = [] if args.patches_only else list(STAGE_COMMANDS)
     with proc.handle_signals():
         run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
         try:

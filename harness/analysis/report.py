@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..common.fs import write_text_whole
+from ..common.words import size_text
 from ..record.environment import read_environment
 from ..record.inputs import ConfigRecord, read_run_config
 from ..record.loads import PinLadder, read_pin_ladder
@@ -62,13 +63,6 @@ CHART_WIDTH = 1000
 
 #: Statuses shown as failures (declared in harness.record.results).
 _BAD = STEP.failures | COMPARISON.failures
-
-
-def _bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{int(n)} B"
 
 
 def _counts(items: Iterable[StepRecord | ComparisonRecord]) -> dict[str, int]:
@@ -243,7 +237,7 @@ def pin_chart_svg(records: Sequence[dict[str, Any]], title: str, scale_bytes: fl
         w_req = max(1.0, plot_w * req / biggest)
         w_got = plot_w * got / biggest
         cls = "grant" if got >= req else "short"
-        detail = f"{_bytes(got)} of {_bytes(req)}"
+        detail = f"{size_text(got)} of {size_text(req)}"
         if r.get("segments") is not None:
             detail += f", {r['segments']} seg."
         if r.get("seconds") is not None:
@@ -588,12 +582,12 @@ def _expectations_html(run_dir: Path, platform: str, config: str) -> str:
     rows = []
     for load in record.loads:
         facts = load.facts
-        buffers = ", ".join(f"{t} {_bytes(n)}" for t, n in sorted((facts.get("model_buffers") or {}).items()))
+        buffers = ", ".join(f"{t} {size_text(n)}" for t, n in sorted((facts.get("model_buffers") or {}).items()))
         layers = layers_by_type_text(facts.get("layers") or {})
         fraction = facts.get("pinned_fraction")
         locked, claimed = facts.get("page_locked_bytes"), facts.get("claimed_granted_bytes")
         pinning = ("–" if fraction is None else f"{fraction:.3f}") + \
-            ("" if locked is None else f"; driver {_bytes(locked)}") + ("" if claimed is None else f", claimed {_bytes(claimed)}")
+            ("" if locked is None else f"; driver {size_text(locked)}") + ("" if claimed is None else f", claimed {size_text(claimed)}")
         outcomes = "; ".join(f"{f.rule}: {f.status}" + ("" if f.status == "passed" else f" ({f.message})")
                              for f in load.findings) or load.skipped or ""
         rows.append(f'<tr><td class="nw">{escape(load.model)}</td><td class="nw">{escape(load.load)}'
@@ -781,7 +775,7 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
         title = f'{lad["platform"]} · {lad["config"]} · {lad["model"]}'
         same = (f"the same total in all {lad['files']} generation(s)" if len(lad["granted_totals"]) <= 1 else
                 "granted totals differ between generations: "
-                + ", ".join(_bytes(t) for t in lad["granted_totals"]))
+                + ", ".join(size_text(t) for t in lad["granted_totals"]))
         parts.append(f'<h3>{escape(title)}</h3><p class="muted">per allocation, from <code>{escape(lad["file"])}'
                      f'</code>; {escape(same)}; every chart on one scale</p>' + pin_chart_svg(lad["records"], title, scale))
     parts.append("</section>")

@@ -70,22 +70,23 @@ from __future__ import annotations
 
 import re
 import shlex
-import signal as _signal
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
+from ..common.words import signal_name
 from ..record.gpu import SANITIZER_AT, SANITIZER_DETAIL, SANITIZER_NOT_A_REPORT, SANITIZER_REPORT
 from ..record.gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
 from ..stages.tests.native_tests import WRAPPER_DID_NOT_RUN
-from ..stages.tests.sanitized_generation import CRASH_LABEL, CRASH_TOOL, sanitized_stem
+from ..stages.outputs.sanitized_generation import CRASH_LABEL, CRASH_TOOL, sanitized_stem
+from ..stages.table import step_spec
 from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
 from ..record.expectations import read_expectations
 from ..record.reloads import read_reload_check
 from ..record.loads import read_load_command
 from ..record.native_tests import read_sanitizer, read_test_run
-from ..record.results import (BUILD_FILES, CRASHED, DIVERGED, LOAD_FILES, STEP, TIMEOUT, TESTS_FILES, ComparisonRecord, Failure,
+from ..record.results import (BUILD_FILES, CRASHED, DIVERGED, LOAD_FILES, STEP, STEP_FAILED, TIMEOUT, TESTS_FILES, ComparisonRecord, Failure,
                               RecordError, RunLayout, StepRecord, load_records, write_json)
 from ..record.signatures import read_signatures
 
@@ -271,10 +272,7 @@ def signal_from_exit(code: int | None) -> str | None:
         return None
     number = -code if code < 0 else (code - 128 if 128 < code <= 192 else None)
     if number is not None:
-        try:
-            return _signal.Signals(number).name
-        except ValueError:
-            return f"signal {number}"
+        return signal_name(number)
     return WINDOWS_STATUS.get(code & 0xFFFFFFFF)
 
 
@@ -570,9 +568,16 @@ def _patch_apply(text: str) -> Signature | None:
                 f"on {m.group('base')} + {m.group('earlier')} earlier patch(es)", evidence)
 
 
-def _classify_build(run_dir: Path, step: StepRecord) -> Signature:
+def _build_logs(run_dir: Path, step: StepRecord) -> Path:
+    """The directory of the logs of a step whose evidence is ``build-logs`` or ``compile-logs``."""
     layout = RunLayout(run_dir)
-    logs = (layout.compile_logs if step.step == "compile" else layout.build_logs)(step.platform, step.config)
+    spec = step_spec(step.step)
+    compiled = spec is not None and spec.evidence == "compile-logs"
+    return (layout.compile_logs if compiled else layout.build_logs)(step.platform, step.config)
+
+
+def _classify_build(run_dir: Path, step: StepRecord) -> Signature:
+    logs = _build_logs(run_dir, step)
     # the step's failure facts are this run's own record, while configure/build logs may be
     # left from an earlier attempt of a continued run: read them first
     for fact in step.failures:
@@ -734,7 +739,7 @@ def _classify_generate(run_dir: Path, step: StepRecord) -> Signature:
 
 def _with_crash_memcheck(layout: RunLayout, step: StepRecord, fact: Failure, found: Signature | None) -> Signature | None:
     """``found`` (the crash's signature from its logs, or None) with the first error of the crash's run once more under
-    memcheck (harness.stages.tests.sanitized_generation) joined to its key and summary; ``found`` unchanged where
+    memcheck (harness.stages.outputs.sanitized_generation) joined to its key and summary; ``found`` unchanged where
     that run reported nothing or did not run."""
     stem = sanitized_stem(layout.config(step.platform, step.config), fact.model, fact.prompt, CRASH_LABEL)
     san = _sanitizer(_read(stem.with_name(stem.name + ".sanitizer.log")), "", (), CRASH_TOOL)
@@ -810,30 +815,52 @@ def classify_step(run_dir: Path, step: StepRecord) -> Signature | None:
     """
     if not STEP.is_failure(step.status):
         return None
-    if step.step in ("build", "compile"):
-        return _classify_build(run_dir, step)
-    if RunLayout.is_test_step(step.step):
-        return _classify_test(run_dir, step)
-    if step.step == "generate":
-        return _classify_generate(run_dir, step)
-    if step.step == "expectations":
-        found = expectation_signatures(run_dir, step)
-        if found:
-            return found[0]
-    if step.step == "reloads":
-        found = reload_signatures(run_dir, step)
-        if found:
-            return found[0]
-    if step.step.startswith("generate-") or step.step == CRASH_LABEL:
-        text = _read(run_dir / step.log) if step.log else ""
-        found = _sanitizer(text, step.config, (), step.step.split("-", 1)[1] if step.step != CRASH_LABEL else CRASH_TOOL)
-        if found:
-            return found
-    if step.status == "failed" and parse_step(step.step):
-        return speed_signature(run_dir, step)
+    spec = step_spec(step.step)
+    reader = _READERS.get(spec.evidence) if spec is not None else None
+    found = reader(run_dir, step) if reader is not None else None
+    return found or _from_detail(step)
+
+
+def _from_detail(step: StepRecord) -> Signature:
+    """The signature of a failed step from its failure facts and detail alone (evidence ``detail``)."""
     detail = "; ".join(f.text() for f in step.failures) or step.detail or f"{step.step} {step.status}"
     found = classify_text(detail)
     return found or _other(detail, (), [detail])
+
+
+def _sanitizer_step(run_dir: Path, step: StepRecord) -> Signature | None:
+    """The first report of the compute-sanitizer log a ``generate-<tool>`` or crash-memcheck step names."""
+    text = _read(run_dir / step.log) if step.log else ""
+    return _sanitizer(text, step.config, (), step.step.split("-", 1)[1] if step.step != CRASH_LABEL else CRASH_TOOL)
+
+
+def _speed_step(run_dir: Path, step: StepRecord) -> Signature | None:
+    """A failed speed rule's signature (an errored one is read from its detail)."""
+    return speed_signature(run_dir, step) if step.status == STEP_FAILED and parse_step(step.step) else None
+
+
+def _first(signatures: Callable[[Path, StepRecord], list[Signature]]) -> Callable[[Path, StepRecord], Signature | None]:
+    return lambda run_dir, step: next(iter(signatures(run_dir, step)), None)
+
+
+#: How a failed step's signature is read, by the evidence its stage declares for it (harness.stages.shape
+#: .EVIDENCE, every kind but ``detail``, which :func:`_from_detail` reads; tests/test_stage_meaning.py holds
+#: them equal).  A reader's None falls back to the detail.
+_READERS: dict[str, Callable[[Path, StepRecord], Signature | None]] = {
+    "build-logs": _classify_build,
+    "compile-logs": _classify_build,
+    "test-logs": lambda run_dir, step: _classify_test(run_dir, step),
+    "generations": lambda run_dir, step: _classify_generate(run_dir, step),
+    "sanitizer-log": _sanitizer_step,
+    "expectations": _first(lambda run_dir, step: expectation_signatures(run_dir, step)),
+    "reloads": _first(lambda run_dir, step: reload_signatures(run_dir, step)),
+    "speed-rule": _speed_step,
+}
+
+
+def evidence_read() -> frozenset[str]:
+    """The evidence kinds this module reads a signature from (those of :data:`_READERS`, and ``detail``)."""
+    return frozenset(_READERS) | {"detail"}
 
 
 def reload_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
@@ -927,19 +954,21 @@ def step_logs(run_dir: Path, step: StepRecord) -> list[Path]:
     """
     layout = RunLayout(run_dir)
     found: list[Path] = []
-    if step.step in ("build", "compile"):
-        logs = (layout.compile_logs if step.step == "compile" else layout.build_logs)(step.platform, step.config)
+    spec = step_spec(step.step)
+    evidence = spec.evidence if spec is not None else "detail"
+    if evidence in ("build-logs", "compile-logs"):
+        logs = _build_logs(run_dir, step)
         if _rc((logs / BUILD_FILES["configure"]).with_suffix(".rc")) not in (None, 0) \
                 or not (logs / BUILD_FILES["build"]).exists():
             found.append(logs / BUILD_FILES["configure"])
         else:
             found.append(logs / BUILD_FILES["build"])
         found.append(logs / BUILD_FILES["error"])
-    elif RunLayout.is_test_step(step.step):
+    elif evidence == "test-logs":
         test_dir = layout.tests(step.platform, step.step)
         found += [test_dir / f"{n}.log" for n, _ in _failed_tests(test_dir)]
         found.append(test_dir / TESTS_FILES["log"])
-    elif step.step == "generate":
+    elif evidence == "generations":
         for fact in step.failures:
             if fact.kind == "generation":
                 found += _generation_logs(layout, step, fact)
@@ -947,13 +976,21 @@ def step_logs(run_dir: Path, step: StepRecord) -> list[Path]:
             found += layout.generation_files(step.platform, step.config, ".stderr")
     if step.log:
         found.append(run_dir / step.log)
-    if step.step == "expectations":  # the stderr of each load a rule failed on, where the buffer lines are
+    if evidence == "expectations":  # the stderr of each load a rule failed on, where the buffer lines are
         found += [run_dir / f.log for f in step.failures if f.kind == "expectation" and f.log]
     seen: list[Path] = []
     for path in found:
         if path.is_file() and path not in seen and path.suffix != ".xml":
             seen.append(path)
     return seen
+
+
+#: Every signature of a failed step whose failures are several (one per generation, per rule and model), by its
+#: evidence: classify_run keeps the others beside the first.
+_EVERY: dict[str, Callable[[Path, StepRecord], list[Signature]]] = {
+    "generations": generate_signatures,
+    "expectations": expectation_signatures,
+}
 
 
 def classify_run(run_dir: Path, *, write: bool = True) -> list[dict]:
@@ -972,9 +1009,10 @@ def classify_run(run_dir: Path, *, write: bool = True) -> list[dict]:
         sig = classify_step(run_dir, step)
         if sig:
             entry = {"platform": step.platform, "config": step.config, "step": step.step, "signature": asdict(sig)}
-            if step.step in ("generate", "expectations"):
-                every = generate_signatures(run_dir, step) if step.step == "generate" else \
-                    expectation_signatures(run_dir, step)
+            spec = step_spec(step.step)
+            every_of = _EVERY.get(spec.evidence) if spec is not None else None
+            if every_of is not None:
+                every = every_of(run_dir, step)
                 others = [asdict(s) for s in every if (s.kind, s.key) != (sig.kind, sig.key)]
                 if others:
                     entry["other_signatures"] = others  # every failing model's and generation's error is kept

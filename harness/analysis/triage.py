@@ -51,21 +51,23 @@ import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
 from ..common.locks import RunLock
+from ..common.words import size_text
 from ..record.results import (BUILD_FILES, COMPARISON, DIVERGED, GENERATION_FAILURES, KILLED, STEP, STEP_ERROR,
-                              STEP_INTERRUPTED,
-                              STEP_PASSED, ComparisonRecord, RecordError, RunLayout, StepRecord, describe_cache,
-                              describe_cached, shown_as_reused)
+                              STEP_INTERRUPTED, STEP_PASSED, ComparisonRecord, RecordError, RunLayout, StepRecord,
+                              describe_cache, describe_cached, shown_as_reused)
 from ..record.environment import read_environment
+from ..record.expectations import EXPECTATIONS_STEP
 from ..record.inputs import read_run_info
 from ..record.loads import PinLadder, read_pin_ladder
 from ..record.summary import RunSummary, read_run
 from . import memory_changes
 from .signatures import load_signatures
 from ..matrix.config import load_matrix
+from ..stages.table import step_spec
 from .speed_diff import SpeedChange, compare_speed
 from .speed_ratios import rule_factors, same_mode_upstream
 
@@ -481,19 +483,34 @@ def _not_run(before: str, after: str) -> str:
     return f"({before} in A; {'not run' if after == 'absent' else after} in B)"
 
 
-def _step_transitions(sa: RunSummary, sb: RunSummary, sig_a: dict, sig_b: dict, known: set,
-                      not_compared: list[str] | None = None, strict: bool = False) -> list[Transition]:
-    steps_a, steps_b = sa.steps_by_key(), sb.steps_by_key()
-    out = []
-    for key in sorted(set(steps_a) | set(steps_b)):
-        a, b = steps_a.get(key), steps_b.get(key)
+def _changes(records_a: Mapping[tuple, Any], records_b: Mapping[tuple, Any], bad: frozenset[str],
+             what: Callable[[tuple], str], not_compared: list[str] | None,
+             strict: bool) -> Iterator[tuple[tuple, Any, Any, str, str, str | None]]:
+    """``(key, a, b, before, after, category)`` for each key of either run's records (steps or comparisons, by key),
+    in key order: the record of each side (None where absent), its status (``absent`` where absent) and the
+    category of the change (:func:`_category` over the failure statuses ``bad``; None for the same status on
+    both sides).  A record that B did not finish (:func:`_unfinished`) is no change but a line of
+    ``not_compared`` (``what`` names the record) unless ``strict``, where it is a regression."""
+    for key in sorted(set(records_a) | set(records_b)):
+        a, b = records_a.get(key), records_b.get(key)
         before = a.status if a else "absent"
         after = b.status if b else "absent"
-        if before != after and _unfinished(after) and not strict:
-            if not_compared is not None and a is not None:
-                not_compared.append(f"{key[0]} {key[1]} {key[2]} {_not_run(before, after)}")
-            continue
         if before == after:
+            yield key, a, b, before, after, None
+            continue
+        if _unfinished(after) and not strict:
+            if not_compared is not None and a is not None:
+                not_compared.append(f"{what(key)} {_not_run(before, after)}")
+            continue
+        yield key, a, b, before, after, "regression" if _unfinished(after) else _category(before, after, bad)
+
+
+def _step_transitions(sa: RunSummary, sb: RunSummary, sig_a: dict, sig_b: dict, known: set,
+                      not_compared: list[str] | None = None, strict: bool = False) -> list[Transition]:
+    out = []
+    for key, a, b, before, after, category in _changes(sa.steps_by_key(), sb.steps_by_key(), BAD_STEP,
+                                                       lambda k: f"{k[0]} {k[1]} {k[2]}", not_compared, strict):
+        if category is None:
             sa_sig, sb_sig = sig_a.get(key), sig_b.get(key)
             if before in BAD_STEP and sa_sig and sb_sig and (sa_sig["kind"], sa_sig["key"]) != (sb_sig["kind"], sb_sig["key"]):
                 out.append(Transition("other", "step", key[0], f"{key[1]} {key[2]}", before, after,
@@ -501,11 +518,8 @@ def _step_transitions(sa: RunSummary, sb: RunSummary, sig_a: dict, sig_b: dict, 
                                       f"signature changed from {sa_sig['summary']}", _short(sb_sig),
                                       (sb_sig["kind"], sb_sig["key"]) in known))
             continue
-        category = _category(before, after, BAD_STEP)
         if category == "regression" and _model_unmade(b):
             category = "other"  # the harness could not make its input: nothing of the fork was run, nor got worse
-        if strict and _unfinished(after):
-            category = "regression"
         failing_side = sig_a.get(key) if category == "fix" else sig_b.get(key)
         detail = (b or a).detail if (b or a) else ""
         sig_known = None
@@ -537,19 +551,11 @@ def _cmp_what(key: tuple) -> str:
 
 def _comparison_transitions(sa: RunSummary, sb: RunSummary, sig_a: dict, sig_b: dict, known: set,
                             not_compared: list[str] | None = None, strict: bool = False) -> list[Transition]:
-    ca, cb = sa.comparisons_by_key(), sb.comparisons_by_key()
     out = []
-    for key in sorted(set(ca) | set(cb)):
-        a, b = ca.get(key), cb.get(key)
-        before = a.status if a else "absent"
-        after = b.status if b else "absent"
-        if before == after:
+    for key, a, b, before, after, category in _changes(sa.comparisons_by_key(), sb.comparisons_by_key(), BAD_COMPARISON,
+                                                       lambda k: f"{k[0]} {_cmp_what(k)}", not_compared, strict):
+        if category is None:
             continue
-        if _unfinished(after) and not strict:
-            if not_compared is not None:
-                not_compared.append(f"{key[0]} {_cmp_what(key)} {_not_run(before, after)}")
-            continue
-        category = "regression" if _unfinished(after) else _category(before, after, BAD_COMPARISON)
         sigs, side = (sig_a, a) if category == "fix" else (sig_b, b)
         status = side.status if side else None
         platform, _, model, prompt, reference, candidate = key
@@ -636,7 +642,7 @@ def _memory_transitions(a: Path, b: Path, pin_changes: list[PinChange], sa: RunS
     A move is a fix instead where it made the configuration's ``expectations`` step go from failed to
     passed (the buffers went back where they belong)."""
     def expectations(summary: RunSummary, platform: str, config: str) -> str:
-        return summary.step_status(platform, config, "expectations") or "absent"
+        return summary.step_status(platform, config, EXPECTATIONS_STEP) or "absent"
 
     out = []
     for c in memory_changes.placement_changes(a, b):
@@ -658,9 +664,9 @@ def _memory_transitions(a: Path, b: Path, pin_changes: list[PinChange], sa: RunS
         sig = memory_changes.pinned_drop_signature(p.platform, p.config, p.before_granted, p.after_granted,
                                                    p.after_requested)
         out.append(Transition("regression", "pinning", p.platform, f"{p.config}: pinned bytes",
-                              f"{_bytes(p.before_granted)} granted", f"{_bytes(p.after_granted)} granted",
+                              f"{size_text(p.before_granted)} granted", f"{size_text(p.after_granted)} granted",
                               {"platform": p.platform, "config": p.config},
-                              f"over {p.generations} generation(s), {_bytes(p.after_requested)} requested", sig))
+                              f"over {p.generations} generation(s), {size_text(p.after_requested)} requested", sig))
     return out
 
 
@@ -736,8 +742,9 @@ def _timing_changes(sa: RunSummary, sb: RunSummary) -> list[TimingChange]:
     for s in sb.steps:
         key = (s.platform, s.config, s.step)
         a = steps_a.get(key)
-        if not a or not (key[2] == "build" or key[2].startswith("test")):
-            continue  # only build and test steps have meaningful times
+        spec = step_spec(key[2])
+        if not a or spec is None or not spec.timed:
+            continue  # only the steps whose stage times their work (a build, a test run) have meaningful times
         if a.status != STEP_PASSED or s.status != STEP_PASSED:
             continue  # a failed step stops early; its time says nothing
         if any(x.up_to_date or x.cached for x in (a, s)):
@@ -829,13 +836,6 @@ def diff_by_matrix(a: Path, b: Path, matrix_path: Path | None, strict: bool = Fa
 # --------------------------------------------------------------------------- text output
 
 
-def _bytes(n: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
-
-
 def _transition_line(t: Transition) -> str:
     line = f"  {t.platform}  {t.what}: {t.before} -> {t.after}"
     if t.signature:
@@ -906,8 +906,8 @@ def format_report(report: TriageReport) -> str:
     if report.pin_changes:
         out.append(f"PIN LADDER, GRANTED BYTES CHANGED ({len(report.pin_changes)})")
         for p in report.pin_changes:
-            out.append(f"  {p.platform}  {p.config}: granted {_bytes(p.before_granted)} -> {_bytes(p.after_granted)} "
-                       f"of {_bytes(p.after_requested)} requested, {p.before_allocations} -> {p.after_allocations} "
+            out.append(f"  {p.platform}  {p.config}: granted {size_text(p.before_granted)} -> {size_text(p.after_granted)} "
+                       f"of {size_text(p.after_requested)} requested, {p.before_allocations} -> {p.after_allocations} "
                        f"allocations over {p.generations} generation(s)")
         out.append("")
     if report.speed_changes or report.speed_not_comparable:

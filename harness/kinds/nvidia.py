@@ -12,11 +12,12 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Mapping
 
 from .shape import EnvVar, GpuKind, HostTool
 
-#: Variable names the expectation rules read.
+#: The variables of its pinning (GpuKind.pin_vars), which the expectation and reload rules read.
 NO_PINNED = "GGML_CUDA_NO_PINNED"
 PIN_LAYERS = "GGML_CUDA_MOE_PIN_LAYERS"
 PIN_SIM_TOTAL_MAX_MB = "GGML_CUDA_PIN_SIM_TOTAL_MAX_MB"
@@ -63,6 +64,41 @@ def nvidia_gpus() -> list[dict[str, str]]:
     return gpus
 
 
+def cuda_driver_version() -> str | None:
+    """The CUDA version the driver supports, as nvidia-smi prints it in its banner (e.g. "13.0"); None without
+    nvidia-smi."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    proc = subprocess.run([smi], capture_output=True, text=True)
+    m = re.search(r"CUDA Version:\s*([\d.]+)", proc.stdout)
+    return m.group(1) if m else None
+
+
+def nvcc_version() -> str | None:
+    """The CUDA toolkit release from ``nvcc --version`` (e.g. "13.0, V13.0.48"); None without nvcc."""
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        return None
+    proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
+    m = re.search(r"release\s+([^\n]+)", proc.stdout)
+    return m.group(1).strip() if m else None
+
+
+def cuda_libraries(cmake_cache: Path | None) -> list[Path]:
+    """The CUDA runtime and cuBLAS libraries (``libcu*.so*``) of the toolkit a build links: those in
+    ``CUDAToolkit_LIBRARY_DIR`` of its ``cmake_cache``; [] without that entry, the file or the directory."""
+    lib_dir = None
+    try:
+        for line in (cmake_cache.read_text().splitlines() if cmake_cache else []):
+            if line.startswith("CUDAToolkit_LIBRARY_DIR:"):
+                lib_dir = Path(line.split("=", 1)[1])
+    except OSError:
+        pass
+    libs = sorted(lib_dir.glob("libcu*.so*")) if lib_dir and lib_dir.is_dir() else []
+    return [p for p in libs if p.is_file()]
+
+
 def visible_gpu_count(gpus: list[dict[str, str]] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """How many NVIDIA GPUs a CUDA program started from here sees.
 
@@ -105,4 +141,11 @@ NVIDIA = GpuKind(
     arch_cmake="CMAKE_CUDA_ARCHITECTURES",
     visible_probe="nvidia-smi",
     sanitizer="compute-sanitizer",
+    # through the module's names, so that a test that replaces one replaces what the kind asks
+    inventory=lambda: nvidia_gpus(),
+    driver_version=lambda: cuda_driver_version(),
+    toolkit_version=lambda: nvcc_version(),
+    runtime_libraries=lambda cmake_cache: cuda_libraries(cmake_cache),
+    pin_vars={"no-pinned": NO_PINNED, "pin-layers": PIN_LAYERS, "sim-total-max-mb": PIN_SIM_TOTAL_MAX_MB,
+              "sim-sticky": PIN_SIM_STICKY},
 )

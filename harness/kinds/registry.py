@@ -99,6 +99,20 @@ def group_fits(p: PlatformLike, group: GroupLike, seen: int | None = None) -> st
     return f"needs {group.min_gpus} {kind.devices}; {seen} visible here" + (f" ({where})" if where else "")
 
 
+def machine_devices() -> tuple[list[dict[str, str]], int, dict[str, str | None]]:
+    """What this machine's devices are, asked of every GPU kind of :data:`GPUS`: (the devices their tools list,
+    {name, driver, ...} each; how many a program started from here sees; the versions of each kind with a
+    device's driver and toolkit by :meth:`GpuKind.version_keys`: ``cuda_driver``, ``cuda_toolkit``)."""
+    devices = [d for k in GPUS.values() for d in k.inventory()]
+    visible = sum(k.visible() for k in GPUS.values())
+    versions: dict[str, str | None] = {}
+    for k in GPUS.values():
+        if k.has_device:
+            driver, toolkit = k.version_keys()
+            versions[toolkit], versions[driver] = k.toolkit_version(), k.driver_version()
+    return devices, visible, versions
+
+
 def backend_of(var: str) -> GpuKind | None:
     """The GPU kind whose backend alone reads environment variable ``var`` (:meth:`GpuKind.reads`), or None."""
     return next((k for k in GPUS.values() if k.reads(var)), None)

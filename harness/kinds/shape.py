@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Literal, Mapping
 
 #: Where a MoE model's expert tensors are loaded, the load modes of :attr:`GpuKind.expert_homes`:
@@ -22,6 +23,13 @@ from typing import Callable, Literal, Mapping
 #: model memory-mapped; ``host``: kept in host memory, read into the backend's host buffer (mmap
 #: off); ``host-unpinned``: the same with the backend's pinned host memory turned off.
 LOAD_MODES = ("device", "host-mmap", "host", "host-unpinned")
+
+#: What a backend's pinning variables do, the keys of :attr:`GpuKind.pin_vars` (the expectation and reload
+#: rules read a configuration's environment through them): ``no-pinned``: set at all, the host buffer type
+#: hands out pageable memory; ``pin-layers``: a positive N keeps only the experts of layers 0..N-1 pinned;
+#: ``sim-total-max-mb``: a simulated cap on the bytes pinned (MiB); ``sim-sticky``: a simulated refusal of
+#: every pin after the first.
+PIN_ROLES = ("no-pinned", "pin-layers", "sim-total-max-mb", "sim-sticky")
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,14 @@ class GpuKind:
     device architectures ``--cuda-arch`` sets, None for none.  ``stub_runtime_headers``: a fork
     build of this kind compiles the pin ladder's host test against the CUDA runtime's headers from
     PyPI (a kind without a CUDA runtime of its own).
+
+    What of this machine its results depend on (the result cache's machine identity, environment.json):
+    ``inventory``: its devices here as its tool lists them ({name, driver, memory, ...} each; [] for none);
+    ``driver_version`` and ``toolkit_version``: the versions of its driver and of its compiler, recorded
+    as ``<backend>_driver`` and ``<backend>_toolkit`` (:meth:`version_keys`: ``cuda_driver``); and
+    ``runtime_libraries``: the runtime libraries a build links, found from its ``CMakeCache.txt`` (the
+    path given, or None).  ``pin_vars``: role (:data:`PIN_ROLES`) -> the variable of :attr:`env` that plays it
+    (none for a kind that pins nothing).
     """
 
     name: str
@@ -111,11 +127,27 @@ class GpuKind:
     visible_probe: str = ""
     #: the program that checks its device code's memory accesses under ``--sanitize`` (None: no such checker)
     sanitizer: str | None = None
+    inventory: Callable[[], list[dict[str, str]]] = lambda: []
+    driver_version: Callable[[], str | None] = lambda: None
+    toolkit_version: Callable[[], str | None] = lambda: None
+    runtime_libraries: Callable[[Path | None], list[Path]] = lambda cmake_cache: []
+    pin_vars: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = [r for r in self.pin_vars if r not in PIN_ROLES]
+        if unknown or not all(any(e.matches(v) for e in self.env) for v in self.pin_vars.values()):
+            raise ValueError(f"GPU kind {self.name}: pin_vars {dict(self.pin_vars)} name a role outside {PIN_ROLES} "
+                             f"or a variable outside its env")
 
     @property
     def has_device(self) -> bool:
         """True for a kind whose programs run on a device (a GPU), False for a CPU-only kind."""
         return self.device is not None
+
+    def version_keys(self) -> tuple[str, str]:
+        """The keys its driver's and toolkit's versions are recorded under: ``<backend>_driver``,
+        ``<backend>_toolkit`` (``cuda_driver``, ``cuda_toolkit``)."""
+        return f"{self.backend.lower()}_driver", f"{self.backend.lower()}_toolkit"
 
     def visibility(self) -> str:
         """The variables that choose the devices a program sees, as set here: ``VAR=value`` (``unset``), joined."""

@@ -282,7 +282,7 @@ class RunConfig:
     #: default count for a pin configuration, none otherwise
     reloads: int | None = None
     #: whether ``--sanitize`` also runs a short generation of this configuration under the tool
-    #: (harness.stages.tests.sanitized_generation); None: a pin configuration of a one-GPU group does
+    #: (harness.stages.outputs.sanitized_generation); None: a pin configuration of a one-GPU group does
     sanitize: bool | None = None
 
 

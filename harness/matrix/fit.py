@@ -17,10 +17,10 @@ between is tokenized after the build (harness.stages.outputs.refusals, with the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping
 
 from ..common.errors import InputError
-from .config import Matrix
+from .selection import Selection
 
 #: llama.cpp pads the context to a multiple of this many tokens (src/llama-context.cpp).
 CONTEXT_PADDING = 256
@@ -113,26 +113,17 @@ class PlannedGeneration:
         return f"{what} does not fit {ctx} with prompt {self.prompt} ({count} of {self.model}): {advice}"
 
 
-def selected_groups(matrix: Matrix, platform: str, groups: Sequence[str], models: Sequence[str]) -> list[str]:
-    """The comparison groups of ``platform`` that compare-outputs runs with the --group names ``groups`` and
-    the --model names ``models`` (empty: no restriction): a group with none of those models runs nothing."""
-    return [g for g in matrix.platform(platform).groups if (not groups or g in groups)
-            and (not models or set(matrix.groups[g].models) & set(models))]
-
-
-def selected_generations(matrix: Matrix, platforms: Sequence[str], groups: Sequence[str], models: Sequence[str],
-                         n_predict: int | None) -> list[PlannedGeneration]:
-    """Every prompt that compare-outputs would generate from on ``platforms`` (empty: all of the matrix),
-    restricted to ``groups`` and ``models`` where given, with ``n_predict`` (the --n-predict option, None:
-    each group's); one entry per group, model and prompt."""
+def selected_generations(selection: Selection, n_predict: int | None) -> list[PlannedGeneration]:
+    """Every prompt that compare-outputs would generate from in ``selection`` (its platforms, groups with a
+    selected model, models and prompts: harness.matrix.selection), with ``n_predict`` (the --n-predict
+    option, None: each group's); one entry per group, model and prompt."""
+    matrix = selection.matrix
     out: dict[tuple[str, str, str], PlannedGeneration] = {}
-    for pname in platforms or list(matrix.platforms):
-        for gname in selected_groups(matrix, pname, groups, models):
+    for pname in selection.platform_names():
+        for gname in selection.groups_with_models(pname):
             group = matrix.groups[gname]
-            for model in group.models:
-                if models and model not in models:
-                    continue
-                for pid in group.prompts:
+            for model in selection.model_names(gname):
+                for pid in selection.prompt_names(gname):
                     out.setdefault((gname, model, pid), PlannedGeneration(
                         gname, model, pid, matrix.prompts[pid].text, n_predict or group.generation.n_predict,
                         group.generation.ctx_size, n_predict is not None, str(matrix.path)))

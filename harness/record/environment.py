@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..kinds import nvidia
+from ..kinds.registry import GPUS, machine_devices
 from .gpu import pin_environment
 from .results import RecordError, read_record_json
 
@@ -57,26 +57,6 @@ def cpu_model() -> str:
     return pyplatform.processor() or pyplatform.machine()
 
 
-def cuda_driver_version() -> str | None:
-    """The CUDA version the driver supports, as nvidia-smi prints it in its banner (e.g. "13.0")."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return None
-    proc = subprocess.run([smi], capture_output=True, text=True)
-    m = re.search(r"CUDA Version:\s*([\d.]+)", proc.stdout)
-    return m.group(1) if m else None
-
-
-def nvcc_version() -> str | None:
-    """The CUDA toolkit release from ``nvcc --version`` (e.g. "13.0, V13.0.48"); None without nvcc."""
-    nvcc = shutil.which("nvcc")
-    if not nvcc:
-        return None
-    proc = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
-    m = re.search(r"release\s+([^\n]+)", proc.stdout)
-    return m.group(1).strip() if m else None
-
-
 def cmake_cache_compilers(build_dir: Path) -> dict[str, str]:
     """Compiler ids and versions CMake detected for a build dir (from CMakeFiles/*/CMake*Compiler.cmake)."""
     out: dict[str, str] = {}
@@ -100,7 +80,7 @@ def collect(base_commit: str, base_source: str, patches: list[dict[str, str]],
     commit its source tree was made from (upstream's pinned commit for base, the fork tree's HEAD for the
     fork), known also for a build found up to date, which configures nothing.
     """
-    gpus = nvidia.nvidia_gpus()
+    gpus, visible, versions = machine_devices()
     env: dict[str, Any] = {
         "os": pyplatform.platform(),
         "machine": pyplatform.machine(),
@@ -112,10 +92,9 @@ def collect(base_commit: str, base_source: str, patches: list[dict[str, str]],
         "ninja": _first_line(["ninja", "--version"]),
         "ccache": _first_line(["ccache", "--version"]),
         "cc": _first_line(["cc", "--version"]),
-        "cuda_toolkit": nvcc_version(),
-        "cuda_driver": cuda_driver_version(),
+        **versions,  # each GPU kind's driver and toolkit (cuda_toolkit, cuda_driver: harness.kinds)
         "gpus": gpus,
-        "visible_gpus": nvidia.visible_gpu_count(gpus),
+        "visible_gpus": visible,
         # inherited by every generation: an inherited GGML_CUDA_NO_PINNED changes every CUDA result
         "pin_environment": pin_environment(),
         "base_commit": base_commit,
@@ -130,20 +109,20 @@ def collect(base_commit: str, base_source: str, patches: list[dict[str, str]],
 
 def machine_fingerprint(env: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What makes speeds of two runs comparable: CPU model and core count, the GPUs (name and driver),
-    how many are visible, the CUDA driver and toolkit versions.
+    how many are visible, the versions of each GPU kind's driver and toolkit (``cuda_driver``, ``cuda_toolkit``:
+    harness.kinds.shape.GpuKind.version_keys).
 
     ``env`` is an environment.json record (:func:`collect`); without it the facts are read from
     this machine.  Two runs' tok/s are compared only when these dicts are equal
     (harness.analysis.triage); anything else, RAM or the OS patch level, is left out.
     """
     if env is None:
-        gpus = nvidia.nvidia_gpus()
-        env = {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "gpus": gpus, "visible_gpus": nvidia.visible_gpu_count(gpus),
-               "cuda_driver": cuda_driver_version(), "cuda_toolkit": nvcc_version()}
+        gpus, visible, versions = machine_devices()
+        env = {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "gpus": gpus, "visible_gpus": visible, **versions}
+    keys = [key for k in GPUS.values() if k.has_device for key in k.version_keys()]
     return {"cpu": env.get("cpu"), "cpu_count": env.get("cpu_count"),
             "gpus": [[g.get("name"), g.get("driver")] for g in env.get("gpus") or [] if isinstance(g, dict)],
-            "visible_gpus": env.get("visible_gpus"), "cuda_driver": env.get("cuda_driver"),
-            "cuda_toolkit": env.get("cuda_toolkit")}
+            "visible_gpus": env.get("visible_gpus"), **{key: env.get(key) for key in sorted(keys)}}
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+#: The step whose record this is: the expectations check's (harness.stages.checks.expectations declares it with
+#: this name), which the summary's review and triage read beside the record.
+EXPECTATIONS_STEP = "expectations"
+
 
 
 @dataclass(frozen=True)

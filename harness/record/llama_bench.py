@@ -52,6 +52,7 @@ from ..kinds.shape import GpuKind
 from .bench import BenchMeasurement, bench_measurements, read_bench
 from .environment import EnvironmentRecord, read_environment
 from .results import BUILD_FILES, RecordError, RunLayout
+from .tolerant import read_json_or_none
 
 #: The file beside bench.json.
 FILE_NAME = "llama-bench.jsonl"
@@ -205,13 +206,6 @@ def llama_bench_rows(measurements: Sequence[BenchMeasurement], machine: Mapping[
     return rows
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def _environment(run_dir: Path, platform: str) -> EnvironmentRecord:
     """The platform's environment.json, an empty record where the run has none or it cannot be read."""
     try:
@@ -256,13 +250,13 @@ def run_settings(run_dir: Path, platform: str, configs: Sequence[str], kind: Gpu
     gpu_info = ", ".join(visible_gpu_names(env)) if kind.has_device else ""
     out = {}
     for config in configs:
-        cfg = _read_json(layout.config_json(platform, config))
+        cfg = read_json_or_none(layout.config_json(platform, config))
         if not isinstance(cfg, dict):
             continue
         build = str(cfg.get("build", ""))
         model_file = ""
         for cmd in sorted(layout.speed(platform).glob(f"{config}.*.cmd")):
-            argv = (_read_json(cmd) or {}).get("argv") or []
+            argv = (read_json_or_none(cmd) or {}).get("argv") or []
             if "-m" in argv[:-1]:
                 model_file = str(argv[argv.index("-m") + 1])
                 break
@@ -298,11 +292,11 @@ def logged_model_types(run_dir: Path, platform: str) -> dict[str, str]:
 def _test_time(run_dir: Path) -> str:
     """The start of the run's last command (run.json), else summary.json's ``updated``, else "", as llama-bench
     writes a test_time (:func:`llama_bench_time`)."""
-    run = _read_json(RunLayout(run_dir).run_json) or {}
+    run = read_json_or_none(RunLayout(run_dir).run_json) or {}
     commands = run.get("commands") or []
     if commands and commands[-1].get("started"):
         return llama_bench_time(str(commands[-1]["started"]))
-    return llama_bench_time(str((_read_json(RunLayout(run_dir).summary_json) or {}).get("updated")
+    return llama_bench_time(str((read_json_or_none(RunLayout(run_dir).summary_json) or {}).get("updated")
                                or run.get("started") or ""))
 
 

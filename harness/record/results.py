@@ -221,8 +221,8 @@ COMPARISON_STATUSES = COMPARISON.names
 
 #: The statuses code sets or decides by, named once here (each checked against its declaration above); no
 #: other module spells a comparison status (tests/test_imports.py).
-STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED, STEP_INTERRUPTED = (
-    STEP.check(n) for n in ("passed", "failed", "error", "skipped", "interrupted"))
+STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED, STEP_INTERRUPTED, STEP_INCOMPLETE = (
+    STEP.check(n) for n in ("passed", "failed", "error", "skipped", "interrupted", "incomplete"))
 IDENTICAL, DIVERGED, CRASHED, TIMEOUT, UNSUPPORTED_UPSTREAM = (
     COMPARISON.check(n) for n in ("identical", "diverged", "crashed", "timeout", "unsupported-upstream"))
 

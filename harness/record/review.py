@@ -16,19 +16,12 @@ The table reads as a pull-request comment; a dash is a fact the run does not hav
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from .expectations import read_expectations
+from .expectations import EXPECTATIONS_STEP, read_expectations
 from .probe import layers_by_type_text
-
-
-def _read(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+from .tolerant import read_json_or_none
 
 
 def _mib(n: int | None) -> str:
@@ -43,7 +36,7 @@ def _layers(layers: dict[str, list[int]] | None) -> str:
 
 def _speed(bench_json: Path) -> dict[tuple[str, str], tuple[float, float]]:
     """(config, model) -> (pp, tg) median tok/s, the first measurement of each, from a platform's bench.json."""
-    bench = _read(bench_json)
+    bench = read_json_or_none(bench_json)
     out: dict[tuple[str, str], tuple[float, float]] = {}
     for m in (bench or {}).get("measurements", []) if isinstance(bench, dict) else []:
         try:
@@ -60,7 +53,7 @@ def review_lines(run: Any) -> list[str]:
     rows = []
     speeds: dict[str, dict[tuple[str, str], tuple[float, float]]] = {}
     for step in run.steps:
-        if step.step != "expectations":
+        if step.step != EXPECTATIONS_STEP:
             continue
         record = read_expectations(run.layout.expectations_json(step.platform, step.config))
         if record is None:

@@ -6,9 +6,12 @@ A stage (:class:`Stage`) declares, once:
 * ``command``: the command-line stage it belongs to (:data:`COMMANDS`: ``build``, ``test``,
   ``compare-outputs``), and ``role``: the folder under ``harness/stages/`` it lives in (:data:`ROLES`);
 * ``reads``: what it takes from the run (:data:`READS`), and ``writes``: what it adds (:data:`WRITES`);
-* ``steps``: the step names it records (a name ending in ``:`` or ``-`` is a prefix: ``speed:`` for
-  ``speed:<group>:<metric>``, ``test-`` for ``test-<tool>``), and ``statuses``: the step statuses it
-  may give them (harness.record.results.STEP); ``interrupted`` is the run loop's, never declared;
+* ``steps``: the steps it records, each a :class:`StepSpec`: its name (a name ending in ``:`` or ``-`` is
+  a prefix: ``speed:`` for ``speed:<group>:<metric>``, ``test-`` for ``test-<tool>``), the statuses it
+  may end in (the named constants of harness.record.results.STEP; ``interrupted`` is the run loop's,
+  never declared) and what its failure is read from (:data:`EVIDENCE`: the signatures, the logs a
+  report shows and review ask the step's declaration, harness.stages.table.step_spec); the run loop
+  holds what a stage records to them (harness.stages.table.undeclared);
 * ``run``: a function of the :class:`Context` that does its work and returns the steps it decided
   (the run loop records each and says it in one line); steps found deep in its work (a build that a
   comparison asks for) it records through ``ctx.run`` as they finish, so an interrupt keeps them;
@@ -17,7 +20,9 @@ A stage (:class:`Stage`) declares, once:
 
 The stages of a run, in order, are harness.stages.table.STAGES; harness.pipeline runs those of each
 command in that order and handles interrupts for all of them alike.  A stage imports only
-harness.matrix, harness.record, harness.common and other stages (tests/test_imports.py).
+harness.kinds, harness.matrix, harness.record, harness.common, this frame and the stage rooms of its own or
+an earlier floor (:data:`ROLES`); this frame imports no stage room: what it holds of the builds and the
+sessions are interfaces (:class:`RunBuilds`, :class:`RunSessions`) (tests/test_imports.py).
 """
 
 from __future__ import annotations
@@ -25,25 +30,21 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Protocol
 
 from ..common.console import Console
 from ..matrix.config import Matrix, Platform
 from ..matrix.model_sources.registry import ModelStore
 from ..matrix.platforms import cannot_build, cannot_run, compiles_instead
-from ..record.cache import ResultCache, max_bytes_from_env
+from ..matrix.selection import Selection
+from ..record.cache import ResultCache
 from ..record.progress import InProgress
-from ..record.results import STEP_STATUSES, Run, StepRecord
-from .build.build import BuildResult
-from .build.builds import Builds
-from .build.cross import Emulator
-from .build.source import BaseTree, cache_dir
+from ..record.results import STEP_INTERRUPTED, STEP_STATUSES, Run, StepRecord
+from .command_names import STAGE_COMMANDS
 from .options import Options
-from .outputs.greedy import Hooks
-from .outputs.sessions import Sessions
 
-#: The command-line stages, in the order a run takes them.
-COMMANDS = ("build", "test", "compare-outputs")
+#: The command-line stages, in the order a run takes them (declared in harness.stages.command_names).
+COMMANDS = tuple(STAGE_COMMANDS)
 
 #: The folders of harness/stages/, in the order of the run: each stage lives in one.
 ROLES = ("build", "tests", "outputs", "checks", "speed")
@@ -59,36 +60,147 @@ READS = ("matrix", "source", "builds", "models", "records")
 WRITES = ("builds", "steps", "comparisons", "files")
 
 
+#: What a failed step is read from, the ``evidence`` of a :class:`StepSpec`: harness.analysis.signatures makes
+#: a failed step's signature and finds the logs that show why by it, never by the step's name.
+EVIDENCE = {
+    "build-logs": "configure.log, build.log, their .rc files and error.log of the step's build directory, and "
+                  "the patch that did not apply",
+    "compile-logs": "the same files of the step's compile directory (a platform compiled, not run)",
+    "test-logs": "tests.json, junit.xml, ctest.log and the failed tests' logs of the step's tests directory",
+    "generations": "the step's failure facts and the .stderr and .cmd files of the generations they name",
+    "sanitizer-log": "the compute-sanitizer log the step names (its ``log``)",
+    "expectations": "the findings of the configuration's expectations.json",
+    "reloads": "the findings of the configuration's reloads.json",
+    "speed-rule": "the rule's record in the platform's bench.json",
+    "detail": "the step's failure facts and detail alone",
+}
+
+#: The statuses a stage may declare: every step status but the run loop's ``interrupted``.
+DECLARABLE = tuple(s for s in STEP_STATUSES if s != STEP_INTERRUPTED)
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One step a stage records: its ``name`` (ending in ``:`` or ``-``: a prefix), the ``statuses`` it may end
+    in (named constants of harness.record.results), its ``evidence`` (:data:`EVIDENCE`) and whether it is
+    ``timed``: its seconds measure the work itself (a build, a test run), so triage compares them across runs.
+    Raises ValueError for a status or evidence outside its vocabulary."""
+
+    name: str
+    statuses: tuple[str, ...]
+    evidence: str = "detail"
+    timed: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.statuses if s not in DECLARABLE]
+        if unknown or not self.statuses:
+            raise ValueError(f"step {self.name}: statuses {', '.join(map(repr, unknown))} not in {DECLARABLE}")
+        if self.evidence not in EVIDENCE:
+            raise ValueError(f"step {self.name}: evidence {self.evidence!r} not in {tuple(EVIDENCE)}")
+
+    def matches(self, step: str) -> bool:
+        """Whether step name ``step`` is this one (or of this prefix)."""
+        return step.startswith(self.name) if self.name.endswith((":", "-")) else step == self.name
+
+
 @dataclass(frozen=True)
 class Stage:
-    """One stage of a run (see the module docstring).  Raises ValueError when a declared name is outside its
-    vocabulary (:data:`COMMANDS`, :data:`ROLES`, :data:`READS`, :data:`WRITES`, the step statuses)."""
+    """One stage of a run (see the module docstring).  ``steps``: a :class:`StepSpec` each; a bare name stands for
+    a step that may end in any of ``statuses`` and whose failure is read from its detail.  Raises ValueError when
+    a declared name is outside its vocabulary (:data:`COMMANDS`, :data:`ROLES`, :data:`READS`, :data:`WRITES`,
+    the step statuses, :data:`EVIDENCE`)."""
 
     name: str
     command: str
     role: str
     reads: tuple[str, ...]
     writes: tuple[str, ...]
-    steps: tuple[str, ...]
-    statuses: tuple[str, ...]
+    steps: tuple[StepSpec, ...]
     run: Callable[["Context"], Iterable[StepRecord] | None]
     beside: bool = False
+    statuses: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         checks = (("command", (self.command,), COMMANDS), ("role", (self.role,), ROLES),
                   ("reads", self.reads, READS), ("writes", self.writes, WRITES),
-                  ("statuses", self.statuses, tuple(s for s in STEP_STATUSES if s != "interrupted")))
+                  ("statuses", self.statuses, DECLARABLE))
         for what, names, known in checks:
             unknown = [n for n in names if n not in known]
             if unknown:
                 raise ValueError(f"stage {self.name}: {what} {', '.join(map(repr, unknown))} not in {known}")
         if not self.steps:
             raise ValueError(f"stage {self.name}: declares no step")
+        specs = tuple(s if isinstance(s, StepSpec) else StepSpec(s, self.statuses) for s in self.steps)
+        object.__setattr__(self, "steps", specs)
+        object.__setattr__(self, "statuses", tuple(dict.fromkeys(st for s in specs for st in s.statuses)))
+
+    @property
+    def step_names(self) -> tuple[str, ...]:
+        """The names of its steps, in declaration order."""
+        return tuple(s.name for s in self.steps)
+
+    def spec(self, step: str) -> StepSpec | None:
+        """The declaration of step name ``step`` (:meth:`StepSpec.matches`), None when it declares none."""
+        return next((s for s in self.steps if s.matches(step)), None)
 
     def records(self, step: str) -> bool:
         """Whether ``step`` is one of the step names this stage declares (a declared name ending in ``:`` or ``-``
         is a prefix)."""
-        return any(step.startswith(s) if s.endswith((":", "-")) else step == s for s in self.steps)
+        return self.spec(step) is not None
+
+    def declares(self, step: str, status: str) -> bool:
+        """Whether this stage may record step ``step`` with ``status`` (``interrupted``, the run loop's, always)."""
+        spec = self.spec(step)
+        return spec is not None and (status in spec.statuses or status == STEP_INTERRUPTED)
+
+
+class RunBuilds(Protocol):
+    """What the stages ask of a run's builds through the context: harness.stages.build.builds.Builds, made by
+    harness.pipeline.open_context (the frame names no stage room: the build room implements this)."""
+
+    cache: Path
+    bases: dict[str, Any]
+
+    def base(self) -> Any:
+        """The base tree (harness.stages.build.source.BaseTree), obtained on first use."""
+
+    def patches(self) -> list[Any]:
+        """The patch series (harness.stages.build.patches.Patch each)."""
+
+    def variants_for(self, p: Platform) -> list[str]:
+        """The variants ``p`` builds."""
+
+    def build_variant(self, p: Platform, variant: str) -> Any:
+        """``variant`` of ``p``, built once per process (harness.stages.build.build.BuildResult)."""
+
+    def prepare_source(self, base: Any, work: Path, variant: str, logs: Path) -> Path:
+        """The source tree of ``variant`` under ``work``, patched where the variant is."""
+
+    def write_environment(self, p: Platform) -> None:
+        """Write ``p``'s environment.json."""
+
+    def emulator(self, p: Platform) -> Any:
+        """The emulator that runs ``p``'s programs (harness.stages.build.cross.Emulator), None for a native one."""
+
+    def job_budget(self) -> Any:
+        """The run's one job budget (harness.common.jobserver.JobBudget)."""
+
+    def close(self) -> None:
+        """Give up the build holds and the job budget."""
+
+
+class RunSessions(Protocol):
+    """How the stages start a configuration's programs through the context: harness.stages.outputs.sessions
+    .Sessions, made by harness.pipeline.open_context (the outputs room implements this)."""
+
+    shown: Any
+    placements: dict[str, dict[str, dict[str, dict]]]
+
+    def hooks(self, p: Platform) -> Any:
+        """How ``p``'s configurations start their programs (harness.stages.outputs.greedy.Hooks)."""
+
+    def session_cache(self) -> Any:
+        """The result cache's store of generation sessions (harness.stages.outputs.generation_cache.SessionCache)."""
 
 
 @dataclass
@@ -96,10 +208,13 @@ class Context:
     """What every stage gets: the ``matrix``, the ``run`` (its layout and records), the ``opts``, the
     ``console`` and ``say`` (one line of progress), ``progress`` (the steps in progress, for interrupts),
     ``results_cache`` (docs/cache.md), ``builds``, ``models``, ``sessions`` (how a configuration's
-    programs start) and ``generated``: platform -> the configurations that generated there in this
-    process, in the order of their generate steps (written by the comparisons, read by the checks).
+    programs start), ``selection``: the platforms, groups, models and prompts the command line selects
+    (harness.matrix.selection.Selection: every stage reads them there, never ``opts``) and ``generated``:
+    platform -> the configurations that generated there in this process, in the order of their generate
+    steps (written by the comparisons, read by the checks).
 
-    Made by :meth:`open`; :meth:`close` gives up what it holds.
+    Made by harness.pipeline.open_context, which knows the rooms that implement ``builds`` (:class:`RunBuilds`)
+    and ``sessions`` (:class:`RunSessions`); :meth:`close` gives up what it holds.
     """
 
     matrix: Matrix
@@ -109,25 +224,11 @@ class Context:
     say: Callable[[str], None]
     progress: InProgress
     results_cache: ResultCache
-    builds: Builds
+    builds: RunBuilds
     models: ModelStore
-    sessions: Sessions
+    sessions: RunSessions
+    selection: Selection
     generated: dict[str, list[str]] = field(default_factory=dict)
-
-    @classmethod
-    def open(cls, matrix: Matrix, run: Run, opts: Options, say: Callable[[str], None] | None = None,
-             console: Console | None = None, bases: Mapping[str, BaseTree] | None = None) -> Context:
-        """The context of a run of ``matrix`` recorded in ``run`` with ``opts``; ``say`` defaults to the console's,
-        ``bases``: variant -> its base tree where the caller gives one (harness.stages.build.builds.Builds)."""
-        console = console or Console()
-        say = say or console.say
-        cache = cache_dir()
-        progress = InProgress(run)
-        results_cache = ResultCache(cache / "results", max_bytes_from_env(), read=not opts.no_cache)
-        builds = Builds(matrix, run, opts, console, say, progress, cache, bases)
-        models = ModelStore(matrix.models, cache, lambda: builds.base().path, matrix.path, builds.quantize_tool)
-        sessions = Sessions(matrix, run, builds, progress, results_cache, console)
-        return cls(matrix, run, opts, console, say, progress, results_cache, builds, models, sessions)
 
     def close(self) -> None:
         """The run is over: give up the build holds and the job budget (harness.stages.build.builds.Builds.close)."""
@@ -137,11 +238,11 @@ class Context:
         """Mark (platform, config, step) as in progress for the block (harness.record.progress.InProgress)."""
         return self.progress.doing(platform, config, step)
 
-    def build_variant(self, p: Platform, variant: str) -> BuildResult:
+    def build_variant(self, p: Platform, variant: str) -> Any:
         """``variant`` of ``p``, built once per process (harness.stages.build.builds.Builds.build_variant)."""
         return self.builds.build_variant(p, variant)
 
-    def emulator(self, p: Platform) -> Emulator | None:
+    def emulator(self, p: Platform) -> Any:
         """The emulator that runs ``p``'s programs, None for a native platform; RuntimeError when it is missing."""
         return self.builds.emulator(p)
 
@@ -149,13 +250,9 @@ class Context:
         """Path of model ``name``, assembled, generated or derived on first use (harness.matrix.model_sources.registry.ModelStore)."""
         return self.models.path(name)
 
-    def hooks(self, p: Platform) -> Hooks:
+    def hooks(self, p: Platform) -> Any:
         """How ``p``'s configurations start their programs (harness.stages.outputs.sessions.Sessions.hooks)."""
         return self.sessions.hooks(p)
-
-    def selected(self) -> list[str]:
-        """The names of the platforms ``--platform`` names, else of every platform of the matrix."""
-        return self.opts.platforms or list(self.matrix.platforms)
 
     def platforms(self, for_step: str) -> list[Platform]:
         """Platforms that ``for_step`` (build/test/compare-outputs) runs on; others are recorded as skipped.
@@ -167,16 +264,16 @@ class Context:
         Raises MatrixError for an unknown platform name.
         """
         chosen = []
-        for name in self.selected():
+        for name in self.selection.platform_names():
             p = self.matrix.platform(name)
             compiled = for_step == "build" and compiles_instead(p)
-            why = cannot_build(p) if (for_step == "build" and self.opts.platforms) else cannot_run(p)
+            why = cannot_build(p) if (for_step == "build" and self.selection.names_platforms()) else cannot_run(p)
             if compiled:
                 why = f"{cannot_run(p)}; compiled instead (step compile)"
             if why:
                 self.run.skipped_platforms[name] = why
                 self.run.record_step(StepRecord(name, "-", for_step, "skipped", detail=why))
-                if self.opts.platforms and not compiled:
+                if self.selection.names_platforms() and not compiled:
                     self.run.mark_incomplete(f"{name}: {for_step} skipped: {why}")
                 self.say(f"[{name}] {for_step}: skipped: {why}")
                 continue

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from .build import build_stage, compile_stage
 from .checks import expectations, reloads
-from .outputs import compare_stage
-from .shape import COMMANDS, Stage
+from .outputs import compare_stage, sanitized_generation
+from typing import Iterable
+
+from ..record.results import StepRecord
+from .shape import COMMANDS, Stage, StepSpec
 from .speed import speed
-from .tests import sanitized_generation, tests_stage
+from .tests import tests_stage
 
 #: The stages, in the order they run.
 STAGES: tuple[Stage, ...] = (
@@ -39,4 +42,17 @@ def stages_of(command: str, table: tuple[Stage, ...] = STAGES) -> tuple[Stage, .
 
 def steps_of_role(role: str, table: tuple[Stage, ...] = STAGES) -> tuple[str, ...]:
     """The step names the stages of ``role`` in ``table`` declare (JUnit's checks file: role ``checks``)."""
-    return tuple(step for s in table if s.role == role for step in s.steps)
+    return tuple(step for s in table if s.role == role for step in s.step_names)
+
+
+def step_spec(step: str, table: tuple[Stage, ...] | None = None) -> StepSpec | None:
+    """The declaration of step name ``step`` by the first stage of ``table`` (default :data:`STAGES`) that declares
+    it (harness.stages.shape.Stage.spec), None for a step no stage declares (a run of an older harness)."""
+    return next((spec for s in (STAGES if table is None else table) if (spec := s.spec(step)) is not None), None)
+
+
+def undeclared(steps: Iterable[StepRecord], table: tuple[Stage, ...] = STAGES) -> list[str]:
+    """``<platform> <step> <config>: <status>`` for each of ``steps`` that no stage of ``table`` declares with its
+    status (harness.stages.shape.Stage.declares); [] when the stages recorded only what they declare."""
+    return [f"{s.platform} {s.step} {s.config}: {s.status}" for s in steps
+            if not any(stage.declares(s.step, s.status) for stage in table)]

@@ -42,9 +42,10 @@ from ..args import strip_dashdash
 from ..common.errors import InputError
 from ..record.results import STEP_SKIPPED, RecordError, describe_cache, new_run_id
 from ..record.summary import read_run
+from ..stages.command_names import STAGE_COMMANDS
 from .compile_bench import machine
 
-STAGES = ("build", "test", "compare-outputs")
+STAGES = tuple(STAGE_COMMANDS)
 
 PATCH_2 = "patches/ggml-cuda-pin-host-buffers-through-a-chunked-cudahostregister-la.patch"
 PATCH_3 = "patches/llama-route-expert-tensors-to-pinned-memory-by-layer-ggml_cuda_m.patch"

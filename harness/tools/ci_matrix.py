@@ -55,6 +55,7 @@ from ..kinds.registry import runner_os
 from ..kinds.shape import OsKind
 from ..matrix.config import Matrix, MatrixError, Platform, load_matrix
 from ..matrix.platforms import debian_packages
+from ..stages.command_names import STAGE_COMMANDS
 from .path_budget import MAX_PATH, PathBudget, files_added_by, path_budget
 from .windows_check import MINGW_PACKAGE
 
@@ -64,7 +65,7 @@ MAX_JOBS = 256
 #: self-hosted jobs of a pull request or a manual run of another branch wait for approval.
 APPROVAL_ENVIRONMENT = "self-hosted-runners"
 #: nox sessions that run the stages of every selected platform (``--platform``).
-PLATFORM_SESSIONS = frozenset({"build", "test", "compare-outputs"})
+PLATFORM_SESSIONS = frozenset(STAGE_COMMANDS)
 #: Debian packages of the nox sessions that need the same ones on every platform.
 SESSION_DEBIAN_PACKAGES = {"check-windows": (MINGW_PACKAGE,)}
 

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from ..matrix.config import load_matrix
     from ..stages.build.compile_stage import compile_variant
     from ..stages.options import Options
-    from ..stages.shape import Context
+    from ..pipeline import open_context
     from ..record.results import Run
     from ..args import parse_defines, split_names
     platforms = split_names(args.platform) or ["linux-x86_64-cuda"]
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"mode: {'cold (empty ccache)' if args.cold else 'warm (ccache ' + os.environ.get('CCACHE_DIR', 'default') + ')'}"
           f", -j {jobs}, work {root / 'work'}")
     run = Run(root / "results", "bench")
-    ctx = Context.open(matrix, run, Options(platforms=[p.name], jobs=jobs, work_dir=root / "work",
+    ctx = open_context(matrix, run, Options(platforms=[p.name], jobs=jobs, work_dir=root / "work",
                                             patches_dir=args.patches_dir, cuda_arch=args.cuda_arch,
                                             cmake_defines=parse_defines(args.defines)), say=lambda _: None)
     ctx.builds.base()  # obtaining the source is not the step's time

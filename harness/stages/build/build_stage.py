@@ -5,7 +5,8 @@ CUDA platform without a GPU is compiled instead, by the compile stage beside thi
 
 from __future__ import annotations
 
-from ..shape import Context, Stage
+from ...record.results import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
+from ..shape import Context, Stage, StepSpec
 
 
 def run_build(ctx: Context) -> None:
@@ -19,4 +20,4 @@ def run_build(ctx: Context) -> None:
 
 STAGE = Stage("build", command="build", role="build", reads=("matrix", "source"),
               writes=("builds", "steps", "files"),
-              steps=("build",), statuses=("passed", "failed", "error", "skipped"), run=run_build)
+              steps=(StepSpec("build", (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED), "build-logs", timed=True),), run=run_build)

@@ -17,9 +17,10 @@ from pathlib import Path
 from ...common.locks import Rank, exclusive, joined_by_holder_of
 from ...matrix.config import Platform
 from ...matrix.platforms import compiles_instead
-from ...record.results import BUILD_FILES, Failure, StepRecord, write_json
+from ...record.results import (BUILD_FILES, STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED, Failure, StepRecord,
+                               write_json)
 from .engine_target import ENGINE_TARGET
-from ..shape import Context, Stage
+from ..shape import Context, Stage, StepSpec
 from .build import ccache_env, compiler_launcher_options, find_tool
 from .compile_cache import compile_reusing, step_identity
 from .cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
@@ -33,7 +34,7 @@ def run_compile(ctx: Context) -> None:
     It runs in a thread beside the builds, which the build stage's thread may wait for while it holds builds:
     so this thread takes only locks after those (harness.common.locks.joined_by_holder_of)."""
     joined_by_holder_of(Rank.BUILD)
-    for p in (ctx.matrix.platform(n) for n in ctx.selected()):
+    for p in (ctx.matrix.platform(n) for n in ctx.selection.platform_names()):
         if not compiles_instead(p):
             continue
         fork = compile_variant(ctx, p, "fork")
@@ -120,4 +121,4 @@ def _compile_variant(ctx: Context, p: Platform, variant: str,
 
 STAGE = Stage("compile", command="build", role="build", reads=("matrix", "source"),
               writes=("builds", "steps", "files"),
-              steps=("compile",), statuses=("passed", "failed", "error", "skipped"), run=run_compile, beside=True)
+              steps=(StepSpec("compile", (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED), "compile-logs"),), run=run_compile, beside=True)

@@ -21,7 +21,8 @@ from typing import Sequence
 from ...common.errors import InputError
 from ...kinds.registry import backend_of, gpu_of
 from ...matrix.config import Matrix, Platform
-from ...matrix.fit import Vocabulary, refuse_unfit, selected_generations, selected_groups, vocabulary_of
+from ...matrix.fit import Vocabulary, refuse_unfit, selected_generations, vocabulary_of
+from ...matrix.selection import Selection
 from ...matrix.model_sources.registry import made_model_path
 from ...matrix.models import ModelError, model_summary
 from ...matrix.platforms import cannot_run
@@ -79,9 +80,10 @@ def check_inputs(matrix: Matrix, platforms: Sequence[str], groups: Sequence[str]
     vocabulary being a file of that tree; a derived model by the model it is derived from, whose
     vocabulary llama-quantize keeps); nothing is obtained, built or run.
     """
+    selection = Selection.of(matrix, platforms, groups, models)
     problems = []
-    for pname in platforms or list(matrix.platforms):
-        for gname in selected_groups(matrix, pname, groups, models):
+    for pname in selection.platform_names():
+        for gname in selection.groups_with_models(pname):
             problems += _group_problems(matrix, matrix.platform(pname), gname, compare)
     if problems:
         raise InputError(one_line(problems))
@@ -96,4 +98,4 @@ def check_inputs(matrix: Matrix, platforms: Sequence[str], groups: Sequence[str]
         except (ModelError, OSError):
             return None  # an unreadable file is the model step's to report; no bound from it
 
-    refuse_unfit(selected_generations(matrix, platforms, groups, models, n_predict), vocabulary)
+    refuse_unfit(selected_generations(selection, n_predict), vocabulary)

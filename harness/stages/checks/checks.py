@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
 from ...matrix.config import Matrix, Platform
-from ...record.results import Run, StepRecord
-from ..shape import Context, Stage
+from ...record.results import STEP_ERROR, STEP_FAILED, STEP_INCOMPLETE, STEP_PASSED, STEP_SKIPPED, Run, StepRecord
+from ..shape import Context, Stage, StepSpec
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ Check = Callable[[CheckContext], Iterable[StepRecord]]
 
 #: The statuses a check's steps take (harness.record.results.STEP): ``incomplete`` when a record it
 #: needs is missing, ``error`` when the check itself raised.
-CHECK_STATUSES = ("passed", "failed", "skipped", "incomplete", "error")
+CHECK_STATUSES = (STEP_PASSED, STEP_FAILED, STEP_SKIPPED, STEP_INCOMPLETE, STEP_ERROR)
 
 
 def check_platforms(ctx: Context, step: str, check: Check) -> Iterator[StepRecord]:
@@ -54,7 +54,8 @@ def check_platforms(ctx: Context, step: str, check: Check) -> Iterator[StepRecor
         yield from steps
 
 
-def check_stage(step: str, check: Check) -> Stage:
-    """``check`` as a stage of ``compare-outputs`` that records steps named ``step`` (see the module docstring)."""
+def check_stage(step: str, check: Check, evidence: str = "detail") -> Stage:
+    """``check`` as a stage of ``compare-outputs`` that records steps named ``step`` whose failures are read from
+    ``evidence`` (harness.stages.shape.EVIDENCE; see the module docstring)."""
     return Stage(step, command="compare-outputs", role="checks", reads=("matrix", "records"), writes=("steps", "files"),
-                 steps=(step,), statuses=CHECK_STATUSES, run=lambda ctx: check_platforms(ctx, step, check))
+                 steps=(StepSpec(step, CHECK_STATUSES, evidence),), run=lambda ctx: check_platforms(ctx, step, check))

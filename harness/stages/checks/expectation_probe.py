@@ -69,10 +69,6 @@ def in_words(pattern: str) -> str:
     return " or ".join(pattern.split("|"))
 
 
-def _finding(rule: str, status: str, key: str, message: str, evidence: Sequence[str] = ()) -> Finding:
-    return Finding(rule, status, key, message, list(evidence))
-
-
 def coverage(probe: Probe, by_layer: Sequence[int]) -> str:
     """Why the probe cannot judge the experts ("" when it can): a layer whose expert bytes in the model
     file (``by_layer``) exceed what the probe saw of that layer."""
@@ -98,10 +94,10 @@ def placement_findings(exp: Expectations, probe: Probe, n_layer: int) -> list[Fi
                     wrong.setdefault(t, []).append(layer)
         for t, layers in sorted(wrong.items()):
             text = f"expert tensors of layers {layers_text(layers)} in {t}, expected {in_words(r.buffer_type)}"
-            out.append(_finding("placement", "failed", text, text + " (the probe)"))
+            out.append(Finding("placement", "failed", text, text + " (the probe)"))
     if not out:
         text = "; ".join(f"layers {layers_text(v)} in {t}" for t, v in probe.layers_by_buffer_type().items())
-        out.append(_finding("placement", "passed", "as expected", f"expert tensors: {text or 'none'} (the probe)"))
+        out.append(Finding("placement", "passed", "as expected", f"expert tensors: {text or 'none'} (the probe)"))
     return out
 
 
@@ -113,10 +109,10 @@ def weights_findings(weights: Sequence[str], probe: Probe) -> list[Finding]:
             wrong[w.buffer.buffer_type] = wrong.get(w.buffer.buffer_type, 0) + w.bytes
     want = " or ".join(weights)
     if wrong:
-        return [_finding("weights", "failed", f"model weights in {', '.join(sorted(wrong))}, expected {want}",
+        return [Finding("weights", "failed", f"model weights in {', '.join(sorted(wrong))}, expected {want}",
                          "model weights in " + ", ".join(f"{t} ({mib(n)})" for t, n in sorted(wrong.items()))
                          + f", expected {want} (the probe)")]
-    return [_finding("weights", "passed", "as expected",
+    return [Finding("weights", "passed", "as expected",
                      "model weights in " + ", ".join(f"{t} ({mib(n)})" for t, n in probe.buffer_bytes_by_type().items()))]
 
 
@@ -137,7 +133,7 @@ def pinned_findings(rule: Pinned, probe: Probe, expert_total: int) -> tuple[list
     driver's count in the probe.  Returns the findings and the page-locked expert bytes (None: the probe has
     no driver's count, which is incomplete)."""
     if probe.driver is None:
-        return [_finding("pinned", "incomplete", "no driver count in the probe",
+        return [Finding("pinned", "incomplete", "no driver count in the probe",
                          "the probe has no page-locked counts (the engine was built without the CUDA runtime)")], None
     pinned = sum(w.page_locked or 0 for w in probe.experts)
     fraction = pinned / expert_total
@@ -156,7 +152,7 @@ def pinned_findings(rule: Pinned, probe: Probe, expert_total: int) -> tuple[list
                f"{mib(expert_total)}), expected {rule.describe()}" + (f" ({floor / expert_total:.3f})" if rule.cap_bytes else "")
                + f"; {detail}")
     key = f"pinned fraction {'below' if low is not None and fraction + FRACTION_EPSILON < low else 'above'} {rule.describe()}"
-    return [_finding("pinned", "passed" if ok else "failed", "as expected" if ok else key, message)], pinned
+    return [Finding("pinned", "passed" if ok else "failed", "as expected" if ok else key, message)], pinned
 
 
 def mapped_findings(mapped: bool, probe: Probe) -> list[Finding]:
@@ -166,7 +162,7 @@ def mapped_findings(mapped: bool, probe: Probe) -> list[Finding]:
     with ``mapped`` and no failure of the map's name, no page counts."""
     host = [w for w in probe.weights if w.buffer.host and w.buffer.buffer_type != REPACK_BUFFER_TYPE]
     if any(w.file_backed is None for w in host):
-        return [_finding("mapped", "incomplete", "no map count in the probe", "the probe has no file-backed counts")]
+        return [Finding("mapped", "incomplete", "no map count in the probe", "the probe has no file-backed counts")]
     if mapped:
         bad = [w for w in host if w.file_backed < w.bytes]
         what, want = "not backed by the model file (anonymous memory)", "memory-mapped"
@@ -175,12 +171,12 @@ def mapped_findings(mapped: bool, probe: Probe) -> list[Finding]:
         what, want = "backed by the model file", "read into memory (mmap off)"
     if bad:
         types = sorted({w.buffer.buffer_type for w in bad})
-        return [_finding("mapped", "failed", f"host weights in {', '.join(types)} {what}, expected {want}",
+        return [Finding("mapped", "failed", f"host weights in {', '.join(types)} {what}, expected {want}",
                          f"{len(bad)} host weight(s) in {', '.join(types)} ({mib(sum(w.bytes for w in bad))}) {what}, "
                          f"expected {want}; first: {bad[0].name} (the process's memory map)")]
     total = sum(w.bytes for w in host)
     if not mapped:
-        return [_finding("mapped", "passed", "as expected", f"{len(host)} host weight(s) ({mib(total)}) in anonymous memory")]
+        return [Finding("mapped", "passed", "as expected", f"{len(host)} host weight(s) ({mib(total)}) in anonymous memory")]
     return pages_findings(probe, host, total)
 
 
@@ -197,17 +193,17 @@ def pages_findings(probe: Probe, host: Sequence[ProbeWeight], total: int) -> lis
     record of an engine older than the page counts (:attr:`Probe.pages_read`) is judged by the map's name alone,
     and the message says so."""
     if not probe.pages_read:
-        return [_finding("mapped", "passed", "as expected",
+        return [Finding("mapped", "passed", "as expected",
                          f"{len(host)} host weight(s) ({mib(total)}) backed by the model file (pages not read: a "
                          "record of an engine older than the page counts)")]
     if any(w.private_pages is None for w in host):
-        return [_finding("mapped", "incomplete", "no page counts in the probe",
+        return [Finding("mapped", "incomplete", "no page counts in the probe",
                          "the probe has no page counts (the OS's page flags could not be read, or an older engine)")]
     bad = [w for w in host if w.private_pages]
     if bad:
         types = sorted({w.buffer.buffer_type for w in bad})
         layers = sorted({w.layer for w in bad if w.layer >= 0})
-        return [_finding("mapped", "failed",
+        return [Finding("mapped", "failed",
                          f"host weights in {', '.join(types)}: pages privately copied under the model file's name, "
                          "expected the file's pages",
                          f"{len(bad)} host weight(s) in {', '.join(types)} ({mib(sum(w.bytes for w in bad))}"
@@ -216,7 +212,7 @@ def pages_findings(probe: Probe, host: Sequence[ProbeWeight], total: int) -> lis
                          f"model file's name, expected the file's pages; first: {bad[0].name} (the OS's page flags)"
                          + _anonymous_text(probe))]
     untold = sum(w.file_backed - (w.file_pages or 0) for w in host if w.file_backed is not None)
-    return [_finding("mapped", "passed", "as expected",
+    return [Finding("mapped", "passed", "as expected",
                      f"{len(host)} host weight(s) ({mib(total)}) backed by the model file, no page a private copy"
                      + (f" ({mib(untold)} outside the working set: the OS does not say)" if untold else "")
                      + _anonymous_text(probe))]
@@ -312,7 +308,7 @@ def claim_findings(probe: Probe, buffers: Mapping[str, int], ladder: Sequence[Ma
     tol = LOGGED_MIB_TOLERANCE_BYTES * max(1, len(buffers))
     for t in sorted(probed):  # a logged type the probe lacks holds only weights no graph reads
         if abs(probed[t] - buffers.get(t, 0)) > tol:
-            out.append(_finding("claims", "failed", f"buffer sizes: {source} logs {t} unlike the probe",
+            out.append(Finding("claims", "failed", f"buffer sizes: {source} logs {t} unlike the probe",
                                 f"buffer sizes: {source} logs {t} {mib(buffers.get(t, 0))}; "
                                 f"the probe finds {mib(probed[t])} of weight buffers of that type"))
     if probe.driver is not None:
@@ -320,7 +316,7 @@ def claim_findings(probe: Probe, buffers: Mapping[str, int], ladder: Sequence[Ma
             granted, locked = int(r["granted"]), b.page_locked or 0
             if abs(granted - locked) > CLAIM_TOLERANCE_BYTES:
                 rel = "more" if granted > locked else "less"
-                out.append(_finding("claims", "failed", f"pinning: the pin line reports {rel} than the driver holds",
+                out.append(Finding("claims", "failed", f"pinning: the pin line reports {rel} than the driver holds",
                                     f"pinning: {source}'s pin line reports {mib(granted)} granted for the {mib(b.bytes)} "
                                     f"{b.buffer_type} buffer; the driver reports {mib(locked)} page-locked",
                                     [str(r.get("line", ""))]))
@@ -331,10 +327,10 @@ def claim_findings(probe: Probe, buffers: Mapping[str, int], ladder: Sequence[Ma
         if wrong:
             said = _by_type({n: {t} for n, t in named.items()})
             got = _by_type({n: t for n, t in probe.expert_layers().items() if n in named})
-            out.append(_finding("claims", "failed", "routing: the summary names other layers than the probe finds",
+            out.append(Finding("claims", "failed", "routing: the summary names other layers than the probe finds",
                                 f"routing: {source}'s summary puts layers {said}; the probe finds {got} "
                                 f"(layers {layers_text(wrong)} disagree)",
                                 [line for line in routing if "expert tensors of" in line][:1]))
     if not out:
-        out.append(_finding("claims", "passed", "as probed", f"{source}'s buffer, pin and routing lines agree with the probe"))
+        out.append(Finding("claims", "passed", "as probed", f"{source}'s buffer, pin and routing lines agree with the probe"))
     return out

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
-from ...kinds.nvidia import NO_PINNED, PIN_LAYERS, PIN_SIM_STICKY, PIN_SIM_TOTAL_MAX_MB
 from ...kinds.registry import GPUS, gpu_of
 from ...matrix.config import Platform, RunConfig
+from ...matrix.loading import arg_value, uses_mmap
 
 #: The rules, in the order they are checked and reported.
 RULES = ("placement", "weights", "pinned", "mapped", "claims", "warnings")
@@ -31,7 +31,6 @@ WARNINGS = {
     "pin-layers-no-effect": "GGML_CUDA_MOE_PIN_LAYERS has no effect (the model is memory-mapped, or no host buffer)",
 }
 
-_MMAP_OFF_MODES = ("none", "dio")
 #: The buffer type of the weights upstream repacks for its CPU kernels (ggml-cpu/repack.cpp).
 REPACK = "CPU_REPACK"
 _LAYER_KEY = re.compile(r"^(\d+)(?:-(\d*))?$")
@@ -96,6 +95,9 @@ class Finding:
     message: str
     evidence: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.evidence = list(self.evidence)
+
 
 @dataclass(frozen=True)
 class Expectations:
@@ -111,36 +113,18 @@ class Expectations:
     mapped: bool | None = None
 
 
-def _arg_value(args: Sequence[str], *names: str) -> str | None:
-    """The value after the last of ``names`` in ``args`` (``--flag value`` or ``--flag=value``), or None."""
-    value = None
-    for i, a in enumerate(args):
-        for n in names:
-            if a == n and i + 1 < len(args):
-                value = args[i + 1]
-            elif a.startswith(n + "="):
-                value = a[len(n) + 1:]
-    return value
-
-
-def uses_mmap(args: Sequence[str]) -> bool:
-    """True when llama memory-maps the model with these arguments: load mode ``auto`` (default), ``mmap``,
-    ``mlock`` or ``mmap+mlock``; False for ``--load-mode none`` or ``dio`` (``-lm``; common/arg.cpp at
-    the pinned commit, which has no other mmap option)."""
-    return _arg_value(args, "--load-mode", "-lm") not in _MMAP_OFF_MODES
-
-
-def pin_layers(env: Mapping[str, str]) -> int | None:
-    """GGML_CUDA_MOE_PIN_LAYERS as the fork reads it (patch 0003, src/llama-moe-pin.h): a positive decimal
-    integer, else None (unset, or a value the fork ignores with a warning: ``4x``, ``0``, ``-1``)."""
-    raw = env.get(PIN_LAYERS)
+def pin_layers(env: Mapping[str, str], name: str | None) -> int | None:
+    """Variable ``name`` of ``env`` (a kind's ``pin-layers``: GGML_CUDA_MOE_PIN_LAYERS) as the fork reads it
+    (patch 0003, src/llama-moe-pin.h): a positive decimal integer, else None (unset, no such variable, or a
+    value the fork ignores with a warning: ``4x``, ``0``, ``-1``)."""
+    raw = env.get(name) if name else None
     if raw is None or not raw.isdigit() or int(raw) < 1:
         return None
     return int(raw)
 
 
-def _mib_env(env: Mapping[str, str], name: str) -> int | None:
-    raw = env.get(name, "")
+def _mib_env(env: Mapping[str, str], name: str | None) -> int | None:
+    raw = env.get(name, "") if name else ""
     return int(raw) * 2**20 if raw.isdigit() and int(raw) > 0 else None
 
 
@@ -192,7 +176,7 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
                       warnings="not checked: no pin warnings on the CPU platform")
         return Expectations(experts=(LayerRange(0, None, f"{home}|{REPACK}"),), weights=(home, REPACK), origin=origin)
     origin["weights"] = "not checked: model weights are split between device and host buffers by design"
-    if _arg_value(args, "-ot", "--override-tensor", "-ncmoe", "--n-cpu-moe") is not None:
+    if arg_value(args, "-ot", "--override-tensor", "-ncmoe", "--n-cpu-moe") is not None:
         origin.update(placement="not checked: tensors placed by pattern (-ot/--n-cpu-moe); declare the placement",
                       pinned="not checked: placement by pattern", warnings="not checked: placement by pattern")
         return Expectations(origin=origin)
@@ -207,37 +191,38 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
                       pinned="not checked: a memory-mapped model is not pinned",
                       warnings="not checked: a memory-mapped model is not pinned")
         return Expectations(experts=(LayerRange(0, None, homes["host-mmap"]),), origin=origin)
-    no_pinned = NO_PINNED in env  # tested for presence by the fork and upstream (harness.kinds.nvidia.ENV)
+    var = kind.pin_vars  # its pinning variables: harness.kinds.shape.PIN_ROLES
+    no_pinned = var.get("no-pinned") in env  # tested for presence by the fork and upstream (harness.kinds.nvidia.ENV)
     host = homes["host-unpinned" if no_pinned else "host"]
     fork = config.build == "fork"
-    n_pin = pin_layers(env) if fork else None
+    n_pin = pin_layers(env, var.get("pin-layers")) if fork else None
     if n_pin is not None and n_pin < max(n_layer, 1):
         experts = (LayerRange(0, n_pin - 1, host), LayerRange(n_pin, None, homes["host-unpinned"]))
-        origin["placement"] = f"default: --cpu-moe, mmap off, GGML_CUDA_MOE_PIN_LAYERS={n_pin}" + \
-                              (", GGML_CUDA_NO_PINNED" if no_pinned else "")
+        origin["placement"] = f"default: --cpu-moe, mmap off, {var['pin-layers']}={n_pin}" + \
+                              (f", {var['no-pinned']}" if no_pinned else "")
     else:
         experts = (LayerRange(0, None, host),)
-        origin["placement"] = "default: --cpu-moe, mmap off" + (", GGML_CUDA_NO_PINNED" if no_pinned else "")
+        origin["placement"] = "default: --cpu-moe, mmap off" + (f", {var['no-pinned']}" if no_pinned else "")
     if not fork:
         origin.update(pinned="not checked: upstream's build logs no pin records",
                       warnings="not checked: upstream's build logs no pin warnings")
         return Expectations(experts=experts, origin=origin)
     by_layer = list(model.get("expert_tensor_bytes_by_layer") or [])
     total = sum(by_layer)
-    cap = _mib_env(env, PIN_SIM_TOTAL_MAX_MB)
-    sticky = env.get(PIN_SIM_STICKY, "0") not in ("", "0")
+    cap = _mib_env(env, var.get("sim-total-max-mb"))
+    sticky = "sim-sticky" in var and env.get(var["sim-sticky"], "0") not in ("", "0")
     present: list[str] = []
     absent: list[str] = []
     if no_pinned:
         pinned = Pinned(0.0, 0.0)
-        why = "GGML_CUDA_NO_PINNED: nothing pinned"
+        why = f"{var['no-pinned']}: nothing pinned"
     elif sticky:
         pinned = None
-        why = "not checked: GGML_CUDA_PIN_SIM_STICKY refuses every call after the first refusal"
+        why = f"not checked: {var['sim-sticky']} refuses every call after the first refusal"
         present.append("no-pin")
     elif cap is not None:
         pinned = Pinned(cap_bytes=cap)
-        why = f"GGML_CUDA_PIN_SIM_TOTAL_MAX_MB={cap // 2**20}: at least what the cap allows"
+        why = f"{var['sim-total-max-mb']}={cap // 2**20}: at least what the cap allows"
         present.append("partial-pin")
     else:
         share = 1.0
@@ -247,11 +232,10 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
         why = f"experts of layers 0-{min(n_pin, n_layer) - 1} pinned" if n_pin is not None else "full pin"
         absent += ["partial-pin", "no-pin"]
     origin["pinned"] = why if why.startswith("not checked") else f"default: {why}"
-    raw_pin = env.get(PIN_LAYERS)
-    if raw_pin is not None:
+    if var.get("pin-layers") in env:
         (absent if n_pin is not None else present).append("pin-layers-invalid")
         (present if n_pin is not None and n_layer and n_pin > n_layer else absent).append("pin-layers-clamped")
-    origin["warnings"] = "default: from GGML_CUDA_NO_PINNED, GGML_CUDA_PIN_SIM_*, GGML_CUDA_MOE_PIN_LAYERS"
+    origin["warnings"] = f"default: from {', '.join(var.values())}"
     return Expectations(experts=experts, pinned=pinned, present=tuple(present), absent=tuple(absent), origin=origin)
 
 

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
 from ...matrix.config import Platform, RunConfig
+from ...record.expectations import EXPECTATIONS_STEP
 from ...record.probe import PROBE_FILE, Probe, ProbeError, read_probe
 from ...record.inputs import read_model_record
 from ...record.loads import PinLadder, read_pin_ladder, read_placement
@@ -59,7 +60,7 @@ __all__ = ["STEP_NAME", "STAGE", "RULES", "WARNINGS", "LOGGED_MIB_TOLERANCE_BYTE
            "check_config", "check_load", "default_expectations", "expectations_for", "pin_layers", "uses_mmap"]
 
 #: The step every configuration that generated gets.
-STEP_NAME = "expectations"
+STEP_NAME = EXPECTATIONS_STEP
 
 T = TypeVar("T")
 
@@ -229,4 +230,4 @@ def check(ctx: CheckContext) -> Iterable[StepRecord]:
 
 
 #: The check as a stage of compare-outputs (harness.stages.checks.checks.check_stage).
-STAGE = check_stage(STEP_NAME, check)
+STAGE = check_stage(STEP_NAME, check, "expectations")

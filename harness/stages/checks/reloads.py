@@ -2,7 +2,7 @@
 
 A server loads a model, frees it and loads it again in one process; a load that keeps a
 registration past its free leaves page-locked memory behind, and the next load may get less.
-For the pin configurations (harness.stages.checks.reload_rules.reload_count) the comparisons ask an engine process of
+For the pin configurations (harness.matrix.loading.reload_count) the comparisons ask an engine process of
 their own to load, probe and free the model ``count`` times (harness.record.reloads).  Each
 configuration so asked gets a step ``reloads``; per model and per load, after its free:
 
@@ -38,16 +38,12 @@ from ...record.results import Failure, RunLayout, StepRecord, write_json
 from .checks import CheckContext, check_stage
 from .expectation_probe import mib
 from .expectation_rules import Finding
-from .reload_rules import reload_count
+from ...matrix.loading import reload_count
 
 #: The step every configuration asked to reload gets.
 STEP_NAME = "reloads"
 #: The rules, in the order they are reported.
 RULES = ("freed", "baseline", "grant", "memory")
-
-
-def _finding(rule: str, status: str, key: str, message: str) -> Finding:
-    return Finding(rule, status, key, message, [])
 
 
 def judge(record: Reloads, rss_slack_bytes: int) -> list[Finding]:
@@ -57,21 +53,21 @@ def judge(record: Reloads, rss_slack_bytes: int) -> list[Finding]:
     out: list[Finding] = []
     cycles = list(enumerate(record.cycles, 1))
     if not cycles:
-        return [_finding("freed", "incomplete", "no load in the record", "the reload record holds no load")]
+        return [Finding("freed", "incomplete", "no load in the record", "the reload record holds no load")]
     first = record.cycles[0]
     if record.driver is None:
-        out.append(_finding("freed", "passed", "not checked", "not checked: no driver counts (a build without CUDA)"))
-        out.append(_finding("grant", "passed", "not checked", "not checked: no driver counts (a build without CUDA)"))
+        out.append(Finding("freed", "passed", "not checked", "not checked: no driver counts (a build without CUDA)"))
+        out.append(Finding("grant", "passed", "not checked", "not checked: no driver counts (a build without CUDA)"))
     else:
         left = next(((k, c) for k, c in cycles if c.left), None)
         if left:
             k, c = left
             types = sorted({b.buffer_type for b in c.buffers if b.host and b.page_locked_after_free})
-            out.append(_finding("freed", "failed", "page-locked bytes left in freed host buffers",
+            out.append(Finding("freed", "failed", "page-locked bytes left in freed host buffers",
                                 f"after the free of load {k} of {len(cycles)} the driver reports {mib(c.left)} page-locked "
                                 f"in the freed {', '.join(types)} buffer(s) (granted {mib(c.granted)} while loaded)"))
         else:
-            out.append(_finding("freed", "passed", "as expected",
+            out.append(Finding("freed", "passed", "as expected",
                                 f"no page-locked byte left in the freed host buffers after {len(cycles)} load(s) "
                                 f"(granted {mib(first.granted)} each time it was asked)"))
         n_host = max(1, sum(1 for b in first.buffers if b.host))
@@ -79,11 +75,11 @@ def judge(record: Reloads, rss_slack_bytes: int) -> list[Finding]:
         if other:
             k, c = other
             rel = "less" if c.granted < first.granted else "more"
-            out.append(_finding("grant", "failed", f"a later load was granted {rel} than the first",
+            out.append(Finding("grant", "failed", f"a later load was granted {rel} than the first",
                                 f"load {k} of {len(cycles)} was granted {mib(c.granted)} page-locked, the first "
                                 f"{mib(first.granted)} (the driver)"))
         else:
-            out.append(_finding("grant", "passed", "as expected",
+            out.append(Finding("grant", "passed", "as expected",
                                 f"every load granted {mib(first.granted)} page-locked (the driver)"))
     for field, name in (("locked", "VmLck"), ("pinned", "VmPin")):
         if getattr(base, field) is None:
@@ -91,28 +87,28 @@ def judge(record: Reloads, rss_slack_bytes: int) -> list[Finding]:
         moved = next(((k, c) for k, c in cycles if getattr(c.freed, field) != getattr(base, field)), None)
         if moved:
             k, c = moved
-            out.append(_finding("baseline", "failed", f"{name} not back at its baseline after a free",
+            out.append(Finding("baseline", "failed", f"{name} not back at its baseline after a free",
                                 f"after the free of load {k} {name} is {mib(getattr(c.freed, field) or 0)}, "
                                 f"{mib(getattr(base, field))} before the first load"))
     if not any(f.rule == "baseline" for f in out):
         said = [n for f, n in (("locked", "VmLck"), ("pinned", "VmPin")) if getattr(base, f) is not None]
-        out.append(_finding("baseline", "passed", "as expected" if said else "not checked",
+        out.append(Finding("baseline", "passed", "as expected" if said else "not checked",
                             f"{' and '.join(said)} back at the baseline after every free" if said
                             else "not checked: the OS reports no locked or pinned memory (Windows)"))
     if base.rss is None:
-        out.append(_finding("memory", "passed", "not checked", "not checked: no resident memory reading"))
+        out.append(Finding("memory", "passed", "not checked", "not checked: no resident memory reading"))
     else:
         grown = next(((k, c) for k, c in cycles if c.freed.rss is not None and c.freed.rss - base.rss > rss_slack_bytes),
                      None)
         worst = max((c.freed.rss or 0) - base.rss for c in record.cycles)
         if grown:
             k, c = grown
-            out.append(_finding("memory", "failed", "resident memory not given back after a free",
+            out.append(Finding("memory", "failed", "resident memory not given back after a free",
                                 f"after the free of load {k} the process holds {mib((c.freed.rss or 0) - base.rss)} more "
                                 f"resident memory than before the first load, above the bound of {mib(rss_slack_bytes)} "
                                 f"(while loaded: {mib((c.loaded.rss or 0) - base.rss)} more)"))
         else:
-            out.append(_finding("memory", "passed", "as expected",
+            out.append(Finding("memory", "passed", "as expected",
                                 f"resident memory after each free at most {mib(max(worst, 0))} above the baseline "
                                 f"(bound {mib(rss_slack_bytes)})"))
     return sorted(out, key=lambda f: RULES.index(f.rule))
@@ -138,7 +134,7 @@ def check_config(layout: RunLayout, matrix: Matrix, platform: Platform, config: 
             if not exc.engine_failed and model in failed_models:
                 continue  # the generation's failure is in the generate step
             status = "failed" if exc.engine_failed else "incomplete"
-            findings = [_finding("freed", status, "the engine failed the reloads" if exc.engine_failed else "no record",
+            findings = [Finding("freed", status, "the engine failed the reloads" if exc.engine_failed else "no record",
                                  str(exc))]
         record[model] = [asdict(f) for f in findings]
         for f in findings:
@@ -169,7 +165,7 @@ def check_config(layout: RunLayout, matrix: Matrix, platform: Platform, config: 
 
 def check(ctx: CheckContext) -> Iterable[StepRecord]:
     """The ``reloads`` step of every configuration of ``ctx.configs`` that generated on ``ctx.platform`` and is
-    asked to reload (harness.stages.checks.reload_rules.reload_count; a check of harness.stages.checks.checks)."""
+    asked to reload (harness.matrix.loading.reload_count; a check of harness.stages.checks.checks)."""
     for name in ctx.configs:
         config = ctx.matrix.configs.get(name)
         generate = ctx.run.step(ctx.platform.name, name, "generate")
@@ -182,4 +178,4 @@ def check(ctx: CheckContext) -> Iterable[StepRecord]:
 
 
 #: The check as a stage of compare-outputs (harness.stages.checks.checks.check_stage).
-STAGE = check_stage(STEP_NAME, check)
+STAGE = check_stage(STEP_NAME, check, "reloads")

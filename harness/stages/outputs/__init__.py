@@ -1,2 +1,2 @@
 """The greedy comparisons: the engine and llama-completion runs, their token streams compared, and
-their result cache."""
+their result cache; and generations under compute-sanitizer (sanitized_generation.py)."""

@@ -22,7 +22,6 @@ import dataclasses
 import json
 import os
 import re
-import signal
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ...common import proc
+from ...common.words import signal_name
 from ...record.results import CRASHED, DIVERGED, GENERATION_FAILURES, IDENTICAL, TIMEOUT
 
 #: How one generation ended: ``ok``, or one of harness.record.results.GENERATION_FAILURES (a crash, a time
@@ -293,13 +293,6 @@ def find_error_line(stderr: bytes) -> str | None:
     return None
 
 
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def prepare_generation(spec: GenerationSpec, log_stem: Path) -> tuple[list[str], Path, Path]:
     """Write ``<log_stem>.prompt`` and ``<log_stem>.cmd`` for ``spec``; return (argv, stdout path, stderr path).
 
@@ -358,7 +351,7 @@ def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
     if returncode < 0:
         return GenerationResult(
             status=CRASHED, text=raw, returncode=returncode,
-            signal=_signal_name(-returncode), error_line=find_error_line(stderr), **common,
+            signal=signal_name(-returncode), error_line=find_error_line(stderr), **common,
         )
     if returncode != 0:
         return GenerationResult(

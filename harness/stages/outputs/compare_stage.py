@@ -18,8 +18,8 @@ from ...matrix.config import Platform
 from ...common.jobserver import available_cores
 from ...kinds.registry import gpu_of, group_fits
 from ...record.progress import describe_abort
-from ...record.results import Failure, StepRecord, write_json
-from ..shape import Context, Stage
+from ...record.results import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED, Failure, StepRecord, write_json
+from ..shape import Context, Stage, StepSpec
 from .greedy import GreedyRunner, Side, lanes_for
 from .jobs import jobs_of, record_job
 from .refusals import refuse_what_cannot_run
@@ -40,7 +40,7 @@ def run_compare(ctx: Context) -> None:
     chosen = ctx.platforms("compare-outputs")
     refuse_what_cannot_run(ctx, chosen)
     for p in chosen:
-        groups = [g for g in p.groups if not ctx.opts.groups or g in ctx.opts.groups]
+        groups = ctx.selection.group_names(p.name)
         gen_steps: dict[str, list[Failure]] = {}
         visible = gpu_of(p).visible()
         runnable = []
@@ -48,7 +48,7 @@ def run_compare(ctx: Context) -> None:
             why = group_fits(p, ctx.matrix.groups[gname], visible)
             if why:
                 ctx.run.record_step(StepRecord(p.name, gname, "compare-outputs", "skipped", detail=why))
-                if gname in ctx.opts.groups:
+                if ctx.selection.names_group(gname):
                     ctx.run.mark_incomplete(f"{p.name}: group {gname} skipped: {why}")
                 ctx.say(f"[{p.name}] {gname}: skipped: {why}")
                 continue
@@ -57,7 +57,7 @@ def run_compare(ctx: Context) -> None:
         if not any(c.platform == p.name for c in ctx.run.comparisons) and not gen_steps:
             ctx.run.mark_incomplete(f"{p.name}: compare-outputs selected no comparison "
                                     f"(groups {', '.join(p.groups) or 'none'}; filters: "
-                                    f"{', '.join(ctx.opts.groups + ctx.opts.models) or 'none'})")
+                                    f"{ctx.selection.filters()})")
         record_generate_steps(ctx, p, runner, gen_steps)
         for config, per_model in ctx.sessions.placements.get(p.name, {}).items():
             write_json(ctx.run.layout.placement_json(p.name, config), per_model)
@@ -186,5 +186,5 @@ def _record_cut_generations(ctx: Context, p: Platform, exc: BaseException, runne
 
 
 STAGE = Stage("compare", command="compare-outputs", role="outputs", reads=("matrix", "builds", "models"),
-              writes=("steps", "comparisons", "files"), steps=("compare-outputs", "generate"),
-              statuses=("passed", "failed", "error", "skipped"), run=run_compare)
+              writes=("steps", "comparisons", "files"),
+              steps=(StepSpec("compare-outputs", (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED)), StepSpec("generate", (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED), "generations")), run=run_compare)

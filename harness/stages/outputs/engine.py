@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import queue
-import signal
 import statistics
 import subprocess
 import threading
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...common import proc
+from ...common.words import signal_name
 from ...record.results import CRASHED, TIMEOUT
 
 #: The prefix of every reply line the engine writes to stdout.
@@ -179,13 +179,6 @@ def parse_generation(reply: Mapping[str, Any]) -> EngineGeneration:
                             prompt_ms=float(reply["prompt_ms"]), gen_ms=float(reply["gen_ms"]))
 
 
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def write_engine_cmd(cmd_path: Path, argv: Sequence[str], env: Mapping[str, str], timeout_s: float) -> None:
     """Write ``engine.cmd``: JSON with the engine's argv, the environment added and the request timeout (seconds)."""
     cmd_path.write_text(json.dumps({"argv": [str(a) for a in argv], "env": dict(env), "timeout_s": timeout_s},
@@ -243,7 +236,7 @@ class EngineSession:
             self.kill()
             return EngineError(TIMEOUT, f"engine timed out after {timeout_s:.0f} s while {what}")
         rc = self.proc.wait()
-        sig = _signal_name(-rc) if rc < 0 else None
+        sig = signal_name(-rc) if rc < 0 else None
         cause = sig or f"exit code {rc}"
         return EngineError(CRASHED, f"engine ended while {what} ({cause})", returncode=rc, signal_name=sig)
 

@@ -32,19 +32,16 @@ run succeeded are stored.
 from __future__ import annotations
 
 import json
-import os
-import platform as pyplatform
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...common import proc
 from ...common.fs import sha256_files
-from ...kinds import nvidia
-from ...record import environment
+from ...kinds.cpu import CPU
+from ...kinds.shape import GpuKind
 from ...record.cache import DigestMemo, Hit, ResultCache, identity_key, images_digest
-from ..build.binaries import build_labels, shared_libraries
+from ..build.binaries import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
 from .compare import GenerationResult, GenerationSpec, from_text_mode, prepare_generation, split_completion_stdout
 from .engine import EngineGeneration, parse_generation
 
@@ -57,55 +54,10 @@ FORMAT = 1
 #: Harness modules whose code decides how a generation runs and is read back (their bytes enter the key).
 HARNESS_SOURCES = ("compare.py", "engine.py", "greedy.py", "generation_cache.py")
 
-#: Prefixes of inherited environment variables that reach the programs' results (llama.cpp's LLAMA_ARG_*,
-#: ggml's GGML_*, the CUDA runtime, OpenMP, Wine, the dynamic loader); they enter every key.
-INHERITED_PREFIXES = ("LLAMA_", "GGML_", "CUDA_", "OMP_", "GOMP_", "KMP_", "WINE", "LD_")
-
 def harness_digest() -> str:
     """sha256 over :data:`HARNESS_SOURCES` (name and bytes)."""
     here = Path(__file__).resolve().parent
     return sha256_files(here / name for name in HARNESS_SOURCES)
-
-
-_EMULATOR_VERSIONS: dict[tuple[str, ...], str] = {}
-
-
-def emulator_version(argv: Sequence[str], env: Mapping[str, str]) -> str:
-    """``<emulator> --version``'s first line (Wine: ``wine-8.0 (Debian 8.0~repack-4)``), once per process."""
-    key = tuple(argv)
-    if key not in _EMULATOR_VERSIONS:
-        done, out, _ = proc.run_capture([*argv, "--version"], env={**os.environ, **env}, timeout_s=60,
-                                        merge_stderr=True)
-        lines = out.decode("utf-8", "replace").strip().splitlines()
-        _EMULATOR_VERSIONS[key] = (lines[0] if lines else "") + f" (exit {done.returncode})"
-    return _EMULATOR_VERSIONS[key]
-
-
-def machine_facts(gpu: bool, cmake_cache: Path | None = None) -> dict[str, Any]:
-    """What of this machine can change a result: CPU model and count, C library, OS; for ``gpu``, the
-    NVIDIA GPUs (name, driver, memory, compute capability), the driver's CUDA version and the bytes of the
-    CUDA runtime and cuBLAS the build links (from ``CUDAToolkit_LIBRARY_DIR`` in ``cmake_cache``)."""
-    facts: dict[str, Any] = {"cpu": environment.cpu_model(), "cpus": os.cpu_count(), "system": pyplatform.system(),
-                             "libc": list(pyplatform.libc_ver())}
-    if gpu:
-        facts["gpus"] = nvidia.nvidia_gpus()
-        facts["cuda_driver"] = environment.cuda_driver_version()
-        lib_dir = None
-        try:
-            for line in (cmake_cache.read_text().splitlines() if cmake_cache else []):
-                if line.startswith("CUDAToolkit_LIBRARY_DIR:"):
-                    lib_dir = Path(line.split("=", 1)[1])
-        except OSError:
-            pass
-        libs = sorted(lib_dir.glob("libcu*.so*")) if lib_dir and lib_dir.is_dir() else []
-        facts["cuda_runtime"] = images_digest([p for p in libs if p.is_file()])
-    return facts
-
-
-def inherited_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The inherited variables of :data:`INHERITED_PREFIXES` (``environ``: default os.environ)."""
-    env = os.environ if environ is None else environ
-    return {k: v for k, v in sorted(env.items()) if k.startswith(INHERITED_PREFIXES)}
 
 
 @dataclass(frozen=True)
@@ -119,18 +71,18 @@ class SideIdentity:
 
 
 def side_identity(bin_dir: Path, programs: Sequence[str], emulator_argv: Sequence[str] = (),
-                  emulator_env: Mapping[str, str] | None = None, gpu: bool = False) -> SideIdentity:
+                  emulator_env: Mapping[str, str] | None = None, kind: GpuKind = CPU) -> SideIdentity:
     """The :class:`SideIdentity` of the build whose binaries are in ``bin_dir``.
 
     ``programs``: the executables' file names (engine and llama-completion, with the platform's suffix);
     every shared library in ``bin_dir`` is added.  ``emulator_argv``/``emulator_env``: the emulator that
-    runs them (empty for a native platform).  ``gpu``: add the GPU facts.  Raises OSError when a program
+    runs them (empty for a native platform).  ``kind``: the platform's GPU kind (:func:`machine_facts`).  Raises OSError when a program
     cannot be read.
     """
     build_dir = bin_dir.parent
     files = [bin_dir / p for p in programs] + shared_libraries(bin_dir)
     facts: dict[str, Any] = {"images": images_digest(files, build_labels(build_dir)),
-                             "machine": machine_facts(gpu, build_dir / "CMakeCache.txt"),
+                             "machine": machine_facts(kind, build_dir / "CMakeCache.txt"),
                              "inherited_env": inherited_environment()}
     paths = {str(bin_dir): "<bin>"}
     if emulator_argv:

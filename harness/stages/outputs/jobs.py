@@ -52,7 +52,7 @@ def jobs_of(ctx: Context, p: Platform, gname: str, gen_steps: dict[str, list[Fai
         return []
     upstream = {c: u for c in group.candidates if ref_p is p and (u := _upstream_of(ctx, group.reference, c))}
     jobs = []
-    models = [m for m in group.models if not ctx.opts.models or m in ctx.opts.models]
+    models = ctx.selection.model_names(gname)
     for model in models:
         try:
             model_path = ctx.model_path(model)

@@ -8,12 +8,13 @@ words the refusal).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 from ...common import proc
 from ...common.errors import InputError
 from ...matrix.config import Platform
-from ...matrix.fit import PlannedGeneration, Vocabulary, refuse_unfit, selected_generations, selected_groups, vocabulary_of
+from ...matrix.fit import PlannedGeneration, Vocabulary, refuse_unfit, selected_generations, vocabulary_of
 from ...kinds.registry import gpu_of, group_fits, os_of
 from ...matrix.models import model_summary
 from ...matrix.platforms import executable_suffix
@@ -49,7 +50,7 @@ def refuse_what_cannot_run(ctx: Context, platforms: Sequence[Platform]) -> None:
                 [p for p in platforms if gen.group in p.groups], gen)
         return counted[(gen.model, gen.prompt)]
 
-    refuse_unfit(selected_generations(ctx.matrix, names, ctx.opts.groups, ctx.opts.models, ctx.opts.n_predict),
+    refuse_unfit(selected_generations(replace(ctx.selection, platforms=tuple(names)), ctx.opts.n_predict),
                  vocabulary, count)
     if not ctx.builds.bases:
         problems = [why for p in platforms for why in _refused_options(ctx, p)]
@@ -88,7 +89,7 @@ def _refused_options(ctx: Context, p: Platform) -> list[str]:
     out: list[str] = []
     checked: dict[tuple[str, tuple[str, ...]], str | None] = {}
     visible = gpu_of(p).visible()
-    for gname in selected_groups(ctx.matrix, p.name, ctx.opts.groups, ctx.opts.models):
+    for gname in ctx.selection.groups_with_models(p.name):
         if group_fits(p, ctx.matrix.groups[gname], visible):
             continue
         for name in configs_on(ctx.matrix, p, gname):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from ...common.console import Console, Step
 from ...matrix.config import Generation, Matrix, Platform
+from ...matrix.loading import reload_count
 from ...kinds.registry import gpu_of, os_of
 from ...matrix.platforms import executable_suffix
 from ...record import gpu
@@ -19,7 +20,6 @@ from ...record.progress import InProgress
 from ...record.results import Run, RunLayout, write_json
 from ..build.builds import Builds
 from ..build.cross import Emulator
-from ..checks.reload_rules import reload_count
 from .compare import GenerationSpec
 from ..build.engine_target import ENGINE_TARGET
 from .engine import engine_argv
@@ -52,7 +52,7 @@ class Sessions:
             emu = self.builds.emulator(q)
             sfx = executable_suffix(q)
             return side_identity(b.bin_dir, [f"{ENGINE_TARGET}{sfx}", f"llama-completion{sfx}"],
-                                 emu.argv if emu else (), dict(emu.env) if emu else {}, gpu=gpu_of(q).has_device)
+                                 emu.argv if emu else (), dict(emu.env) if emu else {}, kind=gpu_of(q))
         return SessionCache(self.results_cache, self.run.id, identity, DigestMemo(self.results_cache.root / "digests"))
 
     def hooks(self, p: Platform) -> Hooks:

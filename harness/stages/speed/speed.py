@@ -42,10 +42,10 @@ from ...kinds.registry import gpu_of, group_fits
 from ...record import environment
 from ...record.bench import INSTRUMENT, INSTRUMENT_KEY, METRICS, step_name
 from ...record.llama_bench import write_rows
-from ...record.results import Failure, StepRecord, write_json
+from ...record.results import STEP_ERROR, STEP_FAILED, STEP_PASSED, Failure, StepRecord, write_json
 from ..outputs.engine import EngineError, EngineSession
 from ..outputs.greedy import Side
-from ..shape import Context, Stage
+from ..shape import Context, Stage, StepSpec
 from .speed_cache import lookup, pair_identity, restored_engine_facts, restored_samples, store_pair
 from .speed_pairs import EngineKind, Pair, Roster, Unit, pair_key, plan_pairs
 
@@ -138,12 +138,13 @@ def rules_for(pipe: Pipeline, p: Platform) -> list[Rule]:
     model ``--model`` leaves in."""
     opts, matrix = pipe.opts, pipe.matrix
     visible = gpu_of(p).visible()
+    selected = pipe.selection.group_names(p.name)
     out = []
     for gname in p.groups:
         group = matrix.groups[gname]
         speed: GroupSpeed | None = group.speed
-        if speed is None or not speed.measured_on(p.name) or (opts.groups and gname not in opts.groups) or \
-                (opts.models and speed.model not in opts.models):
+        if speed is None or not speed.measured_on(p.name) or gname not in selected or \
+                not pipe.selection.takes_model(speed.model):
             continue
         if group_fits(p, group, visible):
             continue  # the comparisons recorded the skip
@@ -161,7 +162,7 @@ def stage_speed(pipe: Pipeline) -> None:
     nothing at all with ``--no-bench``."""
     if not pipe.opts.bench:
         return
-    for name in pipe.opts.platforms or list(pipe.matrix.platforms):
+    for name in pipe.selection.platform_names():
         p = pipe.matrix.platform(name)
         if cannot_run(p):
             continue  # the comparisons recorded why
@@ -622,5 +623,6 @@ def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[tuple[Unit
 #: The speed stage, last of compare-outputs: a step ``speed:<group>:<metric>[:vs-<reference>]`` per rule (``speed``: a
 #: platform's measurements in progress).
 STAGE = Stage("speed", command="compare-outputs", role="speed", reads=("matrix", "builds", "models"),
-              writes=("steps", "files"), steps=("speed:", "speed"), statuses=("passed", "failed", "error"),
-              run=stage_speed)
+              writes=("steps", "files"),
+              steps=(StepSpec("speed:", (STEP_PASSED, STEP_FAILED, STEP_ERROR), "speed-rule"),
+                     StepSpec("speed", (STEP_PASSED, STEP_FAILED, STEP_ERROR))), run=stage_speed)

@@ -9,7 +9,6 @@ recorded as skipped with that reason.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import time
@@ -57,7 +56,7 @@ def list_tests(build_dir: Path, labels: Sequence[str]) -> list[str]:
 
 def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], out_dir: Path, *,
               timeout_s: float = 900, env: Mapping[str, str] | None = None,
-              wrapper: Sequence[str] = (), reference_junit: Path | None = None) -> TestRun:
+              wrapper: Sequence[str] = (), reference_junit: Path | None = None, exe_suffix: str = "") -> TestRun:
     """Run the tests of ``build_dir`` with any of ``labels`` whose names are in ``targets``.
 
     Writes ``out_dir/ctest.log`` and ``out_dir/junit.xml``.  ``wrapper`` (e.g.
@@ -66,7 +65,8 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
     status is passed (all passed or skipped, at least one passed), failed, or
     skipped (nothing to run); per-test ``timeout_s`` seconds.  With a ``wrapper``,
     ``reference_junit`` (the plain run's JUnit) is used to check that the wrapper really ran
-    each test (see :func:`wrapper_skipped_test`).
+    each test (see :func:`wrapper_skipped_test`); ``exe_suffix``: the file name suffix of the platform's
+    executables (harness.kinds.shape.OsKind.executable_suffix), for the binaries a wrapper runs.
     """
     out_dir = out_dir.resolve()  # ctest resolves relative paths against --test-dir
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -91,7 +91,7 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
             "-R", "^(" + "|".join(re.escape(t) for t in selected) + ")$"]
     start = time.monotonic()
     if wrapper:
-        return _run_wrapped(build_dir, selected, wrapper, out_dir, run, timeout_s, env, reference_junit)
+        return _run_wrapped(build_dir, selected, wrapper, out_dir, run, timeout_s, env, reference_junit, exe_suffix)
     with open(log, "wb") as fh:
         fh.write(("$ " + proc.command_line(argv, env) + "\n").encode())
         fh.flush()
@@ -158,11 +158,10 @@ def wrapper_skipped_test(own_output: str, plain_output: str) -> str | None:
 
 def _run_wrapped(build_dir: Path, selected: Sequence[str], wrapper: Sequence[str], out_dir: Path,
                  run: TestRun, timeout_s: float, env: Mapping[str, str] | None,
-                 reference_junit: Path | None = None) -> TestRun:
+                 reference_junit: Path | None = None, exe: str = "") -> TestRun:
     """Run each selected test binary under ``wrapper`` and write a JUnit file of our own; a test the
-    wrapper evidently did not run (checked against ``reference_junit``) fails."""
+    wrapper evidently did not run (checked against ``reference_junit``) fails; ``exe``: the executables' suffix."""
     reference = junit_outputs(reference_junit) if reference_junit else {}
-    exe = ".exe" if os.name == "nt" else ""
     suite = ET.Element("testsuite", name="native-tests-wrapped")
     start_all = time.monotonic()
     with open(out_dir / TESTS_FILES["log"], "wb") as fh:

@@ -30,11 +30,12 @@ from typing import Any
 
 from ...common import proc
 from ...common.fs import sha256_files
+from ...kinds.cpu import CPU
+from ...kinds.shape import GpuKind
 from ...record.cache import ResultCache, abstract_paths, identity_key, image_digest, images_digest
 from ...record.results import TESTS_FILES
 from ..build.build import find_tool
-from ..build.binaries import build_labels, shared_libraries
-from ..outputs.generation_cache import emulator_version, inherited_environment, machine_facts
+from ..build.binaries import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
 from ...record.native_tests import TestCase, TestRun
 from .native_tests import run_ctest
 
@@ -63,7 +64,7 @@ def show_tests(build_dir: Path, label: str) -> list[dict[str, Any]]:
 
 def label_identity(build_dir: Path, source_dir: Path | None, label: str, tests: Sequence[dict[str, Any]],
                    env: Mapping[str, str], emulator_argv: Sequence[str], wrapper: Sequence[str],
-                   gpu: bool) -> dict[str, Any]:
+                   gpu: GpuKind) -> dict[str, Any]:
     """The identity of running ``tests`` (ctest's descriptions) of ``label`` in ``build_dir`` (see the module
     docstring).  Raises OSError when a file the tests name cannot be read."""
     labels = build_labels(build_dir)
@@ -122,7 +123,8 @@ def _case_xml(junit: Path, names: set[str]) -> dict[str, bytes]:
 def run_tests_reusing(cache: ResultCache | None, run_id: str, build_dir: Path, labels: Sequence[str],
                       targets: Sequence[str], out_dir: Path, *, env: Mapping[str, str] | None = None,
                       emulator_argv: Sequence[str] = (), wrapper: Sequence[str] = (),
-                      reference_junit: Path | None = None, gpu: bool = False) -> tuple[TestRun, Reuse]:
+                      reference_junit: Path | None = None, gpu: GpuKind = CPU,
+                      exe_suffix: str = "") -> tuple[TestRun, Reuse]:
     """Run the tests of ``labels`` like harness.stages.tests.native_tests.run_ctest, reusing each label stored
     in ``cache`` with the same identity (None: run them all).
 
@@ -136,7 +138,7 @@ def run_tests_reusing(cache: ResultCache | None, run_id: str, build_dir: Path, l
     reuse = Reuse()
     if cache is None:
         return run_ctest(build_dir, labels, targets, out_dir, env=env, wrapper=wrapper,
-                         reference_junit=reference_junit), reuse
+                         reference_junit=reference_junit, exe_suffix=exe_suffix), reuse
     source = _source_dir(build_dir)
     identities: dict[str, dict] = {}
     tests_of: dict[str, list[str]] = {}
@@ -163,7 +165,7 @@ def run_tests_reusing(cache: ResultCache | None, run_id: str, build_dir: Path, l
         run_targets = [t for t in targets if t not in reused_names or any(t in tests_of.get(lab, [t])
                                                                           for lab in run_labels)]
         tr = run_ctest(build_dir, run_labels, run_targets, out_dir, env=env, wrapper=wrapper,
-                       reference_junit=reference_junit)
+                       reference_junit=reference_junit, exe_suffix=exe_suffix)
     else:
         tr = TestRun(status="passed", junit=out_dir / TESTS_FILES["junit"], log=out_dir / TESTS_FILES["log"])
         (out_dir / TESTS_FILES["log"]).write_bytes(b"")

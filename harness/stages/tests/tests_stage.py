@@ -8,11 +8,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ...kinds.registry import gpu_of
+from ...kinds.registry import gpu_of, os_of
 from ...record import gpu
 from ...record.native_tests import SanitizerRecord
-from ...record.results import Failure, StepRecord, write_json
-from ..shape import Context, Stage
+from ...record.results import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED, Failure, StepRecord, write_json
+from ..shape import Context, Stage, StepSpec
 from .test_cache import run_tests_reusing
 
 
@@ -50,7 +50,7 @@ def run_tests(ctx: Context) -> None:
                     ctx.results_cache, ctx.run.id, fork.build_dir, p.test_labels, p.test_targets, target_dir,
                     wrapper=wrapper, reference_junit=file("junit", "test"),
                     env=emulator.env if emulator else None, emulator_argv=emulator.argv if emulator else (),
-                    gpu=gpu_of(p).has_device)
+                    gpu=gpu_of(p), exe_suffix=os_of(p).executable_suffix)
                 all_reused = bool(reused.labels) and all(c.message.startswith("reused") for c in tr.cases)
                 shown.finish("reused" if all_reused else tr.status, tr.detail, file("log"))
             detail = tr.detail
@@ -69,4 +69,6 @@ def run_tests(ctx: Context) -> None:
 
 
 STAGE = Stage("test", command="test", role="tests", reads=("matrix", "builds"), writes=("steps", "files"),
-              steps=("test", "test-"), statuses=("passed", "failed", "error", "skipped"), run=run_tests)
+              steps=(StepSpec("test", (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED), "test-logs", timed=True),
+                     StepSpec("test-", (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED), "test-logs", timed=True)),
+              run=run_tests)

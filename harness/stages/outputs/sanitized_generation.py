@@ -31,12 +31,13 @@ from pathlib import Path
 
 from ...kinds.registry import gpu_of
 from ...matrix.config import Generation, Platform
+from ...matrix.loading import pin_configuration
 from ...record import gpu
-from ...record.results import CRASHED, Failure, StepRecord, write_json
-from ..checks.reload_rules import pin_configuration
-from ..outputs.compare import GenerationResult, GenerationSpec, run_generation
-from ..outputs.greedy import Side
-from ..shape import Context, Stage
+from ...record.results import (CRASHED, STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED, Failure, StepRecord,
+                               write_json)
+from .compare import GenerationResult, GenerationSpec, run_generation
+from .greedy import Side
+from ..shape import Context, Stage, StepSpec
 
 #: Tokens generated under the sanitizer: enough for the prompt's prefill and a few decodes, the paths a pinned
 #: host buffer takes (the H200 run of the issue: 8 tokens of moe-large within seconds under memcheck).
@@ -71,7 +72,7 @@ def first_generation(ctx: Context, p: Platform, config: str) -> tuple[str, str, 
 
 def sanitized_configs(ctx: Context, p: Platform) -> list[str]:
     """The configurations whose generation ``--sanitize`` runs on ``p``, in matrix order: those that set
-    ``sanitize: true``, and by default each pin configuration (harness.stages.checks.reload_rules) whose first group
+    ``sanitize: true``, and by default each pin configuration (harness.matrix.loading) whose first group
     on ``p`` needs one GPU; a configuration with ``sanitize: false`` never.  Only those some group of ``p`` runs."""
     out = []
     for name, config in ctx.matrix.configs.items():
@@ -189,10 +190,10 @@ def rerun_crashes(ctx: Context) -> list[StepRecord]:
 
 
 #: ``--sanitize``: a short generation of each pin configuration under the tool (``test``).
-STAGE = Stage("generate-sanitized", command="test", role="tests", reads=("matrix", "builds", "models"),
-              writes=("steps", "files"), steps=("generate-",), statuses=("passed", "failed", "error", "skipped"),
+STAGE = Stage("generate-sanitized", command="test", role="outputs", reads=("matrix", "builds", "models"),
+              writes=("steps", "files"), steps=(StepSpec("generate-", (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED), "sanitizer-log"),),
               run=run_sanitized)
 #: A crashed GPU generation run once more under memcheck (``compare-outputs``).
-CRASH_STAGE = Stage("crash-memcheck", command="compare-outputs", role="tests", reads=("matrix", "builds", "models", "records"),
-                    writes=("steps", "files"), steps=("crash-memcheck",), statuses=("passed", "failed", "error", "skipped"),
+CRASH_STAGE = Stage("crash-memcheck", command="compare-outputs", role="outputs", reads=("matrix", "builds", "models", "records"),
+                    writes=("steps", "files"), steps=(StepSpec(CRASH_LABEL, (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED), "sanitizer-log"),),
                     run=rerun_crashes)

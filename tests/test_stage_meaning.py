@@ -1,0 +1,116 @@
+"""A stage owns what its steps mean: each step declares the statuses it may end in and what its failure is read
+from (harness.stages.shape.StepSpec); the signatures ask that declaration, never the step's name, and the run
+loop holds what a stage records to it (harness.pipeline: an undeclared step or status stops a run of the test
+suite, tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness import pipeline
+from harness.analysis import signatures
+from harness.matrix.config import load_matrix
+from harness.pipeline import Options, UndeclaredStep, run_stages
+from harness.record.results import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_STATUSES, Run, StepRecord
+from harness.stages import table
+from harness.stages.shape import EVIDENCE, Stage, StepSpec
+from harness.stages.table import STAGES, step_spec, undeclared
+
+ROOT = Path(__file__).resolve().parents[1]
+MATRIX = load_matrix(ROOT / "matrix.yaml")
+CPU = "linux-x86_64-cpu"
+
+
+def test_every_step_declares_statuses_of_the_record_and_evidence_the_signatures_read():
+    for stage in STAGES:
+        for spec in stage.steps:
+            assert spec.statuses and set(spec.statuses) <= set(STEP_STATUSES) - {"interrupted"}, spec
+            assert spec.evidence in EVIDENCE, spec
+    assert signatures.evidence_read() == set(EVIDENCE)  # each kind a step may declare has its reader
+    assert step_spec("speed:base-vs-fork:pp").evidence == "speed-rule" and step_spec("generate-memcheck").evidence \
+        == "sanitizer-log" and step_spec("generate").evidence == "generations" and step_spec("no-such-step") is None
+
+
+def test_a_declaration_outside_its_vocabulary_is_refused():
+    with pytest.raises(ValueError, match="statuses 'interrupted'"):
+        StepSpec("x", ("interrupted",))
+    with pytest.raises(ValueError, match="evidence 'tea-leaves'"):
+        StepSpec("x", (STEP_PASSED,), "tea-leaves")
+
+
+def _toy(records: list[StepRecord]) -> tuple[Stage, ...]:
+    """One build-command stage that records ``records`` and declares the step ``toy`` as passed or failed."""
+    return (Stage("toy", "build", "build", reads=("matrix",), writes=("steps",),
+                  steps=(StepSpec("toy", (STEP_PASSED, STEP_FAILED)),), run=lambda ctx: records),)
+
+
+def test_a_step_or_status_no_stage_declares_stops_a_strict_run_and_keeps_what_it_recorded(tmp_path):
+    run = Run(tmp_path / "results", "toy")
+    planted = [StepRecord(CPU, "fork", "toy", STEP_PASSED), StepRecord(CPU, "base", "toy", STEP_ERROR),
+               StepRecord(CPU, "-", "toy-extra", STEP_PASSED)]
+    with pytest.raises(UndeclaredStep, match=f"{CPU} toy base: error; {CPU} toy-extra -: passed"):
+        run_stages(MATRIX, run, Options(platforms=[CPU]), ["build"], say=lambda _: None, table=_toy(planted))
+    summary = json.loads((run.dir / "summary.json").read_text())
+    assert [(s["step"], s["config"]) for s in summary["configurations"]] == \
+        [("toy", "fork"), ("toy", "base"), ("toy-extra", "-")]
+
+
+def test_without_strictness_an_undeclared_step_is_recorded_and_named(tmp_path, monkeypatch):
+    monkeypatch.delenv(pipeline.STRICT_ENV)
+    lines: list[str] = []
+    run = Run(tmp_path / "results", "toy")
+    code = run_stages(MATRIX, run, Options(platforms=[CPU]), ["build"], say=lines.append,
+                      table=_toy([StepRecord(CPU, "fork", "toy", STEP_PASSED), StepRecord(CPU, "base", "toy", STEP_ERROR)]))
+    assert code == 1 and any(line.startswith(f"warning: {CPU} toy base: error: no stage declares") for line in lines)
+
+
+def test_the_declared_stages_record_only_what_they_declare():
+    assert undeclared([StepRecord(CPU, "fork", "build", STEP_PASSED), StepRecord(CPU, "-", "speed", "interrupted"),
+                       StepRecord(CPU, "fork", "expectations", "incomplete")]) == []
+    assert undeclared([StepRecord(CPU, "-", "speed:g:pp", "skipped")]) == [f"{CPU} speed:g:pp -: skipped"]
+
+
+def test_a_new_stages_failure_is_read_from_the_evidence_it_declares(tmp_path, monkeypatch):
+    """A stage added to the table with a step of its own: its failed step is signed from the logs its declaration
+    names, where the same step undeclared is signed from its detail only."""
+    logs = tmp_path / CPU / "build-fork"
+    logs.mkdir(parents=True)
+    (logs / "build.log").write_text("[3/9] Building CXX object src/llama.cpp.o\nFAILED: src/llama.cpp.o\n"
+                                    "/src/llama.cpp/src/llama.cpp:12:5: error: 'pin_all' was not declared in this scope\n")
+    step = StepRecord(CPU, "fork", "lint-build", STEP_FAILED, detail="the lint build failed")
+    assert signatures.classify_step(tmp_path, step).kind == "other"
+    lint = Stage("lint", "build", "build", reads=("matrix",), writes=("steps",),
+                 steps=(StepSpec("lint-build", (STEP_PASSED, STEP_FAILED), "build-logs"),), run=lambda ctx: [])
+    monkeypatch.setattr(table, "STAGES", (*STAGES, lint))
+    found = signatures.classify_step(tmp_path, step)
+    assert found.kind == "compile_error" and "pin_all" in found.key
+    assert logs / "build.log" in signatures.step_logs(tmp_path, step)
+
+
+def status_literals_in_declarations(source: str) -> list[int]:
+    """Lines of ``source`` where a StepSpec or Stage names a step status as a string instead of a constant of
+    harness.record.results (its second argument or its ``statuses``)."""
+    import ast
+    names = set(STEP_STATUSES)
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        called = getattr(node.func, "id", getattr(node.func, "attr", "")) if isinstance(node, ast.Call) else ""
+        if called in ("StepSpec", "Stage"):
+            given = [*(node.args[1:2] if called == "StepSpec" else ()),
+                     *(k.value for k in node.keywords if k.arg == "statuses")]
+            found += [c.lineno for g in given for c in ast.walk(g)
+                      if isinstance(c, ast.Constant) and c.value in names]
+    return sorted(found)
+
+
+def test_the_stages_declare_their_statuses_by_the_records_constants():
+    found = [f"{path.relative_to(ROOT)}:{line}" for path in sorted((ROOT / "harness" / "stages").rglob("*.py"))
+             for line in status_literals_in_declarations(path.read_text(encoding="utf-8"))]
+    assert found == [], "use STEP_PASSED, STEP_FAILED ... of harness.record.results"
+    planted = ('STEP = StepSpec("lint", ("passed", STEP_FAILED), "detail")\n'
+               'ok = StepSpec("lint", (STEP_PASSED,))\n'
+               'STAGE = Stage("x", "build", "build", reads=(), writes=(), steps=("x",), statuses=("error",), run=f)\n')
+    assert status_literals_in_declarations(planted) == [1, 3]
