@@ -643,7 +643,7 @@ def settle_dead_progress(data: dict, run_dir: Path) -> dict:
     comparisons = [ComparisonRecord.from_json(c) for c in data.get("comparisons", [])]
     failed = any(STEP.is_failure(s.status) for s in steps) or any(c.failed() for c in comparisons)
     out = {k: v for k, v in data.items() if k != "in_progress"}
-    out.update(configurations=[_jsonable(s) for s in steps], incomplete=incomplete, interrupted="killed",
+    out.update(configurations=[judged_json(s) for s in steps], incomplete=incomplete, interrupted="killed",
                overall="failed" if failed else "incomplete")
     return out
 
@@ -675,6 +675,14 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, bytes):
         return obj.decode("utf-8", errors="replace")
     return obj
+
+
+def judged_json(record: StepRecord | ComparisonRecord) -> dict:
+    """A step or comparison record as summary.json holds it: its fields, and beside its status its ``verdict``
+    (passes, fails, not run) and ``why`` (harness.record.verdict), for readers of the JSON; this harness's
+    readers judge the record again from its status and drop the two keys."""
+    v = record.verdict()
+    return {**_jsonable(record), "verdict": v.verdict, "why": v.why}
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -721,6 +729,7 @@ class Run:
         self.cache: dict[str, dict[str, int]] = {}  # result cache events per kind (harness.record.cache.EVENTS)
         self.progress: dict[str, Any] | None = None  # while a command runs: see begin()
         self.interrupted = ""  # "killed": a harness process died while it ran the run (settle_dead_progress)
+        self.commands: list[str] = []  # the stage commands begun in this run, by any of its processes (begin)
         self._lock: RunLock | None = None
         self._records = threading.RLock()  # steps, comparisons and the summary files, from any thread
         now = datetime.now(timezone.utc).isoformat()
@@ -789,6 +798,7 @@ class Run:
         self.incomplete = list(data.get("incomplete", []))
         self.cache = {k: dict(v) for k, v in (data.get("cache") or {}).items()}
         self.interrupted = str(data.get("interrupted") or "")
+        self.commands = [str(c) for c in data.get("commands") or []]
         self.progress = data.get("in_progress")
 
     def count_cache(self, stats: Mapping[str, Mapping[str, int]]) -> None:
@@ -886,6 +896,7 @@ class Run:
         and the steps in progress (:meth:`doing`).  ``token``: what every child of the run carries in its
         environment (harness.common.proc.HOLDS_ENV), for a later run to end what a killed one left."""
         with self._records:
+            self.commands += [c for c in command.split() if c not in self.commands]
             self.progress = {"pid": os.getpid(), "command": command, "to_run": list(to_run), "doing": [],
                              "token": token, "started": datetime.now(timezone.utc).isoformat()}
             self.write_summary()
@@ -914,7 +925,9 @@ class Run:
     def _write_summary_files(self) -> None:
         write_json(self.layout.summary_json, {
             "run_id": self.id, "record_version": RECORD_VERSION, "updated": datetime.now(timezone.utc).isoformat(),
-            "overall": self.overall(), "configurations": self.steps, "comparisons": self.comparisons,
+            "overall": self.overall(), "commands": self.commands,
+            "configurations": [judged_json(s) for s in self.steps],
+            "comparisons": [judged_json(c) for c in self.comparisons],
             "skipped_platforms": self.skipped_platforms, "incomplete": self.incomplete, "cache": self.cache,
             **({"in_progress": self.progress} if self.progress is not None else {}),
             **({"interrupted": self.interrupted} if self.interrupted else {})})
