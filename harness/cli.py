@@ -82,6 +82,10 @@ def _stage_commands(sub: argparse._SubParsersAction) -> None:
                   f"in one run: `{PROG} build test compare-outputs [options]`.", stage)
         ap.add_argument("stages", nargs="*", metavar="STAGE",
                         help="further stages to run in the same run: test, compare-outputs")
+        ap.add_argument("--json", action="store_true",
+                        help="print the run's verdict as one JSON object on stdout (verdict, whether it is final, "
+                             "the failing steps and comparisons with why, the run directory); the progress lines "
+                             "go to stderr")
 
 
 def _tool_commands(sub: argparse._SubParsersAction) -> None:
