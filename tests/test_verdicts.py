@@ -11,9 +11,11 @@ seven expected divergences) is rendered again with ``report``.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -356,3 +358,19 @@ def test_json_on_a_stage_command_is_the_only_thing_on_stdout(tmp_path, monkeypat
     assert data["verdict"] == "failed" and data["final"] is True
     assert [r["name"] for r in data["failing_steps"]] == [f"{CPU} fork build"]
     assert Path(data["run_dir"]).is_dir() and "a line of the console" in err
+
+
+def test_the_shell_completes_commands_and_options_through_argcomplete(tmp_path):
+    """What bash asks of ``eval "$(register-python-argcomplete llama-fork-harness)"``, asked here directly."""
+    out = tmp_path / "completions"
+
+    def complete(line: str) -> set[str]:
+        env = {**os.environ, "_ARGCOMPLETE": "1", "_ARGCOMPLETE_IFS": "\n", "COMP_LINE": line,
+               "COMP_POINT": str(len(line)), "_ARGCOMPLETE_STDOUT_FILENAME": str(out)}
+        done = subprocess.run([sys.executable, "-m", "harness"], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        return set(out.read_text().split())
+
+    assert {"compare-outputs", "compile"} & complete("llama-fork-harness comp") == {"compare-outputs"}
+    assert "--json" in complete("llama-fork-harness build --js")
