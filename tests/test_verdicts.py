@@ -10,6 +10,7 @@ seven expected divergences) is rendered again with ``report``.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -23,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.analysis.run_views import verdict_json, verdict_line
+from harness.analysis.run_views import annotate_failures, verdict_json, verdict_line
+from harness.common.console import Console
 from harness.record.results import (CRASHED, DIVERGED, IDENTICAL, UNSUPPORTED_UPSTREAM, ComparisonRecord, Failure,
                                     Run, StepRecord)
 from harness.record.verdict import (FAILS, NOT_RUN, PASSES, comparison_verdict, failing_names, judge,
@@ -318,6 +320,24 @@ def test_after_build_alone_the_console_says_so_far_not_passed(tmp_path):
     assert "— so far passed; not run yet: test, compare-outputs (report:" in line
     data = verdict_json(run, run.dir / "report.html", cli.STAGES)
     assert (data["verdict"], data["final"], data["not_run_yet"]) == ("passed", False, ["test", "compare-outputs"])
+
+
+def test_compare_outputs_alone_builds_what_it_needs_and_leaves_only_the_tests_not_run(tmp_path):
+    run = _run_after(tmp_path, ["compare-outputs"])
+    assert verdict_json(run, run.dir / "report.html", cli.STAGES)["not_run_yet"] == ["test"]
+
+
+def test_github_annotations_name_each_failing_comparison_and_the_run(tmp_path):
+    run = Run.open(tmp_path / "results", "r1")
+    _passing_rows(run)
+    _identity(run)
+    out = io.StringIO()
+    annotate_failures(run, Console(out, interactive=False, github=True))
+    assert out.getvalue().splitlines() == [
+        f"::error title={CUDA} cuda-numerics-control moe-large/long-prefill%3A fork-fa-off vs fork::identical; "
+        "the group expects diverged",
+        f"::error title=run r1%3A failed::failed: {CUDA} cuda-numerics-control moe-large/long-prefill: fork-fa-off "
+        "vs fork (identical; the group expects diverged)"]
 
 
 def test_after_every_stage_command_the_verdict_is_final(tmp_path):

@@ -263,7 +263,7 @@ nav a { margin-right: 14px; }
 .verdict { display: inline-block; font-weight: 600; padding: 2px 10px; border-radius: 12px; color: #fff; }
 .verdict.passed { background: var(--ok); } .verdict.failed { background: var(--bad); }
 .verdict.incomplete, .verdict.in-progress { background: var(--warn); } .verdict.skipped { background: var(--skip); }
-.headline.failing { color: var(--bad); } .why { color: var(--fg); }
+.headline.failing { color: var(--bad); } .why { color: var(--fg); } td.verdict-cell { min-width: 14em; }
 .muted { color: var(--muted); }
 table { border-collapse: collapse; width: 100%; margin: 6px 0 10px; }
 th, td { border: 1px solid var(--line); padding: 4px 7px; text-align: left; vertical-align: top; }

@@ -37,10 +37,12 @@ def settle_killed(root: Path, skip: Path, say: Callable[[str], None]) -> None:
 
 def not_run_yet(run: Run, commands: Sequence[str]) -> list[str]:
     """The stage ``commands`` (in order) that no process of ``run`` has begun: while there are some and nothing
-    failed, the run's verdict is not yet known (a failure is final whatever runs after it)."""
+    failed, the run's verdict is not yet known (a failure is final whatever runs after it).  The first command
+    (``build``) counts as begun once a later one is: each builds what it needs."""
     if run.overall() == "failed":
         return []
-    return [c for c in commands if c not in run.commands]
+    later = [c for c in commands[1:] if c in run.commands]
+    return [c for i, c in enumerate(commands) if c not in run.commands and not (i == 0 and later)]
 
 
 def verdict_line(run: Run, report: Path, commands: Sequence[str]) -> str:
