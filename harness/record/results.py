@@ -265,9 +265,9 @@ class ComparisonRecord:
     ``expected`` is the group's expected status: ``identical``; ``diverged`` for a control
     group whose candidate changes numerics on purpose (only a divergence passes); ``near-tie``
     for builds of different compilers or OSes (identical, or diverged at a near tie with the
-    KL divergence within its threshold, passes).  :meth:`failed` decides.  ``cached`` maps each side
-    (the reference's label, the candidate's config) whose generations came from the result cache to the
-    run that generated them (docs/cache.md); empty when both sides generated in this run.
+    KL divergence within its threshold, passes).  :meth:`verdict` decides (harness.record.verdict).
+    ``cached`` maps each side (the reference's label, the candidate's config) whose generations came from the
+    result cache to the run that generated them (docs/cache.md); empty when both sides generated in this run.
     """
 
     platform: str
