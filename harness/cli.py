@@ -1,7 +1,9 @@
 """The command line: ``llama-fork-harness COMMAND [options]`` (or ``python -m harness COMMAND [options]``).
 
 Every command and its options are declared here, from the parent parsers of harness.args; the code that runs a
-command is imported only when it runs, so ``--help`` needs nothing but the standard library.  The nox sessions
+command is imported only when it runs, so ``--help`` needs nothing but the standard library.  Tab completion of
+commands and options comes from argcomplete (imported only when the shell asks for completions:
+``eval "$(register-python-argcomplete llama-fork-harness)"``).  The nox sessions
 call exactly these commands and pass ``session.posargs`` through.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
@@ -81,6 +84,10 @@ def _stage_commands(sub: argparse._SubParsersAction) -> None:
                   f"in one run: `{PROG} {' '.join(STAGES)} [options]`.", stage)
         ap.add_argument("stages", nargs="*", metavar="STAGE",
                         help=f"further stages to run in the same run: {', '.join(STAGES[1:])}")
+        ap.add_argument("--json", action="store_true",
+                        help="print the run's verdict as one JSON object on stdout (verdict, whether it is final, "
+                             "the failing steps and comparisons with why, the run directory); the progress lines "
+                             "go to stderr")
 
 
 def _tool_commands(sub: argparse._SubParsersAction) -> None:
@@ -334,6 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     This is the one place expected errors (harness.common.errors.HarnessError, a missing file,
     Ctrl-C) become ``error: <message>`` on stderr and their exit code, without a traceback.
     """
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (argcomplete, README.md): answer and exit
+        import argcomplete
+        argcomplete.autocomplete(parser())
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         parser().print_help(sys.stderr)

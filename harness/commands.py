@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 import shutil
 import sys
+from typing import Iterator
 
 from .args import in_checkout, stage_options
 from .common import proc
@@ -13,10 +17,28 @@ from .common.errors import InputError
 from .matrix.config import SelectionError, load_matrix
 
 
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """For the block, what this process and its children write to standard output goes to standard error (file
+    descriptor 1 and ``sys.stdout`` both), so that the output of ``--json`` is the JSON alone."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def run_stages(args: argparse.Namespace) -> int:
     """``build test compare-outputs``: run ``args.stages``; the exit code of the run's verdict
     (harness.common.errors)."""
-    from .analysis.run_views import settle_killed, write_views
+    from .analysis.run_views import annotate_failures, settle_killed, verdict_json, verdict_line, write_views
+    from .cli import STAGES
+    from .common.console import Console
     from .pipeline import run_stages as run_pipeline
     from .record.results import Run
     matrix = load_matrix(args.matrix)
@@ -40,12 +62,18 @@ def run_stages(args: argparse.Namespace) -> int:
     with proc.handle_signals():
         run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
         try:
-            settle_killed(run.root, run.dir, lambda line: print(line, flush=True))
-            return run_pipeline(matrix, run, opts, args.stages)
+            # with --json, standard output holds the JSON alone: the console's lines go to standard error
+            with stdout_to_stderr() if getattr(args, "json", False) else contextlib.nullcontext():
+                settle_killed(run.root, run.dir, lambda line: print(line, flush=True))
+                return run_pipeline(matrix, run, opts, args.stages)
         finally:
             try:  # after an interrupt or an error too: the views of what was recorded
                 report = write_views(run.dir)
-                print(f"results: {run.dir} — {run.headline()} (report: {report})", flush=True)
+                if getattr(args, "json", False):
+                    print(json.dumps(verdict_json(run, report, STAGES), indent=2), flush=True)
+                else:
+                    annotate_failures(run, Console())
+                    print(verdict_line(run, report, STAGES), flush=True)
             finally:
                 run.close()
 

@@ -4,6 +4,7 @@ Two real runs asking for the same builds in opposite orders: tests/test_interrup
 
 from __future__ import annotations
 
+import io
 import shutil
 import subprocess
 import sys
@@ -112,28 +113,31 @@ def test_the_compile_thread_keeps_the_order_beside_the_builds(tmp_path):
 
 
 def test_a_wait_names_whether_a_step_of_this_run_or_another_process_holds_the_lock(tmp_path):
-    """The message of a wait for an exclusive lock says who holds it: another thread of this process (a step of
-    the same run, e.g. the CUDA compile preparing the fork tree while the CPU build waits) by its thread, or
-    another harness process by the lock file."""
+    """The message of a wait for an exclusive lock says who holds it: another step of this run (e.g. the CUDA
+    compile preparing the fork tree while the CPU build waits) by its console title, never by a thread's name,
+    or another harness process by the lock file."""
     import threading
+
+    from harness.common.console import Console
 
     target = tmp_path / "fork" / "llama.cpp"
     said: list[str] = []
     taken, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with exclusive(target, "the fork source tree", Rank.SOURCE):
+        with Console(io.StringIO(), interactive=False, heartbeat_s=0).step("[linux-x86_64-cuda] compile fork"), \
+                exclusive(target, "the fork source tree", Rank.SOURCE):
             taken.set()
             release.wait(10)
 
-    holder = threading.Thread(target=hold, name="compile-linux-x86_64-cuda")
+    holder = threading.Thread(target=hold, name="compile_0")
     holder.start()
     assert taken.wait(10)
     threading.Timer(0.5, release.set).start()
     with exclusive(target, "the fork source tree", Rank.SOURCE, say=said.append):
         pass
     holder.join(10)
-    assert said == ["waiting for the fork source tree: another step of this run (thread compile-linux-x86_64-cuda) "
+    assert said == ["waiting for the fork source tree: another step of this run ([linux-x86_64-cuda] compile fork) "
                     "is using it"]
 
     code = ("import sys, time\nfrom pathlib import Path\nfrom harness.common.locks import Rank, exclusive\n"

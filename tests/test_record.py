@@ -29,7 +29,8 @@ def test_a_new_comparison_status_is_one_declaration(tmp_path, monkeypatch):
     run.record_step(StepRecord(CPU, "fork", "build", "passed"))
     run.record_comparisons([ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "needs-newer-upstream")])
     assert run.overall() == "passed"  # neutral: not a failure
-    assert "➖ needs-newer-upstream" in run.layout.summary_md.read_text()
+    assert "| needs-newer-upstream | ⏭️ not run: needs-newer-upstream: upstream cannot run this case |" in \
+        run.layout.summary_md.read_text()
     assert 'st-neutral st-needs-newer-upstream' in render_html(run.dir)
     assert classify_run(run.dir) == []
     # an undeclared one is still refused, naming the declared ones

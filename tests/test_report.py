@@ -172,7 +172,8 @@ def test_markdown_summary_names_failures_signatures_and_divergences(tmp_path):
     run = make_run(tmp_path / "results", "r2")
     md = markdown_summary(run.dir)
     assert md.startswith("## ❌ Run r2: failed")
-    assert "**Steps:** 2 failed, 4 passed, 1 skipped · **comparisons:** 1 crashed, 1 diverged, 1 identical" in md
+    assert ("**Steps:** 2 fail, 1 not run, 4 pass · **comparisons:** 2 fail, 1 passes (1 crashed, 1 diverged, "
+            "1 identical)") in md
     assert f"| {CPU} | fork | build | failed | `compile_error` compile error in src/llama-model.cpp:812" in md
     assert "`cuda_error` CUDA error: an illegal memory access was encountered at cudaFuncSetAttribute" in md
     assert "first divergent token #4 (near tie): ' fisherman' (id 31962, margin 0.02) vs ' woman' (id 5765, margin 1.5)" in md

@@ -126,8 +126,21 @@ def test_long_details_are_cut_in_the_markdown_but_kept_in_json(tmp_path):
     run.record_step(StepRecord("p", "fork", "build", "error", detail=detail))
     md = (run.dir / "summary.md").read_text()
     row = next(line for line in md.splitlines() if line.startswith("| p | fork | build"))
-    assert len(row) < 500 and row.rstrip(" |").endswith("…") and "\\|" in row
+    assert len(row) < 500 and row.rstrip(" |").endswith("(195 more lines in summary.json)") and "\\|" in row
     assert json.loads((run.dir / "summary.json").read_text())["configurations"][0]["detail"] == detail
+
+
+def test_an_error_line_is_shown_whole_however_long(tmp_path):
+    """A failed git fetch's line ends with what went wrong: a cell that cut it at a few hundred characters
+    showed "fatal: unable to acce"."""
+    run = Run.open(tmp_path, "fetch")
+    line = ("git fetch --quiet --depth 1 https://github.com/ggml-org/llama.cpp " + "0123456789abcdef" * 5
+            + " failed in /home/runner/.cache/llama-fork-harness/base/0123456789ab.tmp: fatal: unable to access "
+            "'https://github.com/ggml-org/llama.cpp/': Could not resolve host: github.com")
+    run.record_step(StepRecord("p", "base", "build", "error",
+                               detail=f"SourceError: no source produced the pinned commit:\n  git: {line}"))
+    md = (run.dir / "summary.md").read_text()
+    assert len(line) > 300 and line in md and "Could not resolve host: github.com |" in md
 
 
 def _near_tie_group_record(status="diverged", near_tie=True, kl_mean=5e-9, nondeterministic=()):

@@ -1,16 +1,16 @@
-"""Comparison statuses are declared once (harness.record.results.COMPARISON) and named through its constants
-(IDENTICAL, DIVERGED, CRASHED, TIMEOUT, UNSUPPORTED_UPSTREAM, GENERATION_FAILURES): no other module of the
+"""Comparison statuses are declared once (harness.record.statuses.COMPARISON, re-exported by
+harness.record.results) and named through its constants (IDENTICAL, DIVERGED, CRASHED, TIMEOUT, UNSUPPORTED_UPSTREAM, GENERATION_FAILURES): no other module of the
 harness spells one as a string, so a status renamed or added is one line of the declaration."""
 
 import ast
 from pathlib import Path
 
-from harness.record.results import COMPARISON
+from harness.record.statuses import COMPARISON
 
 PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
 #: The module that declares the statuses.
-DECLARATION = Path("record/results.py")
+DECLARATION = Path("record/statuses.py")
 
 #: (module, word) pairs that spell a comparison status's word for another vocabulary, each with its reason.
 OTHER_VOCABULARIES = {

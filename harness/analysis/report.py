@@ -43,7 +43,8 @@ from ..record.inputs import ConfigRecord, read_run_config
 from ..record.loads import PinLadder, read_pin_ladder
 from ..record.results import (COMPARISON, DIVERGED, IDENTICAL, KILLED, LOAD_FILES, PATCH, STEP, VERDICT, ComparisonRecord,
                               RecordError, RunLayout, StepRecord)
-from ..record.summary import read_run
+from ..record.summary import read_run, write_summary_md
+from ..record.verdict import FAILS, NOT_RUN, RowVerdict, count_text, failing_names, failures_first, judge
 from .signatures import load_signatures, step_logs
 from ..record.compare import CompareEntry, find_compare_entry
 from ..record.forecast import read_forecast
@@ -61,8 +62,8 @@ LOGS_PER_STEP = 3
 #: Width of a pin-ladder chart, in SVG user units (pixels at 100 % zoom).
 CHART_WIDTH = 1000
 
-#: Statuses shown as failures (declared in harness.record.results).
-_BAD = STEP.failures | COMPARISON.failures
+#: A speed rule's statuses shown as failures: a rule's status is its step's (harness.record.statuses.STEP).
+_BAD = STEP.failures
 
 
 def _counts(items: Iterable[StepRecord | ComparisonRecord]) -> dict[str, int]:
@@ -279,6 +280,8 @@ code, pre, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "
 nav a { margin-right: 14px; }
 .verdict { display: inline-block; font-weight: 600; padding: 2px 10px; border-radius: 12px; color: #fff; }
 .verdict.passed { background: var(--ok); } .verdict.failed { background: var(--bad); }
+.verdict.incomplete, .verdict.in-progress { background: var(--warn); } .verdict.skipped { background: var(--skip); }
+.headline.failing { color: var(--bad); } .why { color: var(--fg); } td.verdict-cell { min-width: 14em; }
 .muted { color: var(--muted); }
 table { border-collapse: collapse; width: 100%; margin: 6px 0 10px; }
 th, td { border: 1px solid var(--line); padding: 4px 7px; text-align: left; vertical-align: top; }
@@ -321,6 +324,29 @@ document.getElementById('only-bad').addEventListener('change', function (e) {
 def _status(status: str) -> str:
     outcome = next((k[status].outcome for k in (STEP, COMPARISON, PATCH) if status in k), "neutral")
     return f'<span class="st st-{outcome} st-{escape(status)}">{escape(status)}</span>'
+
+
+#: The outcome class (st-success, st-failure, st-neutral: the colours of the page) of each row verdict.
+_VERDICT_CLASS = {FAILS: "failure", NOT_RUN: "neutral"}
+
+
+def _row_status(status: str, verdict: RowVerdict) -> str:
+    """A row's status badge, coloured by the row's verdict (harness.record.verdict), never by the status alone:
+    an expected divergence is not red, an identity where the group expects a divergence is."""
+    return (f'<span class="st st-{_VERDICT_CLASS.get(verdict.verdict, "success")} st-{escape(status)}">'
+            f'{escape(status)}</span>')
+
+
+def _verdict_cell(verdict: RowVerdict) -> str:
+    """A row's verdict cell: the verdict, coloured, and why (also why a row passes, e.g. an expected divergence)."""
+    why = f' <span class="why">{escape(verdict.why)}</span>' if verdict.why else ""
+    return (f'<td class="verdict-cell"><span class="st st-{_VERDICT_CLASS.get(verdict.verdict, "success")} '
+            f'row-verdict">{escape(verdict.verdict)}</span>{why}</td>')
+
+
+def _row_open(verdict: RowVerdict) -> str:
+    """A table row's start tag: class ``bad`` (the red row, shown by "failures only") only for a failing row."""
+    return f'<tr class="{"bad" if verdict.fails else "ok"}" data-verdict="{escape(verdict.verdict)}">'
 
 
 def _sig_html(sig: dict | None) -> str:
@@ -380,27 +406,31 @@ def _divergence_html(run_dir: Path, cmp: ComparisonRecord) -> str:
 
 
 def _step_status(s: StepRecord) -> str:
-    """A step's status badge; a test step taken from the result cache shows ``reused`` (never ``passed``) and
-    the run it came from, restored generations their status and ``cached: <run-id>`` (docs/cache.md)."""
+    """A step's status badge (coloured by its verdict); a test step taken from the result cache shows ``reused``
+    (never ``passed``) and the run it came from, restored generations their status and ``cached: <run-id>``
+    (docs/cache.md)."""
+    badge = _row_status(s.status, s.verdict())
     if not s.cached:
-        return _status(s.status)
+        return badge
     if shown_as_reused(s.step):
         return (f'<span class="st st-success st-reused">reused</span> '
                 f'<span class="muted">from run {escape(s.cached)}</span>')
-    return f'{_status(s.status)} <span class="muted">cached: {escape(s.cached)}</span>'
+    return f'{badge} <span class="muted">cached: {escape(s.cached)}</span>'
 
 
 def _steps_table(steps: list[StepRecord], sigs: dict) -> str:
+    """The steps table: failing rows first, each with its status and verdict (harness.record.verdict)."""
+    verdicts = [s.verdict() for s in steps]
     rows = []
-    for s in steps:
-        bad = s.status in _BAD
+    for s, v in failures_first(list(zip(steps, verdicts)), verdicts):
         sig = sigs.get((s.platform, s.config, s.step))
-        rows.append(f'<tr class="{"bad" if bad else "ok"}"><td class="nw">{escape(s.platform)}</td>'
+        rows.append(f'{_row_open(v)}<td class="nw">{escape(s.platform)}</td>'
                     f'<td class="nw">{escape(s.config)}</td><td class="nw">{escape(s.step)}</td>'
-                    f'<td>{_step_status(s)}</td><td class="num">{float(s.seconds or 0):.1f} s</td>'
+                    f'<td>{_step_status(s)}</td>{_verdict_cell(v)}<td class="num">{float(s.seconds or 0):.1f} s</td>'
                     f'<td>{escape(s.detail)}</td><td>{_sig_html(sig)}</td></tr>')
     return ('<table class="steps"><thead><tr><th>platform</th><th>config</th><th>step</th><th>status</th>'
-            '<th>time</th><th>detail</th><th>signature</th></tr></thead><tbody>' + "".join(rows) + "</tbody></table>")
+            '<th>verdict</th><th>time</th><th>detail</th><th>signature</th></tr></thead><tbody>' + "".join(rows)
+            + "</tbody></table>")
 
 
 def _kl_cells(c: ComparisonRecord) -> str:
@@ -414,24 +444,22 @@ def _kl_cells(c: ComparisonRecord) -> str:
 
 
 def _comparisons_table(comparisons: list[ComparisonRecord]) -> str:
+    """The comparisons table: failing rows first, each with its status and verdict judged against its group's
+    ``expect`` (harness.record.verdict)."""
+    verdicts = [c.verdict() for c in comparisons]
     rows = []
-    for c in comparisons:
-        bad = c.failed()
-        if c.expected != IDENTICAL:
-            nondet_expected = f' <span class="muted">(expected: {escape(c.expected)})</span>'
-        else:
-            nondet_expected = ""
+    for c, v in failures_first(list(zip(comparisons, verdicts)), verdicts):
         nondet = f' <span class="muted">(nondeterministic: {escape(", ".join(c.nondeterministic))})</span>' \
             if c.nondeterministic else ""
         if c.cached:
             nondet += f' <span class="muted cached">({escape(describe_cached(c.cached))})</span>'
-        rows.append(f'<tr class="{"bad" if bad else "ok"}"><td class="nw">{escape(c.platform)}</td>'
+        rows.append(f'{_row_open(v)}<td class="nw">{escape(c.platform)}</td>'
                     f'<td class="nw">{escape(c.group)}</td>'
                     f'<td>{escape(c.model)}</td><td>{escape(c.prompt)}</td><td>{escape(c.reference)}</td>'
-                    f'<td>{escape(c.candidate)}</td><td>{_status(c.status)}</td>'
-                    f'<td>{escape(c.difference())}{nondet}{nondet_expected}</td>{_kl_cells(c)}</tr>')
+                    f'<td>{escape(c.candidate)}</td><td>{_row_status(c.status, v)}</td>{_verdict_cell(v)}'
+                    f'<td>{escape(c.difference())}{nondet}</td>{_kl_cells(c)}</tr>')
     return ('<table class="comparisons"><thead><tr><th>platform</th><th>group</th><th>model</th><th>prompt</th>'
-            '<th>reference</th><th>candidate</th><th>status</th><th>first divergent token</th>'
+            '<th>reference</th><th>candidate</th><th>status</th><th>verdict</th><th>first divergent token</th>'
             '<th>KL mean / max (nats)</th><th>top-1 agree</th></tr></thead><tbody>'
             + "".join(rows) + "</tbody></table>")
 
@@ -535,8 +563,8 @@ def _environment_html(run_dir: Path, platform: str) -> str:
 
 
 def _config_html(run_dir: Path, platform: str, config: str, steps: list[StepRecord], sigs: dict) -> str:
-    bad = [s for s in steps if s.status in _BAD]
-    badges = " ".join(f'{escape(s.step)} {_status(s.status)}' for s in steps)
+    bad = [s for s in steps if s.verdict().fails]
+    badges = " ".join(f'{escape(s.step)} {_row_status(s.status, s.verdict())}' for s in steps)
     body = []
     try:
         cfg: ConfigRecord | None = read_run_config(RunLayout(run_dir).config_json(platform, config))
@@ -559,7 +587,7 @@ def _config_html(run_dir: Path, platform: str, config: str, steps: list[StepReco
     body.append(_expectations_html(run_dir, platform, config))
     for s in bad:
         sig = sigs.get((platform, config, s.step))
-        body.append(f'<h4>{escape(s.step)}: {_status(s.status)} — {escape(s.detail)}</h4>')
+        body.append(f'<h4>{escape(s.step)}: {_row_status(s.status, s.verdict())} — {escape(s.detail)}</h4>')
         if sig:
             body.append(f"<p>{_sig_html(sig)}</p>")
         for path in step_logs(run_dir, s)[:LOGS_PER_STEP]:
@@ -720,12 +748,17 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
     run_id = data.run_id
     overall = data.overall or "?"
     shown = f"{overall} ({KILLED})" if data.killed else overall
+    rows = judge(steps, comparisons)
+    names = failing_names(rows)
     parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
              f'<meta name="viewport" content="width=device-width, initial-scale=1">'
              f'<title>Run {escape(run_id)}: {escape(shown)}</title><style>{_CSS}</style></head><body>',
              f'<header><h1>Run {escape(run_id)} <span class="verdict {escape(overall)}">{escape(shown)}</span></h1>'
-             f'<p class="muted">steps: {escape(_count_text(_counts(steps)))} · comparisons: '
-             f'{escape(_count_text(_counts(comparisons)))} · summary updated {escape(data.updated or "?")}</p>',
+             + (f'<p class="headline failing" id="headline"><b>Fails:</b> {escape(names)}</p>' if names else
+                '<p class="headline" id="headline">No step or comparison fails.</p>')
+             + f'<p class="muted">steps: {escape(count_text(rows, "step"))} · comparisons: '
+             f'{escape(count_text(rows, "comparison"))} ({escape(_count_text(_counts(comparisons)))}) · summary '
+             f'updated {escape(data.updated or "?")}</p>',
              '<nav>' + ('<a href="#forecast">forecast</a>' if RunLayout(run_dir).forecast_json.is_file() else '')
              + '<a href="#steps">steps</a><a href="#comparisons">comparisons</a><a href="#speed">speed</a><a href="#divergences">divergences</a>'
              '<a href="#configurations">configurations</a><a href="#probe">probe</a><a href="#pin-ladder">pin ladder</a></nav></header>']
@@ -818,9 +851,12 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
     skipped = len(data.skipped_platforms)
     notes = ([KILLED] if data.killed else []) + \
         ([f"{skipped} platform{'s' if skipped != 1 else ''} skipped"] if skipped else [])
-    headline = overall + (f" ({'; '.join(notes)})" if notes else "")
-    lines = [f"## {icon} Run {run_id}: {headline}", "",
-             f"**Steps:** {_count_text(_counts(steps))} · **comparisons:** {_count_text(_counts(comparisons))}", ""]
+    rows = judge(steps, comparisons)
+    names = failing_names(rows)
+    headline = overall + (f" ({'; '.join(notes)})" if notes else "") + (f": {names}" if names else "")
+    lines = [f"## {icon} Run {run_id}: {_md(headline)}", "",
+             f"**Steps:** {count_text(rows, 'step')} · **comparisons:** {count_text(rows, 'comparison')} "
+             f"({_count_text(_counts(comparisons))})", ""]
     if data.cache:
         lines += [f"**Result cache:** {_md(describe_cache(data.cache))}", ""]
     if data.skipped_platforms:
@@ -843,7 +879,7 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
         for t in rep.fixes:
             lines.append(f"- **{t.category}** {t.platform} {_md(t.what)}: {t.before} → {t.after}")
         lines.append("")
-    failed = [s for s in steps if s.status in STEP.failures]
+    failed = [s for s in steps if s.verdict().fails]
     if failed:
         lines += ["### Failures", "", "| platform | config | step | status | signature |", "|---|---|---|---|---|"]
         for s in failed:
@@ -851,10 +887,11 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
             cell = f"`{sig['kind']}` {_md(sig['summary'])}" if sig else _md(s.detail)
             lines.append(f"| {s.platform} | {s.config} | {s.step} | {s.status} | {cell} |")
         lines.append("")
-    bad_cmp = [c for c in comparisons if c.status != IDENTICAL or c.failed()]
+    judged = [(c, c.verdict()) for c in comparisons if c.status != IDENTICAL or c.failed()]
+    bad_cmp = failures_first(judged, [v for _, v in judged])
     if bad_cmp:
         lines += ["### Divergences and failed comparisons", ""]
-        for c in bad_cmp:
+        for c, v in bad_cmp:
             d = c.first_divergence
             if d:
                 what = f"first divergent token {_md(describe_divergence_record(d))}"
@@ -862,8 +899,9 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
                 what = _md(c.detail)
             if c.cached:
                 what += f" ({_md(describe_cached(c.cached))})"
-            lines.append(f"- {c.platform} {c.group} {c.model}/{c.prompt}: {c.candidate} vs "
-                         f"{c.reference} **{c.status}** — {what}")
+            mark = "❌ **fails**" if v.fails else ("✅ passes" if v.passes else "⏭️ not run")
+            lines.append(f"- {mark} ({_md(v.why or c.status)}): {c.platform} {c.group} {c.model}/{c.prompt}: "
+                         f"{c.candidate} vs {c.reference} — {what}")
         lines.append("")
     speed = [(platform, r) for platform, _, rules in speed_rows(run_dir) for r in rules]
     if speed:
@@ -877,8 +915,8 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
             lines.append(f"| {platform} | {r['group']} | {r['candidate']} vs {r['reference']} | {r['metric']} "
                          f"| {r.get('status')} | {medians} | {ratio} | {p_value} |")
         lines.append("")
-    if not failed and not bad_cmp:
-        lines += ["Every step passed and every comparison is identical.", ""]
+    if not names:
+        lines += ["No step or comparison fails.", ""]
     return "\n".join(lines)
 
 
@@ -908,8 +946,8 @@ def against_run(spec: str, run_dir: Path, results_dir: Path) -> Path:
 def run(args: argparse.Namespace) -> int:
     """``python -m harness report [RUN] [--markdown] [--against RUN] [--results-dir DIR] [--out FILE]``.
 
-    Writes the run's report.html (RUN: id, directory or ``latest``, the default) and prints
-    its path; with ``--markdown`` prints the Markdown summary to stdout and the path to
+    Writes the run's report.html (RUN: id, directory or ``latest``, the default) and its summary.md, both
+    rendered again from its summary.json (a committed run too), and prints the report's path; with ``--markdown`` prints the Markdown summary to stdout and the path to
     stderr.  ``--against`` adds changes since an earlier run (``previous``: the newest
     earlier run covering the same platforms).  Returns 0; raises harness.common.errors.InputError
     subclasses (exit code 2 through harness.cli) for a run that does not exist.
@@ -924,6 +962,7 @@ def run(args: argparse.Namespace) -> int:
     out = write_report(run_dir, args.out, baseline)
     if baseline == PREVIOUS:
         baseline = default_baseline(run_dir)
+    write_summary_md(run_dir)
     md = markdown_summary(run_dir, baseline) if args.markdown else None
     if md is not None:
         print(md)

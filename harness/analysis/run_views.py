@@ -8,10 +8,12 @@ was killed once the next run has recorded it so (:func:`settle_killed`); the run
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Sequence
 
+from ..common.console import Console
 from ..record.leftovers import settle_killed_runs
-from ..record.results import KILLED
+from ..record.results import KILLED, VERDICT_EXIT_CODES, Run
+from ..record.verdict import judge
 from .report import write_report
 from .signatures import classify_run
 
@@ -31,3 +33,49 @@ def settle_killed(root: Path, skip: Path, say: Callable[[str], None]) -> None:
         say(f"run {dead.run_dir.name}: its harness process was killed before its command ended; recorded as "
             f"incomplete ({KILLED}), {dead.ended} process(es) it left running ended")
         write_views(dead.run_dir)
+
+
+def not_run_yet(run: Run, commands: Sequence[str]) -> list[str]:
+    """The stage ``commands`` (in order) that no process of ``run`` has begun: while there are some and nothing
+    failed, the run's verdict is not yet known (a failure is final whatever runs after it).  The first command
+    (``build``) counts as begun once a later one is: each builds what it needs."""
+    if run.overall() == "failed":
+        return []
+    later = [c for c in commands[1:] if c in run.commands]
+    return [c for i, c in enumerate(commands) if c not in run.commands and not (i == 0 and later)]
+
+
+def verdict_line(run: Run, report: Path, commands: Sequence[str]) -> str:
+    """The console's last line of a stage command: ``results: <dir> — <headline> (report: <path>)``, the headline
+    naming what failed; ``so far`` and the commands not run yet where the run's verdict is not known (after
+    ``build`` alone)."""
+    later = not_run_yet(run, commands)
+    headline = run.headline()
+    if later:
+        headline = f"so far {headline}; not run yet: {', '.join(later)}"
+    return f"results: {run.dir} — {headline} (report: {report})"
+
+
+def verdict_json(run: Run, report: Path, commands: Sequence[str]) -> dict[str, Any]:
+    """What ``--json`` prints of a stage command's run: ``verdict`` (harness.record.results.VERDICT), ``final``
+    (False while stage commands are still to run and nothing failed), ``exit_code``, ``headline``, the
+    ``run_dir``, ``report``, the commands begun and ``not_run_yet``, and each failing step and comparison with
+    why (harness.record.verdict.Row.to_json)."""
+    rows = judge(run.steps, run.comparisons)
+    later = not_run_yet(run, commands)
+    overall = run.overall()
+    return {"run_id": run.id, "run_dir": str(run.dir), "verdict": overall, "final": not later,
+            "exit_code": VERDICT_EXIT_CODES[overall], "headline": run.headline(), "report": str(report),
+            "commands": list(run.commands), "not_run_yet": later,
+            "failing_steps": [r.to_json() for r in rows if r.kind == "step" and r.verdict.fails],
+            "failing_comparisons": [r.to_json() for r in rows if r.kind == "comparison" and r.verdict.fails]}
+
+
+def annotate_failures(run: Run, console: Console) -> None:
+    """On GitHub Actions, one ``::error`` annotation per failing comparison (a failing step is annotated by its
+    console end line) and one for the run's headline, each saying why (harness.record.verdict)."""
+    for row in judge((), run.comparisons):
+        if row.verdict.fails:
+            console.error(row.verdict.why, row.name)
+    if run.overall() == "failed":
+        console.error(run.headline(), f"run {run.id}: failed")

@@ -39,6 +39,17 @@ _MARK = {"passed": "✔", "failed": "✘", "error": "✘", "skipped": "–", "in
          "reused": "♻"}  # reused: a step whose results came from the result cache (docs/cache.md)
 
 
+#: Per thread: the titles of the console steps it runs, outermost first (:func:`current_step`).
+_running = threading.local()
+
+
+def current_step() -> str:
+    """The title of the innermost console step the calling thread runs (e.g. ``[linux-x86_64-cuda] compile
+    fork``), "" when it runs none: how a message names a step of the run without naming a thread."""
+    titles = getattr(_running, "titles", [])
+    return titles[-1] if titles else ""
+
+
 def _escape_data(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
@@ -122,6 +133,8 @@ class Console:
         """
         step = Step(title, total=total)
         outermost = not self._steps
+        titles = _running.__dict__.setdefault("titles", [])
+        titles.append(title)
         if self.github and outermost:
             self.say(f"::group::{title}")
         self.say(f"▶ {title}")
@@ -141,6 +154,7 @@ class Console:
             step.finish("interrupted", "stopped by an error or a signal")
             raise
         finally:
+            titles.remove(title)
             stop.set()
             for t in threads:
                 t.join()

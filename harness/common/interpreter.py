@@ -14,7 +14,7 @@ from .errors import EXIT_ENVIRONMENT
 #: The third-party modules the package imports (every ``import`` of harness/ outside the standard library; a
 #: test keeps the list complete): an interpreter without one of them cannot run every command.
 NEEDED_MODULES = ("yaml", "jsonschema", "gguf", "numpy", "rich", "filelock", "elftools", "pefile", "scipy",
-                  "unidiff")
+                  "unidiff", "argcomplete")
 
 
 def missing_modules() -> list[str]:

@@ -49,6 +49,7 @@ from typing import Callable, Iterator
 import filelock
 
 from . import proc
+from .console import current_step
 from .errors import InputError
 
 
@@ -146,8 +147,8 @@ def _owned(lock_file: str, say: Callable[[str], None] | None) -> Iterator[None]:
         holder.unlink(missing_ok=True)
 
 
-#: Lock file -> the thread of this process that holds it: the message of a wait says
-#: whether the holder is another step of this run or another harness process.
+#: Lock file -> the console step of this process that holds it ("" for a thread outside any step): the message of
+#: a wait says whether the holder is another step of this run, by its title, or another harness process.
 _held_here: dict[str, str] = {}
 
 
@@ -165,11 +166,12 @@ def exclusive(target: Path, what: str, rank: Rank, say: Callable[[str], None] | 
             lock.acquire(blocking=False)
         except filelock.Timeout:
             if say:
-                say(f"waiting for {what}: " + (f"another step of this run ({_held_here[lock.lock_file]}) is using it"
-                                               if lock.lock_file in _held_here else
-                                               f"another harness process holds {lock.lock_file}"))
+                holder = _held_here.get(lock.lock_file)
+                say(f"waiting for {what}: " + ("another harness process holds " + lock.lock_file if holder is None
+                                               else f"another step of this run ({holder}) is using it" if holder
+                                               else "another step of this run is using it"))
             lock.acquire()
-        _held_here[lock.lock_file] = f"thread {threading.current_thread().name}"
+        _held_here[lock.lock_file] = current_step()
         try:
             with _owned(lock.lock_file, say):
                 yield

@@ -2,9 +2,10 @@
 
 ``results/junit/comparisons-<platform>.xml`` holds one ``<testsuite>`` per comparison
 group and one ``<testcase>`` per comparison (model, prompt, candidate against
-reference).  A comparison whose status is a failure (harness.record.results.COMPARISON) is a
-``<failure>`` whose message is the first divergent token (or the crash or timeout
-detail); a neutral one (e.g. ``unsupported-upstream``) is ``<skipped>``.  The format is
+reference), rendering its verdict (harness.record.verdict): a failing comparison is a ``<failure>``
+whose message says why (``identical; the group expects diverged``) and the first divergent token (or
+the crash or timeout detail); one not run (e.g. ``unsupported-upstream``) is ``<skipped>``; a passing
+one that says why (an expected divergence) has it in ``<system-out>``.  The format is
 the one JUnit's Ant task writes and CI test-report tools read (testsuites / testsuite /
 testcase with failure and skipped children).
 
@@ -28,14 +29,8 @@ from typing import Iterable
 
 from ..common.fs import replace_whole
 from .bench import parse_rule_step, parse_step
-from .results import COMPARISON, STEP, ComparisonRecord, Run, StepRecord, junit_dir
-
-
-def _skipped(c: ComparisonRecord) -> bool:
-    """True for a comparison that neither passed nor failed (e.g. ``unsupported-upstream``): reported
-    as a skipped test case."""
-    return (not c.failed() and not COMPARISON[c.status].success and c.status != c.expected
-            and not (c.expected == "near-tie" and c.tolerated_near_tie()))
+from .results import ComparisonRecord, Run, StepRecord, junit_dir
+from .verdict import NOT_RUN
 
 
 @dataclass(frozen=True)
@@ -90,12 +85,16 @@ def comparisons_xml(platform: str, comparisons: Iterable[ComparisonRecord]) -> E
         if c.platform != platform:
             continue
         case = _Case(f"{platform}.{c.group}.{c.model}", f"{c.prompt}: {c.candidate} vs {c.reference}")
-        if c.failed():  # a numerics control (expected: diverged) fails when it does not diverge
+        v = c.verdict()  # a numerics control (expect: diverged) fails when it does not diverge
+        if v.fails:
             what = c.difference()
-            message = f"{c.status}: first divergent token {what}" if c.first_divergence else f"{c.status}: {what}"
+            where = f"first divergent token {what}" if c.first_divergence else what
+            message = f"{v.why}: {where}" if where else v.why
             case = replace(case, outcome="failure", message=message, kind=c.status, text=c.detail)
-        elif _skipped(c):
-            case = replace(case, outcome="skipped", message=f"{c.status}: {c.detail}")
+        elif v.verdict == NOT_RUN:
+            case = replace(case, outcome="skipped", message=f"{v.why}: {c.detail}" if c.detail else v.why)
+        elif v.why:  # passed, and why: an expected divergence
+            case = replace(case, text=f"{v.why}: {c.difference()}" if c.first_divergence else v.why)
         suites.setdefault(f"{platform}/{c.group}", []).append(case)
     return _document(f"greedy comparisons {platform}", suites, ("failures", "skipped"))
 
@@ -109,7 +108,7 @@ def speed_xml(platform: str, steps: Iterable[StepRecord]) -> ET.ElementTree:
             continue
         vs = f" vs {parsed.reference}" if parsed.reference else ""  # a rule's own reference, not the group's
         case = _Case(f"{platform}.{parsed.group}", f"{s.config} {parsed.metric}{vs}", time=s.seconds, text=s.detail)
-        if STEP.is_failure(s.status):
+        if s.verdict().fails:
             case = replace(case, outcome="failure" if s.status == "failed" else "error", message=s.detail,
                            kind=s.status, text=None)
         suites.setdefault(f"{platform}/{parsed.group}", []).append(case)
@@ -149,11 +148,12 @@ def checks_xml(platform: str, steps: Iterable[StepRecord], names: Iterable[str])
         if s.platform != platform or s.step not in wanted:
             continue
         case = _Case(f"{platform}.{s.step}", s.config)
-        if STEP.is_failure(s.status):
+        v = s.verdict()
+        if v.fails:
             case = replace(case, outcome="failure", message=s.detail[:500], kind=s.status,
                            text="\n".join(f.text() for f in s.failures) or s.detail)
-        elif not STEP[s.status].success:
-            case = replace(case, outcome="skipped", message=f"{s.status}: {s.detail[:500]}")
+        elif v.verdict == NOT_RUN:
+            case = replace(case, outcome="skipped", message=f"{v.why}: {s.detail[:500]}")
         suites.setdefault(f"{platform}/{s.step}", []).append(case)
     return _document(f"checks {platform}", suites, ("failures", "skipped"))
 

@@ -54,11 +54,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
-from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
+from ..common.errors import InputError
 from ..common.fs import describe, writable_dir, write_text_whole
 from ..common.locks import RunLock
 from .review import review_lines
 from .run_id import new_run_id
+from .verdict import (ICONS, RowVerdict, comparison_verdict, count_text, failing_names, failures_first, judge,
+                      step_verdict, tolerated_near_tie)
+# the statuses are declared in harness.record.statuses; the record's readers import them from here too
+from .statuses import (
+    Status as Status, StatusSet as StatusSet, STEP as STEP, COMPARISON as COMPARISON, VERDICT as VERDICT,
+    KILLED as KILLED, PATCH as PATCH, VERDICT_EXIT_CODES as VERDICT_EXIT_CODES, STEP_STATUSES as STEP_STATUSES,
+    COMPARISON_STATUSES as COMPARISON_STATUSES, STEP_PASSED as STEP_PASSED, STEP_FAILED as STEP_FAILED,
+    STEP_ERROR as STEP_ERROR, STEP_SKIPPED as STEP_SKIPPED, STEP_INTERRUPTED as STEP_INTERRUPTED,
+    STEP_INCOMPLETE as STEP_INCOMPLETE,
+    IDENTICAL as IDENTICAL, DIVERGED as DIVERGED, CRASHED as CRASHED, TIMEOUT as TIMEOUT,
+    UNSUPPORTED_UPSTREAM as UNSUPPORTED_UPSTREAM, GENERATION_FAILURES as GENERATION_FAILURES)
 
 #: Version of summary.json's record format.  1: steps without ``failures`` (facts only in
 #: ``detail``); 2: steps with ``failures``.  A run written by a newer harness is refused.
@@ -78,158 +89,6 @@ class RecordError(InputError, ValueError):
     def at(cls, path: Path, reason: str) -> "RecordError":
         """The error of the file at ``path``: the message ``<path>: <reason>``, the ``reason`` alone beside it."""
         return cls(f"{path}: {reason}", reason)
-
-
-# --------------------------------------------------------------------------- statuses
-
-
-@dataclass(frozen=True)
-class Status:
-    """One status value: ``name``, its ``outcome`` (success, failure or neutral: did not run or
-    says nothing about the fork), the ``icon`` of summaries and ``meaning`` in words; ``unproven``: a
-    neutral status that leaves the run incomplete (a step cut short, or one that could not read what it
-    checks), where ``skipped`` does not."""
-
-    name: str
-    outcome: str
-    icon: str
-    meaning: str
-    unproven: bool = False
-
-    def __post_init__(self) -> None:
-        if self.outcome not in ("success", "failure", "neutral"):
-            raise ValueError(f"status {self.name}: outcome {self.outcome!r} is not success, failure or neutral")
-        if self.unproven and self.outcome != "neutral":
-            raise ValueError(f"status {self.name}: only a neutral status can leave a run unproven")
-
-    @property
-    def failure(self) -> bool:
-        """True when this status makes the run fail."""
-        return self.outcome == "failure"
-
-    @property
-    def success(self) -> bool:
-        """True when this status says the thing checked is good."""
-        return self.outcome == "success"
-
-
-class StatusSet:
-    """The declared statuses of one kind of record, looked up by name."""
-
-    def __init__(self, kind: str, statuses: Iterable[Status]):
-        self.kind = kind
-        self.by_name = {s.name: s for s in statuses}
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """Every status name, in declaration order."""
-        return tuple(self.by_name)
-
-    @property
-    def failures(self) -> frozenset[str]:
-        """Names of the statuses that are failures."""
-        return frozenset(n for n, s in self.by_name.items() if s.failure)
-
-    @property
-    def successes(self) -> frozenset[str]:
-        """Names of the statuses that are successes."""
-        return frozenset(n for n, s in self.by_name.items() if s.success)
-
-    @property
-    def unproven(self) -> frozenset[str]:
-        """Names of the statuses that leave a run incomplete (:attr:`Status.unproven`)."""
-        return frozenset(n for n, s in self.by_name.items() if s.unproven)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.by_name
-
-    def __getitem__(self, name: str) -> Status:
-        return self.by_name[name]
-
-    def check(self, name: str) -> str:
-        """``name`` when it is declared; raises ValueError listing the declared names otherwise."""
-        if name not in self.by_name:
-            raise ValueError(f"{self.kind} status {name!r} not in {self.names}")
-        return name
-
-    def is_failure(self, name: str) -> bool:
-        """True when ``name`` is a declared failure status (unknown names are not)."""
-        return name in self.by_name and self.by_name[name].failure
-
-    def icon(self, name: str) -> str:
-        """``<icon> <name>`` for summaries; the bare name for an undeclared one."""
-        s = self.by_name.get(name)
-        return f"{s.icon} {name}" if s else name
-
-
-#: Statuses of a step (build, test, generate ...) of one platform and configuration.
-STEP = StatusSet("step", (
-    Status("passed", "success", "✅", "the step ran and everything it checks passed"),
-    Status("failed", "failure", "❌", "the step ran and found a problem in the code (build, test, generation)"),
-    Status("error", "failure", "💥", "the step could not run: a broken input, a failed build it needs, a tool missing"),
-    Status("skipped", "neutral", "⏭️", "the step did not run on this machine (the reason is in the detail)"),
-    Status("interrupted", "neutral", "⏹️", "the step was running when the run was stopped (a signal, an exception, "
-                                          "a full disk); the run is incomplete", unproven=True),
-    Status("incomplete", "neutral", "⚠️", "the step ran, but a record it checks is missing or cannot be read "
-                                         "(harness.stages.checks.expectations); nothing failed, and nothing is proven: "
-                                         "the run is incomplete", unproven=True),
-))
-
-#: Statuses of one greedy comparison (one prompt, one candidate against its reference).
-COMPARISON = StatusSet("comparison", (
-    Status("identical", "success", "✅", "every repeat of both sides generated the same tokens"),
-    Status("diverged", "failure", "❌", "the candidate's tokens differ; first_divergence says where"),
-    Status("crashed", "failure", "💥", "a generation of either side ended abnormally"),
-    Status("timeout", "failure", "⏱️", "a generation of either side ran past its time limit"),
-    Status("unsupported-upstream", "neutral", "➖", "upstream's build in the same mode fails the same way as the "
-                                                   "fork (harness.stages.outputs.upstream_support): a limit of upstream, not a "
-                                                   "fork failure"),
-))
-
-#: Verdicts of a whole run (:meth:`Run.overall`); only ``passed`` is a success.
-VERDICT = StatusSet("verdict", (
-    Status("passed", "success", "✅", "something ran and nothing failed"),
-    Status("failed", "failure", "❌", "a step failed or errored, or a comparison is a failure"),
-    Status("incomplete", "failure", "⚠️", "nothing failed, but something asked for did not run"),
-    Status("skipped", "neutral", "⏭️", "nothing ran at all"),
-    Status("in-progress", "neutral", "⏳", "the command is still running: no verdict yet; a run whose harness process "
-                                          "died before its command ended reads incomplete (interrupted: killed)"),
-))
-
-#: How a run whose harness process died mid-way (SIGKILL, a crash, the machine stopped) is named, in the
-#: headline of its verdict and in its ``incomplete`` reasons (:func:`settle_dead_progress`).
-KILLED = "interrupted: killed"
-
-#: Outcomes of applying one patch of the series onto another upstream commit (harness.analysis.forecast).
-PATCH = StatusSet("patch", (
-    Status("clean", "success", "✅", "git apply takes the patch as it is (offsets allowed, no fuzz)"),
-    Status("3-way", "success", "🔀", "the patch does not apply as it is; git am -3 merges it through the blobs it "
-                                    "names (its hunks moved or their context changed upstream)"),
-    Status("already-upstream", "neutral", "➖", "the new base already holds the patch's changes: it reverses "
-                                               "cleanly, or git am -3 finds nothing left to change"),
-    Status("conflict", "failure", "❌", "git am -3 leaves conflicts: the patch is left out and the files and hunks "
-                                       "are recorded with the upstream lines they met"),
-))
-
-#: The exit code of each verdict (harness.common.errors).
-VERDICT_EXIT_CODES = {"passed": EXIT_PASSED, "failed": EXIT_FAILED, "incomplete": EXIT_INCOMPLETE,
-                      "skipped": EXIT_INCOMPLETE, "in-progress": EXIT_INCOMPLETE}
-
-#: The status names, for code that only needs to check membership.
-STEP_STATUSES = STEP.names
-COMPARISON_STATUSES = COMPARISON.names
-
-#: The statuses code sets or decides by, named once here (each checked against its declaration above); no
-#: other module spells a comparison status (tests/test_imports.py).
-STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED, STEP_INTERRUPTED, STEP_INCOMPLETE = (
-    STEP.check(n) for n in ("passed", "failed", "error", "skipped", "interrupted", "incomplete"))
-IDENTICAL, DIVERGED, CRASHED, TIMEOUT, UNSUPPORTED_UPSTREAM = (
-    COMPARISON.check(n) for n in ("identical", "diverged", "crashed", "timeout", "unsupported-upstream"))
-
-#: The comparison statuses of a generation that ended abnormally (a crash, a time limit), in the order a
-#: comparison reports them when both happened (harness.stages.outputs.compare.compare_outputs); also the
-#: ``kind`` of an engine's error (harness.stages.outputs.engine.EngineError).
-GENERATION_FAILURES = (CRASHED, TIMEOUT)
 
 
 # --------------------------------------------------------------------------- failure facts
@@ -383,6 +242,11 @@ class StepRecord:
         except TypeError as exc:
             raise ValueError(f"step record {data!r}: {exc}") from None
 
+    def verdict(self) -> RowVerdict:
+        """Whether this step passes, fails or was not run: its status's declared outcome
+        (harness.record.verdict.step_verdict)."""
+        return step_verdict(self)
+
     def blocked_by(self) -> list[str]:
         """The build variants whose failure kept this step from running."""
         return [f.build for f in self.failures if f.kind == "blocked"]
@@ -402,9 +266,9 @@ class ComparisonRecord:
     ``expected`` is the group's expected status: ``identical``; ``diverged`` for a control
     group whose candidate changes numerics on purpose (only a divergence passes); ``near-tie``
     for builds of different compilers or OSes (identical, or diverged at a near tie with the
-    KL divergence within its threshold, passes).  :meth:`failed` decides.  ``cached`` maps each side
-    (the reference's label, the candidate's config) whose generations came from the result cache to the
-    run that generated them (docs/cache.md); empty when both sides generated in this run.
+    KL divergence within its threshold, passes).  :meth:`verdict` decides (harness.record.verdict).
+    ``cached`` maps each side (the reference's label, the candidate's config) whose generations came from the
+    result cache to the run that generated them (docs/cache.md); empty when both sides generated in this run.
     """
 
     platform: str
@@ -420,7 +284,7 @@ class ComparisonRecord:
     kl: dict | None = None
     text_check: dict | None = None
     kl_mean_max: float | None = None
-    expected: str = "identical"
+    expected: str = IDENTICAL
     cached: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -446,35 +310,18 @@ class ComparisonRecord:
             text += f"; llama-completion texts differ at byte {tc.get('first_differing_byte')}"
         return text
 
-    def failed(self) -> bool:
-        """True when this comparison fails the run.
+    def verdict(self) -> RowVerdict:
+        """Whether this comparison passes, fails or was not run, and why: its status judged against its group's
+        ``expected`` (harness.record.verdict.comparison_verdict, the one place that decides)."""
+        return comparison_verdict(self)
 
-        ``expected`` ``identical``: a failure status (see :data:`COMPARISON`).  ``diverged`` (a
-        numerics control): any status but ``diverged``.  ``near-tie`` (builds of different
-        compilers or OSes, where an almost even choice may flip): any failure status except a
-        ``diverged`` whose first divergence is a near tie, whose configurations agree with
-        themselves and whose mean KL divergence stays within ``kl_mean_max``.  ``informational``
-        (a cross-compiler or cross-OS group whose result is recorded, not judged): only a crash or
-        timeout fails; a divergence is recorded with its first divergent token and KL divergence.
-        """
-        if self.expected == "informational":
-            return self.status != "diverged" and COMPARISON.is_failure(self.status)
-        if self.expected == "near-tie":
-            if self.status != "diverged":
-                return COMPARISON.is_failure(self.status)
-            return not self.tolerated_near_tie()
-        if self.expected != "identical":
-            return self.status != self.expected
-        return COMPARISON.is_failure(self.status)
+    def failed(self) -> bool:
+        """True when this comparison fails the run (:meth:`verdict`)."""
+        return self.verdict().fails
 
     def tolerated_near_tie(self) -> bool:
-        """True for a divergence that a ``near-tie`` group accepts: the first divergent token is a
-        near tie (``first_divergence.near_tie``), no side is nondeterministic, and the mean KL
-        divergence (nats) is known and at most ``kl_mean_max``."""
-        fd = self.first_divergence or {}
-        kl = self.kl or {}
-        kl_ok = kl.get("mean") is not None and (self.kl_mean_max is None or kl["mean"] <= self.kl_mean_max)
-        return bool(fd.get("near_tie")) and not self.nondeterministic and kl_ok
+        """True for a divergence that a ``near-tie`` group accepts (harness.record.verdict.tolerated_near_tie)."""
+        return tolerated_near_tie(self)
 
     def key(self) -> tuple[str, str, str, str, str, str]:
         """(platform, group, model, prompt, reference, candidate): what identifies it across runs."""
@@ -797,7 +644,7 @@ def settle_dead_progress(data: dict, run_dir: Path) -> dict:
     comparisons = [ComparisonRecord.from_json(c) for c in data.get("comparisons", [])]
     failed = any(STEP.is_failure(s.status) for s in steps) or any(c.failed() for c in comparisons)
     out = {k: v for k, v in data.items() if k != "in_progress"}
-    out.update(configurations=[_jsonable(s) for s in steps], incomplete=incomplete, interrupted="killed",
+    out.update(configurations=[judged_json(s) for s in steps], incomplete=incomplete, interrupted="killed",
                overall="failed" if failed else "incomplete")
     return out
 
@@ -829,6 +676,14 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, bytes):
         return obj.decode("utf-8", errors="replace")
     return obj
+
+
+def judged_json(record: StepRecord | ComparisonRecord) -> dict:
+    """A step or comparison record as summary.json holds it: its fields, and beside its status its ``verdict``
+    (passes, fails, not run) and ``why`` (harness.record.verdict), for readers of the JSON; this harness's
+    readers judge the record again from its status and drop the two keys."""
+    v = record.verdict()
+    return {**_jsonable(record), "verdict": v.verdict, "why": v.why}
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -875,6 +730,7 @@ class Run:
         self.cache: dict[str, dict[str, int]] = {}  # result cache events per kind (harness.record.cache.EVENTS)
         self.progress: dict[str, Any] | None = None  # while a command runs: see begin()
         self.interrupted = ""  # "killed": a harness process died while it ran the run (settle_dead_progress)
+        self.commands: list[str] = []  # the stage commands begun in this run, by any of its processes (begin)
         self._lock: RunLock | None = None
         self._records = threading.RLock()  # steps, comparisons and the summary files, from any thread
         now = datetime.now(timezone.utc).isoformat()
@@ -943,6 +799,7 @@ class Run:
         self.incomplete = list(data.get("incomplete", []))
         self.cache = {k: dict(v) for k, v in (data.get("cache") or {}).items()}
         self.interrupted = str(data.get("interrupted") or "")
+        self.commands = [str(c) for c in data.get("commands") or []]
         self.progress = data.get("in_progress")
 
     def count_cache(self, stats: Mapping[str, Mapping[str, int]]) -> None:
@@ -1013,8 +870,8 @@ class Run:
             return "skipped"
         return "passed"
 
-    def headline(self) -> str:
-        """The verdict with what it does not cover, e.g. ``passed (2 platforms skipped)``."""
+    def notes(self) -> list[str]:
+        """What the verdict does not cover, in words: killed, the stages still to run, platforms skipped."""
         n = len(self.skipped_platforms)
         notes = [KILLED] if self.interrupted == "killed" else []
         if self.progress is not None:
@@ -1022,7 +879,17 @@ class Run:
                          else "its last stages running")
         if n:
             notes.append(f"{n} platform{'s' if n != 1 else ''} skipped")
-        return self.overall() + (f" ({'; '.join(notes)})" if notes else "")
+        return notes
+
+    def summary_view(self) -> SummaryView:
+        """What summary.md shows of this run now (:func:`render_markdown`)."""
+        return SummaryView(self.id, self.overall(), self.notes(), list(self.steps), list(self.comparisons),
+                           list(self.incomplete), dict(self.skipped_platforms), dict(self.cache), self.layout)
+
+    def headline(self) -> str:
+        """The verdict with what it does not cover and what failed, e.g. ``failed (2 platforms skipped): p fork
+        build (failed)`` (:meth:`SummaryView.headline`)."""
+        return self.summary_view().headline()
 
     def begin(self, command: str, to_run: Iterable[str], token: str) -> None:
         """Record that this process runs ``command`` (e.g. ``build test``): the verdict is ``in-progress``
@@ -1030,6 +897,7 @@ class Run:
         and the steps in progress (:meth:`doing`).  ``token``: what every child of the run carries in its
         environment (harness.common.proc.HOLDS_ENV), for a later run to end what a killed one left."""
         with self._records:
+            self.commands += [c for c in command.split() if c not in self.commands]
             self.progress = {"pid": os.getpid(), "command": command, "to_run": list(to_run), "doing": [],
                              "token": token, "started": datetime.now(timezone.utc).isoformat()}
             self.write_summary()
@@ -1058,11 +926,13 @@ class Run:
     def _write_summary_files(self) -> None:
         write_json(self.layout.summary_json, {
             "run_id": self.id, "record_version": RECORD_VERSION, "updated": datetime.now(timezone.utc).isoformat(),
-            "overall": self.overall(), "configurations": self.steps, "comparisons": self.comparisons,
+            "overall": self.overall(), "commands": self.commands,
+            "configurations": [judged_json(s) for s in self.steps],
+            "comparisons": [judged_json(c) for c in self.comparisons],
             "skipped_platforms": self.skipped_platforms, "incomplete": self.incomplete, "cache": self.cache,
             **({"in_progress": self.progress} if self.progress is not None else {}),
             **({"interrupted": self.interrupted} if self.interrupted else {})})
-        write_text_whole(self.layout.summary_md, render_markdown(self))
+        write_text_whole(self.layout.summary_md, render_markdown(self.summary_view()))
 
     def write_summary(self) -> None:
         """Write summary.json and summary.md for everything recorded so far, each replaced whole.
@@ -1085,15 +955,23 @@ class Run:
             raise
 
 
-#: Longest text a summary table cell shows; the full text stays in summary.json and the logs.
-CELL_MAX = 300
+#: Lines of a detail a summary table cell shows, each whole (an error line cut in the middle loses what it says);
+#: the rest is counted and stays in summary.json and the logs.
+CELL_LINES = 6
+#: Longest text a summary table cell shows (a detail of one enormous line); the full text stays in summary.json.
+CELL_MAX = 2000
 
 
 def _cell(text: str) -> str:
-    text = " ".join(text.split())
-    if len(text) > CELL_MAX:
-        text = text[:CELL_MAX - 1] + "…"
-    return text.replace("|", "\\|")
+    """``text`` for one Markdown table cell: its first :data:`CELL_LINES` lines whole (whitespace collapsed, ``|``
+    escaped), then how many lines more; cut at :data:`CELL_MAX` characters only where one line is that long."""
+    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+    shown = " ".join(lines[:CELL_LINES])
+    if len(shown) > CELL_MAX:
+        shown = shown[:CELL_MAX - 1] + "…"
+    elif len(lines) > CELL_LINES:
+        shown += f" … ({len(lines) - CELL_LINES} more lines in summary.json)"
+    return shown.replace("|", "\\|")
 
 
 def describe_divergence_record(d: dict) -> str:
@@ -1151,49 +1029,84 @@ def step_status_text(s: StepRecord) -> str:
     return STEP.icon(s.status)
 
 
-def render_markdown(run: Run) -> str:
-    """The run summary as Markdown: overall verdict, a steps table, a comparisons table and the table per
-    configuration a reviewer reads (harness.record.review)."""
-    lines = [f"# Run {run.id}: {VERDICT[run.overall()].icon} {run.headline()}", ""]
-    if run.incomplete:
-        lines += ["Did not run although asked for:", ""] + [f"- {_cell(r)}" for r in run.incomplete] + [""]
-    if run.skipped_platforms:
+@dataclass(frozen=True)
+class SummaryView:
+    """What summary.md is rendered from, the same for a run being recorded (:meth:`Run.summary_view`) and for a
+    run read back from its summary.json (harness.record.summary.write_summary_md): ``run_id``, ``overall`` (one
+    of :data:`VERDICT`), ``notes`` (what the verdict does not cover: killed, platforms skipped, stages to run),
+    the records, and ``layout`` (the run directory's files, read for the table per configuration)."""
+
+    run_id: str
+    overall: str
+    notes: list[str]
+    steps: list[StepRecord]
+    comparisons: list[ComparisonRecord]
+    incomplete: list[str]
+    skipped_platforms: dict[str, str]
+    cache: dict[str, dict[str, int]]
+    layout: RunLayout
+
+    def headline(self) -> str:
+        """The verdict, what it does not cover and what failed (harness.record.verdict.failing_names), e.g.
+        ``failed (1 platform skipped): p fork build (failed)``."""
+        names = failing_names(judge(self.steps, self.comparisons))
+        return (self.overall + (f" ({'; '.join(self.notes)})" if self.notes else "")
+                + (f": {names}" if names else ""))
+
+
+def _verdict_cell(v: RowVerdict) -> str:
+    """A row's verdict in a summary.md cell: its icon, the verdict and why (also why a row passes, e.g. an
+    expected divergence)."""
+    return f"{ICONS[v.verdict]} {v.verdict}" + (f": {v.why}" if v.why else "")
+
+
+def render_markdown(view: SummaryView) -> str:
+    """summary.md of ``view``: the headline (the verdict and the first failing rows by name), the rows counted
+    by verdict, a steps table and a comparisons table (failing rows first, each row with its verdict from
+    harness.record.verdict) and the table per configuration a reviewer reads (harness.record.review)."""
+    rows = judge(view.steps, view.comparisons)
+    lines = [f"# Run {view.run_id}: {VERDICT[view.overall].icon if view.overall in VERDICT else ''} "
+             f"{_cell(view.headline())}", "",
+             f"Steps: {count_text(rows, 'step')} · comparisons: {count_text(rows, 'comparison')}", ""]
+    if view.incomplete:
+        lines += ["Did not run although asked for:", ""] + [f"- {_cell(r)}" for r in view.incomplete] + [""]
+    if view.skipped_platforms:
         lines += ["| platform | skipped because |", "|---|---|"]
-        lines += [f"| {p} | {_cell(r)} |" for p, r in sorted(run.skipped_platforms.items())]
+        lines += [f"| {p} | {_cell(r)} |" for p, r in sorted(view.skipped_platforms.items())]
         lines.append("")
-    if run.cache:
-        lines += [f"Result cache (docs/cache.md): {describe_cache(run.cache)}", ""]
-    if run.steps:
-        lines += ["## Steps", "", "| platform | config | step | status | time | detail |", "|---|---|---|---|---:|---|"]
-        for s in run.steps:
-            lines.append(f"| {s.platform} | {s.config} | {s.step} | {step_status_text(s)} "
+    if view.cache:
+        lines += [f"Result cache (docs/cache.md): {describe_cache(view.cache)}", ""]
+    if view.steps:
+        verdicts = [s.verdict() for s in view.steps]
+        lines += ["## Steps", "", "| platform | config | step | status | verdict | time | detail |",
+                  "|---|---|---|---|---|---:|---|"]
+        for s, v in failures_first(list(zip(view.steps, verdicts)), verdicts):
+            lines.append(f"| {s.platform} | {s.config} | {s.step} | {step_status_text(s)} | {_verdict_cell(v)} "
                          f"| {s.seconds:.1f} s | {_cell(s.detail)} |")
         lines.append("")
-    if run.comparisons:
+    if view.comparisons:
         counts: dict[str, int] = {}
-        for c in run.comparisons:
+        for c in view.comparisons:
             counts[c.status] = counts.get(c.status, 0) + 1
+        verdicts = [c.verdict() for c in view.comparisons]
         lines += ["## Greedy comparisons", "",
-                  ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), "",
-                  "| platform | group | model | prompt | reference | candidate | status | first divergent token "
-                  "| KL mean / max (nats) | top-1 agree |",
-                  "|---|---|---|---|---|---|---|---|---:|---:|"]
-        for c in run.comparisons:
+                  "Outcomes: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), "",
+                  "| platform | group | model | prompt | reference | candidate | status | verdict "
+                  "| first divergent token | KL mean / max (nats) | top-1 agree |",
+                  "|---|---|---|---|---|---|---|---|---|---:|---:|"]
+        for c, v in failures_first(list(zip(view.comparisons, verdicts)), verdicts):
             div = c.difference()
             if c.nondeterministic:
                 div += f" (nondeterministic: {', '.join(c.nondeterministic)})"
-            if c.expected != "identical":
-                div += f" (expected: {c.expected})"
             if c.cached:
                 div += f" ({describe_cached(c.cached)})"
             kl = c.kl or {}
             kl_cell = f"{kl['mean']:.3g} / {kl['max']:.3g}" if kl else "–"
             if kl and c.kl_mean_max is not None and kl["mean"] > c.kl_mean_max:
-                kl_cell += f" ⚠️ > {c.kl_mean_max:g}"
+                kl_cell += f" > {c.kl_mean_max:g}"
             agree = f"{kl['top1_agreement']:.1%}" if kl else "–"
             lines.append(f"| {c.platform} | {c.group} | {c.model} | {c.prompt} | {c.reference} | {c.candidate} "
-                         f"| {COMPARISON.icon(c.status)} | {_cell(div)} | {kl_cell} | {agree} |")
+                         f"| {c.status} | {_verdict_cell(v)} | {_cell(div)} | {kl_cell} | {agree} |")
         lines.append("")
-    lines += review_lines(run)
+    lines += review_lines(view.layout, view.steps, view.comparisons)
     return "\n".join(lines)
-

@@ -17,7 +17,7 @@ The table reads as a pull-request comment; a dash is a fact the run does not hav
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 from .expectations import EXPECTATIONS_STEP, read_expectations
 from .probe import layers_by_type_text
@@ -46,26 +46,26 @@ def _speed(bench_json: Path) -> dict[tuple[str, str], tuple[float, float]]:
     return out
 
 
-def review_lines(run: Any) -> list[str]:
-    """The ``Per configuration`` table of summary.md for ``run`` (a harness.record.results.Run, which renders
-    summary.md with it: typed loosely so that the two modules do not import each other), or [] when no
-    configuration has an expectations record."""
+def review_lines(layout: Any, steps: Iterable[Any], comparisons: Sequence[Any]) -> list[str]:
+    """The ``Per configuration`` table of summary.md for a run's ``steps`` and ``comparisons`` (records of
+    harness.record.results, which renders summary.md with it: typed loosely so that the two modules do not
+    import each other) and ``layout`` (its RunLayout), or [] when no configuration has an expectations record."""
     rows = []
     speeds: dict[str, dict[tuple[str, str], tuple[float, float]]] = {}
-    for step in run.steps:
+    for step in steps:
         if step.step != EXPECTATIONS_STEP:
             continue
-        record = read_expectations(run.layout.expectations_json(step.platform, step.config))
+        record = read_expectations(layout.expectations_json(step.platform, step.config))
         if record is None:
             continue
-        speed = speeds.setdefault(step.platform, _speed(run.layout.bench_json(step.platform)))
+        speed = speeds.setdefault(step.platform, _speed(layout.bench_json(step.platform)))
         for load in record.loads:
             if load.load != "engine":
                 continue
             facts, model = load.facts, load.model
             counts: dict[str, int] = {}
             refs = set()
-            for c in run.comparisons:
+            for c in comparisons:
                 if (c.platform, c.candidate, c.model) == (step.platform, step.config, model):
                     counts[c.status] = counts.get(c.status, 0) + 1
                     refs.add(c.reference)

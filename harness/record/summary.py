@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .results import STEP_SKIPPED, ComparisonRecord, RecordError, RunLayout, StepRecord, load_records
+from ..common.fs import write_text_whole
+from .results import (KILLED, STEP_SKIPPED, ComparisonRecord, RecordError, RunLayout, StepRecord, SummaryView,
+                      load_records, render_markdown)
 
 #: A step's identity in a run: (platform, config, step).
 StepKey = tuple[str, str, str]
@@ -55,6 +57,14 @@ class RunSummary:
         found = self.steps_by_key().get((platform, config, step))
         return found.status if found else None
 
+    def view(self, run_dir: Path) -> SummaryView:
+        """What summary.md shows of this run, read from ``run_dir`` (harness.record.results.render_markdown): the
+        verdict it was written with, the notes it does not cover (killed, platforms skipped), the records."""
+        n = len(self.skipped_platforms)
+        notes = ([KILLED] if self.killed else []) + ([f"{n} platform{'s' if n != 1 else ''} skipped"] if n else [])
+        return SummaryView(self.run_id, self.overall, notes, list(self.steps), list(self.comparisons),
+                           list(self.incomplete), dict(self.skipped_platforms), dict(self.cache), RunLayout(run_dir))
+
     def covered_platforms(self) -> set[str]:
         """Platforms that ran at least one step (a platform whose steps were all skipped does not count)."""
         return {s.platform for s in self.steps if s.status != STEP_SKIPPED}
@@ -88,3 +98,12 @@ def run_dirs_under(root: Path) -> list[Path]:
     """Every run directory at any depth below ``root`` (a folder holding a summary.json), sorted; [] when
     ``root`` is no directory."""
     return sorted(p.parent for p in root.rglob(RunLayout.SUMMARY_NAME)) if root.is_dir() else []
+
+
+def write_summary_md(run_dir: Path) -> Path:
+    """Render the summary.md of the run in ``run_dir`` again from its summary.json (a committed run rendered by
+    today's harness) and write it whole; returns its path.  Raises what :func:`read_run` raises, and OSError
+    when it cannot be written."""
+    path = RunLayout(run_dir).summary_md
+    write_text_whole(path, render_markdown(read_run(run_dir).view(run_dir)))
+    return path

@@ -22,11 +22,15 @@ from typing import Any, Sequence
 from ..common.errors import EXIT_BAD_INPUT, InputError
 from ..record.results import read_summary
 
-#: Step fields that two honest runs of one command differ in.
-STEP_FIELDS_ASIDE = frozenset({"seconds", "up_to_date"})
+#: A row's verdict and why, written beside its status from the fields compared (harness.record.verdict): left
+#: aside so that a run recorded before summary.json carried them compares with one after.
+JUDGED = frozenset({"verdict", "why"})
 
-#: Comparison fields that two honest runs differ in (none: a comparison holds no time).
-COMPARISON_FIELDS_ASIDE: frozenset[str] = frozenset()
+#: Step fields that two honest runs of one command differ in, and the derived verdict.
+STEP_FIELDS_ASIDE = frozenset({"seconds", "up_to_date"}) | JUDGED
+
+#: Comparison fields left aside: the derived verdict only (a comparison holds no time).
+COMPARISON_FIELDS_ASIDE: frozenset[str] = JUDGED
 
 #: Times and build keys in a step's detail: ``23 s``, ``1.5 s``, ``2 min 0 s``, ``(key bf14a0ad19ee62e3)``.
 _TIMES = re.compile(r"\b\d+(?:\.\d+)?\s*(?:min|ms|s)\b")

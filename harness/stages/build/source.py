@@ -459,8 +459,8 @@ def _obtain_base(matrix: Matrix, cache: Path, dest: Path, log: list[str] | None)
                 raise SourceError(f"unknown source kind {src.kind}")
         except (SourceError, OSError, tarfile.TarError) as exc:
             reasons.append(f"{src.describe()}: {exc}")
-            if log is not None:
-                log.append(f"source {src.describe()}: skipped: {exc}")
+            if log is not None:  # whole: the end of git's error line says what went wrong
+                log.append(f"source {src.describe()}: failed, the next source is tried: {exc}")
             continue
         problem = first_difference(dest, pinned.expected(src.kind), (MIRROR_MANIFEST,)) if pinned else None
         if problem is not None:

@@ -19,6 +19,7 @@ from ...common.jobserver import available_cores
 from ...kinds.registry import gpu_of, group_fits
 from ...record.progress import describe_abort
 from ...record.results import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED, Failure, StepRecord, write_json
+from ...record.verdict import count_text, failing_names, judge
 from ..shape import Context, Stage, StepSpec
 from .greedy import GreedyRunner, Side, lanes_for
 from .jobs import jobs_of, record_job
@@ -110,8 +111,12 @@ def run_groups(ctx: Context, p: Platform, groups: Sequence[str], gen_steps: dict
             elif not mine and not fork_problems:  # the selection left nothing to compare: not a pass either
                 shown.finish("skipped", "no comparison selected")
             else:
-                shown.finish("failed" if any(c.failed() for c in mine) or fork_problems else "passed",
-                             ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no comparison ran")
+                rows = judge((), mine)
+                names = failing_names(rows)
+                outcomes = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+                shown.finish("failed" if names or fork_problems else "passed",
+                             (f"{count_text(rows, 'comparison')} ({outcomes})" if mine else "no comparison ran")
+                             + (f"; fails: {names}" if names else ""))
     except BaseException as exc:
         _merge_runner_failures(p, runner, gen_steps)
         _record_cut_generations(ctx, p, exc, runner, gen_steps)
