@@ -58,6 +58,27 @@ def writable_dir(path: Path, what: str) -> Path:
     return path
 
 
+def read_utf8(path: Path, what: str) -> str:
+    """The text of the file at ``path``, which must be UTF-8 (a matrix, a patch, a series file).
+
+    ``what`` names its role in the message.  Raises errors.InputError as :func:`decode_utf8` does;
+    FileNotFoundError and other OSErrors as reading raises them.
+    """
+    return decode_utf8(path, Path(path).read_bytes(), what)
+
+
+def decode_utf8(path: Path, data: bytes, what: str) -> str:
+    """``data`` (the bytes of the file at ``path``) decoded as UTF-8.  Raises errors.InputError naming the
+    file, the line and byte offset (from 0) of the first byte that is not UTF-8, and ``what`` the file is
+    (exit code 2)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise errors.InputError(f"{path}:{line}: {what} is not UTF-8 text: byte offset {exc.start} "
+                                f"(0x{data[exc.start]:02x}: {exc.reason}); save it as UTF-8") from None
+
+
 def replace_whole(path: Path, write: Callable[[Path], None]) -> None:
     """Replace ``path`` whole: ``write`` fills ``<path>.<pid>-<thread>.tmp``, which is then renamed over ``path``.
 
