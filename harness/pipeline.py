@@ -82,7 +82,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
     (harness.stages.build.builds.Builds).
     """
     ctx = Context.open(matrix, run, opts, say, bases=bases)
-    run.begin(" ".join(stages), [s.name for command in stages for s in stages_of(command, table)],
+    run.begin(" ".join(stages), [s.name for command in stages for s in stages_of(command, table) if s.asked(opts)],
               f"run:{run.id}:{os.getpid()}:{secrets.token_hex(4)}")
     try:
         with proc.recording_groups(run.dir / GROUPS_NAME, run.progress["token"]):

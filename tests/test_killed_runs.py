@@ -170,6 +170,7 @@ def test_a_run_killed_during_its_build_reads_incomplete_and_its_build_ends_with_
         assert [(s["config"], s["status"]) for s in summary["configurations"] if s["step"] == "build"] == \
             [("fork", "interrupted")]
         assert "test: not run (interrupted: killed)" in summary["incomplete"]
+        assert not [r for r in summary["incomplete"] if "generate-sanitized" in r]  # no --sanitize: not asked for
         later = harness(project, "triage", "--help")  # no run: settles nothing
         assert later.returncode == 0 and pids_alive(pids)
         nxt = stages(project, "build")

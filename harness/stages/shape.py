@@ -23,7 +23,7 @@ harness.matrix, harness.record, harness.common and other stages (tests/test_impo
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
@@ -73,6 +73,9 @@ class Stage:
     statuses: tuple[str, ...]
     run: Callable[["Context"], Iterable[StepRecord] | None]
     beside: bool = False
+    #: the option of harness.stages.options.Options that asks for the stage ("" : its command alone does); a
+    #: stage not asked for is not listed as to run, so a run stopped early never reads it as "not run"
+    asked_by: str = ""
 
     def __post_init__(self) -> None:
         checks = (("command", (self.command,), COMMANDS), ("role", (self.role,), ROLES),
@@ -84,6 +87,12 @@ class Stage:
                 raise ValueError(f"stage {self.name}: {what} {', '.join(map(repr, unknown))} not in {known}")
         if not self.steps:
             raise ValueError(f"stage {self.name}: declares no step")
+        if self.asked_by and self.asked_by not in {f.name for f in fields(Options)}:
+            raise ValueError(f"stage {self.name}: asked_by {self.asked_by!r} is not an option of Options")
+
+    def asked(self, opts: Options) -> bool:
+        """Whether ``opts`` (harness.stages.options.Options) ask for this stage when its command runs."""
+        return not self.asked_by or bool(getattr(opts, self.asked_by))
 
     def records(self, step: str) -> bool:
         """Whether ``step`` is one of the step names this stage declares (a declared name ending in ``:`` or ``-``

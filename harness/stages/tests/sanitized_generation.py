@@ -191,7 +191,7 @@ def rerun_crashes(ctx: Context) -> list[StepRecord]:
 #: ``--sanitize``: a short generation of each pin configuration under the tool (``test``).
 STAGE = Stage("generate-sanitized", command="test", role="tests", reads=("matrix", "builds", "models"),
               writes=("steps", "files"), steps=("generate-",), statuses=("passed", "failed", "error", "skipped"),
-              run=run_sanitized)
+              run=run_sanitized, asked_by="sanitize")
 #: A crashed GPU generation run once more under memcheck (``compare-outputs``).
 CRASH_STAGE = Stage("crash-memcheck", command="compare-outputs", role="tests", reads=("matrix", "builds", "models", "records"),
                     writes=("steps", "files"), steps=("crash-memcheck",), statuses=("passed", "failed", "error", "skipped"),
