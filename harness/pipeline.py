@@ -95,10 +95,18 @@ def _run_commands(ctx: Context, run: Run, stages: Sequence[str], table: tuple[St
     """The body of :func:`run_stages` once the run is begun (harness.record.results.Run.begin)."""
     say = ctx.say
     for i, command in enumerate(stages):
+        # what the result cache stores in a command is served to other runs only once the command has ended as it
+        # should: a step interrupted, a run stopped by an error or killed leaves nothing to be reused
+        ctx.results_cache.hold(f"{run.progress['token'] if run.progress else run.id}:{command}")
         try:
             run_command(ctx, stages_of(command, table))
+            ctx.results_cache.publish()
         except BaseException as exc:
             proc.terminate_all()
+            try:
+                ctx.results_cache.discard()
+            except OSError:
+                pass  # a cache that cannot be written: its entries stay pending, never served
             why = describe_abort(exc)
             if not isinstance(exc, HarnessError):  # bad input: its one error: line comes from harness.cli
                 say(f"{why}: stopping; every child process is terminated")

@@ -88,12 +88,13 @@ def max_bytes_from_env(environ: Mapping[str, str] | None = None) -> int:
 
 @dataclass
 class Hit:
-    """An entry read back: the ``run_id`` that wrote it, its ``meta``, and its files by name (bytes)."""
+    """An entry read back: the ``run_id`` that wrote it, its ``meta``, its files by name (bytes), and ``pending``."""
 
     key: str
     run_id: str
     meta: dict[str, Any]
     files: dict[str, bytes] = field(default_factory=dict)
+    pending: str = ""  # the token of the command that stored it while it is pending (ResultCache.hold)
 
 
 class ResultCache:
@@ -107,6 +108,62 @@ class ResultCache:
         self.root, self.max_bytes, self.read = root, max_bytes, read
         self.entries = root / "entries"
         self.stats: dict[str, dict[str, int]] = {}
+        self._hold: str | None = None  # the token of the command whose entries are pending (hold)
+        self._pending: list[str] = []
+
+    # ----- pending entries: served to other runs only once their command has ended --------------------------
+    def hold(self, token: str) -> None:
+        """From now on, entries this process stores are *pending* under ``token`` (the command of a run): this
+        process finds them, no other does, until :meth:`publish`.  An entry of a command that was interrupted,
+        failed with an exception or whose process was killed is never published, so it is never reused."""
+        self._hold = token
+
+    def publish(self) -> int:
+        """The command ended as it should: its pending entries become entries every run finds; returns how many.
+        One that another run replaced meanwhile is left as that run wrote it."""
+        done = 0
+        for key in self._pending:
+            where = self._dir(key)
+            with self._lock(key):
+                try:
+                    manifest = json.loads((where / "manifest.json").read_bytes())
+                except (OSError, ValueError):
+                    continue
+                if manifest.get("pending") != self._hold:
+                    continue
+                manifest.pop("pending")
+                self._write_manifest(where, manifest)
+                done += 1
+        self._pending.clear()
+        return done
+
+    def discard(self) -> int:
+        """The command did not end as it should (interrupted, stopped by an error): delete its pending entries;
+        returns how many."""
+        gone = 0
+        for key in self._pending:
+            where = self._dir(key)
+            with self._lock(key):
+                try:
+                    if json.loads((where / "manifest.json").read_bytes()).get("pending") == self._hold:
+                        shutil.rmtree(where, ignore_errors=True)
+                        gone += 1
+                except (OSError, ValueError):
+                    continue
+        self._pending.clear()
+        return gone
+
+    @staticmethod
+    def _write_manifest(where: Path, manifest: Mapping[str, Any]) -> None:
+        """Write ``manifest`` and its digest into the entry directory ``where`` (each beside, then renamed)."""
+        raw = json.dumps(manifest, indent=1, sort_keys=True, default=str).encode()
+        for name, data in (("manifest.json", raw), ("manifest.sha256", (hashlib.sha256(raw).hexdigest() + "\n").encode())):
+            tmp = where / f".{name}.{os.getpid()}.tmp"
+            try:
+                tmp.write_bytes(data)
+                os.replace(tmp, where / name)
+            finally:
+                tmp.unlink(missing_ok=True)
 
     def _count(self, kind: str, event: str) -> None:
         per = self.stats.setdefault(kind, dict.fromkeys(EVENTS, 0))
@@ -138,6 +195,11 @@ class ResultCache:
             return None
         with self._lock(key):
             hit = self._verified(where, kind, key)
+            if hit is not None and hit.pending and hit.pending != self._hold:
+                # another command's, not ended yet or never to end (interrupted, killed): not served
+                if count_miss:
+                    self._count(kind, "misses")
+                return None
             if hit is None:
                 shutil.rmtree(where, ignore_errors=True)
                 self._count(kind, "corrupt")
@@ -150,7 +212,8 @@ class ResultCache:
 
     @staticmethod
     def _verified(where: Path, kind: str, key: str) -> Hit | None:
-        """The entry at ``where`` when its manifest and every file match their digests, else None."""
+        """The entry at ``where`` when its manifest and every file match their digests, else None.  A pending
+        entry (:meth:`hold`) is read as it is, its files included, with ``pending`` naming its command."""
         try:
             raw = (where / "manifest.json").read_bytes()
             if hashlib.sha256(raw).hexdigest() != (where / "manifest.sha256").read_text().strip():
@@ -164,7 +227,8 @@ class ResultCache:
                 if len(data) != info["bytes"] or hashlib.sha256(data).hexdigest() != info["sha256"]:
                     return None
                 files[name] = data
-            return Hit(key, str(manifest["run_id"]), dict(manifest.get("meta") or {}), files)
+            return Hit(key, str(manifest["run_id"]), dict(manifest.get("meta") or {}), files,
+                       str(manifest.get("pending") or ""))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -188,14 +252,14 @@ class ResultCache:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)
                 listing[name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-            manifest = json.dumps({"kind": kind, "key": key, "run_id": run_id, "created": time.time(),
-                                   "identity": identity, "meta": meta, "files": listing},
-                                  indent=1, sort_keys=True, default=str).encode()
-            (tmp / "manifest.json").write_bytes(manifest)
-            (tmp / "manifest.sha256").write_text(hashlib.sha256(manifest).hexdigest() + "\n")
+            self._write_manifest(tmp, {"kind": kind, "key": key, "run_id": run_id, "created": time.time(),
+                                       "identity": identity, "meta": meta, "files": listing,
+                                       **({"pending": self._hold} if self._hold else {})})
             with self._lock(key):
                 shutil.rmtree(final, ignore_errors=True)
                 os.replace(tmp, final)
+                if self._hold:
+                    self._pending.append(key)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         self._count(kind, "stored")
