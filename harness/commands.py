@@ -31,8 +31,13 @@ def run_stages(args: argparse.Namespace) -> int:
             raise SelectionError(f"unknown group {name!r}; {matrix.path} defines: {', '.join(sorted(matrix.groups))}")
     # what the inputs alone prove cannot run, refused before anything starts; in every stage command, since
     # `nox -s build test compare-outputs` runs one per session with the same arguments
+    from .common.fs import room_problem, writable_dir
     from .stages.build.preflight import check_inputs
-    from .stages.build.source import cache_dir
+    from .stages.build.source import cache_dir, storage_places
+    for what, path in storage_places(args.work_dir).items():  # a full or read-only one: refused before any work
+        problem = room_problem(writable_dir(path, what), what)
+        if problem is not None:
+            raise problem
     check_inputs(matrix, opts.platforms, opts.groups, opts.models, args.n_predict, cache_dir(),
                  compare="compare-outputs" in args.stages)
     from .stages.build.patches import read_series
