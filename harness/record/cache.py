@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..common.fs import sha256_file
+from ..common.fs import replace_whole, sha256_file, write_text_whole
 from ..common.locks import Rank, plain
 
 #: Default bound of the store in bytes (2 GiB); ``$HARNESS_RESULT_CACHE_BYTES`` overrides it.  The whole main
@@ -113,14 +113,21 @@ class ResultCache:
 
     # ----- pending entries: served to other runs only once their command has ended --------------------------
     def hold(self, token: str) -> None:
-        """From now on, entries this process stores are *pending* under ``token`` (the command of a run): this
-        process finds them, no other does, until :meth:`publish`.  An entry of a command that was interrupted,
-        failed with an exception or whose process was killed is never published, so it is never reused."""
+        """From now on, entries this process stores are *pending* under ``token`` (a run's command): only this process
+        finds them until :meth:`publish`; an interrupted, failed or killed command's are never published or reused."""
         self._hold = token
 
     def publish(self) -> int:
         """The command ended as it should: its pending entries become entries every run finds; returns how many.
         One that another run replaced meanwhile is left as that run wrote it."""
+        return self._settle(keep=True)
+
+    def discard(self) -> int:
+        """The command did not end as it should (interrupted, stopped by an error): delete its pending entries;
+        returns how many."""
+        return self._settle(keep=False)
+
+    def _settle(self, keep: bool) -> int:  # publish (keep) or discard
         done = 0
         for key in self._pending:
             where = self._dir(key)
@@ -129,41 +136,18 @@ class ResultCache:
                     manifest = json.loads((where / "manifest.json").read_bytes())
                 except (OSError, ValueError):
                     continue
-                if manifest.get("pending") != self._hold:
-                    continue
-                manifest.pop("pending")
-                self._write_manifest(where, manifest)
-                done += 1
+                if manifest.pop("pending", None) == self._hold:
+                    self._write_manifest(where, manifest) if keep else shutil.rmtree(where, ignore_errors=True)
+                    done += 1
         self._pending.clear()
         return done
 
-    def discard(self) -> int:
-        """The command did not end as it should (interrupted, stopped by an error): delete its pending entries;
-        returns how many."""
-        gone = 0
-        for key in self._pending:
-            where = self._dir(key)
-            with self._lock(key):
-                try:
-                    if json.loads((where / "manifest.json").read_bytes()).get("pending") == self._hold:
-                        shutil.rmtree(where, ignore_errors=True)
-                        gone += 1
-                except (OSError, ValueError):
-                    continue
-        self._pending.clear()
-        return gone
-
     @staticmethod
     def _write_manifest(where: Path, manifest: Mapping[str, Any]) -> None:
-        """Write ``manifest`` and its digest into the entry directory ``where`` (each beside, then renamed)."""
+        """Write ``manifest`` and its digest into the entry directory ``where``, each file replaced whole."""
         raw = json.dumps(manifest, indent=1, sort_keys=True, default=str).encode()
-        for name, data in (("manifest.json", raw), ("manifest.sha256", (hashlib.sha256(raw).hexdigest() + "\n").encode())):
-            tmp = where / f".{name}.{os.getpid()}.tmp"
-            try:
-                tmp.write_bytes(data)
-                os.replace(tmp, where / name)
-            finally:
-                tmp.unlink(missing_ok=True)
+        replace_whole(where / "manifest.json", lambda tmp: tmp.write_bytes(raw))
+        write_text_whole(where / "manifest.sha256", hashlib.sha256(raw).hexdigest() + "\n")
 
     def _count(self, kind: str, event: str) -> None:
         per = self.stats.setdefault(kind, dict.fromkeys(EVENTS, 0))
@@ -184,29 +168,22 @@ class ResultCache:
         A hit marks the entry as recently used.  With ``read`` False every call misses.  ``count_miss``:
         False where another lookup for the same result follows a miss (one result, one event).
         """
-        if not self.read:
-            if count_miss:
-                self._count(kind, "misses")
-            return None
         where = self._dir(key)
-        if not (where / "manifest.json").exists():
+        hit = None
+        if self.read and (where / "manifest.json").exists():
+            with self._lock(key):
+                hit = self._verified(where, kind, key)
+                if hit is None:
+                    shutil.rmtree(where, ignore_errors=True)
+                    self._count(kind, "corrupt")
+                elif hit.pending and hit.pending != self._hold:
+                    hit = None  # another command's, not ended yet or never to end (interrupted, killed): not served
+                else:
+                    os.utime(where / "manifest.json")
+        if hit is None:
             if count_miss:
                 self._count(kind, "misses")
             return None
-        with self._lock(key):
-            hit = self._verified(where, kind, key)
-            if hit is not None and hit.pending and hit.pending != self._hold:
-                # another command's, not ended yet or never to end (interrupted, killed): not served
-                if count_miss:
-                    self._count(kind, "misses")
-                return None
-            if hit is None:
-                shutil.rmtree(where, ignore_errors=True)
-                self._count(kind, "corrupt")
-                if count_miss:
-                    self._count(kind, "misses")
-                return None
-            os.utime(where / "manifest.json")
         self._count(kind, "hits")
         return hit
 
