@@ -242,3 +242,31 @@ def test_a_truncated_wheel_in_the_cache_is_fetched_again_and_the_run_passes(proj
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"cached wheel {wheel} fails its check" in again.stderr and "fetched again" in again.stderr
     assert wheel.read_bytes() == whole
+
+
+@needs_mount
+@pytest.mark.parametrize("what", ["work directory", "temporary directory"])
+def test_a_full_work_or_temporary_directory_is_refused_up_front_naming_it(project, what):
+    where = project.root / "full"
+    if what == "work directory":
+        argv, env = project.argv("build", extra=("--work-dir", str(where))), {}
+    else:
+        argv, env = project.argv("build"), {"TMPDIR": str(where)}
+    done = harness(project, in_tmpfs(argv, where, "64k", "full"), **env)
+    assert_one_line(done, f"error: {what} {where}: No space left on device (0.0 MiB free)")
+
+
+@needs_mount
+def test_a_probe_of_a_full_or_read_only_disk_leaves_nothing_behind(project):
+    where = project.root / "probe"
+    check = ("import os, sys; from harness.common.fs import EnvironmentProblem, room_problem, writable_dir; "
+             "w = sys.argv[1]; print(room_problem(w, 'work directory'))\n"
+             "try: writable_dir(__import__('pathlib').Path(w), 'results directory')\n"
+             "except EnvironmentProblem as e: print(e)\n"
+             "print(sorted(n for n in os.listdir(w) if n != 'fill'))")
+    for how, cause in (("full", "No space left on device"), ("ro", "Read-only file system")):
+        done = harness(project, in_tmpfs([sys.executable, "-c", check, str(where)], where, "64k", how))
+        room, results, left = done.stdout.strip().splitlines()
+        assert room.startswith(f"work directory {where}: {cause} (") and room.endswith(" MiB free)"), done.stderr
+        assert results.startswith(f"results directory {where}: ") and cause in results
+        assert left == "[]"  # no .write-probe-<pid> or .room-probe left

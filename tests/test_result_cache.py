@@ -354,7 +354,6 @@ def test_normalized_images_zero_only_the_build_names():
 def test_a_commands_entries_are_pending_until_it_ends_as_it_should(tmp_path):
     """harness.record.cache.ResultCache.hold: what a command stores is served to its own process at once, to
     others only once published; a discarded (interrupted) command's entries are gone."""
-    from harness.record.cache import ResultCache
     mine, other = ResultCache(tmp_path / "store"), ResultCache(tmp_path / "store")
     mine.hold("run-a:compare-outputs")
     other.hold("run-b:compare-outputs")

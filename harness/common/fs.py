@@ -127,8 +127,9 @@ def storage_problem(exc: BaseException, places: Mapping[str, Path]) -> Environme
 
 
 def temporary_dir() -> Path:
-    """The temporary directory programs and Python use here (``$TMPDIR`` or the system's)."""
-    return Path(tempfile.gettempdir())
+    """The temporary directory the programs the harness starts use (compilers, pip): ``$TMPDIR`` as set, even one
+    that Python's tempfile passes over because it cannot be written, else Python's."""
+    return Path(os.environ.get("TMPDIR") or tempfile.gettempdir())
 
 
 def read_utf8(path: Path, what: str) -> str:
