@@ -88,6 +88,18 @@ def free_note(exc: OSError, path: Path) -> str:
     return f" ({free_space(path)})" if exc.errno in STORAGE_ERRNOS else ""
 
 
+def existing_dir(path: Path, what: str) -> Path:
+    """``path`` or, when it does not exist yet, its nearest existing parent: where a directory to be made would
+    take its room from, found without making it.  Raises EnvironmentProblem naming ``what`` when that is not a
+    directory."""
+    at = Path(path)
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    if not at.is_dir():
+        raise EnvironmentProblem(f"{what} {path}: {at} is not a directory")
+    return at
+
+
 def room_problem(path: Path, what: str, need: int = PROBE_BYTES) -> EnvironmentProblem | None:
     """Whether ``path`` (a directory, made if missing) can take ``need`` more bytes: writes and removes a probe of
     that size.  Returns the EnvironmentProblem naming ``what``, the path, the cause and the free space when it
