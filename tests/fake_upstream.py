@@ -9,7 +9,7 @@ a build can be caught mid-way.  Every fake program appends its pid to
 ``$FAKE_PIDS`` when that is set, so a test can check that none outlived the
 harness.  ``FAKE_GEN_SLEEP_S`` makes each generation sleep (only those whose prompt
 contains ``FAKE_SLOW_WORD`` when that is set); one whose prompt contains
-``FAKE_CRASH_WORD`` exits 3; ``FAKE_BIG_MB``
+``FAKE_CRASH_WORD`` exits 3; ``FAKE_IGNORE_TERM`` makes every fake program ignore SIGTERM; ``FAKE_BIG_MB``
 makes it write that many MiB to stderr (only a program whose arguments hold ``FAKE_BIG_WORD`` when that is set).  The engine and the completion program log one
 model buffer as llama does (``CPU_Mapped``, or ``CPU`` with ``--load-mode none`` or when
 ``FAKE_LOSE_MMAP`` is set).  ``llama-completion ARGS --help`` parses ARGS as llama.cpp's parser does
@@ -71,7 +71,9 @@ int main(int argc, char ** argv) {
 }
 """
 
-COMMON_PY = """import os, sys, time
+COMMON_PY = """import os, signal, sys, time
+if os.environ.get("FAKE_IGNORE_TERM"):  # a program stuck past SIGTERM (and so past its parent-death signal)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 def note_pid():
     if os.environ.get("FAKE_PIDS"):
         with open(os.environ["FAKE_PIDS"], "a") as fh:

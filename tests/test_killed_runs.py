@@ -122,7 +122,9 @@ def test_a_run_killed_during_its_comparisons_reads_incomplete_and_the_next_run_e
                           capture_output=True, text=True, timeout=300)
     assert good.returncode == 0, good.stdout + good.stderr
     mark, pids = project.root / "slow-started", project.root / "pids"
-    env = project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="three", FAKE_SLOW_MARK=str(mark), FAKE_PIDS=str(pids))
+    # a generation that ignores SIGTERM outlives its parent-death signal; the guard is killed with the harness
+    env = project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="three", FAKE_SLOW_MARK=str(mark), FAKE_PIDS=str(pids),
+                      FAKE_IGNORE_TERM="1")
     cut = start(project.argv("build", "test", "compare-outputs"), env)
     try:
         wait_for(mark.exists, what="the slow generation")
