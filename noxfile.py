@@ -13,7 +13,6 @@ failed" line and writes no --report for that invocation.  SIGINT and SIGTERM tha
 are passed on to the harness, and nox waits for it to stop its children and record the run.
 """
 
-import os
 import sys
 from pathlib import Path
 
@@ -24,20 +23,21 @@ sys.path.insert(0, str(ROOT))
 # standard library only (tests/test_cli.py): nox may run in a Python that lacks the requirements
 from harness.common.interpreter import harness_python  # noqa: E402
 from harness.common.proc import command_line, run_passing_signals  # noqa: E402
-from harness.record.run_id import new_run_id  # noqa: E402
+from harness.record.run_id import chain_environment  # noqa: E402
 from harness.stages.command_names import STAGE_COMMANDS  # noqa: E402
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = list(STAGE_COMMANDS)
 nox.options.stop_on_first_error = True
 
-# one results run for all sessions of this nox invocation
-RUN_ID = os.environ.get("HARNESS_RUN_ID") or new_run_id()
+# one results run for all sessions of this nox invocation, held by this process from the first session to the last
+# (harness/record/run_id.py: a second invocation with the same run id is refused while this one lives)
+CHAIN = chain_environment()
 
 
 def _run(session: nox.Session, *args: str) -> None:
     argv = [harness_python(ROOT), *args]
-    env = {"HARNESS_RUN_ID": RUN_ID}
+    env = dict(CHAIN)
     session.log(command_line(argv, env))
     # SIGINT and SIGTERM are passed on and waited for: the harness stops its children and records the run
     rc = run_passing_signals(argv, env=env)

@@ -21,7 +21,7 @@ from .args import (build_options, find_checkout, matrix_options, patches_options
                    results_options, run_options, strip_dashdash, work_options)
 from .common import proc
 from .common.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, HarnessError
-from .common.fs import describe, is_environment_error
+from .common.fs import describe, free_note, is_environment_error
 from .common.interpreter import NEEDED_MODULES
 from .stages.command_names import STAGE_COMMANDS
 
@@ -363,19 +363,28 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_ENVIRONMENT
     except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {without_error_prefix(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except proc.Interrupted as exc:  # before or after the stages ran: nothing to record
         print(f"{exc}", file=sys.stderr)
         return exc.exit_code
     except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {without_error_prefix(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as exc:
         if is_environment_error(exc):
-            print(f"error: {describe(exc)}", file=sys.stderr)
+            where = Path(exc.filename) if exc.filename else Path.cwd()
+            print(f"error: {describe(exc)}{free_note(exc, where)}", file=sys.stderr)
             return EXIT_BAD_INPUT
         raise
+
+
+def without_error_prefix(message: str) -> str:
+    """``message`` without the ``error:`` its own text may start with (a tool's, pip's ``ERROR:``), so the line
+    printed starts with exactly one ``error:``."""
+    while message[:6].lower() == "error:":
+        message = message[6:].lstrip()
+    return message
 
 
 def console() -> None:

@@ -53,12 +53,17 @@ def run_stages(args: argparse.Namespace) -> int:
             raise SelectionError(f"unknown group {name!r}; {matrix.path} defines: {', '.join(sorted(matrix.groups))}")
     # what the inputs alone prove cannot run, refused before anything starts; in every stage command, since
     # `nox -s build test compare-outputs` runs one per session with the same arguments
+    from .common.fs import existing_dir, room_problem
     from .stages.build.preflight import check_inputs
-    from .stages.build.source import cache_dir
+    from .stages.build.source import cache_dir, storage_places
     check_inputs(matrix, opts.platforms, opts.groups, opts.models, args.n_predict, cache_dir(),
                  compare="compare-outputs" in args.stages)
     from .stages.build.patches import read_series
     read_series(args.patches_dir)  # a malformed patch is bad input, as `patches check` says; a stale one the build's
+    for what, path in storage_places(args.work_dir).items():  # a full or read-only one: refused before any work
+        problem = room_problem(existing_dir(path, what), what)
+        if problem is not None:
+            raise problem
     with proc.handle_signals():
         run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
         try:

@@ -114,7 +114,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
     (harness.stages.build.builds.Builds).
     """
     ctx = open_context(matrix, run, opts, say, bases=bases)
-    run.begin(" ".join(stages), [s.name for command in stages for s in stages_of(command, table)],
+    run.begin(" ".join(stages), [s.name for command in stages for s in stages_of(command, table) if s.asked(opts)],
               f"run:{run.id}:{os.getpid()}:{secrets.token_hex(4)}")
     try:
         with proc.recording_groups(run.dir / GROUPS_NAME, run.progress["token"]):
@@ -127,12 +127,20 @@ def _run_commands(ctx: Context, run: Run, stages: Sequence[str], table: tuple[St
     """The body of :func:`run_stages` once the run is begun (harness.record.results.Run.begin)."""
     say = ctx.say
     for i, command in enumerate(stages):
+        # what the result cache stores in a command is served to other runs only once the command has ended as it
+        # should: a step interrupted, a run stopped by an error or killed leaves nothing to be reused
+        ctx.results_cache.hold(f"{run.progress['token'] if run.progress else run.id}:{command}")
         try:
             run_command(ctx, stages_of(command, table))
+            ctx.results_cache.publish()
             if i == len(stages) - 1:
                 _check_declared(ctx, table)
         except BaseException as exc:
             proc.terminate_all()
+            try:
+                ctx.results_cache.discard()
+            except OSError:
+                pass  # a cache that cannot be written: its entries stay pending, never served
             why = describe_abort(exc)
             if not isinstance(exc, HarnessError):  # bad input: its one error: line comes from harness.cli
                 say(f"{why}: stopping; every child process is terminated")

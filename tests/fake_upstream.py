@@ -9,8 +9,8 @@ a build can be caught mid-way.  Every fake program appends its pid to
 ``$FAKE_PIDS`` when that is set, so a test can check that none outlived the
 harness.  ``FAKE_GEN_SLEEP_S`` makes each generation sleep (only those whose prompt
 contains ``FAKE_SLOW_WORD`` when that is set); one whose prompt contains
-``FAKE_CRASH_WORD`` exits 3; ``FAKE_BIG_MB``
-makes it write that many MiB to stderr.  The engine and the completion program log one
+``FAKE_CRASH_WORD`` exits 3; ``FAKE_IGNORE_TERM`` makes every fake program ignore SIGTERM; ``FAKE_BIG_MB``
+makes it write that many MiB to stderr (only a program whose arguments hold ``FAKE_BIG_WORD`` when that is set).  The engine and the completion program log one
 model buffer as llama does (``CPU_Mapped``, or ``CPU`` with ``--load-mode none`` or when
 ``FAKE_LOSE_MMAP`` is set).  ``llama-completion ARGS --help`` parses ARGS as llama.cpp's parser does
 on a CPU build: an unknown option is refused with its ``error:`` line, ``-ngl`` is taken with a warning
@@ -71,7 +71,9 @@ int main(int argc, char ** argv) {
 }
 """
 
-COMMON_PY = """import os, sys, time
+COMMON_PY = """import os, signal, sys, time
+if os.environ.get("FAKE_IGNORE_TERM"):  # a program stuck past SIGTERM (and so past its parent-death signal)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 def note_pid():
     if os.environ.get("FAKE_PIDS"):
         with open(os.environ["FAKE_PIDS"], "a") as fh:
@@ -104,6 +106,8 @@ def log_buffers(args):
 
 
 def fill_stderr():
+    if os.environ.get("FAKE_BIG_WORD", "") not in " ".join(sys.argv):
+        return
     for _ in range(int(os.environ.get("FAKE_BIG_MB") or 0)):
         try:
             sys.stderr.buffer.write(b"x" * (1 << 20))
@@ -380,3 +384,25 @@ def make_drift_project(root: Path) -> DriftProject:
     _git(repo, "checkout", "-q", "main")
     project.matrix.write_text(project.matrix.read_text().replace(f"commit: {first}", f"commit: {old}"))
     return DriftProject(project, old, drift, output)
+
+
+def guards_of(pid: int) -> list[int]:
+    """The guards (harness.common.guard) that harness process ``pid`` started: its children running guard.py."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and b"guard.py" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def kill_with_its_guard(harness: subprocess.Popen) -> None:
+    """SIGKILL the harness process ``harness`` and its guard first: what is left when nothing of the harness can
+    act (the OOM killer, ``kill -9 -1``), for the next run to end (harness.record.leftovers)."""
+    for guard in guards_of(harness.pid):
+        os.kill(guard, 9)
+    harness.kill()

@@ -45,6 +45,20 @@ def test_nox_stops_at_the_first_failed_session_and_keeps_the_exit_code():
     assert "Running session test" not in proc.stderr
 
 
+def test_noxs_own_usage_errors_keep_noxs_codes_as_the_readme_says():
+    """README.md, "Exit codes": a session nox does not know is nox's 3, an option it does not know nox's 2; neither
+    starts the harness (no run is recorded)."""
+    readme = (ROOT / "README.md").read_text()
+    assert "keep\n**nox's** codes: 3 for a session name it does not know" in readme
+    unknown = subprocess.run([sys.executable, "-m", "nox", "-s", "no-such-session"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+    assert unknown.returncode == 3 and "Sessions not found" in unknown.stderr
+    assert "python -m harness" not in unknown.stderr
+    option = subprocess.run([sys.executable, "-m", "nox", "--no-such-option"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert option.returncode == 2
+
+
 def test_nox_outside_the_projects_environment_says_how_to_fix_it(monkeypatch, tmp_path, capsys):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "yaml" else real(name, *a))

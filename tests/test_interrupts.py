@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fake_upstream import make_fake_project, pids_alive
+from fake_upstream import kill_with_its_guard, make_fake_project, pids_alive
 from harness.common import proc
 
 pytestmark = [
@@ -223,7 +223,7 @@ def test_a_build_left_running_by_a_sigkilled_harness_is_ended_before_the_next_bu
     wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the build's slow step")
     slow_step_ends = time.monotonic() + 10
     sessions = sessions_started_by(killed.pid)
-    killed.kill()
+    kill_with_its_guard(killed)
     killed.communicate(timeout=60)
     try:
         assert alive_in(sessions), "SIGKILL left no build running: the test proves nothing"

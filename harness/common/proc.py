@@ -23,17 +23,19 @@ signal handling are one mechanism: each needs the live children and the process 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 import time
-from concurrent.futures import Future, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator, Mapping, Sequence
+from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 #: Seconds a process group gets between SIGTERM and SIGKILL (ninja needs a moment to stop its
 #: compilers and clean up partial outputs; 5 s is ample for that and short for a user waiting).
@@ -174,14 +176,91 @@ def command_line(argv: Sequence[str | os.PathLike], env: Mapping[str, str] | Non
     return f"cd {shlex.quote(str(cwd))} && {line}" if cwd is not None else line
 
 
+#: prctl(2)'s option that gives a process a signal when its parent dies (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """The function a child runs after fork and before exec on Linux: ``prctl(PR_SET_PDEATHSIG, SIGTERM)`` through
+    ctypes, so the kernel sends it SIGTERM when the harness dies, SIGKILL included; a harness already gone by then
+    is found by the parent pid and the child ends itself the same way.  None elsewhere, or without a C library."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    parent = os.getpid()
+
+    def in_child() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+    return in_child
+
+
+def _popen(argv: list[str], kwargs: dict[str, Any]) -> subprocess.Popen:
+    """``subprocess.Popen(argv, **kwargs)`` in the spawner thread (:func:`_spawner`) on Linux, registered as live."""
+    proc = subprocess.Popen(argv, preexec_fn=_parent_death_signal(), **kwargs)
+    with _live_lock:
+        _live.add(proc)
+        for log in _group_logs:
+            try:
+                with open(log, "a", encoding="ascii") as fh:
+                    fh.write(f"{proc.pid}\n")  # the child leads its group: its pid is the group id
+            except OSError:
+                pass  # a full disk: the token in the child's environment still finds it (end_run_leftovers)
+        _tell_guard(f"+{proc.pid}")
+    return proc
+
+
+_spawn_pool: list[ThreadPoolExecutor] = []
+
+
+def _spawner() -> ThreadPoolExecutor:
+    """The one thread every child is started from on Linux.  The kernel sends the parent-death signal when the
+    *thread* that forked the child ends (prctl(2)), and the harness's worker threads end before their children
+    may (the speed stage starts engines in a pool it shuts down); this thread lives as long as the process."""
+    with _live_lock:
+        if not _spawn_pool:
+            _spawn_pool.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-spawner"))
+        return _spawn_pool[0]
+
+
+_guard: list[subprocess.Popen] = []
+
+
+def _tell_guard(line: str) -> None:
+    """Write ``line`` to this process's guard (harness.common.guard), starting it first when there is none; called
+    with ``_live_lock`` held.  A guard that cannot be started or written to is done without: the next run still
+    ends what a killed one left (:func:`end_run_leftovers`)."""
+    if os.name == "nt":  # pragma: no cover - the harness runs on Linux
+        return
+    try:
+        if not _guard or _guard[0].poll() is not None:
+            _guard[:] = [subprocess.Popen([sys.executable, str(Path(__file__).with_name("guard.py"))],
+                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, start_new_session=True)]
+        stdin = _guard[0].stdin
+        assert stdin is not None
+        stdin.write(f"{line}\n".encode("ascii"))
+        stdin.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
           stdin: Any = subprocess.DEVNULL, stdout: Any = None, stderr: Any = None) -> subprocess.Popen:
-    """Start ``argv`` (a list, never a shell string) as the leader of a new process group.
+    """Start ``argv`` (a list, never a shell string) as the leader of a new process group that dies with the
+    harness.
 
     ``env`` is added on top of ``os.environ``; :data:`HOLDS_ENV` names the
     :func:`holding` tokens in force.  The child is registered until
-    :func:`finish` or :func:`terminate_all` handles it.  Raises OSError when
-    the program cannot be started, :class:`Interrupted` in another thread than
+    :func:`finish` or :func:`terminate_all` handles it.  On Linux the child gets the parent-death signal
+    (SIGTERM, :func:`_parent_death_signal`), and the harness's guard (harness.common.guard) ends its whole group
+    once the harness is gone, so a harness killed with SIGKILL leaves no ctest, test or engine running 5 s
+    later.  Raises OSError when the program cannot be started, :class:`Interrupted` in another thread than
     the main one while :func:`stop_children` is in force.
     """
     raise_if_stopping()
@@ -193,16 +272,18 @@ def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Pat
     full_env = {**os.environ, **(env or {})}
     if _holds:
         full_env[HOLDS_ENV] = " ".join([*full_env.get(HOLDS_ENV, "").split(), *_holds])
-    proc = subprocess.Popen(list(argv), stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd, env=full_env, **kwargs)
+    kwargs.update(stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd, env=full_env)
+    if not sys.platform.startswith("linux"):
+        return _popen(list(argv), kwargs)
+    return _spawner().submit(_popen, list(argv), kwargs).result()
+
+
+def _forget(proc: subprocess.Popen) -> None:
+    """Unregister ``proc``, which has been waited for (its group is gone or ended)."""
     with _live_lock:
-        _live.add(proc)
-        for log in _group_logs:
-            try:
-                with open(log, "a", encoding="ascii") as fh:
-                    fh.write(f"{proc.pid}\n")  # the child leads its group: its pid is the group id
-            except OSError:
-                pass  # a full disk: the token in the child's environment still finds it (end_run_leftovers)
-    return proc
+        if proc in _live:
+            _live.discard(proc)
+            _tell_guard(f"-{proc.pid}")
 
 
 def finish(proc: subprocess.Popen, timeout_s: float | None = None) -> tuple[int | None, bool]:
@@ -229,8 +310,7 @@ def finish(proc: subprocess.Popen, timeout_s: float | None = None) -> tuple[int 
         terminate(proc)
         raise
     finally:
-        with _live_lock:
-            _live.discard(proc)
+        _forget(proc)
 
 
 def peak_rss_bytes(pid: int) -> int | None:
@@ -288,8 +368,7 @@ def terminate_all() -> int:
     procs = live()
     for p in procs:
         terminate(p)
-        with _live_lock:
-            _live.discard(p)
+        _forget(p)
     return len(procs)
 
 

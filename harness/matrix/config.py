@@ -24,6 +24,7 @@ import jsonschema
 import yaml
 
 from ..common.errors import InputError
+from ..common.fs import read_utf8
 from ..record.results import IDENTICAL
 
 SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
@@ -632,7 +633,7 @@ def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_utf8(path, "the matrix")
     except FileNotFoundError:
         raise FileNotFoundError(f"matrix file not found: {path}") from None
     try:

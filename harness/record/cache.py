@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..common.fs import sha256_file
+from ..common.fs import replace_whole, sha256_file, write_text_whole
 from ..common.locks import Rank, plain
 
 #: Default bound of the store in bytes (2 GiB); ``$HARNESS_RESULT_CACHE_BYTES`` overrides it.  The whole main
@@ -88,12 +88,13 @@ def max_bytes_from_env(environ: Mapping[str, str] | None = None) -> int:
 
 @dataclass
 class Hit:
-    """An entry read back: the ``run_id`` that wrote it, its ``meta``, and its files by name (bytes)."""
+    """An entry read back: the ``run_id`` that wrote it, its ``meta``, its files by name (bytes), and ``pending``."""
 
     key: str
     run_id: str
     meta: dict[str, Any]
     files: dict[str, bytes] = field(default_factory=dict)
+    pending: str = ""  # the token of the command that stored it while it is pending (ResultCache.hold)
 
 
 class ResultCache:
@@ -107,6 +108,46 @@ class ResultCache:
         self.root, self.max_bytes, self.read = root, max_bytes, read
         self.entries = root / "entries"
         self.stats: dict[str, dict[str, int]] = {}
+        self._hold: str | None = None  # the token of the command whose entries are pending (hold)
+        self._pending: list[str] = []
+
+    # ----- pending entries: served to other runs only once their command has ended --------------------------
+    def hold(self, token: str) -> None:
+        """From now on, entries this process stores are *pending* under ``token`` (a run's command): only this process
+        finds them until :meth:`publish`; an interrupted, failed or killed command's are never published or reused."""
+        self._hold = token
+
+    def publish(self) -> int:
+        """The command ended as it should: its pending entries become entries every run finds; returns how many.
+        One that another run replaced meanwhile is left as that run wrote it."""
+        return self._settle(keep=True)
+
+    def discard(self) -> int:
+        """The command did not end as it should (interrupted, stopped by an error): delete its pending entries;
+        returns how many."""
+        return self._settle(keep=False)
+
+    def _settle(self, keep: bool) -> int:  # publish (keep) or discard
+        done = 0
+        for key in self._pending:
+            where = self._dir(key)
+            with self._lock(key):
+                try:
+                    manifest = json.loads((where / "manifest.json").read_bytes())
+                except (OSError, ValueError):
+                    continue
+                if manifest.pop("pending", None) == self._hold:
+                    self._write_manifest(where, manifest) if keep else shutil.rmtree(where, ignore_errors=True)
+                    done += 1
+        self._pending.clear()
+        return done
+
+    @staticmethod
+    def _write_manifest(where: Path, manifest: Mapping[str, Any]) -> None:
+        """Write ``manifest`` and its digest into the entry directory ``where``, each file replaced whole."""
+        raw = json.dumps(manifest, indent=1, sort_keys=True, default=str).encode()
+        replace_whole(where / "manifest.json", lambda tmp: tmp.write_bytes(raw))
+        write_text_whole(where / "manifest.sha256", hashlib.sha256(raw).hexdigest() + "\n")
 
     def _count(self, kind: str, event: str) -> None:
         per = self.stats.setdefault(kind, dict.fromkeys(EVENTS, 0))
@@ -127,30 +168,29 @@ class ResultCache:
         A hit marks the entry as recently used.  With ``read`` False every call misses.  ``count_miss``:
         False where another lookup for the same result follows a miss (one result, one event).
         """
-        if not self.read:
-            if count_miss:
-                self._count(kind, "misses")
-            return None
         where = self._dir(key)
-        if not (where / "manifest.json").exists():
+        hit = None
+        if self.read and (where / "manifest.json").exists():
+            with self._lock(key):
+                hit = self._verified(where, kind, key)
+                if hit is None:
+                    shutil.rmtree(where, ignore_errors=True)
+                    self._count(kind, "corrupt")
+                elif hit.pending and hit.pending != self._hold:
+                    hit = None  # another command's, not ended yet or never to end (interrupted, killed): not served
+                else:
+                    os.utime(where / "manifest.json")
+        if hit is None:
             if count_miss:
                 self._count(kind, "misses")
             return None
-        with self._lock(key):
-            hit = self._verified(where, kind, key)
-            if hit is None:
-                shutil.rmtree(where, ignore_errors=True)
-                self._count(kind, "corrupt")
-                if count_miss:
-                    self._count(kind, "misses")
-                return None
-            os.utime(where / "manifest.json")
         self._count(kind, "hits")
         return hit
 
     @staticmethod
     def _verified(where: Path, kind: str, key: str) -> Hit | None:
-        """The entry at ``where`` when its manifest and every file match their digests, else None."""
+        """The entry at ``where`` when its manifest and every file match their digests, else None.  A pending
+        entry (:meth:`hold`) is read as it is, its files included, with ``pending`` naming its command."""
         try:
             raw = (where / "manifest.json").read_bytes()
             if hashlib.sha256(raw).hexdigest() != (where / "manifest.sha256").read_text().strip():
@@ -164,7 +204,8 @@ class ResultCache:
                 if len(data) != info["bytes"] or hashlib.sha256(data).hexdigest() != info["sha256"]:
                     return None
                 files[name] = data
-            return Hit(key, str(manifest["run_id"]), dict(manifest.get("meta") or {}), files)
+            return Hit(key, str(manifest["run_id"]), dict(manifest.get("meta") or {}), files,
+                       str(manifest.get("pending") or ""))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -188,14 +229,14 @@ class ResultCache:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)
                 listing[name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-            manifest = json.dumps({"kind": kind, "key": key, "run_id": run_id, "created": time.time(),
-                                   "identity": identity, "meta": meta, "files": listing},
-                                  indent=1, sort_keys=True, default=str).encode()
-            (tmp / "manifest.json").write_bytes(manifest)
-            (tmp / "manifest.sha256").write_text(hashlib.sha256(manifest).hexdigest() + "\n")
+            self._write_manifest(tmp, {"kind": kind, "key": key, "run_id": run_id, "created": time.time(),
+                                       "identity": identity, "meta": meta, "files": listing,
+                                       **({"pending": self._hold} if self._hold else {})})
             with self._lock(key):
                 shutil.rmtree(final, ignore_errors=True)
                 os.replace(tmp, final)
+                if self._hold:
+                    self._pending.append(key)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         self._count(kind, "stored")

@@ -56,9 +56,9 @@ from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
 from ..common.errors import InputError
 from ..common.fs import describe, writable_dir, write_text_whole
-from ..common.locks import RunLock
+from ..common.locks import RunInUse, RunLock
 from .review import review_lines
-from .run_id import new_run_id
+from .run_id import RUN_ID_ENV, chain_alive, current_chain, new_run_id
 from .verdict import (ICONS, RowVerdict, comparison_verdict, count_text, failing_names, failures_first, judge,
                       step_verdict, tolerated_near_tie)
 # the statuses are declared in harness.record.statuses; the record's readers import them from here too
@@ -714,6 +714,11 @@ def check_run_id(run_id: str) -> str:
 RESERVE_BYTES = 256 * 1024
 RESERVE_NAME = ".reserve"
 
+#: The chain of commands that holds a run (harness.record.run_id), in ``<run>/.chain``; seconds a process of that
+#: chain waits for the run's lock, held for a moment by another chain's process on its way to being refused.
+CHAIN_NAME = ".chain"
+CHAIN_WAIT_S = 30.0
+
 
 class Run:
     """An open results directory; records steps and comparisons and keeps the summary current."""
@@ -745,6 +750,7 @@ class Run:
         elif self.dir.exists():
             if create:
                 self._own()
+                self._join_chain()
             if self.layout.summary_json.exists():
                 self._load()
             if create and self.layout.run_json.exists():
@@ -757,10 +763,34 @@ class Run:
         """Hold the run directory for this process (harness.common.locks.RunLock; raises RunInUse when taken)
         and set RESERVE_BYTES aside in it, for the summary of a run that fills the disk."""
         self._lock = RunLock(self.dir)
-        self._lock.acquire()
+        self._lock.acquire(wait_s=CHAIN_WAIT_S if self._chain_holder() == current_chain() else 0.0)
+        chain = self.dir / CHAIN_NAME
+        if not chain.exists():
+            write_text_whole(chain, current_chain() + "\n")
         reserve = self.dir / RESERVE_NAME
         with open(reserve, "wb") as fh:
             fh.write(bytes(RESERVE_BYTES))
+
+    def _chain_holder(self) -> str:
+        """The chain recorded as holding the run (harness.record.run_id), or "" when none is."""
+        try:
+            return (self.dir / CHAIN_NAME).read_text(encoding="ascii").strip()
+        except (OSError, ValueError):
+            return ""
+
+    def _join_chain(self) -> None:
+        """Continue the run in this process's chain (harness.record.run_id.current_chain), before anything is
+        recorded: refused (RunInUse, exit 2) while another chain that holds the run lives, e.g. a second ``nox``
+        invocation with the same HARNESS_RUN_ID between two sessions of the first; a run whose chain has ended
+        is taken over.  Raises RunInUse after giving the run directory up again."""
+        holder, mine = self._chain_holder(), current_chain()
+        if holder and holder != mine and chain_alive(holder):
+            self.close()
+            raise RunInUse(f"run {self.id} belongs to another invocation that is still running (process "
+                           f"{holder.partition(':')[0]}, between or in its commands); a run id belongs to one chain "
+                           f"of commands: wait for it to end or choose another --run-id")
+        if holder != mine:
+            write_text_whole(self.dir / CHAIN_NAME, mine + "\n")
 
     def close(self) -> None:
         """Give the run directory and its reserve up (a later process may continue the run)."""
@@ -779,8 +809,10 @@ class Run:
         (RunInUse).  Raises EnvironmentProblem when ``root`` cannot hold runs, InputError for a run id
         that is not a plain name (:func:`check_run_id`).
         """
-        run_id = run_id or os.environ.get("HARNESS_RUN_ID") or new_run_id()
-        check_run_id(run_id)
+        if run_id is None:
+            run_id = os.environ.get(RUN_ID_ENV)
+        run_id = new_run_id() if run_id is None else run_id
+        check_run_id(run_id)  # an empty --run-id or HARNESS_RUN_ID is refused as any name that is not plain
         return cls(root, run_id, argv=argv)
 
     def _point_latest(self) -> None:

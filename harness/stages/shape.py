@@ -28,7 +28,7 @@ sessions are interfaces (:class:`RunBuilds`, :class:`RunSessions`) (tests/test_i
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
@@ -119,6 +119,9 @@ class Stage:
     run: Callable[["Context"], Iterable[StepRecord] | None]
     beside: bool = False
     statuses: tuple[str, ...] = ()
+    #: the option of harness.stages.options.Options that asks for the stage ("" : its command alone does); a
+    #: stage not asked for is not listed as to run, so a run stopped early never reads it as "not run"
+    asked_by: str = ""
 
     def __post_init__(self) -> None:
         checks = (("command", (self.command,), COMMANDS), ("role", (self.role,), ROLES),
@@ -133,6 +136,8 @@ class Stage:
         specs = tuple(s if isinstance(s, StepSpec) else StepSpec(s, self.statuses) for s in self.steps)
         object.__setattr__(self, "steps", specs)
         object.__setattr__(self, "statuses", tuple(dict.fromkeys(st for s in specs for st in s.statuses)))
+        if self.asked_by and self.asked_by not in {f.name for f in fields(Options)}:
+            raise ValueError(f"stage {self.name}: asked_by {self.asked_by!r} is not an option of Options")
 
     @property
     def step_names(self) -> tuple[str, ...]:
@@ -142,6 +147,10 @@ class Stage:
     def spec(self, step: str) -> StepSpec | None:
         """The declaration of step name ``step`` (:meth:`StepSpec.matches`), None when it declares none."""
         return next((s for s in self.steps if s.matches(step)), None)
+
+    def asked(self, opts: Options) -> bool:
+        """Whether ``opts`` (harness.stages.options.Options) ask for this stage when its command runs."""
+        return not self.asked_by or bool(getattr(opts, self.asked_by))
 
     def records(self, step: str) -> bool:
         """Whether ``step`` is one of the step names this stage declares (a declared name ending in ``:`` or ``-``

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from ...common.console import Console
+from ...common.errors import EnvironmentProblem
 from ...common.fs import sha256_files
 from ...common.jobserver import JobBudget, available_cores
 from ...common.locks import BuildLock, Rank, exclusive
@@ -35,7 +36,7 @@ from .cuda_headers import SetupError, find_cuda_headers
 from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, series_digest, series_env_summary, \
     series_label
 from .quantize_tool import no_quantize_platform, quantize_platform, tool_from_build
-from .source import BaseTree, obtain_base, prepare_tree, tree_state
+from .source import BaseTree, obtain_base, prepare_tree, raise_storage_problem, tree_state
 
 
 #: The CMake code that compiles a platform's ``unoptimised_targets`` at -O0, included at the end of ggml's project().
@@ -283,7 +284,12 @@ class Builds:
                                self.cmake_options(p, variant), tuple(targets), key_parts, self.opts.jobs,
                                env=ccache_env(work), exe_suffix=executable_suffix(p))
             result = self._build_and_hold(req, logs)
+            if result.status != "passed":
+                raise_storage_problem(None, self.opts.work_dir)  # a build a full disk broke is not the fork's
+        except EnvironmentProblem:
+            raise  # the machine's, not the fork's: the run stops, exit 2 (harness.pipeline)
         except Exception as exc:  # a broken input must not stop other platforms: record it
+            raise_storage_problem(exc, self.opts.work_dir)
             result = BuildResult(p.name, variant, "error", "", Path(), time.monotonic() - start, False,
                                  detail=f"{type(exc).__name__}: {exc}")
             if isinstance(exc, PatchApplyError):

@@ -14,6 +14,7 @@ import os
 import time
 from pathlib import Path
 
+from ...common.errors import EnvironmentProblem
 from ...common.locks import Rank, exclusive, joined_by_holder_of
 from ...matrix.config import Platform
 from ...matrix.platforms import compiles_instead
@@ -25,6 +26,7 @@ from .build import ccache_env, compiler_launcher_options, find_tool
 from .compile_cache import compile_reusing, step_identity
 from .cuda_compile import CompileResult, Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree
 from .patches import PatchApplyError, series_label
+from .source import raise_storage_problem
 
 
 def run_compile(ctx: Context) -> None:
@@ -104,7 +106,10 @@ def _compile_variant(ctx: Context, p: Platform, variant: str,
         log = result.logs.get("build") or result.logs.get("configure")
     except ToolkitMissing as exc:
         status, detail = "skipped", str(exc)
+    except EnvironmentProblem:
+        raise  # the machine's, not the fork's: the run stops, exit 2 (harness.pipeline)
     except Exception as exc:  # a broken input must not stop other platforms: record it
+        raise_storage_problem(exc, ctx.opts.work_dir)
         status, detail = "error", f"{type(exc).__name__}: {exc}"
         if isinstance(exc, PatchApplyError):
             failures.append(Failure("patch", patch=exc.patch, message=str(exc)))

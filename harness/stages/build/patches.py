@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from ...common.errors import InputError
+from ...common.fs import decode_utf8, read_utf8
 from ...common.proc import command_line
 
 if TYPE_CHECKING:
@@ -400,6 +401,10 @@ def check_paths(path: Path, data: bytes) -> None:
 
 def _read_patch(path: Path) -> Patch:
     data = path.read_bytes()
+    try:
+        decode_utf8(path, data, "the patch")
+    except InputError as exc:
+        raise PatchError(str(exc)) from None
     check_line_endings(path, data)
     check_paths(path, data)
     if not re.search(rb"^Subject:", data, flags=re.MULTILINE):
@@ -434,9 +439,9 @@ def read_series(patches_dir: Path) -> list[Patch]:
     if not series_path.is_file():
         raise PatchError(f"{series_path}: series file not found")
     try:
-        text = series_path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise PatchError(f"{series_path}: not UTF-8 text ({exc})") from exc
+        text = read_utf8(series_path, "the series file")
+    except InputError as exc:
+        raise PatchError(str(exc)) from None
     listed: dict[str, int] = {}
     for lineno, raw in enumerate(text.splitlines(), start=1):
         name = raw.strip()

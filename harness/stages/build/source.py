@@ -31,8 +31,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ...matrix.config import Matrix, Source
-from ...common.errors import InputError
-from ...common.fs import sha256_file, writable_dir
+from ...common.errors import EnvironmentProblem, InputError
+from ...common.downloads import archive_check, cached_or_fetched, pip_download, sha256_check
+from ...common.fs import EnvironmentProblem as StorageProblem
+from ...common.fs import sha256_file, storage_problem, temporary_dir, writable_dir
 from ...common.locks import Rank, exclusive
 
 #: Paths left out of the trimmed mirror (issue 4: ~10 MB without models/ and docs/),
@@ -191,13 +193,25 @@ def cache_dir() -> Path:
     then ``~/.cache/llama-fork-harness`` (the XDG base directory default).
     Raises harness.common.fs.EnvironmentProblem when it cannot be a writable directory.
     """
+    return writable_dir(storage_places(Path("."))["cache directory"], "cache directory")
+
+
+def storage_places(work_dir: Path) -> dict[str, Path]:
+    """The directories a run writes besides its results, by what the messages call them: the harness cache, the
+    work trees and the temporary directory (harness.common.fs.storage_problem probes them)."""
     env = os.environ.get("HARNESS_CACHE_DIR")
-    if env:
-        root = Path(env)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        root = (Path(xdg) if xdg else Path.home() / ".cache") / "llama-fork-harness"
-    return writable_dir(root, "cache directory")
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    cache = Path(env) if env else (Path(xdg) if xdg else Path.home() / ".cache") / "llama-fork-harness"
+    return {"cache directory": cache, "work directory": Path(work_dir), "temporary directory": temporary_dir()}
+
+
+def raise_storage_problem(exc: BaseException | None, work_dir: Path) -> None:
+    """Raise the environment's share of ``exc`` (or of a failure that raised nothing, ``exc`` None) as
+    harness.common.fs.EnvironmentProblem (exit 2, naming the directory and its free space): a full or read-only
+    cache, work tree or temporary directory is never the fork's failure.  Returns when there is none."""
+    problem = storage_problem(exc, storage_places(work_dir))
+    if problem is not None:
+        raise problem from None
 
 
 def git(args: Sequence[str], cwd: Path | None = None, *, check: bool = True,
@@ -267,33 +281,42 @@ def _from_git(src: Source, dest: Path, commit: str) -> str:
     return commit
 
 
-def _pip_download_sdist(package: str, version: str, into: Path) -> Path:
-    into.mkdir(parents=True, exist_ok=True)
-    stem = f"{package.replace('-', '_')}-{version}"
-    for cand in into.glob("*.tar.gz"):
-        if cand.name.lower().startswith(stem.lower()):
-            return cand
-    # only the package itself must be an sdist: its build requirements may come as wheels, or pip
-    # would compile them (CMake among them) from source just to read the sdist's metadata
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-binary", package, "--no-deps",
-                           "--quiet", "-d", str(into), f"{package}=={version}"],
-                          capture_output=True, text=True)
-    found = [c for c in into.glob("*.tar.gz") if c.name.lower().startswith(stem.lower())]
-    if not found:
-        # pip may fail after saving the sdist (e.g. preparing metadata); only a missing file is fatal
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
-        raise SourceError(f"pip download {package}=={version} produced no sdist: {tail}")
-    return found[0]
+def _sdist_in(into: Path, package: str, version: str) -> Path | None:
+    """The cached sdist of ``package`` ``version`` in ``into``, or None."""
+    stem = f"{package.replace('-', '_')}-{version}".lower()
+    found = sorted(c for c in into.glob("*.tar.gz") if c.name.lower().startswith(stem)) if into.is_dir() else []
+    return found[0] if found else None
+
+
+def _pip_download_sdist(src: Source, into: Path) -> Path:
+    """The sdist of ``src`` in ``into``, checked before use against ``src.sha256`` (its own checksums where the
+    matrix pins none); a cached one that fails is fetched again once, and pip's download is kept only whole
+    (harness.common.downloads).  Raises EnvironmentProblem when it is still not whole after that, or when the
+    cache has no room for it."""
+    assert src.package and src.version
+    package, version = src.package, src.version
+    check = sha256_check(src.sha256) if src.sha256 else archive_check
+
+    def fetch() -> str:
+        # only the package itself must be an sdist: its build requirements may come as wheels, or pip
+        # would compile them (CMake among them) from source just to read the sdist's metadata; pip may fail
+        # after saving the sdist (preparing metadata): the file, checked, is what counts
+        _, failure = pip_download((sys.executable, "-m", "pip"), ("--no-binary", package, "--no-deps", "--quiet",
+                                                                  f"{package}=={version}"), into, check,
+                                  pick=lambda p: p.name.endswith(".tar.gz"))
+        return failure
+
+    return cached_or_fetched(lambda: _sdist_in(into, package, version), fetch, check,
+                             f"the sdist of {package}=={version} in {into}")
 
 
 def unpacked_sdist(src: Source, cache: Path) -> tuple[Path, Path]:
     """(the sdist archive, its vendored upstream checkout ``src.subdir``) of a ``pypi-sdist`` source,
-    downloaded and unpacked into ``cache`` once.  Raises SourceError when pip yields no sdist, its
-    sha256 is not ``src.sha256`` (when set) or it has no ``src.subdir``."""
+    downloaded and unpacked into ``cache`` once.  Raises EnvironmentProblem when pip yields no whole sdist
+    (its sha256 is not ``src.sha256``, when set, after one fetch again), SourceError when it has no
+    ``src.subdir``."""
     assert src.package and src.version and src.subdir
-    sdist = _pip_download_sdist(src.package, src.version, cache / "downloads")
-    if src.sha256 and sha256_file(sdist) != src.sha256:
-        raise SourceError(f"{sdist}: sha256 {sha256_file(sdist)} does not match the pinned {src.sha256}")
+    sdist = _pip_download_sdist(src, cache / "downloads")
     unpacked = cache / "sdists" / sdist.name.removesuffix(".tar.gz")
     if not unpacked.exists():
         tmp = unpacked.with_name(unpacked.name + ".tmp")
@@ -445,6 +468,7 @@ def _obtain_base(matrix: Matrix, cache: Path, dest: Path, log: list[str] | None)
     shutil.rmtree(dest, ignore_errors=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
     reasons: list[str] = []
+    environment = False  # a source failed for want of a whole download: the machine's, not the matrix's
     for src in matrix.sources:
         try:
             if src.kind == "local":
@@ -457,7 +481,10 @@ def _obtain_base(matrix: Matrix, cache: Path, dest: Path, log: list[str] | None)
                 rev = _from_pypi_sdist(src, dest, commit, cache)
             else:  # the schema admits no other kind
                 raise SourceError(f"unknown source kind {src.kind}")
-        except (SourceError, OSError, tarfile.TarError) as exc:
+        except StorageProblem:
+            raise  # a full or read-only cache: no other source can do better
+        except (SourceError, OSError, tarfile.TarError, EnvironmentProblem) as exc:
+            environment |= isinstance(exc, EnvironmentProblem)
             reasons.append(f"{src.describe()}: {exc}")
             if log is not None:  # whole: the end of git's error line says what went wrong
                 log.append(f"source {src.describe()}: failed, the next source is tried: {exc}")
@@ -477,7 +504,11 @@ def _obtain_base(matrix: Matrix, cache: Path, dest: Path, log: list[str] | None)
         if log is not None:
             log.append(f"source {src.describe()}: used")
         return tree
-    raise SourceError(f"no source produced the pinned commit {commit}:\n  " + "\n  ".join(reasons))
+    problem = storage_problem(None, {"cache directory": cache, "temporary directory": temporary_dir()})
+    if problem is not None:
+        raise problem  # a full or read-only cache or temporary directory, not the sources
+    why = f"no source produced the pinned commit {commit}:\n  " + "\n  ".join(reasons)
+    raise EnvironmentProblem(why) if environment else SourceError(why)
 
 
 def ls_tree(repo: Path, rev: str) -> list[tuple[str, str, str]]:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from ...common.errors import EnvironmentProblem
 from ...matrix.config import Platform
 from ...matrix.models import model_summary
 from ...matrix.platforms import cannot_run
 from ...record.compare import record_compare_entries
 from ...record.results import ComparisonRecord, Failure, write_json
+from ..build.source import raise_storage_problem
 from ..shape import Context
 from .compare import to_json
 from .greedy import Job, JobResult, Side
@@ -58,7 +60,10 @@ def jobs_of(ctx: Context, p: Platform, gname: str, gen_steps: dict[str, list[Fai
             model_path = ctx.model_path(model)
             write_json(ctx.run.layout.model_json(p.name, model),
                        {"path": model_path, **model_summary(model_path)})
+        except EnvironmentProblem:
+            raise  # the machine's, not the fork's: the run stops, exit 2 (harness.pipeline)
         except Exception as exc:
+            raise_storage_problem(exc, ctx.opts.work_dir)
             fact = Failure("model", model=model, message=f"{type(exc).__name__}: {exc}")
             for c in (group.reference, *group.candidates):
                 gen_steps.setdefault(c, []).append(fact)

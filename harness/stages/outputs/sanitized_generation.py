@@ -192,7 +192,7 @@ def rerun_crashes(ctx: Context) -> list[StepRecord]:
 #: ``--sanitize``: a short generation of each pin configuration under the tool (``test``).
 STAGE = Stage("generate-sanitized", command="test", role="outputs", reads=("matrix", "builds", "models"),
               writes=("steps", "files"), steps=(StepSpec("generate-", (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED), "sanitizer-log"),),
-              run=run_sanitized)
+              run=run_sanitized, asked_by="sanitize")
 #: A crashed GPU generation run once more under memcheck (``compare-outputs``).
 CRASH_STAGE = Stage("crash-memcheck", command="compare-outputs", role="outputs", reads=("matrix", "builds", "models", "records"),
                     writes=("steps", "files"), steps=(StepSpec(CRASH_LABEL, (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED), "sanitizer-log"),),
