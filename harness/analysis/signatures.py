@@ -85,6 +85,7 @@ from ..record.expectations import read_expectations
 from ..record.reloads import read_reload_check
 from ..record.loads import read_load_command
 from ..record.native_tests import read_sanitizer, read_test_run
+from ..record.upstream_tests import REGRESSED, read_suite
 from ..record.results import (BUILD_FILES, CRASHED, DIVERGED, LOAD_FILES, STEP, TIMEOUT, TESTS_FILES, ComparisonRecord, Failure,
                               RecordError, RunLayout, StepRecord, load_records, write_json)
 from ..record.signatures import read_signatures
@@ -651,8 +652,21 @@ def _failed_tests(test_dir: Path) -> list[tuple[str, str]]:
     return [(m.group("name"), m.group("why")) for m in _CTEST_FAILED_ITEM.finditer(_read(test_dir / TESTS_FILES["log"]))]
 
 
+def _regressed_upstream(run_dir: Path, step: StepRecord) -> set[str] | None:
+    """The tests of upstream's suite that regressed in ``step`` (harness.record.upstream_tests), None where its pair
+    record cannot be read (every failed test of the fork's side then counts)."""
+    try:
+        return {p.name for p in read_suite(RunLayout(run_dir).upstream_file(step.platform, "pairs")).of(REGRESSED)}
+    except (OSError, RecordError):
+        return None
+
+
 def _classify_test(run_dir: Path, step: StepRecord) -> Signature:
-    test_dir = RunLayout(run_dir).tests(step.platform, step.step)
+    if step.step == RunLayout.UPSTREAM_STEP:  # upstream's suite: the fork's side, its regressed tests only
+        test_dir = RunLayout(run_dir).upstream_tests(step.platform, "fork")
+        only = _regressed_upstream(run_dir, step)
+    else:
+        test_dir, only = RunLayout(run_dir).tests(step.platform, step.step), None
     ctest_log = _read(test_dir / TESTS_FILES["log"])
     try:
         tool = read_sanitizer(test_dir / TESTS_FILES["sanitizer"]).tool
@@ -662,6 +676,8 @@ def _classify_test(run_dir: Path, step: StepRecord) -> Signature:
     why = {m.group("name"): m.group("why") for m in _CTEST_FAILED_ITEM.finditer(ctest_log)}
     candidates: list[Signature] = []
     for name, message in _failed_tests(test_dir):
+        if only is not None and name not in only:
+            continue  # fails on base too: upstream's or the environment's, never the fork's regression
         if (message or "").startswith(WRAPPER_DID_NOT_RUN):
             candidates.append(_sig("sanitizer_report", f"{name}: {tool or 'compute-sanitizer'} did not run the test",
                                    f"{name}: {message}", [message]))
@@ -812,7 +828,7 @@ def classify_step(run_dir: Path, step: StepRecord) -> Signature | None:
         return None
     if step.step in ("build", "compile"):
         return _classify_build(run_dir, step)
-    if RunLayout.is_test_step(step.step):
+    if RunLayout.is_test_step(step.step) or step.step == RunLayout.UPSTREAM_STEP:
         return _classify_test(run_dir, step)
     if step.step == "generate":
         return _classify_generate(run_dir, step)
@@ -939,6 +955,8 @@ def step_logs(run_dir: Path, step: StepRecord) -> list[Path]:
         test_dir = layout.tests(step.platform, step.step)
         found += [test_dir / f"{n}.log" for n, _ in _failed_tests(test_dir)]
         found.append(test_dir / TESTS_FILES["log"])
+    elif step.step == RunLayout.UPSTREAM_STEP:
+        found.append(layout.upstream_file(step.platform, "log", "fork"))
     elif step.step == "generate":
         for fact in step.failures:
             if fact.kind == "generation":
