@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import shutil
+import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -506,6 +507,9 @@ class TestCheck:
         built = bisector.build_at(k, "fork")
         if built.status != "passed":
             return False, f"build {built.status}: {built.detail}"
+        missing = self.build_test_target(built.build_dir, bisector.dir_at(k, "fork") / "logs")
+        if missing:
+            return False, missing
         run = run_ctest(built.build_dir, self.labels, [self.name], bisector.dir_at(k, "fork") / f"tests-{self.name}",
                         timeout_s=self.timeout_s)
         case = next((c for c in run.cases if c.name == self.name), None)
@@ -515,6 +519,29 @@ class TestCheck:
         if case.status != "passed":
             return False, f"{self.name} failed{': ' + case.message if case.message else ''} (log {run.log})"
         return True, f"{self.name} passed"
+
+
+    def build_test_target(self, build_dir: Path, logs: Path) -> str:
+        """Build the executable the test starts where the build has not (a test of upstream's suite is named
+        after its vocabulary, ``test-tokenizer-0-falcon``, and starts ``test-tokenizer-0``), as ctest describes it
+        (harness.stages.tests.upstream_suite.suite_targets); "" when built, else why not."""
+        from ..stages.build.build import find_tool
+        from ..stages.tests.test_cache import show_tests
+        from ..stages.tests.upstream_suite import suite_targets
+        try:
+            described = [t for lab in self.labels for t in show_tests(build_dir, lab) if t.get("name") == self.name]
+        except (OSError, ValueError) as exc:
+            return f"ctest cannot list the tests of {build_dir}: {exc}"
+        targets = [t for t in suite_targets(described[:1], build_dir) if not (build_dir / "bin" / t).exists()]
+        if not targets:
+            return ""
+        from ..common import proc
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / f"build-{self.name}.log", "wb") as fh:
+            done = proc.run([find_tool("cmake") or "cmake", "--build", str(build_dir), "--target", *targets],
+                            stdout=fh, stderr=subprocess.STDOUT)
+        return "" if done.returncode == 0 else (f"building {', '.join(targets)} for {self.name} failed "
+                                                f"(log {logs / f'build-{self.name}.log'})")
 
 
 @dataclass
@@ -592,12 +619,18 @@ def _parse_range(spec: str) -> tuple[str, str]:
     return good, bad
 
 
-def check_targets(spec: str) -> tuple[str, ...]:
+def check_targets(spec: str, platform: Any = None) -> tuple[str, ...]:
     """The build targets that bisect check ``spec`` needs at each step: the test's own target for
-    ``test:NAME``, llama-completion and llama-tokenize (generation and tokenization) for
-    ``group:...``.  Raises InputError for a malformed spec."""
+    ``test:NAME`` where the platform builds a target of that name (its ``test_targets``, or no ``platform`` given),
+    else libllama, after which :meth:`TestCheck.build_test_target` builds what ctest says the test starts
+    (a test of upstream's suite); llama-completion and llama-tokenize (generation and
+    tokenization) for ``group:...``.  Raises InputError for a malformed spec."""
     kind, parts = _parse_check(spec)
-    return (parts[0],) if kind == "test" else ("llama-completion", "llama-tokenize")
+    if kind != "test":
+        return ("llama-completion", "llama-tokenize")
+    if platform is None or parts[0] in platform.test_targets:
+        return (parts[0],)
+    return ("llama",)
 
 
 def _make_check(spec: str, matrix: Any, platform: Any, models: Any) -> tuple[Callable[[Any, int], tuple[bool, str]],
@@ -608,7 +641,8 @@ def _make_check(spec: str, matrix: Any, platform: Any, models: Any) -> tuple[Cal
     """
     kind, parts = _parse_check(spec)
     if kind == "test":
-        return TestCheck(parts[0], platform.test_labels), check_targets(spec)
+        labels = (*platform.test_labels, *((matrix.upstream_tests.label,) if platform.upstream_tests else ()))
+        return TestCheck(parts[0], tuple(dict.fromkeys(labels))), check_targets(spec, platform)
     if parts[0] not in matrix.groups:
         raise InputError(f"--check {spec}: unknown group {parts[0]!r} "
                          f"(known: {', '.join(sorted(matrix.groups))})")

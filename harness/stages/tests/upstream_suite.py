@@ -54,7 +54,7 @@ def lacked_needs(suite: UpstreamTests, p: Platform) -> dict[str, str]:
     return out
 
 
-def test_targets(tests: Sequence[dict[str, Any]], build_dir: Path, exe_suffix: str = "") -> list[str]:
+def suite_targets(tests: Sequence[dict[str, Any]], build_dir: Path, exe_suffix: str = "") -> list[str]:
     """The executable targets that ctest ``tests`` (``--show-only=json-v1`` descriptions) start: each command
     argument that is a file of ``build_dir``'s ``bin/`` (after an emulator, where a cross build names one), its
     name without ``exe_suffix``; in order, each once.  A test that runs a tool outside the build (``cmake -P``)
@@ -131,7 +131,7 @@ def _side(ctx: Context, p: Platform, variant: str, suite: UpstreamTests, declare
         return None, [], 0.0, f"{variant}: ctest cannot list label {suite.label}: {exc}"
     names = [str(t.get("name")) for t in tests]
     wanted = [t for t in tests if t.get("name") not in declared]
-    targets = test_targets(wanted, built.build_dir, executable_suffix(p))
+    targets = suite_targets(wanted, built.build_dir, executable_suffix(p))
     rc, seconds = ctx.builds.build_more(p, variant, targets, layout.upstream_file(p.name, "build", variant))
     if rc != 0:
         return None, names, seconds, (f"{variant}: building the suite's {len(targets)} test targets failed (exit {rc}; "
