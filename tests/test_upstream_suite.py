@@ -5,6 +5,8 @@ record, the signature of a regression, and test-backend-ops' SQL read through SQ
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,9 @@ from harness.record.results import RecordError, RunLayout, StepRecord, TESTS_FIL
 from harness.record.upstream_tests import (DECLARED, FAILED_BOTH, FIXED, FORK_ONLY, PASSED_BOTH, REGRESSED,
                                            SKIPPED_BOTH, SuiteRecord, classify, read_suite)
 from harness.stages.tests.backend_ops import judge_test_mode, read_cases
-from harness.stages.tests.upstream_suite import describe, lacked_needs, outcomes, pair_up, suite_targets
+from harness.stages.build.build import find_tool
+from harness.stages.tests.upstream_suite import (describe, emulated_tests, lacked_needs, outcomes, pair_up,
+                                                suite_targets, ctest_commands)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,14 +97,44 @@ def test_the_schema_refuses_an_undeclared_need(tmp_path):
         load_matrix(bad)
 
 
-def test_the_targets_are_the_executables_of_the_build_that_the_tests_start(tmp_path):
-    bin_dir = tmp_path / "build" / "bin"
-    bin_dir.mkdir(parents=True)
-    tests = [{"name": "test-tokenizer-0-falcon", "command": [str(bin_dir / "test-tokenizer-0"), "/src/falcon.gguf"]},
-             {"name": "test-tokenizer-0-gpt-2", "command": [str(bin_dir / "test-tokenizer-0"), "/src/gpt-2.gguf"]},
-             {"name": "test-download-model", "command": ["/usr/bin/cmake", "-DDEST=x", "-P", "/src/d.cmake"]},
-             {"name": "test-log", "command": ["/usr/bin/wine", str(bin_dir / "test-log.exe")]}]
-    assert suite_targets(tests, tmp_path / "build", ".exe") == ["test-tokenizer-0", "test-log"]
+def _ctest_tree(build: Path) -> None:
+    """A build directory's CTestTestfile.cmake tree as CMake writes it: one test at the top, a subdirectory with a
+    test named after its vocabulary, one running cmake -P, and an argument holding a semicolon."""
+    (build / "bin").mkdir(parents=True)
+    (build / "tests").mkdir()
+    (build / "CTestTestfile.cmake").write_text('subdirs("tests")\n')
+    (build / "tests" / "CTestTestfile.cmake").write_text(
+        f'add_test("test-tokenizer-0-falcon" "{build}/bin/test-tokenizer-0.exe" "/src/falcon.gguf")\n'
+        'set_tests_properties("test-tokenizer-0-falcon" PROPERTIES LABELS "main" WORKING_DIRECTORY ".")\n'
+        f'add_test("test-log" "{build}/bin/test-log.exe" "a;b")\n'
+        'set_tests_properties("test-log" PROPERTIES LABELS "main;fork")\n'
+        'add_test("test-download-model" "/usr/bin/cmake" "-P" "/src/download.cmake")\n'
+        'set_tests_properties("test-download-model" PROPERTIES LABELS "main")\n')
+
+
+def test_the_targets_are_the_executables_of_the_build_that_the_tests_start_read_by_cmake(tmp_path):
+    build = tmp_path / "build"
+    _ctest_tree(build)
+    commands = ctest_commands(build)
+    assert commands["test-tokenizer-0-falcon"] == [f"{build}/bin/test-tokenizer-0.exe", "/src/falcon.gguf"]
+    assert commands["test-log"] == [f"{build}/bin/test-log.exe", "a;b"]  # one argument, as ctest passes it
+    assert suite_targets(list(commands.values()), build, ".exe") == ["test-tokenizer-0", "test-log"]
+    assert suite_targets([["/usr/bin/wine", f"{build}/bin/test-log.exe"]], build, ".exe") == ["test-log"]
+
+
+def test_a_cross_builds_tests_are_declared_again_started_through_the_emulator(tmp_path):
+    build = tmp_path / "build"
+    _ctest_tree(build)
+    out = emulated_tests(build, [sys.executable, "-X", "dev"], tmp_path / "emulated")
+    shown = json.loads(subprocess.run([find_tool("ctest") or "ctest", "--test-dir", str(out), "--show-only=json-v1",
+                                       "-L", "^main$"], capture_output=True, check=True).stdout)
+    tests = {t["name"]: t for t in shown["tests"]}
+    assert set(tests) == {"test-tokenizer-0-falcon", "test-log", "test-download-model"}
+    props = {p["name"]: p["value"] for p in tests["test-tokenizer-0-falcon"]["properties"]}
+    assert props["LABELS"] == ["main"] and props["WORKING_DIRECTORY"] == f"{build}/tests/."
+    assert tests["test-tokenizer-0-falcon"]["command"] == [sys.executable, "-X", "dev", f"{build}/bin/test-tokenizer-0.exe",
+                                                           "/src/falcon.gguf"]
+    assert tests["test-log"]["command"][-1] == "a;b"
 
 
 SQL = """ggml_backend_cuda_init: found 1 CUDA devices

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
+from ...common import proc
 from ...kinds.registry import gpu_of
 from ...matrix.config import Platform, UpstreamTests
 from ...matrix.platforms import cannot_run, executable_suffix
@@ -31,9 +32,11 @@ from ...record.results import Failure, RunLayout, StepRecord, write_json, STEP_E
     STEP_SKIPPED
 from ...record.upstream_tests import ABSENT, CLASSES, DECLARED, DECLARED_SKIP, FAILED_BOTH, FIXED, REGRESSED, \
     SuiteRecord, TestPair, classify
+from ..build.build import find_tool
 from ..shape import Context, Stage
 from .backend_ops import run_backend_ops
-from .test_cache import run_tests_reusing, show_tests
+from .native_tests import list_tests
+from .test_cache import run_tests_reusing
 
 #: Seconds each test of the suite may run (ctest --timeout); upstream's slowest on 2 cores takes under a minute.
 TEST_TIMEOUT_S = 600
@@ -54,15 +57,49 @@ def lacked_needs(suite: UpstreamTests, p: Platform) -> dict[str, str]:
     return out
 
 
-def suite_targets(tests: Sequence[dict[str, Any]], build_dir: Path, exe_suffix: str = "") -> list[str]:
-    """The executable targets that ctest ``tests`` (``--show-only=json-v1`` descriptions) start: each command
-    argument that is a file of ``build_dir``'s ``bin/`` (after an emulator, where a cross build names one), its
-    name without ``exe_suffix``; in order, each once.  A test that runs a tool outside the build (``cmake -P``)
-    needs no target."""
+#: The CMake script that reads a build's CTestTestfile.cmake tree: each test's command, or the tests again started
+#: through an emulator (its header says how).
+CTEST_FILE = Path(__file__).resolve().parent / "ctest_file.cmake"
+
+
+def ctest_commands(build_dir: Path) -> dict[str, list[str]]:
+    """Test name -> its command (argv) as ``build_dir``'s CTestTestfile.cmake declares it, read by CMake itself
+    (:data:`CTEST_FILE`): ctest's JSON leaves out the command of a test whose executable is not built yet.  Raises
+    OSError when CMake cannot read the tree."""
+    done, _, err = proc.run_capture([find_tool("cmake") or "cmake", f"-DBUILD_DIR={build_dir}", "-P", str(CTEST_FILE)],
+                                    timeout_s=120)
+    if done.returncode != 0:
+        raise OSError(f"cmake -P {CTEST_FILE.name} cannot read the tests of {build_dir} (exit {done.returncode}): "
+                      + err.decode(errors="replace")[-300:])
+    out = {}
+    for line in err.decode("utf-8", "replace").splitlines():
+        name, *argv = line.split("\t")
+        out[name] = argv
+    return out
+
+
+def emulated_tests(build_dir: Path, emulator: Sequence[str], out_dir: Path) -> Path:
+    """Write ``out_dir``/CTestTestfile.cmake: every test of ``build_dir`` again, its command started through
+    ``emulator`` (its argv) (:data:`CTEST_FILE`), for a cross build whose tests name their executables as upstream does
+    (``$<TARGET_FILE:...>``, which CMake never starts through CMAKE_CROSSCOMPILING_EMULATOR; the fork's series
+    names the target instead).  Returns ``out_dir`` for ``ctest --test-dir``.  Raises OSError when CMake fails."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done, _, err = proc.run_capture([find_tool("cmake") or "cmake", f"-DBUILD_DIR={build_dir}", f"-DEMULATOR={';'.join(emulator)}",
+                                     f"-DOUT={out_dir / 'CTestTestfile.cmake'}", "-P", str(CTEST_FILE)], timeout_s=120)
+    if done.returncode != 0:
+        raise OSError(f"cmake -P {CTEST_FILE.name} cannot rewrite the tests of {build_dir} (exit {done.returncode}): "
+                      + err.decode(errors="replace")[-300:])
+    return out_dir
+
+
+def suite_targets(commands: Sequence[Sequence[str]], build_dir: Path, exe_suffix: str = "") -> list[str]:
+    """The executable targets that the tests' ``commands`` start: in each command, the first argument that is a
+    file of ``build_dir``'s ``bin/`` (after an emulator, where a cross build names one), its name without
+    ``exe_suffix``; in order, each once.  A test that runs a tool outside the build (``cmake -P``) needs none."""
     bin_dir = (build_dir / "bin").resolve()
     out: list[str] = []
-    for t in tests:
-        for arg in t.get("command") or []:
+    for argv in commands:
+        for arg in argv:
             p = Path(arg)
             if p.is_absolute() and p.resolve().parent == bin_dir:
                 name = p.name[:-len(exe_suffix)] if exe_suffix and p.name.endswith(exe_suffix) else p.name
@@ -126,20 +163,26 @@ def _side(ctx: Context, p: Platform, variant: str, suite: UpstreamTests, declare
     out = layout.upstream_tests(p.name, variant)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        tests = show_tests(built.build_dir, suite.label)
-    except (OSError, ValueError) as exc:
-        return None, [], 0.0, f"{variant}: ctest cannot list label {suite.label}: {exc}"
-    names = [str(t.get("name")) for t in tests]
-    wanted = [t for t in tests if t.get("name") not in declared]
-    targets = suite_targets(wanted, built.build_dir, executable_suffix(p))
+        names = list_tests(built.build_dir, [suite.label])
+        commands = ctest_commands(built.build_dir)
+    except OSError as exc:
+        return None, [], 0.0, f"{variant}: the tests of label {suite.label} cannot be listed: {exc}"
+    suffix = executable_suffix(p)
+    targets = suite_targets([commands.get(n, []) for n in names if n not in declared], built.build_dir, suffix)
     rc, seconds = ctx.builds.build_more(p, variant, targets, layout.upstream_file(p.name, "build", variant))
     if rc != 0:
         return None, names, seconds, (f"{variant}: building the suite's {len(targets)} test targets failed (exit {rc}; "
                                       f"log {layout.relative(layout.upstream_file(p.name, 'build', variant))})")
     emulator = ctx.emulator(p)
+    test_dir = built.build_dir
+    if emulator and suffix and any(c and c[0].endswith(suffix) for c in commands.values()):
+        try:  # upstream's tests start the executables themselves: ctest would never start them through Wine
+            test_dir = emulated_tests(built.build_dir, emulator.argv, out / "emulated")
+        except OSError as exc:
+            return None, names, seconds, f"{variant}: {exc}"
     budget = ctx.builds.job_budget()
     env = {**(emulator.env if emulator else {}), **budget.env()}
-    run, _ = run_tests_reusing(ctx.results_cache, ctx.run.id, built.build_dir, [suite.label],
+    run, _ = run_tests_reusing(ctx.results_cache, ctx.run.id, test_dir, [suite.label],
                                [n for n in names if n not in declared], out, env=env,
                                emulator_argv=emulator.argv if emulator else (), gpu=gpu_of(p).has_device,
                                timeout_s=TEST_TIMEOUT_S, jobs=budget.slots)
