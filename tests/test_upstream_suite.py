@@ -193,3 +193,26 @@ def test_the_signature_of_a_regression_comes_from_the_regressed_test_never_from_
     sig = classify_step(run_dir, step)
     assert sig is not None and "test-tokenizer-0-falcon" in sig.summary and "test-c" not in sig.summary
     assert "more failing" not in sig.summary  # test-c fails on base too
+
+
+def test_triage_lists_a_test_whose_pair_changed_class_a_new_regression_as_one(tmp_path):
+    from harness.analysis.triage import Transition
+    from harness.analysis.upstream_diff import upstream_test_transitions
+    names = ["test-a", "test-b", "test-c"]
+    ok = native_tests.TestRun("passed", [native_tests.TestCase(n, "passed") for n in names])
+    a_fork = native_tests.TestRun("passed", [native_tests.TestCase("test-a", "passed"),
+                                             native_tests.TestCase("test-b", "passed"),
+                                             native_tests.TestCase("test-c", "passed")])
+    b_base = native_tests.TestRun("failed", [native_tests.TestCase("test-a", "passed"),
+                                             native_tests.TestCase("test-b", "passed"),
+                                             native_tests.TestCase("test-c", "failed", 1.0, "exit 1")])
+    b_fork = native_tests.TestRun("failed", [native_tests.TestCase("test-a", "failed", 1.0, "exit 3"),
+                                             native_tests.TestCase("test-b", "passed"),
+                                             native_tests.TestCase("test-c", "failed", 1.0, "exit 1")])
+    for run, base, fork in (("a", ok, a_fork), ("b", b_base, b_fork)):
+        write_json(RunLayout(tmp_path / run).upstream_file("p", "pairs"),
+                   SuiteRecord("main", pair_up(names, outcomes(base, names), outcomes(fork, names), {})))
+    found = upstream_test_transitions(tmp_path / "a", tmp_path / "b", ["p", "q"], Transition)
+    got = {(t.what, t.category, t.before, t.after) for t in found}
+    assert got == {("upstream test test-a", "regression", PASSED_BOTH, REGRESSED),
+                   ("upstream test test-c", "other", PASSED_BOTH, FAILED_BOTH)}  # failing on both: never the fork's

@@ -232,7 +232,8 @@ def run_upstream_tests(ctx: Context) -> None:
         if not p.upstream_tests or cannot_run(p):
             continue
         with ctx.doing(p.name, "fork", RunLayout.UPSTREAM_STEP), \
-                ctx.console.step(f"[{p.name}] {RunLayout.UPSTREAM_STEP}") as shown:
+                ctx.console.step(f"[{p.name}] {RunLayout.UPSTREAM_STEP}",
+                                 watch=ctx.run.layout.upstream_file(p.name, "build", "fork")) as shown:
             try:
                 step = run_suite(ctx, p)
             except RuntimeError as exc:  # the emulator missing or its prefix not made
