@@ -33,9 +33,9 @@ def _harness(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def test_a_broken_tokenizer_fails_the_suite_on_its_test_only_and_bisect_names_the_plant(tmp_path):
     series = series_with(tmp_path / "series", [ROOT / "tests" / "plants" / PLANT])
     common = ["--platform", "linux-x86_64-cpu", "-j", "2", "--patches-dir", str(series),
-              "--work-dir", str(tmp_path / "work"), "--results-dir", str(tmp_path / "results")]
+              "--work-dir", str(tmp_path / "work")]
     run = _harness("build", "test", "compare-outputs", "--upstream-tests", "--group", "base-vs-fork", "--model",
-                   "moe-small", "--n-predict", "8", "--no-bench", *common)
+                   "moe-small", "--n-predict", "8", "--no-bench", "--results-dir", str(tmp_path / "results"), *common)
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-4000:]
     summary = json.loads((tmp_path / "results" / "latest" / "summary.json").read_text())
     steps = {(s["config"], s["step"]): s for s in summary["configurations"]}
