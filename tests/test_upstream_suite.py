@@ -70,7 +70,7 @@ def test_the_network_tests_are_declared_in_the_matrix_and_lacked_on_every_platfo
     matrix = load_matrix(ROOT / "matrix.yaml")
     suite = matrix.upstream_tests
     assert suite.label == "main"
-    assert set(suite.needs) == {"test-download-model", "test-arg-parser", "test-thread-safety"}
+    assert set(suite.needs) == {"test-download-model", "test-arg-parser", "test-thread-safety", "test-tokenizers-ggml-vocabs"}
     for p in matrix.platforms.values():
         assert set(lacked_needs(suite, p)) == set(suite.needs)
     assert matrix.platforms["linux-x86_64-cpu"].upstream_tests and matrix.platforms["windows-x86_64-cpu"].upstream_tests

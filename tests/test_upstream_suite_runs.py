@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "tests" / "plants"))
 from series_with import series_with  # noqa: E402
 
 PLANT = "llama-vocab-falcon-digits-split-in-pairs.patch"
-NETWORK = {"test-download-model", "test-arg-parser", "test-thread-safety"}
+NETWORK = {"test-download-model", "test-arg-parser", "test-thread-safety", "test-tokenizers-ggml-vocabs"}
 
 
 def _harness(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
