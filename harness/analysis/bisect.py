@@ -520,19 +520,17 @@ class TestCheck:
             return False, f"{self.name} failed{': ' + case.message if case.message else ''} (log {run.log})"
         return True, f"{self.name} passed"
 
-
     def build_test_target(self, build_dir: Path, logs: Path) -> str:
-        """Build the executable the test starts where the build has not (a test of upstream's suite is named
+        """Build the executable the test starts, which the bisector's targets may not hold (a test of upstream's suite is named
         after its vocabulary, ``test-tokenizer-0-falcon``, and starts ``test-tokenizer-0``), as ctest describes it
         (harness.stages.tests.upstream_suite.suite_targets); "" when built, else why not."""
         from ..stages.build.build import find_tool
-        from ..stages.tests.test_cache import show_tests
-        from ..stages.tests.upstream_suite import suite_targets
+        from ..stages.tests.upstream_suite import ctest_commands, suite_targets
         try:
-            described = [t for lab in self.labels for t in show_tests(build_dir, lab) if t.get("name") == self.name]
-        except (OSError, ValueError) as exc:
-            return f"ctest cannot list the tests of {build_dir}: {exc}"
-        targets = [t for t in suite_targets(described[:1], build_dir) if not (build_dir / "bin" / t).exists()]
+            command = ctest_commands(build_dir).get(self.name, [])
+        except OSError as exc:
+            return f"the tests of {build_dir} cannot be read: {exc}"
+        targets = suite_targets([command], build_dir)  # ninja decides whether it is out of date
         if not targets:
             return ""
         from ..common import proc
