@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from fake_upstream import make_fake_project
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "plants"))
@@ -20,6 +23,40 @@ from series_with import series_with  # noqa: E402
 
 PLANT = "llama-vocab-falcon-digits-split-in-pairs.patch"
 NETWORK = {"test-download-model", "test-arg-parser", "test-thread-safety", "test-tokenizers-ggml-vocabs"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler")
+def test_the_fake_suite_pairs_base_and_fork_and_a_test_broken_on_the_fork_fails_the_run_and_triage(tmp_path):
+    project = make_fake_project(tmp_path)
+    clean = subprocess.run(project.argv("build", "test", extra=("--upstream-tests",)), cwd=ROOT, env=project.env(),
+                           capture_output=True, text=True)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    clean_run = (project.results / "latest").resolve()
+    step = {(s["config"], s["step"]): s for s in json.loads((clean_run / "summary.json").read_text())["configurations"]}
+    suite = step[("fork", "upstream-tests")]
+    assert suite["status"] == "passed"
+    assert suite["detail"] == "2 pass on both; 1 skipped by declaration (needs the network): test-fake-net"
+    pairs = clean_run / "linux-x86_64-cpu" / "upstream-tests"
+    assert (pairs / "base" / "junit.xml").exists() and (pairs / "fork" / "junit.xml").exists()
+    assert "test-fake" in (pairs / "base" / "build-tests.log").read_text()  # the target test-fake-vocab starts
+
+    broken = subprocess.run(project.argv("test", extra=("--upstream-tests",)), cwd=ROOT,
+                            env=project.env(FAKE_BREAK_FORK_VOCAB="1"), capture_output=True, text=True)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    run = (project.results / "latest").resolve()
+    step = {(s["config"], s["step"]): s for s in json.loads((run / "summary.json").read_text())["configurations"]}
+    suite = step[("fork", "upstream-tests")]
+    assert suite["status"] == "failed" and step[("fork", "test")]["status"] == "passed"
+    assert suite["detail"].startswith("1 regressed (pass on base, fail on the fork): test-fake-vocab")
+    signatures = json.loads((run / "signatures.json").read_text())
+    found = [e["signature"]["summary"] for e in signatures if e["step"] == "upstream-tests"]
+    assert len(found) == 1 and found[0].startswith("test-fake-vocab"), found
+    triage = subprocess.run([sys.executable, "-m", "harness", "triage", str(clean_run), str(run)], cwd=ROOT,
+                            env=project.env(), capture_output=True, text=True)
+    assert triage.returncode == 1, triage.stdout + triage.stderr
+    assert "fork upstream-tests: passed -> failed" in triage.stdout
+    assert "upstream test test-fake-vocab: passed-both -> regressed" in triage.stdout
 
 
 def _harness(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
