@@ -38,8 +38,11 @@ from .backend_ops import run_backend_ops
 from .native_tests import list_tests
 from .test_cache import run_tests_reusing
 
-#: Seconds each test of the suite may run (ctest --timeout); upstream's slowest on 2 cores takes under a minute.
-TEST_TIMEOUT_S = 600
+#: Seconds each test of the suite may run (ctest --timeout): ctest's own default (DART_TESTING_TIMEOUT), which
+#: upstream's CI keeps.  test-recurrent-state-rollback and test-save-load-state, which load every architecture's
+#: model, take well under a minute on a quiet 2-core machine and ran past 600 s each on the shared one at a load
+#: average of 16 (2026-12-05): a timeout there is the machine's, and upstream's limit leaves room for it.
+TEST_TIMEOUT_S = 1500
 
 #: The variants a pair compares, in the order they build and run: the fork first, so a broken series fails fast.
 VARIANTS = ("fork", "base")
