@@ -127,11 +127,11 @@ def run_tests_reusing(cache: ResultCache | None, run_id: str, build_dir: Path, l
                       targets: Sequence[str], out_dir: Path, *, env: Mapping[str, str] | None = None,
                       emulator_argv: Sequence[str] = (), wrapper: Sequence[str] = (),
                       reference_junit: Path | None = None, gpu: bool = False, timeout_s: float = 900,
-                      jobs: int = 1) -> tuple[TestRun, Reuse]:
+                      jobs: int = 1, repeat: str = "") -> tuple[TestRun, Reuse]:
     """Run the tests of ``labels`` like harness.stages.tests.native_tests.run_ctest, reusing each label stored
     in ``cache`` with the same identity (None: run them all).
 
-    ``timeout_s`` (per test) and ``jobs`` (tests at once) as run_ctest takes them.  Returns the TestRun (reused cases included, ``junit.xml`` and ``ctest.log`` written as one run) and what
+    ``timeout_s`` (per test), ``jobs`` (tests at once) and ``repeat`` as run_ctest takes them.  Returns the TestRun (reused cases included, ``junit.xml`` and ``ctest.log`` written as one run) and what
     was reused.  A label that cannot be described (ctest refusing ``--show-only``) just runs.  Labels
     whose every test passed are stored for ``run_id``.
     """
@@ -141,7 +141,7 @@ def run_tests_reusing(cache: ResultCache | None, run_id: str, build_dir: Path, l
     reuse = Reuse()
     if cache is None:
         return run_ctest(build_dir, labels, targets, out_dir, env=env, wrapper=wrapper,
-                         reference_junit=reference_junit, timeout_s=timeout_s, jobs=jobs), reuse
+                         reference_junit=reference_junit, timeout_s=timeout_s, jobs=jobs, repeat=repeat), reuse
     source = _source_dir(build_dir)
     identities: dict[str, dict] = {}
     tests_of: dict[str, list[str]] = {}
@@ -168,7 +168,7 @@ def run_tests_reusing(cache: ResultCache | None, run_id: str, build_dir: Path, l
         run_targets = [t for t in targets if t not in reused_names or any(t in tests_of.get(lab, [t])
                                                                           for lab in run_labels)]
         tr = run_ctest(build_dir, run_labels, run_targets, out_dir, env=env, wrapper=wrapper,
-                       reference_junit=reference_junit, timeout_s=timeout_s, jobs=jobs)
+                       reference_junit=reference_junit, timeout_s=timeout_s, jobs=jobs, repeat=repeat)
     else:
         tr = TestRun(status="passed", junit=out_dir / TESTS_FILES["junit"], log=out_dir / TESTS_FILES["log"])
         (out_dir / TESTS_FILES["log"]).write_bytes(b"")
