@@ -138,6 +138,9 @@ def run_options() -> argparse.ArgumentParser:
     ap.add_argument("--run-id", default=None, help="continue this run (default: $HARNESS_RUN_ID or a new run)")
     ap.add_argument("--sanitize", choices=SANITIZERS, default=None,
                     help="also run the native tests under compute-sanitizer with this tool")
+    ap.add_argument("--upstream-tests", action="store_true",
+                    help="the test command also runs upstream's own ctest suite (matrix.yaml upstream_tests) on "
+                         "base and fork side by side, and test-backend-ops on a GPU (docs/upstream-tests.md)")
     ap.add_argument("--model", action="append", default=[], help="only these models (repeatable)")
     ap.add_argument("--group", action="append", default=[], help="only these comparison groups (repeatable)")
     ap.add_argument("--n-predict", type=positive, default=None, help="tokens per generation (default: matrix)")
@@ -200,6 +203,6 @@ def stage_options(args: argparse.Namespace, **overrides) -> Options:
                   models=split_names(args.model, "--model"), groups=split_names(args.group, "--group"),
                   n_predict=args.n_predict, repeats=args.repeats, work_dir=args.work_dir, patches_dir=args.patches_dir, bench=args.bench,
                   bench_repeats=args.bench_repeats, bench_warmup=args.bench_warmup, no_cache=args.no_cache,
-                  lanes=args.lanes)
+                  lanes=args.lanes, upstream_tests=args.upstream_tests)
     fields.update(overrides)
     return Options(**fields)

@@ -53,6 +53,11 @@ target_include_directories(test-fake PRIVATE ${CMAKE_BINARY_DIR})
 target_compile_definitions(test-fake PRIVATE FAKE_PY="${FAKE_PYTHON}" FAKE_SCRIPT="${CMAKE_SOURCE_DIR}/fake_test.py")
 add_test(NAME test-fake COMMAND test-fake)
 set_tests_properties(test-fake PROPERTIES LABELS main)
+# upstream's way of naming a test after its input: the target is test-fake
+add_test(NAME test-fake-vocab COMMAND $<TARGET_FILE:test-fake> vocab)
+set_tests_properties(test-fake-vocab PROPERTIES LABELS main)
+add_test(NAME test-fake-net COMMAND $<TARGET_FILE:test-fake> net)
+set_tests_properties(test-fake-net PROPERTIES LABELS main)
 """
 
 LAUNCHER_C = r"""#include <stdio.h>
@@ -159,6 +164,13 @@ for line in sys.stdin:
 
 FAKE_TEST_PY = COMMON_PY + """note_pid()
 time.sleep(float(os.environ.get("FAKE_TEST_SLEEP_S") or 0))
+if "net" in sys.argv[1:]:
+    print("cannot make GET request")
+    sys.exit(1)
+fork = os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), "FORK.md"))
+if "vocab" in sys.argv[1:] and fork and os.environ.get("FAKE_BREAK_FORK_VOCAB"):
+    print("main : failed test:    '3333333'")
+    sys.exit(1)
 print("test-fake: 3 checks passed")
 """
 
@@ -179,7 +191,12 @@ platforms:
     targets: [llama-completion, llama-tokenize]
     test_targets: [test-fake]
     test_labels: [main]
+    upstream_tests: true
     groups: [base-vs-fork]
+upstream_tests:
+  label: main
+  needs:
+    test-fake-net: {{needs: network, reason: "asks a server"}}
 models:
   tiny:
     kind: file

@@ -339,7 +339,7 @@ def test_session_steps_pass_values_as_single_arguments(workflow, tmp_path, which
     rc, out, _ = run_step(step, tmp_path, env, tmp_path)
     assert rc == 3, out  # nox's exit status is the step's
     assert json.loads(argv_file.read_text()) == ["-s", "build", "test", "--", "--platform", "odd platform; $(x)",
-                                                 "--cuda-arch", "75-virtual"]
+                                                 "--upstream-tests", "--cuda-arch", "75-virtual"]
     rc, out, _ = run_step(step, tmp_path, {**env, "SESSIONS": "[]", "NOX_ARGV": str(tmp_path / "unused")}, tmp_path)
     assert rc == 0 and not (tmp_path / "unused").exists()
 

@@ -34,7 +34,7 @@ def test_every_stage_of_the_table_declares_the_shape():
         # a stage lives in the folder of its role
         assert s.run.__module__.startswith(f"harness.stages.{s.role}."), (s.name, s.run.__module__)
     assert {c: [s.name for s in stages_of(c)] for c in COMMANDS} == {
-        "build": ["compile", "build"], "test": ["test", "generate-sanitized"],
+        "build": ["compile", "build"], "test": ["test", "upstream-tests", "generate-sanitized"],
         "compare-outputs": ["compare", "crash-memcheck", "expectations", "reloads", "speed"]}
     assert steps_of_role("checks") == ("expectations", "reloads")
 

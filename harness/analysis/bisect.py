@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import shutil
+import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -506,6 +507,9 @@ class TestCheck:
         built = bisector.build_at(k, "fork")
         if built.status != "passed":
             return False, f"build {built.status}: {built.detail}"
+        missing = self.build_test_target(built.build_dir, bisector.dir_at(k, "fork") / "logs")
+        if missing:
+            return False, missing
         run = run_ctest(built.build_dir, self.labels, [self.name], bisector.dir_at(k, "fork") / f"tests-{self.name}",
                         timeout_s=self.timeout_s)
         case = next((c for c in run.cases if c.name == self.name), None)
@@ -515,6 +519,27 @@ class TestCheck:
         if case.status != "passed":
             return False, f"{self.name} failed{': ' + case.message if case.message else ''} (log {run.log})"
         return True, f"{self.name} passed"
+
+    def build_test_target(self, build_dir: Path, logs: Path) -> str:
+        """Build the executable the test starts, which the bisector's targets may not hold (a test of upstream's suite is named
+        after its vocabulary, ``test-tokenizer-0-falcon``, and starts ``test-tokenizer-0``), as ctest describes it
+        (harness.stages.tests.upstream_suite.suite_targets); "" when built, else why not."""
+        from ..stages.build.build import find_tool
+        from ..stages.tests.upstream_suite import ctest_commands, suite_targets
+        try:
+            command = ctest_commands(build_dir).get(self.name, [])
+        except OSError as exc:
+            return f"the tests of {build_dir} cannot be read: {exc}"
+        targets = suite_targets([command], build_dir)  # ninja decides whether it is out of date
+        if not targets:
+            return ""
+        from ..common import proc
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / f"build-{self.name}.log", "wb") as fh:
+            done = proc.run([find_tool("cmake") or "cmake", "--build", str(build_dir), "--target", *targets],
+                            stdout=fh, stderr=subprocess.STDOUT)
+        return "" if done.returncode == 0 else (f"building {', '.join(targets)} for {self.name} failed "
+                                                f"(log {logs / f'build-{self.name}.log'})")
 
 
 @dataclass
@@ -592,23 +617,39 @@ def _parse_range(spec: str) -> tuple[str, str]:
     return good, bad
 
 
-def check_targets(spec: str) -> tuple[str, ...]:
-    """The build targets that bisect check ``spec`` needs at each step: the test's own target for
-    ``test:NAME``, llama-completion and llama-tokenize (generation and tokenization) for
-    ``group:...``.  Raises InputError for a malformed spec."""
+def check_targets(spec: str, platform: Any = None, build_dir: Path | None = None) -> tuple[str, ...]:
+    """The build targets that bisect check ``spec`` needs at each step: for ``test:NAME``, the executable ctest
+    starts for NAME in ``build_dir`` (a finished build of ``platform``, read by
+    harness.stages.tests.upstream_suite.ctest_commands: a test of upstream's suite is named after its input,
+    ``test-tokenizer-0-falcon`` starts ``test-tokenizer-0``), else the test's own name, as the platform's
+    ``test_targets`` are; llama-completion and llama-tokenize (generation and tokenization) for ``group:...``.
+    Raises InputError for a malformed spec."""
     kind, parts = _parse_check(spec)
-    return (parts[0],) if kind == "test" else ("llama-completion", "llama-tokenize")
+    if kind != "test":
+        return ("llama-completion", "llama-tokenize")
+    if platform is not None and build_dir is not None and parts[0] not in platform.test_targets \
+            and (build_dir / "CTestTestfile.cmake").is_file():
+        from ..stages.tests.upstream_suite import ctest_commands, suite_targets
+        try:
+            found = suite_targets([ctest_commands(build_dir).get(parts[0], [])], build_dir)
+        except OSError:
+            found = []
+        if found:
+            return tuple(found)
+    return (parts[0],)
 
 
-def _make_check(spec: str, matrix: Any, platform: Any, models: Any) -> tuple[Callable[[Any, int], tuple[bool, str]],
-                                                                            tuple[str, ...]]:
-    """The check ``spec`` names and the build targets it needs; InputError for an unknown group/model/prompt.
+def _make_check(spec: str, matrix: Any, platform: Any, models: Any, build_dir: Path | None = None) \
+        -> tuple[Callable[[Any, int], tuple[bool, str]], tuple[str, ...]]:
+    """The check ``spec`` names and the build targets it needs (``build_dir``: the platform's fork build of the
+    work directory, where it exists: :func:`check_targets`); InputError for an unknown group/model/prompt.
 
     ``models`` is a harness.matrix.model_sources.registry.ModelStore; a model that cannot be made is bad input here.
     """
     kind, parts = _parse_check(spec)
     if kind == "test":
-        return TestCheck(parts[0], platform.test_labels), check_targets(spec)
+        labels = (*platform.test_labels, *((matrix.upstream_tests.label,) if platform.upstream_tests else ()))
+        return TestCheck(parts[0], tuple(dict.fromkeys(labels))), check_targets(spec, platform, build_dir)
     if parts[0] not in matrix.groups:
         raise InputError(f"--check {spec}: unknown group {parts[0]!r} "
                          f"(known: {', '.join(sorted(matrix.groups))})")
@@ -701,7 +742,8 @@ def run(args: argparse.Namespace) -> int:
     # a derived model takes llama-quantize from the finished base build of the work dir (it builds nothing here)
     models = ModelStore(matrix.models, cache, lambda: base().path, matrix.path,
                         lambda: built_tool(matrix, args.work_dir))
-    check, targets = _make_check(args.check, matrix, platform, models)
+    check, targets = _make_check(args.check, matrix, platform, models,
+                                 args.work_dir.resolve() / "fork" / f"build-{platform.name}")
     if revs is not None:
         repo = upstream_repo(matrix, args.repo, revs, cache, say)
         commits = upstream_commits(repo, *revs)

@@ -86,6 +86,7 @@ from ..record.expectations import read_expectations
 from ..record.reloads import read_reload_check
 from ..record.loads import read_load_command
 from ..record.native_tests import read_sanitizer, read_test_run
+from ..record.upstream_tests import REGRESSED, read_suite
 from ..record.results import (BUILD_FILES, CRASHED, DIVERGED, LOAD_FILES, STEP, STEP_FAILED, TIMEOUT, TESTS_FILES, ComparisonRecord, Failure,
                               RecordError, RunLayout, StepRecord, load_records, write_json)
 from ..record.signatures import read_signatures
@@ -656,8 +657,21 @@ def _failed_tests(test_dir: Path) -> list[tuple[str, str]]:
     return [(m.group("name"), m.group("why")) for m in _CTEST_FAILED_ITEM.finditer(_read(test_dir / TESTS_FILES["log"]))]
 
 
+def _regressed_upstream(run_dir: Path, step: StepRecord) -> set[str] | None:
+    """The tests of upstream's suite that regressed in ``step`` (harness.record.upstream_tests), None where its pair
+    record cannot be read (every failed test of the fork's side then counts)."""
+    try:
+        return {p.name for p in read_suite(RunLayout(run_dir).upstream_file(step.platform, "pairs")).of(REGRESSED)}
+    except (OSError, RecordError):
+        return None
+
+
 def _classify_test(run_dir: Path, step: StepRecord) -> Signature:
-    test_dir = RunLayout(run_dir).tests(step.platform, step.step)
+    if step.step == RunLayout.UPSTREAM_STEP:  # upstream's suite: the fork's side, its regressed tests only
+        test_dir = RunLayout(run_dir).upstream_tests(step.platform, "fork")
+        only = _regressed_upstream(run_dir, step)
+    else:
+        test_dir, only = RunLayout(run_dir).tests(step.platform, step.step), None
     ctest_log = _read(test_dir / TESTS_FILES["log"])
     try:
         tool = read_sanitizer(test_dir / TESTS_FILES["sanitizer"]).tool
@@ -667,6 +681,8 @@ def _classify_test(run_dir: Path, step: StepRecord) -> Signature:
     why = {m.group("name"): m.group("why") for m in _CTEST_FAILED_ITEM.finditer(ctest_log)}
     candidates: list[Signature] = []
     for name, message in _failed_tests(test_dir):
+        if only is not None and name not in only:
+            continue  # fails on base too: upstream's or the environment's, never the fork's regression
         if (message or "").startswith(WRAPPER_DID_NOT_RUN):
             candidates.append(_sig("sanitizer_report", f"{name}: {tool or 'compute-sanitizer'} did not run the test",
                                    f"{name}: {message}", [message]))
@@ -850,6 +866,7 @@ _READERS: dict[str, Callable[[Path, StepRecord], Signature | None]] = {
     "build-logs": _classify_build,
     "compile-logs": _classify_build,
     "test-logs": lambda run_dir, step: _classify_test(run_dir, step),
+    "upstream-suite": lambda run_dir, step: _classify_test(run_dir, step),
     "generations": lambda run_dir, step: _classify_generate(run_dir, step),
     "sanitizer-log": _sanitizer_step,
     "expectations": _first(lambda run_dir, step: expectation_signatures(run_dir, step)),
@@ -968,6 +985,8 @@ def step_logs(run_dir: Path, step: StepRecord) -> list[Path]:
         test_dir = layout.tests(step.platform, step.step)
         found += [test_dir / f"{n}.log" for n, _ in _failed_tests(test_dir)]
         found.append(test_dir / TESTS_FILES["log"])
+    elif evidence == "upstream-suite":
+        found.append(layout.upstream_file(step.platform, "log", "fork"))
     elif evidence == "generations":
         for fact in step.failures:
             if fact.kind == "generation":

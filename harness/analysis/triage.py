@@ -68,6 +68,7 @@ from . import memory_changes
 from .signatures import load_signatures
 from ..matrix.config import load_matrix
 from ..stages.table import step_spec
+from .upstream_diff import upstream_test_transitions
 from .speed_diff import SpeedChange, compare_speed
 from .speed_ratios import rule_factors, same_mode_upstream
 
@@ -288,7 +289,8 @@ class Transition:
     """A status change of one step or comparison between run A and run B.
 
     ``category`` is regression, fix or other; ``kind`` is step, comparison, kl (a mean KL
-    divergence past its threshold), placement, pinning or speed (a slowdown between the runs); ``where``
+    divergence past its threshold), placement, pinning, speed (a slowdown between the runs) or upstream-test (a test
+    of upstream's suite whose pair of outcomes changed class, harness.analysis.upstream_diff); ``where``
     holds the identifying fields (platform, config, step / group, model, prompt,
     reference, candidate / platform, config, model, metric); ``before``/``after`` are statuses or ``absent``; ``detail``
     is B's detail (A's when the record is gone); ``signature`` the failure signature
@@ -835,7 +837,8 @@ def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str
     report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
                                 + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
                                 + _kl_transitions(sa, sb) + _memory_transitions(a, b, report.pin_changes, sa, sb)
-                                + _speed_transitions(report.speed_changes), key=_order)
+                                + _speed_transitions(report.speed_changes)
+                                + upstream_test_transitions(a, b, report.platforms, Transition), key=_order)
     report.divergences = _divergence_changes(sa, sb)
     report.signatures_new, report.signatures_known, report.signatures_gone = _signature_sets(entries_a, entries_b, _b_recorded(sb))
     report.timing_changes = _timing_changes(sa, sb)

@@ -241,6 +241,37 @@ class Platform:
     text_check: str = "every-prompt"
     #: upstream's targets the build step compiles at -O0 (harness/stages/build/unoptimised.cmake); empty: none
     unoptimised_targets: tuple[str, ...] = ()
+    #: whether ``--upstream-tests`` runs upstream's suite (Matrix.upstream_tests) here, base and fork side by side
+    upstream_tests: bool = False
+    #: test-backend-ops with ``--upstream-tests`` where the platform's programs run on a GPU; None: not run
+    backend_ops: BackendOps | None = None
+
+
+@dataclass(frozen=True)
+class BackendOps:
+    """test-backend-ops on a platform whose programs run on a GPU: the ops of its ``test`` mode (each op on the GPU
+    against the CPU) and of its ``perf`` mode (information beside the speed stage)."""
+
+    test: tuple[str, ...]
+    perf: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class UpstreamNeed:
+    """A test of upstream's suite that needs what a machine may lack: ``needs`` (``network``: no harness machine gives
+    tests one; ``gpu``: a platform without a device lacks it) and the ``reason`` it is skipped with."""
+
+    needs: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class UpstreamTests:
+    """Upstream's own ctest suite (matrix.yaml ``upstream_tests``): its ctest ``label`` and the tests that ``needs``
+    what a machine may lack (test name -> :class:`UpstreamNeed`)."""
+
+    label: str = "main"
+    needs: Mapping[str, UpstreamNeed] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -336,6 +367,8 @@ class Matrix:
     speed: SpeedSettings = field(default_factory=SpeedSettings)
     #: ``defaults.reloads``: repeated loads of the pin configurations
     reloads: ReloadSettings = field(default_factory=ReloadSettings)
+    #: ``upstream_tests``: upstream's own ctest suite, run with --upstream-tests (harness.stages.tests.upstream_suite)
+    upstream_tests: UpstreamTests = field(default_factory=UpstreamTests)
 
     def platform(self, name: str) -> Platform:
         """Return the platform called ``name``; raises MatrixError listing the known names."""
@@ -720,7 +753,10 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
             cross=_cross(p.get("cross"), rel),
             compile_only_cmake=dict(p.get("compile_only", {}).get("cmake", {})),
             text_check=p.get("text_check", "every-prompt"),
-            unoptimised_targets=tuple(p.get("unoptimised_targets", ())))
+            unoptimised_targets=tuple(p.get("unoptimised_targets", ())),
+            upstream_tests=bool(p.get("upstream_tests", False)),
+            backend_ops=BackendOps(tuple(p["backend_ops"]["test"]), tuple(p["backend_ops"].get("perf", ())))
+            if "backend_ops" in p else None)
     models = {}
     for name, m in doc["models"].items():
         spec = dict(m)
@@ -749,4 +785,13 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
                   base_files=rel(files["path"]) if files else None,
                   base_files_sha256=files["sha256"] if files else None,
                   speed=SpeedSettings(**speed_defaults),
-                  reloads=ReloadSettings(**doc.get("defaults", {}).get("reloads", {})))
+                  reloads=ReloadSettings(**doc.get("defaults", {}).get("reloads", {})),
+                  upstream_tests=_upstream_tests(doc.get("upstream_tests")))
+
+
+def _upstream_tests(u: Mapping[str, Any] | None) -> UpstreamTests:
+    """The top-level ``upstream_tests`` section, typed (the default label ``main`` and no needs where absent)."""
+    if u is None:
+        return UpstreamTests()
+    return UpstreamTests(u["label"], {name: UpstreamNeed(n["needs"], n["reason"])
+                                      for name, n in (u.get("needs") or {}).items()})

@@ -101,6 +101,8 @@ FAILURE_KINDS = {
     "patch": "a patch of the series did not apply: patch (its file name), message",
     "compare": "a comparison could not be made (e.g. tokenizing failed): model, prompt, message",
     "exception": "the step stopped with an error: message (exception type and text)",
+    "upstream-test": "a test of upstream's suite fails on the fork and not on base (harness.stages.tests.upstream_suite): "
+                     "message (the test and its failure), log (the fork's ctest.log)",
     "expectation": "a configuration did not do what it must (harness.stages.checks.expectations): model, status (the rule: "
                    "placement, weights, pinned, warnings), message (what was found), log (the record it was read from)",
 }
@@ -338,6 +340,14 @@ TESTS_FILES = {"log": "ctest.log", "junit": "junit.xml", "run": "tests.json", "s
                "gpu_facts": "gpu-facts.json"}
 
 
+#: The files of upstream's suite (:meth:`RunLayout.upstream_tests`): the pair record of the platform's directory
+#: (harness.record.upstream_tests) and test-backend-ops' perf mode (harness.stages.tests.backend_ops); in each
+#: variant's directory beside :data:`TESTS_FILES`, the log of the build of the suite's test targets and
+#: test-backend-ops' SQL output.
+UPSTREAM_FILES = {"pairs": "pairs.json", "build": "build-tests.log", "sql": "backend-ops.sql",
+                  "perf": "backend-ops-perf.json"}
+
+
 #: The files of a compile step's log directory (:meth:`RunLayout.compile_logs`) beside its configure and build
 #: logs: the step's record (the plan, the unity groups, the targets linked, the times;
 #: harness.stages.build.cuda_compile.compile_tree, which writes it into any directory) and the CUDA toolkit the
@@ -431,6 +441,20 @@ class RunLayout:
         """``<platform>/tests/`` for step ``test``, ``<platform>/tests-<tool>/`` for ``test-<tool>``; its files are
         named by :data:`TESTS_FILES`."""
         return self.platform(platform) / ("tests" + step[len("test"):])
+
+    #: The step of upstream's suite, base and fork side by side (harness.stages.tests.upstream_suite).
+    UPSTREAM_STEP = "upstream-tests"
+
+    def upstream_tests(self, platform: str, variant: str | None = None) -> Path:
+        """``<platform>/upstream-tests/`` (its pair record, :data:`UPSTREAM_FILES`), or a variant's directory below
+        it (``base/``, ``fork/``, ``backend-ops-<mode>-<variant>/``), whose files are named by :data:`TESTS_FILES`."""
+        here = self.platform(platform) / self.UPSTREAM_STEP
+        return here / variant if variant else here
+
+    def upstream_file(self, platform: str, name: str, variant: str | None = None) -> Path:
+        """The file ``name`` (a key of :data:`UPSTREAM_FILES`, else of :data:`TESTS_FILES`) of upstream's suite: of
+        the platform's directory, or of ``variant``'s."""
+        return self.upstream_tests(platform, variant) / (UPSTREAM_FILES.get(name) or TESTS_FILES[name])
 
     def tests_file(self, platform: str, step: str, name: str) -> Path:
         """The file ``name`` (a key of :data:`TESTS_FILES`) of the native-test directory of ``step``."""

@@ -22,7 +22,8 @@ class Options:
     ``bench_warmup``: its untimed rounds before them (None: the matrix's).
     ``no_cache``: regenerate every generation, rerun every native test and measure every speed pair
     instead of taking them from the result cache (docs/cache.md).  ``lanes``: generations at once on a
-    CPU platform (None: :func:`harness.stages.outputs.greedy.lanes_for` decides).
+    CPU platform (None: :func:`harness.stages.outputs.greedy.lanes_for` decides).  ``upstream_tests``: the test
+    command also runs upstream's own suite on base and fork (harness.stages.tests.upstream_suite).
     """
 
     platforms: list[str] = field(default_factory=list)
@@ -41,3 +42,4 @@ class Options:
     bench_warmup: int | None = None
     no_cache: bool = False
     lanes: int | None = None
+    upstream_tests: bool = False

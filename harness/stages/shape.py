@@ -67,6 +67,8 @@ EVIDENCE = {
                   "the patch that did not apply",
     "compile-logs": "the same files of the step's compile directory (a platform compiled, not run)",
     "test-logs": "tests.json, junit.xml, ctest.log and the failed tests' logs of the step's tests directory",
+    "upstream-suite": "pairs.json of the platform's upstream-tests directory (the tests that pass on base and fail "
+                      "on the fork) and the fork's ctest log",
     "generations": "the step's failure facts and the .stderr and .cmd files of the generations they name",
     "sanitizer-log": "the compute-sanitizer log the step names (its ``log``)",
     "expectations": "the findings of the configuration's expectations.json",

@@ -16,13 +16,14 @@ from typing import Iterable
 from ..record.results import StepRecord
 from .shape import COMMANDS, Stage, StepSpec
 from .speed import speed
-from .tests import tests_stage
+from .tests import tests_stage, upstream_suite
 
 #: The stages, in the order they run.
 STAGES: tuple[Stage, ...] = (
     compile_stage.STAGE,   # build: the CUDA compile step, beside the builds
     build_stage.STAGE,     # build: base and fork of every platform
     tests_stage.STAGE,     # test: ctest by label
+    upstream_suite.STAGE,  # test, with --upstream-tests: upstream's suite on base and fork, test-backend-ops on a GPU
     sanitized_generation.STAGE,  # test, with --sanitize: a short generation of each pin configuration under the tool
     compare_stage.STAGE,   # compare-outputs: the generate steps and greedy comparisons
     sanitized_generation.CRASH_STAGE,  # compare-outputs: a crashed GPU generation once more under memcheck

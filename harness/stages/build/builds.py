@@ -28,7 +28,7 @@ from ...record.progress import InProgress
 from ...record.results import BUILD_FILES, Failure, Run, StepRecord, write_json
 from ..options import Options
 from .engine_target import ENGINE_TARGET, engine_cmake_options, engine_source_digest
-from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,
+from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options, _run_step,
                     cuda_architectures_from_nvidia_smi, find_tool, is_up_to_date, up_to_date_result)
 from ...matrix.host_tools import find_emulator_program
 from .cross import Emulator, emulator_for
@@ -249,6 +249,34 @@ class Builds:
         built.status, built.detail = "error", (f"{req.build_dir} was rebuilt with other options by another "
                                                "harness process three times in a row")
         return built
+
+    def build_more(self, p: Platform, variant: str, targets: Sequence[str], log: Path) -> tuple[int, float]:
+        """Build ``targets`` in the build directory of ``variant`` of ``p``, which :meth:`build_variant` built and
+        this run holds, beside what that build declares (upstream's suite asks its own ctest which targets it
+        needs: harness.stages.tests.upstream_suite); its stamp and key are left as they are, and ninja decides
+        what is out of date.
+
+        The directory's lock is taken for writing (the holds that sort at or after it given up first and taken
+        again after, as :meth:`_build_and_hold` does), the command runs in the run's job budget with ccache based
+        at the work directory, its output in ``log`` (its exit code beside it).  Returns (exit code, seconds);
+        (0, 0.0) for no target.  Raises KeyError when the build was not made by this process."""
+        if not targets:
+            return 0, 0.0
+        built = self.built[(p.name, variant)]
+        key = BuildLock(built.build_dir).key
+        later = [h for h in self._held if h.lock.key >= key]
+        for h in later:
+            self._held.remove(h)
+            h.lock.release()
+        try:
+            with BuildLock(built.build_dir).write(self.say):
+                budget = self.job_budget()
+                argv = [find_tool("cmake") or "cmake", "--build", str(built.build_dir),
+                        *budget.jobs_option(self.opts.jobs), "--target", *targets]
+                return _run_step(argv, log, ccache_env(self.opts.work_dir.resolve()), budget)
+        finally:
+            for h in sorted(later, key=lambda h: h.lock.key):
+                self._take_again(h)
 
     def _take_again(self, h: BuildHold) -> None:
         """Take the read hold of ``h`` again after it was given up for a build that sorts before it; a directory

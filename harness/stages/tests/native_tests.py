@@ -56,7 +56,8 @@ def list_tests(build_dir: Path, labels: Sequence[str]) -> list[str]:
 
 def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], out_dir: Path, *,
               timeout_s: float = 900, env: Mapping[str, str] | None = None,
-              wrapper: Sequence[str] = (), reference_junit: Path | None = None, exe_suffix: str = "") -> TestRun:
+              wrapper: Sequence[str] = (), reference_junit: Path | None = None, exe_suffix: str = "", jobs: int = 1,
+              repeat: str = "") -> TestRun:
     """Run the tests of ``build_dir`` with any of ``labels`` whose names are in ``targets``.
 
     Writes ``out_dir/ctest.log`` and ``out_dir/junit.xml``.  ``wrapper`` (e.g.
@@ -66,7 +67,9 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
     skipped (nothing to run); per-test ``timeout_s`` seconds.  With a ``wrapper``,
     ``reference_junit`` (the plain run's JUnit) is used to check that the wrapper really ran
     each test (see :func:`wrapper_skipped_test`); ``exe_suffix``: the file name suffix of the platform's
-    executables (harness.kinds.shape.OsKind.executable_suffix), for the binaries a wrapper runs.
+    executables (harness.kinds.shape.OsKind.executable_suffix), for the binaries a wrapper runs.  ``jobs``: tests at once (ctest ``--parallel``; where
+    ``env`` names a GNU make jobserver, ctest 3.29+ also takes one of its tokens for each test it starts).
+    ``repeat``: ctest's ``--repeat`` mode (``after-timeout:2``: a test that ran out of time runs once more; "" none).
     """
     out_dir = out_dir.resolve()  # ctest resolves relative paths against --test-dir
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -89,6 +92,10 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
             "--timeout", str(int(timeout_s)), "--output-junit", str(junit),
             "-L", "|".join(f"^{re.escape(lab)}$" for lab in labels),
             "-R", "^(" + "|".join(re.escape(t) for t in selected) + ")$"]
+    if jobs > 1:
+        argv += ["--parallel", str(jobs)]
+    if repeat:
+        argv += ["--repeat", repeat]
     start = time.monotonic()
     if wrapper:
         return _run_wrapped(build_dir, selected, wrapper, out_dir, run, timeout_s, env, reference_junit, exe_suffix)

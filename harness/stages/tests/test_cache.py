@@ -45,6 +45,10 @@ KIND = "tests"
 #: Format of the stored value; a change makes every older entry miss.
 FORMAT = 1
 
+#: Variables of the harness's environment that only say how many tests run at once (the run's jobserver pool,
+#: harness.common.jobserver): left out of a label's identity, as ``--parallel`` is.
+SCHEDULING_ENV = frozenset({"MAKEFLAGS", "CMAKE_BUILD_PARALLEL_LEVEL"})
+
 
 def harness_digest() -> str:
     """sha256 over this module and native_tests.py (harness.common.fs.sha256_files: names and bytes)."""
@@ -82,7 +86,7 @@ def label_identity(build_dir: Path, source_dir: Path | None, label: str, tests: 
                           "properties": abstract_paths(t.get("properties"), paths), "files": files})
     facts: dict[str, Any] = {"format": FORMAT, "harness": harness_digest(), "label": label, "tests": described,
                              "libraries": images_digest(shared_libraries(build_dir / "bin"), labels),
-                             "env": dict(env), "wrapper": list(wrapper), "machine": machine_facts(gpu, build_dir / "CMakeCache.txt"),
+                             "env": {k: v for k, v in env.items() if k not in SCHEDULING_ENV}, "wrapper": list(wrapper), "machine": machine_facts(gpu, build_dir / "CMakeCache.txt"),
                              "inherited_env": inherited_environment()}
     if emulator_argv:
         facts["emulator"] = {"program": Path(emulator_argv[0]).name, "version": emulator_version(emulator_argv, env)}
@@ -124,11 +128,12 @@ def run_tests_reusing(cache: ResultCache | None, run_id: str, build_dir: Path, l
                       targets: Sequence[str], out_dir: Path, *, env: Mapping[str, str] | None = None,
                       emulator_argv: Sequence[str] = (), wrapper: Sequence[str] = (),
                       reference_junit: Path | None = None, gpu: GpuKind = CPU,
-                      exe_suffix: str = "") -> tuple[TestRun, Reuse]:
+                      exe_suffix: str = "", timeout_s: float = 900, jobs: int = 1,
+                      repeat: str = "") -> tuple[TestRun, Reuse]:
     """Run the tests of ``labels`` like harness.stages.tests.native_tests.run_ctest, reusing each label stored
     in ``cache`` with the same identity (None: run them all).
 
-    Returns the TestRun (reused cases included, ``junit.xml`` and ``ctest.log`` written as one run) and what
+    ``timeout_s`` (per test), ``jobs`` (tests at once) and ``repeat`` as run_ctest takes them.  Returns the TestRun (reused cases included, ``junit.xml`` and ``ctest.log`` written as one run) and what
     was reused.  A label that cannot be described (ctest refusing ``--show-only``) just runs.  Labels
     whose every test passed are stored for ``run_id``.
     """
@@ -138,7 +143,8 @@ def run_tests_reusing(cache: ResultCache | None, run_id: str, build_dir: Path, l
     reuse = Reuse()
     if cache is None:
         return run_ctest(build_dir, labels, targets, out_dir, env=env, wrapper=wrapper,
-                         reference_junit=reference_junit, exe_suffix=exe_suffix), reuse
+                         reference_junit=reference_junit, exe_suffix=exe_suffix,
+                         timeout_s=timeout_s, jobs=jobs, repeat=repeat), reuse
     source = _source_dir(build_dir)
     identities: dict[str, dict] = {}
     tests_of: dict[str, list[str]] = {}
@@ -165,7 +171,8 @@ def run_tests_reusing(cache: ResultCache | None, run_id: str, build_dir: Path, l
         run_targets = [t for t in targets if t not in reused_names or any(t in tests_of.get(lab, [t])
                                                                           for lab in run_labels)]
         tr = run_ctest(build_dir, run_labels, run_targets, out_dir, env=env, wrapper=wrapper,
-                       reference_junit=reference_junit, exe_suffix=exe_suffix)
+                       reference_junit=reference_junit, exe_suffix=exe_suffix,
+                       timeout_s=timeout_s, jobs=jobs, repeat=repeat)
     else:
         tr = TestRun(status="passed", junit=out_dir / TESTS_FILES["junit"], log=out_dir / TESTS_FILES["log"])
         (out_dir / TESTS_FILES["log"]).write_bytes(b"")

@@ -1,0 +1,218 @@
+"""Upstream's own ctest suite on base and fork (harness.stages.tests.upstream_suite) and test-backend-ops
+(harness.stages.tests.backend_ops): the classes of a pair, the declared needs, the targets asked of ctest, the
+record, the signature of a regression, and test-backend-ops' SQL read through SQLite."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.analysis.signatures import classify_step
+from harness.kinds.registry import gpu_of
+from harness.matrix.config import UpstreamNeed, UpstreamTests, load_matrix
+from harness.record import native_tests
+from harness.record.results import RecordError, RunLayout, StepRecord, TESTS_FILES, write_json
+from harness.record.upstream_tests import (DECLARED, FAILED_BOTH, FIXED, FORK_ONLY, PASSED_BOTH, REGRESSED,
+                                           SKIPPED_BOTH, SuiteRecord, classify, read_suite)
+from harness.stages.tests.backend_ops import judge_test_mode, read_cases
+from harness.stages.build.build import find_tool
+from harness.stages.tests.upstream_suite import (describe, emulated_tests, lacked_needs, outcomes, pair_up,
+                                                suite_targets, ctest_commands)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("base,fork,expected", [
+    ("passed", "passed", PASSED_BOTH), ("failed", "failed", FAILED_BOTH), ("passed", "failed", REGRESSED),
+    ("failed", "passed", FIXED), ("passed", "skipped", REGRESSED), ("passed", "absent", REGRESSED),
+    ("absent", "failed", REGRESSED), ("skipped", "skipped", SKIPPED_BOTH), ("absent", "passed", FORK_ONLY),
+    ("failed", "absent", FAILED_BOTH), ("declared", "declared", DECLARED),
+])
+def test_each_pair_of_outcomes_has_one_class(base, fork, expected):
+    assert classify(base, fork) == expected
+
+
+def test_only_a_test_that_fails_on_the_fork_and_not_on_base_is_a_regression_and_the_detail_names_it_first():
+    names = ["test-a", "test-b", "test-c", "test-net"]
+    base = native_tests.TestRun("failed", [native_tests.TestCase("test-a", "passed", 1.0), native_tests.TestCase("test-b", "passed", 1.0),
+                              native_tests.TestCase("test-c", "failed", 2.0, "exit 1")])
+    fork = native_tests.TestRun("failed", [native_tests.TestCase("test-a", "passed", 1.0), native_tests.TestCase("test-b", "failed", 1.5, "exit 3"),
+                              native_tests.TestCase("test-c", "failed", 2.0, "exit 1")])
+    pairs = pair_up(names, outcomes(base, names), outcomes(fork, names), {"test-net": "needs the network: x"})
+    record = SuiteRecord("main", pairs)
+    assert [p.outcome for p in pairs] == [PASSED_BOTH, REGRESSED, FAILED_BOTH, DECLARED]
+    assert pairs[3].base == pairs[3].fork == "declared"  # never run, never counted as passed
+    detail = describe(record)
+    assert detail.startswith("1 regressed (pass on base, fail on the fork): test-b: exit 3")
+    assert "1 pass on both" in detail and "1 fail on both (upstream's or the environment's" in detail
+    assert "test-c" in detail and "1 skipped by declaration (needs the network): test-net" in detail
+
+
+def test_the_record_reads_back_and_a_bad_one_is_refused_naming_the_file(tmp_path):
+    names = ["test-a"]
+    run = native_tests.TestRun("passed", [native_tests.TestCase("test-a", "passed", 0.5)])
+    record = SuiteRecord("main", pair_up(names, outcomes(run, names), outcomes(run, names), {}), {"fork": 3.0})
+    path = tmp_path / "pairs.json"
+    write_json(path, record)
+    back = read_suite(path)
+    assert back.pairs == record.pairs and back.seconds == {"fork": 3.0}
+    path.write_text(json.dumps({"label": "main", "pairs": [{"name": "x", "base": "passed", "fork": "passed",
+                                                              "outcome": "fine"}]}))
+    with pytest.raises(RecordError, match="pairs.json.*unknown outcome 'fine'"):
+        read_suite(path)
+
+
+def test_the_network_tests_are_declared_in_the_matrix_and_lacked_on_every_platform():
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    suite = matrix.upstream_tests
+    assert suite.label == "main"
+    assert set(suite.needs) == {"test-download-model", "test-arg-parser", "test-thread-safety", "test-tokenizers-ggml-vocabs"}
+    for p in matrix.platforms.values():
+        assert set(lacked_needs(suite, p)) == set(suite.needs)
+    assert matrix.platforms["linux-x86_64-cpu"].upstream_tests and matrix.platforms["windows-x86_64-cpu"].upstream_tests
+    assert matrix.platforms["linux-x86_64-cuda"].backend_ops.test == ("MUL_MAT", "MUL_MAT_ID", "GET_ROWS", "CPY",
+                                                                       "SET_ROWS")
+
+
+def test_a_test_that_needs_a_gpu_is_skipped_only_where_the_platform_has_none():
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    suite = UpstreamTests("main", {"test-gpu": UpstreamNeed("gpu", "runs on CUDA0")})
+    cpu, cuda = matrix.platforms["linux-x86_64-cpu"], matrix.platforms["linux-x86_64-cuda"]
+    assert not gpu_of(cpu).has_device and gpu_of(cuda).has_device
+    assert lacked_needs(suite, cpu) == {"test-gpu": "needs the gpu: runs on CUDA0"}
+    assert lacked_needs(suite, cuda) == {}
+
+
+def test_the_schema_refuses_an_undeclared_need(tmp_path):
+    from harness.matrix.config import MatrixError
+    text = (ROOT / "matrix.yaml").read_text().replace("needs: network\n      reason: \"downloads",
+                                                      "needs: moon\n      reason: \"downloads", 1)
+    bad = tmp_path / "matrix.yaml"
+    bad.write_text(text)
+    with pytest.raises(MatrixError, match="needs"):
+        load_matrix(bad)
+
+
+def _ctest_tree(build: Path) -> None:
+    """A build directory's CTestTestfile.cmake tree as CMake writes it: one test at the top, a subdirectory with a
+    test named after its vocabulary, one running cmake -P, and an argument holding a semicolon."""
+    (build / "bin").mkdir(parents=True)
+    (build / "tests").mkdir()
+    (build / "CTestTestfile.cmake").write_text('subdirs("tests")\n')
+    (build / "tests" / "CTestTestfile.cmake").write_text(
+        f'add_test("test-tokenizer-0-falcon" "{build}/bin/test-tokenizer-0.exe" "/src/falcon.gguf")\n'
+        'set_tests_properties("test-tokenizer-0-falcon" PROPERTIES LABELS "main" WORKING_DIRECTORY ".")\n'
+        f'add_test("test-log" "{build}/bin/test-log.exe" "a;b")\n'
+        'set_tests_properties("test-log" PROPERTIES LABELS "main;fork")\n'
+        'add_test("test-download-model" "/usr/bin/cmake" "-P" "/src/download.cmake")\n'
+        'set_tests_properties("test-download-model" PROPERTIES LABELS "main")\n')
+
+
+def test_the_targets_are_the_executables_of_the_build_that_the_tests_start_read_by_cmake(tmp_path):
+    build = tmp_path / "build"
+    _ctest_tree(build)
+    commands = ctest_commands(build)
+    assert commands["test-tokenizer-0-falcon"] == [f"{build}/bin/test-tokenizer-0.exe", "/src/falcon.gguf"]
+    assert commands["test-log"] == [f"{build}/bin/test-log.exe", "a;b"]  # one argument, as ctest passes it
+    assert suite_targets(list(commands.values()), build, ".exe") == ["test-tokenizer-0", "test-log"]
+    assert suite_targets([["/usr/bin/wine", f"{build}/bin/test-log.exe"]], build, ".exe") == ["test-log"]
+
+
+def test_a_cross_builds_tests_are_declared_again_started_through_the_emulator(tmp_path):
+    build = tmp_path / "build"
+    _ctest_tree(build)
+    out = emulated_tests(build, [sys.executable, "-X", "dev"], tmp_path / "emulated")
+    shown = json.loads(subprocess.run([find_tool("ctest") or "ctest", "--test-dir", str(out), "--show-only=json-v1",
+                                       "-L", "^main$"], capture_output=True, check=True).stdout)
+    tests = {t["name"]: t for t in shown["tests"]}
+    assert set(tests) == {"test-tokenizer-0-falcon", "test-log", "test-download-model"}
+    props = {p["name"]: p["value"] for p in tests["test-tokenizer-0-falcon"]["properties"]}
+    assert props["LABELS"] == ["main"] and props["WORKING_DIRECTORY"] == f"{build}/tests/."
+    assert tests["test-tokenizer-0-falcon"]["command"] == [sys.executable, "-X", "dev", f"{build}/bin/test-tokenizer-0.exe",
+                                                           "/src/falcon.gguf"]
+    assert tests["test-log"]["command"][-1] == "a;b"
+
+
+SQL = """ggml_backend_cuda_init: found 1 CUDA devices
+CREATE TABLE IF NOT EXISTS test_backend_ops (
+  test_time TEXT,
+  backend_name TEXT,
+  op_name TEXT,
+  op_params TEXT,
+  test_mode TEXT,
+  supported INTEGER,
+  passed INTEGER,
+  error_message TEXT,
+  time_us REAL
+);
+
+INSERT INTO test_backend_ops (test_time, backend_name, op_name, op_params, test_mode, supported, passed, error_message, time_us) VALUES ('t', 'CUDA0', 'MUL_MAT', 'type_a=q4_K,m=16', 'test', '1', '{ok}', '', '0');
+INSERT INTO test_backend_ops (test_time, backend_name, op_name, op_params, test_mode, supported, passed, error_message, time_us) VALUES ('t', 'CUDA0', 'GET_ROWS', 'type=f16', 'test', '1', '1', '', '0');
+INSERT INTO test_backend_ops (test_time, backend_name, op_name, op_params, test_mode, supported, passed, error_message, time_us) VALUES ('t', 'CUDA0', 'CPY', 'type_src=bf16', 'test', '0', '0', '', '0');
+"""
+
+
+def test_test_backend_ops_sql_is_read_through_sqlite_and_a_case_the_fork_fails_is_a_regression():
+    base = read_cases(SQL.format(ok=1))
+    fork = read_cases(SQL.format(ok=0))
+    assert [(c.op, c.supported, c.passed) for c in base] == [("MUL_MAT", True, True), ("GET_ROWS", True, True),
+                                                             ("CPY", False, False)]
+    status, detail, regressed = judge_test_mode(base, fork)
+    assert status == "failed" and regressed == ["MUL_MAT(type_a=q4_K,m=16) on CUDA0"]
+    assert detail.startswith("1 regressed") and "1 pass on both" in detail and "1 skipped on both" in detail
+    assert judge_test_mode(base, base)[0] == "passed"
+
+
+def _upstream_run(tmp_path: Path, fork_message: str) -> tuple[Path, StepRecord]:
+    run_dir = tmp_path / "run"
+    layout = RunLayout(run_dir)
+    names = ["test-tokenizer-0-falcon", "test-c"]
+    base = native_tests.TestRun("failed", [native_tests.TestCase(names[0], "passed"), native_tests.TestCase("test-c", "failed", 1.0, "exit 2")])
+    fork = native_tests.TestRun("failed", [native_tests.TestCase(names[0], "failed", 1.0, fork_message), native_tests.TestCase("test-c", "failed", 1.0,
+                                                                                       "exit 2")])
+    write_json(layout.upstream_file("p", "pairs"), SuiteRecord("main", pair_up(names, outcomes(base, names),
+                                                                               outcomes(fork, names), {})))
+    write_json(layout.upstream_file("p", "run", "fork"), fork)
+    log = layout.upstream_file("p", "log", "fork")
+    log.write_text("2/2 Test  #1: test-tokenizer-0-falcon ...***Failed    1.00 sec\n"
+                   "main : failed test:    '3333333'\n"
+                   "main : detokenized to: '3333333' instead of '3333333'\n"
+                   "main : expected tokens:   1012, 1012, 21\n"
+                   "1/2 Test  #2: test-c ...........................***Failed    1.00 sec\n"
+                   "Segmentation fault\n")
+    assert TESTS_FILES["log"] == log.name
+    return run_dir, StepRecord("p", "fork", RunLayout.UPSTREAM_STEP, "failed", 2.0, "1 regressed")
+
+
+def test_the_signature_of_a_regression_comes_from_the_regressed_test_never_from_one_that_fails_on_both(tmp_path):
+    run_dir, step = _upstream_run(tmp_path, "exit 1")
+    sig = classify_step(run_dir, step)
+    assert sig is not None and "test-tokenizer-0-falcon" in sig.summary and "test-c" not in sig.summary
+    assert "more failing" not in sig.summary  # test-c fails on base too
+
+
+def test_triage_lists_a_test_whose_pair_changed_class_a_new_regression_as_one(tmp_path):
+    from harness.analysis.triage import Transition
+    from harness.analysis.upstream_diff import upstream_test_transitions
+    names = ["test-a", "test-b", "test-c"]
+    ok = native_tests.TestRun("passed", [native_tests.TestCase(n, "passed") for n in names])
+    a_fork = native_tests.TestRun("passed", [native_tests.TestCase("test-a", "passed"),
+                                             native_tests.TestCase("test-b", "passed"),
+                                             native_tests.TestCase("test-c", "passed")])
+    b_base = native_tests.TestRun("failed", [native_tests.TestCase("test-a", "passed"),
+                                             native_tests.TestCase("test-b", "passed"),
+                                             native_tests.TestCase("test-c", "failed", 1.0, "exit 1")])
+    b_fork = native_tests.TestRun("failed", [native_tests.TestCase("test-a", "failed", 1.0, "exit 3"),
+                                             native_tests.TestCase("test-b", "passed"),
+                                             native_tests.TestCase("test-c", "failed", 1.0, "exit 1")])
+    for run, base, fork in (("a", ok, a_fork), ("b", b_base, b_fork)):
+        write_json(RunLayout(tmp_path / run).upstream_file("p", "pairs"),
+                   SuiteRecord("main", pair_up(names, outcomes(base, names), outcomes(fork, names), {})))
+    found = upstream_test_transitions(tmp_path / "a", tmp_path / "b", ["p", "q"], Transition)
+    got = {(t.what, t.category, t.before, t.after) for t in found}
+    assert got == {("upstream test test-a", "regression", PASSED_BOTH, REGRESSED),
+                   ("upstream test test-c", "other", PASSED_BOTH, FAILED_BOTH)}  # failing on both: never the fork's

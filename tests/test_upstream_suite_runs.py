@@ -1,0 +1,98 @@
+"""Upstream's suite in whole runs on the real CPU build: tests/plants/llama-vocab-falcon-digits-split-in-pairs.patch
+on top of the series breaks one tokenizer test that only upstream's suite runs.  With ``--upstream-tests`` the run
+fails on that test, attributed to the fork (it passes on base); every comparison stays identical and the fork's own
+tests pass, so the same patch without the suite passes; bisect names the plant.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fake_upstream import make_fake_project
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "plants"))
+from series_with import series_with  # noqa: E402
+
+PLANT = "llama-vocab-falcon-digits-split-in-pairs.patch"
+NETWORK = {"test-download-model", "test-arg-parser", "test-thread-safety", "test-tokenizers-ggml-vocabs"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler")
+def test_the_fake_suite_pairs_base_and_fork_and_a_test_broken_on_the_fork_fails_the_run_and_triage(tmp_path):
+    project = make_fake_project(tmp_path)
+    clean = subprocess.run(project.argv("build", "test", extra=("--upstream-tests",)), cwd=ROOT, env=project.env(),
+                           capture_output=True, text=True)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    clean_run = (project.results / "latest").resolve()
+    step = {(s["config"], s["step"]): s for s in json.loads((clean_run / "summary.json").read_text())["configurations"]}
+    suite = step[("fork", "upstream-tests")]
+    assert suite["status"] == "passed"
+    assert suite["detail"] == "2 pass on both; 1 skipped by declaration (needs the network): test-fake-net"
+    pairs = clean_run / "linux-x86_64-cpu" / "upstream-tests"
+    assert (pairs / "base" / "junit.xml").exists() and (pairs / "fork" / "junit.xml").exists()
+    assert "test-fake" in (pairs / "base" / "build-tests.log").read_text()  # the target test-fake-vocab starts
+
+    broken = subprocess.run(project.argv("test", extra=("--upstream-tests",)), cwd=ROOT,
+                            env=project.env(FAKE_BREAK_FORK_VOCAB="1"), capture_output=True, text=True)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    run = (project.results / "latest").resolve()
+    step = {(s["config"], s["step"]): s for s in json.loads((run / "summary.json").read_text())["configurations"]}
+    suite = step[("fork", "upstream-tests")]
+    assert suite["status"] == "failed" and step[("fork", "test")]["status"] == "passed"
+    assert suite["detail"].startswith("1 regressed (pass on base, fail on the fork): test-fake-vocab")
+    signatures = json.loads((run / "signatures.json").read_text())
+    found = [e["signature"]["summary"] for e in signatures if e["step"] == "upstream-tests"]
+    assert len(found) == 1 and found[0].startswith("test-fake-vocab"), found
+    triage = subprocess.run([sys.executable, "-m", "harness", "triage", str(clean_run), str(run)], cwd=ROOT,
+                            env=project.env(), capture_output=True, text=True)
+    assert triage.returncode == 1, triage.stdout + triage.stderr
+    assert "fork upstream-tests: passed -> failed" in triage.stdout
+    assert "upstream test test-fake-vocab: passed-both -> regressed" in triage.stdout
+
+
+def _harness(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_RUN_ID"}
+    return subprocess.run([sys.executable, "-m", "harness", *argv], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CPU platform is Linux")
+def test_a_broken_tokenizer_fails_the_suite_on_its_test_only_and_bisect_names_the_plant(tmp_path):
+    series = series_with(tmp_path / "series", [ROOT / "tests" / "plants" / PLANT])
+    common = ["--platform", "linux-x86_64-cpu", "-j", "2", "--patches-dir", str(series),
+              "--work-dir", str(tmp_path / "work")]
+    run = _harness("build", "test", "compare-outputs", "--upstream-tests", "--group", "base-vs-fork", "--model",
+                   "moe-small", "--n-predict", "8", "--no-bench", "--results-dir", str(tmp_path / "results"), *common)
+    assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-4000:]
+    summary = json.loads((tmp_path / "results" / "latest" / "summary.json").read_text())
+    steps = {(s["config"], s["step"]): s for s in summary["configurations"]}
+    assert [c["status"] for c in summary["comparisons"]] == ["identical"] * len(summary["comparisons"])
+    assert steps[("fork", "test")]["status"] == "passed"  # the fork's own tests see nothing
+    suite = steps[("fork", "upstream-tests")]
+    assert suite["status"] == "failed"
+    assert suite["detail"].startswith("1 regressed (pass on base, fail on the fork): test-tokenizer-0-falcon")
+    assert [f["kind"] for f in suite["failures"]] == ["upstream-test"]
+    pairs = json.loads((tmp_path / "results" / "latest" / "linux-x86_64-cpu" / "upstream-tests" / "pairs.json")
+                       .read_text())["pairs"]
+    outcome = {p["name"]: p["outcome"] for p in pairs}
+    assert {n for n, o in outcome.items() if o == "declared"} == NETWORK
+    assert [n for n, o in outcome.items() if o == "regressed"] == ["test-tokenizer-0-falcon"]
+    assert sum(o == "passed-both" for o in outcome.values()) == len(outcome) - len(NETWORK) - 1
+    signatures = json.loads((tmp_path / "results" / "latest" / "signatures.json").read_text())
+    assert any(e["step"] == "upstream-tests" and "test-tokenizer-0-falcon" in e["signature"]["summary"]
+               for e in signatures)
+
+    bisect = _harness("bisect", "--check", "test:test-tokenizer-0-falcon", *common)
+    n = len([ln for ln in (series / "series").read_text().splitlines() if ln.strip() and not ln.startswith("#")])
+    assert bisect.returncode == 0, bisect.stdout[-3000:] + bisect.stderr[-3000:]
+    assert f"first bad patch: {n} of {n}: {PLANT}" in bisect.stdout
