@@ -1,12 +1,13 @@
 """The report's pictures (harness.analysis.svg, harness.analysis.report_figures) from committed H200 runs."""
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from harness.analysis import svg
+from harness.analysis import report_figures, svg
 from harness.analysis.report import render_html
 from harness.record.results import ComparisonRecord
 from harness.analysis.report_figures import kl_figure, probe_figure, rule_history, speed_pair_figures
@@ -56,10 +57,33 @@ def test_the_probe_strip_says_which_layers_are_pinned():
     assert {buft for cls, _, buft in titles if cls == "c-pageable"} == {"CPU"}
 
 
+def _started(run_dir: Path) -> str:
+    return json.loads((run_dir / "run.json").read_text(encoding="utf-8"))["started"]
+
+
 def test_a_rule_history_runs_over_the_evidence_oldest_first():
+    """Each point is one run, in the order the runs started (run.json ``started``, not the directory names'
+    order): the history plot reads left to right as time."""
     history = rule_history(ROOT / "results", CUDA)
     points = history["speed:cuda-base-vs-fork:pp fork"]
     assert len(points) > 10 and len({run for run, _ in points}) == len(points)
+    runs = {d.name: d for d in (ROOT / "results").rglob("*") if (d / "run.json").is_file()}
+    starts = [_started(runs[run]) for run, _ in points]
+    assert starts == sorted(starts) and starts[0] < starts[-1]
+
+
+def test_a_rule_history_keeps_the_newest_runs_when_it_caps_them(tmp_path, monkeypatch):
+    """Past HISTORY_RUNS runs the oldest are dropped: the cap keeps the newest, still oldest first.  The runs'
+    directory names sort the other way round from their starts, so only the start decides."""
+    for k, name in enumerate(["r-c", "r-b", "r-a"]):  # r-c started first
+        run = tmp_path / name
+        (run / CUDA / "speed").mkdir(parents=True)
+        (run / "run.json").write_text(json.dumps({"run_id": name, "started": f"2026-12-0{k + 1}T00:00:00+00:00"}))
+        (run / "summary.json").write_text(json.dumps({"run_id": name, "overall": "passed", "configurations": []}))
+        rules = [{"step": "speed:g:pp", "candidate": "fork", "reference": "base", "ratio": 1.0 - k / 10}]
+        (run / CUDA / "speed" / "bench.json").write_text(json.dumps({"rules": rules}))
+    monkeypatch.setattr(report_figures, "HISTORY_RUNS", 2)
+    assert [run for run, _ in rule_history(tmp_path, CUDA)["speed:g:pp fork"]] == ["r-b", "r-a"]
 
 
 def test_kl_per_position_is_drawn_where_the_comparison_records_it():

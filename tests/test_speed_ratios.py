@@ -417,6 +417,31 @@ def test_a_pair_restored_from_the_result_cache_is_no_run_of_its_own_in_the_sprea
     assert ("moe-large", "cuda-pin-all", "pp", "cuda-base-host-experts") in ratios
 
 
+
+def test_a_cached_pair_leaves_out_only_its_own_rounds_and_the_live_pairs_of_its_model_and_tokens_still_count(tmp_path):
+    """A pair restored from the result cache is matched by its model and configurations (fde79b0): another set of
+    rounds of the same model, tokens and repeats, measured live in the run, keeps its four ratios (two
+    configurations, both directions, pp and tg); matching by model and tokens alone would leave out none of the
+    cached pair's and all of the live pair's."""
+    def side(config, pair, rounds, pp):
+        return {"config": config, "model": "m", "n_prompt": 64, "n_gen": 16, "repeats": 3, "pair": list(pair),
+                "interleaved": rounds, "pp_tok_s": pp, "tg_tok_s": pp}
+    bench_ = {"machine": {"cpu": "x"}, "instrument": 2,
+              "pairs": [{"configs": ["base", "fork"], "model": "m", "n_prompt": 64, "n_gen": 16, "repeats": 3,
+                         "cached": "r0"},
+                        {"configs": ["nopin", "pin"], "model": "m", "n_prompt": 64, "n_gen": 16, "repeats": 3}],
+              "measurements": [side("base", ("base", "fork"), "1", [10, 10, 10]),
+                               side("fork", ("base", "fork"), "1", [9, 9, 9]),
+                               side("nopin", ("nopin", "pin"), "2", [10, 10, 10]),
+                               side("pin", ("nopin", "pin"), "2", [12, 12, 12])]}
+    speed_dir = tmp_path / "run" / CUDA / "speed"
+    speed_dir.mkdir(parents=True)
+    (speed_dir / "bench.json").write_text(json.dumps(bench_), encoding="utf-8")
+    (ratios,) = median_ratios(tmp_path / "run").values()
+    assert ratios == {("m", "pin", "pp", "nopin"): 1.2, ("m", "pin", "tg", "nopin"): 1.2,
+                      ("m", "nopin", "pp", "pin"): pytest.approx(10 / 12), ("m", "nopin", "tg", "pin"): pytest.approx(10 / 12)}
+
+
 def test_a_ratio_s_spread_is_its_model_s():
     """The default-mode pair measured on moe-large (2026-12-03) and on moe-48l-quant (2026-12-04) by the same engine
     on machines of one fingerprint: each model keeps its own spread (harness.analysis.speed_spread.Key), the F16
