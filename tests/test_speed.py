@@ -228,6 +228,26 @@ def test_a_clean_fork_passes_both_rules(tmp_path):
     assert (pipe.run.dir / steps["speed:base-vs-fork:pp"].log).read_text().count("tok/s") >= 2
 
 
+
+@pytest.mark.parametrize("failed_build", ["base", "fork"])
+def test_a_rule_whose_reference_or_candidate_build_failed_is_an_error_naming_that_build_and_is_not_measured(
+        tmp_path, failed_build):
+    """A speed rule needs both builds of its pair: when either did not pass (the reference's ``base`` as much as
+    the candidate's ``fork``), each rule of the pair is recorded ``error`` with a ``blocked`` failure naming the
+    build, never ``failed`` (no slowdown was measured) and never passed; no engine starts."""
+    pipe = FakePipeline(tmp_path, f"blocked-{failed_build}")
+    pipe.build_variant = lambda p, variant: SimpleNamespace(status="failed" if variant == failed_build else "passed")
+    said: list[str] = []
+    pipe.say = said.append
+    stage_speed(pipe)
+    steps = speed_steps(pipe.run)
+    assert set(steps) == {step_name("base-vs-fork", "pp"), step_name("base-vs-fork", "tg")}
+    for s in steps.values():
+        assert (s.status, s.config, s.blocked_by()) == ("error", "fork", [failed_build]), s
+        assert f"build {failed_build}" in s.detail and s.detail.startswith("not run: ")
+    assert pipe.requests == [] and read_bench(pipe.run.dir, CPU) is None and len(said) == 2
+
+
 def test_the_speed_stage_interleaves_one_resident_engine_per_configuration(tmp_path):
     pipe = FakePipeline(tmp_path, "order")
     stage_speed(pipe)
