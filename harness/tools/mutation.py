@@ -54,7 +54,9 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_speed.py", "test_a_planted_twofold_slowdown_is_a_regression",
         "test_samples_of_one_distribution_pass", "test_a_small_separated_slowdown_is_within_the_factor",
         "test_a_large_slowdown_the_rank_test_does_not_support_is_not_counted",
-        "test_a_speedup_rule_needs_the_factor_asked", "test_the_rule_refuses_too_few_samples"),
+        "test_a_speedup_rule_needs_the_factor_asked", "test_the_rule_refuses_too_few_samples",
+        "test_a_verdict_says_both_medians_the_ratio_against_its_threshold_and_p_against_p_max",
+        "test_a_spread_gives_the_median_extremes_and_inclusive_quartiles_of_its_samples"),
     # a comparison's status from the token streams
     "harness/stages/outputs/divergence.py": _tests("tests/test_divergence.py"),
     # triage's speed verdict: within-run ratios, the reference, the factor and the spread
