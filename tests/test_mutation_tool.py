@@ -79,3 +79,11 @@ def test_the_equivalent_mutants_are_the_names_the_page_lists(tmp_path):
     assert listed_equivalent(doc) == {"harness.common.statistics.x_judge__mutmut_7",
                                       "harness.common.statistics.x_judge__mutmut_12"}
     assert listed_equivalent(tmp_path / "none.md") == set()
+
+
+def test_the_statuses_are_read_from_mutmut_s_results_lines():
+    text = ("    harness.common.statistics.x_judge__mutmut_1: killed\n"
+            "    harness.record.native_tests.xǁTestRunǁcounts__mutmut_3: no tests\n"
+            "    done in 12ms\n")
+    assert mutation.parse_results(text) == [("harness.common.statistics.x_judge__mutmut_1", "killed"),
+                                            ("harness.record.native_tests.xǁTestRunǁcounts__mutmut_3", "no tests")]

@@ -22,7 +22,7 @@ know, mutmut not installed), 3 mutmut stopped before it judged every mutant.
 from __future__ import annotations
 
 import argparse
-import json
+import importlib.util
 import os
 import re
 import shutil
@@ -134,22 +134,17 @@ def prepare(work: Path, modules: Sequence[str], root: Path = ROOT) -> None:
 
 
 def judged(work: Path, modules: Sequence[str]) -> list[Mutant]:
-    """Every mutant of ``modules`` and its status, read from mutmut's records in ``work/mutants``."""
-    from mutmut.stats import status_by_exit_code
-    out = []
-    for module in modules:
-        meta = work / "mutants" / f"{module}.meta"
-        if not meta.is_file():
-            continue
-        codes = json.loads(meta.read_text(encoding="utf-8")).get("exit_code_by_key") or {}
-        out += [Mutant(name, status_by_exit_code[code]) for name, code in sorted(codes.items(), key=_order)]
-    return out
+    """Every mutant of ``modules`` and its status, as ``mutmut results --all true`` run in ``work`` lists them
+    (``    <name>: <status>`` lines), in mutmut's order."""
+    done = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=work,
+                          capture_output=True, text=True)
+    prefixes = tuple(m[:-len(".py")].replace("/", ".") + "." for m in modules)
+    return [Mutant(name, status) for name, status in parse_results(done.stdout) if name.startswith(prefixes)]
 
 
-def _order(item: tuple[str, object]) -> tuple[str, int]:
-    name = item[0]
-    m = re.search(r"__mutmut_(\d+)$", name)
-    return (name[:m.start()] if m else name, int(m.group(1)) if m else 0)
+def parse_results(text: str) -> list[tuple[str, str]]:
+    """(mutant name, status) of each ``    <name>: <status>`` line of ``mutmut results``."""
+    return [(m.group(1), m.group(2).strip()) for m in re.finditer(r"^\s+(\S+__mutmut_\d+): (.+)$", text, re.M)]
 
 
 def listed_equivalent(doc: Path = DOC) -> set[str]:
@@ -183,9 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="every verdict module, not only the default set")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="mutants run at once (default: CPUs)")
     args = parser.parse_args(argv)
-    try:
-        import mutmut  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("mutmut") is None:  # not imported: only this tool needs it (NEEDED_MODULES)
         print("error: mutmut is not installed: pip install --require-hashes -r requirements.txt", file=sys.stderr)
         return EXIT_BAD_INPUT
     unknown = [m for m in args.module if m not in VERDICT_MODULES]
