@@ -74,10 +74,13 @@ def test_the_score_counts_killed_and_timed_out_mutants_of_those_a_test_reached()
 
 def test_the_equivalent_mutants_are_the_names_the_page_lists(tmp_path):
     doc = tmp_path / "mutation.md"
-    doc.write_text("| `harness.common.statistics.x_judge__mutmut_7` | the same value |\n"
-                   "`harness.common.statistics.x_judge__mutmut_12`, not `x_judge`\n")
+    doc.write_text("## Why\nnamed like `harness.common.statistics.x_judge__mutmut_1`\n"
+                   "## Equivalent mutants\n| `harness.common.statistics.x_judge__mutmut_7` | the same value |\n"
+                   "`harness.record.native_tests.xǁTestRunǁcounts__mutmut_12`, not `x_judge`\n"
+                   "## After\n`harness.common.statistics.x_judge__mutmut_2`\n")
     assert listed_equivalent(doc) == {"harness.common.statistics.x_judge__mutmut_7",
-                                      "harness.common.statistics.x_judge__mutmut_12"}
+                                      "harness.record.native_tests.xǁTestRunǁcounts__mutmut_12"}
+    assert listed_equivalent(ROOT / "docs" / "mutation.md") == set()  # none survived (docs/mutation.md)
     assert listed_equivalent(tmp_path / "none.md") == set()
 
 

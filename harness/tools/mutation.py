@@ -148,10 +148,12 @@ def parse_results(text: str) -> list[tuple[str, str]]:
 
 
 def listed_equivalent(doc: Path = DOC) -> set[str]:
-    """The mutants docs/mutation.md lists as equivalent: every backticked ``…__mutmut_N`` name in it."""
+    """The mutants docs/mutation.md lists as equivalent: every backticked ``…__mutmut_N`` name of its section
+    ``## Equivalent mutants`` (up to the next ``## `` heading); a name elsewhere on the page is an example."""
     if not doc.is_file():
         return set()
-    return set(re.findall(r"`([\w.]+__mutmut_\d+)`", doc.read_text(encoding="utf-8")))
+    section = re.search(r"^## Equivalent mutants\n(.*?)(?=^## |\Z)", doc.read_text(encoding="utf-8"), re.M | re.S)
+    return set(re.findall(r"`([\w.ǁ]+__mutmut_\d+)`", section.group(1))) if section else set()
 
 
 def score(mutants: Sequence[Mutant]) -> tuple[int, int]:
