@@ -165,3 +165,10 @@ def bench_noise(session: nox.Session) -> None:
 def pytest(session: nox.Session) -> None:
     """The project's own test suite (including the end-to-end build of the real llama.cpp)."""
     _run(session, "-m", "pytest", *session.posargs)
+
+
+@nox.session
+def mutation(session: nox.Session) -> None:
+    """Mutation testing of the modules that decide a verdict (harness/tools/mutation.py, docs/mutation.md):
+    ``nox -s mutation`` for all of them, ``nox -s mutation -- --changed origin/main`` before a pull request."""
+    _run(session, "-m", "harness.tools.mutation", *session.posargs)

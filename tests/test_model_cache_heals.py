@@ -86,7 +86,11 @@ def test_a_derived_model_with_one_byte_changed_is_derived_again(fake, source):  
     whole = first.read_bytes()
     flip_byte(first, 64)
     again = derive(fake, source)
-    assert again.read_bytes()[:64] == whole[:64] and made_file_problem(again) is None and len(fake.calls()) == 2
+    healed = again.read_bytes()
+    # the flipped byte is the first one compared; the fake's output ends with its temporary name, so the rest
+    # of the file is compared by its length
+    assert healed[64] == whole[64] and healed[:64] == whole[:64] and len(healed) == len(whole)
+    assert made_file_problem(again) is None and len(fake.calls()) == 2
 
 
 def test_the_model_store_that_models_and_the_stages_use_makes_a_damaged_file_again(vocab, tmp_path,  # noqa: F811

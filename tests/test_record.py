@@ -1,12 +1,14 @@
 """The run record: statuses declared once, structured failure facts, older runs, the layout."""
 
 import json
+import re
 import stat
 import sys
 from pathlib import Path
 
 import pytest
 
+from harness.analysis import triage
 from harness.record import results
 from harness.stages.build.build import BuildResult
 from harness.matrix.config import load_matrix
@@ -103,6 +105,30 @@ def test_layout_names_every_path_of_a_run(tmp_path):
     stem.parent.mkdir(parents=True)
     stem.with_name("story.r1.stderr").write_text("")
     assert list(lay.all_generation_files(".stderr")) == [(CPU, "fork", "m", "story.r1", stem.with_name("story.r1.stderr"))]
+
+
+
+def test_a_run_s_generation_files_are_its_prompts_rounds_and_never_the_engine_s_loads(tmp_path):
+    """all_generation_files lists ``<prompt>.r<k><suffix>`` only: the engine's ``engine<suffix>`` beside them is a
+    load, not a generation (all_load_files lists both)."""
+    lay = RunLayout(tmp_path)
+    stem = lay.generation(CPU, "fork", "m", "story", 1)
+    stem.parent.mkdir(parents=True)
+    for name in ("story.r1.stderr", "engine.stderr", "story.r1.placement.json", "engine.placement.json"):
+        stem.with_name(name).write_text("")
+    assert [s for *_, s, _ in lay.all_generation_files(".stderr")] == ["story.r1"]
+    assert [s for *_, s, _ in lay.all_load_files("placement")] == ["engine", "story.r1"]
+
+
+def test_triage_totals_the_pin_ladder_of_each_generation_of_a_committed_run_once():
+    """pin_totals of gpu1-20261202T165838Z: one entry per ``<prompt>.r<k>.stderr`` of the run (18, counted here
+    from the files), none for the engine's loads, whose ladders the report and triage read elsewhere."""
+    run = ROOT / "results" / "evidence" / "gpu1-20261202T165838Z"
+    generations = {(p.parts[-5], p.parts[-4], p.parent.name, p.name[:-len(".stderr")])
+                   for p in run.glob("*/*/gen/*/*.stderr") if re.fullmatch(r".+\.r\d+\.stderr", p.name)}
+    totals = triage.pin_totals(run)
+    listed = {(platform, config, model, stem) for (platform, config), gens in totals.items() for model, stem in gens}
+    assert len(generations) == 18 and listed == generations
 
 
 def _fake_build(tmp_path: Path, variant: str, script: str) -> BuildResult:

@@ -1,12 +1,13 @@
 """The report's pictures (harness.analysis.svg, harness.analysis.report_figures) from committed H200 runs."""
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from harness.analysis import svg
+from harness.analysis import report_figures, svg
 from harness.analysis.report import render_html
 from harness.record.results import ComparisonRecord
 from harness.analysis.report_figures import (checkout_series, kl_figure, probe_figure, recorded_series, rule_history,
@@ -142,6 +143,21 @@ def test_layer_ticks_stay_apart_at_48_layers():
     out = svg.cell_strip([("CPU", cells)], column_label="layer", title="t", legend=[], notes=["x"])
     xs = sorted(float(t.get("x")) for t in ET.fromstring(out).iter(f"{SVG}text") if (t.text or "").isdigit())
     assert min(b - a for a, b in zip(xs, xs[1:])) >= 2 * svg.DIGIT_W + svg.TICK_GAP  # two-digit labels apart
+
+
+def test_a_rule_history_keeps_the_newest_runs_when_it_caps_them(tmp_path, monkeypatch):
+    """Past HISTORY_RUNS runs the oldest are dropped: the cap keeps the newest, still oldest first.  The runs'
+    directory names sort the other way round from their starts, so only the start decides."""
+    for k, name in enumerate(["r-c", "r-b", "r-a"]):  # r-c started first
+        run = tmp_path / name
+        (run / CUDA / "speed").mkdir(parents=True)
+        (run / "run.json").write_text(json.dumps({"run_id": name, "started": f"2026-12-0{k + 1}T00:00:00+00:00"}))
+        (run / "summary.json").write_text(json.dumps({"run_id": name, "overall": "passed", "configurations": []}))
+        rules = [{"step": "speed:g:pp", "candidate": "fork", "reference": "base", "ratio": 1.0 - k / 10}]
+        (run / CUDA / "speed" / "bench.json").write_text(json.dumps({"rules": rules}))
+    monkeypatch.setattr(report_figures, "HISTORY_RUNS", 2)
+    [points] = rule_history(tmp_path, CUDA).values()
+    assert [p.run for p in points] == ["r-b", "r-a"]
 
 
 def test_kl_per_position_is_drawn_where_the_comparison_records_it():

@@ -144,6 +144,17 @@ def test_the_native_tests_records_read_back_what_the_test_stage_writes(tmp_path)
         read_sanitizer(layout.tests_file("cuda", "test", "sanitizer"))
 
 
+
+def test_a_test_run_counts_its_cases_per_status_with_the_three_kinds_always_named():
+    """TestRun.counts: passed, failed and skipped are always there (0 where no case has it), and a status of
+    another name (ctest's ``timeout``) is counted under its own name, never folded into one of the three."""
+    case = native_tests.TestCase
+    assert native_tests.TestRun("passed").counts() == {"passed": 0, "failed": 0, "skipped": 0}
+    run = native_tests.TestRun("failed", [case("a", "passed"), case("b", "failed"), case("c", "passed"),
+                                          case("d", "timeout"), case("e", "skipped")])
+    assert run.counts() == {"passed": 2, "failed": 1, "skipped": 1, "timeout": 1}
+
+
 def test_the_native_tests_records_name_a_broken_file(tmp_path):
     _bad(tmp_path / "tests.json", "{", read_test_run, r"tests\.json: cannot be read as JSON")
     _bad(tmp_path / "tests.json", json.dumps({"cases": []}), read_test_run, r"tests\.json: not a test run \(no status")

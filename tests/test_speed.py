@@ -69,6 +69,31 @@ def test_a_speedup_rule_needs_the_factor_asked():
     assert "at least 3x asked" in v.describe()
 
 
+
+def test_a_verdict_says_both_medians_the_ratio_against_its_threshold_and_p_against_p_max():
+    """The one line a speed step's detail carries (SpeedVerdict.describe): the candidate's and the reference's
+    median tok/s and how many samples each, the ratio, what was asked (no slowdown, or at least min_ratio), the
+    threshold it fails below with the p it needs, and the rank test's p."""
+    v = judge([100, 104, 98, 101, 103], [50, 52, 49, 50.5, 51.5])
+    assert v.describe() == ("50.5 vs 101.0 tok/s (medians of 5 and 5): 0.50x, no slowdown asked "
+                            "(fails below 0.909x with p <= 0.01); Mann-Whitney p = 0.00397")
+    assert "at least 3x asked (fails below 3x with p <= 0.05)" in \
+        judge([10, 11, 12], [40, 41, 42], min_ratio=3.0, factor=0, p_max=0.05).describe()
+
+
+def test_a_spread_gives_the_median_extremes_and_inclusive_quartiles_of_its_samples():
+    """The summary bench.json keeps per side (harness.common.statistics.spread): sorted samples, inclusive
+    quartiles; one sample is its own quartiles, and a median of 0 gives a relative IQR of 0, not a division."""
+    sp = spread([3, 1, 2, 5, 4])
+    assert (sp.n, sp.median, sp.min, sp.max, sp.q1, sp.q3) == (5, 3, 1, 5, 2, 4)
+    assert sp.rel_iqr == pytest.approx(2 / 3)
+    one = spread([7])
+    assert (one.n, one.median, one.q1, one.q3, one.rel_iqr) == (1, 7, 7, 7, 0.0)
+    assert spread([0, 0, 0]).rel_iqr == 0.0
+    with pytest.raises(ValueError, match="no samples"):
+        spread([])
+
+
 def test_the_rule_refuses_too_few_samples():
     with pytest.raises(ValueError, match="at least 2 samples"):
         judge([1.0], [1.0, 2.0])
@@ -234,6 +259,26 @@ def test_a_clean_fork_passes_both_rules(tmp_path):
     assert [(m["config"], len(m["pp_tok_s"]), len(m["tg_tok_s"])) for m in bench["measurements"]] == \
         [("base", 5, 5), ("fork", 5, 5)]
     assert (pipe.run.dir / steps["speed:base-vs-fork:pp"].log).read_text().count("tok/s") >= 2
+
+
+
+@pytest.mark.parametrize("failed_build", ["base", "fork"])
+def test_a_rule_whose_reference_or_candidate_build_failed_is_an_error_naming_that_build_and_is_not_measured(
+        tmp_path, failed_build):
+    """A speed rule needs both builds of its pair: when either did not pass (the reference's ``base`` as much as
+    the candidate's ``fork``), each rule of the pair is recorded ``error`` with a ``blocked`` failure naming the
+    build, never ``failed`` (no slowdown was measured) and never passed; no engine starts."""
+    pipe = FakePipeline(tmp_path, f"blocked-{failed_build}")
+    pipe.build_variant = lambda p, variant: SimpleNamespace(status="failed" if variant == failed_build else "passed")
+    said: list[str] = []
+    pipe.say = said.append
+    stage_speed(pipe)
+    steps = speed_steps(pipe.run)
+    assert set(steps) == {step_name("base-vs-fork", "pp"), step_name("base-vs-fork", "tg")}
+    for s in steps.values():
+        assert (s.status, s.config, s.blocked_by()) == ("error", "fork", [failed_build]), s
+        assert f"build {failed_build}" in s.detail and s.detail.startswith("not run: ")
+    assert pipe.requests == [] and read_bench(pipe.run.dir, CPU) is None and len(said) == 2
 
 
 def test_the_speed_stage_interleaves_one_resident_engine_per_configuration(tmp_path):

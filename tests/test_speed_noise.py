@@ -126,12 +126,39 @@ def test_the_cpu_rules_run_their_engines_on_the_threads_the_group_sets(tmp_path)
         load_matrix(path)
 
 
-def test_the_benchmark_s_own_runs_reach_the_speed_stage_through_the_stage_context(tmp_path):
-    """``noise``/``repeat`` run the speed stage themselves (benchmarks/speed_stage.py speed_runs): with no runs
-    asked the generator still imports the stage and its context and loads the matrix, and yields nothing."""
+def test_each_of_the_benchmark_s_runs_is_a_speed_stage_of_its_own_with_every_rule_judged(tmp_path, monkeypatch):
+    """``noise``/``repeat`` run the speed stage themselves (benchmarks/speed_stage.py speed_runs): each of the runs
+    asked is a results run of its own whose speed stage measured the pairs and judged every rule of the groups
+    asked, the result cache left unread (every run measures).  The stage's context is the fake engines' one
+    (tests/test_speed.py FakePipeline) around the run and options speed_runs gives it."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import speed_stage
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
-    assert list(speed_stage.speed_runs(0, tmp_path / "results", [CPU], [], tmp_path / "work")) == []
+    monkeypatch.setenv("FAKE_BENCH_MS", "0.05")
+    contexts = []
+
+    def fake_context(matrix, run, opts, say=None, **_):
+        pipe = FakePipeline(tmp_path, f"fake-{len(contexts)}", no_cache=opts.no_cache)
+        pipe.run.close()  # the fake's own run, unused: the stage records into the run speed_runs opened
+        pipe.matrix, pipe.run, pipe.opts = matrix, run, opts
+        pipe.close = lambda: None
+        contexts.append(pipe)
+        return pipe
+
+    monkeypatch.setattr(speed_stage_context(), "open", fake_context)
+    dirs = list(speed_stage.speed_runs(2, tmp_path / "results", [CPU], ["base-vs-fork"], tmp_path / "work"))
+    assert len(dirs) == 2 and dirs[0] != dirs[1] and [c.opts.no_cache for c in contexts] == [True, True]
+    for run_dir in dirs:
+        bench = read_bench(run_dir, CPU)
+        assert bench is not None, run_dir
+        assert sorted((r["step"], r["status"]) for r in bench["rules"]) == [
+            ("speed:base-vs-fork:pp", "passed"), ("speed:base-vs-fork:tg", "passed")]
+        assert [(m["config"], len(m["pp_tok_s"])) for m in bench["measurements"]] == [("base", 5), ("fork", 5)]
+
+
+def speed_stage_context():
+    """The class speed_runs opens its stage context with."""
+    from harness.stages.shape import Context
+    return Context

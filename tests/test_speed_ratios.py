@@ -17,7 +17,7 @@ from harness.analysis.speed_diff import REGRESSION, SUSPECT, UNCHANGED, compare_
 from harness.analysis.speed_ratios import (FORK_ONLY, UPSTREAM, Reference, choose_reference, compare_ratios,
                                            interleaved, recorded_rule_factors, round_ratios, rule_factors,
                                            rule_references, same_mode_upstream)
-from harness.analysis.speed_spread import clean, committed, median_ratios
+from harness.analysis.speed_spread import clean, committed, measure, median_ratios
 from harness.record.summary import run_dirs_under
 from harness.common.statistics import judge
 from harness.record.bench import instrument
@@ -330,7 +330,10 @@ def test_triage_between_back_to_back_runs_finds_no_regression_by_the_measured_sp
     benches = {r: noise_bench(r) for r in STAGE}
     by_factors = [(a, b) for a, b in ORDERED for c in compare_bench(CUDA, benches[a], benches[b], UPSTREAM_OF, FACTORS)
                   if c.regressed and (c.config, c.reference) == ("fork", "base")]
-    assert len(by_factors) == 13
+    # the requirement: the matrix's factors alone would call clean back-to-back runs regressions (13 of the 110
+    # ordered pairs in the record of 2026-12-02 below), which is why each ratio is judged by its measured spread
+    assert by_factors
+    assert len(by_factors) == 13  # record of the measured data (h200-noise-20261202), not a requirement
     spreads = committed()
     judged = [c for a, b in ORDERED for c in compare_bench(CUDA, benches[a], benches[b], UPSTREAM_OF, FACTORS, spreads)]
     assert not [c for c in judged if c.regressed]
@@ -390,6 +393,7 @@ def test_every_ordered_pair_of_the_committed_clean_h200_runs_is_free_of_regressi
     # pair on moe-large; of 2026-12-04: ten back-to-back runs and gpu1-20261204T073536Z, the pair on moe-48l-quant
     assert len(new) == 22 * 21
     flagged: Counter = Counter()
+    missed = []
     for a, b in new:
         for metric in ("pp", "tg"):
             slower = copy.deepcopy(benches[b])
@@ -399,7 +403,18 @@ def test_every_ordered_pair_of_the_committed_clean_h200_runs_is_free_of_regressi
             for c in compare_bench(CUDA, benches[a], slower, UPSTREAM_OF, FACTORS, spreads):
                 if (c.config, c.metric, c.reference) == ("fork", metric, "base"):
                     flagged[(c.model, metric, c.regressed or c.suspect)] += 1
-    # a 12 % loss of the fork is reported in every pair of one model but two kinds: moe-large's prefill, whose F16
+                    if not (c.regressed or c.suspect):
+                        missed.append((a.name, b.name, c.model, metric, c.vs_reference_ratio,
+                                       spreads[(CUDA, 2, c.model, "fork", metric, "base")].smallest))
+    # the requirement: a 12 % loss of the fork against upstream is reported in every pair where it moved the ratio
+    # further than two clean runs of that model have moved it (the ratio's measured spread); it may go unreported
+    # only where the change stays within that spread, and never in tg, whose spread is narrower than the loss
+    assert missed and not [m for m in missed if m[3] == "tg"]
+    assert not [m for m in missed if m[4] < m[5]], [m for m in missed if m[4] < m[5]]
+    assert all(flagged[(model, "tg", True)] == 110 for model in ("moe-large", "moe-48l-quant"))
+    # record of the measured data (evidence of 2026-12-03 and 12-04), beside the requirement above: which pairs
+    # leave the loss within the spread.  A 12 % loss of the fork is reported in every pair of one model but two
+    # kinds: moe-large's prefill, whose F16
     # experts' prefill moves up to 1.26x between engine processes (docs/speed.md), and one quantized pair, whose run A
     # measured the fork's pp at 0.970x upstream's (the lowest of its ten runs) and run B's scaled one at 0.910x: a
     # change of 0.938x, no further than two clean runs have moved
@@ -417,6 +432,59 @@ def test_a_pair_restored_from_the_result_cache_is_no_run_of_its_own_in_the_sprea
     assert ("moe-large", "cuda-pin-all", "pp", "cuda-base-host-experts") in ratios
 
 
+
+def test_a_cached_pair_leaves_out_only_its_own_rounds_and_the_live_pairs_of_its_model_and_tokens_still_count(tmp_path):
+    """A pair restored from the result cache is matched by its model and configurations (fde79b0): another set of
+    rounds of the same model, tokens and repeats, measured live in the run, keeps its four ratios (two
+    configurations, both directions, pp and tg); matching by model and tokens alone would leave out none of the
+    cached pair's and all of the live pair's."""
+    def side(config, pair, rounds, pp):
+        return {"config": config, "model": "m", "n_prompt": 64, "n_gen": 16, "repeats": 3, "pair": list(pair),
+                "interleaved": rounds, "pp_tok_s": pp, "tg_tok_s": pp}
+    bench_ = {"machine": {"cpu": "x"}, "instrument": 2,
+              "pairs": [{"configs": ["base", "fork"], "model": "m", "n_prompt": 64, "n_gen": 16, "repeats": 3,
+                         "cached": "r0"},
+                        {"configs": ["nopin", "pin"], "model": "m", "n_prompt": 64, "n_gen": 16, "repeats": 3}],
+              "measurements": [side("base", ("base", "fork"), "1", [10, 10, 10]),
+                               side("fork", ("base", "fork"), "1", [9, 9, 9]),
+                               side("nopin", ("nopin", "pin"), "2", [10, 10, 10]),
+                               side("pin", ("nopin", "pin"), "2", [12, 12, 12])]}
+    speed_dir = tmp_path / "run" / CUDA / "speed"
+    speed_dir.mkdir(parents=True)
+    (speed_dir / "bench.json").write_text(json.dumps(bench_), encoding="utf-8")
+    (ratios,) = median_ratios(tmp_path / "run").values()
+    assert ratios == {("m", "pin", "pp", "nopin"): 1.2, ("m", "pin", "tg", "nopin"): 1.2,
+                      ("m", "nopin", "pp", "pin"): pytest.approx(10 / 12), ("m", "nopin", "tg", "pin"): pytest.approx(10 / 12)}
+
+
+
+def test_a_spread_is_the_smallest_change_between_clean_runs_of_one_machine_and_instrument(tmp_path):
+    """measure(): over every ordered pair of clean runs of one platform, instrument and machine, a ratio's
+    smallest change (run B's median ratio over run A's), the pairs and runs it was measured over.  A failed run, a
+    planted fault's (``plant-*``) and a run of another machine are no yardstick: their ratios, far lower, change
+    nothing."""
+    def run(name, ratio, overall="passed", machine="x"):
+        d = tmp_path / name
+        (d / CUDA / "speed").mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({"run_id": name, "record_version": 1, "overall": overall,
+                                                    "configurations": [], "comparisons": []}))
+        (d / CUDA / "speed" / "bench.json").write_text(json.dumps(
+            {"machine": {"cpu": machine}, "instrument": 2,
+             "measurements": [measurement("base", [100.0] * 3), measurement("fork", [100.0 * ratio] * 3)]}))
+        return d
+    runs = [run("r1", 1.0), run("r2", 0.8), run("r3", 0.9), run("r4", 0.1, overall="failed"),
+            run("plant-r5", 0.1), run("r6", 0.1, machine="y")]
+    assert [clean(d) for d in runs] == [True, True, True, False, False, True]
+    spreads = measure(runs)
+    fork = spreads[(CUDA, 2, "m", "fork", "pp", "base")]
+    assert (fork.smallest, fork.pairs, fork.runs) == (pytest.approx(0.8), 6, 3)
+    assert fork.factor == pytest.approx(0.25)
+    base = spreads[(CUDA, 2, "m", "base", "pp", "fork")]  # the other direction: 1/0.8 over 1/1.0 at most
+    assert base.smallest == pytest.approx(0.8 / 1.0)
+    assert {k[2:] for k in spreads} == {("m", c, metric, r) for c, r in (("fork", "base"), ("base", "fork"))
+                                        for metric in ("pp", "tg")}
+
+
 def test_a_ratio_s_spread_is_its_model_s():
     """The default-mode pair measured on moe-large (2026-12-03) and on moe-48l-quant (2026-12-04) by the same engine
     on machines of one fingerprint: each model keeps its own spread (harness.analysis.speed_spread.Key), the F16
@@ -424,5 +492,8 @@ def test_a_ratio_s_spread_is_its_model_s():
     spreads = committed()
     large = spreads[(CUDA, 2, "moe-large", "fork", "pp", "base")]
     quant = spreads[(CUDA, 2, "moe-48l-quant", "fork", "pp", "base")]
+    # the requirement: two models' spreads are kept apart, the F16 experts' prefill the wider
+    assert large is not quant and large.smallest < quant.smallest < 1
+    # record of the measured data (2026-12-03 and 12-04), not a requirement: the runs and the spreads they showed
     assert (large.runs, quant.runs) == (11, 10)
     assert large.smallest == pytest.approx(0.819, abs=0.001) and quant.smallest == pytest.approx(0.938, abs=0.001)

@@ -16,6 +16,7 @@ DECLARATION = Path("record/statuses.py")
 OTHER_VOCABULARIES = {
     (Path("analysis/signatures.py"), "timeout"): "a failure signature's kind (KIND_ORDER), not a comparison's status",
     (Path("stages/tests/native_tests.py"), "timeout"): "ctest's word for a test it stopped, in that test's message",
+    (Path("tools/mutation.py"), "timeout"): "mutmut's status of a mutant that made a test hang (docs/mutation.md)",
 }
 
 

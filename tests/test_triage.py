@@ -881,3 +881,29 @@ def test_near_tie_and_hard_divergences_are_reported_apart_and_moves_in_tokens(tm
     near_at = text.index("NEAR-TIE DIVERGENCES, NEW OR MOVED")
     assert "moved from generated token 12 to 3 (-9 tokens, margins 4 vs 2.5)" in text[hard_at:near_at]
     assert "new, at generated token 9 (' the' vs ' a', margins 0.01 vs 0.02)" in text[near_at:]
+
+
+def test_a_killed_run_b_is_incomplete_never_clean_even_with_no_regression(tmp_path, capsys):
+    """Triage of a run whose harness process was killed mid-way (its summary's process is dead): nothing it
+    recorded got worse, and still its verdict is ``incomplete`` and the exit code 3 (EXIT_INCOMPLETE), never clean
+    with 0: what it did not reach is unknown.  The same records from a run that ended are clean."""
+    root = tmp_path / "results"
+    a = make_run(root, "20260101T000000Z-aaaa", regressed=False, platforms=(CPU,))
+    b = Run.open(root, "20260102T000000Z-bbbb")
+    b.begin("build compare-outputs", ["build", "generate", "compare"], "tok")
+    b.stage_started("build")
+    b.record_step(StepRecord(CPU, "fork", "build", "passed", 90.0, "built in 90 s"))
+    b.close()
+    raw = json.loads(b.layout.summary_json.read_text())
+    child = subprocess.Popen(["true"])
+    child.wait()
+    raw["in_progress"]["pid"] = child.pid  # what a harness killed at this point leaves: its process is gone
+    b.layout.summary_json.write_text(json.dumps(raw))
+    report = diff_runs(a.dir, b.dir)
+    assert report.regressions == [] and report.b_killed
+    assert report.to_json()["verdict"] == "incomplete"
+    assert triage.main([a.id, b.id, "--results-dir", str(root)]) == 3
+    assert "verdict: incomplete, not clean" in capsys.readouterr().out
+    ended = make_run(root, "20260103T000000Z-cccc", regressed=False, platforms=(CPU,))
+    assert diff_runs(a.dir, ended.dir).to_json()["verdict"] == "clean"
+    assert triage.main([a.id, ended.id, "--results-dir", str(root)]) == 0

@@ -147,7 +147,8 @@ def test_a_malformed_patch_is_bad_input_before_any_build(project, patch, where):
 def test_a_run_id_that_is_not_a_plain_name_is_refused(project, run_id):
     line = refused(project, "build", extra=("--run-id", run_id))
     assert line.startswith(f"error: run id {run_id!r} (--run-id or HARNESS_RUN_ID) is not a plain name"), line
-    assert not (project.root / "x").exists()
+    # where the run directory would have been: ../../x resolves outside the results directory
+    assert not (project.results / run_id).resolve().exists()
 
 
 @pytest.mark.parametrize("option, value", [("--group", ""), ("--model", "tiny,"), ("--platform", " "),

@@ -1,0 +1,92 @@
+"""The mutation-testing session's own rules (harness/tools/mutation.py, docs/mutation.md): the modules and tests
+it names exist, ``--changed`` picks the verdict modules a change touches, and the score and the equivalent
+mutants are read as the page says."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.tools import mutation
+from harness.tools.mutation import (DEFAULT_MODULES, VERDICT_MODULES, Mutant, changed_modules, listed_equivalent,
+                                    score, setup_cfg)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_verdict_module_and_every_test_it_is_run_against_exists():
+    """A renamed test or module would leave a module mutated against fewer tests, or none, without a word."""
+    assert set(DEFAULT_MODULES) <= set(VERDICT_MODULES)
+    for module, tests in VERDICT_MODULES.items():
+        assert (ROOT / module).is_file(), module
+        assert tests, module
+        for node in tests:
+            path, _, name = node.partition("::")
+            text = (ROOT / path).read_text(encoding="utf-8")
+            assert not name or re.search(rf"^def {re.escape(name)}\(", text, re.M), node
+
+
+def test_the_configuration_mutates_the_modules_asked_against_their_tests_in_the_fast_tier():
+    cfg = setup_cfg(["harness/common/statistics.py"], Path("/repo"))
+    assert "only_mutate =\n    harness/common/statistics.py\n" in cfg
+    tests = re.findall(r"^    (/repo/tests/\S+)$", cfg, re.M)
+    assert tests == [f"/repo/{t}" for t in VERDICT_MODULES["harness/common/statistics.py"]]
+    assert "    -m\n    not slow\n" in cfg
+    assert "divergence" not in cfg
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True,
+                   capture_output=True)
+
+
+def test_changed_picks_the_verdict_modules_a_change_touches_committed_or_not(tmp_path):
+    for module in ("harness/common/statistics.py", "harness/record/loads.py", "harness/cli.py"):
+        (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / module).write_text("x = 1\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "base")
+    assert changed_modules("HEAD", tmp_path) == []
+    (tmp_path / "harness/record/loads.py").write_text("x = 2\n")  # not committed
+    (tmp_path / "harness/cli.py").write_text("x = 2\n")  # no verdict module
+    assert changed_modules("HEAD", tmp_path) == ["harness/record/loads.py"]
+    _git(tmp_path, "commit", "-qam", "change")
+    (tmp_path / "harness/common/statistics.py").write_text("x = 3\n")
+    assert changed_modules("HEAD~1", tmp_path) == ["harness/common/statistics.py", "harness/record/loads.py"]
+    with pytest.raises(ValueError, match="--changed no-such-ref"):
+        changed_modules("no-such-ref", tmp_path)
+
+
+def test_an_unknown_module_is_bad_input(capsys):
+    assert mutation.main(["--module", "harness/cli.py"]) == 2
+    assert "--module harness/cli.py: not a verdict module" in capsys.readouterr().err
+
+
+def test_the_score_counts_killed_and_timed_out_mutants_of_those_a_test_reached():
+    mutants = [Mutant("m.x_f__mutmut_1", "killed"), Mutant("m.x_f__mutmut_2", "timeout"),
+               Mutant("m.x_f__mutmut_3", "survived"), Mutant("m.x_f__mutmut_4", "no tests")]
+    assert score(mutants) == (2, 3)
+
+
+def test_the_equivalent_mutants_are_the_names_the_page_lists(tmp_path):
+    doc = tmp_path / "mutation.md"
+    doc.write_text("## Why\nnamed like `harness.common.statistics.x_judge__mutmut_1`\n"
+                   "## Equivalent mutants\n| `harness.common.statistics.x_judge__mutmut_7` | the same value |\n"
+                   "`harness.record.native_tests.xǁTestRunǁcounts__mutmut_12`, not `x_judge`\n"
+                   "## After\n`harness.common.statistics.x_judge__mutmut_2`\n")
+    assert listed_equivalent(doc) == {"harness.common.statistics.x_judge__mutmut_7",
+                                      "harness.record.native_tests.xǁTestRunǁcounts__mutmut_12"}
+    assert listed_equivalent(ROOT / "docs" / "mutation.md") == set()  # none survived (docs/mutation.md)
+    assert listed_equivalent(tmp_path / "none.md") == set()
+
+
+def test_the_statuses_are_read_from_mutmut_s_results_lines():
+    text = ("    harness.common.statistics.x_judge__mutmut_1: killed\n"
+            "    harness.record.native_tests.xǁTestRunǁcounts__mutmut_3: no tests\n"
+            "    done in 12ms\n")
+    assert mutation.parse_results(text) == [("harness.common.statistics.x_judge__mutmut_1", "killed"),
+                                            ("harness.record.native_tests.xǁTestRunǁcounts__mutmut_3", "no tests")]
