@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -59,9 +60,13 @@ def test_records_new_in_the_run_are_folded_below_the_findings():
 
 
 def test_against_takes_a_run_id_beside_the_run(tmp_path, capsys):
-    """A name is looked for beside the run, where the default baseline is found, before --results-dir."""
+    """A name is looked for beside the run, where the default baseline is found, before --results-dir (copies
+    of both runs: ``report`` writes the run's summary.md again)."""
+    beside = tmp_path / "beside"
+    run = Path(shutil.copytree(RUN, beside / RUN.name))
+    shutil.copytree(EARLIER, beside / EARLIER.name)
     out = tmp_path / "report.html"
-    assert report.main([str(RUN), "--against", EARLIER.name, "--results-dir", str(tmp_path), "--out", str(out)]) == 0
+    assert report.main([str(run), "--against", EARLIER.name, "--results-dir", str(tmp_path), "--out", str(out)]) == 0
     assert "Changes since gpu1-20261203T233251Z" in out.read_text()
     with pytest.raises(TriageInputError, match="unknown run 'nope'"):
         report.against_run("nope", RUN, tmp_path)
