@@ -28,8 +28,8 @@ from .record.junit import write_checks_junit, write_comparisons_junit, write_spe
 from .record.leftovers import GROUPS_NAME
 from .record.progress import InProgress, describe_abort
 from .record.results import VERDICT_EXIT_CODES, Run
-from .stages.build.builds import Builds
-from .stages.build.source import BaseTree, cache_dir
+from .stages.building.builds import Builds
+from .stages.building.source import BaseTree, cache_dir
 from .stages.options import Options
 from .stages.outputs.sessions import Sessions
 from .stages.shape import Context, Stage
@@ -50,7 +50,7 @@ class UndeclaredStep(RuntimeError):
 def open_context(matrix: Matrix, run: Run, opts: Options, say: Callable[[str], None] | None = None,
                  console: Console | None = None, bases: Mapping[str, BaseTree] | None = None) -> Context:
     """The context of a run of ``matrix`` recorded in ``run`` with ``opts`` (harness.stages.shape.Context), with
-    the run's builds (harness.stages.build.builds.Builds), models and program sessions
+    the run's builds (harness.stages.building.builds.Builds), models and program sessions
     (harness.stages.outputs.sessions.Sessions); ``say`` defaults to the console's, ``bases``: variant -> its
     base tree where the caller gives one (Builds)."""
     console = console or Console()
@@ -111,7 +111,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
     written (``overall: incomplete`` unless something already failed) and,
     for a signal, 128 + its number is returned (130, 143); any other
     exception is raised again once the summary is written.  ``bases``: variant -> its base tree
-    (harness.stages.build.builds.Builds).
+    (harness.stages.building.builds.Builds).
     """
     ctx = open_context(matrix, run, opts, say, bases=bases)
     run.begin(" ".join(stages), [s.name for command in stages for s in stages_of(command, table)],

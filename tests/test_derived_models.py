@@ -27,7 +27,7 @@ from harness.matrix.models import (
     quantized_spec_problems,
 )
 from harness.matrix.model_sources.registry import ModelStore, model_identity
-from harness.stages.build import quantize_tool as qt
+from harness.stages.building import quantize_tool as qt
 
 from test_models import TINY, vocab  # noqa: F401  (the vocabulary fixture)
 
@@ -242,7 +242,7 @@ def test_the_quantize_digest_follows_the_program_and_its_libraries_not_their_dat
 
 
 def test_the_pipeline_builds_the_host_cpu_platforms_base_before_deriving(tmp_path, monkeypatch):
-    from harness.stages.build.builds import Builds
+    from harness.stages.building.builds import Builds
     matrix = load_matrix(ROOT / "matrix.yaml")
     monkeypatch.setattr(qt, "host_os", lambda: "linux")
     monkeypatch.setattr(qt, "host_arch", lambda: "x86_64")

@@ -161,7 +161,7 @@ ROW_FAILURE = ("echo \"0.01.$$.100 E llama_init_from_model: failed to initialize
 def _fake_cuda_build(tmp_path: Path, variant: str, script: str):
     import stat
 
-    from harness.stages.build.build import BuildResult
+    from harness.stages.building.build import BuildResult
     bin_dir = tmp_path / variant / "bin"
     bin_dir.mkdir(parents=True)
     engine = f"exec {sys.executable} {Path(__file__).with_name('fake_engine.py')}\n"

@@ -24,7 +24,7 @@ from harness.pipeline import Options, run_stages
 from harness.record import environment
 from harness.record.cache import identity_key
 from harness.record.results import Run
-from harness.stages.build.preflight import check_inputs
+from harness.stages.building.preflight import check_inputs
 from harness.stages.outputs.generation_cache import side_identity
 
 ROOT = Path(__file__).resolve().parents[1]

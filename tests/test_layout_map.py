@@ -21,7 +21,7 @@ def the_map(text: str) -> list[str]:
 
 
 def mapped_modules(lines: list[str]) -> tuple[set[str], set[str]]:
-    """(modules, folders) the map names, as paths relative to the checkout: ``harness/stages/build/builds.py``.
+    """(modules, folders) the map names, as paths relative to the checkout: ``harness/stages/building/builds.py``.
 
     A line whose first word ends in ``/`` is a folder, inside the nearest folder of a smaller indent; the
     ``.py`` words of a line and of the lines continuing its description (indented further than any entry)
@@ -72,16 +72,16 @@ def test_the_map_reader_places_modules_in_their_folders():
              "                         platform needs: fit.py's bounds)",
              "    model_sources/       one module per kind: file.py",
              "  stages/",
-             "    build/             1 first",
+             "    building/          1 first",
              "      builds.py, cross.py    the builds",
              "                              of every platform (see shape.py)"]
     modules, folders = mapped_modules(lines)
     assert modules == {"harness/cli.py", "harness/matrix/config.py", "harness/matrix/platforms.py",
                        "harness/matrix/fit.py", "harness/matrix/model_sources/file.py",
-                       "harness/stages/build/builds.py", "harness/stages/build/cross.py",
-                       "harness/stages/build/shape.py"}
+                       "harness/stages/building/builds.py", "harness/stages/building/cross.py",
+                       "harness/stages/building/shape.py"}
     assert folders == {"harness", "harness/matrix", "harness/matrix/model_sources", "harness/stages",
-                       "harness/stages/build"}
+                       "harness/stages/building"}
 
 
 def test_every_module_longer_than_400_lines_says_why_and_the_map_says_which():

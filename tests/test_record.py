@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.record import results
-from harness.stages.build.build import BuildResult
+from harness.stages.building.build import BuildResult
 from harness.matrix.config import load_matrix
 from harness.pipeline import Options, open_context
 from harness.stages.outputs.compare_stage import record_generate_steps, run_groups

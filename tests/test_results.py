@@ -5,7 +5,7 @@ import json
 import pytest
 
 from harness.record import gpu
-from harness.stages.tests.native_tests import parse_junit
+from harness.stages.native_tests.native_tests import parse_junit
 from harness.record.results import ComparisonRecord, Run, StepRecord, new_run_id
 
 

@@ -192,7 +192,7 @@ class FakePipeline:
         self.requests: list[str] = []
         self.results_cache = ResultCache(tmp_path / "store", read=not no_cache)
         self.sessions = FakeSessions(images or {})
-        # environment.json as harness.stages.build.builds writes it: the commit each variant was made from
+        # environment.json as harness.stages.building.builds writes it: the commit each variant was made from
         self.builds = SimpleNamespace(write_environment=lambda p: write_json(
             self.run.layout.environment_json(p.name), {"build_commits": {"base": "0c1e57098bba", "fork": "53fbaed1"}}))
 

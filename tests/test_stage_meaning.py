@@ -43,7 +43,7 @@ def test_a_declaration_outside_its_vocabulary_is_refused():
 
 def _toy(records: list[StepRecord]) -> tuple[Stage, ...]:
     """One build-command stage that records ``records`` and declares the step ``toy`` as passed or failed."""
-    return (Stage("toy", "build", "build", reads=("matrix",), writes=("steps",),
+    return (Stage("toy", "build", "building", reads=("matrix",), writes=("steps",),
                   steps=(StepSpec("toy", (STEP_PASSED, STEP_FAILED)),), run=lambda ctx: records),)
 
 
@@ -82,7 +82,7 @@ def test_a_new_stages_failure_is_read_from_the_evidence_it_declares(tmp_path, mo
                                     "/src/llama.cpp/src/llama.cpp:12:5: error: 'pin_all' was not declared in this scope\n")
     step = StepRecord(CPU, "fork", "lint-build", STEP_FAILED, detail="the lint build failed")
     assert signatures.classify_step(tmp_path, step).kind == "other"
-    lint = Stage("lint", "build", "build", reads=("matrix",), writes=("steps",),
+    lint = Stage("lint", "build", "building", reads=("matrix",), writes=("steps",),
                  steps=(StepSpec("lint-build", (STEP_PASSED, STEP_FAILED), "build-logs"),), run=lambda ctx: [])
     monkeypatch.setattr(table, "STAGES", (*STAGES, lint))
     found = signatures.classify_step(tmp_path, step)
@@ -112,5 +112,5 @@ def test_the_stages_declare_their_statuses_by_the_records_constants():
     assert found == [], "use STEP_PASSED, STEP_FAILED ... of harness.record.results"
     planted = ('STEP = StepSpec("lint", ("passed", STEP_FAILED), "detail")\n'
                'ok = StepSpec("lint", (STEP_PASSED,))\n'
-               'STAGE = Stage("x", "build", "build", reads=(), writes=(), steps=("x",), statuses=("error",), run=f)\n')
+               'STAGE = Stage("x", "build", "building", reads=(), writes=(), steps=("x",), statuses=("error",), run=f)\n')
     assert status_literals_in_declarations(planted) == [1, 3]

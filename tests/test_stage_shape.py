@@ -41,13 +41,13 @@ def test_every_stage_of_the_table_declares_the_shape():
 
 def test_a_declaration_outside_the_vocabulary_is_refused():
     with pytest.raises(ValueError, match="reads 'weather'"):
-        Stage("x", "build", "build", reads=("weather",), writes=(), steps=("x",), statuses=("passed",),
+        Stage("x", "build", "building", reads=("weather",), writes=(), steps=("x",), statuses=("passed",),
               run=lambda ctx: None)
     with pytest.raises(ValueError, match="statuses 'interrupted'"):
-        Stage("x", "build", "build", reads=(), writes=(), steps=("x",), statuses=("interrupted",),
+        Stage("x", "build", "building", reads=(), writes=(), steps=("x",), statuses=("interrupted",),
               run=lambda ctx: None)
     with pytest.raises(ValueError, match="command 'deploy'"):
-        Stage("x", "deploy", "build", reads=(), writes=(), steps=("x",), statuses=("passed",), run=lambda ctx: None)
+        Stage("x", "deploy", "building", reads=(), writes=(), steps=("x",), statuses=("passed",), run=lambda ctx: None)
     speed = next(s for s in STAGES if s.name == "speed")
     assert speed.records("speed:base-vs-fork:pp") and not speed.records("generate")
 
@@ -95,7 +95,7 @@ def _toy_table(seen: list[str], interrupt: bool = False) -> tuple[Stage, ...]:
         return [StepRecord(CPU, "-", "toy-later", "passed")]
 
     def stage(name, command, run, steps, beside=False):
-        return Stage(name, command, "build", reads=("matrix",), writes=("steps",), steps=steps,
+        return Stage(name, command, "building", reads=("matrix",), writes=("steps",), steps=steps,
                      statuses=("passed", "failed"), run=run, beside=beside)
 
     return (stage("toy-beside", "build", beside, ("toy-beside",), beside=True),

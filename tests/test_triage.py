@@ -13,10 +13,10 @@ import pytest
 
 from harness import cli
 from harness.analysis import bisect, signatures, triage
-from harness.stages.build.patches import export_series, read_series
+from harness.stages.building.patches import export_series, read_series
 from harness.record.results import ComparisonRecord, Failure, Run, StepRecord, write_json
 from harness.analysis.signatures import classify_run, classify_step, classify_text, normalise
-from harness.stages.build.source import BaseTree
+from harness.stages.building.source import BaseTree
 from harness.analysis.bisect import BisectError, SeriesBisector, TestCheck, bisect_first_bad
 from harness.common.errors import InputError
 from harness.analysis.triage import diff_runs, previous_run, resolve_run
@@ -252,7 +252,7 @@ def _series_repo(root: Path) -> tuple[Path, str, list]:
 
 
 def test_a_series_that_does_not_apply_has_a_patch_apply_signature_naming_the_patch(tmp_path):
-    from harness.stages.build.patches import PatchApplyError, apply_series
+    from harness.stages.building.patches import PatchApplyError, apply_series
     failures = []
     for n, new_line in enumerate(('"sum ok', '"summed ok')):
         # two machines, two upstream commits that both rewrite the line the last patch changes
@@ -789,7 +789,7 @@ class FakeBisector:
         return f"k={k}"
 
     def build(self, k: int):
-        from harness.stages.build.build import BuildResult
+        from harness.stages.building.build import BuildResult
         bin_dir = self.k_dir(k) / "bin"
         if not bin_dir.exists():
             bin_dir.mkdir(parents=True)

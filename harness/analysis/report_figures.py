@@ -123,7 +123,7 @@ def checkout_series() -> str | None:
     """The digest of the checkout's patch series (``patches/`` of harness.args.find_checkout), None where it
     cannot be read."""
     from ..args import find_checkout
-    from ..stages.build.patches import PatchError, read_series, series_digest
+    from ..stages.building.patches import PatchError, read_series, series_digest
     root = find_checkout()
     if root is None:
         return None

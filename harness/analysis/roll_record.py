@@ -22,7 +22,7 @@ from typing import Any
 
 from ..record.forecast import HunkConflict
 from ..record.results import IDENTICAL, STEP, write_json
-from ..stages.build.source import BaseTree
+from ..stages.building.source import BaseTree
 from .roll_state import OUTCOMES
 
 #: Most lines of a patch's diff against its old version shown in roll.md (the rest are counted).

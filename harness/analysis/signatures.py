@@ -15,7 +15,7 @@ Kinds and what the key holds:
 ``link_error``
     the undefined or duplicate symbol, or the missing library.
 ``patch_apply``
-    the file name of the series patch that did not apply (harness.stages.build.patches.PatchApplyError),
+    the file name of the series patch that did not apply (harness.stages.building.patches.PatchApplyError),
     without its directory, the base commit or its position in the series.
 ``test_assertion``
     ``GGML_ASSERT(cond) failed`` with its file, a C ``assert`` condition, or a
@@ -78,7 +78,7 @@ from typing import Any, Callable, Iterable, Sequence
 from ..common.words import signal_name
 from ..record.gpu import SANITIZER_AT, SANITIZER_DETAIL, SANITIZER_NOT_A_REPORT, SANITIZER_REPORT
 from ..record.gpu import SANITIZER_SUMMARY as _SAN_SUMMARY
-from ..stages.tests.native_tests import WRAPPER_DID_NOT_RUN
+from ..stages.native_tests.native_tests import WRAPPER_DID_NOT_RUN
 from ..stages.outputs.sanitized_generation import CRASH_LABEL, CRASH_TOOL, sanitized_stem
 from ..stages.table import step_spec
 from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
@@ -540,7 +540,7 @@ def _compile_error(text: str, roots: Sequence[str]) -> Signature | None:
     return None
 
 
-#: The first line of harness.stages.build.patches.PatchApplyError's message (see patches._apply_failure), after the
+#: The first line of harness.stages.building.patches.PatchApplyError's message (see patches._apply_failure), after the
 #: ``PatchApplyError: `` prefix the pipeline writes into the step detail and error.log.
 _PATCH_APPLY = re.compile(r"^(?:PatchApplyError: )?(?P<path>[^\n]*?): patch (?P<index>\d+) of (?P<total>\d+) "
                           r"\((?P<subject>[^\n]*)\) does not apply on (?P<base>[0-9a-f]+) "

@@ -194,17 +194,17 @@ def _covered(run_dir: Path) -> set[str]:
         raise TriageInputError(str(exc)) from None
 
 
-#: The series label a fork build is configured with (harness.stages.build.patches.series_label), as the
+#: The series label a fork build is configured with (harness.stages.building.patches.series_label), as the
 #: command line that heads its configure.log gives it: the first 12 hex digits of the series digest.
 _SERIES_LABEL = re.compile(r"-DLLAMA_FORK_SERIES=[^,']*patches, sha256 ([0-9a-f]{12})")
 
 
 def recorded_series(run_dir: Path, platform: str) -> str | None:
     """The digest of the patch series the run built on ``platform``: from its environment.json's ``patches``
-    (harness.stages.build.patches.digest_of_series), else the first 12 hex digits its fork build was
+    (harness.stages.building.patches.digest_of_series), else the first 12 hex digits its fork build was
     configured with (``LLAMA_FORK_SERIES`` on the command line heading ``build-fork/configure.log``); None
     where the run recorded neither (a fork build found up to date in a run without environment.json)."""
-    from ..stages.build.patches import digest_of_series
+    from ..stages.building.patches import digest_of_series
     layout = RunLayout(run_dir)
     try:
         patches = read_environment(layout.environment_json(platform)).patches
@@ -987,7 +987,7 @@ def _confirm(args: argparse.Namespace, a: Path, b: Path, report: TriageReport) -
     """``--confirm``: re-measure the report's suspects (harness.analysis.speed_confirm) and print each verdict;
     returns the Confirmations.  Raises ConfirmError (exit 2) where a build or the matrix is missing."""
     # imported here: it starts engines, which no other triage needs
-    from ..stages.build.source import cache_dir, obtain_base
+    from ..stages.building.source import cache_dir, obtain_base
     from ..matrix.model_sources.registry import ModelStore
     from . import speed_confirm
 

@@ -238,7 +238,7 @@ class Platform:
     compile_only_cmake: Mapping[str, str] = field(default_factory=dict)
     #: which prompts of a group get a llama-completion text check: every-prompt or first-prompt (harness.stages.outputs.greedy)
     text_check: str = "every-prompt"
-    #: upstream's targets the build step compiles at -O0 (harness/stages/build/unoptimised.cmake); empty: none
+    #: upstream's targets the build step compiles at -O0 (harness/stages/building/unoptimised.cmake); empty: none
     unoptimised_targets: tuple[str, ...] = ()
 
 

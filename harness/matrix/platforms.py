@@ -2,7 +2,7 @@
 
 A platform's kind is its ``os``, ``arch`` and ``gpu`` in matrix.yaml (values the schema
 ``matrix.schema.json`` lists), each declared once in harness.kinds.  This module says what a platform
-needs of the host, asking its kinds: the same OS or a ``cross`` section (harness.stages.build.cross),
+needs of the host, asking its kinds: the same OS or a ``cross`` section (harness.stages.building.cross),
 the same architecture, its GPU kind's device to run and its build tool to build, enough host RAM;
 and what differs on it (executable suffix).  The pipeline skips a
 platform with the reason :func:`cannot_build` or :func:`cannot_run` gives.

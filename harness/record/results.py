@@ -331,7 +331,7 @@ class ComparisonRecord:
 # --------------------------------------------------------------------------- layout
 
 #: The files of a native-test directory (:meth:`RunLayout.tests`), by what they hold: ctest's log, the JUnit
-#: XML, the typed test run (harness.stages.tests.native_tests.TestRun), the sanitizer's summary and the GPU
+#: XML, the typed test run (harness.stages.native_tests.native_tests.TestRun), the sanitizer's summary and the GPU
 #: facts the tests logged (harness.record.gpu).  The native tests write them into any directory (a bisect's
 #: too), so they are named here once for every writer and reader.
 TESTS_FILES = {"log": "ctest.log", "junit": "junit.xml", "run": "tests.json", "sanitizer": "sanitizer.json",
@@ -340,14 +340,14 @@ TESTS_FILES = {"log": "ctest.log", "junit": "junit.xml", "run": "tests.json", "s
 
 #: The files of a compile step's log directory (:meth:`RunLayout.compile_logs`) beside its configure and build
 #: logs: the step's record (the plan, the unity groups, the targets linked, the times;
-#: harness.stages.build.cuda_compile.compile_tree, which writes it into any directory) and the CUDA toolkit the
-#: step used (harness.stages.build.compile_stage).
+#: harness.stages.building.cuda_compile.compile_tree, which writes it into any directory) and the CUDA toolkit the
+#: step used (harness.stages.building.compile_stage).
 COMPILE_FILES = {"record": "compile.json", "toolkit": "toolkit.json"}
 
 
 #: The logs of a build step's log directory (:meth:`RunLayout.build_logs`, :meth:`RunLayout.compile_logs`), by
 #: what they hold: the configure and build commands' output (each with a ``.rc`` file beside it holding the exit
-#: code), the patch series' application (harness.stages.build.source) and the error of a build that could not
+#: code), the patch series' application (harness.stages.building.source) and the error of a build that could not
 #: run.  The builds write them into any directory (a bisect's and a forecast's too), so they are named here once.
 BUILD_FILES = {"configure": "configure.log", "build": "build.log", "patches": "patches.log", "error": "error.log"}
 
@@ -410,7 +410,7 @@ class RunLayout:
 
     def compile_logs(self, platform: str, variant: str) -> Path:
         """``<platform>/compile-<variant>/``: the compile step of a CUDA platform without a GPU
-        (harness.stages.build.cuda_compile): configure.log, build.log, .rc files and :data:`COMPILE_FILES`."""
+        (harness.stages.building.cuda_compile): configure.log, build.log, .rc files and :data:`COMPILE_FILES`."""
         return self.platform(platform) / f"compile-{variant}"
 
     def compile_file(self, platform: str, variant: str, name: str) -> Path:

@@ -14,7 +14,7 @@ class Options:
     this machine cannot run reported as skipped).  ``cmake_defines``: extra
     ``-D`` options passed through to CMake.  ``cuda_arch``: overrides the
     architectures read from nvidia-smi.  ``jobs``: jobs at once, every build and compile step together
-    (:meth:`harness.stages.build.builds.Builds.job_budget`; None: the cores this process may use).
+    (:meth:`harness.stages.building.builds.Builds.job_budget`; None: the cores this process may use).
     ``sanitize``: a compute-sanitizer tool to run the native tests under.
     ``models``/``groups``: restrict comparisons.  ``n_predict``/``repeats``:
     override the matrix's generation settings (tokens, runs per config).  ``bench``: run the speed

@@ -47,10 +47,10 @@ from .options import Options
 COMMANDS = tuple(STAGE_COMMANDS)
 
 #: The folders of harness/stages/, in the order of the run: each stage lives in one.
-ROLES = ("build", "tests", "outputs", "checks", "speed")
+ROLES = ("building", "native_tests", "outputs", "checks", "speed")
 
 #: What a stage may read from the run: the loaded ``matrix``; the base ``source`` tree and the patch
-#: series; the ``builds`` (harness.stages.build.builds.Builds, built on first use); the ``models``
+#: series; the ``builds`` (harness.stages.building.builds.Builds, built on first use); the ``models``
 #: (harness.matrix.model_sources.registry.ModelStore, made on first use); the ``records`` the run holds so far (its
 #: steps, comparisons and files).
 READS = ("matrix", "source", "builds", "models", "records")
@@ -155,23 +155,23 @@ class Stage:
 
 
 class RunBuilds(Protocol):
-    """What the stages ask of a run's builds through the context: harness.stages.build.builds.Builds, made by
+    """What the stages ask of a run's builds through the context: harness.stages.building.builds.Builds, made by
     harness.pipeline.open_context (the frame names no stage room: the build room implements this)."""
 
     cache: Path
     bases: dict[str, Any]
 
     def base(self) -> Any:
-        """The base tree (harness.stages.build.source.BaseTree), obtained on first use."""
+        """The base tree (harness.stages.building.source.BaseTree), obtained on first use."""
 
     def patches(self) -> list[Any]:
-        """The patch series (harness.stages.build.patches.Patch each)."""
+        """The patch series (harness.stages.building.patches.Patch each)."""
 
     def variants_for(self, p: Platform) -> list[str]:
         """The variants ``p`` builds."""
 
     def build_variant(self, p: Platform, variant: str) -> Any:
-        """``variant`` of ``p``, built once per process (harness.stages.build.build.BuildResult)."""
+        """``variant`` of ``p``, built once per process (harness.stages.building.build.BuildResult)."""
 
     def prepare_source(self, base: Any, work: Path, variant: str, logs: Path) -> Path:
         """The source tree of ``variant`` under ``work``, patched where the variant is."""
@@ -180,7 +180,7 @@ class RunBuilds(Protocol):
         """Write ``p``'s environment.json."""
 
     def emulator(self, p: Platform) -> Any:
-        """The emulator that runs ``p``'s programs (harness.stages.build.cross.Emulator), None for a native one."""
+        """The emulator that runs ``p``'s programs (harness.stages.building.cross.Emulator), None for a native one."""
 
     def job_budget(self) -> Any:
         """The run's one job budget (harness.common.jobserver.JobBudget)."""
@@ -231,7 +231,7 @@ class Context:
     generated: dict[str, list[str]] = field(default_factory=dict)
 
     def close(self) -> None:
-        """The run is over: give up the build holds and the job budget (harness.stages.build.builds.Builds.close)."""
+        """The run is over: give up the build holds and the job budget (harness.stages.building.builds.Builds.close)."""
         self.builds.close()
 
     def doing(self, platform: str, config: str, step: str) -> AbstractContextManager[None]:
@@ -239,7 +239,7 @@ class Context:
         return self.progress.doing(platform, config, step)
 
     def build_variant(self, p: Platform, variant: str) -> Any:
-        """``variant`` of ``p``, built once per process (harness.stages.build.builds.Builds.build_variant)."""
+        """``variant`` of ``p``, built once per process (harness.stages.building.builds.Builds.build_variant)."""
         return self.builds.build_variant(p, variant)
 
     def emulator(self, p: Platform) -> Any:

@@ -18,10 +18,10 @@ from ...record import gpu
 from ...record.cache import DigestMemo, ResultCache
 from ...record.progress import InProgress
 from ...record.results import Run, RunLayout, write_json
-from ..build.builds import Builds
-from ..build.cross import Emulator
+from ..building.builds import Builds
+from ..building.cross import Emulator
 from .compare import GenerationSpec
-from ..build.engine_target import ENGINE_TARGET
+from ..building.engine_target import ENGINE_TARGET
 from .engine import engine_argv
 from .generation_cache import SessionCache, side_identity
 from .greedy import Hooks, Side

@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 from ...common import proc
 from ...record.native_tests import TestCase, TestRun
 from ...record.results import TESTS_FILES
-from ..build.build import find_tool
+from ..building.build import find_tool
 
 
 def parse_junit(path: Path) -> list[TestCase]:

@@ -47,7 +47,7 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
     """The CMake cache options of platform ``p``'s ``variant`` build.
 
     The matrix's options, the compiler launcher (ccache), the harness's engine target
-    (harness.stages.build.engine_target.engine_cmake_options), a RUNPATH relative to the binaries
+    (harness.stages.building.engine_target.engine_cmake_options), a RUNPATH relative to the binaries
     (CMAKE_BUILD_RPATH_USE_ORIGIN), the platform's ``unoptimised_targets`` at -O0 (:data:`UNOPTIMISED_HOOK`),
     CMAKE_CUDA_ARCHITECTURES
     (``cuda_arch``, else from nvidia-smi where the matrix says ``auto``), the cross toolchain and
@@ -105,7 +105,7 @@ class BuildHold:
 class Builds:
     """The builds of one run: ``matrix``, ``run`` (where build steps are recorded), ``opts``, ``console`` and
     ``say`` (progress), ``progress`` (the steps in progress), ``cache`` (the harness cache directory,
-    harness.stages.build.source.cache_dir) and ``bases``: variant -> its base tree where the caller gives one
+    harness.stages.building.source.cache_dir) and ``bases``: variant -> its base tree where the caller gives one
     (an upstream forecast: "base" the other upstream, "old-base" the pinned one); other variants than base
     and fork are built unpatched from theirs."""
 
@@ -345,7 +345,7 @@ class Builds:
 
     def quantize_tool(self) -> QuantizeTool:
         """The llama-quantize that derives the matrix's quantized models: the base build of the host's CPU platform
-        (harness.stages.build.quantize_tool), built first when this run has not built it; ModelError naming the build
+        (harness.stages.building.quantize_tool), built first when this run has not built it; ModelError naming the build
         when it failed."""
         p = quantize_platform(self.matrix.platforms.values())
         if p is None:

@@ -1,7 +1,7 @@
 """What a build's programs are beyond their own bytes: the shared libraries beside them and the labels the
 build compiled in, and what else decides what they produce here: the machine (asked of the platform's GPU
 kind), the emulator that runs them and the inherited environment.  The result cache's identities of a build's
-programs (harness.stages.outputs.generation_cache, harness.stages.tests.test_cache) and of the llama-quantize
+programs (harness.stages.outputs.generation_cache, harness.stages.native_tests.test_cache) and of the llama-quantize
 that derives models (quantize_tool.py) read them.
 """
 
