@@ -37,7 +37,7 @@ from harness.stages.building import find_tool  # noqa: E402
 from harness.matrix.config import load_matrix  # noqa: E402
 from harness.stages.patches import read_series  # noqa: E402
 from harness.pipeline import Options, Pipeline  # noqa: E402
-from harness.record.results import Run  # noqa: E402
+from harness.record.run import Run  # noqa: E402
 
 
 def ccache(*args: str) -> str:

@@ -49,7 +49,8 @@ from harness.analysis.speed_ratios import rule_factors, same_mode_upstream  # no
 from harness.matrix.config import MatrixError, load_matrix  # noqa: E402
 from harness.record import environment  # noqa: E402
 from harness.record.bench import read_bench  # noqa: E402
-from harness.record.results import Run, new_run_id  # noqa: E402
+from harness.record.run import Run  # noqa: E402
+from harness.record.run_id import new_run_id  # noqa: E402
 
 
 def machine() -> str:

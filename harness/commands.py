@@ -40,7 +40,7 @@ def run_stages(args: argparse.Namespace) -> int:
     from .cli import STAGES
     from .common.console import Console
     from .pipeline import run_stages as run_pipeline
-    from .record.results import Run
+    from .record.run import Run
     matrix = load_matrix(args.matrix)
     opts = stage_options(args)
     for name in opts.platforms:

@@ -27,7 +27,8 @@ from .record.cache import ResultCache, max_bytes_from_env
 from .record.junit import write_checks_junit, write_comparisons_junit, write_speed_junit
 from .record.leftovers import GROUPS_NAME
 from .record.progress import InProgress, describe_abort
-from .record.results import VERDICT_EXIT_CODES, Run
+from .record.run import Run
+from .record.statuses import VERDICT_EXIT_CODES
 from .stages.building.builds import Builds
 from .stages.building.source import BaseTree, cache_dir
 from .stages.options import Options
@@ -102,7 +103,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
                say: Callable[[str], None] | None = None, bases: Mapping[str, BaseTree] | None = None,
                table: tuple[Stage, ...] = STAGES) -> int:
     """Run the commands ``stages`` (build, test, compare-outputs) in order, each its stages of ``table``; return
-    the exit code of the run's verdict (harness.record.results.VERDICT_EXIT_CODES: 0 passed, 1 failed, 3
+    the exit code of the run's verdict (harness.record.statuses.VERDICT_EXIT_CODES: 0 passed, 1 failed, 3
     incomplete or nothing ran).
 
     On SIGINT/SIGTERM (harness.common.proc.Interrupted) or any exception every child
@@ -124,7 +125,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
 
 
 def _run_commands(ctx: Context, run: Run, stages: Sequence[str], table: tuple[Stage, ...]) -> int:
-    """The body of :func:`run_stages` once the run is begun (harness.record.results.Run.begin)."""
+    """The body of :func:`run_stages` once the run is begun (harness.record.run.Run.begin)."""
     say = ctx.say
     for i, command in enumerate(stages):
         try:

@@ -22,7 +22,8 @@ from harness.stages.building.cuda_compile import (Plan, ToolkitMissing, assemble
                                   driver_functions, include_closure, plan, wheel_versions)
 from harness.pipeline import Options, open_context
 from harness.stages.building.compile_stage import compile_options, compile_variant
-from harness.record.results import Run, StepRecord
+from harness.record.records import StepRecord
+from harness.record.run import Run
 from harness.analysis.signatures import classify_step
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,8 @@ from harness.record import gpu
 from harness.stages.checks.expectation_load import model_buffers
 from harness.stages.outputs.compare import GenerationResult
 from harness.matrix.config import MatrixError, load_matrix
-from harness.record.results import ComparisonRecord, Run, StepRecord
+from harness.record.records import ComparisonRecord, StepRecord
+from harness.record.run import Run
 from harness.stages.outputs.upstream_support import unsupported_upstream
 from harness.stages.outputs.compare_stage import record_generate_steps, run_compare, run_groups
 

@@ -111,7 +111,7 @@ def test_nothing_under_stages_imports_the_pipeline_the_cli_analysis_or_tools():
 
 def test_the_rule_finds_a_forbidden_import():
     graph = {"stages.speed.speed": {"common.statistics", "analysis.report", "stages.shape"},
-             "stages.building.build": {"pipeline", "record.results"}, "analysis.report": {"stages.shape"}}
+             "stages.building.build": {"pipeline", "record.run"}, "analysis.report": {"stages.shape"}}
     assert forbidden_stage_imports(graph) == [("stages.building.build", "pipeline"),
                                               ("stages.speed.speed", "analysis.report")]
 
@@ -204,7 +204,7 @@ def test_no_arrow_climbs_a_floor_and_the_frame_knows_no_stage():
 def test_the_floor_rule_finds_an_arrow_up():
     graph = {"stages.outputs.sessions": {"stages.checks.reload_rules", "stages.building.builds"},
              "stages.native_tests.sanitized_generation": {"stages.outputs.compare", "stages.shape"},
-             "stages.shape": {"stages.outputs.greedy", "stages.options", "record.results"},
+             "stages.shape": {"stages.outputs.greedy", "stages.options", "record.run"},
              "stages.speed.speed": {"stages.outputs.engine"}, "stages.table": {"stages.speed.speed"}}
     assert arrows_up(graph) == [("stages.native_tests.sanitized_generation", "stages.outputs.compare"),
                                 ("stages.outputs.sessions", "stages.checks.reload_rules"),

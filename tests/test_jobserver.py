@@ -20,7 +20,7 @@ from harness.common.jobserver import JobBudget, ninja_version
 from harness.matrix.config import load_matrix
 from harness.pipeline import Options, open_context, run_command
 from harness.stages.table import stages_of
-from harness.record.results import Run
+from harness.record.run import Run
 from harness.stages.building.build import _run_step, find_tool
 from harness.stages.building.cuda_compile import Toolkit
 

@@ -23,7 +23,7 @@ from harness.matrix.config import load_matrix
 from harness.pipeline import Options, run_stages
 from harness.record import environment
 from harness.record.cache import identity_key
-from harness.record.results import Run
+from harness.record.run import Run
 from harness.stages.building.preflight import check_inputs
 from harness.stages.outputs.generation_cache import side_identity
 

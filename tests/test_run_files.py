@@ -13,11 +13,12 @@ import pytest
 from harness.record.compare import find_compare_entry, read_compare_entries, record_compare_entries
 from harness.record.forecast import read_forecast
 from harness.record.reloads import read_reload_check
-from harness.record.results import BUILD_FILES, COMPILE_FILES, LOAD_FILES, TESTS_FILES, RecordError
+from harness.record.layout import BUILD_FILES, COMPILE_FILES, LOAD_FILES, TESTS_FILES
+from harness.record.records import RecordError
 
 PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
-#: The names of the files RunLayout declares (harness.record.results), and the suffixes of a load's JSON records.
+#: The names of the files RunLayout declares (harness.record.layout), and the suffixes of a load's JSON records.
 RUN_FILE_NAMES = frozenset({
     "run.json", "summary.json", "summary.md", "signatures.json", "report.html", "forecast.json", "forecast.md",
     "environment.json", "config.json", "compare.json", "compare-timing.json", "placement.json", "expectations.json",

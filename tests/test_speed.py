@@ -24,7 +24,9 @@ from harness.pipeline import Options
 from harness.record.bench import parse_step, read_bench, step_name
 from harness.record.junit import write_speed_junit
 from harness.record.cache import ResultCache
-from harness.record.results import Run, StepRecord, write_json
+from harness.record.json_files import write_json
+from harness.record.records import StepRecord
+from harness.record.run import Run
 from harness.stages.outputs.generation_cache import SideIdentity
 from harness.stages.outputs.engine import EngineSession
 from harness.stages.speed import speed

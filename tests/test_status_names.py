@@ -1,5 +1,5 @@
 """Comparison statuses are declared once (harness.record.statuses.COMPARISON, re-exported by
-harness.record.results) and named through its constants (IDENTICAL, DIVERGED, CRASHED, TIMEOUT, UNSUPPORTED_UPSTREAM, GENERATION_FAILURES): no other module of the
+harness.record.statuses) and named through its constants (IDENTICAL, DIVERGED, CRASHED, TIMEOUT, UNSUPPORTED_UPSTREAM, GENERATION_FAILURES): no other module of the
 harness spells one as a string, so a status renamed or added is one line of the declaration."""
 
 import ast
@@ -32,7 +32,7 @@ def test_no_module_but_the_declaration_spells_a_comparison_status():
              if (rel := path.relative_to(PACKAGE)) != DECLARATION
              for line, word in status_literals(path.read_text(encoding="utf-8"))
              if (rel, word) not in OTHER_VOCABULARIES]
-    assert found == [], "use the constants of harness.record.results instead:\n" + "\n".join(found)
+    assert found == [], "use the constants of harness.record.statuses instead:\n" + "\n".join(found)
 
 
 def test_every_allowed_spelling_is_still_there():

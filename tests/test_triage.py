@@ -14,7 +14,9 @@ import pytest
 from harness import cli
 from harness.analysis import bisect, signatures, triage
 from harness.stages.building.patches import export_series, read_series
-from harness.record.results import ComparisonRecord, Failure, Run, StepRecord, write_json
+from harness.record.json_files import write_json
+from harness.record.records import ComparisonRecord, Failure, StepRecord
+from harness.record.run import Run
 from harness.analysis.signatures import classify_run, classify_step, classify_text, normalise
 from harness.stages.building.source import BaseTree
 from harness.analysis.bisect import BisectError, SeriesBisector, TestCheck, bisect_first_bad

@@ -18,7 +18,8 @@ import pytest
 from fake_upstream import make_fake_project
 from harness.analysis import triage
 from harness.matrix.config import MatrixError, load_matrix
-from harness.record.results import Run, StepRecord
+from harness.record.records import StepRecord
+from harness.record.run import Run
 from test_preflight import edit_matrix, write_vocab_model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,7 +28,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..args import parse_defines, split_names
 from ..common.errors import InputError
-from ..record.results import BUILD_FILES, IDENTICAL
+from ..record.layout import BUILD_FILES
+from ..record.statuses import IDENTICAL
 
 
 class BisectError(InputError):

@@ -44,8 +44,10 @@ from ..args import split_names
 from ..common.errors import EXIT_FAILED, EXIT_PASSED, InputError
 from ..matrix.config import Matrix, RunConfig, Source, load_matrix
 from ..record.forecast import ForecastRecord, ForecastStage, UpstreamComparison
-from ..record.results import (BUILD_FILES, IDENTICAL, PATCH, STEP, VERDICT_EXIT_CODES, ComparisonRecord, RunLayout, StepRecord,
-                              write_json)
+from ..record.json_files import write_json
+from ..record.layout import BUILD_FILES, RunLayout
+from ..record.records import ComparisonRecord, StepRecord
+from ..record.statuses import IDENTICAL, PATCH, STEP, VERDICT_EXIT_CODES
 from ..stages.command_names import STAGE_COMMANDS
 from ..stages.building.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
 from ..common.locks import Rank, exclusive
@@ -485,7 +487,7 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
     from ..common import proc
     from ..args import stage_options
     from ..pipeline import run_stages
-    from ..record.results import Run
+    from ..record.run import Run
     from .report import write_report
     from .run_views import settle_killed, write_views
     base = forecast_base(new, old, patches, work / "upstream")

@@ -41,8 +41,9 @@ from ..common.words import size_text
 from ..record.environment import read_environment
 from ..record.inputs import ConfigRecord, read_run_config
 from ..record.loads import PinLadder, read_pin_ladder
-from ..record.results import (COMPARISON, DIVERGED, IDENTICAL, KILLED, LOAD_FILES, PATCH, STEP, VERDICT, ComparisonRecord,
-                              RecordError, RunLayout, StepRecord)
+from ..record.layout import LOAD_FILES, RunLayout
+from ..record.records import ComparisonRecord, RecordError, StepRecord
+from ..record.statuses import COMPARISON, DIVERGED, IDENTICAL, KILLED, PATCH, STEP, VERDICT
 from ..record.summary import read_run, write_summary_md
 from ..record.verdict import FAILS, NOT_RUN, RowVerdict, count_text, failing_names, failures_first, judge
 from .signatures import load_signatures, step_logs
@@ -53,7 +54,8 @@ from ..record.expectations import read_expectations
 from ..record.probe import layers_by_type_text
 from . import svg
 from .report_figures import checkout_series, kl_figure, machine_text, probe_figures, rule_history_figures, speed_pair_figures
-from ..record.results import describe_cache, describe_cached, describe_divergence_record, shown_as_reused
+from ..record.records import describe_divergence_record
+from ..record.summary_md import describe_cache, describe_cached, shown_as_reused
 
 #: Lines of a failing log shown in the report (the end of a log holds the error).
 LOG_TAIL_LINES = 40

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping
 
 from ..record.bench import bench_measurements, bench_platforms, read_bench
 from ..record.probe import ProbeError, read_probe
-from ..record.results import ComparisonRecord
+from ..record.records import ComparisonRecord
 from ..record.summary import run_dirs_under
 from .triage import _started, recorded_series, same_series
 from .svg import Cell, cell_strip, line_plot, strip_plot

@@ -190,7 +190,7 @@ def finish(state: State, args: argparse.Namespace, say: Callable[[str], None]) -
     shutil.rmtree(here, ignore_errors=True)  # the roll is committed: nothing left to continue or abort
     rc = EXIT_PASSED
     if getattr(args, "no_verify", False):
-        from ..record.results import Run
+        from ..record.run import Run
         run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
         try:
             run.write_summary()
@@ -213,7 +213,7 @@ def verify(record: Any, args: argparse.Namespace, *, matrix_path: Path, old: Bas
     from ..args import split_names, stage_options
     from ..common import proc
     from ..pipeline import run_stages
-    from ..record.results import Run
+    from ..record.run import Run
     from .run_views import settle_killed, write_views
     from .roll_record import write_record
     matrix = load_matrix(matrix_path)  # the new pin, checked to agree with itself

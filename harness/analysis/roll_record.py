@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..record.forecast import HunkConflict
-from ..record.results import IDENTICAL, STEP, write_json
+from ..record.json_files import write_json
+from ..record.statuses import IDENTICAL, STEP
 from ..stages.building.source import BaseTree
 from .roll_state import OUTCOMES
 
@@ -280,7 +281,8 @@ def runs_of_pin(results_dir: Path, commit: str) -> list[Path]:
     """The runs under ``results_dir`` whose every platform built ``commit`` as its base (its environment.json,
     harness.record.environment) and that passed, newest first."""
     from ..record.environment import read_environment
-    from ..record.results import RecordError, RunLayout
+    from ..record.layout import RunLayout
+    from ..record.records import RecordError
     from ..record.summary import read_run
     from .triage import known_runs
     found = []

@@ -86,8 +86,10 @@ from ..record.expectations import read_expectations
 from ..record.reloads import read_reload_check
 from ..record.loads import read_load_command
 from ..record.native_tests import read_sanitizer, read_test_run
-from ..record.results import (BUILD_FILES, CRASHED, DIVERGED, LOAD_FILES, STEP, STEP_FAILED, TIMEOUT, TESTS_FILES, ComparisonRecord, Failure,
-                              RecordError, RunLayout, StepRecord, load_records, write_json)
+from ..record.json_files import load_records, write_json
+from ..record.layout import BUILD_FILES, LOAD_FILES, TESTS_FILES, RunLayout
+from ..record.records import ComparisonRecord, Failure, RecordError, StepRecord
+from ..record.statuses import CRASHED, DIVERGED, STEP, STEP_FAILED, TIMEOUT
 from ..record.signatures import read_signatures
 
 #: Every signature kind, declared once here (the module docstring says what each key holds), with
@@ -1001,7 +1003,7 @@ def classify_run(run_dir: Path, *, write: bool = True) -> list[dict]:
     rest of them; comparisons have step ``compare``, config = the candidate, and also group, model,
     prompt, reference) in summary order, and writes it to ``run_dir/signatures.json``
     unless ``write`` is False.  Raises FileNotFoundError when there is no summary.json
-    and harness.record.results.RecordError (a ValueError) when it cannot be read.
+    and harness.record.records.RecordError (a ValueError) when it cannot be read.
     """
     steps, comparisons, _ = load_records(run_dir)
     entries: list[dict[str, Any]] = []

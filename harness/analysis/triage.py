@@ -56,9 +56,11 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED, InputError
 from ..common.locks import RunLock
 from ..common.words import size_text
-from ..record.results import (BUILD_FILES, COMPARISON, DIVERGED, GENERATION_FAILURES, KILLED, STEP, STEP_ERROR,
-                              STEP_INTERRUPTED, STEP_PASSED, ComparisonRecord, RecordError, RunLayout, StepRecord,
-                              describe_cache, describe_cached, shown_as_reused)
+from ..record.layout import BUILD_FILES, RunLayout
+from ..record.records import ComparisonRecord, RecordError, StepRecord
+from ..record.statuses import (COMPARISON, DIVERGED, GENERATION_FAILURES, KILLED, STEP, STEP_ERROR, STEP_INTERRUPTED,
+                               STEP_PASSED)
+from ..record.summary_md import describe_cache, describe_cached, shown_as_reused
 from ..record.environment import read_environment
 from ..record.expectations import EXPECTATIONS_STEP
 from ..record.inputs import read_run_info
@@ -71,7 +73,7 @@ from ..stages.table import step_spec
 from .speed_diff import SpeedChange, compare_speed
 from .speed_ratios import rule_factors, same_mode_upstream
 
-#: Statuses that count as a failure or a success (declared in harness.record.results).
+#: Statuses that count as a failure or a success (declared in harness.record.statuses).
 BAD_STEP = STEP.failures
 BAD_COMPARISON = COMPARISON.failures
 GOOD = STEP.successes | COMPARISON.successes
@@ -402,7 +404,7 @@ class TriageReport:
     #: why run B is incomplete ([] when it is complete); B is compared only on what it recorded, and
     #: ``not_compared`` lists what A has that B did not run or was stopped in (a regression only when ``strict``)
     b_incomplete: list[str] = field(default_factory=list)
-    #: B's harness process died before its command ended (harness.record.results.KILLED): what it recorded stops
+    #: B's harness process died before its command ended (harness.record.statuses.KILLED): what it recorded stops
     #: where it died, not where it was stopped, so B is never called clean
     b_killed: bool = False
     #: A and B are one run (named twice, or B's previous run resolved to itself): nothing can have changed
@@ -412,7 +414,7 @@ class TriageReport:
     #: speed of the configurations both runs measured (same machine only), and why other pairs were not compared
     speed_changes: list[SpeedChange] = field(default_factory=list)
     speed_not_comparable: list[str] = field(default_factory=list)
-    #: B's result cache counts in words (harness.record.results.describe_cache), "" without any
+    #: B's result cache counts in words (harness.record.summary_md.describe_cache), "" without any
     b_cache: str = ""
 
     @property
@@ -533,7 +535,7 @@ def _step_transitions(sa: RunSummary, sb: RunSummary, sig_a: dict, sig_b: dict, 
 
 def _model_unmade(step: StepRecord | None) -> bool:
     """True for a step that errored only because a model could not be made (every failure fact of kind
-    ``model``, harness.record.results.FAILURE_KINDS): a problem of the harness's inputs, never a regression."""
+    ``model``, harness.record.records.FAILURE_KINDS): a problem of the harness's inputs, never a regression."""
     facts = step.failures if step else []
     return step is not None and step.status == STEP_ERROR and bool(facts) and all(f.kind == "model" for f in facts)
 

@@ -24,7 +24,7 @@ import jsonschema
 import yaml
 
 from ..common.errors import InputError
-from ..record.results import IDENTICAL
+from ..record.statuses import IDENTICAL
 
 SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
 

@@ -15,7 +15,8 @@ from typing import Any, Mapping
 
 from ..kinds.registry import GPUS, machine_devices
 from .gpu import pin_environment
-from .results import RecordError, read_record_json
+from .json_files import read_record_json
+from .records import RecordError
 
 
 def _first_line(argv: list[str]) -> str | None:
@@ -163,8 +164,8 @@ _COUNTS = ("cpu_count", "ram_bytes", "visible_gpus")
 
 
 def read_environment(path: Path) -> EnvironmentRecord:
-    """The environment record at ``path`` (harness.record.results.RunLayout.environment_json).  Raises
-    FileNotFoundError naming the file when there is none (the platform recorded none), harness.record.results
+    """The environment record at ``path`` (harness.record.layout.RunLayout.environment_json).  Raises
+    FileNotFoundError naming the file when there is none (the platform recorded none), harness.record.records
     .RecordError naming it when it is not JSON or not of the shape of :class:`EnvironmentRecord` (a GPU or a
     patch that is not an object, a count that is not a number included)."""
     data = read_record_json(path, "no environment.json; the platform did not build here")

@@ -1,4 +1,4 @@
-"""A run's ``signatures.json`` (harness.record.results.RunLayout.signatures_json), typed: written by
+"""A run's ``signatures.json`` (harness.record.layout.RunLayout.signatures_json), typed: written by
 harness.analysis.signatures.classify_run, read back by it (harness.analysis.signatures.load_signatures) for triage,
 the report and the forecast.
 
@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .results import RecordError, read_record_json
+from .json_files import read_record_json
+from .records import RecordError
 
 #: The keys of a signature.
 SIGNATURE_KEYS = ("kind", "key", "summary", "evidence")

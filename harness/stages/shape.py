@@ -8,7 +8,7 @@ A stage (:class:`Stage`) declares, once:
 * ``reads``: what it takes from the run (:data:`READS`), and ``writes``: what it adds (:data:`WRITES`);
 * ``steps``: the steps it records, each a :class:`StepSpec`: its name (a name ending in ``:`` or ``-`` is
   a prefix: ``speed:`` for ``speed:<group>:<metric>``, ``test-`` for ``test-<tool>``), the statuses it
-  may end in (the named constants of harness.record.results.STEP; ``interrupted`` is the run loop's,
+  may end in (the named constants of harness.record.statuses.STEP; ``interrupted`` is the run loop's,
   never declared) and what its failure is read from (:data:`EVIDENCE`: the signatures, the logs a
   report shows and review ask the step's declaration, harness.stages.table.step_spec); the run loop
   holds what a stage records to them (harness.stages.table.undeclared);
@@ -39,7 +39,9 @@ from ..matrix.platforms import cannot_build, cannot_run, compiles_instead
 from ..matrix.selection import Selection
 from ..record.cache import ResultCache
 from ..record.progress import InProgress
-from ..record.results import STEP_INTERRUPTED, STEP_STATUSES, Run, StepRecord
+from ..record.records import StepRecord
+from ..record.run import Run
+from ..record.statuses import STEP_INTERRUPTED, STEP_STATUSES
 from .command_names import STAGE_COMMANDS
 from .options import Options
 
@@ -82,7 +84,7 @@ DECLARABLE = tuple(s for s in STEP_STATUSES if s != STEP_INTERRUPTED)
 @dataclass(frozen=True)
 class StepSpec:
     """One step a stage records: its ``name`` (ending in ``:`` or ``-``: a prefix), the ``statuses`` it may end
-    in (named constants of harness.record.results), its ``evidence`` (:data:`EVIDENCE`) and whether it is
+    in (named constants of harness.record.statuses), its ``evidence`` (:data:`EVIDENCE`) and whether it is
     ``timed``: its seconds measure the work itself (a build, a test run), so triage compares them across runs.
     Raises ValueError for a status or evidence outside its vocabulary."""
 

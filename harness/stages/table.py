@@ -13,7 +13,7 @@ from .checks import expectations, reloads
 from .outputs import compare_stage, sanitized_generation
 from typing import Iterable
 
-from ..record.results import StepRecord
+from ..record.records import StepRecord
 from .shape import COMMANDS, Stage, StepSpec
 from .speed import speed
 from .native_tests import tests_stage

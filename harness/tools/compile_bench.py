@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from ..stages.building.compile_stage import compile_variant
     from ..stages.options import Options
     from ..pipeline import open_context
-    from ..record.results import Run
+    from ..record.run import Run
     from ..args import parse_defines, split_names
     platforms = split_names(args.platform) or ["linux-x86_64-cuda"]
     if len(platforms) != 1:

@@ -20,7 +20,7 @@ from ..kinds.registry import UnknownKind, gpu_of
 from ..kinds.shape import GpuKind
 from ..record.bench import bench_measurements, bench_platforms, read_bench
 from ..record.llama_bench import FILE_NAME, rows_of_run
-from ..record.results import RunLayout
+from ..record.layout import RunLayout
 
 
 def main(argv: Sequence[str]) -> int:

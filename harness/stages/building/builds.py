@@ -24,7 +24,10 @@ from ...kinds.registry import gpu_of
 from ...matrix.platforms import cross_built, executable_suffix
 from ...record import environment
 from ...record.progress import InProgress
-from ...record.results import BUILD_FILES, Failure, Run, StepRecord, write_json
+from ...record.json_files import write_json
+from ...record.layout import BUILD_FILES
+from ...record.records import Failure, StepRecord
+from ...record.run import Run
 from ..options import Options
 from .engine_target import ENGINE_TARGET, engine_cmake_options, engine_source_digest
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options,

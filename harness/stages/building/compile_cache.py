@@ -27,7 +27,7 @@ from typing import Any
 
 from ...common.fs import sha256_files
 from ...record.cache import ResultCache, abstract_paths, identity_key
-from ...record.results import COMPILE_FILES
+from ...record.layout import COMPILE_FILES
 from .cuda_compile import CompileResult, Plan
 from .source import git
 

@@ -17,8 +17,10 @@ from pathlib import Path
 from ...common.locks import Rank, exclusive, joined_by_holder_of
 from ...matrix.config import Platform
 from ...matrix.platforms import compiles_instead
-from ...record.results import (BUILD_FILES, STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED, Failure, StepRecord,
-                               write_json)
+from ...record.json_files import write_json
+from ...record.layout import BUILD_FILES
+from ...record.records import Failure, StepRecord
+from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
 from .engine_target import ENGINE_TARGET
 from ..shape import Context, Stage, StepSpec
 from .build import ccache_env, compiler_launcher_options, find_tool

@@ -49,7 +49,8 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from ...common.jobserver import JobBudget
-from ...record.results import BUILD_FILES, COMPILE_FILES, write_json
+from ...record.json_files import write_json
+from ...record.layout import BUILD_FILES, COMPILE_FILES
 from .unity import CMAKE_HOOK, INCLUDE_LINE, Member, unity_groups, unity_object, write_groups_file
 
 #: PyPI wheels of the CUDA 13.0 toolkit the step compiles with; nvidia-nvvm holds cicc, which

@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 from ...common import proc
 from ...record.native_tests import TestCase, TestRun
-from ...record.results import TESTS_FILES
+from ...record.layout import TESTS_FILES
 from ..building.build import find_tool
 
 

@@ -33,7 +33,7 @@ from ...common.fs import sha256_files
 from ...kinds.cpu import CPU
 from ...kinds.shape import GpuKind
 from ...record.cache import ResultCache, abstract_paths, identity_key, image_digest, images_digest
-from ...record.results import TESTS_FILES
+from ...record.layout import TESTS_FILES
 from ..building.build import find_tool
 from ..building.binaries import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
 from ...record.native_tests import TestCase, TestRun

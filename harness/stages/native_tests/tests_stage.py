@@ -11,7 +11,9 @@ from pathlib import Path
 from ...kinds.registry import gpu_of, os_of
 from ...record import gpu
 from ...record.native_tests import SanitizerRecord
-from ...record.results import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED, Failure, StepRecord, write_json
+from ...record.json_files import write_json
+from ...record.records import Failure, StepRecord
+from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
 from ..shape import Context, Stage, StepSpec
 from .test_cache import run_tests_reusing
 

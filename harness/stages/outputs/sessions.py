@@ -17,7 +17,9 @@ from ...matrix.platforms import executable_suffix
 from ...record import gpu
 from ...record.cache import DigestMemo, ResultCache
 from ...record.progress import InProgress
-from ...record.results import Run, RunLayout, write_json
+from ...record.json_files import write_json
+from ...record.layout import RunLayout
+from ...record.run import Run
 from ..building.builds import Builds
 from ..building.cross import Emulator
 from .compare import GenerationSpec
