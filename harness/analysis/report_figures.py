@@ -70,7 +70,7 @@ def _date(when: str) -> str:
 
 def machine_text(machine: Mapping[str, Any]) -> str:
     """A bench.json machine fingerprint in words: ``Intel(R) Xeon(R) Processor, 16 CPUs; 1 of NVIDIA H200
-    (driver 580.159.04) visible; CUDA 13.0`` (harness.record.environment.machine_fingerprint)."""
+    (driver 580.159.04) visible; CUDA 13.0`` (harness.kinds.machine.machine_fingerprint)."""
     gpus = [g for g in machine.get("gpus") or [] if isinstance(g, (list, tuple)) and g]
     names = ", ".join(f"{g[0]} (driver {g[1]})" if len(g) > 1 and g[1] else str(g[0]) for g in gpus)
     text = f"{machine.get('cpu') or 'unknown CPU'}, {machine.get('cpu_count') or '?'} CPUs"

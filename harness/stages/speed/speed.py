@@ -39,7 +39,7 @@ from ...common.statistics import judge, spread
 from ...matrix.config import Generation, GroupSpeed, Platform, SpeedRule
 from ...matrix.platforms import cannot_run
 from ...kinds.registry import gpu_of, group_fits
-from ...record import environment
+from ...kinds import machine
 from ...record.bench import INSTRUMENT, INSTRUMENT_KEY, METRICS, step_name
 from ...record.llama_bench import write_rows
 from ...record.json_files import write_json
@@ -294,7 +294,7 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
         + f"engines resident at once: at most {roster.peak}\n"
         + f"peak host memory of the engines: {_gib(peak_bytes)}"
         + (f" ({peak.pair.first} + {peak.pair.second})\n" if peak and peak_bytes else "\n"), encoding="utf-8")
-    write_json(layout.bench_json(p.name), {"machine": environment.machine_fingerprint(), INSTRUMENT_KEY: INSTRUMENT,
+    write_json(layout.bench_json(p.name), {"machine": machine.machine_fingerprint(), INSTRUMENT_KEY: INSTRUMENT,
                                     "defaults": pipe.matrix.speed,
                                     "wall_s": round(time.monotonic() - start, 2), "load_average": load,
                                     "load_average_after": _load_average(),
