@@ -17,15 +17,8 @@ from types import SimpleNamespace
 import pytest
 
 from harness.matrix.config import MatrixError, Model, load_matrix
-from harness.matrix.models import (
-    ModelError,
-    MoeParams,
-    QuantizeTool,
-    derive_quantized,
-    generate_synthetic_moe,
-    model_summary,
-    quantized_spec_problems,
-)
+from harness.matrix.models import ModelError, QuantizeTool, derive_quantized, model_summary, quantized_spec_problems
+from harness.matrix.moe_generator import MoeParams, generate_synthetic_moe
 from harness.matrix.model_sources.registry import ModelStore, model_identity
 from harness.stages.building import quantize_tool as qt
 

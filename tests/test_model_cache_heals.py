@@ -12,7 +12,8 @@ import shutil
 from pathlib import Path
 
 from harness.matrix import models
-from harness.matrix.models import MADE_SUFFIX, generate_synthetic_moe, made_file_problem
+from harness.matrix.models import MADE_SUFFIX, made_file_problem
+from harness.matrix.moe_generator import generate_synthetic_moe
 
 from test_derived_models import derive, fake, source  # noqa: F401  (fixtures)
 from test_models import TINY, vocab  # noqa: F401  (the vocabulary fixture)
