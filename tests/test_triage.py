@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.analysis import bisect, signatures, triage
+from harness.analysis import bisect, text_rules, triage
 from harness.stages.building.patches import export_series, read_series
 from harness.record.json_files import write_json
 from harness.record.records import ComparisonRecord, Failure, StepRecord
 from harness.record.run import Run
-from harness.analysis.signatures import classify_run, classify_step, classify_text, normalise
+from harness.analysis.signatures import classify_run, classify_step
+from harness.analysis.text_rules import classify_text, normalise
 from harness.stages.building.source import BaseTree
 from harness.analysis.bisect import BisectError, SeriesBisector, TestCheck, bisect_first_bad
 from harness.common.errors import InputError
@@ -359,8 +360,8 @@ def test_timeout_and_text_rules():
     assert classify_text("all good\n", "x") is None
     assert normalise("at 0x7ffd1234 /tmp/pytest-of-u/pytest-9/t0/ggml/src/ggml.c:12:4: took 3.2 s at 12:01:02") == \
         "at 0x? ggml/src/ggml.c: took <t> at <time>"
-    assert signatures.signal_from_exit(-11) == "SIGSEGV" and signatures.signal_from_exit(134) == "SIGABRT"
-    assert signatures.signal_from_exit(1) is None
+    assert text_rules.signal_from_exit(-11) == "SIGSEGV" and text_rules.signal_from_exit(134) == "SIGABRT"
+    assert text_rules.signal_from_exit(1) is None
 
 
 def test_classify_run_writes_signatures_json(runs):

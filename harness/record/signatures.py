@@ -3,7 +3,7 @@ harness.analysis.signatures.classify_run, read back by it (harness.analysis.sign
 the report and the forecast.
 
 One :class:`SignatureEntry` per failed step and per failed comparison, each with the failure's signature
-({kind, key, summary, evidence}, harness.analysis.signatures.Signature as JSON).
+({kind, key, summary, evidence}, harness.analysis.text_rules.Signature as JSON).
 """
 
 from __future__ import annotations
