@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.analysis import bisect, text_rules, triage
+from harness.analysis import bisect, run_choice, text_rules, triage
 from harness.stages.building.patches import export_series, read_series
 from harness.record.json_files import write_json
 from harness.record.records import ComparisonRecord, Failure, StepRecord
@@ -22,7 +22,8 @@ from harness.analysis.text_rules import classify_text, normalise
 from harness.stages.building.source import BaseTree
 from harness.analysis.bisect import BisectError, SeriesBisector, TestCheck, bisect_first_bad
 from harness.common.errors import InputError
-from harness.analysis.triage import diff_runs, previous_run, resolve_run
+from harness.analysis.triage import diff_runs
+from harness.analysis.run_choice import previous_run, resolve_run
 
 CPU, CUDA, WIN = "linux-x86_64-cpu", "linux-x86_64-cuda", "windows-x86_64-cuda"
 GIB = 2**30
@@ -465,7 +466,7 @@ def test_run_ids_default_pair_and_unknown_run(runs, capsys):
     assert cli.main(["triage", "20990101T000000Z-zzzz", "--results-dir", str(root)]) == 2
     err = capsys.readouterr().err
     assert "unknown run '20990101T000000Z-zzzz'" in err and c.id in err
-    with pytest.raises(triage.TriageInputError, match="no run before"):
+    with pytest.raises(run_choice.TriageInputError, match="no run before"):
         previous_run(a.dir, root)
 
 

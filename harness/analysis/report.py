@@ -719,15 +719,15 @@ def _changes_html(baseline: Path, run_dir: Path, chosen: bool = True) -> str:
             f'{table}{folded}{not_run}</section>')
 
 
-#: :func:`render_html`'s default baseline: the previous comparable run (harness.analysis.triage.previous_run).
+#: :func:`render_html`'s default baseline: the previous comparable run (harness.analysis.run_choice.previous_run).
 PREVIOUS = "previous"
 
 
 def default_baseline(run_dir: Path) -> Path | None:
     """The newest earlier run beside ``run_dir`` (in its parent directory) of the same patch series that covers
-    its platforms and groups (triage's own choice, harness.analysis.triage.previous_run), or None where there
+    its platforms and groups (triage's own choice, harness.analysis.run_choice.previous_run), or None where there
     is none."""
-    from .triage import TriageInputError, previous_run
+    from .run_choice import TriageInputError, previous_run
     try:
         return previous_run(run_dir, run_dir.resolve().parent)
     except TriageInputError:
@@ -933,9 +933,9 @@ def main(argv: Sequence[str]) -> int:
 
 def against_run(spec: str, run_dir: Path, results_dir: Path) -> Path:
     """The run ``--against`` names: a run directory, else a run id beside ``run_dir`` (where the default
-    baseline is looked for), else under ``results_dir``.  Raises harness.analysis.triage.TriageInputError
+    baseline is looked for), else under ``results_dir``.  Raises harness.analysis.run_choice.TriageInputError
     naming ``spec`` and the runs beside ``run_dir`` when it names none."""
-    from .triage import TriageInputError, resolve_run
+    from .run_choice import TriageInputError, resolve_run
     try:
         return resolve_run(spec, run_dir.resolve().parent)
     except TriageInputError as beside:
@@ -954,7 +954,7 @@ def run(args: argparse.Namespace) -> int:
     earlier run covering the same platforms).  Returns 0; raises harness.common.errors.InputError
     subclasses (exit code 2 through harness.cli) for a run that does not exist.
     """
-    from .triage import resolve_run
+    from .run_choice import resolve_run
     run_dir = resolve_run(args.run, args.results_dir)
     baseline: Path | str | None = None
     if args.against == PREVIOUS:

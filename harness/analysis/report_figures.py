@@ -21,7 +21,7 @@ from ..record.bench import bench_measurements, bench_platforms, read_bench
 from ..record.probe import ProbeError, read_probe
 from ..record.records import ComparisonRecord
 from ..record.summary import run_dirs_under
-from .triage import _started, recorded_series, same_series
+from .run_choice import _started, recorded_series, same_series
 from .svg import Cell, cell_strip, line_plot, strip_plot
 
 #: Most runs a rule's history shows (the newest).

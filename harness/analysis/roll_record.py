@@ -284,7 +284,7 @@ def runs_of_pin(results_dir: Path, commit: str) -> list[Path]:
     from ..record.layout import RunLayout
     from ..record.records import RecordError
     from ..record.summary import read_run
-    from .triage import known_runs
+    from .run_choice import known_runs
     found = []
     for d in reversed(known_runs(results_dir)):
         try:
