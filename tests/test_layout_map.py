@@ -12,6 +12,8 @@ PACKAGE = ROOT / "harness"
 LAYOUT = ROOT / "docs" / "layout.md"
 MODULE = re.compile(r"(?<![\w./-])([A-Za-z_][\w]*\.py)\b")
 LONG_LINES = 400
+#: No module of the package is longer than this: past it a module holds more than one job (issue 50).
+MOST_LINES = 900
 
 
 def the_map(text: str) -> list[str]:
@@ -98,3 +100,24 @@ def test_every_module_longer_than_400_lines_says_why_and_the_map_says_which():
              "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
     count = said[0].split()[0].lower()
     assert (words.index(count) if count in words else int(count)) == len(long)
+
+
+def modules_longer_than(limit: int, package: Path) -> list[str]:
+    """``path: lines`` for every module below ``package`` longer than ``limit`` lines, in path order."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > limit:
+            found.append(f"{path.relative_to(package).as_posix()}: {lines}")
+    return found
+
+
+def test_no_module_is_longer_than_900_lines():
+    assert modules_longer_than(MOST_LINES, PACKAGE) == [], "split the module by role into modules with one job"
+
+
+def test_the_length_rule_finds_a_long_module(tmp_path: Path):
+    (tmp_path / "room").mkdir()
+    (tmp_path / "room" / "grab_bag.py").write_text("x = 1\n" * (MOST_LINES + 1), encoding="utf-8")
+    (tmp_path / "room" / "one_job.py").write_text("x = 1\n" * MOST_LINES, encoding="utf-8")
+    assert modules_longer_than(MOST_LINES, tmp_path) == [f"room/grab_bag.py: {MOST_LINES + 1}"]
