@@ -15,6 +15,7 @@ DECLARATION = Path("record/statuses.py")
 #: (module, word) pairs that spell a comparison status's word for another vocabulary, each with its reason.
 OTHER_VOCABULARIES = {
     (Path("analysis/signatures.py"), "timeout"): "a failure signature's kind (KIND_ORDER), not a comparison's status",
+    (Path("analysis/text_rules.py"), "timeout"): "a failure signature's kind (KIND_RANK), not a comparison's status",
     (Path("stages/native_tests/native_tests.py"), "timeout"): "ctest's word for a test it stopped, in that test's message",
 }
 
