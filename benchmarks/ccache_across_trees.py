@@ -33,11 +33,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.analysis.bisect import SeriesBisector, check_targets  # noqa: E402
-from harness.stages.build import find_tool  # noqa: E402
+from harness.stages.building import find_tool  # noqa: E402
 from harness.matrix.config import load_matrix  # noqa: E402
 from harness.stages.patches import read_series  # noqa: E402
 from harness.pipeline import Options, Pipeline  # noqa: E402
-from harness.record.results import Run  # noqa: E402
+from harness.record.run import Run  # noqa: E402
 
 
 def ccache(*args: str) -> str:

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.matrix.config import load_matrix  # noqa: E402
-from harness.stages.build.source import cache_dir  # noqa: E402
+from harness.stages.building.source import cache_dir  # noqa: E402
 
 IDENTITY = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost", "GIT_COMMITTER_NAME": "bench",
             "GIT_COMMITTER_EMAIL": "bench@localhost"}

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.matrix.config import Generation  # noqa: E402
-from harness.stages.build.engine_target import ENGINE_TARGET  # noqa: E402
+from harness.stages.building.engine_target import ENGINE_TARGET  # noqa: E402
 from harness.stages.outputs.engine import EngineSession, engine_argv  # noqa: E402
 
 

@@ -47,15 +47,16 @@ from harness.analysis.speed_diff import compare_speed  # noqa: E402
 from harness.analysis.speed_noise import markdown, noise  # noqa: E402
 from harness.analysis.speed_ratios import rule_factors, same_mode_upstream  # noqa: E402
 from harness.matrix.config import MatrixError, load_matrix  # noqa: E402
-from harness.record import environment  # noqa: E402
+from harness.kinds.machine import cpu_model, ram_bytes  # noqa: E402
 from harness.record.bench import read_bench  # noqa: E402
-from harness.record.results import Run, new_run_id  # noqa: E402
+from harness.record.run import Run  # noqa: E402
+from harness.record.run_id import new_run_id  # noqa: E402
 
 
 def machine() -> str:
     """The machine in words: CPU model, cores, RAM and the load average now."""
-    ram = (environment.ram_bytes() or 0) / 2**30
-    return (f"{environment.cpu_model()}, {os.cpu_count()} cores, {ram:.0f} GiB RAM, load average "
+    ram = (ram_bytes() or 0) / 2**30
+    return (f"{cpu_model()}, {os.cpu_count()} cores, {ram:.0f} GiB RAM, load average "
             f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 

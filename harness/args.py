@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 #: What marks the root of a harness checkout (with the ``harness/`` package beside it).
 MARKER = "matrix.yaml"
 
-#: compute-sanitizer tools the native tests can run under (harness.stages.tests.native_tests).
+#: compute-sanitizer tools the native tests can run under (harness.stages.native_tests.native_tests).
 SANITIZERS = ("memcheck", "racecheck", "initcheck", "synccheck")
 
 

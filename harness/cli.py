@@ -33,7 +33,7 @@ STAGES = tuple(STAGE_COMMANDS)
 
 def _version() -> str:
     """``--version``'s text: the harness's version, the base commit of the checkout's matrix.yaml and the
-    digest of its patch series (harness.stages.build.patches.series_digest, the key builds are cached by).
+    digest of its patch series (harness.stages.building.patches.series_digest, the key builds are cached by).
     What cannot be read (no checkout, a broken matrix or series) is named in place of its value."""
     lines = [f"{PROG} {__version__}"]
     root = find_checkout()
@@ -45,7 +45,7 @@ def _version() -> str:
     except Exception as exc:  # the version is still worth printing
         lines.append(f"base commit: unknown ({type(exc).__name__}: {exc})")
     try:
-        from .stages.build.patches import read_series, series_digest
+        from .stages.building.patches import read_series, series_digest
         patches = read_series(root / "patches")
         lines.append(f"series digest: {series_digest(patches)} ({len(patches)} patches in {root / 'patches'})")
     except Exception as exc:

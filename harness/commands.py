@@ -40,7 +40,7 @@ def run_stages(args: argparse.Namespace) -> int:
     from .cli import STAGES
     from .common.console import Console
     from .pipeline import run_stages as run_pipeline
-    from .record.results import Run
+    from .record.run import Run
     matrix = load_matrix(args.matrix)
     opts = stage_options(args)
     for name in opts.platforms:
@@ -54,11 +54,11 @@ def run_stages(args: argparse.Namespace) -> int:
     # what the inputs alone prove cannot run, refused before anything starts; in every stage command, since
     # `nox -s build test compare-outputs` runs one per session with the same arguments
     from .common.fs import existing_dir, room_problem
-    from .stages.build.preflight import check_inputs
-    from .stages.build.source import cache_dir, storage_places
+    from .stages.building.preflight import check_inputs
+    from .stages.building.source import cache_dir, storage_places
     check_inputs(matrix, opts.platforms, opts.groups, opts.models, args.n_predict, cache_dir(),
                  compare="compare-outputs" in args.stages)
-    from .stages.build.patches import read_series
+    from .stages.building.patches import read_series
     read_series(args.patches_dir)  # a malformed patch is bad input, as `patches check` says; a stale one the build's
     for what, path in storage_places(args.work_dir).items():  # a full or read-only one: refused before any work
         problem = room_problem(existing_dir(path, what), what)
@@ -86,8 +86,8 @@ def run_stages(args: argparse.Namespace) -> int:
 def patches(args: argparse.Namespace) -> int:
     """``patches apply|export|check``: 0, or 1 when ``check`` finds patches/ differing from what export
     writes.  Raises InputError where the dev tree holds work that apply would lose or export cannot write."""
-    from .stages.build.patches import check_series, export_series, prepare_series_tree, read_series, series_digest
-    from .stages.build.source import obtain_base, scratch_tree, tree_state, unexported_work
+    from .stages.building.patches import check_series, export_series, prepare_series_tree, read_series, series_digest
+    from .stages.building.source import obtain_base, scratch_tree, tree_state, unexported_work
     matrix = load_matrix(args.matrix)
     base = obtain_base(matrix)
     work = args.work_dir.resolve()
@@ -129,7 +129,7 @@ def patches(args: argparse.Namespace) -> int:
 
 def source(args: argparse.Namespace) -> int:
     """``source fetch|export-mirror|files``: obtain the base and write what ``action`` asks for; returns 0."""
-    from .stages.build.source import export_mirror, obtain_base, write_pinned_files
+    from .stages.building.source import export_mirror, obtain_base, write_pinned_files
     matrix = load_matrix(args.matrix)
     log: list[str] = []
     base = obtain_base(matrix, log=log)
@@ -152,11 +152,11 @@ def models(args: argparse.Namespace) -> int:
     be made, 2 for an unknown name.
 
     A derived (``quantized``) model takes llama-quantize from a finished base build of the host's CPU
-    platform under ``--work-dir`` (harness.stages.build.quantize_tool.built_tool); without one its line says
+    platform under ``--work-dir`` (harness.stages.building.quantize_tool.built_tool); without one its line says
     which build to make.  This command builds nothing."""
     from .matrix.model_sources.registry import ModelStore
-    from .stages.build.quantize_tool import built_tool
-    from .stages.build.source import cache_dir, obtain_base
+    from .stages.building.quantize_tool import built_tool
+    from .stages.building.source import cache_dir, obtain_base
     matrix = load_matrix(args.matrix)
     cache = cache_dir()
     store = ModelStore(matrix.models, cache, lambda: obtain_base(matrix, cache).path, matrix.path,

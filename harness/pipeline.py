@@ -27,9 +27,10 @@ from .record.cache import ResultCache, max_bytes_from_env
 from .record.junit import write_checks_junit, write_comparisons_junit, write_speed_junit
 from .record.leftovers import GROUPS_NAME
 from .record.progress import InProgress, describe_abort
-from .record.results import VERDICT_EXIT_CODES, Run
-from .stages.build.builds import Builds
-from .stages.build.source import BaseTree, cache_dir
+from .record.run import Run
+from .record.statuses import VERDICT_EXIT_CODES
+from .stages.building.builds import Builds
+from .stages.building.source import BaseTree, cache_dir
 from .stages.options import Options
 from .stages.outputs.sessions import Sessions
 from .stages.shape import Context, Stage
@@ -50,7 +51,7 @@ class UndeclaredStep(RuntimeError):
 def open_context(matrix: Matrix, run: Run, opts: Options, say: Callable[[str], None] | None = None,
                  console: Console | None = None, bases: Mapping[str, BaseTree] | None = None) -> Context:
     """The context of a run of ``matrix`` recorded in ``run`` with ``opts`` (harness.stages.shape.Context), with
-    the run's builds (harness.stages.build.builds.Builds), models and program sessions
+    the run's builds (harness.stages.building.builds.Builds), models and program sessions
     (harness.stages.outputs.sessions.Sessions); ``say`` defaults to the console's, ``bases``: variant -> its
     base tree where the caller gives one (Builds)."""
     console = console or Console()
@@ -102,7 +103,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
                say: Callable[[str], None] | None = None, bases: Mapping[str, BaseTree] | None = None,
                table: tuple[Stage, ...] = STAGES) -> int:
     """Run the commands ``stages`` (build, test, compare-outputs) in order, each its stages of ``table``; return
-    the exit code of the run's verdict (harness.record.results.VERDICT_EXIT_CODES: 0 passed, 1 failed, 3
+    the exit code of the run's verdict (harness.record.statuses.VERDICT_EXIT_CODES: 0 passed, 1 failed, 3
     incomplete or nothing ran).
 
     On SIGINT/SIGTERM (harness.common.proc.Interrupted) or any exception every child
@@ -111,7 +112,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
     written (``overall: incomplete`` unless something already failed) and,
     for a signal, 128 + its number is returned (130, 143); any other
     exception is raised again once the summary is written.  ``bases``: variant -> its base tree
-    (harness.stages.build.builds.Builds).
+    (harness.stages.building.builds.Builds).
     """
     ctx = open_context(matrix, run, opts, say, bases=bases)
     run.begin(" ".join(stages), [s.name for command in stages for s in stages_of(command, table) if s.asked(opts)],
@@ -124,7 +125,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
 
 
 def _run_commands(ctx: Context, run: Run, stages: Sequence[str], table: tuple[Stage, ...]) -> int:
-    """The body of :func:`run_stages` once the run is begun (harness.record.results.Run.begin)."""
+    """The body of :func:`run_stages` once the run is begun (harness.record.run.Run.begin)."""
     say = ctx.say
     for i, command in enumerate(stages):
         # what the result cache stores in a command is served to other runs only once the command has ended as it

@@ -31,7 +31,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from harness.stages.build.patches import export_series
+from harness.stages.building.patches import export_series
 from test_triage import FAKE_TOKENIZE
 
 CMAKELISTS = """cmake_minimum_required(VERSION 3.14)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fake_upstream import make_fake_project
-from harness.stages.build.build import find_tool
+from harness.stages.building.build import find_tool
 from harness.tools import bench_cold
 
 ROOT = Path(__file__).resolve().parents[1]

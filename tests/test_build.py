@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.stages.build.build import BuildRequest, build, find_tool
+from harness.stages.building.build import BuildRequest, build, find_tool
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("ninja")),
@@ -107,7 +107,7 @@ target_link_libraries(tool PRIVATE llama-common ggml-base)
 def _configure_split(tmp_path: Path, targets: str) -> tuple[int, str, dict[str, list[str]]]:
     import json
     import subprocess
-    from harness.stages.build.builds import UNOPTIMISED_HOOK
+    from harness.stages.building.builds import UNOPTIMISED_HOOK
     src, out = tmp_path / "src", tmp_path / "build"
     for rel, text in SPLIT.items():
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +137,7 @@ def test_an_unoptimised_target_the_tree_does_not_define_stops_the_configure_nami
 
 def test_linux_cpu_compiles_upstream_s_common_code_unoptimised_and_the_other_platforms_do_not():
     from harness.matrix.config import load_matrix
-    from harness.stages.build.builds import UNOPTIMISED_HOOK, cmake_options
+    from harness.stages.building.builds import UNOPTIMISED_HOOK, cmake_options
     m = load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml")
     opts = cmake_options(m.platforms["linux-x86_64-cpu"], "base")
     assert opts["HARNESS_UNOPTIMISED_TARGETS"] == "llama-common;cpp-httplib"

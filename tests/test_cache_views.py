@@ -12,7 +12,8 @@ from pathlib import Path
 
 from harness.analysis.report import markdown_summary, render_html
 from harness.analysis.triage import diff_runs, format_report
-from harness.record.results import ComparisonRecord, Run, StepRecord
+from harness.record.records import ComparisonRecord, StepRecord
+from harness.record.run import Run
 
 CPU = "linux-x86_64-cpu"
 ORIGIN = "20260101T000000Z-orig"

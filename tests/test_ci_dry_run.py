@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness.matrix.config import load_matrix
-from harness.stages.build.source import cache_dir
+from harness.stages.building.source import cache_dir
 from harness.tools import ci_matrix as ci
 from workflow_checks import load_workflow
 from workflow_dry_run import dry_run, tail

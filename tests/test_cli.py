@@ -12,8 +12,8 @@ from harness import cli
 
 from harness.common import errors, interpreter
 from harness.matrix.config import MatrixError
-from harness.stages.build.patches import PatchError
-from harness.analysis.triage import TriageInputError
+from harness.stages.building.patches import PatchError
+from harness.analysis.run_choice import TriageInputError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_every_expected_error_has_one_base_and_an_exit_code():
     for exc in (MatrixError, PatchError, TriageInputError):
         assert issubclass(exc, errors.HarnessError) and exc.exit_code == errors.EXIT_BAD_INPUT
-    from harness.stages.build.build import BuildError
+    from harness.stages.building.build import BuildError
     assert BuildError.exit_code == errors.EXIT_ENVIRONMENT
     from harness.common.fs import EnvironmentProblem
     from harness.common.locks import RunInUse

@@ -13,7 +13,7 @@ import pytest
 
 from harness import cli
 from harness.common import errors
-from harness.stages.build.patches import read_series, series_digest
+from harness.stages.building.patches import read_series, series_digest
 from harness.stages.command_names import STAGE_COMMANDS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from harness.common import proc
-from harness.stages.build.build import _run_step
+from harness.stages.building.build import _run_step
 
 #: A program that prints its arguments and one variable: what a pasted line must reproduce.
 ECHO = [sys.executable, "-c", "import os, sys; print(sys.argv[1:], os.environ.get('HARNESS_X'))"]

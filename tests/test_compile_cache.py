@@ -6,8 +6,8 @@ import subprocess
 from pathlib import Path
 
 from harness.record.cache import ResultCache
-from harness.stages.build.compile_cache import compile_reusing, step_identity
-from harness.stages.build.cuda_compile import CompileResult, Plan
+from harness.stages.building.compile_cache import compile_reusing, step_identity
+from harness.stages.building.cuda_compile import CompileResult, Plan
 
 
 def _git(tree: Path, *args: str) -> None:

@@ -6,7 +6,8 @@ import time
 import pytest
 
 from harness.common.console import Console
-from harness.record.results import Run, StepRecord
+from harness.record.records import StepRecord
+from harness.record.run import Run
 
 
 def test_a_step_prints_a_start_and_a_timed_end_line_and_the_log_where_it_failed():

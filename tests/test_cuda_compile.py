@@ -1,4 +1,4 @@
-"""The compile step of a CUDA platform without a GPU (harness/stages/build/cuda_compile.py).
+"""The compile step of a CUDA platform without a GPU (harness/stages/building/cuda_compile.py).
 
 Fast tests cover the toolkit layout from the PyPI wheels, the libcuda stub, the
 series' changed files, the include scan and the skip reason.  Slow ones build
@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.stages.build import cuda_compile
-from harness.stages.build.build import ccache_env, find_tool
+from harness.stages.building import cuda_compile
+from harness.stages.building.build import ccache_env, find_tool
 from harness.matrix.config import load_matrix
-from harness.stages.build.cuda_compile import (Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree,
+from harness.stages.building.cuda_compile import (Plan, ToolkitMissing, assemble_toolkit, changed_files, compile_tree,
                                   driver_functions, include_closure, plan, wheel_versions)
 from harness.pipeline import Options, open_context
-from harness.stages.build.compile_stage import compile_options, compile_variant
-from harness.record.results import Run, StepRecord
+from harness.stages.building.compile_stage import compile_options, compile_variant
+from harness.record.records import StepRecord
+from harness.record.run import Run
 from harness.analysis.signatures import classify_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +54,7 @@ def test_the_compile_step_is_skipped_naming_the_missing_package(tmp_path, monkey
     def missing(_work):
         raise ToolkitMissing("needs the PyPI package nvidia-cuda-nvcc (pip install -r requirements.txt)")
 
-    monkeypatch.setattr("harness.stages.build.compile_stage.assemble_toolkit", missing)
+    monkeypatch.setattr("harness.stages.building.compile_stage.assemble_toolkit", missing)
     matrix = load_matrix(ROOT / "matrix.yaml")
     run = Run(tmp_path, "r")
     ctx = open_context(matrix, run, Options(work_dir=tmp_path / "work", patches_dir=ROOT / "patches"), say=lambda _: None)
@@ -266,8 +267,8 @@ def test_a_cuda_library_and_a_program_using_it_link_against_the_wheels_and_the_s
 @pytest.fixture(scope="module")
 def fork_tree(tmp_path_factory):
     """A fresh fork tree and the compile step's options, laid out like .harness so ccache hits across them."""
-    from harness.stages.build.patches import prepare_series_tree, read_series
-    from harness.stages.build.source import obtain_base
+    from harness.stages.building.patches import prepare_series_tree, read_series
+    from harness.stages.building.source import obtain_base
     work = tmp_path_factory.mktemp("work")
     toolkit = _toolkit_or_skip(work)
     matrix = load_matrix(ROOT / "matrix.yaml")

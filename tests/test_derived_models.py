@@ -17,17 +17,10 @@ from types import SimpleNamespace
 import pytest
 
 from harness.matrix.config import MatrixError, Model, load_matrix
-from harness.matrix.models import (
-    ModelError,
-    MoeParams,
-    QuantizeTool,
-    derive_quantized,
-    generate_synthetic_moe,
-    model_summary,
-    quantized_spec_problems,
-)
+from harness.matrix.models import ModelError, QuantizeTool, derive_quantized, model_summary, quantized_spec_problems
+from harness.matrix.moe_generator import MoeParams, generate_synthetic_moe
 from harness.matrix.model_sources.registry import ModelStore, model_identity
-from harness.stages.build import quantize_tool as qt
+from harness.stages.building import quantize_tool as qt
 
 from test_models import TINY, vocab  # noqa: F401  (the vocabulary fixture)
 
@@ -242,7 +235,7 @@ def test_the_quantize_digest_follows_the_program_and_its_libraries_not_their_dat
 
 
 def test_the_pipeline_builds_the_host_cpu_platforms_base_before_deriving(tmp_path, monkeypatch):
-    from harness.stages.build.builds import Builds
+    from harness.stages.building.builds import Builds
     matrix = load_matrix(ROOT / "matrix.yaml")
     monkeypatch.setattr(qt, "host_os", lambda: "linux")
     monkeypatch.setattr(qt, "host_arch", lambda: "x86_64")

@@ -30,7 +30,10 @@ from harness.analysis.signatures import classify_step, expectation_signatures
 from harness.matrix.config import MatrixError, load_matrix
 from harness.record.junit import checks_xml
 from harness.record.probe import PROBE_FILE, PROBE_STEP_BYTES, Probe, parse_probe
-from harness.record.results import Run, RunLayout, StepRecord, write_json
+from harness.record.json_files import write_json
+from harness.record.layout import RunLayout
+from harness.record.records import StepRecord
+from harness.record.run import Run
 from harness.stages.checks import expectations as ex
 from harness.stages.checks.checks import CheckContext, check_platforms
 from harness.stages.checks.expectation_probe import PIN_CHUNK_MIN_BYTES, cap_floor_bytes
@@ -786,7 +789,7 @@ def test_a_check_that_raises_on_one_platform_is_an_error_step_there_and_the_othe
 
 
 def test_loads_of_a_failed_generation_are_left_to_the_generate_step(tmp_path):
-    from harness.record.results import Failure
+    from harness.record.records import Failure
     run = Run.open(tmp_path, "r")
     gen_dir = run.layout.gen_dir("linux-x86_64-cuda", "cuda-pin-all", "moe-large")
     gen_dir.mkdir(parents=True)

@@ -19,10 +19,10 @@ from harness.analysis.forecast import (ForecastError, forecast_markdown, parse_o
 from harness.analysis.forecast_patches import PatchOutcome, conflict_regions, try_series
 from harness.matrix.config import load_matrix
 from harness.record.forecast import ForecastRecord
-from harness.record.results import ComparisonRecord, StepRecord
+from harness.record.records import ComparisonRecord, StepRecord
 from harness.analysis.report import render_html
 from harness.common.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PASSED
-from harness.stages.build.patches import apply_series, read_series
+from harness.stages.building.patches import apply_series, read_series
 
 
 @pytest.fixture(scope="module")

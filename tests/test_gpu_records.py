@@ -14,7 +14,8 @@ from harness.record import gpu
 from harness.stages.checks.expectation_load import model_buffers
 from harness.stages.outputs.compare import GenerationResult
 from harness.matrix.config import MatrixError, load_matrix
-from harness.record.results import ComparisonRecord, Run, StepRecord
+from harness.record.records import ComparisonRecord, StepRecord
+from harness.record.run import Run
 from harness.stages.outputs.upstream_support import unsupported_upstream
 from harness.stages.outputs.compare_stage import record_generate_steps, run_compare, run_groups
 
@@ -161,7 +162,7 @@ ROW_FAILURE = ("echo \"0.01.$$.100 E llama_init_from_model: failed to initialize
 def _fake_cuda_build(tmp_path: Path, variant: str, script: str):
     import stat
 
-    from harness.stages.build.build import BuildResult
+    from harness.stages.building.build import BuildResult
     bin_dir = tmp_path / variant / "bin"
     bin_dir.mkdir(parents=True)
     engine = f"exec {sys.executable} {Path(__file__).with_name('fake_engine.py')}\n"

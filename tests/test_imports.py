@@ -8,7 +8,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
 
 def module_name(path: Path) -> str:
-    """``harness/stages/build/build.py`` -> ``stages.build``; a package's ``__init__.py`` -> the package."""
+    """``harness/stages/building/build.py`` -> ``stages.building``; a package's ``__init__.py`` -> the package."""
     parts = path.relative_to(PACKAGE).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -111,8 +111,8 @@ def test_nothing_under_stages_imports_the_pipeline_the_cli_analysis_or_tools():
 
 def test_the_rule_finds_a_forbidden_import():
     graph = {"stages.speed.speed": {"common.statistics", "analysis.report", "stages.shape"},
-             "stages.build.build": {"pipeline", "record.results"}, "analysis.report": {"stages.shape"}}
-    assert forbidden_stage_imports(graph) == [("stages.build.build", "pipeline"),
+             "stages.building.build": {"pipeline", "record.run"}, "analysis.report": {"stages.shape"}}
+    assert forbidden_stage_imports(graph) == [("stages.building.build", "pipeline"),
                                               ("stages.speed.speed", "analysis.report")]
 
 
@@ -153,7 +153,7 @@ def test_the_kind_rule_finds_the_compares_a_stage_would_write():
 
 
 def room(module: str) -> str:
-    """The room of a module: its folder under ``stages/`` (``stages.build``), else its top-level package or module
+    """The room of a module: its folder under ``stages/`` (``stages.building``), else its top-level package or module
     (``analysis``, ``pipeline``).  Under ``stages/`` itself, ``table.py``, the list of every stage room's stages,
     is a room of its own (``stages.table``), above the rooms; the frame every stage fits, ``shape.py`` and
     ``options.py``, is the room ``stages``, below them."""
@@ -174,16 +174,16 @@ def test_no_two_rooms_import_each_other():
 
 
 def test_the_room_rule_finds_a_pair():
-    graph = {"stages.build.builds": {"stages.outputs.greedy", "stages.shape"}, "stages.outputs.sessions":
-             {"stages.build.builds"}, "stages.shape": {"stages.build.builds"}, "pipeline": {"analysis.report"},
-             "analysis.forecast": {"pipeline"}, "stages.table": {"stages.build.builds", "stages.shape"}}
-    assert rooms_importing_each_other(graph) == [("analysis", "pipeline"), ("stages", "stages.build"),
-                                                 ("stages.build", "stages.outputs")]
+    graph = {"stages.building.builds": {"stages.outputs.greedy", "stages.shape"}, "stages.outputs.sessions":
+             {"stages.building.builds"}, "stages.shape": {"stages.building.builds"}, "pipeline": {"analysis.report"},
+             "analysis.forecast": {"pipeline"}, "stages.table": {"stages.building.builds", "stages.shape"}}
+    assert rooms_importing_each_other(graph) == [("analysis", "pipeline"), ("stages", "stages.building"),
+                                                 ("stages.building", "stages.outputs")]
 
 
 def arrows_up(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     """(module, import) for every import of a stage room's module that reaches a room of a later floor (the stage
-    rooms' floors are harness.stages.shape.ROLES, in the order of the run: build, tests, outputs, checks, speed),
+    rooms' floors are harness.stages.shape.ROLES, in the order of the run: building, native_tests, outputs, checks, speed),
     or of the frame (``stages.shape``, ``stages.options``) that reaches any stage room or the table."""
     from harness.stages.shape import ROLES
     floors = {f"stages.{r}": i for i, r in enumerate(ROLES)}
@@ -202,13 +202,13 @@ def test_no_arrow_climbs_a_floor_and_the_frame_knows_no_stage():
 
 
 def test_the_floor_rule_finds_an_arrow_up():
-    graph = {"stages.outputs.sessions": {"stages.checks.reload_rules", "stages.build.builds"},
-             "stages.tests.sanitized_generation": {"stages.outputs.compare", "stages.shape"},
-             "stages.shape": {"stages.outputs.greedy", "stages.options", "record.results"},
+    graph = {"stages.outputs.sessions": {"stages.checks.reload_rules", "stages.building.builds"},
+             "stages.native_tests.sanitized_generation": {"stages.outputs.compare", "stages.shape"},
+             "stages.shape": {"stages.outputs.greedy", "stages.options", "record.run"},
              "stages.speed.speed": {"stages.outputs.engine"}, "stages.table": {"stages.speed.speed"}}
-    assert arrows_up(graph) == [("stages.outputs.sessions", "stages.checks.reload_rules"),
-                                ("stages.shape", "stages.outputs.greedy"),
-                                ("stages.tests.sanitized_generation", "stages.outputs.compare")]
+    assert arrows_up(graph) == [("stages.native_tests.sanitized_generation", "stages.outputs.compare"),
+                                ("stages.outputs.sessions", "stages.checks.reload_rules"),
+                                ("stages.shape", "stages.outputs.greedy")]
 
 
 def private_imports(name: str, source: str, is_package: bool = False) -> list[str]:
@@ -233,5 +233,5 @@ def test_no_private_name_is_imported_from_another_package():
 
 
 def test_the_private_rule_finds_one():
-    source = "from ..stages.build.patches import _Git, Patch\nfrom .report import _status\n"
-    assert private_imports("analysis.forecast_patches", source) == ["analysis.forecast_patches: stages.build.patches._Git"]
+    source = "from ..stages.building.patches import _Git, Patch\nfrom .report import _status\n"
+    assert private_imports("analysis.forecast_patches", source) == ["analysis.forecast_patches: stages.building.patches._Git"]

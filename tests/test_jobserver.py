@@ -20,9 +20,9 @@ from harness.common.jobserver import JobBudget, ninja_version
 from harness.matrix.config import load_matrix
 from harness.pipeline import Options, open_context, run_command
 from harness.stages.table import stages_of
-from harness.record.results import Run
-from harness.stages.build.build import _run_step, find_tool
-from harness.stages.build.cuda_compile import Toolkit
+from harness.record.run import Run
+from harness.stages.building.build import _run_step, find_tool
+from harness.stages.building.cuda_compile import Toolkit
 
 RECORDER = """#!{python}
 import os, subprocess, sys, time
@@ -212,7 +212,7 @@ def test_with_j_2_the_cpu_build_and_the_compile_step_together_run_at_most_two_co
         monkeypatch.setenv(name, value)
     # the compile step without the CUDA wheels: the fake project is C, and nothing here needs nvcc
     toolkit = Toolkit(tmp_path / "toolkit", tmp_path / "toolkit" / "bin" / "nvcc", "13.0.0", {})
-    monkeypatch.setattr("harness.stages.build.compile_stage.assemble_toolkit", lambda _cache: toolkit)
+    monkeypatch.setattr("harness.stages.building.compile_stage.assemble_toolkit", lambda _cache: toolkit)
     run = Run(project.results, "jobs")
     launchers = {"CMAKE_C_COMPILER_LAUNCHER": str(script), "CMAKE_C_LINKER_LAUNCHER": str(script)}
     ctx = open_context(load_matrix(project.matrix), run,

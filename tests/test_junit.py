@@ -3,7 +3,8 @@
 import xml.etree.ElementTree as ET
 
 from harness.record.junit import write_comparisons_junit
-from harness.record.results import ComparisonRecord, Run
+from harness.record.records import ComparisonRecord
+from harness.record.run import Run
 
 CPU = "linux-x86_64-cpu"
 

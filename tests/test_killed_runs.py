@@ -1,8 +1,8 @@
 """A run whose harness process is killed (SIGKILL) mid-way: never read as passed, its leftovers ended by the next run.
 
 The record says ``in-progress`` from the first stage until the command ends
-(harness.record.results.Run.begin); a summary whose process is dead reads ``incomplete``
-(interrupted: killed) everywhere (harness.record.results.settle_dead_progress), and the next run
+(harness.record.run.Run.begin); a summary whose process is dead reads ``incomplete``
+(interrupted: killed) everywhere (harness.record.json_files.settle_dead_progress), and the next run
 ends the process groups the dead one recorded (harness.record.leftovers).
 """
 
@@ -22,7 +22,10 @@ import pytest
 from fake_upstream import guards_of, kill_with_its_guard, make_fake_project, pids_alive
 from test_interrupts import start, wait_for
 from harness.common import proc
-from harness.record.results import KILLED, Run, StepRecord, read_summary
+from harness.record.json_files import read_summary
+from harness.record.records import StepRecord
+from harness.record.run import Run
+from harness.record.statuses import KILLED
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX process groups and /proc")

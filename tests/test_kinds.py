@@ -21,10 +21,11 @@ from harness.kinds.shape import LOAD_MODES, EnvVar, GpuKind, HostTool
 from harness.matrix import config
 from harness.matrix.config import load_matrix
 from harness.pipeline import Options, run_stages
+from harness.kinds import machine
 from harness.record import environment
 from harness.record.cache import identity_key
-from harness.record.results import Run
-from harness.stages.build.preflight import check_inputs
+from harness.record.run import Run
+from harness.stages.building.preflight import check_inputs
 from harness.stages.outputs.generation_cache import side_identity
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,7 +168,7 @@ def test_the_new_kinds_machine_identity_reaches_the_result_cache_key_and_environ
     assert (written["visible_gpus"], written["hip_driver"], written["hip_toolkit"]) == (1, "6.3.1", "HIP version: 6.3.42131")
     assert environment.read_environment(record_path).gpus == ({"name": "AMD Instinct MI300X", "driver": "6.3.42131",
                                                                 "memory": "192 GiB"},)
-    fingerprint = environment.machine_fingerprint(written)
+    fingerprint = machine.machine_fingerprint(written)
     assert fingerprint["gpus"] == [["AMD Instinct MI300X", "6.3.42131"]] and fingerprint["hip_driver"] == "6.3.1"
 
 # ----- model sources: one module per kind, one registry ---------------------------------------------------------

@@ -12,6 +12,8 @@ PACKAGE = ROOT / "harness"
 LAYOUT = ROOT / "docs" / "layout.md"
 MODULE = re.compile(r"(?<![\w./-])([A-Za-z_][\w]*\.py)\b")
 LONG_LINES = 400
+#: No module of the package is longer than this: past it a module holds more than one job (issue 50).
+MOST_LINES = 900
 
 
 def the_map(text: str) -> list[str]:
@@ -21,7 +23,7 @@ def the_map(text: str) -> list[str]:
 
 
 def mapped_modules(lines: list[str]) -> tuple[set[str], set[str]]:
-    """(modules, folders) the map names, as paths relative to the checkout: ``harness/stages/build/builds.py``.
+    """(modules, folders) the map names, as paths relative to the checkout: ``harness/stages/building/builds.py``.
 
     A line whose first word ends in ``/`` is a folder, inside the nearest folder of a smaller indent; the
     ``.py`` words of a line and of the lines continuing its description (indented further than any entry)
@@ -72,16 +74,16 @@ def test_the_map_reader_places_modules_in_their_folders():
              "                         platform needs: fit.py's bounds)",
              "    model_sources/       one module per kind: file.py",
              "  stages/",
-             "    build/             1 first",
+             "    building/          1 first",
              "      builds.py, cross.py    the builds",
              "                              of every platform (see shape.py)"]
     modules, folders = mapped_modules(lines)
     assert modules == {"harness/cli.py", "harness/matrix/config.py", "harness/matrix/platforms.py",
                        "harness/matrix/fit.py", "harness/matrix/model_sources/file.py",
-                       "harness/stages/build/builds.py", "harness/stages/build/cross.py",
-                       "harness/stages/build/shape.py"}
+                       "harness/stages/building/builds.py", "harness/stages/building/cross.py",
+                       "harness/stages/building/shape.py"}
     assert folders == {"harness", "harness/matrix", "harness/matrix/model_sources", "harness/stages",
-                       "harness/stages/build"}
+                       "harness/stages/building"}
 
 
 def test_every_module_longer_than_400_lines_says_why_and_the_map_says_which():
@@ -98,3 +100,24 @@ def test_every_module_longer_than_400_lines_says_why_and_the_map_says_which():
              "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
     count = said[0].split()[0].lower()
     assert (words.index(count) if count in words else int(count)) == len(long)
+
+
+def modules_longer_than(limit: int, package: Path) -> list[str]:
+    """``path: lines`` for every module below ``package`` longer than ``limit`` lines, in path order."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > limit:
+            found.append(f"{path.relative_to(package).as_posix()}: {lines}")
+    return found
+
+
+def test_no_module_is_longer_than_900_lines():
+    assert modules_longer_than(MOST_LINES, PACKAGE) == [], "split the module by role into modules with one job"
+
+
+def test_the_length_rule_finds_a_long_module(tmp_path: Path):
+    (tmp_path / "room").mkdir()
+    (tmp_path / "room" / "grab_bag.py").write_text("x = 1\n" * (MOST_LINES + 1), encoding="utf-8")
+    (tmp_path / "room" / "one_job.py").write_text("x = 1\n" * MOST_LINES, encoding="utf-8")
+    assert modules_longer_than(MOST_LINES, tmp_path) == [f"room/grab_bag.py: {MOST_LINES + 1}"]

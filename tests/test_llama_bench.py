@@ -123,7 +123,7 @@ def test_model_type_and_threads_are_the_engines_word_then_the_loads_log(tmp_path
 
 def _compare_script() -> Path:
     from harness.matrix.config import load_matrix
-    from harness.stages.build.source import obtain_base
+    from harness.stages.building.source import obtain_base
     script = obtain_base(load_matrix(ROOT / "matrix.yaml")).path / "scripts" / "compare-llama-bench.py"
     assert script.is_file(), script
     return script

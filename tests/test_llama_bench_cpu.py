@@ -58,7 +58,7 @@ def test_upstreams_script_prints_the_fork_beside_upstream(cached_build_run):
         assert r["model_type"].startswith("gemma3 ") and r["test_time"].endswith("Z") and "." not in r["test_time"]
     script = root / "work" / "base" / "llama.cpp" / "scripts" / "compare-llama-bench.py"
     if not script.is_file():
-        from harness.stages.build.source import obtain_base
+        from harness.stages.building.source import obtain_base
         script = obtain_base(load_matrix(ROOT / "matrix.yaml")).path / "scripts" / "compare-llama-bench.py"
     done = subprocess.run([sys.executable, str(script), "-t", "llama-bench", "-i",
                            str(run / CPU / "speed" / "llama-bench.jsonl"), "-b", pinned, "-c", head],

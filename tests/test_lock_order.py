@@ -15,7 +15,7 @@ import pytest
 
 from fake_upstream import make_fake_project
 from harness.common.locks import BuildLock, LockOrderError, Rank, exclusive, joined_by_holder_of, plain
-from harness.stages.build.cuda_compile import ToolkitMissing, assemble_toolkit
+from harness.stages.building.cuda_compile import ToolkitMissing, assemble_toolkit
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,8 @@ import shutil
 from pathlib import Path
 
 from harness.matrix import models
-from harness.matrix.models import MADE_SUFFIX, generate_synthetic_moe, made_file_problem
+from harness.matrix.models import MADE_SUFFIX, made_file_problem
+from harness.matrix.moe_generator import generate_synthetic_moe
 
 from test_derived_models import derive, fake, source  # noqa: F401  (fixtures)
 from test_models import TINY, vocab  # noqa: F401  (the vocabulary fixture)
@@ -115,7 +116,8 @@ def test_the_model_store_that_models_and_the_stages_use_makes_a_damaged_file_aga
 
 def test_a_model_that_could_not_be_made_is_no_regression_of_the_fork(tmp_path):
     from harness.analysis.triage import diff_runs
-    from harness.record.results import Failure, Run, StepRecord
+    from harness.record.records import Failure, StepRecord
+    from harness.record.run import Run
 
     def run(run_id: str, *steps: StepRecord) -> Path:
         r = Run(tmp_path, run_id)

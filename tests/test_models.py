@@ -21,16 +21,9 @@ import numpy as np
 import pytest
 
 from harness.common.errors import EnvironmentProblem
-from harness.matrix import models
-from harness.matrix.models import (
-    ModelError,
-    MoeParams,
-    PypiChunkedModel,
-    assemble_pypi_chunks,
-    generate_synthetic_moe,
-    model_summary,
-    moe_params_for_expert_gib,
-)
+from harness.matrix import models, moe_generator
+from harness.matrix.models import ModelError, PypiChunkedModel, assemble_pypi_chunks, model_summary
+from harness.matrix.moe_generator import MoeParams, generate_synthetic_moe, moe_params_for_expert_gib
 
 TINY = MoeParams(n_layer=2, n_embd=64, n_head=4, n_head_kv=2, n_expert=4, n_expert_used=2,
                  n_ff_exp=96, n_ctx_train=256, seed=7)
@@ -109,13 +102,13 @@ def test_generation_is_byte_identical(vocab: Path, tmp_path: Path) -> None:
 def test_sliced_generation_is_identical_across_processes(vocab: Path, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # 1024-weight slices split every expert tensor (24576 weights) into 24 slices
-    monkeypatch.setattr(models, "_GEN_CHUNK_ELEMS", 1024)
+    monkeypatch.setattr(moe_generator, "_GEN_CHUNK_ELEMS", 1024)
     here = generate_synthetic_moe(vocab, TINY, tmp_path / "here", workers=1)
     code = (
-        "import sys; from pathlib import Path; from harness.matrix import models\n"
-        "models._GEN_CHUNK_ELEMS = 1024\n"
-        f"p = models.MoeParams(**{TINY.__dict__!r})\n"
-        f"print(models.generate_synthetic_moe(Path({str(vocab)!r}), p, Path({str(tmp_path / 'there')!r}), workers=4))\n"
+        "import sys; from pathlib import Path; from harness.matrix import moe_generator\n"
+        "moe_generator._GEN_CHUNK_ELEMS = 1024\n"
+        f"p = moe_generator.MoeParams(**{TINY.__dict__!r})\n"
+        f"print(moe_generator.generate_synthetic_moe(Path({str(vocab)!r}), p, Path({str(tmp_path / 'there')!r}), workers=4))\n"
     )
     root = Path(models.__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -141,7 +134,7 @@ def test_existing_file_is_reused(vocab: Path, tmp_path: Path, monkeypatch: pytes
     def no_generation(*args: object) -> None:
         raise AssertionError("tensor data generated again")
 
-    monkeypatch.setattr(models, "_make_chunk", no_generation)
+    monkeypatch.setattr(moe_generator, "_make_chunk", no_generation)
     assert generate_synthetic_moe(vocab, TINY, tmp_path) == first
     assert first.stat().st_mtime_ns == mtime
     assert [p.name for p in (tmp_path / "models").iterdir() if p.suffix == ".gguf"] == [first.name]

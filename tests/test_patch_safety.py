@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fake_upstream import make_fake_project
-from harness.stages.build.patches import PatchError, read_series
+from harness.stages.building.patches import PatchError, read_series
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

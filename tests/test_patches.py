@@ -1,4 +1,4 @@
-"""Tests for harness.stages.build.patches: series validation, git am import, stable export, up-to-date check."""
+"""Tests for harness.stages.building.patches: series validation, git am import, stable export, up-to-date check."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.stages.build.patches import (
+from harness.stages.building.patches import (
     COMMITTER_EMAIL,
     COMMITTER_NAME,
     FORK_BRANCH,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.stages.build.patches import read_series
+from harness.stages.building.patches import read_series
 
 ROOT = Path(__file__).resolve().parents[1]
 

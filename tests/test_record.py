@@ -9,14 +9,17 @@ from pathlib import Path
 import pytest
 
 from harness.analysis import triage
-from harness.record import results
-from harness.stages.build.build import BuildResult
+from harness.record import records, statuses
+from harness.stages.building.build import BuildResult
 from harness.matrix.config import load_matrix
 from harness.pipeline import Options, open_context
 from harness.stages.outputs.compare_stage import record_generate_steps, run_groups
 from harness.analysis.report import render_html
-from harness.record.results import (COMPARISON, ComparisonRecord, Failure, RecordError, Run, RunLayout, Status,
-                             StepRecord, legacy_failures, load_records)
+from harness.record.json_files import load_records
+from harness.record.layout import RunLayout
+from harness.record.records import ComparisonRecord, Failure, RecordError, StepRecord, legacy_failures
+from harness.record.run import Run
+from harness.record.statuses import COMPARISON, Status
 from harness.analysis.signatures import classify_run, step_logs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,7 +27,7 @@ CPU = "linux-x86_64-cpu"
 
 
 def test_a_new_comparison_status_is_one_declaration(tmp_path, monkeypatch):
-    # what a new status takes: one entry in harness.record.results.COMPARISON, nothing else
+    # what a new status takes: one entry in harness.record.statuses.COMPARISON, nothing else
     monkeypatch.setitem(COMPARISON.by_name, "needs-newer-upstream",
                         Status("needs-newer-upstream", "neutral", "➖", "upstream cannot run this case"))
     run = Run.open(tmp_path, "r1")
@@ -41,7 +44,7 @@ def test_a_new_comparison_status_is_one_declaration(tmp_path, monkeypatch):
 
 
 def test_a_new_unproven_step_status_is_one_declaration_and_makes_the_run_incomplete(tmp_path, monkeypatch):
-    monkeypatch.setitem(results.STEP.by_name, "quarantined",
+    monkeypatch.setitem(statuses.STEP.by_name, "quarantined",
                         Status("quarantined", "neutral", "🧪", "the step ran, but its result is held back", unproven=True))
     run = Run.open(tmp_path, "r1")
     run.record_step(StepRecord(CPU, "fork", "build", "passed"))
@@ -53,12 +56,12 @@ def test_a_new_unproven_step_status_is_one_declaration_and_makes_the_run_incompl
 
 
 def test_every_declared_status_says_what_it_means():
-    for statuses in (results.STEP, results.COMPARISON, results.VERDICT):
-        for s in statuses.by_name.values():
+    for declared in (statuses.STEP, statuses.COMPARISON, statuses.VERDICT):
+        for s in declared.by_name.values():
             assert s.meaning and s.icon and s.outcome in ("success", "failure", "neutral")
-    assert results.STEP.failures == {"failed", "error"}
-    assert results.STEP.unproven == {"interrupted", "incomplete"}
-    assert results.COMPARISON.failures == {"diverged", "crashed", "timeout"}
+    assert statuses.STEP.failures == {"failed", "error"}
+    assert statuses.STEP.unproven == {"interrupted", "incomplete"}
+    assert statuses.COMPARISON.failures == {"diverged", "crashed", "timeout"}
 
 
 def test_failure_facts_round_trip_and_are_not_cut(tmp_path):
@@ -67,7 +70,7 @@ def test_failure_facts_round_trip_and_are_not_cut(tmp_path):
                      signal="SIGSEGV", error_line="x" * 80) for i in range(40)]
     run.record_step(StepRecord(CPU, "fork", "generate", "failed", detail="d", failures=facts))
     steps, _, data = load_records(run.dir)
-    assert data["record_version"] == results.RECORD_VERSION
+    assert data["record_version"] == records.RECORD_VERSION
     assert steps[0].failures == facts  # all 40 (format 1 cut its detail at 500 characters)
     assert len(classify_run(run.dir)) == 1
 
@@ -88,7 +91,7 @@ def test_records_of_format_1_load_and_newer_formats_are_refused(tmp_path):
     assert gen.failures[0].error_line == "ggml.c:1: GGML_ASSERT(x) failed"
     assert test.blocked_by() == ["fork"]
 
-    (run_dir / "summary.json").write_text(json.dumps({"record_version": results.RECORD_VERSION + 1}))
+    (run_dir / "summary.json").write_text(json.dumps({"record_version": records.RECORD_VERSION + 1}))
     with pytest.raises(RecordError, match="newer than this harness reads"):
         load_records(run_dir)
     assert legacy_failures("generate", "all generations ran") == []
@@ -176,7 +179,7 @@ def test_the_pipeline_writes_failure_facts_where_generations_fail(tmp_path, monk
     assert sig["kind"] == "test_assertion"
 
     # a model that cannot be made: every configuration of the group errors with a model fact
-    pipe.models.known["gemma3-270m"] = results.RecordError("not a GGUF file")
+    pipe.models.known["gemma3-270m"] = records.RecordError("not a GGUF file")
     gen_steps = {}
     runner = run_groups(pipe, p, ["base-vs-fork"], gen_steps)
     record_generate_steps(pipe, p, runner, gen_steps)

@@ -23,7 +23,7 @@ from fake_upstream import make_fake_project
 from harness.analysis.signatures import classify_step
 from harness.matrix.config import MatrixError, load_matrix
 from harness.record.reloads import ReloadError, parse_reloads, read_reloads
-from harness.record.results import StepRecord
+from harness.record.records import StepRecord
 from harness.matrix.loading import pin_configuration, reload_count
 from harness.stages.checks.reloads import judge
 from harness.stages.outputs.engine import EngineSession

@@ -12,8 +12,11 @@ import pytest
 
 from harness import cli
 from harness.analysis import report
-from harness.analysis.report import align_divergence, markdown_summary, pin_chart_svg, write_report
-from harness.record.results import ComparisonRecord, Run, StepRecord, write_json
+from harness.analysis.report import align_divergence, markdown_summary, write_report
+from harness.analysis.pin_chart import pin_chart_svg
+from harness.record.json_files import write_json
+from harness.record.records import ComparisonRecord, StepRecord
+from harness.record.run import Run
 from harness.analysis.signatures import classify_run
 
 CPU, CUDA = "linux-x86_64-cpu", "linux-x86_64-cuda"

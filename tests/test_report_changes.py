@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.analysis import report
-from harness.analysis.triage import TriageInputError, previous_run, recorded_series
+from harness.analysis.run_choice import TriageInputError, previous_run, recorded_series
 
 ROOT = Path(__file__).resolve().parent.parent
 EVIDENCE = ROOT / "results" / "evidence"

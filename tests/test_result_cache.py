@@ -20,7 +20,7 @@ import pytest
 from harness.matrix.config import Comparison, Generation
 from harness.record.cache import DigestMemo, ResultCache, normalized_image
 from harness.stages.outputs.compare import GenerationSpec, to_json
-from harness.stages.build.binaries import _EMULATOR_VERSIONS
+from harness.stages.building.binaries import _EMULATOR_VERSIONS
 from harness.stages.outputs.generation_cache import SessionCache, side_identity
 from harness.stages.outputs.greedy import GreedyRunner, Hooks, Job, Side
 

@@ -5,8 +5,10 @@ import json
 import pytest
 
 from harness.record import gpu
-from harness.stages.tests.native_tests import parse_junit
-from harness.record.results import ComparisonRecord, Run, StepRecord, new_run_id
+from harness.stages.native_tests.native_tests import parse_junit
+from harness.record.records import ComparisonRecord, StepRecord
+from harness.record.run import Run
+from harness.record.run_id import new_run_id
 
 
 def test_runs_never_overwrite_and_latest_points_at_the_newest(tmp_path):

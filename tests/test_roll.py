@@ -22,7 +22,7 @@ from fake_upstream import NOTES, OTHER, _git, _lines, make_drift_project
 from harness.common.errors import EXIT_BAD_INPUT, EXIT_INCOMPLETE, EXIT_PASSED
 from harness.matrix.config import MatrixError, load_matrix
 from harness.matrix.pin import rewrite_yaml
-from harness.stages.build.source import BaseTree, export_mirror, write_pinned_files
+from harness.stages.building.source import BaseTree, export_mirror, write_pinned_files
 
 ROOT = Path(__file__).resolve().parents[1]
 IGNORED = "upstream/\nwork/\nresults/\ncache/\nmirror/\n*.gguf\n"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.matrix.config import load_matrix
-from harness.stages.build.source import cache_dir
+from harness.stages.building.source import cache_dir
 from test_ci_dry_run import seed_base_cache
 from test_roll import clone_of_this_checkout
 from workflow_checks import load_workflow

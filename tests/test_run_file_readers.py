@@ -16,7 +16,10 @@ from harness.record.inputs import ConfigRecord, read_model_record, read_run_conf
 from harness.record.loads import read_load_command, read_pin_ladder, read_placement
 from harness.record import native_tests
 from harness.record.native_tests import SanitizerRecord, read_sanitizer, read_test_run
-from harness.record.results import RecordError, Run, RunLayout, write_json
+from harness.record.json_files import write_json
+from harness.record.layout import RunLayout
+from harness.record.records import RecordError
+from harness.record.run import Run
 from harness.record.signatures import read_signatures
 
 ROOT = Path(__file__).resolve().parent.parent

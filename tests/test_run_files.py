@@ -13,11 +13,12 @@ import pytest
 from harness.record.compare import find_compare_entry, read_compare_entries, record_compare_entries
 from harness.record.forecast import read_forecast
 from harness.record.reloads import read_reload_check
-from harness.record.results import BUILD_FILES, COMPILE_FILES, LOAD_FILES, TESTS_FILES, RecordError
+from harness.record.layout import BUILD_FILES, COMPILE_FILES, LOAD_FILES, TESTS_FILES
+from harness.record.records import RecordError
 
 PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
-#: The names of the files RunLayout declares (harness.record.results), and the suffixes of a load's JSON records.
+#: The names of the files RunLayout declares (harness.record.layout), and the suffixes of a load's JSON records.
 RUN_FILE_NAMES = frozenset({
     "run.json", "summary.json", "summary.md", "signatures.json", "report.html", "forecast.json", "forecast.md",
     "environment.json", "config.json", "compare.json", "compare-timing.json", "placement.json", "expectations.json",
@@ -26,7 +27,7 @@ RUN_FILE_NAMES = frozenset({
 
 #: (module, name) pairs that spell a run file's name for something that is not a run's file.
 NOT_RUN_FILES = {
-    ("stages/build/cuda_compile.py", "toolkit.json"): "the assembled toolkit's stamp in the harness cache, not a run",
+    ("stages/building/cuda_compile.py", "toolkit.json"): "the assembled toolkit's stamp in the harness cache, not a run",
 }
 
 #: Modules outside record/ that parse JSON, with how many calls and what they read.  Those marked "run file" read a
@@ -38,13 +39,13 @@ JSON_READERS = {
     "matrix/config.py": (1, "the matrix's JSON schema"),
     "matrix/pin.py": (1, "a mirror archive's manifest, its first member"),
     "matrix/models.py": (2, "a model file's sidecars in the model cache"),
-    "stages/build/build.py": (1, "a build directory's harness-build.json stamp"),
-    "stages/build/quantize_tool.py": (1, "a build directory's harness-build.json stamp"),
-    "stages/build/cuda_compile.py": (2, "the toolkit cache's stamp; CMake's compile_commands.json"),
-    "stages/build/source.py": (3, "a source mirror's manifest and the base cache's record"),
+    "stages/building/build.py": (1, "a build directory's harness-build.json stamp"),
+    "stages/building/quantize_tool.py": (1, "a build directory's harness-build.json stamp"),
+    "stages/building/cuda_compile.py": (2, "the toolkit cache's stamp; CMake's compile_commands.json"),
+    "stages/building/source.py": (3, "a source mirror's manifest and the base cache's record"),
     "stages/outputs/engine.py": (1, "the engine's replies on its pipe"),
     "stages/outputs/generation_cache.py": (1, "a cached generation's stored bytes"),
-    "stages/tests/test_cache.py": (1, "ctest --show-only=json-v1 output"),
+    "stages/native_tests/test_cache.py": (1, "ctest --show-only=json-v1 output"),
     "tools/bench.py": (2, "the benchmark commands' JSON output"),
 }
 

@@ -5,8 +5,10 @@ import json
 
 import pytest
 
-from harness.record.results import (CRASHED, DIVERGED, IDENTICAL, RECORD_VERSION, ComparisonRecord, Failure,
-                                    RecordError, Run, RunLayout, StepRecord)
+from harness.record.layout import RunLayout
+from harness.record.records import RECORD_VERSION, ComparisonRecord, Failure, RecordError, StepRecord
+from harness.record.run import Run
+from harness.record.statuses import CRASHED, DIVERGED, IDENTICAL
 from harness.record.summary import read_run, run_dirs_under
 
 

@@ -17,7 +17,8 @@ from types import SimpleNamespace
 from harness.analysis.signatures import classify_step
 from harness.matrix.config import load_matrix
 from harness.record.gpu import first_sanitizer_error
-from harness.record.results import Failure, RunLayout, StepRecord
+from harness.record.layout import RunLayout
+from harness.record.records import Failure, StepRecord
 from harness.matrix.loading import pin_configuration
 from harness.stages.outputs.compare import GenerationResult
 from harness.stages.outputs.sanitized_generation import (CRASH_LABEL, first_generation, judge_run, sanitized_configs,

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from harness.matrix.config import Generation, Matrix, Source
-from harness.stages.build.source import SourceError, export_mirror, obtain_base, sha256_file
+from harness.stages.building.source import SourceError, export_mirror, obtain_base, sha256_file
 
 ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
        "GIT_COMMITTER_EMAIL": "t@t", "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
@@ -97,7 +97,7 @@ def test_local_source_takes_the_commit_not_the_work_tree(upstream, tmp_path):
 
 
 def test_vendored_tree_must_be_the_pinned_commit_and_clean(upstream):
-    from harness.stages.build.source import _verify_checkout
+    from harness.stages.building.source import _verify_checkout
     repo, pinned, later = upstream
     assert _verify_checkout(repo, later) is None
     assert "expected the pinned" in _verify_checkout(repo, pinned)
@@ -108,7 +108,7 @@ def test_vendored_tree_must_be_the_pinned_commit_and_clean(upstream):
 def test_checking_a_tree_leaves_its_git_index_alone(tmp_path):
     # llama.cpp's build-info lists .git/index as a CMake input: a check that wrote the index back would make
     # a build of the tree reconfigure while the compile step builds from it in another thread
-    from harness.stages.build.source import git, tree_state
+    from harness.stages.building.source import git, tree_state
     tree = tmp_path / "tree"
     tree.mkdir()
     git(["init", "--quiet"], tree)

@@ -11,7 +11,7 @@ import pytest
 
 from fake_upstream import make_fake_project
 from harness.matrix.config import load_matrix
-from harness.stages.build.source import (MIRROR_MANIFEST, BaseTree, PinnedFiles, SourceError, export_mirror, obtain_base,
+from harness.stages.building.source import (MIRROR_MANIFEST, BaseTree, PinnedFiles, SourceError, export_mirror, obtain_base,
                             read_pinned_files, write_pinned_files)
 
 

@@ -24,7 +24,9 @@ from harness.pipeline import Options
 from harness.record.bench import parse_step, read_bench, step_name
 from harness.record.junit import write_speed_junit
 from harness.record.cache import ResultCache
-from harness.record.results import Run, StepRecord, write_json
+from harness.record.json_files import write_json
+from harness.record.records import StepRecord
+from harness.record.run import Run
 from harness.stages.outputs.generation_cache import SideIdentity
 from harness.stages.outputs.engine import EngineSession
 from harness.stages.speed import speed
@@ -217,7 +219,7 @@ class FakePipeline:
         self.requests: list[str] = []
         self.results_cache = ResultCache(tmp_path / "store", read=not no_cache)
         self.sessions = FakeSessions(images or {})
-        # environment.json as harness.stages.build.builds writes it: the commit each variant was made from
+        # environment.json as harness.stages.building.builds writes it: the commit each variant was made from
         self.builds = SimpleNamespace(write_environment=lambda p: write_json(
             self.run.layout.environment_json(p.name), {"build_commits": {"base": "0c1e57098bba", "fork": "53fbaed1"}}))
 

@@ -13,7 +13,9 @@ from harness.analysis import speed_confirm, triage
 from harness.analysis.speed_confirm import ConfirmError, Engine, build_holding, confirm, recorded_build_key
 from harness.analysis.speed_diff import SUSPECT, SpeedChange
 from harness.matrix.model_sources.registry import ModelStore
-from harness.record.results import Run, StepRecord, write_json
+from harness.record.json_files import write_json
+from harness.record.records import StepRecord
+from harness.record.run import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_ENGINE = Path(__file__).resolve().parent / "fake_engine.py"

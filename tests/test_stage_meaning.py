@@ -14,7 +14,9 @@ from harness import pipeline
 from harness.analysis import signatures
 from harness.matrix.config import load_matrix
 from harness.pipeline import Options, UndeclaredStep, run_stages
-from harness.record.results import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_STATUSES, Run, StepRecord
+from harness.record.records import StepRecord
+from harness.record.run import Run
+from harness.record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_STATUSES
 from harness.stages import table
 from harness.stages.shape import EVIDENCE, Stage, StepSpec
 from harness.stages.table import STAGES, step_spec, undeclared
@@ -43,7 +45,7 @@ def test_a_declaration_outside_its_vocabulary_is_refused():
 
 def _toy(records: list[StepRecord]) -> tuple[Stage, ...]:
     """One build-command stage that records ``records`` and declares the step ``toy`` as passed or failed."""
-    return (Stage("toy", "build", "build", reads=("matrix",), writes=("steps",),
+    return (Stage("toy", "build", "building", reads=("matrix",), writes=("steps",),
                   steps=(StepSpec("toy", (STEP_PASSED, STEP_FAILED)),), run=lambda ctx: records),)
 
 
@@ -82,7 +84,7 @@ def test_a_new_stages_failure_is_read_from_the_evidence_it_declares(tmp_path, mo
                                     "/src/llama.cpp/src/llama.cpp:12:5: error: 'pin_all' was not declared in this scope\n")
     step = StepRecord(CPU, "fork", "lint-build", STEP_FAILED, detail="the lint build failed")
     assert signatures.classify_step(tmp_path, step).kind == "other"
-    lint = Stage("lint", "build", "build", reads=("matrix",), writes=("steps",),
+    lint = Stage("lint", "build", "building", reads=("matrix",), writes=("steps",),
                  steps=(StepSpec("lint-build", (STEP_PASSED, STEP_FAILED), "build-logs"),), run=lambda ctx: [])
     monkeypatch.setattr(table, "STAGES", (*STAGES, lint))
     found = signatures.classify_step(tmp_path, step)
@@ -92,7 +94,7 @@ def test_a_new_stages_failure_is_read_from_the_evidence_it_declares(tmp_path, mo
 
 def status_literals_in_declarations(source: str) -> list[int]:
     """Lines of ``source`` where a StepSpec or Stage names a step status as a string instead of a constant of
-    harness.record.results (its second argument or its ``statuses``)."""
+    harness.record.statuses (its second argument or its ``statuses``)."""
     import ast
     names = set(STEP_STATUSES)
     found = []
@@ -109,8 +111,8 @@ def status_literals_in_declarations(source: str) -> list[int]:
 def test_the_stages_declare_their_statuses_by_the_records_constants():
     found = [f"{path.relative_to(ROOT)}:{line}" for path in sorted((ROOT / "harness" / "stages").rglob("*.py"))
              for line in status_literals_in_declarations(path.read_text(encoding="utf-8"))]
-    assert found == [], "use STEP_PASSED, STEP_FAILED ... of harness.record.results"
+    assert found == [], "use STEP_PASSED, STEP_FAILED ... of harness.record.statuses"
     planted = ('STEP = StepSpec("lint", ("passed", STEP_FAILED), "detail")\n'
                'ok = StepSpec("lint", (STEP_PASSED,))\n'
-               'STAGE = Stage("x", "build", "build", reads=(), writes=(), steps=("x",), statuses=("error",), run=f)\n')
+               'STAGE = Stage("x", "build", "building", reads=(), writes=(), steps=("x",), statuses=("error",), run=f)\n')
     assert status_literals_in_declarations(planted) == [1, 3]

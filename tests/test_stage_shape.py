@@ -14,7 +14,9 @@ from harness import pipeline
 from harness.common import proc
 from harness.matrix.config import load_matrix
 from harness.pipeline import Options, run_stages
-from harness.record.results import STEP_STATUSES, Run, StepRecord
+from harness.record.records import StepRecord
+from harness.record.run import Run
+from harness.record.statuses import STEP_STATUSES
 from harness.stages.shape import COMMANDS, READS, ROLES, WRITES, Stage
 from harness.stages.table import STAGES, stages_of, steps_of_role
 
@@ -41,13 +43,13 @@ def test_every_stage_of_the_table_declares_the_shape():
 
 def test_a_declaration_outside_the_vocabulary_is_refused():
     with pytest.raises(ValueError, match="reads 'weather'"):
-        Stage("x", "build", "build", reads=("weather",), writes=(), steps=("x",), statuses=("passed",),
+        Stage("x", "build", "building", reads=("weather",), writes=(), steps=("x",), statuses=("passed",),
               run=lambda ctx: None)
     with pytest.raises(ValueError, match="statuses 'interrupted'"):
-        Stage("x", "build", "build", reads=(), writes=(), steps=("x",), statuses=("interrupted",),
+        Stage("x", "build", "building", reads=(), writes=(), steps=("x",), statuses=("interrupted",),
               run=lambda ctx: None)
     with pytest.raises(ValueError, match="command 'deploy'"):
-        Stage("x", "deploy", "build", reads=(), writes=(), steps=("x",), statuses=("passed",), run=lambda ctx: None)
+        Stage("x", "deploy", "building", reads=(), writes=(), steps=("x",), statuses=("passed",), run=lambda ctx: None)
     speed = next(s for s in STAGES if s.name == "speed")
     assert speed.records("speed:base-vs-fork:pp") and not speed.records("generate")
 
@@ -95,7 +97,7 @@ def _toy_table(seen: list[str], interrupt: bool = False) -> tuple[Stage, ...]:
         return [StepRecord(CPU, "-", "toy-later", "passed")]
 
     def stage(name, command, run, steps, beside=False):
-        return Stage(name, command, "build", reads=("matrix",), writes=("steps",), steps=steps,
+        return Stage(name, command, "building", reads=("matrix",), writes=("steps",), steps=steps,
                      statuses=("passed", "failed"), run=run, beside=beside)
 
     return (stage("toy-beside", "build", beside, ("toy-beside",), beside=True),

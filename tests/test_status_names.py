@@ -1,5 +1,5 @@
 """Comparison statuses are declared once (harness.record.statuses.COMPARISON, re-exported by
-harness.record.results) and named through its constants (IDENTICAL, DIVERGED, CRASHED, TIMEOUT, UNSUPPORTED_UPSTREAM, GENERATION_FAILURES): no other module of the
+harness.record.statuses) and named through its constants (IDENTICAL, DIVERGED, CRASHED, TIMEOUT, UNSUPPORTED_UPSTREAM, GENERATION_FAILURES): no other module of the
 harness spells one as a string, so a status renamed or added is one line of the declaration."""
 
 import ast
@@ -15,7 +15,8 @@ DECLARATION = Path("record/statuses.py")
 #: (module, word) pairs that spell a comparison status's word for another vocabulary, each with its reason.
 OTHER_VOCABULARIES = {
     (Path("analysis/signatures.py"), "timeout"): "a failure signature's kind (KIND_ORDER), not a comparison's status",
-    (Path("stages/tests/native_tests.py"), "timeout"): "ctest's word for a test it stopped, in that test's message",
+    (Path("analysis/text_rules.py"), "timeout"): "a failure signature's kind (KIND_RANK), not a comparison's status",
+    (Path("stages/native_tests/native_tests.py"), "timeout"): "ctest's word for a test it stopped, in that test's message",
     (Path("tools/mutation.py"), "timeout"): "mutmut's status of a mutant that made a test hang (docs/mutation.md)",
 }
 
@@ -33,7 +34,7 @@ def test_no_module_but_the_declaration_spells_a_comparison_status():
              if (rel := path.relative_to(PACKAGE)) != DECLARATION
              for line, word in status_literals(path.read_text(encoding="utf-8"))
              if (rel, word) not in OTHER_VOCABULARIES]
-    assert found == [], "use the constants of harness.record.results instead:\n" + "\n".join(found)
+    assert found == [], "use the constants of harness.record.statuses instead:\n" + "\n".join(found)
 
 
 def test_every_allowed_spelling_is_still_there():

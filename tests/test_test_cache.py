@@ -1,4 +1,4 @@
-"""Native test results reused per ctest label (harness.stages.tests.test_cache, docs/cache.md).
+"""Native test results reused per ctest label (harness.stages.native_tests.test_cache, docs/cache.md).
 
 A two-test CMake project (labels ``main`` and ``fork``) is built with the pinned CMake and Ninja, and
 its tests run through the real ctest; each test appends to a log, so which tests ran is observed.
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness.record.cache import ResultCache
-from harness.stages.build.build import find_tool
-from harness.stages.tests.test_cache import run_tests_reusing
+from harness.stages.building.build import find_tool
+from harness.stages.native_tests.test_cache import run_tests_reusing
 
 pytestmark = pytest.mark.slow  # builds a CMake project
 

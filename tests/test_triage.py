@@ -12,14 +12,18 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.analysis import bisect, signatures, triage
-from harness.stages.build.patches import export_series, read_series
-from harness.record.results import ComparisonRecord, Failure, Run, StepRecord, write_json
-from harness.analysis.signatures import classify_run, classify_step, classify_text, normalise
-from harness.stages.build.source import BaseTree
+from harness.analysis import bisect, run_choice, text_rules, triage
+from harness.stages.building.patches import export_series, read_series
+from harness.record.json_files import write_json
+from harness.record.records import ComparisonRecord, Failure, StepRecord
+from harness.record.run import Run
+from harness.analysis.signatures import classify_run, classify_step
+from harness.analysis.text_rules import classify_text, normalise
+from harness.stages.building.source import BaseTree
 from harness.analysis.bisect import BisectError, SeriesBisector, TestCheck, bisect_first_bad
 from harness.common.errors import InputError
-from harness.analysis.triage import diff_runs, previous_run, resolve_run
+from harness.analysis.triage import diff_runs
+from harness.analysis.run_choice import previous_run, resolve_run
 
 CPU, CUDA, WIN = "linux-x86_64-cpu", "linux-x86_64-cuda", "windows-x86_64-cuda"
 GIB = 2**30
@@ -252,7 +256,7 @@ def _series_repo(root: Path) -> tuple[Path, str, list]:
 
 
 def test_a_series_that_does_not_apply_has_a_patch_apply_signature_naming_the_patch(tmp_path):
-    from harness.stages.build.patches import PatchApplyError, apply_series
+    from harness.stages.building.patches import PatchApplyError, apply_series
     failures = []
     for n, new_line in enumerate(('"sum ok', '"summed ok')):
         # two machines, two upstream commits that both rewrite the line the last patch changes
@@ -357,8 +361,8 @@ def test_timeout_and_text_rules():
     assert classify_text("all good\n", "x") is None
     assert normalise("at 0x7ffd1234 /tmp/pytest-of-u/pytest-9/t0/ggml/src/ggml.c:12:4: took 3.2 s at 12:01:02") == \
         "at 0x? ggml/src/ggml.c: took <t> at <time>"
-    assert signatures.signal_from_exit(-11) == "SIGSEGV" and signatures.signal_from_exit(134) == "SIGABRT"
-    assert signatures.signal_from_exit(1) is None
+    assert text_rules.signal_from_exit(-11) == "SIGSEGV" and text_rules.signal_from_exit(134) == "SIGABRT"
+    assert text_rules.signal_from_exit(1) is None
 
 
 def test_classify_run_writes_signatures_json(runs):
@@ -469,7 +473,7 @@ def test_run_ids_default_pair_and_unknown_run(runs, capsys):
     assert cli.main(["triage", "20990101T000000Z-zzzz", "--results-dir", str(root)]) == 2
     err = capsys.readouterr().err
     assert "unknown run '20990101T000000Z-zzzz'" in err and c.id in err
-    with pytest.raises(triage.TriageInputError, match="no run before"):
+    with pytest.raises(run_choice.TriageInputError, match="no run before"):
         previous_run(a.dir, root)
 
 
@@ -796,7 +800,7 @@ class FakeBisector:
         return f"k={k}"
 
     def build(self, k: int):
-        from harness.stages.build.build import BuildResult
+        from harness.stages.building.build import BuildResult
         bin_dir = self.k_dir(k) / "bin"
         if not bin_dir.exists():
             bin_dir.mkdir(parents=True)

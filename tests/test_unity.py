@@ -1,4 +1,4 @@
-"""Unity groups of the units the series does not touch (harness/stages/build/unity.py).
+"""Unity groups of the units the series does not touch (harness/stages/building/unity.py).
 
 Fast tests check the rule on small sources: the names a unit defines at file
 scope, the headers without an include guard that it brings in, explicit
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.stages.build.build import find_tool
-from harness.stages.build.cuda_compile import ToolkitMissing, assemble_toolkit, compile_tree, grouping
-from harness.stages.build.unity import (GROUP_SIZE, Member, family, file_scope_names, specialises_foreign_template,
+from harness.stages.building.build import find_tool
+from harness.stages.building.cuda_compile import ToolkitMissing, assemble_toolkit, compile_tree, grouping
+from harness.stages.building.unity import (GROUP_SIZE, Member, family, file_scope_names, specialises_foreign_template,
                                   unguarded_headers, unity_groups, unity_object, write_groups_file)
 
 

@@ -1,5 +1,5 @@
-"""Upstream's own ctest suite on base and fork (harness.stages.tests.upstream_suite) and test-backend-ops
-(harness.stages.tests.backend_ops): the classes of a pair, the declared needs, the targets asked of ctest, the
+"""Upstream's own ctest suite on base and fork (harness.stages.native_tests.upstream_suite) and test-backend-ops
+(harness.stages.native_tests.backend_ops): the classes of a pair, the declared needs, the targets asked of ctest, the
 record, the signature of a regression, and test-backend-ops' SQL read through SQLite."""
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ from harness.analysis.signatures import classify_step
 from harness.kinds.registry import gpu_of
 from harness.matrix.config import UpstreamNeed, UpstreamTests, load_matrix
 from harness.record import native_tests
-from harness.record.results import RecordError, RunLayout, StepRecord, TESTS_FILES, write_json
+from harness.record.records import RecordError, StepRecord
+from harness.record.layout import RunLayout, TESTS_FILES
+from harness.record.json_files import write_json
 from harness.record.upstream_tests import (DECLARED, FAILED_BOTH, FIXED, FORK_ONLY, PASSED_BOTH, REGRESSED,
                                            SKIPPED_BOTH, SuiteRecord, classify, read_suite)
-from harness.stages.tests.backend_ops import judge_test_mode, read_cases
-from harness.stages.build.build import find_tool
-from harness.stages.tests.upstream_suite import (describe, emulated_tests, lacked_needs, outcomes, pair_up,
+from harness.stages.native_tests.backend_ops import judge_test_mode, read_cases
+from harness.stages.building.build import find_tool
+from harness.stages.native_tests.upstream_suite import (describe, emulated_tests, lacked_needs, outcomes, pair_up,
                                                 suite_targets, ctest_commands)
 
 ROOT = Path(__file__).resolve().parents[1]

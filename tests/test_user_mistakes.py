@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from fake_upstream import make_fake_project
-from harness.analysis import triage
+from harness.analysis import run_choice, triage
 from harness.matrix.config import MatrixError, load_matrix
-from harness.record.results import Run, StepRecord
+from harness.record.records import StepRecord
+from harness.record.run import Run
 from test_preflight import edit_matrix, write_vocab_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,8 +177,8 @@ def test_triage_of_a_run_against_itself_is_warned(tmp_path, capsys):
     for argv in (["r1", "r1"], ["r1", str(run.dir)]):
         assert triage.main([*argv, "--results-dir", str(tmp_path), "--matrix", str(tmp_path / "none.yaml")]) == 0
         out, err = capsys.readouterr()
-        assert err.strip() == triage.SAME_RUN_WARNING.format(run="r1")
-        assert triage.SAME_RUN_WARNING.format(run="r1") in out
+        assert err.strip() == run_choice.SAME_RUN_WARNING.format(run="r1")
+        assert run_choice.SAME_RUN_WARNING.format(run="r1") in out
     assert json.loads(json.dumps(triage.diff_runs(run.dir, run.dir).to_json()))["same_run"] is True
     other = Run(tmp_path, "r2")
     other.record_step(StepRecord("p", "fork", "build", "passed"))

@@ -26,8 +26,9 @@ import pytest
 from harness import cli
 from harness.analysis.run_views import annotate_failures, verdict_json, verdict_line
 from harness.common.console import Console
-from harness.record.results import (CRASHED, DIVERGED, IDENTICAL, UNSUPPORTED_UPSTREAM, ComparisonRecord, Failure,
-                                    Run, StepRecord)
+from harness.record.records import ComparisonRecord, Failure, StepRecord
+from harness.record.run import Run
+from harness.record.statuses import CRASHED, DIVERGED, IDENTICAL, UNSUPPORTED_UPSTREAM
 from harness.record.verdict import (FAILS, NOT_RUN, PASSES, comparison_verdict, failing_names, judge,
                                     step_verdict)
 

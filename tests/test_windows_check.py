@@ -41,8 +41,8 @@ WIN_RESERVE_CALL = "    return VirtualAlloc(NULL, size, MEM_RESERVE | MEM_COMMIT
 def _tree_from_series(into: Path) -> Path | None:
     """The base plus ``patches/`` in ``into``, when the series has a patch adding pin-ladder.cuh."""
     from harness.matrix.config import load_matrix
-    from harness.stages.build.patches import apply_series, read_series
-    from harness.stages.build.source import git, obtain_base
+    from harness.stages.building.patches import apply_series, read_series
+    from harness.stages.building.source import git, obtain_base
     if not (ROOT / "patches" / "series").is_file():
         return None
     patches = read_series(ROOT / "patches")

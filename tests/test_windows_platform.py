@@ -14,7 +14,7 @@ import yaml
 
 from harness.kinds.shape import HostTool
 from harness.matrix import host_tools
-from harness.stages.build import cross
+from harness.stages.building import cross
 from harness.stages.outputs.compare import GenerationSpec, from_text_mode, run_generation
 from harness.matrix.config import MatrixError, load_matrix
 from harness.matrix.platforms import cannot_build, cannot_run, cross_built, executable_suffix

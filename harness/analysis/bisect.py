@@ -6,9 +6,9 @@ finds the first patch of the series that makes the check fail (see
 [--repo PATH]`` it finds the first upstream commit on BAD's first-parent line that makes
 the check fail with the whole series applied on top (:class:`UpstreamBisector`).
 
-Every position is built with harness.stages.build.build and checked with harness.stages.tests.native_tests
-(``test:``) or harness.stages.outputs.compare (``group:``); the base tree comes from harness.stages.build.source,
-models from harness.matrix.models and the CMake options from harness.stages.build.builds.cmake_options.
+Every position is built with harness.stages.building.build and checked with harness.stages.native_tests.native_tests
+(``test:``) or harness.stages.outputs.compare (``group:``); the base tree comes from harness.stages.building.source,
+models from harness.matrix.models and the CMake options from harness.stages.building.builds.cmake_options.
 
 Longer than 400 lines: the series bisector and the upstream bisector share one check (a position built, then
 tested or compared), its record and its command line; split per bisector, both halves would import all
@@ -29,7 +29,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..args import parse_defines, split_names
 from ..common.errors import InputError
-from ..record.results import BUILD_FILES, IDENTICAL
+from ..record.layout import BUILD_FILES
+from ..record.statuses import IDENTICAL
 
 
 class BisectError(InputError):
@@ -100,7 +101,7 @@ class Bisector:
     check found there.  Subclasses say what position k is and how its tree is made.
     """
 
-    patches: Sequence[Any]  # harness.stages.build.patches.Patch
+    patches: Sequence[Any]  # harness.stages.building.patches.Patch
     platform: str
     cmake_options: Mapping[str, str]
     targets: tuple[str, ...]
@@ -113,8 +114,8 @@ class Bisector:
     def _build(self, name: str, source: Path, here: Path, options: Mapping[str, str],
                key_parts: Mapping[str, str]) -> Any:
         """Build ``source`` into ``here/build`` (logs in ``here/logs``) with ccache based at ``work_dir``;
-        returns harness.stages.build.build.BuildResult (its key: the options, targets and ``key_parts``)."""
-        from ..stages.build.build import BuildRequest, build, ccache_env
+        returns harness.stages.building.build.BuildResult (its key: the options, targets and ``key_parts``)."""
+        from ..stages.building.build import BuildRequest, build, ccache_env
         req = BuildRequest(self.platform, name, source, (here / "build").resolve(), dict(options),
                            tuple(self.targets), dict(key_parts), self.jobs, env=ccache_env(self.work_dir.resolve()))
         return build(req, here / "logs")
@@ -138,15 +139,15 @@ class SeriesBisector(Bisector):
     """Applies patches 1..k of ``patches`` onto ``base``, builds, and runs ``check`` for each k asked.
 
     Every k has its own directory ``work_dir/k<k>/``: ``llama.cpp/`` the source tree
-    (harness.stages.build.source.prepare_tree; re-made only when the prefix changes), ``build/`` the
-    build directory (harness.stages.build.build.build, whose key makes a rebuild of an unchanged prefix
+    (harness.stages.building.source.prepare_tree; re-made only when the prefix changes), ``build/`` the
+    build directory (harness.stages.building.build.build, whose key makes a rebuild of an unchanged prefix
     a no-op), ``logs/`` configure/build/patch logs, and whatever the check writes.  All
     k directories sit at the same depth and ccache's base_dir is ``work_dir``, so objects
     a patch does not touch come from the cache when another k is built.
     For k > 0 LLAMA_FORK_SERIES names the prefix.  The other fields: :class:`Bisector`.
     """
 
-    base: Any = field(kw_only=True)  # harness.stages.build.source.BaseTree
+    base: Any = field(kw_only=True)  # harness.stages.building.source.BaseTree
     _builds: dict[int, Any] = field(default_factory=dict, repr=False)
 
     def k_dir(self, k: int) -> Path:
@@ -167,8 +168,8 @@ class SeriesBisector(Bisector):
 
     def tree(self, k: int) -> Path:
         """The source tree holding base + patches 1..k (created or reused); raises PatchApplyError."""
-        from ..stages.build.patches import apply_series, series_digest
-        from ..stages.build.source import prepare_tree
+        from ..stages.building.patches import apply_series, series_digest
+        from ..stages.building.source import prepare_tree
         logs = self.k_dir(k) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         if k == 0:
@@ -178,10 +179,10 @@ class SeriesBisector(Bisector):
                                                            log=logs / BUILD_FILES["patches"]))
 
     def build(self, k: int) -> Any:
-        """Build base + patches 1..k once per process; returns harness.stages.build.build.BuildResult."""
+        """Build base + patches 1..k once per process; returns harness.stages.building.build.BuildResult."""
         if k in self._builds:
             return self._builds[k]
-        from ..stages.build.patches import series_digest, series_label
+        from ..stages.building.patches import series_digest, series_label
         prefix = list(self.patches[:k])
         options = dict(self.cmake_options)
         if k:
@@ -204,7 +205,7 @@ class SeriesBisector(Bisector):
         """Bisect over k in [good, bad] (default [0, n]) and return the first bad patch.
 
         Raises BisectError (with the failing end's detail) when the range cannot be bisected,
-        and harness.stages.build.patches.PatchApplyError when a patch does not apply.
+        and harness.stages.building.patches.PatchApplyError when a patch does not apply.
         """
         k = self._first_bad(len(self.patches), self.point, good=good, bad=bad, cache={})
         patch = self.patches[k - 1]
@@ -229,7 +230,7 @@ class UpstreamCommit:
 
 def _resolve_commit(repo: Path, rev: str) -> str | None:
     """The full id of commit ``rev`` in ``repo``, or None when it names no commit there."""
-    from ..stages.build.source import git
+    from ..stages.building.source import git
     if rev.startswith("-"):
         return None
     proc = git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], repo, check=False)
@@ -238,7 +239,7 @@ def _resolve_commit(repo: Path, rev: str) -> str | None:
 
 def _is_git_repo(path: Path) -> bool:
     """Whether ``path`` itself is a git repository (work tree or bare), not a directory inside one."""
-    from ..stages.build.source import git
+    from ..stages.building.source import git
     return git(["rev-parse", "--git-dir"], path, check=False,
                env={"GIT_CEILING_DIRECTORIES": str(path.resolve().parent)}).returncode == 0
 
@@ -250,9 +251,9 @@ def fetched_clone(url: str, dest: Path, revs: Sequence[str], say: Callable[[str]
     ``url`` is fetched, and a rev that still does not resolve (a commit id no branch holds)
     is fetched on its own and kept under ``refs/bisect-upstream/``.  Revs that the remote
     does not have are left missing (the caller reports them).  Returns ``dest``; raises
-    harness.stages.build.source.SourceError when git cannot create or fetch into it.
+    harness.stages.building.source.SourceError when git cannot create or fetch into it.
     """
-    from ..stages.build.source import git
+    from ..stages.building.source import git
     if not (dest / "HEAD").is_file():
         tmp = dest.with_name(dest.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -280,7 +281,7 @@ def upstream_repo(matrix: Any, repo: Path | None, revs: Sequence[str], cache: Pa
     source of ``matrix`` (harness.matrix.config.Matrix) whose path exists, is a git repository and
     holds every rev; else a bare clone under ``cache/upstream/`` fetched from the first
     ``git`` source's URL (see :func:`fetched_clone`).  Raises InputError naming what
-    was tried when none qualifies, and harness.stages.build.source.SourceError when fetching fails.
+    was tried when none qualifies, and harness.stages.building.source.SourceError when fetching fails.
     """
     if repo is not None:
         if not repo.is_dir() or not _is_git_repo(repo):
@@ -315,7 +316,7 @@ def upstream_commits(repo: Path, good: str, bad: str) -> list[UpstreamCommit]:
     either rev names no commit of ``repo``, when GOOD is not an ancestor of BAD, or when
     the range holds no commit.
     """
-    from ..stages.build.source import git
+    from ..stages.building.source import git
     ids = {}
     for label, rev in (("GOOD", good), ("BAD", bad)):
         sha = _resolve_commit(repo, rev)
@@ -367,7 +368,7 @@ class UpstreamBisector(Bisector):
 
     ``commits`` comes from :func:`upstream_commits` (0 = GOOD, last = BAD) in ``repo``.
     Every commit has ``work_dir/<commit12>/fork/`` (the tree with the series applied by
-    harness.stages.build.patches.apply_series with the commit as base, ``build/``, ``logs/``) and, when
+    harness.stages.building.patches.apply_series with the commit as base, ``build/``, ``logs/``) and, when
     a check compares against upstream itself, ``work_dir/<commit12>/base/`` (the commit
     unpatched).  All sit at the same depth and ccache's base_dir is ``work_dir``; the
     build key holds the commit and series digest, so a commit built before is not built
@@ -395,8 +396,8 @@ class UpstreamBisector(Bisector):
 
     def tree(self, k: int, variant: str = "fork") -> Path:
         """The source tree of commit k, with the series applied for ``fork``; raises PatchApplyError."""
-        from ..stages.build.patches import prepare_series_tree
-        from ..stages.build.source import BaseTree, prepare_tree
+        from ..stages.building.patches import prepare_series_tree
+        from ..stages.building.source import BaseTree, prepare_tree
         commit = self.commits[k]
         logs = self.dir_at(k, variant) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -409,13 +410,13 @@ class UpstreamBisector(Bisector):
     def build_at(self, k: int, variant: str = "fork") -> Any:
         """Build commit k (``fork``: with the series; ``base``: without) once per process.
 
-        Returns harness.stages.build.build.BuildResult; status ``error`` with a detail naming the patch
+        Returns harness.stages.building.build.BuildResult; status ``error`` with a detail naming the patch
         when the series does not apply at the commit.
         """
         if (k, variant) in self._builds:
             return self._builds[(k, variant)]
-        from ..stages.build.build import BuildResult
-        from ..stages.build.patches import PatchApplyError, series_digest, series_label
+        from ..stages.building.build import BuildResult
+        from ..stages.building.patches import PatchApplyError, series_digest, series_label
         commit, here = self.commits[k], self.dir_at(k, variant)
         try:
             source = self.tree(k, variant)
@@ -503,7 +504,7 @@ class TestCheck:
 
         ``bisector`` is a SeriesBisector or UpstreamBisector.
         """
-        from ..stages.tests.native_tests import run_ctest
+        from ..stages.native_tests.native_tests import run_ctest
         built = bisector.build_at(k, "fork")
         if built.status != "passed":
             return False, f"build {built.status}: {built.detail}"
@@ -523,9 +524,9 @@ class TestCheck:
     def build_test_target(self, build_dir: Path, logs: Path) -> str:
         """Build the executable the test starts, which the bisector's targets may not hold (a test of upstream's suite is named
         after its vocabulary, ``test-tokenizer-0-falcon``, and starts ``test-tokenizer-0``), as ctest describes it
-        (harness.stages.tests.upstream_suite.suite_targets); "" when built, else why not."""
-        from ..stages.build.build import find_tool
-        from ..stages.tests.upstream_suite import ctest_commands, suite_targets
+        (harness.stages.native_tests.upstream_suite.suite_targets); "" when built, else why not."""
+        from ..stages.building.build import find_tool
+        from ..stages.native_tests.upstream_suite import ctest_commands, suite_targets
         try:
             command = ctest_commands(build_dir).get(self.name, [])
         except OSError as exc:
@@ -620,7 +621,7 @@ def _parse_range(spec: str) -> tuple[str, str]:
 def check_targets(spec: str, platform: Any = None, build_dir: Path | None = None) -> tuple[str, ...]:
     """The build targets that bisect check ``spec`` needs at each step: for ``test:NAME``, the executable ctest
     starts for NAME in ``build_dir`` (a finished build of ``platform``, read by
-    harness.stages.tests.upstream_suite.ctest_commands: a test of upstream's suite is named after its input,
+    harness.stages.native_tests.upstream_suite.ctest_commands: a test of upstream's suite is named after its input,
     ``test-tokenizer-0-falcon`` starts ``test-tokenizer-0``), else the test's own name, as the platform's
     ``test_targets`` are; llama-completion and llama-tokenize (generation and tokenization) for ``group:...``.
     Raises InputError for a malformed spec."""
@@ -629,7 +630,7 @@ def check_targets(spec: str, platform: Any = None, build_dir: Path | None = None
         return ("llama-completion", "llama-tokenize")
     if platform is not None and build_dir is not None and parts[0] not in platform.test_targets \
             and (build_dir / "CTestTestfile.cmake").is_file():
-        from ..stages.tests.upstream_suite import ctest_commands, suite_targets
+        from ..stages.native_tests.upstream_suite import ctest_commands, suite_targets
         try:
             found = suite_targets([ctest_commands(build_dir).get(parts[0], [])], build_dir)
         except OSError:
@@ -709,10 +710,10 @@ def run(args: argparse.Namespace) -> int:
     """
     from ..matrix.config import load_matrix
     from ..matrix.model_sources.registry import ModelStore
-    from ..stages.build.quantize_tool import built_tool
-    from ..stages.build.patches import read_series
-    from ..stages.build.builds import cmake_options
-    from ..stages.build.source import cache_dir, obtain_base
+    from ..stages.building.quantize_tool import built_tool
+    from ..stages.building.patches import read_series
+    from ..stages.building.builds import cmake_options
+    from ..stages.building.source import cache_dir, obtain_base
     say = (lambda line: print(line, file=sys.stderr)) if args.json else print
     platforms = split_names(args.platform)
     if len(platforms) != 1:

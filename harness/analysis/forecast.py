@@ -2,7 +2,7 @@
 
 ``python -m harness forecast --onto SOURCE [--platform P ...] [--bisect CHECK]`` (``nox -s forecast --``):
 
-1. obtains the other upstream from SOURCE (:func:`parse_onto`) through harness.stages.build.source, by
+1. obtains the other upstream from SOURCE (:func:`parse_onto`) through harness.stages.building.source, by
    content: the commit is recorded and a tree that is not that commit is refused;
 2. tries every patch on it (harness.analysis.forecast_patches): clean, 3-way, already upstream
    or conflict, never stopping at the first failure;
@@ -44,12 +44,14 @@ from ..args import split_names
 from ..common.errors import EXIT_FAILED, EXIT_PASSED, InputError
 from ..matrix.config import Matrix, RunConfig, Source, load_matrix
 from ..record.forecast import ForecastRecord, ForecastStage, UpstreamComparison
-from ..record.results import (BUILD_FILES, IDENTICAL, PATCH, STEP, VERDICT_EXIT_CODES, ComparisonRecord, RunLayout, StepRecord,
-                              write_json)
+from ..record.json_files import write_json
+from ..record.layout import BUILD_FILES, RunLayout
+from ..record.records import ComparisonRecord, StepRecord
+from ..record.statuses import IDENTICAL, PATCH, STEP, VERDICT_EXIT_CODES
 from ..stages.command_names import STAGE_COMMANDS
-from ..stages.build.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
+from ..stages.building.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
 from ..common.locks import Rank, exclusive
-from ..stages.build.source import BaseTree, SourceError, archive_commit, cache_dir, git, obtain_base, unpacked_sdist
+from ..stages.building.source import BaseTree, SourceError, archive_commit, cache_dir, git, obtain_base, unpacked_sdist
 from ..record.summary import read_run
 from .forecast_patches import PatchOutcome, added_files, defined_targets, try_series
 
@@ -134,7 +136,7 @@ def onto_matrix(matrix: Matrix, commit: str, source: Source) -> Matrix:
 
 
 def obtain_onto(matrix: Matrix, onto: Onto, cache: Path, say: Callable[[str], None]) -> BaseTree:
-    """The verified base repository of the other upstream (harness.stages.build.source.obtain_base, cached like
+    """The verified base repository of the other upstream (harness.stages.building.source.obtain_base, cached like
     the pinned base).  An sdist's commit is the HEAD of its vendored checkout.  Raises SourceError."""
     commit = onto.commit
     if commit is None:
@@ -181,7 +183,7 @@ def forecast_base(new: BaseTree, old: BaseTree, patches: Sequence[Patch], where:
 
 def write_applied_series(outcomes: Sequence[PatchOutcome], patches: Sequence[Patch], out: Path) -> list[Patch]:
     """Write the patches that applied (clean or 3-way), in series order, as a series in ``out``; returns it
-    as harness.stages.build.patches.read_series reads it back."""
+    as harness.stages.building.patches.read_series reads it back."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     chosen = [p for p, o in zip(patches, outcomes) if o.applied]
@@ -452,8 +454,8 @@ def main(argv: Sequence[str]) -> int:
 def run(args: argparse.Namespace) -> int:
     """``python -m harness forecast --onto SOURCE ...``; returns the exit code (module docstring).
 
-    Raises ForecastError / harness.stages.build.source.SourceError (exit 2) when the source cannot be read
-    or is not the commit it claims, and harness.stages.build.patches.PatchError for a broken series.
+    Raises ForecastError / harness.stages.building.source.SourceError (exit 2) when the source cannot be read
+    or is not the commit it claims, and harness.stages.building.patches.PatchError for a broken series.
     """
     started = time.monotonic()
     say = print
@@ -485,7 +487,7 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
     from ..common import proc
     from ..args import stage_options
     from ..pipeline import run_stages
-    from ..record.results import Run
+    from ..record.run import Run
     from .report import write_report
     from .run_views import settle_killed, write_views
     base = forecast_base(new, old, patches, work / "upstream")

@@ -3,7 +3,7 @@
 Each patch is applied with ``git am -3`` on top of the ones that applied before it, and the series
 goes on past a failure: a conflicting patch is left out, and every later patch that still applies
 is recorded as applied without it.  Each patch gets one status of
-harness.record.results.PATCH:
+harness.record.statuses.PATCH:
 
 * ``clean``: ``git apply --check`` takes it as it is (hunks may sit at other line numbers);
 * ``3-way``: it does not apply as it is, but ``git am -3`` merges it through the blobs its
@@ -17,7 +17,7 @@ harness.record.results.PATCH:
   number in the new base) are recorded; a file that git could not merge at all (gone upstream,
   or a blob missing) is recorded with the hunks that do not apply and the reason git gave.
 
-The git runner, environment and ``git am`` options are harness.stages.build.patches' own, so a patch
+The git runner, environment and ``git am`` options are harness.stages.building.patches' own, so a patch
 that applies here applies the same way when the forecast's fork tree is prepared.
 """
 
@@ -33,7 +33,7 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from ..record.forecast import HunkConflict, PatchOutcome
-from ..stages.build.patches import AM_ARGS, Git, Patch, reset_to_base
+from ..stages.building.patches import AM_ARGS, Git, Patch, reset_to_base
 
 #: Ref under which the old base's commit is kept in the trial repository (its blobs serve 3-way merges).
 OLD_BASE_REF = "refs/forecast/old-base"
@@ -247,14 +247,14 @@ def try_series(repo: Path, base_rev: str, patches: Sequence[Patch], *, old_repo:
                old_rev: str | None = None, log: Path | None = None) -> list[PatchOutcome]:
     """Try every patch of ``patches`` onto ``base_rev`` in the git work tree ``repo``; never stops early.
 
-    ``repo`` is reset to branch ``fork`` at ``base_rev`` (harness.stages.build.patches.apply_series'
+    ``repo`` is reset to branch ``fork`` at ``base_rev`` (harness.stages.building.patches.apply_series'
     rules).  When ``old_repo``/``old_rev`` are given (the pinned base the series was written
     on), that commit is fetched into ``repo`` under OLD_BASE_REF first, so that the blobs the
     patches' index lines name exist for 3-way merges.  Each patch is tried on top of those that
     applied (:func:`try_patch`); a patch that applied after one or more conflicts records them
     in ``applied_without``.  Every git command is appended to ``log``.  Returns one outcome per
     patch, in series order; ``repo`` is left at the last applied patch.  Raises
-    harness.stages.build.patches.PatchError when git itself fails (not a patch that does not apply).
+    harness.stages.building.patches.PatchError when git itself fails (not a patch that does not apply).
     """
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,8 @@ from typing import Any
 from ..record.loads import read_placement
 from ..record.probe import (PROBE_FILE, PROBE_STEP_BYTES, Probe, ProbeError, group_layers, layers_by_type_text,
                             layers_text, read_probe)
-from ..record.results import RecordError, RunLayout
+from ..record.layout import RunLayout
+from ..record.records import RecordError
 
 
 def load_placements(run_dir: Path) -> dict[tuple[str, str, str], dict[str, dict[str, float]]]:

@@ -19,9 +19,9 @@ from typing import Any, Iterable, Mapping
 
 from ..record.bench import bench_measurements, bench_platforms, read_bench
 from ..record.probe import ProbeError, read_probe
-from ..record.results import ComparisonRecord
+from ..record.records import ComparisonRecord
 from ..record.summary import run_dirs_under
-from .triage import _started, recorded_series, same_series
+from .run_choice import _started, recorded_series, same_series
 from .svg import Cell, cell_strip, line_plot, strip_plot
 
 #: Most runs a rule's history shows (the newest).
@@ -70,7 +70,7 @@ def _date(when: str) -> str:
 
 def machine_text(machine: Mapping[str, Any]) -> str:
     """A bench.json machine fingerprint in words: ``Intel(R) Xeon(R) Processor, 16 CPUs; 1 of NVIDIA H200
-    (driver 580.159.04) visible; CUDA 13.0`` (harness.record.environment.machine_fingerprint)."""
+    (driver 580.159.04) visible; CUDA 13.0`` (harness.kinds.machine.machine_fingerprint)."""
     gpus = [g for g in machine.get("gpus") or [] if isinstance(g, (list, tuple)) and g]
     names = ", ".join(f"{g[0]} (driver {g[1]})" if len(g) > 1 and g[1] else str(g[0]) for g in gpus)
     text = f"{machine.get('cpu') or 'unknown CPU'}, {machine.get('cpu_count') or '?'} CPUs"
@@ -123,7 +123,7 @@ def checkout_series() -> str | None:
     """The digest of the checkout's patch series (``patches/`` of harness.args.find_checkout), None where it
     cannot be read."""
     from ..args import find_checkout
-    from ..stages.build.patches import PatchError, read_series, series_digest
+    from ..stages.building.patches import PatchError, read_series, series_digest
     root = find_checkout()
     if root is None:
         return None

@@ -36,8 +36,8 @@ from typing import Callable
 from ..common.errors import EXIT_INCOMPLETE
 from ..matrix.config import load_matrix
 from ..record.forecast import HunkConflict
-from ..stages.build.patches import Git, read_series, reset_to_base
-from ..stages.build.source import cache_dir, obtain_base, unexported_work
+from ..stages.building.patches import Git, read_series, reset_to_base
+from ..stages.building.source import cache_dir, obtain_base, unexported_work
 from .forecast import forecast_base, obtain_onto, parse_onto
 from .forecast_patches import try_patch
 from .roll_state import (ACTIONS, BRANCH_PREFIX, OUTCOMES, RollError, State, checkout_root, option_json, project_git,
@@ -47,7 +47,7 @@ from .roll_state import (ACTIONS, BRANCH_PREFIX, OUTCOMES, RollError, State, che
 def run(args: argparse.Namespace) -> int:
     """``roll --onto SOURCE | --continue | --abort``; returns the exit code (module docstring).  Raises RollError
     (exit 2) for what cannot start or go on, harness.analysis.forecast.ForecastError and
-    harness.stages.build.source.SourceError for an unreadable SOURCE."""
+    harness.stages.building.source.SourceError for an unreadable SOURCE."""
     if args.abort:
         return abort(args.work_dir, print)
     if args.continue_:

@@ -2,10 +2,10 @@
 commit on the roll's branch, then verified by the main job and triaged against the old pin.
 
 The pin is every part of matrix.yaml that names or proves the commit (harness.matrix.pin): ``base.commit``,
-``base.files`` (the file list written by harness.stages.build.source.write_pinned_files beside the old one, and
+``base.files`` (the file list written by harness.stages.building.source.write_pinned_files beside the old one, and
 its sha256), and the sources that must yield the commit:
 
-* ``archive``: a new trimmed mirror (harness.stages.build.source.export_mirror) named after the new commit
+* ``archive``: a new trimmed mirror (harness.stages.building.source.export_mirror) named after the new commit
   beside the old one, or the archive the roll came from;
 * ``pypi-sdist``: the sdist the roll came from (its version and sha256); an sdist that vendors the old
   commit cannot yield the new one and is removed;
@@ -29,8 +29,8 @@ from ..common.errors import EXIT_PASSED
 from ..common.fs import sha256_file
 from ..matrix.config import CHECKOUT, Matrix, load_matrix
 from ..matrix.pin import rewrite_yaml
-from ..stages.build.patches import export_series, series_digest
-from ..stages.build.source import (GIT_IDENTITY, BaseTree, cache_dir, export_mirror, obtain_base, tree_state,
+from ..stages.building.patches import export_series, series_digest
+from ..stages.building.source import (GIT_IDENTITY, BaseTree, cache_dir, export_mirror, obtain_base, tree_state,
                                    unpacked_sdist, write_pinned_files)
 from .forecast import OLD_VARIANT, obtain_onto, parse_onto, with_old_base
 from .roll_state import OUTCOMES, RollError, State, platforms_of, project_git, roll_dir
@@ -190,7 +190,7 @@ def finish(state: State, args: argparse.Namespace, say: Callable[[str], None]) -
     shutil.rmtree(here, ignore_errors=True)  # the roll is committed: nothing left to continue or abort
     rc = EXIT_PASSED
     if getattr(args, "no_verify", False):
-        from ..record.results import Run
+        from ..record.run import Run
         run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
         try:
             run.write_summary()
@@ -213,7 +213,7 @@ def verify(record: Any, args: argparse.Namespace, *, matrix_path: Path, old: Bas
     from ..args import split_names, stage_options
     from ..common import proc
     from ..pipeline import run_stages
-    from ..record.results import Run
+    from ..record.run import Run
     from .run_views import settle_killed, write_views
     from .roll_record import write_record
     matrix = load_matrix(matrix_path)  # the new pin, checked to agree with itself

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from ..record.forecast import HunkConflict
-from ..record.results import IDENTICAL, STEP, write_json
-from ..stages.build.source import BaseTree
+from ..record.json_files import write_json
+from ..record.statuses import IDENTICAL, STEP
+from ..stages.building.source import BaseTree
 from .roll_state import OUTCOMES
 
 #: Most lines of a patch's diff against its old version shown in roll.md (the rest are counted).
@@ -280,9 +281,10 @@ def runs_of_pin(results_dir: Path, commit: str) -> list[Path]:
     """The runs under ``results_dir`` whose every platform built ``commit`` as its base (its environment.json,
     harness.record.environment) and that passed, newest first."""
     from ..record.environment import read_environment
-    from ..record.results import RecordError, RunLayout
+    from ..record.layout import RunLayout
+    from ..record.records import RecordError
     from ..record.summary import read_run
-    from .triage import known_runs
+    from .run_choice import known_runs
     found = []
     for d in reversed(known_runs(results_dir)):
         try:

@@ -27,15 +27,15 @@ from typing import Callable, Mapping, Sequence
 from ..common.errors import InputError
 from ..matrix.config import Generation, Matrix
 from ..matrix.platforms import executable_suffix
-from ..record.results import STEP_PASSED
+from ..record.statuses import STEP_PASSED
 from ..record.summary import read_run
-from ..stages.build.engine_target import ENGINE_TARGET
+from ..stages.building.engine_target import ENGINE_TARGET
 from ..stages.outputs.engine import EngineError, EngineSession, engine_argv
 from ..stages.speed.speed import Measurement, Unit, interleave, process_medians
 from .speed_diff import SpeedChange
 from ..common.statistics import MIN_SAMPLES, judge
 
-#: A build step's detail names its key so (harness.stages.build.build): ``built in 215 s (key d30508219794aa37)``.
+#: A build step's detail names its key so (harness.stages.building.build): ``built in 215 s (key d30508219794aa37)``.
 BUILD_KEY = re.compile(r"\(key ([0-9a-f]{16})\)")
 
 

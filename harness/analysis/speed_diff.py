@@ -32,7 +32,7 @@ The verdict (:data:`REGRESSION`, :data:`SUSPECT` or :data:`UNCHANGED`) by the re
 
 ``python -m harness triage --confirm`` settles suspects by measuring both builds interleaved
 (harness.analysis.speed_confirm).  Speeds are compared only when both bench records carry the
-same machine fingerprint (harness.record.environment.machine_fingerprint: CPU model and core
+same machine fingerprint (harness.kinds.machine.machine_fingerprint: CPU model and core
 count, GPUs and driver, visible GPUs, CUDA driver and toolkit); any other pair is "not
 comparable", never a regression.
 """

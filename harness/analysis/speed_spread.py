@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from ..record.bench import bench_platforms, instrument, read_bench
-from ..record.results import RecordError, VERDICT
+from ..record.records import RecordError
+from ..record.statuses import VERDICT
 from ..record.summary import read_run, run_dirs_under
 from .speed_ratios import interleaved, round_ratios
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ..record.results import RecordError, RunLayout
+from ..record.records import RecordError
+from ..record.layout import RunLayout
 from ..record.upstream_tests import CLASSES, REGRESSED, SuiteRecord, read_suite
 
 

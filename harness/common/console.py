@@ -82,7 +82,7 @@ class Step:
         return " ".join(x for x in (count, self.what) if x)
 
     def finish(self, status: str, detail: str = "", log: str | Path = "") -> None:
-        """Set the outcome the end line shows: a status name (harness.record.results.STEP), a detail, the log to read."""
+        """Set the outcome the end line shows: a status name (harness.record.statuses.STEP), a detail, the log to read."""
         self.status, self.detail, self.log = status, detail, str(log) if log else ""
 
 

@@ -13,7 +13,7 @@ Exit codes of ``python -m harness`` (and of nox, see noxfile.py):
 2     bad input or environment: matrix, patch series, command-line names, run ids, models;
       a tool, header or writable directory this machine lacks (the message names it); refused
       before anything runs, or after the build and before any generation for what needs the
-      build (harness.stages.build.preflight)
+      build (harness.stages.building.preflight)
 3     incomplete: nothing failed, but something asked for did not run (or nothing ran; triage: run B
       was killed mid-way, harness.analysis.triage)
 130   interrupted (Ctrl-C, SIGINT); 143: terminated (SIGTERM) — 128 + the signal, harness.common.proc

@@ -64,8 +64,8 @@ class Rank(IntEnum):
 
     FORECAST = 0  # a forecast directory, held for a whole forecast (harness.analysis.forecast)
     BUILD = 1  # a build directory: read while a run uses its binaries, written while it is built
-    COMPILE = 2  # a compile-only directory of the CUDA compile step (harness.stages.build.cuda_compile)
-    SOURCE = 3  # the source cache entry of the base, a variant's source tree (harness.stages.build.source)
+    COMPILE = 2  # a compile-only directory of the CUDA compile step (harness.stages.building.cuda_compile)
+    SOURCE = 3  # the source cache entry of the base, a variant's source tree (harness.stages.building.source)
     TOOLKIT = 4  # the CUDA toolkit layout in the harness cache
     CACHE_EVICT = 5  # the result cache's eviction (harness.record.cache)
     CACHE_ENTRY = 6  # one result cache entry

@@ -1,4 +1,4 @@
-"""``os: linux``: the host every other OS is cross-built on (harness.stages.build.cross)."""
+"""``os: linux``: the host every other OS is cross-built on (harness.stages.building.cross)."""
 
 from __future__ import annotations
 

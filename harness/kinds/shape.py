@@ -92,7 +92,7 @@ class GpuKind:
     started from here sees (0 for no device), as ``visible_probe`` (the tool asked) reports.  ``build_tool``: the compiler a build needs beside the
     host's (nvcc), None for none.  ``env``: the variables the backend reads (:class:`EnvVar`), and
     ``backend_env``: a pattern of every variable only this backend reads (a configuration setting
-    one on a platform of another kind is refused, harness.stages.build.preflight).
+    one on a platform of another kind is refused, harness.stages.building.preflight).
     ``expert_homes``: load mode (:data:`LOAD_MODES`) -> the buffer type the expert tensors land in,
     as a placement rule writes it (harness.stages.checks.expectation_rules); a mode left out does
     not happen on this kind.  ``lanes``: how its generations share the machine: ``per-core``, one

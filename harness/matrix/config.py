@@ -25,7 +25,7 @@ import yaml
 
 from ..common.errors import InputError
 from ..common.fs import read_utf8
-from ..record.results import IDENTICAL
+from ..record.statuses import IDENTICAL
 
 SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
 
@@ -239,7 +239,7 @@ class Platform:
     compile_only_cmake: Mapping[str, str] = field(default_factory=dict)
     #: which prompts of a group get a llama-completion text check: every-prompt or first-prompt (harness.stages.outputs.greedy)
     text_check: str = "every-prompt"
-    #: upstream's targets the build step compiles at -O0 (harness/stages/build/unoptimised.cmake); empty: none
+    #: upstream's targets the build step compiles at -O0 (harness/stages/building/unoptimised.cmake); empty: none
     unoptimised_targets: tuple[str, ...] = ()
     #: whether ``--upstream-tests`` runs upstream's suite (Matrix.upstream_tests) here, base and fork side by side
     upstream_tests: bool = False
@@ -367,7 +367,7 @@ class Matrix:
     speed: SpeedSettings = field(default_factory=SpeedSettings)
     #: ``defaults.reloads``: repeated loads of the pin configurations
     reloads: ReloadSettings = field(default_factory=ReloadSettings)
-    #: ``upstream_tests``: upstream's own ctest suite, run with --upstream-tests (harness.stages.tests.upstream_suite)
+    #: ``upstream_tests``: upstream's own ctest suite, run with --upstream-tests (harness.stages.native_tests.upstream_suite)
     upstream_tests: UpstreamTests = field(default_factory=UpstreamTests)
 
     def platform(self, name: str) -> Platform:

@@ -3,7 +3,7 @@
 A platform with a ``cross`` section in matrix.yaml is built with the cross compiler it names and run
 under the emulator it names (a key of harness.kinds.registry.EMULATORS, each declared with its OS
 kind); harness.matrix.platforms names what is missing in its skip reasons, harness.tools.ci_matrix
-installs the packages, and harness.stages.build.cross prepares the emulator.
+installs the packages, and harness.stages.building.cross prepares the emulator.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ must yield it, checked for agreement and rewritten in place.
 
 A pin agrees with itself when every part that names or proves a commit names ``base.commit``:
 
-* the file list's header line (``# llama.cpp <commit>: ...``, harness.stages.build.source.FILES_HEADER) and
+* the file list's header line (``# llama.cpp <commit>: ...``, harness.stages.building.source.FILES_HEADER) and
   its sha256 (``base.files.sha256``); a file list named ``llama.cpp-<commit12>.files`` (as ``source files``
   writes it) must name the same commit;
 * a mirror archive (``kind: archive``): when it is there, its HARNESS-MIRROR.json's commit and its sha256
@@ -33,7 +33,7 @@ import yaml
 
 #: A 12-hex-digit commit prefix in a name the harness writes (``llama.cpp-<commit12>.files``, ``.tar.gz``).
 _NAMED_COMMIT = re.compile(r"llama\.cpp-([0-9a-f]{12})\b")
-#: The first line of a file list (harness.stages.build.source.FILES_HEADER), its commit captured.
+#: The first line of a file list (harness.stages.building.source.FILES_HEADER), its commit captured.
 _FILES_HEADER = re.compile(r"^# llama\.cpp ([0-9a-f]{40}): ")
 
 
@@ -63,7 +63,7 @@ def archive_manifest_commit(path: Path) -> str | None:
 
 
 def _cache_root() -> Path:
-    """The download cache's directory as harness.stages.build.source.cache_dir finds it, without creating it."""
+    """The download cache's directory as harness.stages.building.source.cache_dir finds it, without creating it."""
     env = os.environ.get("HARNESS_CACHE_DIR")
     if env:
         return Path(env)
@@ -73,7 +73,7 @@ def _cache_root() -> Path:
 
 def unpacked_sdist_head(package: str, version: str, subdir: str, cache: Path | None = None) -> str | None:
     """The HEAD commit of the vendored checkout ``subdir`` of the sdist ``package==version`` where the
-    download cache already holds it unpacked (harness.stages.build.source.unpacked_sdist); None when it does
+    download cache already holds it unpacked (harness.stages.building.source.unpacked_sdist); None when it does
     not (nothing is downloaded) or git cannot read it."""
     stem = f"{package.replace('-', '_')}-{version}".lower()
     root = (cache or _cache_root()) / "sdists"

@@ -2,7 +2,7 @@
 
 A platform's kind is its ``os``, ``arch`` and ``gpu`` in matrix.yaml (values the schema
 ``matrix.schema.json`` lists), each declared once in harness.kinds.  This module says what a platform
-needs of the host, asking its kinds: the same OS or a ``cross`` section (harness.stages.build.cross),
+needs of the host, asking its kinds: the same OS or a ``cross`` section (harness.stages.building.cross),
 the same architecture, its GPU kind's device to run and its build tool to build, enough host RAM;
 and what differs on it (executable suffix).  The pipeline skips a
 platform with the reason :func:`cannot_build` or :func:`cannot_run` gives.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..kinds.registry import cross_host, gpu_of, host_arch, host_os, on_host_os, os_of
-from ..record import environment
+from ..kinds.machine import ram_bytes
 from .config import CrossSpec, Platform
 from .host_tools import debian_packages as cross_packages
 from .host_tools import missing_build_tools, missing_run_tools
@@ -73,7 +73,7 @@ def cannot_run(p: Platform) -> str | None:
     kind = gpu_of(p)
     if kind.has_device and not kind.visible():
         return f"needs {kind.device}; {kind.visible_probe} reports none on this machine"
-    ram = environment.ram_bytes()
+    ram = ram_bytes()
     if p.min_host_ram_gib and ram is not None and ram < p.min_host_ram_gib * 2**30:
         return f"needs {p.min_host_ram_gib} GiB of host RAM; this machine has {ram / 2**30:.1f} GiB"
     return None

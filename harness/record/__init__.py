@@ -1,1 +1,1 @@
-"""The run record: the layout of ``results/<run-id>/``, statuses and failure facts (results.py), JUnit XML, machine and GPU facts."""
+"""The run record: the layout of ``results/<run-id>/``, statuses (statuses.py), records and failure facts (records.py), JUnit XML, machine and GPU facts."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .results import RunLayout
+from .layout import RunLayout
 
 #: Step names of the speed rules start with this: ``speed:<group>:<metric>``, config = the candidate;
 #: a rule against another reference than its group's adds ``:vs-<reference>``.

@@ -354,7 +354,7 @@ def normalized_image(data: bytes, labels: Iterable[bytes] = ()) -> bytes:
     """The bytes of a program or library with what names the build rather than its code zeroed.
 
     Zeroed: each NUL-terminated occurrence of ``labels`` (the build-info strings naming the
-    series and its commit, harness.stages.build.binaries.build_labels), the GNU build-id of
+    series and its commit, harness.stages.building.binaries.build_labels), the GNU build-id of
     an ELF image (a hash the linker computes over the image, so it follows the label), and a PE
     image's link time stamps and checksum (MinGW's ld writes the link time).  Every other byte
     is kept, so any change to code or data changes the digest.

@@ -5,7 +5,7 @@ divergence view (harness.analysis.report).
 Each entry is a comparison of harness.stages.outputs.divergence.StreamComparison as JSON (``prompt_id``,
 ``reference``, ``candidate``, ``status``, ``detail``, ``first_divergence``, ``kl``, ``text_check``, both sides'
 first token ids and texts) plus its ``group`` and ``model``.  summary.json holds the same comparison without the
-tokens and texts (harness.record.results.ComparisonRecord); this file is where the texts are.
+tokens and texts (harness.record.records.ComparisonRecord); this file is where the texts are.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .results import RecordError, read_record_json, write_json
+from .json_files import read_record_json, write_json
+from .records import RecordError
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def _text(value: Any) -> str | None:
 
 
 def parse_compare_entries(data: Any, where: str) -> list[CompareEntry]:
-    """The entries of a parsed compare.json; raises :class:`~harness.record.results.RecordError` naming ``where``
+    """The entries of a parsed compare.json; raises :class:`~harness.record.records.RecordError` naming ``where``
     and the entry that is not of the shape above."""
     if not isinstance(data, list):
         raise RecordError(f"{where}: not a list of comparisons")
@@ -65,7 +66,7 @@ def _load(path: Path) -> Any:
 
 
 def read_compare_entries(path: Path) -> list[CompareEntry]:
-    """The entries of the compare.json at ``path`` (harness.record.results.RunLayout.compare_json), in the order
+    """The entries of the compare.json at ``path`` (harness.record.layout.RunLayout.compare_json), in the order
     recorded.  Raises FileNotFoundError naming the file when there is none, RecordError naming it when it is
     not JSON or not a list of comparisons."""
     return parse_compare_entries(_load(path), str(path))

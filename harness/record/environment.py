@@ -1,74 +1,20 @@
-"""Facts about the machine a platform ran on, recorded in each platform's environment.json (:func:`collect`) and
-read back typed (:func:`read_environment`)."""
+"""Facts about the machine a platform ran on (probed by harness.kinds.machine), recorded in each platform's
+environment.json (:func:`collect`) and read back typed (:func:`read_environment`)."""
 
 from __future__ import annotations
 
 import os
 import platform as pyplatform
-import re
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..kinds.registry import GPUS, machine_devices
+from ..kinds.machine import cmake_cache_compilers, cpu_model, first_line, ram_bytes
+from ..kinds.registry import machine_devices
 from .gpu import pin_environment
-from .results import RecordError, read_record_json
-
-
-def _first_line(argv: list[str]) -> str | None:
-    exe = shutil.which(argv[0])
-    if not exe:
-        return None
-    try:
-        proc = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    text = (proc.stdout or proc.stderr).strip()
-    return text.splitlines()[0].strip() if text else None
-
-
-def ram_bytes() -> int | None:
-    """Total host RAM in bytes (from /proc/meminfo or os.sysconf); None when unknown."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def cpu_model() -> str:
-    """The CPU model name (from /proc/cpuinfo on Linux, else platform.processor())."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return pyplatform.processor() or pyplatform.machine()
-
-
-def cmake_cache_compilers(build_dir: Path) -> dict[str, str]:
-    """Compiler ids and versions CMake detected for a build dir (from CMakeFiles/*/CMake*Compiler.cmake)."""
-    out: dict[str, str] = {}
-    for lang in ("C", "CXX", "CUDA"):
-        for f in build_dir.glob(f"CMakeFiles/*/CMake{lang}Compiler.cmake"):
-            text = f.read_text(errors="replace")
-            cid = re.search(rf'set\(CMAKE_{lang}_COMPILER_ID "([^"]*)"\)', text)
-            ver = re.search(rf'set\(CMAKE_{lang}_COMPILER_VERSION "([^"]*)"\)', text)
-            path = re.search(rf'set\(CMAKE_{lang}_COMPILER "([^"]*)"\)', text)
-            if cid:
-                out[lang] = f"{cid.group(1)} {ver.group(1) if ver else '?'} ({path.group(1) if path else '?'})"
-    return out
+from .json_files import read_record_json
+from .records import RecordError
 
 
 def collect(base_commit: str, base_source: str, patches: list[dict[str, str]],
@@ -88,10 +34,10 @@ def collect(base_commit: str, base_source: str, patches: list[dict[str, str]],
         "cpu_count": os.cpu_count(),
         "ram_bytes": ram_bytes(),
         "python": sys.version.split()[0],
-        "cmake": _first_line(["cmake", "--version"]),
-        "ninja": _first_line(["ninja", "--version"]),
-        "ccache": _first_line(["ccache", "--version"]),
-        "cc": _first_line(["cc", "--version"]),
+        "cmake": first_line(["cmake", "--version"]),
+        "ninja": first_line(["ninja", "--version"]),
+        "ccache": first_line(["ccache", "--version"]),
+        "cc": first_line(["cc", "--version"]),
         **versions,  # each GPU kind's driver and toolkit (cuda_toolkit, cuda_driver: harness.kinds)
         "gpus": gpus,
         "visible_gpus": visible,
@@ -105,24 +51,6 @@ def collect(base_commit: str, base_source: str, patches: list[dict[str, str]],
     for variant, d in (build_dirs or {}).items():
         env[f"compilers_{variant}"] = cmake_cache_compilers(d)
     return env
-
-
-def machine_fingerprint(env: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What makes speeds of two runs comparable: CPU model and core count, the GPUs (name and driver),
-    how many are visible, the versions of each GPU kind's driver and toolkit (``cuda_driver``, ``cuda_toolkit``:
-    harness.kinds.shape.GpuKind.version_keys).
-
-    ``env`` is an environment.json record (:func:`collect`); without it the facts are read from
-    this machine.  Two runs' tok/s are compared only when these dicts are equal
-    (harness.analysis.triage); anything else, RAM or the OS patch level, is left out.
-    """
-    if env is None:
-        gpus, visible, versions = machine_devices()
-        env = {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "gpus": gpus, "visible_gpus": visible, **versions}
-    keys = [key for k in GPUS.values() if k.has_device for key in k.version_keys()]
-    return {"cpu": env.get("cpu"), "cpu_count": env.get("cpu_count"),
-            "gpus": [[g.get("name"), g.get("driver")] for g in env.get("gpus") or [] if isinstance(g, dict)],
-            "visible_gpus": env.get("visible_gpus"), **{key: env.get(key) for key in sorted(keys)}}
 
 
 @dataclass(frozen=True)
@@ -163,8 +91,8 @@ _COUNTS = ("cpu_count", "ram_bytes", "visible_gpus")
 
 
 def read_environment(path: Path) -> EnvironmentRecord:
-    """The environment record at ``path`` (harness.record.results.RunLayout.environment_json).  Raises
-    FileNotFoundError naming the file when there is none (the platform recorded none), harness.record.results
+    """The environment record at ``path`` (harness.record.layout.RunLayout.environment_json).  Raises
+    FileNotFoundError naming the file when there is none (the platform recorded none), harness.record.records
     .RecordError naming it when it is not JSON or not of the shape of :class:`EnvironmentRecord` (a GPU or a
     patch that is not an object, a count that is not a number included)."""
     data = read_record_json(path, "no environment.json; the platform did not build here")

@@ -77,7 +77,7 @@ class ExpectationsRecord:
 
 
 def read_expectations(path: Path) -> ExpectationsRecord | None:
-    """The expectations record at ``path`` (harness.record.results.RunLayout.expectations_json), or None where it
+    """The expectations record at ``path`` (harness.record.layout.RunLayout.expectations_json), or None where it
     is missing or unreadable (not JSON, not of the record's shape): the step's own record (summary.json) then
     says what is known."""
     try:

@@ -1,4 +1,4 @@
-"""An upstream forecast's record, ``forecast.json`` (harness.record.results.RunLayout.forecast_json), typed: written by
+"""An upstream forecast's record, ``forecast.json`` (harness.record.layout.RunLayout.forecast_json), typed: written by
 harness.analysis.forecast, read by its ``forecast.md`` and by the report's forecast section (harness.analysis.report).
 
 It holds where the series was moved (``onto``, ``old_base``: spec, commit, source), the one-line ``verdict``, what
@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from .results import IDENTICAL, PATCH, RecordError, read_record_json
+from .json_files import read_record_json
+from .records import RecordError
+from .statuses import IDENTICAL, PATCH
 
 
 @dataclass
@@ -40,7 +42,7 @@ class HunkConflict:
 class PatchOutcome:
     """What one patch did on the new base.
 
-    ``index``: 1-based position in the series; ``status``: one of harness.record.results.PATCH;
+    ``index``: 1-based position in the series; ``status``: one of harness.record.statuses.PATCH;
     ``files``: the paths it changes; ``detail``: one line for people; ``conflicts``: for
     ``conflict``, where and what it met; ``applied_without``: for a patch that applied, the
     earlier patches of the series that were left out before it; ``commit``: the commit it made
@@ -69,7 +71,7 @@ class PatchOutcome:
 
 @dataclass(frozen=True)
 class ForecastStage:
-    """One step of the forecast's run: its identity, ``status`` (harness.record.results.STEP), ``seconds``,
+    """One step of the forecast's run: its identity, ``status`` (harness.record.statuses.STEP), ``seconds``,
     ``detail`` and ``signature`` (a signature of harness.analysis.signatures as JSON; None when it did not fail).
     The ``first_failure`` of a record has no status or seconds ("" and 0)."""
 
@@ -85,7 +87,7 @@ class ForecastStage:
 @dataclass(frozen=True)
 class UpstreamComparison:
     """One comparison of upstream's old base against its new base: identity, ``status``
-    (harness.record.results.COMPARISON) and the ``difference`` for people."""
+    (harness.record.statuses.COMPARISON) and the ``difference`` for people."""
 
     platform: str
     group: str
@@ -182,7 +184,7 @@ class ForecastRecord:
 
 def read_forecast(path: Path) -> ForecastRecord:
     """The forecast record at ``path``.  Raises FileNotFoundError naming the file when there is none (the run is no
-    forecast), harness.record.results.RecordError naming it when it is not JSON or not of a forecast's shape."""
+    forecast), harness.record.records.RecordError naming it when it is not JSON or not of a forecast's shape."""
     data = read_record_json(path, "no forecast.json; the run is not a forecast")
     if not isinstance(data, Mapping):
         raise RecordError(f"{path}: not a forecast record")

@@ -1,10 +1,10 @@
 """What a run recorded of its inputs, typed: ``run.json`` (its id and the command lines that ran it; written by
-harness.record.results.Run), each configuration's ``config.json`` (the configuration as the matrix declared it,
+harness.record.run.Run), each configuration's ``config.json`` (the configuration as the matrix declared it,
 harness.matrix.config.RunConfig, written by harness.stages.outputs.sessions) and ``models/<model>.json`` (each model's path and summary,
 harness.stages.outputs.jobs).  Read by triage, the report and the expectations check.
 
 Each reader raises FileNotFoundError naming the file where there is none, and
-harness.record.results.RecordError naming it (its ``reason`` without the name) where it is not JSON or not of
+harness.record.records.RecordError naming it (its ``reason`` without the name) where it is not JSON or not of
 its record's shape.
 """
 
@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .results import RecordError, read_record_json
+from .json_files import read_record_json
+from .records import RecordError
 
 
 def _object(path: Path, missing: str, what: str) -> dict[str, Any]:
@@ -43,7 +44,7 @@ class RunInfo:
 
 
 def read_run_info(path: Path) -> RunInfo:
-    """The run record at ``path`` (harness.record.results.RunLayout.run_json).  Raises FileNotFoundError naming the
+    """The run record at ``path`` (harness.record.layout.RunLayout.run_json).  Raises FileNotFoundError naming the
     file when there is none, RecordError naming it when it is not JSON or not of the shape of :class:`RunInfo`."""
     data = _object(path, "no run.json; is this a run directory?", "a run record")
     try:
@@ -69,7 +70,7 @@ class ConfigRecord:
 
 
 def read_run_config(path: Path) -> ConfigRecord:
-    """The configuration record at ``path`` (harness.record.results.RunLayout.config_json).  Raises
+    """The configuration record at ``path`` (harness.record.layout.RunLayout.config_json).  Raises
     FileNotFoundError naming the file when there is none, RecordError naming it when it is not JSON or not a
     configuration (no name and build, or args and env of the wrong kind)."""
     data = _object(path, "no config.json; the configuration did not generate here", "a configuration record")
@@ -94,7 +95,7 @@ class ModelRecord:
 
 
 def read_model_record(path: Path) -> ModelRecord:
-    """The model record at ``path`` (harness.record.results.RunLayout.model_json).  Raises FileNotFoundError naming
+    """The model record at ``path`` (harness.record.layout.RunLayout.model_json).  Raises FileNotFoundError naming
     the file when there is none, RecordError naming it when it is not JSON or not an object."""
     data = _object(path, "no model record; the model was not assembled", "a model record")
     return ModelRecord(str(data.get("path") or ""), data)

@@ -29,7 +29,9 @@ from typing import Iterable
 
 from ..common.fs import replace_whole
 from .bench import parse_rule_step, parse_step
-from .results import ComparisonRecord, Run, StepRecord, junit_dir
+from .layout import junit_dir
+from .records import ComparisonRecord, StepRecord
+from .run import Run
 from .verdict import NOT_RUN
 
 

@@ -6,7 +6,7 @@ every child carries in its environment.  A process that ends, whatever way it en
 killed, removes ``.groups``; so a ``.groups`` beside a run no live process owns belongs to a
 process that died.  :func:`settle_killed_runs` ends the groups of every such run under a results
 directory, whatever its run id, and rewrites its summary as it reads once its process is known to
-be dead (harness.record.results.settle_dead_progress: ``incomplete``, interrupted: killed).
+be dead (harness.record.json_files.settle_dead_progress: ``incomplete``, interrupted: killed).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ..common import proc
 from ..common.locks import RunInUse, RunLock
-from .results import Run, RunLayout
+from .layout import RunLayout
+from .run import Run
 
 #: The file of a run directory that lists its children's process groups while a process runs it.
 GROUPS_NAME = ".groups"

@@ -51,7 +51,8 @@ from datetime import datetime, timezone
 from ..kinds.shape import GpuKind
 from .bench import BenchMeasurement, bench_measurements, read_bench
 from .environment import EnvironmentRecord, read_environment
-from .results import BUILD_FILES, RecordError, RunLayout
+from .layout import BUILD_FILES, RunLayout
+from .records import RecordError
 from .tolerant import read_json_or_none
 
 #: The file beside bench.json.

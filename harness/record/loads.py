@@ -1,5 +1,5 @@
 """The records of one model load, typed: the files beside a load's stderr under ``<config>/gen/<model>/``
-(harness.record.results.LOAD_FILES, named by RunLayout.load_file), written by the comparisons
+(harness.record.layout.LOAD_FILES, named by RunLayout.load_file), written by the comparisons
 (harness.stages.outputs) and read by triage, the report, the signatures and the expectations check.
 
 * ``<stem>.cmd``: the command line of the process (:class:`LoadCommand`): argv, the environment added on top of
@@ -9,7 +9,7 @@
   only for a load that logged one.
 
 Each reader raises FileNotFoundError naming the file where there is none, and
-harness.record.results.RecordError naming it (its ``reason`` without the name) where it is not JSON or not of
+harness.record.records.RecordError naming it (its ``reason`` without the name) where it is not JSON or not of
 its record's shape.
 """
 
@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .gpu import ladder_totals, last_load_model_buffers
-from .results import RecordError, read_record_json
+from .json_files import read_record_json
+from .records import RecordError
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
-"""A native-test directory's records, typed (harness.record.results.TESTS_FILES, named by RunLayout.tests_file):
-``tests.json``, the :class:`TestRun` of the native tests (harness.stages.tests.native_tests), and ``sanitizer.json``,
+"""A native-test directory's records, typed (harness.record.layout.TESTS_FILES, named by RunLayout.tests_file):
+``tests.json``, the :class:`TestRun` of the native tests (harness.stages.native_tests.native_tests), and ``sanitizer.json``,
 the tool and summary of a run under compute-sanitizer (:class:`SanitizerRecord`); written by the test stage
-(harness.stages.tests.tests_stage), read by the signatures.
+(harness.stages.native_tests.tests_stage), read by the signatures.
 
 Each reader raises FileNotFoundError naming the file where there is none, and
-harness.record.results.RecordError naming it where it is not JSON or not of its record's shape.
+harness.record.records.RecordError naming it where it is not JSON or not of its record's shape.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .results import RecordError, read_record_json
+from .json_files import read_record_json
+from .records import RecordError
 
 
 @dataclass

@@ -16,7 +16,8 @@ from typing import Callable, Iterator
 
 from ..common import proc
 from ..common.errors import HarnessError
-from .results import Run, StepRecord
+from .records import StepRecord
+from .run import Run
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class InProgress:
             self._note()
 
     def _note(self) -> None:
-        """Keep the run's record of the steps in progress current (harness.record.results.Run.doing), so that a
+        """Keep the run's record of the steps in progress current (harness.record.run.Run.doing), so that a
         run killed mid-way names them."""
         self.run.doing(dict.fromkeys((d.platform, d.config, d.step, d.recheck) for d in self._doing))
 

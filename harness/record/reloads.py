@@ -29,7 +29,8 @@ from typing import Any, Mapping
 
 from .expectations import Finding
 from .probe import engine_record
-from .results import RecordError, read_record_json
+from .json_files import read_record_json
+from .records import RecordError
 
 #: The name of the reload record beside a load's ``engine.stderr``.
 RELOADS_FILE = "engine.reloads.json"
@@ -170,7 +171,7 @@ def recorded_count(path: Path) -> int | None:
 
 @dataclass(frozen=True)
 class ReloadCheck:
-    """A configuration's reloads check record, ``<platform>/<config>/reloads.json`` (harness.record.results.RunLayout
+    """A configuration's reloads check record, ``<platform>/<config>/reloads.json`` (harness.record.layout.RunLayout
     .reloads_json), written by harness.stages.checks.reloads: ``platform``, ``config``, the check's ``status`` and
     the ``findings`` per model (rule, status, message and a stable ``key``, as the expectations record's)."""
 
@@ -191,7 +192,7 @@ class ReloadCheck:
 
 def read_reload_check(path: Path) -> ReloadCheck:
     """The reloads check record at ``path``.  Raises FileNotFoundError naming the file when there is none (the
-    check did not run), harness.record.results.RecordError naming it when it is not JSON or not of the shape of
+    check did not run), harness.record.records.RecordError naming it when it is not JSON or not of the shape of
     :class:`ReloadCheck`."""
     data = read_record_json(path, "no reloads record; the reloads check did not run here")
     try:

@@ -48,7 +48,7 @@ def _speed(bench_json: Path) -> dict[tuple[str, str], tuple[float, float]]:
 
 def review_lines(layout: Any, steps: Iterable[Any], comparisons: Sequence[Any]) -> list[str]:
     """The ``Per configuration`` table of summary.md for a run's ``steps`` and ``comparisons`` (records of
-    harness.record.results, which renders summary.md with it: typed loosely so that the two modules do not
+    harness.record.records; harness.record.summary_md renders summary.md with it: typed loosely so that the two modules do not
     import each other) and ``layout`` (its RunLayout), or [] when no configuration has an expectations record."""
     rows = []
     speeds: dict[str, dict[tuple[str, str], tuple[float, float]]] = {}

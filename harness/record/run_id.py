@@ -5,7 +5,7 @@ A *chain* is one invocation that runs a run's commands one process after the oth
 compare-outputs`` (each session a harness process of its own), or one harness process.  It is named by the
 process that lives from its first command to its last (nox's, or the harness's own): its pid and the time the
 OS started it, ``<pid>:<start>``, so a pid the OS gives to another process later does not name the same chain.
-The harness records a run's chain in ``<run>/.chain`` (harness.record.results.Run) and refuses the run id to any
+The harness records a run's chain in ``<run>/.chain`` (harness.record.run.Run) and refuses the run id to any
 other chain while that one lives: a second ``nox`` invocation with the same ``HARNESS_RUN_ID`` cannot slip in
 between the sessions of the first.
 """

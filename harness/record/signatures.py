@@ -1,9 +1,9 @@
-"""A run's ``signatures.json`` (harness.record.results.RunLayout.signatures_json), typed: written by
+"""A run's ``signatures.json`` (harness.record.layout.RunLayout.signatures_json), typed: written by
 harness.analysis.signatures.classify_run, read back by it (harness.analysis.signatures.load_signatures) for triage,
 the report and the forecast.
 
 One :class:`SignatureEntry` per failed step and per failed comparison, each with the failure's signature
-({kind, key, summary, evidence}, harness.analysis.signatures.Signature as JSON).
+({kind, key, summary, evidence}, harness.analysis.text_rules.Signature as JSON).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .results import RecordError, read_record_json
+from .json_files import read_record_json
+from .records import RecordError
 
 #: The keys of a signature.
 SIGNATURE_KEYS = ("kind", "key", "summary", "evidence")

@@ -1,10 +1,9 @@
 """The statuses of a run's records, declared once: what a step (:data:`STEP`), a greedy comparison
 (:data:`COMPARISON`), a whole run (:data:`VERDICT`) and a patch of a forecast (:data:`PATCH`) may be, each with
 its outcome (success, failure or neutral), icon and meaning, as LLVM lit declares its result codes.  A new
-status is one line in one of those tuples; the records (harness.record.results), the row verdicts
+status is one line in one of those tuples; the records (harness.record.records), the row verdicts
 (harness.record.verdict), the summary, the report, triage and signatures take it from there.  Code that sets or
-decides by a status uses its named constant here (``IDENTICAL``, ``DIVERGED``, ``STEP_PASSED``, ...);
-harness.record.results re-exports them all.
+decides by a status uses its named constant here (``IDENTICAL``, ``DIVERGED``, ``STEP_PASSED``, ...).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """A run's ``summary.json`` read back, typed: the one reader for everything that looks at a finished (or
 stopped) run: triage, the report, the signatures, the forecast, the speed tools.
 
-:func:`read_run` gives a :class:`RunSummary`: its steps are :class:`~harness.record.results.StepRecord`, its
-comparisons :class:`~harness.record.results.ComparisonRecord`, and the run's own facts (verdict, skipped
+:func:`read_run` gives a :class:`RunSummary`: its steps are :class:`~harness.record.records.StepRecord`, its
+comparisons :class:`~harness.record.records.ComparisonRecord`, and the run's own facts (verdict, skipped
 platforms, what did not run, the result cache's counts) are fields.  A summary of a harness process that died
-mid-way reads as settled (harness.record.results.settle_dead_progress).  Readers never index the JSON.
+mid-way reads as settled (harness.record.json_files.settle_dead_progress).  Readers never index the JSON.
 """
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from ..common.fs import write_text_whole
-from .results import (KILLED, STEP_SKIPPED, ComparisonRecord, RecordError, RunLayout, StepRecord, SummaryView,
-                      load_records, render_markdown)
+from .json_files import load_records
+from .layout import RunLayout
+from .records import ComparisonRecord, RecordError, StepRecord
+from .statuses import KILLED, STEP_SKIPPED
+from .summary_md import SummaryView, render_markdown
 
 #: A step's identity in a run: (platform, config, step).
 StepKey = tuple[str, str, str]
@@ -24,7 +27,7 @@ StepKey = tuple[str, str, str]
 @dataclass(frozen=True)
 class RunSummary:
     """What a run's summary.json holds: ``run_id``; ``overall``, the verdict it was written with (one of
-    harness.record.results.VERDICT); the ``steps`` and ``comparisons`` in the order recorded;
+    harness.record.statuses.VERDICT); the ``steps`` and ``comparisons`` in the order recorded;
     ``skipped_platforms`` (platform -> why); ``incomplete`` (what was asked for and did not run); ``cache`` (the
     result cache's counts, kind -> event -> n); ``interrupted`` (``killed`` for a run whose harness process died,
     else ""); ``updated`` (when it was last written, ISO 8601 UTC; "" when unknown)."""
@@ -58,7 +61,7 @@ class RunSummary:
         return found.status if found else None
 
     def view(self, run_dir: Path) -> SummaryView:
-        """What summary.md shows of this run, read from ``run_dir`` (harness.record.results.render_markdown): the
+        """What summary.md shows of this run, read from ``run_dir`` (harness.record.summary_md.render_markdown): the
         verdict it was written with, the notes it does not cover (killed, platforms skipped), the records."""
         n = len(self.skipped_platforms)
         notes = ([KILLED] if self.killed else []) + ([f"{n} platform{'s' if n != 1 else ''} skipped"] if n else [])
@@ -78,7 +81,7 @@ def read_run(run_dir: Path) -> RunSummary:
     """The summary.json of the run in ``run_dir``, typed.
 
     Raises FileNotFoundError (naming the file) when there is none, and
-    harness.record.results.RecordError naming the file when it is not JSON, was written by a newer record
+    harness.record.records.RecordError naming the file when it is not JSON, was written by a newer record
     format, or holds an entry with an undeclared status or without its identity keys.
     """
     steps, comparisons, data = load_records(run_dir)

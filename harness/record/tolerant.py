@@ -1,6 +1,6 @@
 """A run file read for a view that leaves a blank where the file is gone: summary.md's review table
 (review.py) and the llama-bench rows (llama_bench.py).  A reader that must say why a file cannot be read
-uses harness.record.results.read_record_json instead."""
+uses harness.record.json_files.read_record_json instead."""
 
 from __future__ import annotations
 

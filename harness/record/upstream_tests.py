@@ -1,6 +1,6 @@
 """Upstream's own ctest suite on base and fork, side by side: each test's pair of outcomes and its class, typed
 (``<platform>/upstream-tests/pairs.json``, named by RunLayout.upstream_file; written by
-harness.stages.tests.upstream_suite, read by the signatures and by triage).
+harness.stages.native_tests.upstream_suite, read by the signatures and by triage).
 
 A side's outcome is ``passed``, ``failed`` or ``skipped`` as ctest's JUnit says, ``absent`` where that build's
 ctest does not know the test, or ``declared`` where matrix.yaml's ``upstream_tests.needs`` names it and this machine
@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .results import RecordError, read_record_json
+from .records import RecordError
+from .json_files import read_record_json
 
 #: The classes of a pair, each with the words the step's detail and the report use.
 PASSED_BOTH, FAILED_BOTH, REGRESSED, FIXED, SKIPPED_BOTH, FORK_ONLY, DECLARED = (

@@ -38,7 +38,7 @@ NEAR_TIE, INFORMATIONAL = "near-tie", "informational"
 
 
 class StepLike(Protocol):
-    """What a verdict reads of a step record (harness.record.results.StepRecord)."""
+    """What a verdict reads of a step record (harness.record.records.StepRecord)."""
 
     platform: str
     config: str
@@ -47,7 +47,7 @@ class StepLike(Protocol):
 
 
 class ComparisonLike(Protocol):
-    """What a verdict reads of a comparison record (harness.record.results.ComparisonRecord)."""
+    """What a verdict reads of a comparison record (harness.record.records.ComparisonRecord)."""
 
     platform: str
     group: str

@@ -14,7 +14,7 @@ class Options:
     this machine cannot run reported as skipped).  ``cmake_defines``: extra
     ``-D`` options passed through to CMake.  ``cuda_arch``: overrides the
     architectures read from nvidia-smi.  ``jobs``: jobs at once, every build and compile step together
-    (:meth:`harness.stages.build.builds.Builds.job_budget`; None: the cores this process may use).
+    (:meth:`harness.stages.building.builds.Builds.job_budget`; None: the cores this process may use).
     ``sanitize``: a compute-sanitizer tool to run the native tests under.
     ``models``/``groups``: restrict comparisons.  ``n_predict``/``repeats``:
     override the matrix's generation settings (tokens, runs per config).  ``bench``: run the speed
@@ -23,7 +23,7 @@ class Options:
     ``no_cache``: regenerate every generation, rerun every native test and measure every speed pair
     instead of taking them from the result cache (docs/cache.md).  ``lanes``: generations at once on a
     CPU platform (None: :func:`harness.stages.outputs.greedy.lanes_for` decides).  ``upstream_tests``: the test
-    command also runs upstream's own suite on base and fork (harness.stages.tests.upstream_suite).
+    command also runs upstream's own suite on base and fork (harness.stages.native_tests.upstream_suite).
     """
 
     platforms: list[str] = field(default_factory=list)

@@ -8,7 +8,7 @@ A stage (:class:`Stage`) declares, once:
 * ``reads``: what it takes from the run (:data:`READS`), and ``writes``: what it adds (:data:`WRITES`);
 * ``steps``: the steps it records, each a :class:`StepSpec`: its name (a name ending in ``:`` or ``-`` is
   a prefix: ``speed:`` for ``speed:<group>:<metric>``, ``test-`` for ``test-<tool>``), the statuses it
-  may end in (the named constants of harness.record.results.STEP; ``interrupted`` is the run loop's,
+  may end in (the named constants of harness.record.statuses.STEP; ``interrupted`` is the run loop's,
   never declared) and what its failure is read from (:data:`EVIDENCE`: the signatures, the logs a
   report shows and review ask the step's declaration, harness.stages.table.step_spec); the run loop
   holds what a stage records to them (harness.stages.table.undeclared);
@@ -39,7 +39,9 @@ from ..matrix.platforms import cannot_build, cannot_run, compiles_instead
 from ..matrix.selection import Selection
 from ..record.cache import ResultCache
 from ..record.progress import InProgress
-from ..record.results import STEP_INTERRUPTED, STEP_STATUSES, Run, StepRecord
+from ..record.records import StepRecord
+from ..record.run import Run
+from ..record.statuses import STEP_INTERRUPTED, STEP_STATUSES
 from .command_names import STAGE_COMMANDS
 from .options import Options
 
@@ -47,10 +49,10 @@ from .options import Options
 COMMANDS = tuple(STAGE_COMMANDS)
 
 #: The folders of harness/stages/, in the order of the run: each stage lives in one.
-ROLES = ("build", "tests", "outputs", "checks", "speed")
+ROLES = ("building", "native_tests", "outputs", "checks", "speed")
 
 #: What a stage may read from the run: the loaded ``matrix``; the base ``source`` tree and the patch
-#: series; the ``builds`` (harness.stages.build.builds.Builds, built on first use); the ``models``
+#: series; the ``builds`` (harness.stages.building.builds.Builds, built on first use); the ``models``
 #: (harness.matrix.model_sources.registry.ModelStore, made on first use); the ``records`` the run holds so far (its
 #: steps, comparisons and files).
 READS = ("matrix", "source", "builds", "models", "records")
@@ -84,7 +86,7 @@ DECLARABLE = tuple(s for s in STEP_STATUSES if s != STEP_INTERRUPTED)
 @dataclass(frozen=True)
 class StepSpec:
     """One step a stage records: its ``name`` (ending in ``:`` or ``-``: a prefix), the ``statuses`` it may end
-    in (named constants of harness.record.results), its ``evidence`` (:data:`EVIDENCE`) and whether it is
+    in (named constants of harness.record.statuses), its ``evidence`` (:data:`EVIDENCE`) and whether it is
     ``timed``: its seconds measure the work itself (a build, a test run), so triage compares them across runs.
     Raises ValueError for a status or evidence outside its vocabulary."""
 
@@ -166,23 +168,23 @@ class Stage:
 
 
 class RunBuilds(Protocol):
-    """What the stages ask of a run's builds through the context: harness.stages.build.builds.Builds, made by
+    """What the stages ask of a run's builds through the context: harness.stages.building.builds.Builds, made by
     harness.pipeline.open_context (the frame names no stage room: the build room implements this)."""
 
     cache: Path
     bases: dict[str, Any]
 
     def base(self) -> Any:
-        """The base tree (harness.stages.build.source.BaseTree), obtained on first use."""
+        """The base tree (harness.stages.building.source.BaseTree), obtained on first use."""
 
     def patches(self) -> list[Any]:
-        """The patch series (harness.stages.build.patches.Patch each)."""
+        """The patch series (harness.stages.building.patches.Patch each)."""
 
     def variants_for(self, p: Platform) -> list[str]:
         """The variants ``p`` builds."""
 
     def build_variant(self, p: Platform, variant: str) -> Any:
-        """``variant`` of ``p``, built once per process (harness.stages.build.build.BuildResult)."""
+        """``variant`` of ``p``, built once per process (harness.stages.building.build.BuildResult)."""
 
     def prepare_source(self, base: Any, work: Path, variant: str, logs: Path) -> Path:
         """The source tree of ``variant`` under ``work``, patched where the variant is."""
@@ -191,7 +193,7 @@ class RunBuilds(Protocol):
         """Write ``p``'s environment.json."""
 
     def emulator(self, p: Platform) -> Any:
-        """The emulator that runs ``p``'s programs (harness.stages.build.cross.Emulator), None for a native one."""
+        """The emulator that runs ``p``'s programs (harness.stages.building.cross.Emulator), None for a native one."""
 
     def job_budget(self) -> Any:
         """The run's one job budget (harness.common.jobserver.JobBudget)."""
@@ -242,7 +244,7 @@ class Context:
     generated: dict[str, list[str]] = field(default_factory=dict)
 
     def close(self) -> None:
-        """The run is over: give up the build holds and the job budget (harness.stages.build.builds.Builds.close)."""
+        """The run is over: give up the build holds and the job budget (harness.stages.building.builds.Builds.close)."""
         self.builds.close()
 
     def doing(self, platform: str, config: str, step: str) -> AbstractContextManager[None]:
@@ -250,7 +252,7 @@ class Context:
         return self.progress.doing(platform, config, step)
 
     def build_variant(self, p: Platform, variant: str) -> Any:
-        """``variant`` of ``p``, built once per process (harness.stages.build.builds.Builds.build_variant)."""
+        """``variant`` of ``p``, built once per process (harness.stages.building.builds.Builds.build_variant)."""
         return self.builds.build_variant(p, variant)
 
     def emulator(self, p: Platform) -> Any:

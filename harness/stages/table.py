@@ -8,15 +8,15 @@ docs/layout.md shows one worked through.
 
 from __future__ import annotations
 
-from .build import build_stage, compile_stage
+from .building import build_stage, compile_stage
 from .checks import expectations, reloads
 from .outputs import compare_stage, sanitized_generation
 from typing import Iterable
 
-from ..record.results import StepRecord
+from ..record.records import StepRecord
 from .shape import COMMANDS, Stage, StepSpec
 from .speed import speed
-from .tests import tests_stage, upstream_suite
+from .native_tests import tests_stage, upstream_suite
 
 #: The stages, in the order they run.
 STAGES: tuple[Stage, ...] = (

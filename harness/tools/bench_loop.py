@@ -40,7 +40,10 @@ from typing import Mapping, Sequence
 
 from ..args import strip_dashdash
 from ..common.errors import InputError
-from ..record.results import STEP_SKIPPED, RecordError, describe_cache, new_run_id
+from ..record.records import RecordError
+from ..record.run_id import new_run_id
+from ..record.statuses import STEP_SKIPPED
+from ..record.summary_md import describe_cache
 from ..record.summary import read_run
 from ..stages.command_names import STAGE_COMMANDS
 from .compile_bench import machine

@@ -271,8 +271,8 @@ def base_layout_files(matrix: Matrix, patches_dir: Path) -> tuple[list[str], lis
     The base tree is obtained as every stage obtains it (cache first); raises
     SourceError when no source yields it, PatchError for a broken series.
     """
-    from ..stages.build.patches import read_series
-    from ..stages.build.source import git, obtain_base
+    from ..stages.building.patches import read_series
+    from ..stages.building.source import git, obtain_base
     base = obtain_base(matrix)
     files = git(["ls-files", "-z"], base.path).stdout.split("\0")
     added = files_added_by(p.path.read_bytes() for p in read_series(patches_dir))
@@ -314,8 +314,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     repo = (args.repo or os.environ.get("GITHUB_REPOSITORY", "").rpartition("/")[2]
             or args.matrix.resolve().parent.name)
-    from ..stages.build.patches import PatchError
-    from ..stages.build.source import SourceError
+    from ..stages.building.patches import PatchError
+    from ..stages.building.source import SourceError
     gate = self_hosted_gate(args.self_hosted, args.event, args.ref, args.default_branch)
     try:
         matrix = load_matrix(args.matrix)

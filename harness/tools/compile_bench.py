@@ -1,6 +1,6 @@
 """Benchmark of the compile step: ``python -m harness bench-compile [--cold] [-j N]``.
 
-Runs the ``compile`` step (harness.stages.build.cuda_compile) of a CUDA platform for the
+Runs the ``compile`` step (harness.stages.building.cuda_compile) of a CUDA platform for the
 fork and the base (``--fork-only``: the fork) in a fresh work directory, so neither ninja nor an earlier
 build directory helps, and prints the seconds of each with the machine it ran
 on.  Warm (default): ccache's usual directory, filled by an earlier run, serves
@@ -48,10 +48,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the benchmark; prints one line per variant (status, seconds, units) and returns 0 when
     every compile passed, 1 otherwise."""
     from ..matrix.config import load_matrix
-    from ..stages.build.compile_stage import compile_variant
+    from ..stages.building.compile_stage import compile_variant
     from ..stages.options import Options
     from ..pipeline import open_context
-    from ..record.results import Run
+    from ..record.run import Run
     from ..args import parse_defines, split_names
     platforms = split_names(args.platform) or ["linux-x86_64-cuda"]
     if len(platforms) != 1:

@@ -20,7 +20,7 @@ from ..kinds.registry import UnknownKind, gpu_of
 from ..kinds.shape import GpuKind
 from ..record.bench import bench_measurements, bench_platforms, read_bench
 from ..record.llama_bench import FILE_NAME, rows_of_run
-from ..record.results import RunLayout
+from ..record.layout import RunLayout
 
 
 def main(argv: Sequence[str]) -> int:
@@ -46,7 +46,7 @@ def _kind(args: argparse.Namespace, platform: str) -> GpuKind:
 def run(args: argparse.Namespace) -> int:
     """Write the rows of ``args.runs`` (see the module docstring); returns 0, or 2 (InputError through
     harness.cli) for a run that does not exist or has no bench.json on the platforms asked for."""
-    from ..analysis.triage import resolve_run
+    from ..analysis.run_choice import resolve_run
     collected: list[str] = []
     for spec in args.runs:
         run_dir = resolve_run(spec, args.results_dir)

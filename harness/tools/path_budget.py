@@ -32,7 +32,8 @@ from typing import Iterable, Sequence
 from ..kinds.windows import WINDOWS
 from ..matrix.config import Matrix, Platform
 from ..matrix.platforms import executable_suffix
-from ..record.results import RunLayout, new_run_id
+from ..record.layout import RunLayout
+from ..record.run_id import new_run_id
 
 #: Windows' MAX_PATH: the longest path, in characters, without long path support (harness.kinds.windows).
 MAX_PATH: int = WINDOWS.max_path or 260

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..common.errors import EXIT_BAD_INPUT, InputError
-from ..record.results import read_summary
+from ..record.json_files import read_summary
 
 #: A row's verdict and why, written beside its status from the fields compared (harness.record.verdict): left
 #: aside so that a run recorded before summary.json carried them compares with one after.

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..common.proc import command_line
-from ..stages.build.cuda_headers import CudaHeaders, SetupError, find_cuda_headers
+from ..stages.building.cuda_headers import CudaHeaders, SetupError, find_cuda_headers
 
 #: Debian package of the MinGW-w64 C++ cross compiler with the posix thread model.
 MINGW_PACKAGE = "g++-mingw-w64-x86-64-posix"
@@ -294,8 +294,8 @@ def run_check(tree: Path, log_dir: Path, targets: Sequence[Target], cuda: CudaHe
 def _default_tree(args: argparse.Namespace) -> Path:
     """The fork work tree ``<work-dir>/fork/llama.cpp``, made from the series when missing or stale."""
     from ..matrix.config import MatrixError, load_matrix
-    from ..stages.build.patches import PatchError, prepare_series_tree, read_series
-    from ..stages.build.source import SourceError, obtain_base
+    from ..stages.building.patches import PatchError, prepare_series_tree, read_series
+    from ..stages.building.source import SourceError, obtain_base
     try:
         matrix = load_matrix(args.matrix)
         patches = read_series(args.patches_dir)

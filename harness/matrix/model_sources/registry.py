@@ -78,7 +78,7 @@ class ModelStore:
     ``models``: name -> harness.matrix.config.Model; ``known`` holds each made path, or the
     exception that making it raised (raised again on every later request).  ``quantize``: what
     gives the llama-quantize that derives the ``quantized`` models, called only when one is made
-    (the pipeline builds it first: harness.stages.build.quantize_tool); None where no build is at hand.
+    (the pipeline builds it first: harness.stages.building.quantize_tool); None where no build is at hand.
     """
 
     def __init__(self, models: Mapping[str, Model], cache_dir: Path, base_tree: Callable[[], Path],

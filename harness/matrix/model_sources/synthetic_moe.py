@@ -1,5 +1,5 @@
 """``kind: synthetic-moe``: a MoE model generated from its ``params`` with the vocabulary of a file of the base
-tree (harness.matrix.models.generate_synthetic_moe); its file name hashes the generator's version, the
+tree (harness.matrix.moe_generator.generate_synthetic_moe); its file name hashes the generator's version, the
 parameters and the vocabulary."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..models import MoeParams, generate_synthetic_moe, synthetic_moe_path
+from ..moe_generator import MoeParams, generate_synthetic_moe, synthetic_moe_path
 from .shape import Making, Model, ModelSource
 
 

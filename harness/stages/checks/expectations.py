@@ -50,7 +50,9 @@ from ...record.expectations import EXPECTATIONS_STEP
 from ...record.probe import PROBE_FILE, Probe, ProbeError, read_probe
 from ...record.inputs import read_model_record
 from ...record.loads import PinLadder, read_pin_ladder, read_placement
-from ...record.results import Failure, RecordError, RunLayout, StepRecord, write_json
+from ...record.json_files import write_json
+from ...record.layout import RunLayout
+from ...record.records import Failure, RecordError, StepRecord
 from .expectation_load import LOGGED_MIB_TOLERANCE_BYTES, Finding, check_load
 from .expectation_rules import (RULES, WARNINGS, Expectations, default_expectations, expectations_for, pin_layers,
                                 rule_on, uses_mmap)

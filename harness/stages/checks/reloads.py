@@ -34,7 +34,9 @@ from typing import Iterable
 from ...matrix.config import Matrix, Platform, RunConfig
 from ...record.probe import PROBE_STEP_BYTES
 from ...record.reloads import RELOADS_FILE, RELOADS_LOG, ReloadError, Reloads, read_reloads
-from ...record.results import Failure, RunLayout, StepRecord, write_json
+from ...record.json_files import write_json
+from ...record.layout import RunLayout
+from ...record.records import Failure, StepRecord
 from .checks import CheckContext, check_stage
 from .expectation_probe import mib
 from .expectation_rules import Finding

@@ -41,7 +41,7 @@ from ...common.fs import sha256_files
 from ...kinds.cpu import CPU
 from ...kinds.shape import GpuKind
 from ...record.cache import DigestMemo, Hit, ResultCache, identity_key, images_digest
-from ..build.binaries import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
+from ..building.binaries import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
 from .compare import GenerationResult, GenerationSpec, from_text_mode, prepare_generation, split_completion_stdout
 from .engine import EngineGeneration, parse_generation
 

@@ -62,7 +62,9 @@ from ...common.locks import Rank, joined_by_holder_of
 from ...common import proc
 from ...record.probe import PROBE_FILE
 from ...record.reloads import RELOADS_CMD, RELOADS_FILE, RELOADS_LOG, recorded_count
-from ...record.results import CRASHED, GENERATION_FAILURES, IDENTICAL, UNSUPPORTED_UPSTREAM, Failure, write_json
+from ...record.json_files import write_json
+from ...record.records import Failure
+from ...record.statuses import CRASHED, GENERATION_FAILURES, IDENTICAL, UNSUPPORTED_UPSTREAM
 from .upstream_support import unsupported_upstream
 
 

@@ -15,8 +15,9 @@ from ...matrix.config import Platform
 from ...matrix.models import model_summary
 from ...matrix.platforms import cannot_run
 from ...record.compare import record_compare_entries
-from ...record.results import ComparisonRecord, Failure, write_json
-from ..build.source import raise_storage_problem
+from ...record.json_files import write_json
+from ...record.records import ComparisonRecord, Failure
+from ..building.source import raise_storage_problem
 from ..shape import Context
 from .compare import to_json
 from .greedy import Job, JobResult, Side

@@ -1,7 +1,7 @@
 """After the builds, before any generation: what the comparisons cannot run is refused (exit 2, one line).
 
 A prompt that does not fit its context, counted by the model's own tokenizer, and a configuration's
-arguments that its build of llama-completion does not take (:func:`option_refusal`; harness.stages.build.preflight
+arguments that its build of llama-completion does not take (:func:`option_refusal`; harness.stages.building.preflight
 words the refusal).
 """
 
@@ -18,7 +18,7 @@ from ...matrix.fit import PlannedGeneration, Vocabulary, refuse_unfit, selected_
 from ...kinds.registry import gpu_of, group_fits, os_of
 from ...matrix.models import model_summary
 from ...matrix.platforms import executable_suffix
-from ..build.preflight import configs_on, one_line
+from ..building.preflight import configs_on, one_line
 from ..shape import Context
 from .compare import TokenizeError, find_error_line, prompt_token_ids
 
@@ -30,7 +30,7 @@ IGNORED_OPTION = re.compile(r"^warning: .*(will be ignored|has no effect).*$", r
 
 
 def refuse_what_cannot_run(ctx: Context, platforms: Sequence[Platform]) -> None:
-    """After the builds, before any generation: raise InputError (one line, harness.stages.build.preflight) for a
+    """After the builds, before any generation: raise InputError (one line, harness.stages.building.preflight) for a
     prompt that does not fit its context, counted by the model's own tokenizer (harness.matrix.fit: only
     the prompts its bounds leave open), and for a configuration's arguments that the platform's build of
     llama-completion does not take.  The arguments are not checked in a forecast (``bases`` given): there

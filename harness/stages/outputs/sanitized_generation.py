@@ -33,8 +33,9 @@ from ...kinds.registry import gpu_of
 from ...matrix.config import Generation, Platform
 from ...matrix.loading import pin_configuration
 from ...record import gpu
-from ...record.results import (CRASHED, STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED, Failure, StepRecord,
-                               write_json)
+from ...record.json_files import write_json
+from ...record.records import Failure, StepRecord
+from ...record.statuses import CRASHED, STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
 from .compare import GenerationResult, GenerationSpec, run_generation
 from .greedy import Side
 from ..shape import Context, Stage, StepSpec

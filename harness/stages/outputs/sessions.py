@@ -17,11 +17,13 @@ from ...matrix.platforms import executable_suffix
 from ...record import gpu
 from ...record.cache import DigestMemo, ResultCache
 from ...record.progress import InProgress
-from ...record.results import Run, RunLayout, write_json
-from ..build.builds import Builds
-from ..build.cross import Emulator
+from ...record.json_files import write_json
+from ...record.layout import RunLayout
+from ...record.run import Run
+from ..building.builds import Builds
+from ..building.cross import Emulator
 from .compare import GenerationSpec
-from ..build.engine_target import ENGINE_TARGET
+from ..building.engine_target import ENGINE_TARGET
 from .engine import engine_argv
 from .generation_cache import SessionCache, side_identity
 from .greedy import Hooks, Side

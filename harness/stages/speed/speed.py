@@ -39,10 +39,12 @@ from ...common.statistics import judge, spread
 from ...matrix.config import Generation, GroupSpeed, Platform, SpeedRule
 from ...matrix.platforms import cannot_run
 from ...kinds.registry import gpu_of, group_fits
-from ...record import environment
+from ...kinds import machine
 from ...record.bench import INSTRUMENT, INSTRUMENT_KEY, METRICS, step_name
 from ...record.llama_bench import write_rows
-from ...record.results import STEP_ERROR, STEP_FAILED, STEP_PASSED, Failure, StepRecord, write_json
+from ...record.json_files import write_json
+from ...record.records import Failure, StepRecord
+from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED
 from ..outputs.engine import EngineError, EngineSession
 from ..outputs.greedy import Side
 from ..shape import Context, Stage, StepSpec
@@ -174,7 +176,7 @@ def stage_speed(pipe: Pipeline) -> None:
 
 def _blocked(pipe: Pipeline, p: Platform, r: Rule) -> bool:
     """Whether rule ``r`` cannot run on ``p`` because a build of its pair did not pass; such a rule is not
-    measured, and is recorded as ``error`` naming the build (harness.record.results.STEP: "a failed build it
+    measured, and is recorded as ``error`` naming the build (harness.record.statuses.STEP: "a failed build it
     needs"), never as a failed rule."""
     configs = dict.fromkeys((r.reference, r.rule.candidate))
     missing = list(dict.fromkeys(v for c in configs if pipe.build_variant(p, v := pipe.matrix.configs[c].build)
@@ -292,7 +294,7 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
         + f"engines resident at once: at most {roster.peak}\n"
         + f"peak host memory of the engines: {_gib(peak_bytes)}"
         + (f" ({peak.pair.first} + {peak.pair.second})\n" if peak and peak_bytes else "\n"), encoding="utf-8")
-    write_json(layout.bench_json(p.name), {"machine": environment.machine_fingerprint(), INSTRUMENT_KEY: INSTRUMENT,
+    write_json(layout.bench_json(p.name), {"machine": machine.machine_fingerprint(), INSTRUMENT_KEY: INSTRUMENT,
                                     "defaults": pipe.matrix.speed,
                                     "wall_s": round(time.monotonic() - start, 2), "load_average": load,
                                     "load_average_after": _load_average(),

@@ -18,8 +18,8 @@ from typing import Mapping, Sequence
 
 from ...common import proc
 from ...record.native_tests import TestCase, TestRun
-from ...record.results import TESTS_FILES
-from ..build.build import find_tool
+from ...record.layout import TESTS_FILES
+from ..building.build import find_tool
 
 
 def parse_junit(path: Path) -> list[TestCase]:

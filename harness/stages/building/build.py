@@ -24,7 +24,7 @@ from ...common.jobserver import JobBudget
 from ...common.locks import BuildLock
 
 from ...common.errors import EnvironmentProblem
-from ...record.results import BUILD_FILES
+from ...record.layout import BUILD_FILES
 
 #: Bumped when the way builds are configured changes, so old build dirs are not reused.
 BUILD_SCHEME = 1

@@ -25,7 +25,10 @@ from ...kinds.registry import gpu_of
 from ...matrix.platforms import cross_built, executable_suffix
 from ...record import environment
 from ...record.progress import InProgress
-from ...record.results import BUILD_FILES, Failure, Run, StepRecord, write_json
+from ...record.json_files import write_json
+from ...record.layout import BUILD_FILES
+from ...record.records import Failure, StepRecord
+from ...record.run import Run
 from ..options import Options
 from .engine_target import ENGINE_TARGET, engine_cmake_options, engine_source_digest
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options, _run_step,
@@ -48,7 +51,7 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
     """The CMake cache options of platform ``p``'s ``variant`` build.
 
     The matrix's options, the compiler launcher (ccache), the harness's engine target
-    (harness.stages.build.engine_target.engine_cmake_options), a RUNPATH relative to the binaries
+    (harness.stages.building.engine_target.engine_cmake_options), a RUNPATH relative to the binaries
     (CMAKE_BUILD_RPATH_USE_ORIGIN), the platform's ``unoptimised_targets`` at -O0 (:data:`UNOPTIMISED_HOOK`),
     CMAKE_CUDA_ARCHITECTURES
     (``cuda_arch``, else from nvidia-smi where the matrix says ``auto``), the cross toolchain and
@@ -106,7 +109,7 @@ class BuildHold:
 class Builds:
     """The builds of one run: ``matrix``, ``run`` (where build steps are recorded), ``opts``, ``console`` and
     ``say`` (progress), ``progress`` (the steps in progress), ``cache`` (the harness cache directory,
-    harness.stages.build.source.cache_dir) and ``bases``: variant -> its base tree where the caller gives one
+    harness.stages.building.source.cache_dir) and ``bases``: variant -> its base tree where the caller gives one
     (an upstream forecast: "base" the other upstream, "old-base" the pinned one); other variants than base
     and fork are built unpatched from theirs."""
 
@@ -253,7 +256,7 @@ class Builds:
     def build_more(self, p: Platform, variant: str, targets: Sequence[str], log: Path) -> tuple[int, float]:
         """Build ``targets`` in the build directory of ``variant`` of ``p``, which :meth:`build_variant` built and
         this run holds, beside what that build declares (upstream's suite asks its own ctest which targets it
-        needs: harness.stages.tests.upstream_suite); its stamp and key are left as they are, and ninja decides
+        needs: harness.stages.native_tests.upstream_suite); its stamp and key are left as they are, and ninja decides
         what is out of date.
 
         The directory's lock is taken for writing (the holds that sort at or after it given up first and taken
@@ -379,7 +382,7 @@ class Builds:
 
     def quantize_tool(self) -> QuantizeTool:
         """The llama-quantize that derives the matrix's quantized models: the base build of the host's CPU platform
-        (harness.stages.build.quantize_tool), built first when this run has not built it; ModelError naming the build
+        (harness.stages.building.quantize_tool), built first when this run has not built it; ModelError naming the build
         when it failed."""
         p = quantize_platform(self.matrix.platforms.values())
         if p is None:

@@ -496,7 +496,7 @@ def series_label(patches: Sequence[Patch], total: int | None = None) -> str:
 
 def prepare_series_tree(base: BaseTree, work: Path, variant: str, patches: Sequence[Patch],
                         log: Path | None = None) -> Path:
-    """``work/<variant>/llama.cpp`` holding ``base`` plus ``patches`` (harness.stages.build.source.prepare_tree).
+    """``work/<variant>/llama.cpp`` holding ``base`` plus ``patches`` (harness.stages.building.source.prepare_tree).
 
     Re-made only when the base, the series or the tree itself changed; raises
     PatchApplyError naming the patch that does not apply.

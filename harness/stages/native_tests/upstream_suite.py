@@ -13,8 +13,8 @@ For each selected platform that sets ``upstream_tests: true`` (matrix.yaml), and
    ``<platform>/upstream-tests/pairs.json``; the step fails only where a test fails on the fork and not on base.
 
 On a platform whose programs run on a GPU and that declares ``backend_ops``, test-backend-ops runs too
-(harness.stages.tests.backend_ops).  A label whose tests, libraries and environment are byte-identical to a
-passed run is reused from the result cache (harness.stages.tests.test_cache), per side.
+(harness.stages.native_tests.backend_ops).  A label whose tests, libraries and environment are byte-identical to a
+passed run is reused from the result cache (harness.stages.native_tests.test_cache), per side.
 """
 
 from __future__ import annotations
@@ -28,11 +28,13 @@ from ...kinds.registry import gpu_of
 from ...matrix.config import Platform, UpstreamTests
 from ...matrix.platforms import cannot_run, executable_suffix
 from ...record.native_tests import TestRun
-from ...record.results import Failure, RunLayout, StepRecord, write_json, STEP_ERROR, STEP_FAILED, STEP_PASSED, \
-    STEP_SKIPPED
+from ...record.records import Failure, StepRecord
+from ...record.layout import RunLayout
+from ...record.json_files import write_json
+from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
 from ...record.upstream_tests import ABSENT, CLASSES, DECLARED, DECLARED_SKIP, FAILED_BOTH, FIXED, REGRESSED, \
     SuiteRecord, TestPair, classify
-from ..build.build import find_tool
+from ..building.build import find_tool
 from ..shape import Context, Stage, StepSpec
 from .backend_ops import run_backend_ops
 from .native_tests import list_tests

@@ -1,7 +1,7 @@
-"""The ``test`` step: the fork's native tests through ctest, by label (harness.stages.tests.native_tests), on
+"""The ``test`` step: the fork's native tests through ctest, by label (harness.stages.native_tests.native_tests), on
 each selected platform whose fork build passed; with ``--sanitize`` once more under compute-sanitizer
 (step ``test-<tool>``).  A label whose tests, libraries and environment are byte-identical to a passed
-run is reused (harness.stages.tests.test_cache)."""
+run is reused (harness.stages.native_tests.test_cache)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,16 @@ from pathlib import Path
 from ...kinds.registry import gpu_of, os_of
 from ...record import gpu
 from ...record.native_tests import SanitizerRecord
-from ...record.results import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED, Failure, StepRecord, write_json
+from ...record.json_files import write_json
+from ...record.records import Failure, StepRecord
+from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
 from ..shape import Context, Stage, StepSpec
 from .test_cache import run_tests_reusing
 
 
 def run_tests(ctx: Context) -> None:
     """Run the native tests (ctest, by label) of the fork build of each selected platform; a label whose
-    tests, libraries and environment are byte-identical to a passed run is reused (harness.stages.tests.test_cache)."""
+    tests, libraries and environment are byte-identical to a passed run is reused (harness.stages.native_tests.test_cache)."""
     for p in ctx.platforms("test"):
         fork = ctx.build_variant(p, "fork")
         if fork.status != "passed":
@@ -70,7 +72,7 @@ def run_tests(ctx: Context) -> None:
         ctx.builds.write_environment(p)
 
 
-STAGE = Stage("test", command="test", role="tests", reads=("matrix", "builds"), writes=("steps", "files"),
+STAGE = Stage("test", command="test", role="native_tests", reads=("matrix", "builds"), writes=("steps", "files"),
               steps=(StepSpec("test", (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED), "test-logs", timed=True),
                      StepSpec("test-", (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED), "test-logs", timed=True)),
               run=run_tests)

@@ -1,7 +1,7 @@
 """test-backend-ops on base and fork (``test --upstream-tests`` on a platform whose programs run on a GPU and that
 declares ``backend_ops`` in matrix.yaml): upstream's check of each ggml op on the GPU against the CPU.
 
-Both builds get the ``test-backend-ops`` target (harness.stages.build.builds.Builds.build_more); each runs
+Both builds get the ``test-backend-ops`` target (harness.stages.building.builds.Builds.build_more); each runs
 ``test-backend-ops test -o <ops> --output sql`` and, where ``perf`` ops are declared,
 ``test-backend-ops perf -o <ops> --output sql``.  Upstream's SQL output is its own record of every case (backend,
 op, parameters, supported, passed, time per run): the statements are loaded into an in-memory SQLite database
@@ -21,7 +21,9 @@ from pathlib import Path
 from ...common import proc
 from ...matrix.config import Platform
 from ...matrix.platforms import executable_suffix
-from ...record.results import Failure, StepRecord, write_json, STEP_ERROR, STEP_FAILED, STEP_PASSED
+from ...record.records import Failure, StepRecord
+from ...record.json_files import write_json
+from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED
 from ...record.upstream_tests import CLASSES, REGRESSED, classify
 from ..shape import Context
 

@@ -8,7 +8,7 @@ standard library and nlohmann's ``json.hpp`` in common): with the
 compile-only flags one mmq template instance takes about 19 s alone, four of
 them in one translation unit about 31 s, and a small CUDA unit about 6 s of
 which nearly all is headers.  So the step compiles the units it does not
-select (harness.stages.build.cuda_compile.plan) in groups, by CMake's
+select (harness.stages.building.cuda_compile.plan) in groups, by CMake's
 ``UNITY_BUILD_MODE GROUP`` (CMake >= 3.31 for CUDA), and every unit it
 selects alone, exactly as without grouping, with its own diagnostics.
 
@@ -27,7 +27,7 @@ Targets that upstream already builds as unity sources (libllama's models) and
 sources generated into the build directory are left as they are.  The rule
 reads the sources only; what it lets through, the compiler checks, and a
 group that fails to compile is dissolved and its units compiled alone
-(harness.stages.build.cuda_compile.compile_tree), so a wrong guess costs time, never a
+(harness.stages.building.cuda_compile.compile_tree), so a wrong guess costs time, never a
 false failure.
 """
 
@@ -241,7 +241,7 @@ def write_groups_file(path: Path, groups: Mapping[str, list[Member]]) -> None:
     each target with a group, and ``UNITY_GROUP`` on each grouped source (absolute paths; the other
     sources of the target get none and compile alone).  Raises ValueError for a path CMake could
     not take quoted (``"``, ``\\``, ``$`` or ``;``)."""
-    lines = ["# Written by the compile step (harness/stages/build/unity.py): the units the series\n"
+    lines = ["# Written by the compile step (harness/stages/building/unity.py): the units the series\n"
              "# does not touch, grouped.\n"]
     for target in sorted({m.target for ms in groups.values() for m in ms}):
         lines.append(f'set_target_properties("{target}" PROPERTIES UNITY_BUILD ON UNITY_BUILD_MODE GROUP)\n')

@@ -590,7 +590,7 @@ def prepare_tree(base: BaseTree, work: Path, variant: str, series_digest: str | 
 
     ``base``: a clone of the base repository at ``base.git_rev``.  ``fork``:
     the same plus the patch series, imported by ``apply(repo, base_rev)``
-    (see harness.stages.build.patches).  A tree is reused only when the base, the
+    (see harness.stages.building.patches).  A tree is reused only when the base, the
     ``series_digest`` and its HEAD are what the last preparation left and no
     tracked file was edited since; otherwise it is prepared again, so a build
     never labels other code with the series' name.  Reuse leaves every file's

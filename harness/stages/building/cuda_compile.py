@@ -30,7 +30,7 @@ Nothing that is built here is ever run: the device code is not generated
 (``-fdevice-syntax-only``) and ``libcuda.so`` is a stub.
 
 Longer than 400 lines: the four steps above share one plan (:class:`Plan`) and one build
-directory, and harness.stages.build.compile_cache keys the step by this file's bytes as one unit.
+directory, and harness.stages.building.compile_cache keys the step by this file's bytes as one unit.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from ...common.jobserver import JobBudget
-from ...record.results import BUILD_FILES, COMPILE_FILES, write_json
+from ...record.json_files import write_json
+from ...record.layout import BUILD_FILES, COMPILE_FILES
 from .unity import CMAKE_HOOK, INCLUDE_LINE, Member, unity_groups, unity_object, write_groups_file
 
 #: PyPI wheels of the CUDA 13.0 toolkit the step compiles with; nvidia-nvvm holds cicc, which
@@ -241,7 +242,7 @@ class Plan:
     build directory), each with the changed files that put it there.  ``link``: the targets to
     link.  ``scanned``: units decided by the include scan (the rest by ninja's dependency log).
     ``selected``: the objects of ``units`` as planned, before :func:`refine` (the units compiled
-    alone; every other unit may be grouped, harness.stages.build.unity).
+    alone; every other unit may be grouped, harness.stages.building.unity).
     """
 
     changed: dict[str, str]
@@ -471,7 +472,7 @@ def _flags(unit: Unit) -> str:
 
 
 def grouping(build_dir: Path, tree: Path, selected: Iterable[str]) -> dict[str, list[Member]]:
-    """The unity groups (harness.stages.build.unity) of the units of ``build_dir``'s compile_commands.json
+    """The unity groups (harness.stages.building.unity) of the units of ``build_dir``'s compile_commands.json
     that are not ``selected`` (object paths compiled alone).
 
     Left out: units outside ``tree`` (generated into the build directory) and every unit of a
@@ -495,7 +496,7 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
 
     The plan is made from a configure without grouping, so compile_commands.json names every unit.
     Where something is linked, the units it does not select are grouped into unity sources
-    (harness.stages.build.unity; :func:`grouping`, written to ``build_dir/unity-groups.cmake``
+    (harness.stages.building.unity; :func:`grouping`, written to ``build_dir/unity-groups.cmake``
     and applied by a second configure through ``CMAKE_PROJECT_ggml_INCLUDE``); the selected ones
     compile alone, as without grouping.  A unity source that fails to compile is dissolved (its units compile
     alone) and the build runs again, so a grouping the rule got wrong costs time, not a failure.

@@ -33,9 +33,9 @@ from ...common.fs import sha256_files
 from ...kinds.cpu import CPU
 from ...kinds.shape import GpuKind
 from ...record.cache import ResultCache, abstract_paths, identity_key, image_digest, images_digest
-from ...record.results import TESTS_FILES
-from ..build.build import find_tool
-from ..build.binaries import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
+from ...record.layout import TESTS_FILES
+from ..building.build import find_tool
+from ..building.binaries import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
 from ...record.native_tests import TestCase, TestRun
 from .native_tests import run_ctest
 
@@ -130,7 +130,7 @@ def run_tests_reusing(cache: ResultCache | None, run_id: str, build_dir: Path, l
                       reference_junit: Path | None = None, gpu: GpuKind = CPU,
                       exe_suffix: str = "", timeout_s: float = 900, jobs: int = 1,
                       repeat: str = "") -> tuple[TestRun, Reuse]:
-    """Run the tests of ``labels`` like harness.stages.tests.native_tests.run_ctest, reusing each label stored
+    """Run the tests of ``labels`` like harness.stages.native_tests.native_tests.run_ctest, reusing each label stored
     in ``cache`` with the same identity (None: run them all).
 
     ``timeout_s`` (per test), ``jobs`` (tests at once) and ``repeat`` as run_ctest takes them.  Returns the TestRun (reused cases included, ``junit.xml`` and ``ctest.log`` written as one run) and what

@@ -1,11 +1,11 @@
 """The ``compile`` step: a CUDA platform compiled, not run, on a machine without a GPU
-(harness.stages.build.cuda_compile).
+(harness.stages.building.cuda_compile).
 
 It runs beside the builds, in a thread of its own (after a code edit each is mostly one compiler on one
 changed file, so the two overlap on the cores; docs/cache.md); together they run at most the job
-budget's slots of jobs at once (harness.stages.build.builds.Builds.job_budget).  The fork compiles the
+budget's slots of jobs at once (harness.stages.building.builds.Builds.job_budget).  The fork compiles the
 units its series touches, then the base the same units on the fork's plan.  A compile step whose inputs
-are byte-identical to a passed one is reused (harness.stages.build.compile_cache).
+are byte-identical to a passed one is reused (harness.stages.building.compile_cache).
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from ...common.errors import EnvironmentProblem
 from ...common.locks import Rank, exclusive, joined_by_holder_of
 from ...matrix.config import Platform
 from ...matrix.platforms import compiles_instead
-from ...record.results import (BUILD_FILES, STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED, Failure, StepRecord,
-                               write_json)
+from ...record.json_files import write_json
+from ...record.layout import BUILD_FILES
+from ...record.records import Failure, StepRecord
+from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
 from .engine_target import ENGINE_TARGET
 from ..shape import Context, Stage, StepSpec
 from .build import ccache_env, compiler_launcher_options, find_tool
@@ -57,7 +59,7 @@ def compile_options(ctx: Context, p: Platform, variant: str) -> dict[str, str]:
 
 
 def compile_variant(ctx: Context, p: Platform, variant: str, like: Plan | None = None) -> CompileResult | None:
-    """Run the ``compile`` step (harness.stages.build.cuda_compile) for ``variant`` of ``p`` and record it.
+    """Run the ``compile`` step (harness.stages.building.cuda_compile) for ``variant`` of ``p`` and record it.
 
     The fork compiles the units its series touches; the base (``like``: the fork's plan) the same
     units.  Returns None when the step was skipped (a CUDA wheel missing: the reason names it)
@@ -124,6 +126,6 @@ def _compile_variant(ctx: Context, p: Platform, variant: str,
     return result, status, detail, log
 
 
-STAGE = Stage("compile", command="build", role="build", reads=("matrix", "source"),
+STAGE = Stage("compile", command="build", role="building", reads=("matrix", "source"),
               writes=("builds", "steps", "files"),
               steps=(StepSpec("compile", (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED), "compile-logs"),), run=run_compile, beside=True)

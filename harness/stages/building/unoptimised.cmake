@@ -1,4 +1,4 @@
-# Passed to llama.cpp's configure as CMAKE_PROJECT_ggml_INCLUDE by the build step (harness/stages/build/builds.py)
+# Passed to llama.cpp's configure as CMAKE_PROJECT_ggml_INCLUDE by the build step (harness/stages/building/builds.py)
 # where the platform names `unoptimised_targets` in matrix.yaml: CMake includes it at the end of ggml's
 # project() call. At the end of the top-level directory, when every target exists, each target named by
 # HARNESS_UNOPTIMISED_TARGETS gets -O0 after the build type's flags (the last -O wins), so its units compile

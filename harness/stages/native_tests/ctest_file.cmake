@@ -17,7 +17,7 @@
 cmake_minimum_required(VERSION 3.20)
 
 if(DEFINED OUT)
-  file(WRITE "${OUT}" "# written by harness/stages/tests/ctest_file.cmake from ${BUILD_DIR}\n")
+  file(WRITE "${OUT}" "# written by harness/stages/native_tests/ctest_file.cmake from ${BUILD_DIR}\n")
 endif()
 
 function(add_test)

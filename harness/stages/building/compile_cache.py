@@ -1,6 +1,6 @@
 """Reusing a passed compile step whose inputs are the same (docs/cache.md).
 
-The compile step (harness.stages.build.cuda_compile) proves that a CUDA platform's code compiles and links
+The compile step (harness.stages.building.cuda_compile) proves that a CUDA platform's code compiles and links
 where nothing can run it.  Its outcome is a function of the source tree, the options, the plan it
 was given (the base compiles the fork's units) and the tools, so a passed result is reused when all
 of these are what they were:
@@ -27,7 +27,7 @@ from typing import Any
 
 from ...common.fs import sha256_files
 from ...record.cache import ResultCache, abstract_paths, identity_key
-from ...record.results import COMPILE_FILES
+from ...record.layout import COMPILE_FILES
 from .cuda_compile import CompileResult, Plan
 from .source import git
 
@@ -60,7 +60,7 @@ def tree_id(tree: Path) -> str | None:
 
 
 def _plan_used(like: Plan | None) -> dict[str, Any] | None:
-    """The parts of the fork's plan that the base's step uses (harness.stages.build.cuda_compile.plan): not
+    """The parts of the fork's plan that the base's step uses (harness.stages.building.cuda_compile.plan): not
     ``scanned``, a count that depends on the state of the fork's ninja log."""
     return {k: v for k, v in asdict(like).items() if k != "scanned"} if like else None
 
