@@ -261,6 +261,6 @@ def run_upstream_tests(ctx: Context) -> None:
 STEP_NAMES = (RunLayout.UPSTREAM_STEP, "backend-ops-")
 _STATUSES = (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED)
 
-STAGE = Stage("upstream-tests", command="test", role="tests", reads=("matrix", "builds"), writes=("builds", "steps", "files"),
+STAGE = Stage("upstream-tests", command="test", role="native_tests", reads=("matrix", "builds"), writes=("builds", "steps", "files"),
               steps=(StepSpec(RunLayout.UPSTREAM_STEP, _STATUSES, "upstream-suite"), StepSpec("backend-ops-", _STATUSES)),
               run=run_upstream_tests)
