@@ -96,7 +96,7 @@ def speed_runs(runs: int, results: Path, platforms: list[str], groups: list[str]
     run's directory as it ends (``warmup``/``repeats``: the stage's untimed and timed rounds, None: the
     matrix's; ``matrix_path``: the matrix, another one to try other configuration arguments)."""
     from harness.stages.options import Options
-    from harness.stages.shape import Context
+    from harness import pipeline
     from harness.stages.speed.speed import stage_speed
     matrix = load_matrix(matrix_path)
     for i in range(runs):
@@ -104,7 +104,7 @@ def speed_runs(runs: int, results: Path, platforms: list[str], groups: list[str]
         run = Run.open(results, new_run_id(), argv=["benchmarks/speed_stage.py", *sys.argv[1:]])
         try:
             # no_cache: every run measures; a pair restored from the result cache would repeat the first run
-            ctx = Context.open(matrix, run, Options(platforms=platforms, groups=groups, work_dir=work_dir,
+            ctx = pipeline.open_context(matrix, run, Options(platforms=platforms, groups=groups, work_dir=work_dir,
                                                     bench_warmup=warmup, bench_repeats=repeats, no_cache=True),
                                say=lambda _: None)
             t0 = time.monotonic()

@@ -147,7 +147,7 @@ def test_each_of_the_benchmark_s_runs_is_a_speed_stage_of_its_own_with_every_rul
         contexts.append(pipe)
         return pipe
 
-    monkeypatch.setattr(speed_stage_context(), "open", fake_context)
+    monkeypatch.setattr(speed_stage_context(), "open_context", fake_context)
     dirs = list(speed_stage.speed_runs(2, tmp_path / "results", [CPU], ["base-vs-fork"], tmp_path / "work"))
     assert len(dirs) == 2 and dirs[0] != dirs[1] and [c.opts.no_cache for c in contexts] == [True, True]
     for run_dir in dirs:
@@ -159,6 +159,6 @@ def test_each_of_the_benchmark_s_runs_is_a_speed_stage_of_its_own_with_every_rul
 
 
 def speed_stage_context():
-    """The class speed_runs opens its stage context with."""
-    from harness.stages.shape import Context
-    return Context
+    """The module whose ``open_context`` speed_runs opens its stage context with."""
+    from harness import pipeline
+    return pipeline

@@ -150,7 +150,7 @@ def test_a_stage_that_an_option_asks_for_is_to_run_only_when_the_option_is_given
         return [StepRecord(CPU, "-", "toy-first", "passed")]
 
     def toy(name, run, asked_by=""):
-        return Stage(name, "test", "tests", reads=("matrix",), writes=("steps",), steps=(name,),
+        return Stage(name, "test", "native_tests", reads=("matrix",), writes=("steps",), steps=(name,),
                      statuses=("passed",), run=run, asked_by=asked_by)
 
     table = (toy("toy-first", first), toy("toy-sanitized", lambda ctx: [], asked_by="sanitize"),

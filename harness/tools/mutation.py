@@ -75,7 +75,7 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
         "test_a_cached_pair_leaves_out_only_its_own_rounds_and_the_live_pairs_of_its_model_and_tokens_still_count",
         "test_a_spread_is_the_smallest_change_between_clean_runs_of_one_machine_and_instrument"),
     # the reloads check's rule
-    "harness/stages/checks/reload_rules.py": _tests("tests/test_reloads.py"),
+    "harness/matrix/loading.py": _tests("tests/test_reloads.py"),
     # the record readers the checks and triage judge from
     "harness/record/loads.py": _tests("tests/test_run_file_readers.py"),
     "harness/record/native_tests.py": _tests("tests/test_run_file_readers.py"),
@@ -87,7 +87,7 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
 #: development machine.  The others of :data:`VERDICT_MODULES` run with ``--changed`` when a change touches
 #: them, ``--module`` or ``--all``.
 DEFAULT_MODULES = ("harness/common/statistics.py", "harness/analysis/speed_spread.py",
-                   "harness/stages/checks/reload_rules.py", "harness/record/native_tests.py")
+                   "harness/matrix/loading.py", "harness/record/native_tests.py")
 
 
 @dataclass(frozen=True)
