@@ -135,6 +135,17 @@ def onto_matrix(matrix: Matrix, commit: str, source: Source) -> Matrix:
     return replace(matrix, base_commit=commit, sources=(source,), base_files=None, base_files_sha256=None)
 
 
+def obtain_pinned_and_onto(matrix: Matrix, onto: Onto, say: Callable[[str], None]) -> tuple[BaseTree, BaseTree]:
+    """The pinned base tree and the other upstream's (:func:`obtain_onto`), both from the harness's download cache;
+    what obtaining the pinned one logged is said through ``say``.  Raises SourceError."""
+    cache = cache_dir()
+    log: list[str] = []
+    old = obtain_base(matrix, cache, log)
+    for line in log:
+        say(line)
+    return old, obtain_onto(matrix, onto, cache, say)
+
+
 def obtain_onto(matrix: Matrix, onto: Onto, cache: Path, say: Callable[[str], None]) -> BaseTree:
     """The verified base repository of the other upstream (harness.stages.building.source.obtain_base, cached like
     the pinned base).  An sdist's commit is the HEAD of its vendored checkout.  Raises SourceError."""
@@ -466,12 +477,7 @@ def run(args: argparse.Namespace) -> int:
         matrix.platform(name)
     onto = parse_onto(args.onto)
     patches = read_series(args.patches_dir)
-    cache = cache_dir()
-    log: list[str] = []
-    old = obtain_base(matrix, cache, log)
-    for line in log:
-        say(line)
-    new = obtain_onto(matrix, onto, cache, say)
+    old, new = obtain_pinned_and_onto(matrix, onto, say)
     obtained = time.monotonic()
     say(f"forecast: onto {new.commit} ({new.source}), from the pinned base {old.commit[:12]}")
     work = (args.work_dir / "forecast" / new.commit[:12]).resolve()

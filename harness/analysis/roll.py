@@ -37,8 +37,8 @@ from ..common.errors import EXIT_INCOMPLETE
 from ..matrix.config import load_matrix
 from ..record.forecast import HunkConflict
 from ..stages.building.patches import Git, read_series, reset_to_base
-from ..stages.building.source import cache_dir, obtain_base, unexported_work
-from .forecast import forecast_base, obtain_onto, parse_onto
+from ..stages.building.source import unexported_work
+from .forecast import forecast_base, obtain_pinned_and_onto, parse_onto
 from .forecast_patches import try_patch
 from .roll_state import (ACTIONS, BRANCH_PREFIX, OUTCOMES, RollError, State, checkout_root, option_json, project_git,
                          roll_dir, uncommitted)
@@ -76,12 +76,7 @@ def start(args: argparse.Namespace, say: Callable[[str], None]) -> int:
                         "the series in the dev tree")
     onto = parse_onto(args.onto)
     patches = read_series(args.patches_dir)
-    cache = cache_dir()
-    log: list[str] = []
-    old = obtain_base(matrix, cache, log)
-    for line in log:
-        say(line)
-    new = obtain_onto(matrix, onto, cache, say)
+    old, new = obtain_pinned_and_onto(matrix, onto, say)
     if new.commit == old.commit:
         raise RollError(f"{args.onto} is {new.commit[:12]}, the commit already pinned; nothing to roll")
     branch = BRANCH_PREFIX + new.commit[:12]
