@@ -182,6 +182,10 @@ base:
       path: {repo}
 defaults:
   generation: {{n_predict: 4, repeats: 1, seed: 1, ctx_size: 64, timeout_s: {timeout}}}
+upstream_tests:
+  label: main
+  needs:
+    test-fake-net: {{needs: network, reason: "asks a server"}}
 platforms:
   linux-x86_64-cpu:
     os: linux
@@ -193,10 +197,6 @@ platforms:
     test_labels: [main]
     upstream_tests: true
     groups: [base-vs-fork]
-upstream_tests:
-  label: main
-  needs:
-    test-fake-net: {{needs: network, reason: "asks a server"}}
 models:
   tiny:
     kind: file
