@@ -195,7 +195,7 @@ def _side(ctx: Context, p: Platform, variant: str, suite: UpstreamTests, declare
     env = {**(emulator.env if emulator else {}), **budget.env()}
     run, _ = run_tests_reusing(ctx.results_cache, ctx.run.id, test_dir, [suite.label],
                                [n for n in names if n not in declared], out, env=env,
-                               emulator_argv=emulator.argv if emulator else (), gpu=gpu_of(p).has_device,
+                               emulator_argv=emulator.argv if emulator else (), gpu=gpu_of(p),
                                timeout_s=TEST_TIMEOUT_S, jobs=budget.slots, repeat=REPEAT)
     write_json(layout.upstream_file(p.name, "run", variant), run)
     return run, names, seconds, ""
@@ -238,7 +238,7 @@ def run_upstream_tests(ctx: Context) -> None:
     test-backend-ops where the platform declares it."""
     if not ctx.opts.upstream_tests:
         return
-    for name in ctx.selected():
+    for name in ctx.selection.platform_names():
         p = ctx.matrix.platform(name)
         if not p.upstream_tests or cannot_run(p):
             continue
