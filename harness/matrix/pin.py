@@ -20,7 +20,6 @@ layout stay as they were (the roll, harness.analysis.roll, writes the new pin wi
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -31,18 +30,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
+from ..common.fs import sha256_file
+
 #: A 12-hex-digit commit prefix in a name the harness writes (``llama.cpp-<commit12>.files``, ``.tar.gz``).
 _NAMED_COMMIT = re.compile(r"llama\.cpp-([0-9a-f]{12})\b")
 #: The first line of a file list (harness.stages.building.source.FILES_HEADER), its commit captured.
 _FILES_HEADER = re.compile(r"^# llama\.cpp ([0-9a-f]{40}): ")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def archive_manifest_commit(path: Path) -> str | None:
@@ -113,7 +106,7 @@ def pin_problems(matrix: Any, line: Callable[[Sequence[Any]], int]) -> list[str]
         try:
             with open(files, "rb") as fh:
                 head = fh.readline().decode("utf-8", errors="replace")
-            actual = _sha256(files)
+            actual = sha256_file(files)
         except OSError as exc:
             problem(("base", "files", "path"), f"{files}: {exc.strerror}")
         else:
@@ -136,9 +129,9 @@ def pin_problems(matrix: Any, line: Callable[[Sequence[Any]], int]) -> list[str]
                 pinned = src.sha256
                 if pinned is None and src.sha256_file is not None and src.sha256_file.is_file():
                     pinned = (src.sha256_file.read_text(encoding="utf-8").split() or [""])[0]
-                if pinned is not None and _sha256(src.path) != pinned:
+                if pinned is not None and sha256_file(src.path) != pinned:
                     problem((*keys, "sha256" if src.sha256 else "sha256_file"),
-                            f"the mirror archive {src.path} has sha256 {_sha256(src.path)}, the pin says {pinned}")
+                            f"the mirror archive {src.path} has sha256 {sha256_file(src.path)}, the pin says {pinned}")
             else:
                 for key, path in (("path", src.path), ("sha256_file", src.sha256_file)):
                     named = _NAMED_COMMIT.search(path.name) if path is not None else None

@@ -9,10 +9,11 @@ may be in a later stage than ``build`` (the models' quantize tool, a comparison'
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from ...common.console import Console
 from ...common.errors import EnvironmentProblem
@@ -222,16 +223,8 @@ class Builds:
         process never waits for a build while holding one that sorts after it, and two runs that ask for
         the same builds in opposite orders cannot wait on each other for ever.
         """
-        key = BuildLock(req.build_dir).key
-        later = [h for h in self._held if h.lock.key >= key]
-        for h in later:
-            self._held.remove(h)
-            h.lock.release()
-        try:
+        with self._holds_given_up_from(req.build_dir):
             return self._hold(req, logs)
-        finally:
-            for h in sorted(later, key=lambda h: h.lock.key):
-                self._take_again(h)
 
     def _hold(self, req: BuildRequest, logs: Path) -> BuildResult:
         """The read hold of :meth:`_build_and_hold`, building first where the directory is not up to date."""
@@ -266,17 +259,23 @@ class Builds:
         if not targets:
             return 0, 0.0
         built = self.built[(p.name, variant)]
-        key = BuildLock(built.build_dir).key
+        with self._holds_given_up_from(built.build_dir), BuildLock(built.build_dir).write(self.say):
+            budget = self.job_budget()
+            argv = [find_tool("cmake") or "cmake", "--build", str(built.build_dir),
+                    *budget.jobs_option(self.opts.jobs), "--target", *targets]
+            return _run_step(argv, log, ccache_env(self.opts.work_dir.resolve()), budget)
+
+    @contextmanager
+    def _holds_given_up_from(self, build_dir: Path) -> Iterator[None]:
+        """Give up the read holds that sort at or after ``build_dir``'s lock for the body, then take them again in
+        order (:meth:`_take_again`): the lock order of :meth:`_build_and_hold`."""
+        key = BuildLock(build_dir).key
         later = [h for h in self._held if h.lock.key >= key]
         for h in later:
             self._held.remove(h)
             h.lock.release()
         try:
-            with BuildLock(built.build_dir).write(self.say):
-                budget = self.job_budget()
-                argv = [find_tool("cmake") or "cmake", "--build", str(built.build_dir),
-                        *budget.jobs_option(self.opts.jobs), "--target", *targets]
-                return _run_step(argv, log, ccache_env(self.opts.work_dir.resolve()), budget)
+            yield
         finally:
             for h in sorted(later, key=lambda h: h.lock.key):
                 self._take_again(h)
