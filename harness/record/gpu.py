@@ -157,7 +157,10 @@ def last_load_model_buffers(placement: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in model if int(b.get("load", 1)) == last]
 
 #: compute-sanitizer's closing line per run; group 1 is the error count.
-SANITIZER_SUMMARY = re.compile(r"=+ ERROR SUMMARY: (\d+) errors?")
+#: compute-sanitizer's closing count of errors: ``ERROR SUMMARY: 2 errors`` (memcheck, synccheck, initcheck) or
+#: racecheck's ``RACECHECK SUMMARY: 3 hazards displayed (1 error, 2 warnings)``, whose errors it captures (a
+#: racecheck warning is a hazard the tool itself does not call an error, and is left in the log).
+SANITIZER_SUMMARY = re.compile(r"=+ (?:ERROR|RACECHECK) SUMMARY: (?:\d+ hazards? displayed \()?(\d+) errors?")
 
 
 def sanitizer_summary(log: Path) -> str:
@@ -189,7 +192,7 @@ def test_log_facts(log: Path) -> dict[str, str]:
 SANITIZER_REPORT = re.compile(r"^=+ (?P<msg>\S.*?)\s*$")
 SANITIZER_DETAIL = re.compile(r"^=+ {2,}(?P<msg>\S.*?)\s*$")
 #: Lines of the ``=`` prefix that are not a report: the banner, summaries, and the backtrace headers.
-SANITIZER_NOT_A_REPORT = re.compile(r"^(?:COMPUTE-SANITIZER|ERROR SUMMARY|LEAK SUMMARY|Target application returned|This tool|"
+SANITIZER_NOT_A_REPORT = re.compile(r"^(?:COMPUTE-SANITIZER|ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY|Target application returned|This tool|"
                              r"Saved host backtrace|Host Frame|Error: process didn't)")
 #: The device frame of a report: ``at k_name(char *)+0x30 in /src/file.cu:12`` or ``at 0x30 in file.cu:12:k_name``.
 SANITIZER_AT = re.compile(r"^at (?:(?P<fn1>.+?)\+0x[0-9a-fA-F]+(?: in .*)?|0x[0-9a-fA-F]+ in (?:\S+?:\d+:)?(?P<fn2>.+))$")
