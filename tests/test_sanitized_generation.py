@@ -79,6 +79,25 @@ def test_a_run_is_judged_from_the_sanitizer_s_log(tmp_path):
     assert judge_run(result(), log, "memcheck", "moe-large/story")[0] == "failed"
 
 
+def test_racecheck_is_judged_by_its_own_summary_line(tmp_path):
+    # racecheck closes with RACECHECK SUMMARY, not ERROR SUMMARY (its log over a clean generation on an H200,
+    # results/evidence/gpu1-20261205T030752Z): counted, so a clean run passes and an error fails
+    log = tmp_path / "long-prefill.racecheck.sanitizer.log"
+    log.write_text("========= COMPUTE-SANITIZER\n"
+                   "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n")
+    assert judge_run(result(), log, "racecheck", "moe-large/long-prefill")[:2] == (
+        "passed", "racecheck: moe-large/long-prefill: 0 errors over 8 tokens (12.5 s under racecheck)")
+    log.write_text("========= COMPUTE-SANITIZER\n"
+                   "========= RACECHECK SUMMARY: 3 hazards displayed (1 error, 2 warnings)\n")
+    status, detail, _ = judge_run(result(), log, "racecheck", "moe-large/long-prefill")
+    assert status == "failed" and "1 error(s)" in detail
+    log.write_text("========= COMPUTE-SANITIZER\n"
+                   "========= RACECHECK SUMMARY: 2 hazards displayed (0 errors, 2 warnings)\n")
+    assert judge_run(result(), log, "racecheck", "moe-large/long-prefill")[0] == "passed"
+    log.write_text("========= COMPUTE-SANITIZER\n")  # cut before its summary (the interrupted run there)
+    assert judge_run(result(), log, "racecheck", "moe-large/long-prefill")[0] == "failed"
+
+
 def test_the_pin_modes_of_one_gpu_groups_run_the_first_model_and_prompt_of_their_first_group():
     """Each pin mode once: the values that pin as another configuration does, the seed table's (its model is made
     by a phase of its own) and the two-GPU groups' set ``sanitize: false`` or need two GPUs."""
