@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from .win_job import tie_children_to_this_process
+
 #: Seconds a process group gets between SIGTERM and SIGKILL (ninja needs a moment to stop its
 #: compilers and clean up partial outputs; 5 s is ample for that and short for a user waiting).
 GRACE_S = 5.0
@@ -260,12 +262,14 @@ def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Pat
     :func:`finish` or :func:`terminate_all` handles it.  On Linux the child gets the parent-death signal
     (SIGTERM, :func:`_parent_death_signal`), and the harness's guard (harness.common.guard) ends its whole group
     once the harness is gone, so a harness killed with SIGKILL leaves no ctest, test or engine running 5 s
-    later.  Raises OSError when the program cannot be started, :class:`Interrupted` in another thread than
+    later.  On Windows the harness is first put into a job object that ends its processes when it ends
+    (harness.common.win_job).  Raises OSError when the program cannot be started, :class:`Interrupted` in another thread than
     the main one while :func:`stop_children` is in force.
     """
     raise_if_stopping()
     kwargs: dict[str, Any] = {}
     if os.name == "nt":  # pragma: no cover
+        tie_children_to_this_process()  # a job object ends the child with the harness (harness.common.win_job)
         kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
     else:
         kwargs["start_new_session"] = True
