@@ -80,7 +80,7 @@ from ..stages.outputs.sanitized_generation import CRASH_LABEL, CRASH_TOOL, sanit
 from ..stages.shape import FailureSign
 from ..stages.table import step_spec
 from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
-from ..record.expectations import read_expectations
+from ..record.expectations import FINDING_FAILED, read_expectations
 from ..record.reloads import read_reload_check
 from ..record.loads import read_load_command
 from ..record.native_tests import read_sanitizer, read_test_run
@@ -264,7 +264,7 @@ def _classify_build(run_dir: Path, step: StepRecord) -> Signature:
 
 
 def _other(detail: str, roots: Sequence[str], evidence: Iterable[str]) -> Signature:
-    return _sig("other", normalise(detail, roots) or "failed", detail.split("\n", 1)[0], evidence)
+    return _sig("other", normalise(detail, roots) or STEP_FAILED, detail.split("\n", 1)[0], evidence)
 
 
 # --------------------------------------------------------------------------- test steps
@@ -576,7 +576,7 @@ def expectation_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
     keys: dict[tuple[str, str, str], str] = {}
     for load in record.loads if record is not None else ():
         for f in load.findings:
-            if f.status == "failed":
+            if f.status == FINDING_FAILED:
                 keys.setdefault((load.model, f.rule, f.message), f.key)
     out = []
     for fact in step.failures:

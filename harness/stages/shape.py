@@ -42,7 +42,7 @@ from ..record.cache import ResultCache
 from ..record.progress import InProgress
 from ..record.records import StepRecord
 from ..record.run import Run
-from ..record.statuses import STEP_INTERRUPTED, STEP_STATUSES
+from ..record.statuses import STEP_INTERRUPTED, STEP_SKIPPED, STEP_STATUSES
 from .command_names import STAGE_COMMANDS
 from .options import Options
 
@@ -314,7 +314,7 @@ class Context:
                 why = f"{cannot_run(p)}; compiled instead (step compile)"
             if why:
                 self.run.skipped_platforms[name] = why
-                self.run.record_step(StepRecord(name, "-", for_step, "skipped", detail=why))
+                self.run.record_step(StepRecord(name, "-", for_step, STEP_SKIPPED, detail=why))
                 if self.selection.names_platforms() and not compiled:
                     self.run.mark_incomplete(f"{name}: {for_step} skipped: {why}")
                 self.say(f"[{name}] {for_step}: skipped: {why}")

@@ -52,7 +52,7 @@ def check_platforms(ctx: Context, step: str, check: Check) -> Iterator[StepRecor
         try:
             steps = list(check(CheckContext(ctx.matrix, ctx.matrix.platform(name), ctx.run, configs)))
         except Exception as exc:  # a broken record must not lose the other platforms' results
-            steps = [StepRecord(name, "-", step, "error", detail=f"{type(exc).__name__}: {exc}")]
+            steps = [StepRecord(name, "-", step, STEP_ERROR, detail=f"{type(exc).__name__}: {exc}")]
         yield from steps
 
 
