@@ -77,7 +77,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ..stages.native_tests.native_tests import WRAPPER_DID_NOT_RUN
 from ..stages.outputs.sanitized_generation import CRASH_LABEL, CRASH_TOOL, sanitized_stem
-from ..stages.shape import FailureSign
+from ..stages.shape import Signs
 from ..stages.table import step_spec
 from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
 from ..record.expectations import FINDING_FAILED, read_expectations
@@ -495,8 +495,7 @@ def classify_step(run_dir: Path, step: StepRecord) -> Signature | None:
     return found or _from_detail(step)
 
 
-def _signed_by_its_stage(run_dir: Path, step: StepRecord, signs: Callable[[Path, StepRecord], FailureSign | None]
-                         ) -> Signature | None:
+def _signed_by_its_stage(run_dir: Path, step: StepRecord, signs: Signs) -> Signature | None:
     """The signature a stage's own reader (harness.stages.shape.StepSpec.signs) reads of ``step``, clipped like
     every other; None where it reads none.  Raises ValueError for a kind outside :data:`KINDS`."""
     own = signs(run_dir, step)

@@ -98,6 +98,10 @@ class FailureSign:
     evidence: tuple[str, ...] = ()
 
 
+#: A stage's own reader of a failed step (:attr:`StepSpec.signs`): (run directory, the step record) -> its
+#: :class:`FailureSign`, or None to sign it from its failure facts and detail.
+Signs = Callable[[Path, StepRecord], FailureSign | None]
+
 #: The statuses a stage may declare: every step status but the run loop's ``interrupted``.
 DECLARABLE = tuple(s for s in STEP_STATUSES if s != STEP_INTERRUPTED)
 
@@ -114,10 +118,9 @@ class StepSpec:
     statuses: tuple[str, ...]
     evidence: str = "detail"
     timed: bool = False
-    #: the stage's own reader of a failed step of this name: (run directory, the step record) -> a
-    #: :class:`FailureSign`, or None to sign it from its failure facts and detail; given, the step's ``evidence``
-    #: is :data:`OWN_EVIDENCE` and harness.analysis.signatures needs no reader of its own for it
-    signs: Callable[[Path, StepRecord], FailureSign | None] | None = None
+    #: the stage's own reader of a failed step of this name (:data:`Signs`); given, the step's ``evidence`` is
+    #: :data:`OWN_EVIDENCE` and harness.analysis.signatures needs no reader of its own for it
+    signs: Signs | None = None
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.statuses if s not in DECLARABLE]

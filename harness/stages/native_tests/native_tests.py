@@ -119,7 +119,7 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
         run.detail = f"failed: {', '.join(failed)}" if failed else f"ctest exit {returncode}"
     elif counts[CASE_PASSED]:
         run.status = STEP_PASSED
-        run.detail = f"{counts['passed']} passed, {counts['skipped']} skipped"
+        run.detail = f"{counts[CASE_PASSED]} passed, {counts[CASE_SKIPPED]} skipped"
     else:
         run.detail = "every test skipped"
     return run
@@ -202,5 +202,5 @@ def _run_wrapped(build_dir: Path, selected: Sequence[str], wrapper: Sequence[str
     run.seconds = time.monotonic() - start_all
     counts = run.counts()
     run.status = STEP_FAILED if counts[CASE_FAILED] else (STEP_PASSED if counts[CASE_PASSED] else STEP_SKIPPED)
-    run.detail = f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+    run.detail = f"{counts[CASE_PASSED]} passed, {counts[CASE_FAILED]} failed, {counts[CASE_SKIPPED]} skipped"
     return run
