@@ -92,27 +92,69 @@ def test_a_new_stages_failure_is_read_from_the_evidence_it_declares(tmp_path, mo
     assert logs / "build.log" in signatures.step_logs(tmp_path, step)
 
 
-def status_literals_in_declarations(source: str) -> list[int]:
-    """Lines of ``source`` where a StepSpec or Stage names a step status as a string instead of a constant of
-    harness.record.statuses (its second argument or its ``statuses``)."""
-    import ast
-    names = set(STEP_STATUSES)
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        called = getattr(node.func, "id", getattr(node.func, "attr", "")) if isinstance(node, ast.Call) else ""
-        if called in ("StepSpec", "Stage"):
-            given = [*(node.args[1:2] if called == "StepSpec" else ()),
-                     *(k.value for k in node.keywords if k.arg == "statuses")]
-            found += [c.lineno for g in given for c in ast.walk(g)
-                      if isinstance(c, ast.Constant) and c.value in names]
-    return sorted(found)
+#: A stage module of its own, as a new stage would be written: one step, its statuses and the function that signs
+#: its failure from the file it writes; nothing of it is known to harness.analysis.signatures.
+LINT_STAGE = '''
+import json
+from pathlib import Path
+
+from harness.record.records import StepRecord
+from harness.record.statuses import STEP_FAILED, STEP_PASSED
+from harness.stages.shape import FailureSign, Stage, StepSpec
+
+STEP_NAME = "lint"
 
 
-def test_the_stages_declare_their_statuses_by_the_records_constants():
-    found = [f"{path.relative_to(ROOT)}:{line}" for path in sorted((ROOT / "harness" / "stages").rglob("*.py"))
-             for line in status_literals_in_declarations(path.read_text(encoding="utf-8"))]
-    assert found == [], "use STEP_PASSED, STEP_FAILED ... of harness.record.statuses"
-    planted = ('STEP = StepSpec("lint", ("passed", STEP_FAILED), "detail")\n'
-               'ok = StepSpec("lint", (STEP_PASSED,))\n'
-               'STAGE = Stage("x", "build", "building", reads=(), writes=(), steps=("x",), statuses=("error",), run=f)\n')
-    assert status_literals_in_declarations(planted) == [1, 3]
+def sign(run_dir: Path, step: StepRecord) -> FailureSign | None:
+    try:
+        finding = json.loads((run_dir / "lint.json").read_text(encoding="utf-8"))
+    except OSError:
+        return None
+    where = f"{finding['file']}: {finding['rule']}"
+    return FailureSign("other", f"lint: {where}", f"lint: {where} (line {finding['line']})", (finding["text"],))
+
+
+def run(ctx):
+    (ctx.run.dir / "lint.json").write_text(json.dumps({"rule": "no-tabs", "file": "ggml/src/ggml.c", "line": 12,
+                                                        "text": "ggml/src/ggml.c:12: a tab"}), encoding="utf-8")
+    return [StepRecord(ctx.platforms("build")[0].name, "-", STEP_NAME, STEP_FAILED, detail="1 lint finding")]
+
+
+STAGE = Stage("lint", "build", "building", reads=("matrix",), writes=("steps", "files"),
+              steps=(StepSpec(STEP_NAME, (STEP_PASSED, STEP_FAILED), signs=sign),), run=run)
+'''
+
+
+def test_a_new_stage_signs_its_own_failure_without_a_reader_in_the_signatures(tmp_path, monkeypatch):
+    """A stage with a failure signature of its own is its module and its line in the table: the run loop records
+    its step as declared, and the signatures ask its declaration's ``signs`` for the failure's signature."""
+    import importlib.util
+    (tmp_path / "lint_stage.py").write_text(LINT_STAGE, encoding="utf-8")
+    found = importlib.util.spec_from_file_location("lint_stage", tmp_path / "lint_stage.py")
+    lint = importlib.util.module_from_spec(found)
+    found.loader.exec_module(lint)
+    assert step_spec("lint") is None
+    monkeypatch.setattr(table, "STAGES", (*STAGES, lint.STAGE))  # its one line in the table
+    assert step_spec("lint").evidence == "own"
+    run = Run(tmp_path / "results", "lint")
+    code = run_stages(MATRIX, run, Options(platforms=[CPU]), ["build"], say=lambda _: None,
+                      table=(lint.STAGE,))
+    assert code == 1
+    [entry] = signatures.classify_run(run.dir, write=False)
+    assert entry["step"] == "lint" and entry["signature"] == {
+        "kind": "other", "key": "lint: ggml/src/ggml.c: no-tabs", "summary": "lint: ggml/src/ggml.c: no-tabs (line 12)",
+        "evidence": "ggml/src/ggml.c:12: a tab"}
+    (run.dir / "lint.json").unlink()  # its own record gone: the failure is signed from its detail
+    assert signatures.classify_step(run.dir, StepRecord(CPU, "-", "lint", STEP_FAILED, detail="1 lint finding")).key \
+        == "1 lint finding"
+
+
+def test_a_reader_of_its_own_is_declared_alone_and_signs_a_known_kind(tmp_path, monkeypatch):
+    from harness.stages.shape import FailureSign
+    with pytest.raises(ValueError, match="evidence 'build-logs' and a reader of its own"):
+        StepSpec("lint", (STEP_FAILED,), "build-logs", signs=lambda run_dir, step: None)
+    odd = Stage("lint", "build", "building", reads=("matrix",), writes=("steps",), run=lambda ctx: [],
+                steps=(StepSpec("lint", (STEP_FAILED,), signs=lambda run_dir, step: FailureSign("tea", "k", "s")),))
+    monkeypatch.setattr(table, "STAGES", (*STAGES, odd))
+    with pytest.raises(ValueError, match="kind 'tea'"):
+        signatures.classify_step(tmp_path, StepRecord(CPU, "-", "lint", STEP_FAILED))

@@ -1,46 +1,136 @@
-"""Comparison statuses are declared once (harness.record.statuses.COMPARISON, re-exported by
-harness.record.statuses) and named through its constants (IDENTICAL, DIVERGED, CRASHED, TIMEOUT, UNSUPPORTED_UPSTREAM, GENERATION_FAILURES): no other module of the
-harness spells one as a string, so a status renamed or added is one line of the declaration."""
+"""Step and comparison statuses are declared once (harness.record.statuses: STEP, COMPARISON) and named through
+their constants (STEP_PASSED, STEP_FAILED, ..., IDENTICAL, DIVERGED, CRASHED, TIMEOUT, UNSUPPORTED_UPSTREAM,
+GENERATION_FAILURES): no other module of the harness spells one as a string, so a status renamed or added is one
+line of the declaration.  A word of another vocabulary that a status shares (ctest's outcome of a test, a
+finding's, JUnit's element, a run's verdict) is declared once as a constant of the module that owns that
+vocabulary, and only that declaration may spell it (each listed below with its reason)."""
 
 import ast
 from pathlib import Path
+from typing import Iterable
 
-from harness.record.statuses import COMPARISON
+from harness.common import console
+from harness.record.statuses import COMPARISON, STEP, STEP_ERROR, STEP_FAILED, STEP_INTERRUPTED, STEP_PASSED, \
+    STEP_SKIPPED
 
 PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
 #: The module that declares the statuses.
 DECLARATION = Path("record/statuses.py")
 
-#: (module, word) pairs that spell a comparison status's word for another vocabulary, each with its reason.
+#: (module, where) that spell a comparison status's word for another vocabulary, each with its reason; ``where``
+#: is the module-level name the word is written under (a function, a class or a declared constant).
 OTHER_VOCABULARIES = {
-    (Path("analysis/signatures.py"), "timeout"): "a failure signature's kind (KIND_ORDER), not a comparison's status",
-    (Path("analysis/text_rules.py"), "timeout"): "a failure signature's kind (KIND_RANK), not a comparison's status",
-    (Path("stages/native_tests/native_tests.py"), "timeout"): "ctest's word for a test it stopped, in that test's message",
-    (Path("tools/mutation.py"), "timeout"): "mutmut's status of a mutant that made a test hang (docs/mutation.md)",
+    (Path("analysis/signatures.py"), "_classify_test"): "the ``timeout`` signature kind, not a comparison's status",
+    (Path("analysis/signatures.py"), "generate_signatures"): "the ``timeout`` signature kind",
+    (Path("analysis/text_rules.py"), "KIND_RANK"): "the ``timeout`` signature kind's rank",
+    (Path("analysis/text_rules.py"), "classify_text"): "the ``timeout`` signature kind",
+    (Path("stages/native_tests/native_tests.py"), "_run_wrapped"): "ctest's word for a test it stopped, in that "
+                                                                     "test's message",
+    (Path("tools/mutation.py"), "CAUGHT"): "mutmut's status of a mutant that made a test hang (docs/mutation.md)",
 }
 
+#: (module, where) that declare a word a step status shares, for another vocabulary, each with its reason.  Every
+#: other module names those words through the declared constants.
+STEP_WORDS_OF_OTHER_VOCABULARIES = {
+    (Path("common/console.py"), "_PASSED"): "the step statuses the console marks: harness.common sits below "
+                                           "harness.record and cannot import them (held equal below)",
+    (Path("record/native_tests.py"), "CASE_PASSED"): "ctest's outcomes of one native test (tests.json)",
+    (Path("record/expectations.py"), "FINDING_PASSED"): "the outcomes of one rule on one load (a finding)",
+    (Path("record/junit.py"), "PASSED"): "JUnit's outcomes of a <testcase> and the elements that carry them",
+    (Path("analysis/roll_state.py"), "SKIPPED_BY_HAND"): "a roll's outcome of a patch dropped by git am --skip",
+    (Path("analysis/triage.py"), "TRIAGE_REGRESSED"): "the verdicts of a triage report",
+    (Path("stages/outputs/divergence.py"), "TEXT_DIFFERS"): "a llama-completion text that may be cut (a TextCheck)",
+}
 
-def status_literals(source: str) -> list[tuple[int, str]]:
-    """(line, word) of every string constant in ``source`` that is a comparison status's name; docstrings and
-    other longer texts do not count (a whole constant must be the name)."""
-    names = set(COMPARISON.names)
-    return [(node.lineno, node.value) for node in ast.walk(ast.parse(source))
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names]
+#: Calls whose first argument is a key or a field's name (``data.get("error")``), or an XML element's tag
+#: (``case.find("skipped")``); ``SubElement``'s second argument is a tag too.
+KEY_CALLS = frozenset({"get", "pop", "setdefault", "find", "findall", "findtext", "iter"})
+
+
+def _keys(tree: ast.AST) -> set[int]:
+    """ids of the constants of ``tree`` that name a key, a field or an XML element (see :func:`status_literals`)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            found |= {id(k) for k in node.keys if k is not None}
+        elif isinstance(node, ast.Subscript):
+            found.add(id(node.slice))
+        elif isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+            found.add(id(node.left))
+        elif isinstance(node, ast.Call):
+            called = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if called in KEY_CALLS and node.args:
+                found.add(id(node.args[0]))
+            elif called == "SubElement" and len(node.args) > 1:
+                found.add(id(node.args[1]))
+    return found
+
+
+def _where(statement: ast.stmt) -> str:
+    """The module-level name ``statement`` is written under: a function's or class's name, or the first name an
+    assignment binds (``A, B = ...``: ``A``); "" for any other statement."""
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return statement.name
+    targets = statement.targets if isinstance(statement, ast.Assign) else \
+        [statement.target] if isinstance(statement, ast.AnnAssign) else []
+    for target in targets:
+        for node in [target, *getattr(target, "elts", ())]:
+            if isinstance(node, ast.Name):
+                return node.id
+    return ""
+
+
+def status_literals(source: str, names: Iterable[str], *, fields: bool = True) -> list[tuple[int, str, str]]:
+    """(line, word, where) of every string constant in ``source`` that is one of ``names``, ``where`` the
+    module-level name it is written under (:func:`_where`); docstrings and other longer texts do not count (a
+    whole constant must be the name).  With ``fields`` False a word that names a key or a field of a record
+    (a dict display's key, a subscript, the first argument of get/pop/setdefault, the left of ``in``) or an
+    XML element (find, findall, iter, SubElement) does not count either: ``data["error"]`` is a field's name
+    and ``<skipped/>`` JUnit's element, not a status."""
+    names = set(names)
+    tree = ast.parse(source)
+    keys = set() if fields else _keys(tree)
+    return [(node.lineno, node.value, _where(statement)) for statement in tree.body for node in ast.walk(statement)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+            and id(node) not in keys]
+
+
+def _spelled(names: Iterable[str], allowed: dict[tuple[Path, str], str], *, fields: bool) -> list[str]:
+    """``module:line: 'word'`` for each status word of ``names`` spelled in the package outside its declaration
+    and the places ``allowed``."""
+    return [f"{rel}:{line}: {word!r}" for path in sorted(PACKAGE.rglob("*.py"))
+            if (rel := path.relative_to(PACKAGE)) != DECLARATION
+            for line, word, where in status_literals(path.read_text(encoding="utf-8"), names, fields=fields)
+            if (rel, where) not in allowed]
 
 
 def test_no_module_but_the_declaration_spells_a_comparison_status():
-    found = [f"{rel}:{line}: {word!r}" for path in sorted(PACKAGE.rglob("*.py"))
-             if (rel := path.relative_to(PACKAGE)) != DECLARATION
-             for line, word in status_literals(path.read_text(encoding="utf-8"))
-             if (rel, word) not in OTHER_VOCABULARIES]
+    found = _spelled(COMPARISON.names, OTHER_VOCABULARIES, fields=True)
     assert found == [], "use the constants of harness.record.statuses instead:\n" + "\n".join(found)
 
 
+def test_no_module_but_the_declaration_spells_a_step_status():
+    found = _spelled(STEP.names, STEP_WORDS_OF_OTHER_VOCABULARIES, fields=False)
+    assert found == [], ("use the constants of harness.record.statuses (STEP_PASSED, ...) for a step's status, or "
+                         "those of the module that owns the other vocabulary:\n" + "\n".join(found))
+
+
 def test_every_allowed_spelling_is_still_there():
-    """An entry of OTHER_VOCABULARIES whose module no longer spells its word is stale: remove it."""
-    for (rel, word) in OTHER_VOCABULARIES:
-        assert word in {w for _, w in status_literals((PACKAGE / rel).read_text(encoding="utf-8"))}, (rel, word)
+    """An entry of the allowed places whose module no longer spells a status's word there is stale: remove it."""
+    for allowed, names, fields in ((OTHER_VOCABULARIES, COMPARISON.names, True),
+                                   (STEP_WORDS_OF_OTHER_VOCABULARIES, STEP.names, False)):
+        for (rel, where) in allowed:
+            spelled = {w for _, _, w in status_literals((PACKAGE / rel).read_text(encoding="utf-8"), names,
+                                                        fields=fields)}
+            assert where in spelled, (rel, where)
+
+
+def test_the_consoles_step_statuses_are_the_records():
+    """harness.common.console cannot import harness.record: its words are held equal to the declaration here."""
+    assert (console._PASSED, console._FAILED, console._ERROR, console._SKIPPED, console._INTERRUPTED) == \
+        (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED, STEP_INTERRUPTED)
+    assert set(console._BAD) == STEP.failures | {STEP_INTERRUPTED}
 
 
 def test_the_rule_finds_the_literals_a_module_would_write():
@@ -50,4 +140,18 @@ def test_the_rule_finds_the_literals_a_module_would_write():
               'expect: str = "identical"\n'
               'ok = c.status == DIVERGED\n'
               'text = "identical (both generations end at once)"\n')
-    assert sorted(status_literals(source)) == [(2, "diverged"), (3, "crashed"), (3, "timeout"), (4, "identical")]
+    assert sorted(status_literals(source, COMPARISON.names)) == \
+        [(2, "diverged", ""), (3, "crashed", "bad"), (3, "timeout", "bad"), (4, "identical", "expect")]
+
+
+def test_the_rule_finds_a_step_status_spelled_and_leaves_fields_and_elements():
+    source = ('def judge(step):\n'
+              '    if step.status == "failed":\n'
+              '        return StepRecord(p, c, "build", "error", detail=data["error"])\n'
+              '    ok = step.status in (STEP_PASSED, "skipped")\n'
+              '    if "incomplete" in record or tc.find("skipped") is not None:\n'
+              '        return {"interrupted": data.get("interrupted"), "x": "passed"}\n'
+              'A, B = "passed", "failed"\n')
+    assert status_literals(source, STEP.names, fields=False) == \
+        [(2, "failed", "judge"), (3, "error", "judge"), (4, "skipped", "judge"), (6, "passed", "judge"),
+         (7, "passed", "A"), (7, "failed", "A")]

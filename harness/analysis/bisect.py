@@ -30,7 +30,8 @@ from typing import Any, Callable, Mapping, Sequence
 from ..args import parse_defines, split_names
 from ..common.errors import InputError
 from ..record.layout import BUILD_FILES
-from ..record.statuses import IDENTICAL
+from ..record.statuses import IDENTICAL, STEP_ERROR, STEP_PASSED
+from ..record.native_tests import CASE_PASSED, CASE_SKIPPED
 
 
 class BisectError(InputError):
@@ -423,7 +424,7 @@ class UpstreamBisector(Bisector):
         except PatchApplyError as exc:
             position = [p.name for p in self.patches].index(exc.patch) + 1
             self.not_applied[k] = exc.patch
-            result = BuildResult(self.platform, f"bisect-upstream-{variant}", "error", "", (here / "build").resolve(),
+            result = BuildResult(self.platform, f"bisect-upstream-{variant}", STEP_ERROR, "", (here / "build").resolve(),
                                  0.0, False, detail=(f"the patch series does not apply at {commit.short}: patch "
                                                      f"{position} of {len(self.patches)}, {exc.patch}, does not "
                                                      f"apply (log {here / 'logs' / BUILD_FILES['patches']})"))
@@ -452,7 +453,7 @@ class UpstreamBisector(Bisector):
             if variant == "fork" and k in self.not_applied:
                 out[variant] = "series did not apply"
             else:
-                out[variant] = "reused" if b.up_to_date else ("built" if b.status == "passed" else b.status)
+                out[variant] = "reused" if b.up_to_date else ("built" if b.status == STEP_PASSED else b.status)
         return out
 
     def passes(self, k: int) -> bool:
@@ -506,7 +507,7 @@ class TestCheck:
         """
         from ..stages.native_tests.native_tests import run_ctest
         built = bisector.build_at(k, "fork")
-        if built.status != "passed":
+        if built.status != STEP_PASSED:
             return False, f"build {built.status}: {built.detail}"
         missing = self.build_test_target(built.build_dir, bisector.dir_at(k, "fork") / "logs")
         if missing:
@@ -514,10 +515,10 @@ class TestCheck:
         run = run_ctest(built.build_dir, self.labels, [self.name], bisector.dir_at(k, "fork") / f"tests-{self.name}",
                         timeout_s=self.timeout_s)
         case = next((c for c in run.cases if c.name == self.name), None)
-        if case is None or case.status == "skipped":
+        if case is None or case.status == CASE_SKIPPED:
             return False, (f"test {self.name} is not registered with ctest at {bisector.point(k)} "
                            f"(labels {', '.join(self.labels)})")
-        if case.status != "passed":
+        if case.status != CASE_PASSED:
             return False, f"{self.name} failed{': ' + case.message if case.message else ''} (log {run.log})"
         return True, f"{self.name} passed"
 
@@ -569,7 +570,7 @@ class GroupCheck:
         key = (where, config, model, prompt)
         if key not in self._cache:
             built = bisector.build_at(k, cfg.build)
-            if built.status != "passed":
+            if built.status != STEP_PASSED:
                 raise RuntimeError(f"{cfg.build} build for {bisector.point(k)} {built.status}: {built.detail}")
             runs = []
             for r in range(1, self.generation.repeats + 1):

@@ -49,7 +49,7 @@ from .signatures import load_signatures, step_logs
 from ..record.compare import CompareEntry, find_compare_entry
 from ..record.forecast import read_forecast
 from ..record.bench import bench_platforms, read_bench
-from ..record.expectations import read_expectations
+from ..record.expectations import FINDING_PASSED, read_expectations
 from ..record.probe import layers_by_type_text
 from . import svg
 from .report_figures import checkout_series, kl_figure, machine_text, probe_figures, rule_history_figures, speed_pair_figures
@@ -512,7 +512,7 @@ def _expectations_html(run_dir: Path, platform: str, config: str) -> str:
         locked, claimed = facts.get("page_locked_bytes"), facts.get("claimed_granted_bytes")
         pinning = ("–" if fraction is None else f"{fraction:.3f}") + \
             ("" if locked is None else f"; driver {size_text(locked)}") + ("" if claimed is None else f", claimed {size_text(claimed)}")
-        outcomes = "; ".join(f"{f.rule}: {f.status}" + ("" if f.status == "passed" else f" ({f.message})")
+        outcomes = "; ".join(f"{f.rule}: {f.status}" + ("" if f.status == FINDING_PASSED else f" ({f.message})")
                              for f in load.findings) or load.skipped or ""
         rows.append(f'<tr><td class="nw">{escape(load.model)}</td><td class="nw">{escape(load.load)}'
                     f'</td><td>{escape(buffers) or "–"}</td><td>{escape(layers) or "–"}</td><td>{escape(pinning)}</td>'

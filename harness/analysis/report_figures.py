@@ -23,6 +23,7 @@ from ..record.records import ComparisonRecord
 from ..record.summary import run_dirs_under
 from .run_choice import _started, recorded_series, same_series
 from .svg import Cell, cell_strip, line_plot, strip_plot
+from ..record.statuses import STEP_FAILED
 
 #: Most runs a rule's history shows (the newest).
 HISTORY_RUNS = 60
@@ -197,7 +198,7 @@ def rule_history_figures(results_dir: Path, platform: str, current: str, series:
             x_ticks=ticks, apart=apart,
             limit=float(threshold) if isinstance(threshold, (int, float)) else None,
             limit_label=f"fails below {threshold:.3g}x" if isinstance(threshold, (int, float)) else "",
-            bad=[p.rule.get("status") == "failed" and p.same_series is not False for p in points],
+            bad=[p.rule.get("status") == STEP_FAILED and p.same_series is not False for p in points],
             point_titles=[_point_title(p) for p in points])))
     return out
 

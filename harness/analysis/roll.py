@@ -40,7 +40,7 @@ from ..stages.building.patches import Git, read_series, reset_to_base
 from ..stages.building.source import unexported_work
 from .forecast import forecast_base, obtain_pinned_and_onto, parse_onto
 from .forecast_patches import try_patch
-from .roll_state import (ACTIONS, BRANCH_PREFIX, OUTCOMES, RollError, State, checkout_root, option_json, project_git,
+from .roll_state import (ACTIONS, BRANCH_PREFIX, OUTCOMES, SKIPPED_BY_HAND, RollError, State, checkout_root, option_json, project_git,
                          roll_dir, uncommitted)
 
 
@@ -137,7 +137,7 @@ def _rebase(state: State, args: argparse.Namespace, say: Callable[[str], None], 
                                 "`git am --continue` there (or `git am --skip` to drop the patch), then roll --continue")
             head = dev.commit_id("HEAD")
             if head == state["stopped_at"]:
-                outcome = "skipped"
+                outcome = SKIPPED_BY_HAND
                 detail = "skipped by hand: git am --skip, nothing committed"
             elif dev.out(["rev-parse", f"{head}^"]) == state["stopped_at"]:
                 outcome = "resolved"

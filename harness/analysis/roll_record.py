@@ -22,9 +22,9 @@ from typing import Any
 
 from ..record.forecast import HunkConflict
 from ..record.json_files import write_json
-from ..record.statuses import IDENTICAL, STEP
+from ..record.statuses import IDENTICAL, STEP, VERDICT_PASSED
 from ..stages.building.source import BaseTree
-from .roll_state import OUTCOMES
+from .roll_state import OUTCOMES, SKIPPED_BY_HAND
 
 #: Most lines of a patch's diff against its old version shown in roll.md (the rest are counted).
 DIFF_MAX_LINES = 120
@@ -223,7 +223,7 @@ def markdown(rec: RollRecord) -> str:
             out += ["The patch writes:", "", "```", *c.wanted, "```", "", f"Upstream has there ({where}):", "",
                     "```", *c.upstream, "```"]
     for o in rec.outcomes:
-        if o["outcome"] in ("dropped", "skipped") or o["name"] not in rec.new_patches:
+        if o["outcome"] in ("dropped", SKIPPED_BY_HAND) or o["name"] not in rec.new_patches:
             continue
         diff = patch_diff(rec.old_patches.get(o["name"], ""), rec.new_patches.get(o["name"], ""))
         out += ["", f"### {o['name']}: against its old version", ""]
@@ -290,7 +290,7 @@ def runs_of_pin(results_dir: Path, commit: str) -> list[Path]:
         try:
             run = read_run(d)
             envs = [RunLayout(d).environment_json(p) for p in sorted(run.covered_platforms())]
-            if envs and {read_environment(e).base_commit for e in envs} == {commit} and run.overall == "passed":
+            if envs and {read_environment(e).base_commit for e in envs} == {commit} and run.overall == VERDICT_PASSED:
                 found.append(d)
         except (OSError, RecordError, ValueError):
             continue

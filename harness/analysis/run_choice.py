@@ -11,7 +11,7 @@ from pathlib import Path
 from ..common.errors import InputError
 from ..record.layout import BUILD_FILES, RunLayout
 from ..record.records import RecordError
-from ..record.statuses import (STEP_INTERRUPTED)
+from ..record.statuses import STEP_INTERRUPTED, VERDICT_INCOMPLETE
 from ..record.environment import read_environment
 from ..record.inputs import read_run_info
 from ..record.summary import RunSummary, read_run
@@ -110,7 +110,7 @@ def incomplete_reasons(summary: RunSummary) -> list[str]:
             what = f"{s.platform}: {s.step} {s.config}: interrupted"
             if not any(what.rsplit(":", 1)[0] in r for r in reasons):
                 reasons.append(what)
-    if summary.overall == "incomplete" and not reasons:
+    if summary.overall == VERDICT_INCOMPLETE and not reasons:
         reasons.append("the run's verdict is incomplete")
     return reasons
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 from ..common.console import Console
 from ..record.leftovers import settle_killed_runs
 from ..record.run import Run
-from ..record.statuses import KILLED, VERDICT_EXIT_CODES
+from ..record.statuses import KILLED, VERDICT_EXIT_CODES, VERDICT_FAILED
 from ..record.verdict import judge
 from .report import write_report
 from .signatures import classify_run
@@ -40,7 +40,7 @@ def not_run_yet(run: Run, commands: Sequence[str]) -> list[str]:
     """The stage ``commands`` (in order) that no process of ``run`` has begun: while there are some and nothing
     failed, the run's verdict is not yet known (a failure is final whatever runs after it).  The first command
     (``build``) counts as begun once a later one is: each builds what it needs."""
-    if run.overall() == "failed":
+    if run.overall() == VERDICT_FAILED:
         return []
     later = [c for c in commands[1:] if c in run.commands]
     return [c for i, c in enumerate(commands) if c not in run.commands and not (i == 0 and later)]
@@ -78,5 +78,5 @@ def annotate_failures(run: Run, console: Console) -> None:
     for row in judge((), run.comparisons):
         if row.verdict.fails:
             console.error(row.verdict.why, row.name)
-    if run.overall() == "failed":
+    if run.overall() == VERDICT_FAILED:
         console.error(run.headline(), f"run {run.id}: failed")

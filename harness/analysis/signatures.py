@@ -77,9 +77,10 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ..stages.native_tests.native_tests import WRAPPER_DID_NOT_RUN
 from ..stages.outputs.sanitized_generation import CRASH_LABEL, CRASH_TOOL, sanitized_stem
+from ..stages.shape import Signs
 from ..stages.table import step_spec
 from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
-from ..record.expectations import read_expectations
+from ..record.expectations import FINDING_FAILED, read_expectations
 from ..record.reloads import read_reload_check
 from ..record.loads import read_load_command
 from ..record.native_tests import read_sanitizer, read_test_run
@@ -89,7 +90,7 @@ from ..record.layout import BUILD_FILES, LOAD_FILES, TESTS_FILES, RunLayout
 from ..record.records import ComparisonRecord, Failure, RecordError, StepRecord
 from ..record.statuses import CRASHED, DIVERGED, STEP, STEP_FAILED, TIMEOUT
 from ..record.signatures import read_signatures
-from .text_rules import (EXPECTATION_KINDS, KIND_RANK, SUMMARY_MAX_CHARS, Signature, _clip, _line_at, _sanitizer,
+from .text_rules import (EXPECTATION_KINDS, KIND_RANK, KINDS, SUMMARY_MAX_CHARS, Signature, _clip, _line_at, _sanitizer,
                          _sig, _signal_in_text, classify_text, normalise, relative_path, signal_from_exit,
                          signal_signature, strip_ansi)
 
@@ -263,7 +264,7 @@ def _classify_build(run_dir: Path, step: StepRecord) -> Signature:
 
 
 def _other(detail: str, roots: Sequence[str], evidence: Iterable[str]) -> Signature:
-    return _sig("other", normalise(detail, roots) or "failed", detail.split("\n", 1)[0], evidence)
+    return _sig("other", normalise(detail, roots) or STEP_FAILED, detail.split("\n", 1)[0], evidence)
 
 
 # --------------------------------------------------------------------------- test steps
@@ -486,9 +487,23 @@ def classify_step(run_dir: Path, step: StepRecord) -> Signature | None:
     if not STEP.is_failure(step.status):
         return None
     spec = step_spec(step.step)
-    reader = _READERS.get(spec.evidence) if spec is not None else None
-    found = reader(run_dir, step) if reader is not None else None
+    if spec is not None and spec.signs is not None:
+        found = _signed_by_its_stage(run_dir, step, spec.signs)
+    else:
+        reader = _READERS.get(spec.evidence) if spec is not None else None
+        found = reader(run_dir, step) if reader is not None else None
     return found or _from_detail(step)
+
+
+def _signed_by_its_stage(run_dir: Path, step: StepRecord, signs: Signs) -> Signature | None:
+    """The signature a stage's own reader (harness.stages.shape.StepSpec.signs) reads of ``step``, clipped like
+    every other; None where it reads none.  Raises ValueError for a kind outside :data:`KINDS`."""
+    own = signs(run_dir, step)
+    if own is None:
+        return None
+    if own.kind not in KINDS:
+        raise ValueError(f"step {step.step}: its stage signs it as kind {own.kind!r}, not one of {KINDS}")
+    return _sig(own.kind, own.key, own.summary, own.evidence)
 
 
 def _from_detail(step: StepRecord) -> Signature:
@@ -515,7 +530,8 @@ def _first(signatures: Callable[[Path, StepRecord], list[Signature]]) -> Callabl
 
 #: How a failed step's signature is read, by the evidence its stage declares for it (harness.stages.shape
 #: .EVIDENCE, every kind but ``detail``, which :func:`_from_detail` reads; tests/test_stage_meaning.py holds
-#: them equal).  A reader's None falls back to the detail.
+#: them equal).  A reader's None falls back to the detail.  A step whose stage signs it itself
+#: (harness.stages.shape.StepSpec.signs) needs no reader here.
 _READERS: dict[str, Callable[[Path, StepRecord], Signature | None]] = {
     "build-logs": _classify_build,
     "compile-logs": _classify_build,
@@ -559,7 +575,7 @@ def expectation_signatures(run_dir: Path, step: StepRecord) -> list[Signature]:
     keys: dict[tuple[str, str, str], str] = {}
     for load in record.loads if record is not None else ():
         for f in load.findings:
-            if f.status == "failed":
+            if f.status == FINDING_FAILED:
                 keys.setdefault((load.model, f.rule, f.message), f.key)
     out = []
     for fact in step.failures:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics as pystats
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
+from ..record.statuses import STEP_PASSED
 
 
 def cv(samples: Sequence[float]) -> float | None:
@@ -61,7 +62,7 @@ class RuleNoise:
     @property
     def false_alarms(self) -> int:
         """Runs in which the rule did not pass (nothing changed, so each is a false alarm)."""
-        return sum(s != "passed" for s in self.statuses)
+        return sum(s != STEP_PASSED for s in self.statuses)
 
     @property
     def false_alarm_rate(self) -> float:

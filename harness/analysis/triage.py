@@ -190,6 +190,11 @@ class TimingChange:
     threshold_s: float
 
 
+#: The verdicts of a triage report (:meth:`TriageReport.to_json`): a regression, no regression but run B was killed
+#: mid-way, or neither.
+TRIAGE_REGRESSED, TRIAGE_INCOMPLETE, TRIAGE_CLEAN = "regressed", "incomplete", "clean"
+
+
 @dataclass
 class TriageReport:
     """Everything that changed from run ``a`` to run ``b`` (ids and directories)."""
@@ -242,7 +247,7 @@ class TriageReport:
         """The report as JSON-ready data, plus ``verdict`` (regressed|incomplete|clean; incomplete: no regression,
         and B was killed mid-way) and counts."""
         data = asdict(self)
-        data["verdict"] = "regressed" if self.regressions else ("incomplete" if self.b_killed else "clean")
+        data["verdict"] = TRIAGE_REGRESSED if self.regressions else (TRIAGE_INCOMPLETE if self.b_killed else TRIAGE_CLEAN)
         data["counts"] = {"regressions": len(self.regressions), "fixes": len(self.fixes),
                           "other_changes": len(self.transitions) - len(self.regressions) - len(self.fixes),
                           "speed_suspects": len(self.speed_suspects)}

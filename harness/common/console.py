@@ -34,8 +34,14 @@ WATCH_S = 0.5
 #: ninja's status line: ``[n/N] Building CXX object ...`` (its default NINJA_STATUS is "[%f/%t] ").
 NINJA_PROGRESS = re.compile(rb"^\[(\d+)/(\d+)\] ", re.M)
 
+#: The step statuses the console marks and decides by: harness.common sits below harness.record, which declares
+#: them (harness.record.statuses.STEP), so they are named here once and tests/test_status_names.py holds them equal.
+_PASSED, _FAILED, _ERROR, _SKIPPED, _INTERRUPTED = "passed", "failed", "error", "skipped", "interrupted"
+#: The statuses that end a step badly: its log is named and an error annotation written.
+_BAD = (_FAILED, _ERROR, _INTERRUPTED)
+
 #: Status words shown on end lines; anything else is shown as it is.
-_MARK = {"passed": "✔", "failed": "✘", "error": "✘", "skipped": "–", "interrupted": "■",
+_MARK = {_PASSED: "✔", _FAILED: "✘", _ERROR: "✘", _SKIPPED: "–", _INTERRUPTED: "■",
          "reused": "♻"}  # reused: a step whose results came from the result cache (docs/cache.md)
 
 
@@ -71,7 +77,7 @@ class Step:
     done: int = 0
     total: int | None = None
     what: str = ""
-    status: str = "passed"
+    status: str = _PASSED
     detail: str = ""
     log: str = ""
     _task: int | None = None
@@ -151,7 +157,7 @@ class Console:
         try:
             yield step
         except BaseException:
-            step.finish("interrupted", "stopped by an error or a signal")
+            step.finish(_INTERRUPTED, "stopped by an error or a signal")
             raise
         finally:
             titles.remove(title)
@@ -175,7 +181,7 @@ class Console:
         mark = _MARK.get(step.status, "•")
         line = f"{mark} {step.title}: {step.status}" + (f" — {step.detail}" if step.detail else "")
         self.say(f"{line} ({took})")
-        bad = step.status in ("failed", "error", "interrupted")
+        bad = step.status in _BAD
         if bad and step.log:
             self.say(f"  log: {step.log}")
         if self.github and outermost:

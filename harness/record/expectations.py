@@ -22,10 +22,16 @@ EXPECTATIONS_STEP = "expectations"
 
 
 
+#: The outcomes of one rule on one load (a finding's ``status``): not a step's status; the check's step status is
+#: decided from its findings (harness.stages.checks.expectations, harness.stages.checks.reloads).
+FINDING_PASSED, FINDING_FAILED, FINDING_INCOMPLETE = "passed", "failed", "incomplete"
+
+
 @dataclass(frozen=True)
 class Finding:
     """One rule's outcome on one load: ``rule`` (placement, weights, pinned, mapped, claims, warnings),
-    ``status`` (passed, failed, incomplete), ``message`` and ``key`` (stable across runs: no numbers)."""
+    ``status`` (:data:`FINDING_PASSED`, :data:`FINDING_FAILED`, :data:`FINDING_INCOMPLETE`), ``message`` and ``key``
+    (stable across runs: no numbers)."""
 
     rule: str
     status: str

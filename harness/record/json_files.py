@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from ..common.fs import write_text_whole
 from ..common.locks import RunLock
-from .statuses import STEP, KILLED
+from .statuses import KILLED, STEP, STEP_INTERRUPTED, STEP_PASSED, VERDICT_FAILED, VERDICT_INCOMPLETE
 from .records import RECORD_VERSION, RecordError, StepRecord, ComparisonRecord
 from .layout import RunLayout
 
@@ -82,9 +82,9 @@ def settle_dead_progress(data: dict, run_dir: Path) -> dict:
     incomplete = list(data.get("incomplete", []))
     for platform, config, step, recheck in progress.get("doing", []):
         steps_at = by_key.get((platform, config, step))
-        if recheck and steps_at is not None and steps[steps_at].status == "passed":
+        if recheck and steps_at is not None and steps[steps_at].status == STEP_PASSED:
             continue  # a build found up to date again: its record stands (harness.record.progress.Doing)
-        record = StepRecord(platform, config, step, "interrupted", 0.0, f"{why}; did not finish")
+        record = StepRecord(platform, config, step, STEP_INTERRUPTED, 0.0, f"{why}; did not finish")
         if steps_at is None:
             steps.append(record)
         else:
@@ -96,7 +96,7 @@ def settle_dead_progress(data: dict, run_dir: Path) -> dict:
     failed = any(STEP.is_failure(s.status) for s in steps) or any(c.failed() for c in comparisons)
     out = {k: v for k, v in data.items() if k != "in_progress"}
     out.update(configurations=[judged_json(s) for s in steps], incomplete=incomplete, interrupted="killed",
-               overall="failed" if failed else "incomplete")
+               overall=VERDICT_FAILED if failed else VERDICT_INCOMPLETE)
     return out
 
 

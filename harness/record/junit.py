@@ -32,18 +32,27 @@ from .bench import parse_rule_step, parse_step
 from .layout import junit_dir
 from .records import ComparisonRecord, StepRecord
 from .run import Run
+from .statuses import STEP_FAILED
 from .verdict import NOT_RUN
+
+
+#: A ``<testcase>``'s outcomes, JUnit's words: passed (no child element), or the element of its failure, error or
+#: skip; not a step's status (each document says which step statuses it renders as which).
+PASSED, FAILURE, ERROR, SKIPPED = "passed", "failure", "error", "skipped"
+#: The attribute of a ``<testsuite>`` (and the root) that counts each outcome but passed.
+_COUNTED_AS = {FAILURE: "failures", ERROR: "errors", SKIPPED: SKIPPED}
 
 
 @dataclass(frozen=True)
 class _Case:
-    """One ``<testcase>``: ``outcome`` is passed, failure, error or skipped; ``message``/``kind``/``text``
+    """One ``<testcase>``: ``outcome`` is :data:`PASSED`, :data:`FAILURE`, :data:`ERROR` or :data:`SKIPPED`;
+    ``message``/``kind``/``text``
     fill the outcome's element (``text`` of a passed case, where given, goes to ``<system-out>``), ``time``
     in seconds."""
 
     classname: str
     name: str
-    outcome: str = "passed"
+    outcome: str = PASSED
     message: str = ""
     kind: str = ""
     text: str | None = None
@@ -52,26 +61,26 @@ class _Case:
 
 def _document(title: str, suites: dict[str, list[_Case]], counted: tuple[str, ...]) -> ET.ElementTree:
     """A JUnit ``<testsuites>`` named ``title`` with one ``<testsuite>`` per key of ``suites`` (sorted);
-    ``counted``: the outcome totals the root carries besides ``tests`` (each suite carries them all)."""
+    ``counted``: the outcomes whose totals the root carries besides ``tests`` (each suite carries them all)."""
     root = ET.Element("testsuites", name=title)
-    totals = dict.fromkeys(("tests", *counted), 0)
+    totals = dict.fromkeys(("tests", *(_COUNTED_AS[o] for o in counted)), 0)
     for suite_name, cases in sorted(suites.items()):
-        n = {o: sum(c.outcome == o for c in cases) for o in ("failure", "error", "skipped")}
-        suite = ET.SubElement(root, "testsuite", name=suite_name, tests=str(len(cases)), failures=str(n["failure"]),
-                              errors=str(n["error"]), skipped=str(n["skipped"]))
+        n = {o: sum(c.outcome == o for c in cases) for o in _COUNTED_AS}
+        suite = ET.SubElement(root, "testsuite", name=suite_name, tests=str(len(cases)),
+                              **{_COUNTED_AS[o]: str(k) for o, k in n.items()})
         totals["tests"] += len(cases)
-        for key in counted:
-            totals[key] += n[{"failures": "failure", "errors": "error", "skipped": "skipped"}[key]]
+        for o in counted:
+            totals[_COUNTED_AS[o]] += n[o]
         for c in cases:
             attrs = {"classname": c.classname, "name": c.name}
             if c.time is not None:
                 attrs["time"] = f"{c.time:.1f}"
             case = ET.SubElement(suite, "testcase", attrs)
-            if c.outcome in ("failure", "error"):
+            if c.outcome in (FAILURE, ERROR):
                 node = ET.SubElement(case, c.outcome, message=c.message, type=c.kind)
                 node.text = c.text
-            elif c.outcome == "skipped":
-                ET.SubElement(case, "skipped", message=c.message)
+            elif c.outcome == SKIPPED:
+                ET.SubElement(case, SKIPPED, message=c.message)
             elif c.text is not None:
                 ET.SubElement(case, "system-out").text = c.text
     for key, value in totals.items():
@@ -92,13 +101,13 @@ def comparisons_xml(platform: str, comparisons: Iterable[ComparisonRecord]) -> E
             what = c.difference()
             where = f"first divergent token {what}" if c.first_divergence else what
             message = f"{v.why}: {where}" if where else v.why
-            case = replace(case, outcome="failure", message=message, kind=c.status, text=c.detail)
+            case = replace(case, outcome=FAILURE, message=message, kind=c.status, text=c.detail)
         elif v.verdict == NOT_RUN:
-            case = replace(case, outcome="skipped", message=f"{v.why}: {c.detail}" if c.detail else v.why)
+            case = replace(case, outcome=SKIPPED, message=f"{v.why}: {c.detail}" if c.detail else v.why)
         elif v.why:  # passed, and why: an expected divergence
             case = replace(case, text=f"{v.why}: {c.difference()}" if c.first_divergence else v.why)
         suites.setdefault(f"{platform}/{c.group}", []).append(case)
-    return _document(f"greedy comparisons {platform}", suites, ("failures", "skipped"))
+    return _document(f"greedy comparisons {platform}", suites, (FAILURE, SKIPPED))
 
 
 def speed_xml(platform: str, steps: Iterable[StepRecord]) -> ET.ElementTree:
@@ -111,10 +120,10 @@ def speed_xml(platform: str, steps: Iterable[StepRecord]) -> ET.ElementTree:
         vs = f" vs {parsed.reference}" if parsed.reference else ""  # a rule's own reference, not the group's
         case = _Case(f"{platform}.{parsed.group}", f"{s.config} {parsed.metric}{vs}", time=s.seconds, text=s.detail)
         if s.verdict().fails:
-            case = replace(case, outcome="failure" if s.status == "failed" else "error", message=s.detail,
+            case = replace(case, outcome=FAILURE if s.status == STEP_FAILED else ERROR, message=s.detail,
                            kind=s.status, text=None)
         suites.setdefault(f"{platform}/{parsed.group}", []).append(case)
-    return _document(f"speed rules {platform}", suites, ("failures", "errors"))
+    return _document(f"speed rules {platform}", suites, (FAILURE, ERROR))
 
 
 def _write(tree: ET.ElementTree, path: Path) -> Path:
@@ -152,12 +161,12 @@ def checks_xml(platform: str, steps: Iterable[StepRecord], names: Iterable[str])
         case = _Case(f"{platform}.{s.step}", s.config)
         v = s.verdict()
         if v.fails:
-            case = replace(case, outcome="failure", message=s.detail[:500], kind=s.status,
+            case = replace(case, outcome=FAILURE, message=s.detail[:500], kind=s.status,
                            text="\n".join(f.text() for f in s.failures) or s.detail)
         elif v.verdict == NOT_RUN:
-            case = replace(case, outcome="skipped", message=f"{v.why}: {s.detail[:500]}")
+            case = replace(case, outcome=SKIPPED, message=f"{v.why}: {s.detail[:500]}")
         suites.setdefault(f"{platform}/{s.step}", []).append(case)
-    return _document(f"checks {platform}", suites, ("failures", "skipped"))
+    return _document(f"checks {platform}", suites, (FAILURE, SKIPPED))
 
 
 def write_checks_junit(run: Run, names: Iterable[str]) -> list[Path]:

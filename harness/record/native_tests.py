@@ -16,9 +16,15 @@ from .json_files import read_record_json
 from .records import RecordError
 
 
+#: The outcomes of one native test (ctest's and JUnit's words, as tests.json records them): not a step's status;
+#: the ``test`` step's status is decided from them (harness.stages.native_tests.native_tests).
+CASE_PASSED, CASE_FAILED, CASE_SKIPPED = "passed", "failed", "skipped"
+CASE_STATUSES = (CASE_PASSED, CASE_FAILED, CASE_SKIPPED)
+
+
 @dataclass
 class TestCase:
-    """One native test binary's outcome: passed, failed or skipped, with seconds and a message."""
+    """One native test binary's outcome: ``status`` one of :data:`CASE_STATUSES`, with seconds and a message."""
 
     name: str
     status: str
@@ -39,14 +45,14 @@ class TestRun:
 
     def counts(self) -> dict[str, int]:
         """Number of cases per status."""
-        out = {"passed": 0, "failed": 0, "skipped": 0}
+        out = dict.fromkeys(CASE_STATUSES, 0)
         for c in self.cases:
             out[c.status] = out.get(c.status, 0) + 1
         return out
 
     def failed(self) -> list[TestCase]:
         """The cases that failed, in order."""
-        return [c for c in self.cases if c.status == "failed"]
+        return [c for c in self.cases if c.status == CASE_FAILED]
 
 
 def read_test_run(path: Path) -> TestRun:

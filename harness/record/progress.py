@@ -18,6 +18,7 @@ from ..common import proc
 from ..common.errors import HarnessError
 from .records import StepRecord
 from .run import Run
+from .statuses import STEP_INTERRUPTED, STEP_PASSED
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,9 @@ class InProgress:
             doing, self._doing = list(self._doing), []
         for d in reversed(doing):
             earlier = self.run.step(d.platform, d.config, d.step)
-            if d.recheck and earlier is not None and earlier.status == "passed":
+            if d.recheck and earlier is not None and earlier.status == STEP_PASSED:
                 continue
-            self.run.record_step(StepRecord(d.platform, d.config, d.step, "interrupted",
+            self.run.record_step(StepRecord(d.platform, d.config, d.step, STEP_INTERRUPTED,
                                             round(time.monotonic() - d.started, 1), f"{why}; did not finish"))
             self.run.mark_incomplete(f"{d.platform}: {d.step} {d.config}: {why}; did not finish")
 

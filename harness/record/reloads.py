@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .expectations import Finding
+from .expectations import FINDING_FAILED, Finding
 from .probe import engine_record
 from .json_files import read_record_json
 from .records import RecordError
@@ -185,7 +185,7 @@ class ReloadCheck:
         keys: dict[tuple[str, str, str], str] = {}
         for model, findings in self.models.items():
             for f in findings:
-                if f.status == "failed":
+                if f.status == FINDING_FAILED:
                     keys.setdefault((model, f.rule, f.message), f.key)
         return keys
 

@@ -19,7 +19,7 @@ from ..common.errors import InputError
 from ..common.fs import describe, writable_dir, write_text_whole
 from ..common.locks import RunInUse, RunLock
 from .run_id import RUN_ID_ENV, chain_alive, current_chain, new_run_id
-from .statuses import STEP, KILLED
+from .statuses import KILLED, STEP, VERDICT_FAILED, VERDICT_INCOMPLETE, VERDICT_PASSED, VERDICT_SKIPPED
 from .records import RECORD_VERSION, StepRecord, ComparisonRecord
 from .layout import RunLayout
 from .json_files import load_records, judged_json, write_json
@@ -228,12 +228,12 @@ class Run:
         if self.progress is not None:
             return "in-progress"
         if any(STEP.is_failure(s.status) for s in self.steps) or any(c.failed() for c in self.comparisons):
-            return "failed"
+            return VERDICT_FAILED
         if self.incomplete or any(s.status in STEP.unproven for s in self.steps):
-            return "incomplete"
+            return VERDICT_INCOMPLETE
         if not any(s.status in STEP.successes for s in self.steps) and not self.comparisons:
-            return "skipped"
-        return "passed"
+            return VERDICT_SKIPPED
+        return VERDICT_PASSED
 
     def notes(self) -> list[str]:
         """What the verdict does not cover, in words: killed, the stages still to run, platforms skipped."""

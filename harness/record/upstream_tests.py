@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .records import RecordError
 from .json_files import read_record_json
+from .native_tests import CASE_FAILED, CASE_PASSED
 
 #: The classes of a pair, each with the words the step's detail and the report use.
 PASSED_BOTH, FAILED_BOTH, REGRESSED, FIXED, SKIPPED_BOTH, FORK_ONLY, DECLARED = (
@@ -44,13 +45,13 @@ def classify(base: str, fork: str) -> str:
     :data:`FAILED_BOTH` (upstream's or the machine's), whatever the fork's message."""
     if DECLARED_SKIP in (base, fork):
         return DECLARED
-    if fork == "failed":
-        return FAILED_BOTH if base == "failed" else REGRESSED
-    if base == "passed":
-        return PASSED_BOTH if fork == "passed" else REGRESSED
-    if base == "failed":
-        return FIXED if fork == "passed" else FAILED_BOTH
-    return FORK_ONLY if fork == "passed" else SKIPPED_BOTH
+    if fork == CASE_FAILED:
+        return FAILED_BOTH if base == CASE_FAILED else REGRESSED
+    if base == CASE_PASSED:
+        return PASSED_BOTH if fork == CASE_PASSED else REGRESSED
+    if base == CASE_FAILED:
+        return FIXED if fork == CASE_PASSED else FAILED_BOTH
+    return FORK_ONLY if fork == CASE_PASSED else SKIPPED_BOTH
 
 
 @dataclass(frozen=True)

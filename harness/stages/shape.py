@@ -9,8 +9,9 @@ A stage (:class:`Stage`) declares, once:
 * ``steps``: the steps it records, each a :class:`StepSpec`: its name (a name ending in ``:`` or ``-`` is
   a prefix: ``speed:`` for ``speed:<group>:<metric>``, ``test-`` for ``test-<tool>``), the statuses it
   may end in (the named constants of harness.record.statuses.STEP; ``interrupted`` is the run loop's,
-  never declared) and what its failure is read from (:data:`EVIDENCE`: the signatures, the logs a
-  report shows and review ask the step's declaration, harness.stages.table.step_spec); the run loop
+  never declared) and what its failure is read from (:data:`EVIDENCE`, or the stage's own function that
+  signs it, :attr:`StepSpec.signs`: the signatures, the logs a report shows and review ask the step's
+  declaration, harness.stages.table.step_spec); the run loop
   holds what a stage records to them (harness.stages.table.undeclared);
 * ``run``: a function of the :class:`Context` that does its work and returns the steps it decided
   (the run loop records each and says it in one line); steps found deep in its work (a build that a
@@ -41,7 +42,7 @@ from ..record.cache import ResultCache
 from ..record.progress import InProgress
 from ..record.records import StepRecord
 from ..record.run import Run
-from ..record.statuses import STEP_INTERRUPTED, STEP_STATUSES
+from ..record.statuses import STEP_INTERRUPTED, STEP_SKIPPED, STEP_STATUSES
 from .command_names import STAGE_COMMANDS
 from .options import Options
 
@@ -79,6 +80,28 @@ EVIDENCE = {
     "detail": "the step's failure facts and detail alone",
 }
 
+#: The evidence of a step whose stage signs its failures itself (:attr:`StepSpec.signs`): what it is read from is
+#: the stage's own business, and harness.analysis.signatures only calls the stage's function.
+OWN_EVIDENCE = "own"
+
+
+@dataclass(frozen=True)
+class FailureSign:
+    """What a stage's own reader (:attr:`StepSpec.signs`) reads of a failed step: the signature's ``kind`` (one of
+    harness.analysis.text_rules.KINDS), its ``key`` (stable across runs and machines: no addresses, times or
+    absolute paths), a one-line ``summary`` for people and the ``evidence`` lines it was read from, as logged.
+    harness.analysis.signatures makes it a Signature (clipped like every other)."""
+
+    kind: str
+    key: str
+    summary: str
+    evidence: tuple[str, ...] = ()
+
+
+#: A stage's own reader of a failed step (:attr:`StepSpec.signs`): (run directory, the step record) -> its
+#: :class:`FailureSign`, or None to sign it from its failure facts and detail.
+Signs = Callable[[Path, StepRecord], FailureSign | None]
+
 #: The statuses a stage may declare: every step status but the run loop's ``interrupted``.
 DECLARABLE = tuple(s for s in STEP_STATUSES if s != STEP_INTERRUPTED)
 
@@ -86,20 +109,29 @@ DECLARABLE = tuple(s for s in STEP_STATUSES if s != STEP_INTERRUPTED)
 @dataclass(frozen=True)
 class StepSpec:
     """One step a stage records: its ``name`` (ending in ``:`` or ``-``: a prefix), the ``statuses`` it may end
-    in (named constants of harness.record.statuses), its ``evidence`` (:data:`EVIDENCE`) and whether it is
-    ``timed``: its seconds measure the work itself (a build, a test run), so triage compares them across runs.
-    Raises ValueError for a status or evidence outside its vocabulary."""
+    in (named constants of harness.record.statuses), its ``evidence`` (:data:`EVIDENCE`; :data:`OWN_EVIDENCE` for a
+    step that ``signs`` its failures itself) and whether it is ``timed``: its seconds measure the work itself (a
+    build, a test run), so triage compares them across runs.  Raises ValueError for a status or evidence outside
+    its vocabulary, or an evidence kind declared beside a reader of its own."""
 
     name: str
     statuses: tuple[str, ...]
     evidence: str = "detail"
     timed: bool = False
+    #: the stage's own reader of a failed step of this name (:data:`Signs`); given, the step's ``evidence`` is
+    #: :data:`OWN_EVIDENCE` and harness.analysis.signatures needs no reader of its own for it
+    signs: Signs | None = None
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.statuses if s not in DECLARABLE]
         if unknown or not self.statuses:
             raise ValueError(f"step {self.name}: statuses {', '.join(map(repr, unknown))} not in {DECLARABLE}")
-        if self.evidence not in EVIDENCE:
+        if self.signs is not None:
+            if self.evidence not in ("detail", OWN_EVIDENCE):
+                raise ValueError(f"step {self.name}: evidence {self.evidence!r} and a reader of its own (signs): "
+                                 f"declare one of them")
+            object.__setattr__(self, "evidence", OWN_EVIDENCE)
+        elif self.evidence not in EVIDENCE:
             raise ValueError(f"step {self.name}: evidence {self.evidence!r} not in {tuple(EVIDENCE)}")
 
     def matches(self, step: str) -> bool:
@@ -285,7 +317,7 @@ class Context:
                 why = f"{cannot_run(p)}; compiled instead (step compile)"
             if why:
                 self.run.skipped_platforms[name] = why
-                self.run.record_step(StepRecord(name, "-", for_step, "skipped", detail=why))
+                self.run.record_step(StepRecord(name, "-", for_step, STEP_SKIPPED, detail=why))
                 if self.selection.names_platforms() and not compiled:
                     self.run.mark_incomplete(f"{name}: {for_step} skipped: {why}")
                 self.say(f"[{name}] {for_step}: skipped: {why}")

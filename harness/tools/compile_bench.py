@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
+from ..record.statuses import STEP_PASSED
 
 
 def machine() -> str:
@@ -88,10 +89,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"{variant}: skipped: {run.step(p.name, variant, 'compile').detail}")
             return 1
         fork_plan = fork_plan or result.plan
-        ok = ok and result.status == "passed"
+        ok = ok and result.status == STEP_PASSED
         units = len(result.plan.units) if result.plan else 0
         print(f"{variant}: {result.status} in {seconds:.1f} s ({units} units, linked {len(result.linked)} targets)"
-              + ("" if result.status == "passed" else f": {result.detail}"))
+              + ("" if result.status == STEP_PASSED else f": {result.detail}"))
     ctx.close()
     print(f"total: {total:.1f} s; machine after: {machine()}")
     if args.keep is None:

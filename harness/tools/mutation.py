@@ -38,6 +38,8 @@ from ..common.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_P
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / ".mutation"
 DOC = ROOT / "docs" / "mutation.md"
+#: mutmut's statuses of a mutant the tests caught: killed, or made a test hang (docs/mutation.md).
+CAUGHT = ("killed", "timeout")
 
 
 def _tests(path: str, *names: str) -> tuple[str, ...]:
@@ -104,7 +106,7 @@ def changed_modules(ref: str, root: Path = ROOT) -> list[str]:
     working tree), in the table's order.  Raises ValueError naming the ref when git does not know it."""
     done = subprocess.run(["git", "diff", "--name-only", ref, "--"], cwd=root, capture_output=True, text=True)
     if done.returncode:
-        raise ValueError(f"--changed {ref}: git diff: {done.stderr.strip() or 'failed'}")
+        raise ValueError(f"--changed {ref}: git diff: {done.stderr.strip() or f'exit {done.returncode}'}")
     changed = set(done.stdout.split())
     return [m for m in VERDICT_MODULES if m in changed]
 
@@ -160,7 +162,7 @@ def score(mutants: Sequence[Mutant]) -> tuple[int, int]:
     """(killed, judged): killed counts a timeout (the mutant hung a test) as mutmut does not; judged leaves out
     the mutants no selected test reaches (``no tests``, said apart) and those not checked."""
     counted = [m for m in mutants if m.status not in ("no tests", "not checked")]
-    return sum(m.status in ("killed", "timeout") for m in counted), len(counted)
+    return sum(m.status in CAUGHT for m in counted), len(counted)
 
 
 def _mutmut(work: Path, *args: str, log: Path | None = None) -> int:
@@ -207,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     mutants = judged(WORK, modules)
     killed, total = score(mutants)
     equivalent = listed_equivalent()
-    survivors = [m for m in mutants if m.status not in ("killed", "timeout", "no tests")]
+    survivors = [m for m in mutants if m.status not in (*CAUGHT, "no tests")]
     unlisted = [m for m in survivors if m.name not in equivalent]
     unreached = sum(m.status == "no tests" for m in mutants)
     for m in unlisted:

@@ -66,7 +66,7 @@ def differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     are the same run."""
     a, b = comparable(before), comparable(after)
     out = []
-    for key in ("overall", "skipped_platforms", "incomplete"):
+    for key in (k for k in a if k not in ("steps", "comparisons")):  # the run's own fields, in their order
         if a[key] != b[key]:
             out.append(f"{key}: {a[key]!r} before, {b[key]!r} after")
     for kind in ("steps", "comparisons"):

@@ -25,6 +25,7 @@ from ...common.locks import BuildLock
 
 from ...common.errors import EnvironmentProblem
 from ...record.layout import BUILD_FILES
+from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED
 
 #: Bumped when the way builds are configured changes, so old build dirs are not reused.
 BUILD_SCHEME = 1
@@ -212,7 +213,7 @@ def up_to_date_result(req: BuildRequest, logs_dir: Path) -> BuildResult:
     logs_dir.mkdir(parents=True, exist_ok=True)
     with open(logs_dir / BUILD_FILES["build"], "a") as fh:  # a later stage of the run keeps the real build's log
         fh.write(f"up to date: key {key}, {req.build_dir}\n")
-    return BuildResult(req.platform, req.variant, "passed", key, req.build_dir, 0.0, True,
+    return BuildResult(req.platform, req.variant, STEP_PASSED, key, req.build_dir, 0.0, True,
                        detail=f"up to date (key {key})", logs={"build": logs_dir / BUILD_FILES["build"]})
 
 
@@ -222,11 +223,11 @@ def _build_locked(req: BuildRequest, logs_dir: Path, budget: JobBudget | None) -
     key = req.key()
     stamp = req.build_dir / "harness-build.json"
     logs_dir.mkdir(parents=True, exist_ok=True)
-    result = BuildResult(req.platform, req.variant, "passed", key, req.build_dir, 0.0, False)
+    result = BuildResult(req.platform, req.variant, STEP_PASSED, key, req.build_dir, 0.0, False)
     try:
         cmake, ninja = _tool("cmake"), _tool("ninja")
     except BuildError as exc:
-        result.status, result.detail = "error", str(exc)
+        result.status, result.detail = STEP_ERROR, str(exc)
         return result
     stamp.unlink(missing_ok=True)
     req.build_dir.mkdir(parents=True, exist_ok=True)
@@ -242,7 +243,7 @@ def _build_locked(req: BuildRequest, logs_dir: Path, budget: JobBudget | None) -
         result.logs[name] = log
         result.seconds += secs
         if rc != 0:
-            result.status = "failed"
+            result.status = STEP_FAILED
             result.detail = f"{name} failed: " + (first_error_line(log) or f"exit {rc}")
             return result
     stamp.write_text(json.dumps({"key": key, "targets": list(req.targets),

@@ -41,6 +41,7 @@ from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, s
     series_label
 from .quantize_tool import no_quantize_platform, quantize_platform, tool_from_build
 from .source import BaseTree, obtain_base, prepare_tree, raise_storage_problem, tree_state
+from ...record.statuses import STEP_ERROR, STEP_PASSED
 
 
 #: The CMake code that compiles a platform's ``unoptimised_targets`` at -O0, included at the end of ggml's project().
@@ -193,7 +194,7 @@ class Builds:
                 self.console.step(f"[{p.name}] build {variant}", watch=logs / BUILD_FILES["build"]) as shown:
             result = self._build_variant(p, variant)
             log = result.logs.get("build") or result.logs.get("configure") or (logs / BUILD_FILES["error"])
-            shown.finish(result.status, result.detail, log if result.status != "passed" else "")
+            shown.finish(result.status, result.detail, log if result.status != STEP_PASSED else "")
             return result
 
     def prepare_source(self, base: BaseTree, work: Path, variant: str, logs: Path) -> Path:
@@ -239,10 +240,10 @@ class Builds:
             if attempt == 3:
                 break
             built = build(req, logs, self.say, self.job_budget())
-            if built.status != "passed":
+            if built.status != STEP_PASSED:
                 return built
         assert built is not None
-        built.status, built.detail = "error", (f"{req.build_dir} was rebuilt with other options by another "
+        built.status, built.detail = STEP_ERROR, (f"{req.build_dir} was rebuilt with other options by another "
                                                "harness process three times in a row")
         return built
 
@@ -314,13 +315,13 @@ class Builds:
                                self.cmake_options(p, variant), tuple(targets), key_parts, self.opts.jobs,
                                env=ccache_env(work), exe_suffix=executable_suffix(p))
             result = self._build_and_hold(req, logs)
-            if result.status != "passed":
+            if result.status != STEP_PASSED:
                 raise_storage_problem(None, self.opts.work_dir)  # a build a full disk broke is not the fork's
         except EnvironmentProblem:
             raise  # the machine's, not the fork's: the run stops, exit 2 (harness.pipeline)
         except Exception as exc:  # a broken input must not stop other platforms: record it
             raise_storage_problem(exc, self.opts.work_dir)
-            result = BuildResult(p.name, variant, "error", "", Path(), time.monotonic() - start, False,
+            result = BuildResult(p.name, variant, STEP_ERROR, "", Path(), time.monotonic() - start, False,
                                  detail=f"{type(exc).__name__}: {exc}")
             if isinstance(exc, PatchApplyError):
                 failures.append(Failure("patch", patch=exc.patch, message=str(exc)))
@@ -337,7 +338,7 @@ class Builds:
         up-to-date check of a build this run already recorded as passed."""
         self.built[(platform, variant)] = result
         earlier = self.run.step(platform, variant, "build")
-        if result.up_to_date and earlier is not None and earlier.status == "passed":
+        if result.up_to_date and earlier is not None and earlier.status == STEP_PASSED:
             # a later stage of the same run found the build up to date: keep the record of the real build
             return
         log = result.logs.get("build") or result.logs.get("configure") or (logs / BUILD_FILES["error"])
@@ -356,7 +357,7 @@ class Builds:
             patches = series_env_summary(self.patches())
         except Exception as exc:
             patches = [{"error": str(exc)}]
-        dirs = {v: b.build_dir for (pn, v), b in self.built.items() if pn == p.name and b.status == "passed"}
+        dirs = {v: b.build_dir for (pn, v), b in self.built.items() if pn == p.name and b.status == STEP_PASSED}
         self.run.platform_dir(p.name)
         write_json(self.run.layout.environment_json(p.name),
                    environment.collect(commit, source, patches, dirs, dict(self.commits)))
@@ -387,6 +388,6 @@ class Builds:
         if p is None:
             raise no_quantize_platform()
         built = self.build_variant(p, "base")
-        if built.status != "passed":
+        if built.status != STEP_PASSED:
             raise ModelError(f"{QUANTIZE_TARGET}: the base build of {p.name} {built.status}: {built.detail}")
         return tool_from_build(p, built.bin_dir)

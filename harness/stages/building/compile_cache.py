@@ -30,6 +30,7 @@ from ...record.cache import ResultCache, abstract_paths, identity_key
 from ...record.layout import COMPILE_FILES
 from .cuda_compile import CompileResult, Plan
 from .source import git
+from ...record.statuses import STEP_PASSED
 
 #: The entry kind of a compile step in the store.
 KIND = "compile"
@@ -97,14 +98,14 @@ def compile_reusing(cache: ResultCache | None, run_id: str, identity: dict[str, 
                 logs_dir.mkdir(parents=True, exist_ok=True)
                 for name, data in hit.files.items():
                     (logs_dir / name).write_bytes(data)
-                result = CompileResult("passed", 0.0, plan, list(meta["linked"]), dict(meta["not_linked"]),
+                result = CompileResult(STEP_PASSED, 0.0, plan, list(meta["linked"]), dict(meta["not_linked"]),
                                        f"reused from run {hit.run_id}: {meta['detail']}",
                                        {k: logs_dir / v for k, v in meta["logs"].items()})
                 return result, hit.run_id
             except (KeyError, TypeError, OSError):
                 pass
     result = run()
-    if cache is not None and key is not None and result.status == "passed" and result.plan is not None:
+    if cache is not None and key is not None and result.status == STEP_PASSED and result.plan is not None:
         files = {p.name: p.read_bytes() for p in sorted(logs_dir.iterdir())  # what compile_tree wrote
                  if p.is_file() and (p.name.startswith(("configure", "build")) or p.name == COMPILE_FILES["record"])}
         meta = {"plan": asdict(result.plan), "linked": result.linked, "not_linked": result.not_linked,

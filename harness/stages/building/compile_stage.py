@@ -69,7 +69,7 @@ def compile_variant(ctx: Context, p: Platform, variant: str, like: Plan | None =
     with ctx.doing(p.name, variant, "compile"), \
             ctx.console.step(f"[{p.name}] compile {variant}", watch=logs / BUILD_FILES["build"]) as shown:
         result, status, detail, log = _compile_variant(ctx, p, variant, like)
-        shown.finish(status, detail, log if log is not None and status not in ("passed", "skipped") else "")
+        shown.finish(status, detail, log if log is not None and status not in (STEP_PASSED, STEP_SKIPPED) else "")
         return result
 
 
@@ -107,12 +107,12 @@ def _compile_variant(ctx: Context, p: Platform, variant: str,
         status, detail = result.status, result.detail
         log = result.logs.get("build") or result.logs.get("configure")
     except ToolkitMissing as exc:
-        status, detail = "skipped", str(exc)
+        status, detail = STEP_SKIPPED, str(exc)
     except EnvironmentProblem:
         raise  # the machine's, not the fork's: the run stops, exit 2 (harness.pipeline)
     except Exception as exc:  # a broken input must not stop other platforms: record it
         raise_storage_problem(exc, ctx.opts.work_dir)
-        status, detail = "error", f"{type(exc).__name__}: {exc}"
+        status, detail = STEP_ERROR, f"{type(exc).__name__}: {exc}"
         if isinstance(exc, PatchApplyError):
             failures.append(Failure("patch", patch=exc.patch, message=str(exc)))
         else:

@@ -52,6 +52,7 @@ from ...common.jobserver import JobBudget
 from ...record.json_files import write_json
 from ...record.layout import BUILD_FILES, COMPILE_FILES
 from .unity import CMAKE_HOOK, INCLUDE_LINE, Member, unity_groups, unity_object, write_groups_file
+from ...record.statuses import STEP_FAILED, STEP_PASSED
 
 #: PyPI wheels of the CUDA 13.0 toolkit the step compiles with; nvidia-nvvm holds cicc, which
 #: nvidia-cuda-nvcc requires without pinning it.
@@ -517,7 +518,7 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
     start = time.monotonic()
     logs_dir.mkdir(parents=True, exist_ok=True)
     build_dir.mkdir(parents=True, exist_ok=True)
-    result = CompileResult("passed", 0.0)
+    result = CompileResult(STEP_PASSED, 0.0)
     groups_file = build_dir / "unity-groups.cmake"
     opts = {**options, "CMAKE_EXPORT_COMPILE_COMMANDS": "ON", "CMAKE_PROJECT_ggml_INCLUDE": CMAKE_HOOK.as_posix()}
 
@@ -530,7 +531,7 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
         rc, _ = _run_step(argv, logs_dir / log, env, budget)
         result.logs[log.removesuffix(".log")] = logs_dir / log
         if rc != 0:
-            result.status = "failed"
+            result.status = STEP_FAILED
             result.detail = "configure failed: " + (first_error_line(logs_dir / log) or f"exit {rc}")
             result.seconds = time.monotonic() - start
         return rc == 0
@@ -578,13 +579,13 @@ def compile_tree(tree: Path, build_dir: Path, options: Mapping[str, str], change
         what += (f"; {sum(len(ms) for ms in groups.values())} other units ({n_cuda} CUDA) compiled in "
                  f"{len(groups)} unity groups")
     if rc != 0:
-        result.status = "failed"
+        result.status = STEP_FAILED
         if result.not_linked:
             what += f"; not linked: {', '.join(sorted(result.not_linked))}"
         result.detail = ("compile failed: " + (first_error_line(logs_dir / BUILD_FILES["build"]) or f"exit {rc}")
                          + f" ({what})")
     elif result.not_linked:  # ninja exited 0, but what the step was to link is not there: it did not do its work
-        result.status = "failed"
+        result.status = STEP_FAILED
         result.detail = ("not linked: " + "; ".join(f"{t} ({why})" for t, why in sorted(result.not_linked.items()))
                          + f" ({what})")
     else:

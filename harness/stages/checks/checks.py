@@ -22,7 +22,7 @@ from ...matrix.config import Matrix, Platform
 from ...record.records import StepRecord
 from ...record.run import Run
 from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_INCOMPLETE, STEP_PASSED, STEP_SKIPPED
-from ..shape import Context, Stage, StepSpec
+from ..shape import Context, Signs, Stage, StepSpec
 
 
 @dataclass(frozen=True)
@@ -52,12 +52,14 @@ def check_platforms(ctx: Context, step: str, check: Check) -> Iterator[StepRecor
         try:
             steps = list(check(CheckContext(ctx.matrix, ctx.matrix.platform(name), ctx.run, configs)))
         except Exception as exc:  # a broken record must not lose the other platforms' results
-            steps = [StepRecord(name, "-", step, "error", detail=f"{type(exc).__name__}: {exc}")]
+            steps = [StepRecord(name, "-", step, STEP_ERROR, detail=f"{type(exc).__name__}: {exc}")]
         yield from steps
 
 
-def check_stage(step: str, check: Check, evidence: str = "detail") -> Stage:
+def check_stage(step: str, check: Check, evidence: str = "detail", signs: Signs | None = None) -> Stage:
     """``check`` as a stage of ``compare-outputs`` that records steps named ``step`` whose failures are read from
-    ``evidence`` (harness.stages.shape.EVIDENCE; see the module docstring)."""
+    ``evidence`` (harness.stages.shape.EVIDENCE; see the module docstring), or signed by the check's own ``signs``
+    (harness.stages.shape.StepSpec.signs)."""
     return Stage(step, command="compare-outputs", role="checks", reads=("matrix", "records"), writes=("steps", "files"),
-                 steps=(StepSpec(step, CHECK_STATUSES, evidence),), run=lambda ctx: check_platforms(ctx, step, check))
+                 steps=(StepSpec(step, CHECK_STATUSES, evidence, signs=signs),),
+                 run=lambda ctx: check_platforms(ctx, step, check))

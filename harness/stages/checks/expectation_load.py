@@ -18,6 +18,7 @@ from ...record.probe import Probe
 from .expectation_probe import (LOGGED_MIB_TOLERANCE_BYTES, claim_findings, coverage, mapped_findings,
                                 pin_claims, placement_findings, pinned_findings, weights_findings)
 from .expectation_rules import WARNINGS, Expectations, Finding, rule_on
+from ...record.expectations import FINDING_FAILED, FINDING_INCOMPLETE, FINDING_PASSED
 
 __all__ = ["LOGGED_MIB_TOLERANCE_BYTES", "Finding", "check_load", "model_buffers", "warnings_found"]
 
@@ -78,7 +79,7 @@ def check_load(exp: Expectations, placement: Mapping[str, Any], ladder: Sequence
     if probe is None:
         for rule in ("placement", "weights", "pinned", "mapped", "claims"):
             if rule_on(exp, rule):
-                findings.append(Finding(rule, "incomplete", "no probe record", probe_problem or "no probe record"))
+                findings.append(Finding(rule, FINDING_INCOMPLETE, "no probe record", probe_problem or "no probe record"))
     else:
         claimed = pin_claims(probe, ladder)
         facts.update(probe_buffers=probe.buffer_bytes_by_type(), layers=probe.layers_by_buffer_type(),
@@ -87,19 +88,19 @@ def check_load(exp: Expectations, placement: Mapping[str, Any], ladder: Sequence
         short = coverage(probe, by_layer) if expert_total else ""
         if exp.experts is not None:
             if not expert_total:
-                findings.append(Finding("placement", "passed", "no expert tensors", "the model has no expert tensors"))
+                findings.append(Finding("placement", FINDING_PASSED, "no expert tensors", "the model has no expert tensors"))
             elif sum(by_layer) != expert_total:
-                findings.append(Finding("placement", "incomplete", "no per-layer expert bytes",
+                findings.append(Finding("placement", FINDING_INCOMPLETE, "no per-layer expert bytes",
                                         "the model summary has no expert_tensor_bytes_by_layer matching its experts"))
             elif short:
-                findings.append(Finding("placement", "incomplete", "the probe missed expert tensors", short))
+                findings.append(Finding("placement", FINDING_INCOMPLETE, "the probe missed expert tensors", short))
             else:
                 findings += placement_findings(exp, probe, n_layer)
         if exp.weights is not None:
             findings += weights_findings(exp.weights, probe)
         if exp.pinned is not None and expert_total:
             if short:
-                findings.append(Finding("pinned", "incomplete", "the probe missed expert tensors", short))
+                findings.append(Finding("pinned", FINDING_INCOMPLETE, "the probe missed expert tensors", short))
             else:
                 found, pinned = pinned_findings(exp.pinned, probe, expert_total)
                 findings += found
@@ -115,14 +116,14 @@ def check_load(exp: Expectations, placement: Mapping[str, Any], ladder: Sequence
         for name in exp.present:
             if name not in found:
                 bad = True
-                findings.append(Finding("warnings", "failed", f"warning {name} missing",
+                findings.append(Finding("warnings", FINDING_FAILED, f"warning {name} missing",
                                         f"warning {name} missing: {WARNINGS[name]}"))
         for name in exp.absent:
             if name in found:
                 bad = True
-                findings.append(Finding("warnings", "failed", f"unexpected warning {name}",
+                findings.append(Finding("warnings", FINDING_FAILED, f"unexpected warning {name}",
                                         f"unexpected warning {name}: {found[name][0]}", found[name][:3]))
         if not bad:
-            findings.append(Finding("warnings", "passed", "as expected",
+            findings.append(Finding("warnings", FINDING_PASSED, "as expected",
                                     f"present: {', '.join(exp.present) or '-'}; absent: {', '.join(exp.absent) or '-'}"))
     return findings, facts

@@ -33,6 +33,7 @@ from typing import Any, Mapping, Sequence
 from ...record.gpu import SUMMARY_KINDS
 from ...record.probe import PROBE_STEP_BYTES, Probe, ProbeBuffer, ProbeWeight, group_layers, layers_text
 from .expectation_rules import Expectations, Finding, Pinned
+from ...record.expectations import FINDING_FAILED, FINDING_INCOMPLETE, FINDING_PASSED
 
 #: The buffer type of weights upstream repacks for its CPU kernels (ggml-cpu's extra buffer type): anonymous
 #: memory by design, whatever the load mode.
@@ -94,10 +95,10 @@ def placement_findings(exp: Expectations, probe: Probe, n_layer: int) -> list[Fi
                     wrong.setdefault(t, []).append(layer)
         for t, layers in sorted(wrong.items()):
             text = f"expert tensors of layers {layers_text(layers)} in {t}, expected {in_words(r.buffer_type)}"
-            out.append(Finding("placement", "failed", text, text + " (the probe)"))
+            out.append(Finding("placement", FINDING_FAILED, text, text + " (the probe)"))
     if not out:
         text = "; ".join(f"layers {layers_text(v)} in {t}" for t, v in probe.layers_by_buffer_type().items())
-        out.append(Finding("placement", "passed", "as expected", f"expert tensors: {text or 'none'} (the probe)"))
+        out.append(Finding("placement", FINDING_PASSED, "as expected", f"expert tensors: {text or 'none'} (the probe)"))
     return out
 
 
@@ -109,10 +110,10 @@ def weights_findings(weights: Sequence[str], probe: Probe) -> list[Finding]:
             wrong[w.buffer.buffer_type] = wrong.get(w.buffer.buffer_type, 0) + w.bytes
     want = " or ".join(weights)
     if wrong:
-        return [Finding("weights", "failed", f"model weights in {', '.join(sorted(wrong))}, expected {want}",
+        return [Finding("weights", FINDING_FAILED, f"model weights in {', '.join(sorted(wrong))}, expected {want}",
                          "model weights in " + ", ".join(f"{t} ({mib(n)})" for t, n in sorted(wrong.items()))
                          + f", expected {want} (the probe)")]
-    return [Finding("weights", "passed", "as expected",
+    return [Finding("weights", FINDING_PASSED, "as expected",
                      "model weights in " + ", ".join(f"{t} ({mib(n)})" for t, n in probe.buffer_bytes_by_type().items()))]
 
 
@@ -133,7 +134,7 @@ def pinned_findings(rule: Pinned, probe: Probe, expert_total: int) -> tuple[list
     driver's count in the probe.  Returns the findings and the page-locked expert bytes (None: the probe has
     no driver's count, which is incomplete)."""
     if probe.driver is None:
-        return [Finding("pinned", "incomplete", "no driver count in the probe",
+        return [Finding("pinned", FINDING_INCOMPLETE, "no driver count in the probe",
                          "the probe has no page-locked counts (the engine was built without the CUDA runtime)")], None
     pinned = sum(w.page_locked or 0 for w in probe.experts)
     fraction = pinned / expert_total
@@ -152,7 +153,7 @@ def pinned_findings(rule: Pinned, probe: Probe, expert_total: int) -> tuple[list
                f"{mib(expert_total)}), expected {rule.describe()}" + (f" ({floor / expert_total:.3f})" if rule.cap_bytes else "")
                + f"; {detail}")
     key = f"pinned fraction {'below' if low is not None and fraction + FRACTION_EPSILON < low else 'above'} {rule.describe()}"
-    return [Finding("pinned", "passed" if ok else "failed", "as expected" if ok else key, message)], pinned
+    return [Finding("pinned", FINDING_PASSED if ok else FINDING_FAILED, "as expected" if ok else key, message)], pinned
 
 
 def mapped_findings(mapped: bool, probe: Probe) -> list[Finding]:
@@ -162,7 +163,7 @@ def mapped_findings(mapped: bool, probe: Probe) -> list[Finding]:
     with ``mapped`` and no failure of the map's name, no page counts."""
     host = [w for w in probe.weights if w.buffer.host and w.buffer.buffer_type != REPACK_BUFFER_TYPE]
     if any(w.file_backed is None for w in host):
-        return [Finding("mapped", "incomplete", "no map count in the probe", "the probe has no file-backed counts")]
+        return [Finding("mapped", FINDING_INCOMPLETE, "no map count in the probe", "the probe has no file-backed counts")]
     if mapped:
         bad = [w for w in host if w.file_backed < w.bytes]
         what, want = "not backed by the model file (anonymous memory)", "memory-mapped"
@@ -171,12 +172,12 @@ def mapped_findings(mapped: bool, probe: Probe) -> list[Finding]:
         what, want = "backed by the model file", "read into memory (mmap off)"
     if bad:
         types = sorted({w.buffer.buffer_type for w in bad})
-        return [Finding("mapped", "failed", f"host weights in {', '.join(types)} {what}, expected {want}",
+        return [Finding("mapped", FINDING_FAILED, f"host weights in {', '.join(types)} {what}, expected {want}",
                          f"{len(bad)} host weight(s) in {', '.join(types)} ({mib(sum(w.bytes for w in bad))}) {what}, "
                          f"expected {want}; first: {bad[0].name} (the process's memory map)")]
     total = sum(w.bytes for w in host)
     if not mapped:
-        return [Finding("mapped", "passed", "as expected", f"{len(host)} host weight(s) ({mib(total)}) in anonymous memory")]
+        return [Finding("mapped", FINDING_PASSED, "as expected", f"{len(host)} host weight(s) ({mib(total)}) in anonymous memory")]
     return pages_findings(probe, host, total)
 
 
@@ -193,17 +194,17 @@ def pages_findings(probe: Probe, host: Sequence[ProbeWeight], total: int) -> lis
     record of an engine older than the page counts (:attr:`Probe.pages_read`) is judged by the map's name alone,
     and the message says so."""
     if not probe.pages_read:
-        return [Finding("mapped", "passed", "as expected",
+        return [Finding("mapped", FINDING_PASSED, "as expected",
                          f"{len(host)} host weight(s) ({mib(total)}) backed by the model file (pages not read: a "
                          "record of an engine older than the page counts)")]
     if any(w.private_pages is None for w in host):
-        return [Finding("mapped", "incomplete", "no page counts in the probe",
+        return [Finding("mapped", FINDING_INCOMPLETE, "no page counts in the probe",
                          "the probe has no page counts (the OS's page flags could not be read, or an older engine)")]
     bad = [w for w in host if w.private_pages]
     if bad:
         types = sorted({w.buffer.buffer_type for w in bad})
         layers = sorted({w.layer for w in bad if w.layer >= 0})
-        return [Finding("mapped", "failed",
+        return [Finding("mapped", FINDING_FAILED,
                          f"host weights in {', '.join(types)}: pages privately copied under the model file's name, "
                          "expected the file's pages",
                          f"{len(bad)} host weight(s) in {', '.join(types)} ({mib(sum(w.bytes for w in bad))}"
@@ -212,7 +213,7 @@ def pages_findings(probe: Probe, host: Sequence[ProbeWeight], total: int) -> lis
                          f"model file's name, expected the file's pages; first: {bad[0].name} (the OS's page flags)"
                          + _anonymous_text(probe))]
     untold = sum(w.file_backed - (w.file_pages or 0) for w in host if w.file_backed is not None)
-    return [Finding("mapped", "passed", "as expected",
+    return [Finding("mapped", FINDING_PASSED, "as expected",
                      f"{len(host)} host weight(s) ({mib(total)}) backed by the model file, no page a private copy"
                      + (f" ({mib(untold)} outside the working set: the OS does not say)" if untold else "")
                      + _anonymous_text(probe))]
@@ -308,7 +309,7 @@ def claim_findings(probe: Probe, buffers: Mapping[str, int], ladder: Sequence[Ma
     tol = LOGGED_MIB_TOLERANCE_BYTES * max(1, len(buffers))
     for t in sorted(probed):  # a logged type the probe lacks holds only weights no graph reads
         if abs(probed[t] - buffers.get(t, 0)) > tol:
-            out.append(Finding("claims", "failed", f"buffer sizes: {source} logs {t} unlike the probe",
+            out.append(Finding("claims", FINDING_FAILED, f"buffer sizes: {source} logs {t} unlike the probe",
                                 f"buffer sizes: {source} logs {t} {mib(buffers.get(t, 0))}; "
                                 f"the probe finds {mib(probed[t])} of weight buffers of that type"))
     if probe.driver is not None:
@@ -316,7 +317,7 @@ def claim_findings(probe: Probe, buffers: Mapping[str, int], ladder: Sequence[Ma
             granted, locked = int(r["granted"]), b.page_locked or 0
             if abs(granted - locked) > CLAIM_TOLERANCE_BYTES:
                 rel = "more" if granted > locked else "less"
-                out.append(Finding("claims", "failed", f"pinning: the pin line reports {rel} than the driver holds",
+                out.append(Finding("claims", FINDING_FAILED, f"pinning: the pin line reports {rel} than the driver holds",
                                     f"pinning: {source}'s pin line reports {mib(granted)} granted for the {mib(b.bytes)} "
                                     f"{b.buffer_type} buffer; the driver reports {mib(locked)} page-locked",
                                     [str(r.get("line", ""))]))
@@ -327,10 +328,10 @@ def claim_findings(probe: Probe, buffers: Mapping[str, int], ladder: Sequence[Ma
         if wrong:
             said = _by_type({n: {t} for n, t in named.items()})
             got = _by_type({n: t for n, t in probe.expert_layers().items() if n in named})
-            out.append(Finding("claims", "failed", "routing: the summary names other layers than the probe finds",
+            out.append(Finding("claims", FINDING_FAILED, "routing: the summary names other layers than the probe finds",
                                 f"routing: {source}'s summary puts layers {said}; the probe finds {got} "
                                 f"(layers {layers_text(wrong)} disagree)",
                                 [line for line in routing if "expert tensors of" in line][:1]))
     if not out:
-        out.append(Finding("claims", "passed", "as probed", f"{source}'s buffer, pin and routing lines agree with the probe"))
+        out.append(Finding("claims", FINDING_PASSED, "as probed", f"{source}'s buffer, pin and routing lines agree with the probe"))
     return out

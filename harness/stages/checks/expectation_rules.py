@@ -86,8 +86,9 @@ class Pinned:
 
 @dataclass
 class Finding:
-    """The outcome of one rule on one load: ``status`` passed, failed or incomplete; ``key`` stable across
-    runs (no byte counts); ``message`` for people (with sizes); ``evidence`` the record lines it rests on."""
+    """The outcome of one rule on one load: ``status`` FINDING_PASSED, FINDING_FAILED or FINDING_INCOMPLETE
+    (harness.record.expectations); ``key`` stable across runs (no byte counts); ``message`` for people (with
+    sizes); ``evidence`` the record lines it rests on."""
 
     rule: str
     status: str

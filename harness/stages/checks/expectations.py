@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
 from ...matrix.config import Platform, RunConfig
-from ...record.expectations import EXPECTATIONS_STEP
+from ...record.expectations import EXPECTATIONS_STEP, FINDING_FAILED, FINDING_INCOMPLETE, FINDING_PASSED
 from ...record.probe import PROBE_FILE, Probe, ProbeError, read_probe
 from ...record.inputs import read_model_record
 from ...record.loads import PinLadder, read_pin_ladder, read_placement
@@ -57,6 +57,7 @@ from .expectation_load import LOGGED_MIB_TOLERANCE_BYTES, Finding, check_load
 from .expectation_rules import (RULES, WARNINGS, Expectations, default_expectations, expectations_for, pin_layers,
                                 rule_on, uses_mmap)
 from .checks import CheckContext, check_stage
+from ...record.statuses import STEP_FAILED, STEP_INCOMPLETE, STEP_PASSED, STEP_SKIPPED
 
 __all__ = ["STEP_NAME", "STAGE", "RULES", "WARNINGS", "LOGGED_MIB_TOLERANCE_BYTES", "Expectations", "check",
            "check_config", "check_load", "default_expectations", "expectations_for", "pin_layers", "uses_mmap"]
@@ -113,14 +114,14 @@ def check_config(layout: RunLayout, platform: Platform, config: RunConfig,
             continue
         model_record, why = _read(read_model_record, layout.model_json(platform.name, model))
         if model_record is None:
-            entry["findings"].append(asdict(Finding("records", "incomplete", "model summary missing",
+            entry["findings"].append(asdict(Finding("records", FINDING_INCOMPLETE, "model summary missing",
                                                     f"model summary: {why}")))
             continue
         try:
             summary = model_record.summary
             exp = expectations_for(platform, config, summary)
         except ValueError as exc:
-            entry["findings"].append(asdict(Finding("records", "incomplete", "expectations unreadable", str(exc))))
+            entry["findings"].append(asdict(Finding("records", FINDING_INCOMPLETE, "expectations unreadable", str(exc))))
             continue
         rules.setdefault(model, _describe_rules(exp))
         if not any(rule_on(exp, r) for r in RULES):
@@ -128,7 +129,7 @@ def check_config(layout: RunLayout, platform: Platform, config: RunConfig,
             continue
         placement, why = _read(read_placement, layout.load_file(platform.name, config.name, model, stem, "placement"))
         if placement is None:
-            entry["findings"].append(asdict(Finding("records", "incomplete", "no placement record",
+            entry["findings"].append(asdict(Finding("records", FINDING_INCOMPLETE, "no placement record",
                                                     f"no placement record for {layout.relative(stderr)}: {why} "
                                                     "(its stderr has no buffer lines)")))
             continue
@@ -137,7 +138,7 @@ def check_config(layout: RunLayout, platform: Platform, config: RunConfig,
         if ladder_path.exists():  # no file: the load logged no pin-ladder line
             ladder, why = _read(read_pin_ladder, ladder_path)
             if ladder is None:
-                entry["findings"].append(asdict(Finding("records", "incomplete", "pin-ladder record unreadable",
+                entry["findings"].append(asdict(Finding("records", FINDING_INCOMPLETE, "pin-ladder record unreadable",
                                                         f"{layout.relative(ladder_path)}: {why}")))
                 continue
         probe, probe_problem = probes.get(model) or _probe(layout, stderr.with_name(PROBE_FILE), probes, model)
@@ -186,28 +187,28 @@ def _step(layout: RunLayout, platform: Platform, config: RunConfig, loads: list[
             continue
         for f in load["findings"]:
             lines.append(f"{head}: {f['rule']}: {f['status']}: {f['message']}")
-            if f["status"] == "failed":
+            if f["status"] == FINDING_FAILED:
                 fact = Failure("expectation", model=load["model"], status=f["rule"], message=f["message"],
                                log=load["log"])
                 if not any((x.model, x.status, x.message) == (fact.model, fact.status, fact.message) for x in failures):
                     failures.append(fact)
-            elif f["status"] == "incomplete":
+            elif f["status"] == FINDING_INCOMPLETE:
                 incomplete.append(f"{load['model']} {load['load']}: {f['message']}")
             else:
                 passed += 1
     checked = sum(1 for load in loads if "skipped" not in load)
     if failures:
-        status = "failed"
+        status = STEP_FAILED
         detail = "; ".join(dict.fromkeys(f.text() for f in failures))
     elif incomplete:
-        status, detail = "incomplete", "; ".join(dict.fromkeys(incomplete))
+        status, detail = STEP_INCOMPLETE, "; ".join(dict.fromkeys(incomplete))
     elif passed:
-        status = "passed"
-        kinds = sorted({f["rule"] for load in loads for f in load["findings"] if f["status"] == "passed"},
+        status = STEP_PASSED
+        kinds = sorted({f["rule"] for load in loads for f in load["findings"] if f["status"] == FINDING_PASSED},
                        key=RULES.index)
         detail = f"{', '.join(kinds)} as expected in {checked} load(s)"
     else:
-        status = "skipped"
+        status = STEP_SKIPPED
         detail = "nothing to check: " + ("; ".join(dict.fromkeys(load.get("skipped", "") for load in loads))
                                          or "no generation of this configuration left a record")
     write_json(record_path, {"config": config.name, "platform": platform.name, "status": status, "rules": rules,
@@ -224,8 +225,8 @@ def check(ctx: CheckContext) -> Iterable[StepRecord]:
         generate = ctx.run.step(ctx.platform.name, name, "generate")
         if generate is None or name not in ctx.matrix.configs:
             continue
-        if generate.status == "skipped":
-            yield StepRecord(ctx.platform.name, name, STEP_NAME, "skipped",
+        if generate.status == STEP_SKIPPED:
+            yield StepRecord(ctx.platform.name, name, STEP_NAME, STEP_SKIPPED,
                              detail=f"generate step skipped: {generate.detail}")
             continue
         yield check_config(ctx.run.layout, ctx.platform, ctx.matrix.configs[name], generate)

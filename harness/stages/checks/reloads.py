@@ -41,6 +41,8 @@ from .checks import CheckContext, check_stage
 from .expectation_probe import mib
 from .expectation_rules import Finding
 from ...matrix.loading import reload_count
+from ...record.statuses import STEP_FAILED, STEP_INCOMPLETE, STEP_PASSED, STEP_SKIPPED
+from ...record.expectations import FINDING_FAILED, FINDING_INCOMPLETE, FINDING_PASSED
 
 #: The step every configuration asked to reload gets.
 STEP_NAME = "reloads"
@@ -55,21 +57,21 @@ def judge(record: Reloads, rss_slack_bytes: int) -> list[Finding]:
     out: list[Finding] = []
     cycles = list(enumerate(record.cycles, 1))
     if not cycles:
-        return [Finding("freed", "incomplete", "no load in the record", "the reload record holds no load")]
+        return [Finding("freed", FINDING_INCOMPLETE, "no load in the record", "the reload record holds no load")]
     first = record.cycles[0]
     if record.driver is None:
-        out.append(Finding("freed", "passed", "not checked", "not checked: no driver counts (a build without CUDA)"))
-        out.append(Finding("grant", "passed", "not checked", "not checked: no driver counts (a build without CUDA)"))
+        out.append(Finding("freed", FINDING_PASSED, "not checked", "not checked: no driver counts (a build without CUDA)"))
+        out.append(Finding("grant", FINDING_PASSED, "not checked", "not checked: no driver counts (a build without CUDA)"))
     else:
         left = next(((k, c) for k, c in cycles if c.left), None)
         if left:
             k, c = left
             types = sorted({b.buffer_type for b in c.buffers if b.host and b.page_locked_after_free})
-            out.append(Finding("freed", "failed", "page-locked bytes left in freed host buffers",
+            out.append(Finding("freed", FINDING_FAILED, "page-locked bytes left in freed host buffers",
                                 f"after the free of load {k} of {len(cycles)} the driver reports {mib(c.left)} page-locked "
                                 f"in the freed {', '.join(types)} buffer(s) (granted {mib(c.granted)} while loaded)"))
         else:
-            out.append(Finding("freed", "passed", "as expected",
+            out.append(Finding("freed", FINDING_PASSED, "as expected",
                                 f"no page-locked byte left in the freed host buffers after {len(cycles)} load(s) "
                                 f"(granted {mib(first.granted)} each time it was asked)"))
         n_host = max(1, sum(1 for b in first.buffers if b.host))
@@ -77,11 +79,11 @@ def judge(record: Reloads, rss_slack_bytes: int) -> list[Finding]:
         if other:
             k, c = other
             rel = "less" if c.granted < first.granted else "more"
-            out.append(Finding("grant", "failed", f"a later load was granted {rel} than the first",
+            out.append(Finding("grant", FINDING_FAILED, f"a later load was granted {rel} than the first",
                                 f"load {k} of {len(cycles)} was granted {mib(c.granted)} page-locked, the first "
                                 f"{mib(first.granted)} (the driver)"))
         else:
-            out.append(Finding("grant", "passed", "as expected",
+            out.append(Finding("grant", FINDING_PASSED, "as expected",
                                 f"every load granted {mib(first.granted)} page-locked (the driver)"))
     for field, name in (("locked", "VmLck"), ("pinned", "VmPin")):
         if getattr(base, field) is None:
@@ -89,28 +91,28 @@ def judge(record: Reloads, rss_slack_bytes: int) -> list[Finding]:
         moved = next(((k, c) for k, c in cycles if getattr(c.freed, field) != getattr(base, field)), None)
         if moved:
             k, c = moved
-            out.append(Finding("baseline", "failed", f"{name} not back at its baseline after a free",
+            out.append(Finding("baseline", FINDING_FAILED, f"{name} not back at its baseline after a free",
                                 f"after the free of load {k} {name} is {mib(getattr(c.freed, field) or 0)}, "
                                 f"{mib(getattr(base, field))} before the first load"))
     if not any(f.rule == "baseline" for f in out):
         said = [n for f, n in (("locked", "VmLck"), ("pinned", "VmPin")) if getattr(base, f) is not None]
-        out.append(Finding("baseline", "passed", "as expected" if said else "not checked",
+        out.append(Finding("baseline", FINDING_PASSED, "as expected" if said else "not checked",
                             f"{' and '.join(said)} back at the baseline after every free" if said
                             else "not checked: the OS reports no locked or pinned memory (Windows)"))
     if base.rss is None:
-        out.append(Finding("memory", "passed", "not checked", "not checked: no resident memory reading"))
+        out.append(Finding("memory", FINDING_PASSED, "not checked", "not checked: no resident memory reading"))
     else:
         grown = next(((k, c) for k, c in cycles if c.freed.rss is not None and c.freed.rss - base.rss > rss_slack_bytes),
                      None)
         worst = max((c.freed.rss or 0) - base.rss for c in record.cycles)
         if grown:
             k, c = grown
-            out.append(Finding("memory", "failed", "resident memory not given back after a free",
+            out.append(Finding("memory", FINDING_FAILED, "resident memory not given back after a free",
                                 f"after the free of load {k} the process holds {mib((c.freed.rss or 0) - base.rss)} more "
                                 f"resident memory than before the first load, above the bound of {mib(rss_slack_bytes)} "
                                 f"(while loaded: {mib((c.loaded.rss or 0) - base.rss)} more)"))
         else:
-            out.append(Finding("memory", "passed", "as expected",
+            out.append(Finding("memory", FINDING_PASSED, "as expected",
                                 f"resident memory after each free at most {mib(max(worst, 0))} above the baseline "
                                 f"(bound {mib(rss_slack_bytes)})"))
     return sorted(out, key=lambda f: RULES.index(f.rule))
@@ -135,29 +137,29 @@ def check_config(layout: RunLayout, matrix: Matrix, platform: Platform, config: 
         except ReloadError as exc:
             if not exc.engine_failed and model in failed_models:
                 continue  # the generation's failure is in the generate step
-            status = "failed" if exc.engine_failed else "incomplete"
+            status = FINDING_FAILED if exc.engine_failed else FINDING_INCOMPLETE
             findings = [Finding("freed", status, "the engine failed the reloads" if exc.engine_failed else "no record",
                                  str(exc))]
         record[model] = [asdict(f) for f in findings]
         for f in findings:
             lines.append(f"{model}: {f.rule}: {f.status}: {f.message}")
-            if f.status == "failed":
+            if f.status == FINDING_FAILED:
                 failures.append(Failure("expectation", model=model, status=f.rule, message=f.message,
                                         log=layout.relative(path.with_name(RELOADS_LOG))))
-            elif f.status == "incomplete":
+            elif f.status == FINDING_INCOMPLETE:
                 incomplete.append(f"{model}: {f.message}")
     if failures:
-        status, detail = "failed", "; ".join(f.text() for f in failures)
+        status, detail = STEP_FAILED, "; ".join(f.text() for f in failures)
     elif incomplete:
-        status, detail = "incomplete", "; ".join(incomplete)
+        status, detail = STEP_INCOMPLETE, "; ".join(incomplete)
     elif record:
-        status = "passed"
+        status = STEP_PASSED
         detail = f"{', '.join(RULES)} as expected on {len(record)} model(s)" if not any(
             f["key"] == "not checked" for fs in record.values() for f in fs) else \
             f"passed on {len(record)} model(s); " + "; ".join(dict.fromkeys(
                 f"{f['rule']} {f['message']}" for fs in record.values() for f in fs if f["key"] == "not checked"))
     else:
-        status, detail = "skipped", "no model of this configuration generated"
+        status, detail = STEP_SKIPPED, "no model of this configuration generated"
     write_json(layout.reloads_json(platform.name, config.name), {"config": config.name, "platform": platform.name,
                                                                  "status": status, "models": record})
     log = layout.reloads_log(platform.name, config.name)
@@ -173,8 +175,8 @@ def check(ctx: CheckContext) -> Iterable[StepRecord]:
         generate = ctx.run.step(ctx.platform.name, name, "generate")
         if config is None or generate is None or not reload_count(ctx.matrix, ctx.platform, config):
             continue
-        if generate.status == "skipped":
-            yield StepRecord(ctx.platform.name, name, STEP_NAME, "skipped", detail=f"generate step skipped: {generate.detail}")
+        if generate.status == STEP_SKIPPED:
+            yield StepRecord(ctx.platform.name, name, STEP_NAME, STEP_SKIPPED, detail=f"generate step skipped: {generate.detail}")
             continue
         yield check_config(ctx.run.layout, ctx.matrix, ctx.platform, config, generate)
 

@@ -26,6 +26,7 @@ from ...record.json_files import write_json
 from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED
 from ...record.upstream_tests import CLASSES, REGRESSED, classify
 from ..shape import Context
+from ...record.native_tests import CASE_FAILED, CASE_PASSED, CASE_SKIPPED
 
 #: The target and program of upstream's op check.
 TARGET = "test-backend-ops"
@@ -79,7 +80,7 @@ def read_cases(text: str) -> list[OpCase]:
 
 def case_outcome(c: OpCase) -> str:
     """A case's outcome as a ctest side's: skipped where the backend does not support it, else passed or failed."""
-    return "skipped" if not c.supported else "passed" if c.passed else "failed"
+    return CASE_SKIPPED if not c.supported else CASE_PASSED if c.passed else CASE_FAILED
 
 
 def _run_mode(ctx: Context, p: Platform, variant: str, mode: str, ops: tuple[str, ...]) -> tuple[list[OpCase], str]:

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ...common import proc
-from ...record.native_tests import TestCase, TestRun
+from ...record.native_tests import CASE_FAILED, CASE_PASSED, CASE_SKIPPED, TestCase, TestRun
 from ...record.layout import TESTS_FILES
 from ..building.build import find_tool
+from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
 
 
 def parse_junit(path: Path) -> list[TestCase]:
@@ -32,13 +33,13 @@ def parse_junit(path: Path) -> list[TestCase]:
     for tc in root.iter("testcase"):
         name = tc.get("name", "?")
         seconds = float(tc.get("time") or 0.0)
-        status, message = "passed", ""
+        status, message = CASE_PASSED, ""
         if tc.find("failure") is not None or tc.find("error") is not None:
             node = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
-            status, message = "failed", (node.get("message") or "").strip()
+            status, message = CASE_FAILED, (node.get("message") or "").strip()
         elif tc.find("skipped") is not None or tc.get("status") in ("notrun", "disabled"):
             node = tc.find("skipped")
-            status = "skipped"
+            status = CASE_SKIPPED
             message = ((node.get("message") if node is not None else None) or tc.get("status") or "").strip()
         cases.append(TestCase(name, status, seconds, message))
     return cases
@@ -77,13 +78,13 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
     known = list_tests(build_dir, labels)
     selected = [t for t in targets if t in known]
     missing = [t for t in targets if t not in known]
-    run = TestRun(status="skipped", junit=junit, log=log)
+    run = TestRun(status=STEP_SKIPPED, junit=junit, log=log)
     for name in missing:
         # the platform builds this test target, so a missing registration is a broken series or matrix
-        run.cases.append(TestCase(name, "failed", 0.0, "built but not registered with ctest under the labels "
+        run.cases.append(TestCase(name, CASE_FAILED, 0.0, "built but not registered with ctest under the labels "
                                                       f"{', '.join(labels)}"))
     if not selected:
-        run.status = "failed" if missing else "skipped"
+        run.status = STEP_FAILED if missing else STEP_SKIPPED
         run.detail = (f"not registered with ctest: {', '.join(missing)}" if missing else "no test selected")
         log.write_text(run.detail + "\n")
         return run
@@ -109,16 +110,16 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
     try:
         run.cases += parse_junit(junit)
     except (OSError, ET.ParseError) as exc:
-        run.status, run.detail = "error", f"ctest wrote no readable JUnit XML ({exc}); exit {returncode}"
+        run.status, run.detail = STEP_ERROR, f"ctest wrote no readable JUnit XML ({exc}); exit {returncode}"
         return run
     counts = run.counts()
-    if missing or counts["failed"] or returncode != 0:
-        run.status = "failed"
-        failed = [c.name for c in run.cases if c.status == "failed"]
+    if missing or counts[CASE_FAILED] or returncode != 0:
+        run.status = STEP_FAILED
+        failed = [c.name for c in run.cases if c.status == CASE_FAILED]
         run.detail = f"failed: {', '.join(failed)}" if failed else f"ctest exit {returncode}"
-    elif counts["passed"]:
-        run.status = "passed"
-        run.detail = f"{counts['passed']} passed, {counts['skipped']} skipped"
+    elif counts[CASE_PASSED]:
+        run.status = STEP_PASSED
+        run.detail = f"{counts[CASE_PASSED]} passed, {counts[CASE_SKIPPED]} skipped"
     else:
         run.detail = "every test skipped"
     return run
@@ -187,19 +188,19 @@ def _run_wrapped(build_dir: Path, selected: Sequence[str], wrapper: Sequence[str
                 if rc == 0 and name in reference else None
             if skipped_by_wrapper:
                 ET.SubElement(tc, "failure", message=skipped_by_wrapper)
-                run.cases.append(TestCase(name, "failed", secs, skipped_by_wrapper))
+                run.cases.append(TestCase(name, CASE_FAILED, secs, skipped_by_wrapper))
             elif rc == 0:
-                run.cases.append(TestCase(name, "passed", secs))
+                run.cases.append(TestCase(name, CASE_PASSED, secs))
             elif rc == 77:
                 ET.SubElement(tc, "skipped", message="exit 77")
-                run.cases.append(TestCase(name, "skipped", secs, "exit 77"))
+                run.cases.append(TestCase(name, CASE_SKIPPED, secs, "exit 77"))
             else:
                 msg = "timeout" if rc is None else f"exit {rc}"
                 ET.SubElement(tc, "failure", message=msg)
-                run.cases.append(TestCase(name, "failed", secs, msg))
+                run.cases.append(TestCase(name, CASE_FAILED, secs, msg))
     ET.ElementTree(suite).write(out_dir / TESTS_FILES["junit"], encoding="utf-8", xml_declaration=True)
     run.seconds = time.monotonic() - start_all
     counts = run.counts()
-    run.status = "failed" if counts["failed"] else ("passed" if counts["passed"] else "skipped")
-    run.detail = f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+    run.status = STEP_FAILED if counts[CASE_FAILED] else (STEP_PASSED if counts[CASE_PASSED] else STEP_SKIPPED)
+    run.detail = f"{counts[CASE_PASSED]} passed, {counts[CASE_FAILED]} failed, {counts[CASE_SKIPPED]} skipped"
     return run

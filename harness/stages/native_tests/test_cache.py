@@ -36,8 +36,9 @@ from ...record.cache import ResultCache, abstract_paths, identity_key, image_dig
 from ...record.layout import TESTS_FILES
 from ..building.build import find_tool
 from ..building.binaries import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
-from ...record.native_tests import TestCase, TestRun
+from ...record.native_tests import CASE_FAILED, CASE_PASSED, TestCase, TestRun
 from .native_tests import run_ctest
+from ...record.statuses import STEP_PASSED, STEP_SKIPPED
 
 #: The entry kind of a ctest label's result in the store.
 KIND = "tests"
@@ -174,7 +175,7 @@ def run_tests_reusing(cache: ResultCache | None, run_id: str, build_dir: Path, l
                        reference_junit=reference_junit, exe_suffix=exe_suffix,
                        timeout_s=timeout_s, jobs=jobs, repeat=repeat)
     else:
-        tr = TestRun(status="passed", junit=out_dir / TESTS_FILES["junit"], log=out_dir / TESTS_FILES["log"])
+        tr = TestRun(status=STEP_PASSED, junit=out_dir / TESTS_FILES["junit"], log=out_dir / TESTS_FILES["log"])
         (out_dir / TESTS_FILES["log"]).write_bytes(b"")
     ran = {c.name for c in tr.cases}
     _store_passed(cache, run_id, tr, identities, tests_of, [lab for lab in run_labels if lab in identities])
@@ -191,7 +192,7 @@ def _store_passed(cache: ResultCache, run_id: str, tr: TestRun, identities: Mapp
     log = tr.log.read_bytes() if tr.log and tr.log.exists() else b""
     for label in labels:
         names = tests_of[label]
-        if not names or any(status.get(n) != "passed" for n in names):
+        if not names or any(status.get(n) != CASE_PASSED for n in names):
             continue
         cases = _case_xml(tr.junit, set(names))
         if set(cases) != set(names):
@@ -230,13 +231,13 @@ def _merge_reused(tr: TestRun, hits: Mapping[str, Any], tests_of: Mapping[str, l
                 ET.SubElement(props, "property", name="cached", value=hit.run_id)
                 suite.append(tc)
                 ran.add(name)
-                tr.cases.append(TestCase(name, "passed", float(hit.meta.get("seconds", {}).get(name, 0.0)),
+                tr.cases.append(TestCase(name, CASE_PASSED, float(hit.meta.get("seconds", {}).get(name, 0.0)),
                                          f"reused from run {hit.run_id}"))
     suite.set("tests", str(len(suite)))
     ET.ElementTree(root).write(junit, encoding="utf-8", xml_declaration=True)
     counts = tr.counts()
-    if not counts["failed"] and tr.status in ("passed", "skipped") and counts["passed"]:
-        tr.status = "passed"
+    if not counts[CASE_FAILED] and tr.status in (STEP_PASSED, STEP_SKIPPED) and counts[CASE_PASSED]:
+        tr.status = STEP_PASSED
     reused = sum(1 for c in tr.cases if c.message.startswith("reused from run"))
     ids = ", ".join(reuse.run_ids)
     what = f"{reused} reused from run {ids} (labels {', '.join(reuse.labels)})"

@@ -23,17 +23,17 @@ def run_tests(ctx: Context) -> None:
     tests, libraries and environment are byte-identical to a passed run is reused (harness.stages.native_tests.test_cache)."""
     for p in ctx.platforms("test"):
         fork = ctx.build_variant(p, "fork")
-        if fork.status != "passed":
+        if fork.status != STEP_PASSED:
             # could not run for want of its build: an error as the speed rules record it (STEP declares it so),
             # not a skip, with the build's detail whole (a failed git fetch ends with what went wrong)
-            ctx.run.record_step(StepRecord(p.name, "fork", "test", "error",
+            ctx.run.record_step(StepRecord(p.name, "fork", "test", STEP_ERROR,
                                            detail=f"not run: fork build {fork.status}: {fork.detail}",
                                            failures=[Failure("blocked", build="fork")]))
             continue
         try:
             emulator = ctx.emulator(p)
         except RuntimeError as exc:
-            ctx.run.record_step(StepRecord(p.name, "fork", "test", "error", detail=str(exc),
+            ctx.run.record_step(StepRecord(p.name, "fork", "test", STEP_ERROR, detail=str(exc),
                                            failures=[Failure("exception", message=str(exc))]))
             continue
         runs = [(ctx.run.layout.test_step(), ())]
@@ -46,7 +46,7 @@ def run_tests(ctx: Context) -> None:
             def file(name: str, step: str = step, platform: str = p.name) -> Path:
                 return ctx.run.layout.tests_file(platform, step, name)
             if wrapper and not shutil.which(wrapper[0]):
-                ctx.run.record_step(StepRecord(p.name, "fork", step, "skipped",
+                ctx.run.record_step(StepRecord(p.name, "fork", step, STEP_SKIPPED,
                                                detail="compute-sanitizer not found"))
                 continue
             with ctx.doing(p.name, "fork", step), ctx.console.step(f"[{p.name}] {step}") as shown:

@@ -20,7 +20,7 @@ from ...kinds.registry import gpu_of, group_fits
 from ...record.progress import describe_abort
 from ...record.json_files import write_json
 from ...record.records import Failure, StepRecord
-from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
+from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_INTERRUPTED, STEP_PASSED, STEP_SKIPPED
 from ...record.verdict import count_text, failing_names, judge
 from ..shape import Context, Stage, StepSpec
 from .greedy import GreedyRunner, Side, lanes_for
@@ -50,7 +50,7 @@ def run_compare(ctx: Context) -> None:
         for gname in groups:
             why = group_fits(p, ctx.matrix.groups[gname], visible)
             if why:
-                ctx.run.record_step(StepRecord(p.name, gname, "compare-outputs", "skipped", detail=why))
+                ctx.run.record_step(StepRecord(p.name, gname, "compare-outputs", STEP_SKIPPED, detail=why))
                 if ctx.selection.names_group(gname):
                     ctx.run.mark_incomplete(f"{p.name}: group {gname} skipped: {why}")
                 ctx.say(f"[{p.name}] {gname}: skipped: {why}")
@@ -109,14 +109,14 @@ def run_groups(ctx: Context, p: Platform, groups: Sequence[str], gen_steps: dict
             unmade = list(dict.fromkeys(f.text() for facts in gen_steps.values() for f in facts
                                         if f.kind in ("blocked", "model")))
             if not mine and unmade:  # nothing ran for want of a build or a model: not a pass
-                shown.finish("error", "did not run: " + "; ".join(unmade))
+                shown.finish(STEP_ERROR, "did not run: " + "; ".join(unmade))
             elif not mine and not fork_problems:  # the selection left nothing to compare: not a pass either
-                shown.finish("skipped", "no comparison selected")
+                shown.finish(STEP_SKIPPED, "no comparison selected")
             else:
                 rows = judge((), mine)
                 names = failing_names(rows)
                 outcomes = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-                shown.finish("failed" if names or fork_problems else "passed",
+                shown.finish(STEP_FAILED if names or fork_problems else STEP_PASSED,
                              (f"{count_text(rows, 'comparison')} ({outcomes})" if mine else "no comparison ran")
                              + (f"; fails: {names}" if names else ""))
     except BaseException as exc:
@@ -152,9 +152,9 @@ def record_generate_steps(ctx: Context, p: Platform, runner: GreedyRunner, gen_s
         seconds = runner.side_seconds.get(side, 0.0)
         ran = runner.side_runs.get(side, 0)
         ok_models = sorted(runner.side_ok.get(side, set()))
-        status = "failed" if problems else "passed"
+        status = STEP_FAILED if problems else STEP_PASSED
         if problems and all(f.kind in ("model", "blocked") for f in problems) and not ran:
-            status = "error"  # nothing of this configuration could run
+            status = STEP_ERROR  # nothing of this configuration could run
         unique = list({json.dumps(asdict(f), sort_keys=True): f for f in problems}.values())
         detail = "; ".join(dict.fromkeys(f.text() for f in unique)) or "all generations ran"
         if problems and ok_models:
@@ -163,7 +163,7 @@ def record_generate_steps(ctx: Context, p: Platform, runner: GreedyRunner, gen_s
         unsupported = {(m, pr) for s, m, pr in runner.unsupported if s == side}
         if problems and all(f.kind == "generation" and (f.model, f.prompt) in unsupported for f in problems):
             # every failed generation is a mode that upstream's build fails the same way: not a fork failure
-            status, detail = "skipped", f"unsupported upstream: {detail}"
+            status, detail = STEP_SKIPPED, f"unsupported upstream: {detail}"
         origins = [r for (s, _), r in runner.origins.items() if s == side]
         if origins and not problems:
             detail = (f"{len(origins)} session(s) from the cache (run {', '.join(dict.fromkeys(origins))}); "
@@ -182,8 +182,8 @@ def _record_cut_generations(ctx: Context, p: Platform, exc: BaseException, runne
     disk_full = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
     for config, problems in gen_steps.items():
         ran = runner.side_runs.get(Side(p.name, config), 0)
-        status = "failed" if not disk_full and any(f.kind not in ("model", "blocked") for f in problems) \
-            else "interrupted"
+        status = STEP_FAILED if not disk_full and any(f.kind not in ("model", "blocked") for f in problems) \
+            else STEP_INTERRUPTED
         texts = list(dict.fromkeys(f.text() for f in problems))
         detail = f"{why} after {ran} generation(s)" + "".join(f"; {t}" for t in texts)
         ctx.run.record_step(StepRecord(p.name, config, "generate", status, detail=detail, failures=problems))

@@ -106,6 +106,11 @@ class KlSummary:
     per_position: tuple[float, ...] = ()
 
 
+#: The statuses of a :class:`TextCheck` besides ``identical`` (the comparison's IDENTICAL): the texts part, or a
+#: side's text may be cut.
+TEXT_DIFFERS, TEXT_CUT = "differs", "incomplete"
+
+
 @dataclass(frozen=True)
 class TextCheck:
     """The llama-completion texts compared byte for byte.
@@ -192,12 +197,12 @@ def check_texts(ref: GenerationResult, cand: GenerationResult) -> TextCheck:
     """Compare two llama-completion runs' texts byte for byte (see ``TextCheck``)."""
     offset = first_differing_byte(ref.text, cand.text)
     if ref.complete and cand.complete:
-        status = IDENTICAL if offset is None else "differs"
+        status = IDENTICAL if offset is None else TEXT_DIFFERS
     else:
         # a cut text is only known up to its length: it must be a prefix of the other
         shorter = min(len(ref.text), len(cand.text))
         cut_offset = first_differing_byte(ref.text[:shorter], cand.text[:shorter])
-        status, offset = ("incomplete", None) if cut_offset is None else ("differs", cut_offset)
+        status, offset = (TEXT_CUT, None) if cut_offset is None else (TEXT_DIFFERS, cut_offset)
     return TextCheck(status=status, first_differing_byte=offset, reference_bytes=len(ref.text),
                      candidate_bytes=len(cand.text))
 
@@ -296,11 +301,11 @@ def compare_streams(prompt_id: str, reference_name: str, reference: SideRuns, ca
     elif ref_gen.tokens == [] or (len(ref_gen.tokens) == 1 and ref_gen.tokens[0].eog):
         parts.append("identical (both generations end at once)")
     tc = base.text_check
-    if tc is not None and tc.status == "differs":
+    if tc is not None and tc.status == TEXT_DIFFERS:
         parts.append(f"llama-completion texts differ at byte {tc.first_differing_byte}")
-    elif tc is not None and tc.status == "incomplete":
+    elif tc is not None and tc.status == TEXT_CUT:
         notes.append("llama-completion text cut at exit on one side: compared as far as it goes")
-    if base.first_divergence is not None or base.nondeterministic or (tc is not None and tc.status == "differs"):
+    if base.first_divergence is not None or base.nondeterministic or (tc is not None and tc.status == TEXT_DIFFERS):
         base.status = DIVERGED
     elif not parts:
         parts.append(IDENTICAL)

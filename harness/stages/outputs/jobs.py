@@ -21,6 +21,7 @@ from ..building.source import raise_storage_problem
 from ..shape import Context
 from .compare import to_json
 from .greedy import Job, JobResult, Side
+from ...record.statuses import STEP_PASSED
 
 
 def _upstream_of(ctx: Context, reference: str, candidate: str) -> str | None:
@@ -74,7 +75,7 @@ def jobs_of(ctx: Context, p: Platform, gname: str, gen_steps: dict[str, list[Fai
         needed = {(ref_p.name, ctx.matrix.configs[group.reference].build)}
         needed |= {(p.name, ctx.matrix.configs[c].build) for c in (*group.candidates, *upstream.values())}
         broken = sorted(v if q == p.name else f"{v}@{q}"
-                        for q, v in needed if ctx.build_variant(on[q], v).status != "passed")
+                        for q, v in needed if ctx.build_variant(on[q], v).status != STEP_PASSED)
         if broken:
             for c in (ref_label, *group.candidates):
                 gen_steps.setdefault(c, []).extend(Failure("blocked", build=v) for v in broken)

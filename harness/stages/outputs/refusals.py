@@ -21,6 +21,7 @@ from ...matrix.platforms import executable_suffix
 from ..building.preflight import configs_on, one_line
 from ..shape import Context
 from .compare import TokenizeError, find_error_line, prompt_token_ids
+from ...record.statuses import STEP_PASSED
 
 
 #: What llama.cpp's argument parser prints for an option the build takes but ignores (common/arg.cpp:
@@ -68,7 +69,7 @@ def _count_prompt_tokens(ctx: Context, platforms: Sequence[Platform], gen: Plann
     for p in platforms:
         build = ctx.build_variant(p, "fork")
         binary = build.bin_dir / f"llama-tokenize{executable_suffix(p)}"
-        if build.status != "passed" or not binary.is_file():
+        if build.status != STEP_PASSED or not binary.is_file():
             continue
         try:
             emu = ctx.emulator(p)
@@ -97,7 +98,7 @@ def _refused_options(ctx: Context, p: Platform) -> list[str]:
             if not config.args:
                 continue
             build = ctx.build_variant(p, config.build)
-            if build.status != "passed":
+            if build.status != STEP_PASSED:
                 continue
             key = (config.build, config.args)
             if key not in checked:

@@ -116,11 +116,11 @@ def judge_run(result: GenerationResult, log: Path, tool: str, what: str) -> tupl
         why = first.text() if first else (f"{errors} error(s)" if errors else
                                           f"generation {result.status}: {result.error_line or result.signal or ''}")
         detail = f"{tool}: {what}: first error: {why} ({cost})"
-        return "failed", detail, [Failure("exception", model=what.split("/")[0], status=tool, message=detail)]
+        return STEP_FAILED, detail, [Failure("exception", model=what.split("/")[0], status=tool, message=detail)]
     if not counts:
-        return "failed", f"{tool}: {what}: no ERROR SUMMARY in the sanitizer's log ({cost})", [
+        return STEP_FAILED, f"{tool}: {what}: no ERROR SUMMARY in the sanitizer's log ({cost})", [
             Failure("exception", model=what.split("/")[0], status=tool, message="no sanitizer summary")]
-    return "passed", f"{tool}: {what}: 0 errors over {N_PREDICT} tokens ({cost})", []
+    return STEP_PASSED, f"{tool}: {what}: 0 errors over {N_PREDICT} tokens ({cost})", []
 
 
 def run_sanitized(ctx: Context) -> None:
@@ -130,14 +130,14 @@ def run_sanitized(ctx: Context) -> None:
     if not tool:
         return
     for p in ctx.platforms("test"):
-        if gpu_of(p).sanitizer is None or ctx.build_variant(p, "fork").status != "passed":
+        if gpu_of(p).sanitizer is None or ctx.build_variant(p, "fork").status != STEP_PASSED:
             continue
         step = f"generate-{tool}"
         for name in sanitized_configs(ctx, p):
             where = first_generation(ctx, p, name)
             assert where is not None
             if not shutil.which("compute-sanitizer"):
-                ctx.run.record_step(StepRecord(p.name, name, step, "skipped", detail="compute-sanitizer not found"))
+                ctx.run.record_step(StepRecord(p.name, name, step, STEP_SKIPPED, detail="compute-sanitizer not found"))
                 continue
             model, prompt, gen = where
             t0 = time.monotonic()
@@ -147,7 +147,7 @@ def run_sanitized(ctx: Context) -> None:
                                                    replace(gen, n_predict=N_PREDICT))
                     status, detail, failures = judge_run(result, log, tool, f"{model}/{prompt}")
                 except OSError as exc:
-                    status, detail, failures = "error", str(exc), [Failure("exception", message=str(exc))]
+                    status, detail, failures = STEP_ERROR, str(exc), [Failure("exception", message=str(exc))]
                     log = ctx.run.layout.config(p.name, name)
                 shown.finish(status, detail, log)
             ctx.run.record_step(StepRecord(p.name, name, step, status, round(time.monotonic() - t0, 1), detail,
@@ -172,7 +172,7 @@ def rerun_crashes(ctx: Context) -> list[StepRecord]:
                     continue
                 seen.add((fact.model, fact.prompt))
                 if not shutil.which("compute-sanitizer"):
-                    found.append(("skipped", "compute-sanitizer not found"))
+                    found.append((STEP_SKIPPED, "compute-sanitizer not found"))
                     break
                 try:
                     gen = (first_generation(ctx, p, name) or (None, None, ctx.matrix.generation))[2]
@@ -181,11 +181,11 @@ def rerun_crashes(ctx: Context) -> list[StepRecord]:
                     status, detail, _ = judge_run(result, log, CRASH_TOOL, f"{fact.model}/{fact.prompt}")
                     write_json(log.with_suffix(".json"), {"crash": fact.text(), "status": status, "detail": detail})
                 except OSError as exc:
-                    status, detail = "error", str(exc)
+                    status, detail = STEP_ERROR, str(exc)
                 found.append((status, detail))
             if not found:
                 continue
-            status = "failed" if any(s == "failed" for s, _ in found) else found[0][0]
+            status = STEP_FAILED if any(s == STEP_FAILED for s, _ in found) else found[0][0]
             steps.append(StepRecord(platform, name, "crash-memcheck", status, 0.0, "; ".join(d for _, d in found)))
     return steps
 

@@ -180,11 +180,11 @@ def _blocked(pipe: Pipeline, p: Platform, r: Rule) -> bool:
     needs"), never as a failed rule."""
     configs = dict.fromkeys((r.reference, r.rule.candidate))
     missing = list(dict.fromkeys(v for c in configs if pipe.build_variant(p, v := pipe.matrix.configs[c].build)
-                                 .status != "passed"))
+                                 .status != STEP_PASSED))
     if missing:
         facts = [Failure("blocked", build=v) for v in missing]
         detail = f"not run: {'; '.join(f.text() for f in facts)}"
-        pipe.run.record_step(StepRecord(p.name, r.rule.candidate, r.step, "error", detail=detail, failures=facts))
+        pipe.run.record_step(StepRecord(p.name, r.rule.candidate, r.step, STEP_ERROR, detail=detail, failures=facts))
         pipe.say(f"[{p.name}] {r.step} {r.rule.candidate}: error — {detail}")
     return bool(missing)
 
@@ -280,11 +280,11 @@ def _platform(pipe: Pipeline, p: Platform, rules: list[Rule]) -> None:
         completion = completion_timings(layout, p.name, measured.values())
         verdicts = [_judge(pipe, p, r, measured, records, problems, out, completion) for r in rules]
         _store(pipe, pairs, identities, records, measured, rules, verdicts)
-        failed = [v for v in verdicts if v["status"] != "passed"]
+        failed = [v for v in verdicts if v["status"] != STEP_PASSED]
         reused = sorted({r.cached for r in records.values() if r.cached})
         cached = (f"; {sum(1 for r in records.values() if r.cached)} of {len(records)} pair(s) from the result cache "
                   f"(run {', '.join(reused)})") if reused else ""
-        shown.finish("failed" if failed else "passed",
+        shown.finish(STEP_FAILED if failed else STEP_PASSED,
                      f"{len(verdicts) - len(failed)} of {len(verdicts)} speed rule(s) passed{cached}",
                      out / failed[0]["log"] if failed else "")
     peak = max(records.values(), key=lambda r: r.total_rss_bytes or 0, default=None)
@@ -387,7 +387,7 @@ def _identity(pipe: Pipeline, p: Platform, command: Callable[[EngineKind, str], 
         sessions = pipe.sessions.session_cache()
         sides = []
         for config in pair.configs:
-            if pipe.build_variant(p, pipe.matrix.configs[config].build).status != "passed":
+            if pipe.build_variant(p, pipe.matrix.configs[config].build).status != STEP_PASSED:
                 return None
             argv, env, _, model_path = command(pair.unit.engine, config)
             sides.append((sessions.side(Side(p.name, config)), argv, env))
@@ -421,7 +421,7 @@ def _store(pipe: Pipeline, pairs: list[Pair], identities: dict[Any, dict[str, An
     passed: dict[Any, bool] = {}
     for r, v in zip(rules, verdicts):
         key = pair_key(r.unit, r.reference, r.rule.candidate)
-        passed[key] = passed.get(key, True) and v["status"] == "passed"
+        passed[key] = passed.get(key, True) and v["status"] == STEP_PASSED
     for pair in pairs:
         rec, identity = records.get(pair.key), identities.get(pair.key)
         if rec is None or rec.cached or identity is None or not passed.get(pair.key):
@@ -452,7 +452,7 @@ def _starter(pipe: Pipeline, p: Platform, command: Callable[[EngineKind, str], t
         except Exception as exc:
             raise fail(Failure("model", model=model, message=f"{type(exc).__name__}: {exc}"), str(exc)) from exc
         variant = pipe.matrix.configs[config].build
-        if pipe.build_variant(p, variant).status != "passed":
+        if pipe.build_variant(p, variant).status != STEP_PASSED:
             raise fail(Failure("blocked", build=variant), f"build {variant} did not pass")
         argv, env, gen, _ = command(kind, config)
         stem = out / f"{config}.{model}{'' if kind.threads is None else f'.t{kind.threads}'}.engine"
@@ -590,12 +590,12 @@ def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[tuple[Unit
     samples = [getattr(m, rule.metric) if m else [] for m in (ref, cand)]
     record.update(reference_tok_s=samples[0], candidate_tok_s=samples[1])
     if failures or min(len(s) for s in samples) < r.unit.samples:
-        status = "error"
+        status = STEP_ERROR
         detail = "; ".join(dict.fromkeys(f.text() for f in failures)) or "too few samples"
         detail = f"{rule.metric} not measured ({r.unit.model}): {detail}"
     else:
         verdict = judge(samples[0], samples[1], rule.min_ratio, rule.factor, rule.p_max)
-        status = "failed" if verdict.regressed else "passed"
+        status = STEP_FAILED if verdict.regressed else STEP_PASSED
         detail = f"{rule.metric} {r.unit.model}: {verdict.outcome()}: {verdict.describe()} vs {r.reference}"
         record.update(ratio=verdict.ratio, threshold=verdict.threshold, p_value=verdict.p_value,
                       reference_spread=asdict(verdict.reference), candidate_spread=asdict(verdict.candidate))
