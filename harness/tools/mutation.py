@@ -79,6 +79,14 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
     # the record readers the checks and triage judge from
     "harness/record/loads.py": _tests("tests/test_run_file_readers.py"),
     "harness/record/native_tests.py": _tests("tests/test_run_file_readers.py"),
+    # the statuses of steps, comparisons and runs: which are failures, which leave a run unproven
+    "harness/record/statuses.py": (
+        *_tests("tests/test_record.py", "test_a_new_comparison_status_is_one_declaration",
+                "test_a_new_unproven_step_status_is_one_declaration_and_makes_the_run_incomplete",
+                "test_every_declared_status_says_what_it_means"),
+        *_tests("tests/test_verdicts.py", "test_a_comparison_is_judged_against_its_groups_expect",
+                "test_a_step_is_judged_by_its_statuss_declared_outcome",
+                "test_a_headline_names_the_first_three_failures_then_counts_the_rest")),
 }
 
 
