@@ -4,6 +4,8 @@ mutants are read as the page says."""
 
 from __future__ import annotations
 
+import ast
+import fnmatch
 import re
 import subprocess
 from pathlib import Path
@@ -11,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness.tools import mutation
-from harness.tools.mutation import (DEFAULT_MODULES, VERDICT_MODULES, Mutant, changed_modules, listed_equivalent,
-                                    score, setup_cfg)
+from harness.tools.mutation import (DEFAULT_MODULES, MUTATED_FUNCTIONS, VERDICT_MODULES, Mutant, changed_modules,
+                                    listed_equivalent, mutant_patterns, score, setup_cfg)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,6 +29,40 @@ def test_every_verdict_module_and_every_test_it_is_run_against_exists():
             path, _, name = node.partition("::")
             text = (ROOT / path).read_text(encoding="utf-8")
             assert not name or re.search(rf"^def {re.escape(name)}\(", text, re.M), node
+
+
+def _mutmut_function_names(module: Path) -> set[str]:
+    """mutmut's names of ``module``'s functions (``x_<function>``) and methods (``xǁ<Class>ǁ<method>``)."""
+    names = set()
+    for node in ast.parse(module.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(f"x_{node.name}")
+        elif isinstance(node, ast.ClassDef):
+            names |= {f"xǁ{node.name}ǁ{f.name}" for f in node.body
+                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return names
+
+
+def test_every_function_a_module_is_mutated_in_part_by_is_a_function_of_it():
+    """A renamed function would drop out of the mutated part of its module without a word."""
+    for module, functions in MUTATED_FUNCTIONS.items():
+        assert module in VERDICT_MODULES
+        missing = set(functions) - _mutmut_function_names(ROOT / module)
+        assert functions and not missing, (module, missing)
+
+
+def test_a_module_mutated_in_part_asks_mutmut_for_the_mutants_of_its_named_functions_only():
+    patterns = mutant_patterns(["harness/record/statuses.py", "harness/analysis/triage.py"])
+
+    def asked(name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+    assert asked("harness.record.statuses.xǁStatusSetǁcheck__mutmut_2")  # mutated whole
+    assert asked("harness.analysis.triage.x__category__mutmut_1")
+    assert asked("harness.analysis.triage.xǁTriageReportǁto_json__mutmut_3")
+    assert not asked("harness.analysis.triage.x_format_report__mutmut_1")  # the text, left out
+    assert not asked("harness.analysis.triage.x__category_of__mutmut_1")  # a name that only starts alike
+    assert not asked("harness.common.statistics.x_judge__mutmut_1")  # a module not asked for
 
 
 def test_the_configuration_mutates_the_modules_asked_against_their_tests_in_the_fast_tier():

@@ -22,6 +22,7 @@ know, mutmut not installed), 3 mutmut stopped before it judged every mutant.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import importlib.util
 import os
 import re
@@ -79,6 +80,26 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
     # the record readers the checks and triage judge from
     "harness/record/loads.py": _tests("tests/test_run_file_readers.py"),
     "harness/record/native_tests.py": _tests("tests/test_run_file_readers.py"),
+    # the expectations check's rules: what each configuration must do, by default and declared
+    "harness/stages/checks/expectation_rules.py": (
+        *_tests("tests/test_expectations.py"), *_tests("tests/test_cpu_repack_placement.py"),
+        *_tests("tests/test_seed_table.py")),
+    # triage's verdict: each change a regression, a fix or neither, what was not compared, the signatures new,
+    # known and gone (the functions MUTATED_FUNCTIONS names)
+    "harness/analysis/triage.py": (
+        *_tests("tests/test_triage.py", "test_triage_names_exactly_the_regressions",
+                "test_same_failures_with_other_noise_are_known_and_not_regressions",
+                "test_fix_is_reported_when_going_back", "test_gone_counts_only_signatures_of_records_the_later_run_has",
+                "test_a_run_against_itself_is_clean", "test_blocked_steps_name_the_failed_build",
+                "test_a_step_not_run_in_b_is_not_compared_and_a_regression_only_when_strict",
+                "test_kl_rising_above_the_threshold_is_a_regression_with_identical_tokens",
+                "test_near_tie_and_hard_divergences_are_reported_apart_and_moves_in_tokens",
+                "test_a_killed_run_b_is_incomplete_never_clean_even_with_no_regression"),
+        *_tests("tests/test_cache_views.py", "test_triage_sees_cached_results_as_the_fresh_ones_and_names_their_run"),
+        *_tests("tests/test_speed.py", "test_triage_counts_a_speed_regression_between_runs_of_one_machine",
+                "test_triage_does_not_compare_speed_across_machines"),
+        *_tests("tests/test_expectations.py", "test_the_step_records_status_log_and_signature"),
+        *_tests("tests/test_model_cache_heals.py", "test_a_model_that_could_not_be_made_is_no_regression_of_the_fork")),
     # the statuses of steps, comparisons and runs: which are failures, which leave a run unproven
     "harness/record/statuses.py": (
         *_tests("tests/test_record.py", "test_a_new_comparison_status_is_one_declaration",
@@ -88,6 +109,30 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
                 "test_a_step_is_judged_by_its_statuss_declared_outcome",
                 "test_a_headline_names_the_first_three_failures_then_counts_the_rest")),
 }
+
+
+#: Modules mutated in part -> the functions of theirs that are mutated, as mutmut names them (``x_<function>``,
+#: ``xǁ<Class>ǁ<method>``); a module not named here is mutated whole.  triage.py's are the ones that decide a
+#: change's category (regression, fix, other, not compared), the run's verdict and the signatures new, known and
+#: gone; its text (format_report and its lines), the command line and the confirmation re-run are left out.
+MUTATED_FUNCTIONS: dict[str, tuple[str, ...]] = {
+    "harness/analysis/triage.py": (
+        "xǁTriageReportǁto_json", "x__category", "x__unfinished", "x__changes", "x__step_transitions",
+        "x__model_unmade", "x__comparison_transitions", "x__kl_transitions", "x__memory_transitions",
+        "x__b_recorded", "x__signature_sets", "x__sig_index", "x__pin_changes", "x_time_threshold",
+        "x__timing_changes", "x__speed_transitions", "x__order", "x_diff_runs"),
+}
+
+
+def mutant_patterns(modules: Sequence[str]) -> list[str]:
+    """The mutants ``mutmut run`` is asked for (fnmatch patterns of mutant names): every mutant of a module
+    mutated whole, and those of the functions :data:`MUTATED_FUNCTIONS` names for a module mutated in part."""
+    out = []
+    for module in modules:
+        dotted = module[:-len(".py")].replace("/", ".")
+        functions = MUTATED_FUNCTIONS.get(module)
+        out += [f"{dotted}.{f}__mutmut_*" for f in functions] if functions else [f"{dotted}.*__mutmut_*"]
+    return out
 
 
 #: The modules ``nox -s mutation`` runs with no module named: one of each kind of verdict (the slowdown rule, the
@@ -142,12 +187,13 @@ def prepare(work: Path, modules: Sequence[str], root: Path = ROOT) -> None:
 
 
 def judged(work: Path, modules: Sequence[str]) -> list[Mutant]:
-    """Every mutant of ``modules`` and its status, as ``mutmut results --all true`` run in ``work`` lists them
-    (``    <name>: <status>`` lines), in mutmut's order."""
+    """Every mutant of ``modules`` that was asked for (:func:`mutant_patterns`) and its status, as ``mutmut
+    results --all true`` run in ``work`` lists them (``    <name>: <status>`` lines), in mutmut's order."""
     done = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=work,
                           capture_output=True, text=True)
-    prefixes = tuple(m[:-len(".py")].replace("/", ".") + "." for m in modules)
-    return [Mutant(name, status) for name, status in parse_results(done.stdout) if name.startswith(prefixes)]
+    patterns = mutant_patterns(modules)
+    return [Mutant(name, status) for name, status in parse_results(done.stdout)
+            if any(fnmatch.fnmatchcase(name, p) for p in patterns)]
 
 
 def parse_results(text: str) -> list[tuple[str, str]]:
@@ -210,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"mutating {len(modules)} module(s): {', '.join(modules)}", flush=True)
     prepare(WORK, modules)
     t0 = time.monotonic()
-    rc = _mutmut(WORK, "run", "--max-children", str(max(1, args.jobs)), log=WORK / "mutmut.log")
+    rc = _mutmut(WORK, "run", "--max-children", str(max(1, args.jobs)), *mutant_patterns(modules),
+                 log=WORK / "mutmut.log")
     seconds = time.monotonic() - t0
     mutants = judged(WORK, modules)
     killed, total = score(mutants)
