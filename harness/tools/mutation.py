@@ -162,12 +162,16 @@ def changed_modules(ref: str, root: Path = ROOT) -> list[str]:
     return [m for m in VERDICT_MODULES if m in changed]
 
 
-def setup_cfg(modules: Sequence[str], root: Path = ROOT) -> str:
+def setup_cfg(modules: Sequence[str]) -> str:
     """mutmut's configuration (its ``setup.cfg`` section) for ``modules`` and their tests, fast tier only."""
     tests = list(dict.fromkeys(t for m in modules for t in VERDICT_MODULES[m]))
     lines = ["[mutmut]", "source_paths = harness", "only_mutate ="]
     lines += [f"    {m}" for m in modules]
-    lines += ["pytest_add_cli_args_test_selection ="] + [f"    {root / t}" for t in tests]
+    # as paths under the copy mutmut runs pytest in (mutants/, where tests/ is linked): a node id is then
+    # tests/<file>::<test>, the name mutmut runs each mutant's tests by; given as absolute paths of the checkout,
+    # outside that rootdir, the ids lost their file (``::<test>``), pytest refused them as arguments, and every
+    # mutant was counted killed
+    lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in tests]
     # the fast tier; no cache of failed tests between mutants; mutmut's own -x stops at the first kill
     lines += ["pytest_add_cli_args =", "    -m", "    not slow", "    -p", "    no:cacheprovider"]
     return "\n".join(lines) + "\n"
@@ -179,7 +183,7 @@ def prepare(work: Path, modules: Sequence[str], root: Path = ROOT) -> None:
     if work.exists():
         shutil.rmtree(work)
     (work / "mutants").mkdir(parents=True)
-    (work / "setup.cfg").write_text(setup_cfg(modules, root), encoding="utf-8")
+    (work / "setup.cfg").write_text(setup_cfg(modules), encoding="utf-8")
     (work / "harness").symlink_to(root / "harness", target_is_directory=True)
     for entry in sorted(root.iterdir()):
         if entry.name != "harness" and not entry.name.startswith("."):
