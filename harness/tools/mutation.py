@@ -82,7 +82,7 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
     "harness/record/native_tests.py": _tests("tests/test_run_file_readers.py"),
     # the expectations check's rules: what each configuration must do, by default and declared
     "harness/stages/checks/expectation_rules.py": (
-        *_tests("tests/test_expectations.py"), *_tests("tests/test_cpu_repack_placement.py"),
+        *_tests("tests/test_expectation_rules.py"), *_tests("tests/test_expectations.py"), *_tests("tests/test_cpu_repack_placement.py"),
         *_tests("tests/test_seed_table.py")),
     # triage's verdict: each change a regression, a fix or neither, what was not compared, the signatures new,
     # known and gone (the functions MUTATED_FUNCTIONS names)
