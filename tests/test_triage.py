@@ -911,3 +911,43 @@ def test_a_killed_run_b_is_incomplete_never_clean_even_with_no_regression(tmp_pa
     ended = make_run(root, "20260103T000000Z-cccc", regressed=False, platforms=(CPU,))
     assert diff_runs(a.dir, ended.dir).to_json()["verdict"] == "clean"
     assert triage.main([a.id, ended.id, "--results-dir", str(root)]) == 0
+
+
+# --------------------------------------------------------------------------- each change's category and its place
+
+
+def test_each_change_is_a_regression_a_fix_or_neither_and_regressions_come_first_then_fixes(tmp_path):
+    """A status that became a failure is a regression, a failure that became a success is a fix; any other change
+    (a failure of another kind, a step skipped, a record only B has) is neither.  Regressions are listed first,
+    then fixes, then the rest; within each, by platform, a step before a comparison, then by name."""
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    steps = {(CPU, "fork", "build"): ("failed", "passed"), (CPU, "fork", "test"): ("passed", "failed"),
+             (WIN, "fork", "test"): ("passed", "skipped"), (WIN, "fork", "build"): ("failed", "error"),
+             (CPU, "base", "build"): (None, "passed"), (CPU, "base", "test"): (None, "interrupted")}
+    for (platform, config, step), (before, after) in steps.items():
+        if before:
+            a.record_step(StepRecord(platform, config, step, before))
+        b.record_step(StepRecord(platform, config, step, after))
+    a.record_comparisons([ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "identical")])
+    b.record_comparisons([ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "diverged")])
+    report = diff_runs(a.dir, b.dir)
+    assert [(t.category, t.platform, t.kind, t.what, t.before, t.after) for t in report.transitions] == [
+        ("regression", CPU, "step", "fork test", "passed", "failed"),
+        ("regression", CPU, "comparison", "g m/p: fork vs base", "identical", "diverged"),
+        ("fix", CPU, "step", "fork build", "failed", "passed"),
+        ("other", CPU, "step", "base build", "absent", "passed"),
+        ("other", WIN, "step", "fork build", "failed", "error"),
+        ("other", WIN, "step", "fork test", "passed", "skipped")]
+    assert report.not_compared == []  # interrupted in B and absent from A: nothing of A left uncompared
+    data = report.to_json()
+    assert data["verdict"] == "regressed"
+    assert data["counts"] == {"regressions": 2, "fixes": 1, "other_changes": 3, "speed_suspects": 0}
+
+
+def test_a_diverged_comparison_s_regression_carries_its_output_mismatch_signature(runs):
+    root, a, b, q, c = runs
+    by_what = {t.what: t for t in diff_runs(a.dir, b.dir).regressions}
+    diverged = by_what["base-vs-fork gemma3-270m/story: fork vs base"]
+    assert diverged.signature["kind"] == "output_mismatch" and diverged.signature_known is False
+    back = {t.what: t for t in diff_runs(b.dir, a.dir).fixes}["base-vs-fork gemma3-270m/story: fork vs base"]
+    assert back.signature["kind"] == "output_mismatch"  # a fix names the failure that went away
