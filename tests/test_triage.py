@@ -951,3 +951,35 @@ def test_a_diverged_comparison_s_regression_carries_its_output_mismatch_signatur
     assert diverged.signature["kind"] == "output_mismatch" and diverged.signature_known is False
     back = {t.what: t for t in diff_runs(b.dir, a.dir).fixes}["base-vs-fork gemma3-270m/story: fork vs base"]
     assert back.signature["kind"] == "output_mismatch"  # a fix names the failure that went away
+
+
+def _failed_build(run: Run, config: str, error: str) -> None:
+    """A CPU build of ``config`` that failed with compiler ``error`` in its log (what a build step leaves)."""
+    logs = run.platform_dir(CPU) / f"build-{config}"
+    logs.mkdir(parents=True)
+    (logs / "configure.rc").write_text("0\n")
+    (logs / "build.log").write_text(f"$ cmake --build /w/build --target all\n{error}\n")
+    (logs / "build.rc").write_text("1\n")
+    run.record_step(StepRecord(CPU, config, "build", "failed"))
+
+
+def test_a_step_failing_in_both_runs_with_another_signature_is_a_change_of_neither_kind_naming_both(tmp_path):
+    """Still failing, but another way: no regression and no fix, the earlier signature in the detail, the later
+    one as the transition's signature, known when run A had it anywhere."""
+    foo = "/w/src/llama-model.cpp:88:5: error: 'foo' was not declared in this scope"
+    bar = "/w/src/llama.cpp:12:3: error: 'bar' was not declared in this scope"
+    baz = "/w/src/llama.cpp:14:3: error: 'baz' was not declared in this scope"
+    a, b, c = Run.open(tmp_path, "a"), Run.open(tmp_path, "b"), Run.open(tmp_path, "c")
+    for run, fork_error in ((a, foo), (b, bar), (c, baz)):
+        _failed_build(run, "fork", fork_error)
+        _failed_build(run, "base", bar)  # the same failure in every run: no change
+    sig_a, sig_b = (classify_step(r.dir, r.step(CPU, "fork", "build")) for r in (a, b))
+    (t,) = diff_runs(a.dir, b.dir).transitions
+    assert (t.category, t.kind, t.platform, t.what, t.before, t.after) == \
+        ("other", "step", CPU, "fork build", "failed", "failed")
+    assert t.where == {"platform": CPU, "config": "fork", "step": "build"}
+    assert t.detail == f"signature changed from {sig_a.summary}"
+    assert t.signature == {"kind": sig_b.kind, "key": sig_b.key, "summary": sig_b.summary}
+    assert t.signature_known is True  # a's base build failed with it
+    (new,) = diff_runs(a.dir, c.dir).transitions
+    assert new.signature["key"].endswith("'baz' was not declared in this scope") and new.signature_known is False
