@@ -983,3 +983,32 @@ def test_a_step_failing_in_both_runs_with_another_signature_is_a_change_of_neith
     assert t.signature_known is True  # a's base build failed with it
     (new,) = diff_runs(a.dir, c.dir).transitions
     assert new.signature["key"].endswith("'baz' was not declared in this scope") and new.signature_known is False
+
+
+def test_a_step_s_regression_carries_the_later_failure_and_a_fix_the_earlier_one(tmp_path):
+    """A regression's signature is run B's failure, known when run A failed that way anywhere; a fix's is run A's
+    failure (the one that went away), never called known.  Each names its record, B's detail (A's where B has
+    none) and the run whose result the cache supplied."""
+    foo = "/w/src/llama-model.cpp:88:5: error: 'foo' was not declared in this scope"
+    bar = "/w/src/llama.cpp:12:3: error: 'bar' was not declared in this scope"
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    _failed_build(a, "fork", foo)
+    b.record_step(StepRecord(CPU, "fork", "build", "passed", detail="built in 90 s", cached="r0"))
+    a.record_step(StepRecord(CPU, "base", "build", "passed"))
+    _failed_build(b, "base", foo)
+    a.record_step(StepRecord(CPU, "upstream", "build", "passed"))
+    _failed_build(b, "upstream", bar)
+    b.record_step(StepRecord(CPU, "fork", "test", "passed", detail="5 passed"))  # only in B
+    sig_foo = classify_step(a.dir, a.step(CPU, "fork", "build"))
+    sig_bar = classify_step(b.dir, b.step(CPU, "upstream", "build"))
+    by_what = {t.what: t for t in diff_runs(a.dir, b.dir).transitions}
+    fix = by_what["fork build"]
+    assert fix.category == "fix" and fix.signature == {"kind": sig_foo.kind, "key": sig_foo.key,
+                                                       "summary": sig_foo.summary}
+    assert fix.signature_known is None and fix.detail == "built in 90 s" and fix.cached == "cached: r0"
+    assert fix.where == {"platform": CPU, "config": "fork", "step": "build"}
+    known = by_what["base build"]
+    assert (known.category, known.signature["key"], known.signature_known) == ("regression", sig_foo.key, True)
+    new = by_what["upstream build"]
+    assert (new.category, new.signature["key"], new.signature_known) == ("regression", sig_bar.key, False)
+    assert new.cached == "" and by_what["fork test"].detail == "5 passed"
