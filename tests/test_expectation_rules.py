@@ -185,3 +185,10 @@ def test_the_warnings_rule_is_checked_when_a_warning_is_required_or_forbidden():
     assert ex.rule_on(ex.Expectations(present=("no-pin",)), "warnings")
     assert ex.rule_on(ex.Expectations(absent=("no-pin",)), "warnings")
     assert not ex.rule_on(ex.Expectations(), "warnings")
+
+
+def test_pin_layers_on_a_summary_without_per_layer_expert_sizes_still_splits_the_experts():
+    """An older model summary has ``n_layer`` but no ``expert_tensor_bytes_by_layer``: the placement rule still
+    follows GGML_CUDA_MOE_PIN_LAYERS, and deriving the pinned share does not divide by the missing total."""
+    exp = rules(env={"GGML_CUDA_MOE_PIN_LAYERS": "2"}, model={"n_layer": 8})
+    assert ranges(exp) == [("0-1", "CUDA_Host"), ("2-", "CPU")]
