@@ -1014,3 +1014,20 @@ def test_a_step_s_regression_carries_the_later_failure_and_a_fix_the_earlier_one
     new = by_what["upstream build"]
     assert (new.category, new.signature["key"], new.signature_known) == ("regression", sig_bar.key, False)
     assert new.cached == "" and by_what["fork test"].detail == "5 passed"
+
+
+def test_kl_is_judged_per_comparison_and_a_mean_at_the_limit_is_not_above_it(tmp_path):
+    """Each comparison with a KL limit and a mean in run B is judged on its own (one without either, or one that
+    stayed on its side of the limit, stops none of the others); a mean equal to ``kl_mean_max`` is not above it."""
+    limit = 1e-4
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    a.record_comparisons([_cmp("identical", kl_mean=2e-6, prompt="a-no-kl"), _cmp("identical", kl_mean=2e-6, prompt="b-stays"),
+                          _cmp("identical", kl_mean=2e-6, prompt="c-rises"), _cmp("identical", kl_mean=2e-6, prompt="d-to-limit"),
+                          _cmp("identical", kl_mean=limit, prompt="e-from-limit")])
+    b.record_comparisons([_cmp("identical", kl_mean=None, prompt="a-no-kl"), _cmp("identical", kl_mean=3e-6, prompt="b-stays"),
+                          _cmp("identical", kl_mean=3e-3, prompt="c-rises"), _cmp("identical", kl_mean=limit, prompt="d-to-limit"),
+                          _cmp("identical", kl_mean=3e-3, prompt="e-from-limit")])
+    regressions = diff_runs(a.dir, b.dir).regressions
+    assert [(t.kind, t.where["prompt"]) for t in regressions] == [("kl", "c-rises"), ("kl", "e-from-limit")]
+    assert regressions[0].where == {"group": "ub-vs-default", "model": "gemma3-270m", "prompt": "c-rises",
+                                    "reference": "fork", "candidate": "fork-ub"}
