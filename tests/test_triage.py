@@ -951,8 +951,12 @@ def test_a_diverged_comparison_s_regression_carries_its_output_mismatch_signatur
     by_what = {t.what: t for t in diff_runs(a.dir, b.dir).regressions}
     diverged = by_what["base-vs-fork gemma3-270m/story: fork vs base"]
     assert diverged.signature["kind"] == "output_mismatch" and diverged.signature_known is False
+    assert diverged.where == {"platform": CPU, "group": "base-vs-fork", "model": "gemma3-270m", "prompt": "story",
+                              "reference": "base", "candidate": "fork"}
+    assert diverged.detail == "diverged at token 5" and diverged.cached == ""  # run B's detail; not from a cache
     back = {t.what: t for t in diff_runs(b.dir, a.dir).fixes}["base-vs-fork gemma3-270m/story: fork vs base"]
     assert back.signature["kind"] == "output_mismatch"  # a fix names the failure that went away
+    assert back.signature_known is None and back.detail == "identical"
 
 
 def _failed_build(run: Run, config: str, error: str) -> None:
