@@ -1027,11 +1027,20 @@ def test_kl_is_judged_per_comparison_and_a_mean_at_the_limit_is_not_above_it(tmp
     a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
     a.record_comparisons([_cmp("identical", kl_mean=2e-6, prompt="a-no-kl"), _cmp("identical", kl_mean=2e-6, prompt="b-stays"),
                           _cmp("identical", kl_mean=2e-6, prompt="c-rises"), _cmp("identical", kl_mean=2e-6, prompt="d-to-limit"),
-                          _cmp("identical", kl_mean=limit, prompt="e-from-limit")])
+                          _cmp("identical", kl_mean=limit, prompt="e-from-limit"),
+                          _cmp("identical", kl_mean=None, prompt="f-first-kl")])
     b.record_comparisons([_cmp("identical", kl_mean=None, prompt="a-no-kl"), _cmp("identical", kl_mean=3e-6, prompt="b-stays"),
                           _cmp("identical", kl_mean=3e-3, prompt="c-rises"), _cmp("identical", kl_mean=limit, prompt="d-to-limit"),
-                          _cmp("identical", kl_mean=3e-3, prompt="e-from-limit")])
+                          _cmp("identical", kl_mean=3e-3, prompt="e-from-limit"),
+                          _cmp("identical", kl_mean=3e-3, prompt="f-first-kl")])
     regressions = diff_runs(a.dir, b.dir).regressions
-    assert [(t.kind, t.where["prompt"]) for t in regressions] == [("kl", "c-rises"), ("kl", "e-from-limit")]
-    assert regressions[0].where == {"group": "ub-vs-default", "model": "gemma3-270m", "prompt": "c-rises",
-                                    "reference": "fork", "candidate": "fork-ub"}
+    assert [(t.kind, t.where["prompt"], t.before) for t in regressions] == [
+        ("kl", "c-rises", "KL mean 2e-06"), ("kl", "e-from-limit", "KL mean 0.0001"), ("kl", "f-first-kl", "absent")]
+    rise = regressions[0]
+    assert (rise.platform, rise.what, rise.after) == (CPU, "ub-vs-default gemma3-270m/c-rises: fork-ub vs fork",
+                                                      "KL mean 0.003")
+    assert rise.where == {"group": "ub-vs-default", "model": "gemma3-270m", "prompt": "c-rises",
+                          "reference": "fork", "candidate": "fork-ub"}
+    assert rise.detail.startswith("mean KL divergence above the group's kl_mean_max 0.0001 nats")
+    fall = next(t for t in diff_runs(b.dir, a.dir).fixes if t.where["prompt"] == "c-rises")
+    assert fall.detail.startswith("mean KL divergence back below the group's kl_mean_max")
