@@ -1044,3 +1044,32 @@ def test_kl_is_judged_per_comparison_and_a_mean_at_the_limit_is_not_above_it(tmp
     assert rise.detail.startswith("mean KL divergence above the group's kl_mean_max 0.0001 nats")
     fall = next(t for t in diff_runs(b.dir, a.dir).fixes if t.where["prompt"] == "c-rises")
     assert fall.detail.startswith("mean KL divergence back below the group's kl_mean_max")
+
+
+def test_moved_model_buffers_are_a_regression_and_a_fix_only_where_the_expectations_went_back_to_passing(tmp_path):
+    """Model buffers of a load both runs have that moved are a regression with their ``placement`` signature;
+    the same move is a fix instead where the configuration's expectations step went from failed to passed.  The
+    placement records are the clean H200 run's (results/evidence): cuda-pin-all's (CUDA_Host) and cuda-nopin's
+    (CPU), each as cuda-pin-all's engine load."""
+    clean = Path(__file__).resolve().parents[1] / "results/evidence/gpu1-20261202T142857Z/linux-x86_64-cuda"
+
+    def run(name: str, placement_of: str, expectations: str) -> Run:
+        r = Run.open(tmp_path, name)
+        dest = r.layout.gen_dir(CUDA, "cuda-pin-all", "moe-large")
+        dest.mkdir(parents=True)
+        shutil.copy(clean / placement_of / "gen/moe-large/engine.placement.json", dest / "engine.placement.json")
+        r.record_step(StepRecord(CUDA, "cuda-pin-all", "expectations", expectations))
+        return r
+
+    def moves(a: Run, b: Run) -> list:
+        return [t for t in diff_runs(a.dir, b.dir).transitions if t.kind == "placement"]
+
+    pinned, unpinned = run("a", "cuda-pin-all", "passed"), run("b", "cuda-nopin", "failed")
+    (moved,) = moves(pinned, unpinned)
+    assert (moved.category, moved.platform, moved.what) == ("regression", CUDA, "cuda-pin-all moe-large: placement")
+    assert moved.where == {"platform": CUDA, "config": "cuda-pin-all", "model": "moe-large", "load": "engine"}
+    assert moved.detail == "model buffers of load engine changed" and moved.signature["kind"] == "placement"
+    (back,) = moves(unpinned, pinned)
+    assert back.category == "fix" and back.signature is None
+    still_failing = run("c", "cuda-pin-all", "failed")  # moved back, and its expectations still fail
+    assert [t.category for t in moves(unpinned, still_failing)] == ["regression"]
