@@ -1073,3 +1073,26 @@ def test_moved_model_buffers_are_a_regression_and_a_fix_only_where_the_expectati
     assert back.category == "fix" and back.signature is None
     still_failing = run("c", "cuda-pin-all", "failed")  # moved back, and its expectations still fail
     assert [t.category for t in moves(unpinned, still_failing)] == ["regression"]
+
+
+def test_a_step_s_time_is_reported_only_past_its_noise_between_two_passed_runs_that_did_the_work(tmp_path):
+    """A build or test step's time is reported when it changed by more than max(20 % of the earlier time, 5 s),
+    both runs passed it, neither took it from the result cache or found the build up to date, and the stage
+    times its work (a generate step's time is its generations', not a measure of the step)."""
+    assert (triage.time_threshold(100.0), triage.time_threshold(25.0), triage.time_threshold(10.0)) == (20.0, 5.0, 5.0)
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    steps = {("base", "build"): (100.0, 121.0, {}), ("fork", "build"): (100.0, 120.0, {}),  # past / at the noise
+             ("fork", "test"): (10.0, 4.0, {}),  # 6 s faster: past the 5 s floor
+             ("upstream", "test"): (10.0, 6.0, {}),  # 4 s: within the floor
+             ("cached", "build"): (100.0, 10.0, {"cached": "r0"}), ("same", "build"): (100.0, 1.0, {"up_to_date": True}),
+             ("fork", "generate"): (100.0, 300.0, {})}
+    for (config, step), (before, after, how) in steps.items():
+        a.record_step(StepRecord(CPU, config, step, "passed", before))
+        b.record_step(StepRecord(CPU, config, step, "passed", after, **how))
+    a.record_step(StepRecord(WIN, "fork", "build", "passed", 100.0))
+    b.record_step(StepRecord(WIN, "fork", "build", "failed", 10.0))  # a failed step stops early
+    b.record_step(StepRecord(WIN, "base", "build", "passed", 300.0))  # only in B
+    report = diff_runs(a.dir, b.dir)
+    assert [(t.config, t.step, t.before_s, t.after_s, t.threshold_s) for t in report.timing_changes] == [
+        ("base", "build", 100.0, 121.0, 20.0), ("fork", "test", 10.0, 4.0, 5.0)]
+    assert all(t.platform == CPU for t in report.timing_changes)
