@@ -928,19 +928,19 @@ def test_each_change_is_a_regression_a_fix_or_neither_and_regressions_come_first
         if before:
             a.record_step(StepRecord(platform, config, step, before))
         b.record_step(StepRecord(platform, config, step, after))
-    a.record_comparisons([ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "identical"),
-                          ComparisonRecord(CPU, "g", "m", "q", "base", "fork", "identical")])
-    b.record_comparisons([ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "diverged")])
+    a.record_comparisons([ComparisonRecord(CPU, "a", "m", "p", "base", "fork", "identical"),
+                          ComparisonRecord(CPU, "a", "m", "q", "base", "fork", "identical")])
+    b.record_comparisons([ComparisonRecord(CPU, "a", "m", "p", "base", "fork", "diverged")])
     report = diff_runs(a.dir, b.dir)
     assert [(t.category, t.platform, t.kind, t.what, t.before, t.after) for t in report.transitions] == [
         ("regression", CPU, "step", "fork test", "passed", "failed"),
-        ("regression", CPU, "comparison", "g m/p: fork vs base", "identical", "diverged"),
+        ("regression", CPU, "comparison", "a m/p: fork vs base", "identical", "diverged"),  # after the step
         ("fix", CPU, "step", "fork build", "failed", "passed"),
         ("other", CPU, "step", "base build", "absent", "passed"),
         ("other", WIN, "step", "fork build", "failed", "error"),
         ("other", WIN, "step", "fork test", "passed", "skipped")]
     # what A has and B did not run is not compared; B's interrupted step that A never had is not listed
-    assert report.not_compared == [f"{CPU} g m/q: fork vs base (identical in A; not run in B)"]
+    assert report.not_compared == [f"{CPU} a m/q: fork vs base (identical in A; not run in B)"]
     data = report.to_json()
     assert data["verdict"] == "regressed"
     assert data["counts"] == {"regressions": 2, "fixes": 1, "other_changes": 3, "speed_suspects": 0}
