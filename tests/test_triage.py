@@ -1096,3 +1096,19 @@ def test_a_step_s_time_is_reported_only_past_its_noise_between_two_passed_runs_t
     assert [(t.config, t.step, t.before_s, t.after_s, t.threshold_s) for t in report.timing_changes] == [
         ("base", "build", 100.0, 121.0, 20.0), ("fork", "test", 10.0, 4.0, 5.0)]
     assert all(t.platform == CPU for t in report.timing_changes)
+
+
+def test_a_comparison_that_crashed_on_the_reference_side_carries_the_reference_generation_s_signature(tmp_path):
+    """A crashed or timed-out comparison's signature is its failed generate step's: the candidate's when it failed,
+    else the reference's (here upstream's build crashed and the fork's ran)."""
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    a.record_comparisons([ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "identical")])
+    b.record_step(StepRecord(CPU, "fork", "generate", "passed", detail="all generations ran"))
+    error_line = "ggml/src/ggml.c:1: GGML_ASSERT(n_tokens > 0) failed"
+    b.record_step(StepRecord(CPU, "base", "generate", "failed", detail=f"m/p: crashed SIGABRT {error_line}",
+                             failures=[Failure("generation", model="m", prompt="p", repeat=1, status="crashed",
+                                               signal="SIGABRT", error_line=error_line)]))
+    b.record_comparisons([ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "crashed")])
+    expected = classify_step(b.dir, b.step(CPU, "base", "generate"))
+    (crash,) = [t for t in diff_runs(a.dir, b.dir).regressions if t.kind == "comparison"]
+    assert crash.signature == {"kind": expected.kind, "key": expected.key, "summary": expected.summary}
