@@ -1112,3 +1112,17 @@ def test_a_comparison_that_crashed_on_the_reference_side_carries_the_reference_g
     expected = classify_step(b.dir, b.step(CPU, "base", "generate"))
     (crash,) = [t for t in diff_runs(a.dir, b.dir).regressions if t.kind == "comparison"]
     assert crash.signature == {"kind": expected.kind, "key": expected.key, "summary": expected.summary}
+
+
+def test_each_new_signature_names_where_it_was_seen(runs):
+    """A signature of run B not in run A is listed once, with its key and every place B saw it: platform,
+    configuration and step, and for a comparison its group, model and prompt."""
+    root, a, b, q, c = runs
+    seen = {s.kind: (s.key, s.where) for s in diff_runs(a.dir, b.dir).signatures_new}
+    assert seen == {
+        "compile_error": ('ggml/src/ggml-cuda/ggml-cuda.cu: error: identifier "cudaHostRegisterReadOnlyFlag" is '
+                          'undefined', [f"{WIN} fork build"]),
+        "cuda_error": ("an illegal memory access was encountered at cudaFuncSetAttribute",
+                       [f"{CUDA} cuda-pin-all generate"]),
+        "output_mismatch": ("base-vs-fork/gemma3-270m/story: fork vs base",
+                            [f"{CPU} fork compare base-vs-fork/gemma3-270m/story"])}
