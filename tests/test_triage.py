@@ -398,6 +398,8 @@ def test_triage_names_exactly_the_regressions(runs, capsys):
     assert report.transitions[:5] == report.regressions  # regressions come first
     pinning = next(t for t in report.regressions if t.kind == "pinning")
     assert pinning.signature["key"] == "pinned bytes dropped: cuda-pin-all"
+    assert pinning.where == {"platform": CUDA, "config": "cuda-pin-all"}
+    assert pinning.detail.startswith("over 2 generation(s), ")
     assert report.fixes == [] and [t for t in report.transitions if t.category == "other"] == []
     by_what = {t.what: t for t in report.regressions}
     crash = by_what["cuda-pin-routes moe-large/long-prefill: cuda-pin-all vs cuda-nopin"]
