@@ -1128,3 +1128,17 @@ def test_each_new_signature_names_where_it_was_seen(runs):
                        [f"{CUDA} cuda-pin-all generate"]),
         "output_mismatch": ("base-vs-fork/gemma3-270m/story: fork vs base",
                             [f"{CPU} fork compare base-vs-fork/gemma3-270m/story"])}
+
+
+def test_the_report_names_both_runs_their_platforms_and_whether_b_is_a_itself(tmp_path):
+    """The report holds both run directories, every platform either run covered, the strictness it was judged
+    with, and whether B is A itself; a directory without a summary is refused naming what is missing."""
+    a = make_run(tmp_path, "a", regressed=False, platforms=(CPU,))
+    b = make_run(tmp_path, "b", regressed=False, platforms=(CUDA,))
+    report = diff_runs(a.dir, b.dir, strict=True)
+    assert (report.a_dir, report.b_dir, report.platforms) == (str(a.dir), str(b.dir), [CPU, CUDA])
+    assert report.strict is True and report.same_run is False and report.b_incomplete == []
+    assert diff_runs(a.dir, a.dir).same_run is True and diff_runs(a.dir, a.dir).strict is False
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(run_choice.TriageInputError, match="summary.json"):
+        diff_runs(a.dir, tmp_path / "empty")
