@@ -1083,20 +1083,22 @@ def test_a_step_s_time_is_reported_only_past_its_noise_between_two_passed_runs_t
     times its work (a generate step's time is its generations', not a measure of the step)."""
     assert (triage.time_threshold(100.0), triage.time_threshold(25.0), triage.time_threshold(10.0)) == (20.0, 5.0, 5.0)
     a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
-    steps = {("base", "build"): (100.0, 121.0, {}), ("fork", "build"): (100.0, 120.0, {}),  # past / at the noise
+    b.record_step(StepRecord(CPU, "a-only-in-b", "build", "passed", 300.0))  # B's records, each left out, first
+    a.record_step(StepRecord(CPU, "a-failed", "build", "passed", 100.0))
+    b.record_step(StepRecord(CPU, "a-failed", "build", "failed", 10.0))  # a failed step stops early
+    steps = {("a-cached", "build"): (100.0, 10.0, {"cached": "r0"}),
+             ("a-same", "build"): (100.0, 1.0, {"up_to_date": True}), ("a-fork", "generate"): (100.0, 300.0, {}),
+             ("base", "build"): (101.7, 125.0, {}), ("fork", "build"): (100.0, 120.0, {}),  # past / at the noise
              ("fork", "test"): (10.0, 4.0, {}),  # 6 s faster: past the 5 s floor
              ("upstream", "test"): (10.0, 6.0, {}),  # 4 s: within the floor
-             ("cached", "build"): (100.0, 10.0, {"cached": "r0"}), ("same", "build"): (100.0, 1.0, {"up_to_date": True}),
-             ("fork", "generate"): (100.0, 300.0, {})}
+             ("zero", "build"): (0.0, 10.0, {}), ("zero", "test"): (10.0, 0.0, {})}
     for (config, step), (before, after, how) in steps.items():
         a.record_step(StepRecord(CPU, config, step, "passed", before))
         b.record_step(StepRecord(CPU, config, step, "passed", after, **how))
-    a.record_step(StepRecord(WIN, "fork", "build", "passed", 100.0))
-    b.record_step(StepRecord(WIN, "fork", "build", "failed", 10.0))  # a failed step stops early
-    b.record_step(StepRecord(WIN, "base", "build", "passed", 300.0))  # only in B
     report = diff_runs(a.dir, b.dir)
     assert [(t.config, t.step, t.before_s, t.after_s, t.threshold_s) for t in report.timing_changes] == [
-        ("base", "build", 100.0, 121.0, 20.0), ("fork", "test", 10.0, 4.0, 5.0)]
+        ("base", "build", 101.7, 125.0, 20.3), ("fork", "test", 10.0, 4.0, 5.0), ("zero", "build", 0.0, 10.0, 5.0),
+        ("zero", "test", 10.0, 0.0, 5.0)]  # the threshold in tenths of a second
     assert all(t.platform == CPU for t in report.timing_changes)
 
 
@@ -1120,7 +1122,9 @@ def test_each_new_signature_names_where_it_was_seen(runs):
     """A signature of run B not in run A is listed once, with its key and every place B saw it: platform,
     configuration and step, and for a comparison its group, model and prompt."""
     root, a, b, q, c = runs
-    seen = {s.kind: (s.key, s.where) for s in diff_runs(a.dir, b.dir).signatures_new}
+    new = diff_runs(a.dir, b.dir).signatures_new
+    assert all(isinstance(s.summary, str) and s.summary for s in new)  # each says what it is in a line
+    seen = {s.kind: (s.key, s.where) for s in new}
     assert seen == {
         "compile_error": ('ggml/src/ggml-cuda/ggml-cuda.cu: error: identifier "cudaHostRegisterReadOnlyFlag" is '
                           'undefined', [f"{WIN} fork build"]),
