@@ -743,6 +743,8 @@ def test_the_step_records_status_log_and_signature(tmp_path):
     moved = next(t for t in report.regressions if t.what == "cuda-pin-all moe-large: probed layers")
     assert (moved.before, moved.after) == ("CUDA_Host: 0-7", "CPU: 0-7")
     assert moved.signature["key"] == "probed layers moved: cuda-pin-all/moe-large: layers 0-7"
+    assert moved.where == {"platform": "linux-x86_64-cuda", "config": "cuda-pin-all", "model": "moe-large"}
+    assert moved.detail == "the runtime probe of the engine load"
     assert triage.main([str(clean.dir), str(planted.dir)]) == 1
     assert triage.main([str(clean.dir), str(clean.dir)]) == 0
     back = triage.diff_runs(planted.dir, clean.dir)  # the fault removed: more is pinned, the layers went back

@@ -496,7 +496,11 @@ def test_triage_counts_a_speed_regression_between_runs_of_one_machine(tmp_path):
     b = write_bench_run(tmp_path, "b", [20, 20.5, 19.5, 20.2, 19.8])
     report = triage.diff_runs(a, b, upstream={"fork": "base"})
     assert [t.what for t in report.regressions] == ["fork gemma3-270m tg tok/s"]
-    assert report.regressions[0].signature["kind"] == "speed_regression"
+    slower = report.regressions[0]
+    assert slower.signature["kind"] == "speed_regression" and slower.signature["key"] == "speed fork gemma3-270m tg"
+    assert (slower.kind, slower.platform) == ("speed", "linux-x86_64-cpu")
+    assert slower.where == {"platform": "linux-x86_64-cpu", "config": "fork", "model": "gemma3-270m", "metric": "tg"}
+    assert slower.before.endswith(" tok/s") and slower.after.endswith(" tok/s")
     assert {(c.config, c.metric): c.regressed for c in report.speed_changes} == \
         {("base", "pp"): False, ("base", "tg"): False, ("fork", "pp"): False, ("fork", "tg"): True}
     assert report.regressions[0].detail.startswith("speed fork gemma3-270m tg: 0.5x base in the run against 1x")

@@ -398,6 +398,8 @@ def test_triage_names_exactly_the_regressions(runs, capsys):
     assert report.transitions[:5] == report.regressions  # regressions come first
     pinning = next(t for t in report.regressions if t.kind == "pinning")
     assert pinning.signature["key"] == "pinned bytes dropped: cuda-pin-all"
+    assert pinning.where == {"platform": CUDA, "config": "cuda-pin-all"}
+    assert pinning.detail.startswith("over 2 generation(s), ")
     assert report.fixes == [] and [t for t in report.transitions if t.category == "other"] == []
     by_what = {t.what: t for t in report.regressions}
     crash = by_what["cuda-pin-routes moe-large/long-prefill: cuda-pin-all vs cuda-nopin"]
@@ -911,3 +913,236 @@ def test_a_killed_run_b_is_incomplete_never_clean_even_with_no_regression(tmp_pa
     ended = make_run(root, "20260103T000000Z-cccc", regressed=False, platforms=(CPU,))
     assert diff_runs(a.dir, ended.dir).to_json()["verdict"] == "clean"
     assert triage.main([a.id, ended.id, "--results-dir", str(root)]) == 0
+
+
+# --------------------------------------------------------------------------- each change's category and its place
+
+
+def test_each_change_is_a_regression_a_fix_or_neither_and_regressions_come_first_then_fixes(tmp_path):
+    """A status that became a failure is a regression, a failure that became a success is a fix; any other change
+    (a failure of another kind, a step skipped, a record only B has) is neither.  Regressions are listed first,
+    then fixes, then the rest; within each, by platform, a step before a comparison, then by name."""
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    steps = {(CPU, "fork", "build"): ("failed", "passed"), (CPU, "fork", "test"): ("passed", "failed"),
+             (WIN, "fork", "test"): ("passed", "skipped"), (WIN, "fork", "build"): ("failed", "error"),
+             (CPU, "base", "build"): (None, "passed"), (CPU, "base", "test"): (None, "interrupted")}
+    for (platform, config, step), (before, after) in steps.items():
+        if before:
+            a.record_step(StepRecord(platform, config, step, before))
+        b.record_step(StepRecord(platform, config, step, after))
+    a.record_comparisons([ComparisonRecord(CPU, "a", "m", "p", "base", "fork", "identical"),
+                          ComparisonRecord(CPU, "a", "m", "q", "base", "fork", "identical")])
+    b.record_comparisons([ComparisonRecord(CPU, "a", "m", "p", "base", "fork", "diverged")])
+    report = diff_runs(a.dir, b.dir)
+    assert [(t.category, t.platform, t.kind, t.what, t.before, t.after) for t in report.transitions] == [
+        ("regression", CPU, "step", "fork test", "passed", "failed"),
+        ("regression", CPU, "comparison", "a m/p: fork vs base", "identical", "diverged"),  # after the step
+        ("fix", CPU, "step", "fork build", "failed", "passed"),
+        ("other", CPU, "step", "base build", "absent", "passed"),
+        ("other", WIN, "step", "fork build", "failed", "error"),
+        ("other", WIN, "step", "fork test", "passed", "skipped")]
+    # what A has and B did not run is not compared; B's interrupted step that A never had is not listed
+    assert report.not_compared == [f"{CPU} a m/q: fork vs base (identical in A; not run in B)"]
+    data = report.to_json()
+    assert data["verdict"] == "regressed"
+    assert data["counts"] == {"regressions": 2, "fixes": 1, "other_changes": 3, "speed_suspects": 0}
+
+
+def test_a_diverged_comparison_s_regression_carries_its_output_mismatch_signature(runs):
+    root, a, b, q, c = runs
+    by_what = {t.what: t for t in diff_runs(a.dir, b.dir).regressions}
+    diverged = by_what["base-vs-fork gemma3-270m/story: fork vs base"]
+    assert diverged.signature["kind"] == "output_mismatch" and diverged.signature_known is False
+    assert diverged.where == {"platform": CPU, "group": "base-vs-fork", "model": "gemma3-270m", "prompt": "story",
+                              "reference": "base", "candidate": "fork"}
+    assert diverged.detail == "diverged at token 5" and diverged.cached == ""  # run B's detail; not from a cache
+    back = {t.what: t for t in diff_runs(b.dir, a.dir).fixes}["base-vs-fork gemma3-270m/story: fork vs base"]
+    assert back.signature["kind"] == "output_mismatch"  # a fix names the failure that went away
+    assert back.signature_known is None and back.detail == "identical"
+
+
+def _failed_build(run: Run, config: str, error: str) -> None:
+    """A CPU build of ``config`` that failed with compiler ``error`` in its log (what a build step leaves)."""
+    logs = run.platform_dir(CPU) / f"build-{config}"
+    logs.mkdir(parents=True)
+    (logs / "configure.rc").write_text("0\n")
+    (logs / "build.log").write_text(f"$ cmake --build /w/build --target all\n{error}\n")
+    (logs / "build.rc").write_text("1\n")
+    run.record_step(StepRecord(CPU, config, "build", "failed"))
+
+
+def test_a_step_failing_in_both_runs_with_another_signature_is_a_change_of_neither_kind_naming_both(tmp_path):
+    """Still failing, but another way: no regression and no fix, the earlier signature in the detail, the later
+    one as the transition's signature, known when run A had it anywhere."""
+    foo = "/w/src/llama-model.cpp:88:5: error: 'foo' was not declared in this scope"
+    bar = "/w/src/llama.cpp:12:3: error: 'bar' was not declared in this scope"
+    baz = "/w/src/llama.cpp:14:3: error: 'baz' was not declared in this scope"
+    a, b, c = Run.open(tmp_path, "a"), Run.open(tmp_path, "b"), Run.open(tmp_path, "c")
+    for run, fork_error in ((a, foo), (b, bar), (c, baz)):
+        _failed_build(run, "fork", fork_error)
+        _failed_build(run, "base", bar)  # the same failure in every run: no change
+    sig_a, sig_b = (classify_step(r.dir, r.step(CPU, "fork", "build")) for r in (a, b))
+    (t,) = diff_runs(a.dir, b.dir).transitions
+    assert (t.category, t.kind, t.platform, t.what, t.before, t.after) == \
+        ("other", "step", CPU, "fork build", "failed", "failed")
+    assert t.where == {"platform": CPU, "config": "fork", "step": "build"}
+    assert t.detail == f"signature changed from {sig_a.summary}"
+    assert t.signature == {"kind": sig_b.kind, "key": sig_b.key, "summary": sig_b.summary}
+    assert t.signature_known is True  # a's base build failed with it
+    (new,) = diff_runs(a.dir, c.dir).transitions
+    assert new.signature["key"].endswith("'baz' was not declared in this scope") and new.signature_known is False
+
+
+def test_a_step_s_regression_carries_the_later_failure_and_a_fix_the_earlier_one(tmp_path):
+    """A regression's signature is run B's failure, known when run A failed that way anywhere; a fix's is run A's
+    failure (the one that went away), never called known.  Each names its record, B's detail (A's where B has
+    none) and the run whose result the cache supplied."""
+    foo = "/w/src/llama-model.cpp:88:5: error: 'foo' was not declared in this scope"
+    bar = "/w/src/llama.cpp:12:3: error: 'bar' was not declared in this scope"
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    _failed_build(a, "fork", foo)
+    b.record_step(StepRecord(CPU, "fork", "build", "passed", detail="built in 90 s", cached="r0"))
+    a.record_step(StepRecord(CPU, "base", "build", "passed"))
+    _failed_build(b, "base", foo)
+    a.record_step(StepRecord(CPU, "upstream", "build", "passed"))
+    _failed_build(b, "upstream", bar)
+    b.record_step(StepRecord(CPU, "fork", "test", "passed", detail="5 passed"))  # only in B
+    sig_foo = classify_step(a.dir, a.step(CPU, "fork", "build"))
+    sig_bar = classify_step(b.dir, b.step(CPU, "upstream", "build"))
+    by_what = {t.what: t for t in diff_runs(a.dir, b.dir).transitions}
+    fix = by_what["fork build"]
+    assert fix.category == "fix" and fix.signature == {"kind": sig_foo.kind, "key": sig_foo.key,
+                                                       "summary": sig_foo.summary}
+    assert fix.signature_known is None and fix.detail == "built in 90 s" and fix.cached == "cached: r0"
+    assert fix.where == {"platform": CPU, "config": "fork", "step": "build"}
+    known = by_what["base build"]
+    assert (known.category, known.signature["key"], known.signature_known) == ("regression", sig_foo.key, True)
+    new = by_what["upstream build"]
+    assert (new.category, new.signature["key"], new.signature_known) == ("regression", sig_bar.key, False)
+    assert new.cached == "" and by_what["fork test"].detail == "5 passed"
+
+
+def test_kl_is_judged_per_comparison_and_a_mean_at_the_limit_is_not_above_it(tmp_path):
+    """Each comparison with a KL limit and a mean in run B is judged on its own (one without either, or one that
+    stayed on its side of the limit, stops none of the others); a mean equal to ``kl_mean_max`` is not above it."""
+    limit = 1e-4
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    a.record_comparisons([_cmp("identical", kl_mean=2e-6, prompt="a-no-kl"), _cmp("identical", kl_mean=2e-6, prompt="b-stays"),
+                          _cmp("identical", kl_mean=2e-6, prompt="c-rises"), _cmp("identical", kl_mean=2e-6, prompt="d-to-limit"),
+                          _cmp("identical", kl_mean=limit, prompt="e-from-limit"),
+                          _cmp("identical", kl_mean=None, prompt="f-first-kl")])
+    b.record_comparisons([_cmp("identical", kl_mean=None, prompt="a-no-kl"), _cmp("identical", kl_mean=3e-6, prompt="b-stays"),
+                          _cmp("identical", kl_mean=3e-3, prompt="c-rises"), _cmp("identical", kl_mean=limit, prompt="d-to-limit"),
+                          _cmp("identical", kl_mean=3e-3, prompt="e-from-limit"),
+                          _cmp("identical", kl_mean=3e-3, prompt="f-first-kl")])
+    regressions = diff_runs(a.dir, b.dir).regressions
+    assert [(t.kind, t.where["prompt"], t.before) for t in regressions] == [
+        ("kl", "c-rises", "KL mean 2e-06"), ("kl", "e-from-limit", "KL mean 0.0001"), ("kl", "f-first-kl", "absent")]
+    rise = regressions[0]
+    assert (rise.platform, rise.what, rise.after) == (CPU, "ub-vs-default gemma3-270m/c-rises: fork-ub vs fork",
+                                                      "KL mean 0.003")
+    assert rise.where == {"group": "ub-vs-default", "model": "gemma3-270m", "prompt": "c-rises",
+                          "reference": "fork", "candidate": "fork-ub"}
+    assert rise.detail.startswith("mean KL divergence above the group's kl_mean_max 0.0001 nats")
+    fall = next(t for t in diff_runs(b.dir, a.dir).fixes if t.where["prompt"] == "c-rises")
+    assert fall.detail.startswith("mean KL divergence back below the group's kl_mean_max")
+
+
+def test_moved_model_buffers_are_a_regression_and_a_fix_only_where_the_expectations_went_back_to_passing(tmp_path):
+    """Model buffers of a load both runs have that moved are a regression with their ``placement`` signature;
+    the same move is a fix instead where the configuration's expectations step went from failed to passed.  The
+    placement records are the clean H200 run's (results/evidence): cuda-pin-all's (CUDA_Host) and cuda-nopin's
+    (CPU), each as cuda-pin-all's engine load."""
+    clean = Path(__file__).resolve().parents[1] / "results/evidence/gpu1-20261202T142857Z/linux-x86_64-cuda"
+
+    def run(name: str, placement_of: str, expectations: str) -> Run:
+        r = Run.open(tmp_path, name)
+        dest = r.layout.gen_dir(CUDA, "cuda-pin-all", "moe-large")
+        dest.mkdir(parents=True)
+        shutil.copy(clean / placement_of / "gen/moe-large/engine.placement.json", dest / "engine.placement.json")
+        r.record_step(StepRecord(CUDA, "cuda-pin-all", "expectations", expectations))
+        return r
+
+    def moves(a: Run, b: Run) -> list:
+        return [t for t in diff_runs(a.dir, b.dir).transitions if t.kind == "placement"]
+
+    pinned, unpinned = run("a", "cuda-pin-all", "passed"), run("b", "cuda-nopin", "failed")
+    (moved,) = moves(pinned, unpinned)
+    assert (moved.category, moved.platform, moved.what) == ("regression", CUDA, "cuda-pin-all moe-large: placement")
+    assert moved.where == {"platform": CUDA, "config": "cuda-pin-all", "model": "moe-large", "load": "engine"}
+    assert moved.detail == "model buffers of load engine changed" and moved.signature["kind"] == "placement"
+    (back,) = moves(unpinned, pinned)
+    assert back.category == "fix" and back.signature is None
+    still_failing = run("c", "cuda-pin-all", "failed")  # moved back, and its expectations still fail
+    assert [t.category for t in moves(unpinned, still_failing)] == ["regression"]
+
+
+def test_a_step_s_time_is_reported_only_past_its_noise_between_two_passed_runs_that_did_the_work(tmp_path):
+    """A build or test step's time is reported when it changed by more than max(20 % of the earlier time, 5 s),
+    both runs passed it, neither took it from the result cache or found the build up to date, and the stage
+    times its work (a generate step's time is its generations', not a measure of the step)."""
+    assert (triage.time_threshold(100.0), triage.time_threshold(25.0), triage.time_threshold(10.0)) == (20.0, 5.0, 5.0)
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    b.record_step(StepRecord(CPU, "a-only-in-b", "build", "passed", 300.0))  # B's records, each left out, first
+    a.record_step(StepRecord(CPU, "a-failed", "build", "passed", 100.0))
+    b.record_step(StepRecord(CPU, "a-failed", "build", "failed", 10.0))  # a failed step stops early
+    steps = {("a-cached", "build"): (100.0, 10.0, {"cached": "r0"}),
+             ("a-same", "build"): (100.0, 1.0, {"up_to_date": True}), ("a-fork", "generate"): (100.0, 300.0, {}),
+             ("base", "build"): (101.7, 125.0, {}), ("fork", "build"): (100.0, 120.0, {}),  # past / at the noise
+             ("fork", "test"): (10.0, 4.0, {}),  # 6 s faster: past the 5 s floor
+             ("upstream", "test"): (10.0, 6.0, {}),  # 4 s: within the floor
+             ("zero", "build"): (0.0, 10.0, {}), ("zero", "test"): (10.0, 0.0, {})}
+    for (config, step), (before, after, how) in steps.items():
+        a.record_step(StepRecord(CPU, config, step, "passed", before))
+        b.record_step(StepRecord(CPU, config, step, "passed", after, **how))
+    report = diff_runs(a.dir, b.dir)
+    assert [(t.config, t.step, t.before_s, t.after_s, t.threshold_s) for t in report.timing_changes] == [
+        ("base", "build", 101.7, 125.0, 20.3), ("fork", "test", 10.0, 4.0, 5.0), ("zero", "build", 0.0, 10.0, 5.0),
+        ("zero", "test", 10.0, 0.0, 5.0)]  # the threshold in tenths of a second
+    assert all(t.platform == CPU for t in report.timing_changes)
+
+
+def test_a_comparison_that_crashed_on_the_reference_side_carries_the_reference_generation_s_signature(tmp_path):
+    """A crashed or timed-out comparison's signature is its failed generate step's: the candidate's when it failed,
+    else the reference's (here upstream's build crashed and the fork's ran)."""
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    a.record_comparisons([ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "identical")])
+    b.record_step(StepRecord(CPU, "fork", "generate", "passed", detail="all generations ran"))
+    error_line = "ggml/src/ggml.c:1: GGML_ASSERT(n_tokens > 0) failed"
+    b.record_step(StepRecord(CPU, "base", "generate", "failed", detail=f"m/p: crashed SIGABRT {error_line}",
+                             failures=[Failure("generation", model="m", prompt="p", repeat=1, status="crashed",
+                                               signal="SIGABRT", error_line=error_line)]))
+    b.record_comparisons([ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "crashed")])
+    expected = classify_step(b.dir, b.step(CPU, "base", "generate"))
+    (crash,) = [t for t in diff_runs(a.dir, b.dir).regressions if t.kind == "comparison"]
+    assert crash.signature == {"kind": expected.kind, "key": expected.key, "summary": expected.summary}
+
+
+def test_each_new_signature_names_where_it_was_seen(runs):
+    """A signature of run B not in run A is listed once, with its key and every place B saw it: platform,
+    configuration and step, and for a comparison its group, model and prompt."""
+    root, a, b, q, c = runs
+    new = diff_runs(a.dir, b.dir).signatures_new
+    assert all(isinstance(s.summary, str) and s.summary for s in new)  # each says what it is in a line
+    seen = {s.kind: (s.key, s.where) for s in new}
+    assert seen == {
+        "compile_error": ('ggml/src/ggml-cuda/ggml-cuda.cu: error: identifier "cudaHostRegisterReadOnlyFlag" is '
+                          'undefined', [f"{WIN} fork build"]),
+        "cuda_error": ("an illegal memory access was encountered at cudaFuncSetAttribute",
+                       [f"{CUDA} cuda-pin-all generate"]),
+        "output_mismatch": ("base-vs-fork/gemma3-270m/story: fork vs base",
+                            [f"{CPU} fork compare base-vs-fork/gemma3-270m/story"])}
+
+
+def test_the_report_names_both_runs_their_platforms_and_whether_b_is_a_itself(tmp_path):
+    """The report holds both run directories, every platform either run covered, the strictness it was judged
+    with, and whether B is A itself; a directory without a summary is refused naming what is missing."""
+    a = make_run(tmp_path, "a", regressed=False, platforms=(CPU,))
+    b = make_run(tmp_path, "b", regressed=False, platforms=(CUDA,))
+    report = diff_runs(a.dir, b.dir, strict=True)
+    assert (report.a_dir, report.b_dir, report.platforms) == (str(a.dir), str(b.dir), [CPU, CUDA])
+    assert report.strict is True and report.same_run is False and report.b_incomplete == []
+    assert diff_runs(a.dir, a.dir).same_run is True and diff_runs(a.dir, a.dir).strict is False
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(run_choice.TriageInputError, match="summary.json"):
+        diff_runs(a.dir, tmp_path / "empty")

@@ -22,6 +22,7 @@ know, mutmut not installed), 3 mutmut stopped before it judged every mutant.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import importlib.util
 import os
 import re
@@ -81,7 +82,70 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
     # the record readers the checks and triage judge from
     "harness/record/loads.py": _tests("tests/test_run_file_readers.py"),
     "harness/record/native_tests.py": _tests("tests/test_run_file_readers.py"),
+    # the expectations check's rules: what each configuration must do, by default and declared
+    "harness/stages/checks/expectation_rules.py": (
+        *_tests("tests/test_expectation_rules.py"), *_tests("tests/test_expectations.py"), *_tests("tests/test_cpu_repack_placement.py"),
+        *_tests("tests/test_seed_table.py")),
+    # triage's verdict: each change a regression, a fix or neither, what was not compared, the signatures new,
+    # known and gone (the functions MUTATED_FUNCTIONS names)
+    "harness/analysis/triage.py": (
+        *_tests("tests/test_triage.py", "test_triage_names_exactly_the_regressions",
+                "test_same_failures_with_other_noise_are_known_and_not_regressions",
+                "test_fix_is_reported_when_going_back", "test_gone_counts_only_signatures_of_records_the_later_run_has",
+                "test_a_run_against_itself_is_clean", "test_blocked_steps_name_the_failed_build",
+                "test_a_step_not_run_in_b_is_not_compared_and_a_regression_only_when_strict",
+                "test_kl_rising_above_the_threshold_is_a_regression_with_identical_tokens",
+                "test_near_tie_and_hard_divergences_are_reported_apart_and_moves_in_tokens",
+                "test_a_killed_run_b_is_incomplete_never_clean_even_with_no_regression",
+                "test_each_change_is_a_regression_a_fix_or_neither_and_regressions_come_first_then_fixes",
+                "test_a_diverged_comparison_s_regression_carries_its_output_mismatch_signature",
+                "test_a_step_failing_in_both_runs_with_another_signature_is_a_change_of_neither_kind_naming_both",
+                "test_a_step_s_regression_carries_the_later_failure_and_a_fix_the_earlier_one",
+                "test_kl_is_judged_per_comparison_and_a_mean_at_the_limit_is_not_above_it",
+                "test_moved_model_buffers_are_a_regression_and_a_fix_only_where_the_expectations_went_back_to_passing",
+                "test_a_step_s_time_is_reported_only_past_its_noise_between_two_passed_runs_that_did_the_work",
+                "test_a_comparison_that_crashed_on_the_reference_side_carries_the_reference_generation_s_signature",
+                "test_each_new_signature_names_where_it_was_seen",
+                "test_the_report_names_both_runs_their_platforms_and_whether_b_is_a_itself"),
+        *_tests("tests/test_cache_views.py", "test_triage_sees_cached_results_as_the_fresh_ones_and_names_their_run"),
+        *_tests("tests/test_speed.py", "test_triage_counts_a_speed_regression_between_runs_of_one_machine",
+                "test_triage_does_not_compare_speed_across_machines"),
+        *_tests("tests/test_expectations.py", "test_the_step_records_status_log_and_signature"),
+        *_tests("tests/test_model_cache_heals.py", "test_a_model_that_could_not_be_made_is_no_regression_of_the_fork")),
+    # the statuses of steps, comparisons and runs: which are failures, which leave a run unproven
+    "harness/record/statuses.py": (
+        *_tests("tests/test_statuses.py"),
+        *_tests("tests/test_record.py", "test_a_new_comparison_status_is_one_declaration",
+                "test_a_new_unproven_step_status_is_one_declaration_and_makes_the_run_incomplete",
+                "test_every_declared_status_says_what_it_means"),
+        *_tests("tests/test_verdicts.py", "test_a_comparison_is_judged_against_its_groups_expect",
+                "test_a_step_is_judged_by_its_statuss_declared_outcome",
+                "test_a_headline_names_the_first_three_failures_then_counts_the_rest")),
 }
+
+
+#: Modules mutated in part -> the functions of theirs that are mutated, as mutmut names them (``x_<function>``,
+#: ``xǁ<Class>ǁ<method>``); a module not named here is mutated whole.  triage.py's are the ones that decide a
+#: change's category (regression, fix, other, not compared), the run's verdict and the signatures new, known and
+#: gone; its text (format_report and its lines), the command line and the confirmation re-run are left out.
+MUTATED_FUNCTIONS: dict[str, tuple[str, ...]] = {
+    "harness/analysis/triage.py": (
+        "xǁTriageReportǁto_json", "x__category", "x__unfinished", "x__changes", "x__step_transitions",
+        "x__model_unmade", "x__comparison_transitions", "x__kl_transitions", "x__memory_transitions",
+        "x__b_recorded", "x__signature_sets", "x__sig_index", "x__pin_changes", "x_time_threshold",
+        "x__timing_changes", "x__speed_transitions", "x__order", "x_diff_runs"),
+}
+
+
+def mutant_patterns(modules: Sequence[str]) -> list[str]:
+    """The mutants ``mutmut run`` is asked for (fnmatch patterns of mutant names): every mutant of a module
+    mutated whole, and those of the functions :data:`MUTATED_FUNCTIONS` names for a module mutated in part."""
+    out = []
+    for module in modules:
+        dotted = module[:-len(".py")].replace("/", ".")
+        functions = MUTATED_FUNCTIONS.get(module)
+        out += [f"{dotted}.{f}__mutmut_*" for f in functions] if functions else [f"{dotted}.*__mutmut_*"]
+    return out
 
 
 #: The modules ``nox -s mutation`` runs with no module named: one of each kind of verdict (the slowdown rule, the
@@ -111,12 +175,16 @@ def changed_modules(ref: str, root: Path = ROOT) -> list[str]:
     return [m for m in VERDICT_MODULES if m in changed]
 
 
-def setup_cfg(modules: Sequence[str], root: Path = ROOT) -> str:
+def setup_cfg(modules: Sequence[str]) -> str:
     """mutmut's configuration (its ``setup.cfg`` section) for ``modules`` and their tests, fast tier only."""
     tests = list(dict.fromkeys(t for m in modules for t in VERDICT_MODULES[m]))
     lines = ["[mutmut]", "source_paths = harness", "only_mutate ="]
     lines += [f"    {m}" for m in modules]
-    lines += ["pytest_add_cli_args_test_selection ="] + [f"    {root / t}" for t in tests]
+    # as paths under the copy mutmut runs pytest in (mutants/, where tests/ is linked): a node id is then
+    # tests/<file>::<test>, the name mutmut runs each mutant's tests by; given as absolute paths of the checkout,
+    # outside that rootdir, the ids lost their file (``::<test>``), pytest refused them as arguments, and every
+    # mutant was counted killed
+    lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in tests]
     # the fast tier; no cache of failed tests between mutants; mutmut's own -x stops at the first kill
     lines += ["pytest_add_cli_args =", "    -m", "    not slow", "    -p", "    no:cacheprovider"]
     return "\n".join(lines) + "\n"
@@ -128,7 +196,7 @@ def prepare(work: Path, modules: Sequence[str], root: Path = ROOT) -> None:
     if work.exists():
         shutil.rmtree(work)
     (work / "mutants").mkdir(parents=True)
-    (work / "setup.cfg").write_text(setup_cfg(modules, root), encoding="utf-8")
+    (work / "setup.cfg").write_text(setup_cfg(modules), encoding="utf-8")
     (work / "harness").symlink_to(root / "harness", target_is_directory=True)
     for entry in sorted(root.iterdir()):
         if entry.name != "harness" and not entry.name.startswith("."):
@@ -136,12 +204,13 @@ def prepare(work: Path, modules: Sequence[str], root: Path = ROOT) -> None:
 
 
 def judged(work: Path, modules: Sequence[str]) -> list[Mutant]:
-    """Every mutant of ``modules`` and its status, as ``mutmut results --all true`` run in ``work`` lists them
-    (``    <name>: <status>`` lines), in mutmut's order."""
+    """Every mutant of ``modules`` that was asked for (:func:`mutant_patterns`) and its status, as ``mutmut
+    results --all true`` run in ``work`` lists them (``    <name>: <status>`` lines), in mutmut's order."""
     done = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=work,
                           capture_output=True, text=True)
-    prefixes = tuple(m[:-len(".py")].replace("/", ".") + "." for m in modules)
-    return [Mutant(name, status) for name, status in parse_results(done.stdout) if name.startswith(prefixes)]
+    patterns = mutant_patterns(modules)
+    return [Mutant(name, status) for name, status in parse_results(done.stdout)
+            if any(fnmatch.fnmatchcase(name, p) for p in patterns)]
 
 
 def parse_results(text: str) -> list[tuple[str, str]]:
@@ -204,7 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"mutating {len(modules)} module(s): {', '.join(modules)}", flush=True)
     prepare(WORK, modules)
     t0 = time.monotonic()
-    rc = _mutmut(WORK, "run", "--max-children", str(max(1, args.jobs)), log=WORK / "mutmut.log")
+    rc = _mutmut(WORK, "run", "--max-children", str(max(1, args.jobs)), *mutant_patterns(modules),
+                 log=WORK / "mutmut.log")
     seconds = time.monotonic() - t0
     mutants = judged(WORK, modules)
     killed, total = score(mutants)
