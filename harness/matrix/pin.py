@@ -129,9 +129,10 @@ def pin_problems(matrix: Any, line: Callable[[Sequence[Any]], int]) -> list[str]
                 pinned = src.sha256
                 if pinned is None and src.sha256_file is not None and src.sha256_file.is_file():
                     pinned = (src.sha256_file.read_text(encoding="utf-8").split() or [""])[0]
-                if pinned is not None and sha256_file(src.path) != pinned:
+                held = sha256_file(src.path) if pinned is not None else None
+                if held is not None and held != pinned:
                     problem((*keys, "sha256" if src.sha256 else "sha256_file"),
-                            f"the mirror archive {src.path} has sha256 {sha256_file(src.path)}, the pin says {pinned}")
+                            f"the mirror archive {src.path} has sha256 {held}, the pin says {pinned}")
             else:
                 for key, path in (("path", src.path), ("sha256_file", src.sha256_file)):
                     named = _NAMED_COMMIT.search(path.name) if path is not None else None
