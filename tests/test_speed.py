@@ -510,6 +510,20 @@ def test_triage_counts_a_speed_regression_between_runs_of_one_machine(tmp_path):
     assert triage.main([str(a), str(write_bench_run(tmp_path, "c", [40.2, 40.8, 39.1, 40.1, 39.9]))]) == 0
 
 
+def test_triage_judges_each_pair_by_the_rule_factor_it_is_given_over_the_one_its_runs_recorded(tmp_path):
+    """A fork tg 0.8x its earlier ratio to base is a regression by the runs' own factor (0.1); judged with a
+    matrix's wider factor for that pair (0.5, as ``triage`` hands diff_runs the matrix's rule factors) it is not,
+    and the change carries the factor it was judged by."""
+    a = write_bench_run(tmp_path, "a", [40, 41, 39, 40.5, 39.5])
+    b = write_bench_run(tmp_path, "b", [32, 32.8, 31.2, 32.4, 31.6])
+    recorded = triage.diff_runs(a, b, upstream={"fork": "base"})
+    assert [t.what for t in recorded.regressions] == ["fork gemma3-270m tg tok/s"]
+    wide = triage.diff_runs(a, b, upstream={"fork": "base"}, factors={("fork", "tg", "base"): 0.5})
+    assert wide.regressions == []
+    assert {(c.config, c.metric): (c.regressed, c.factor) for c in wide.speed_changes if c.config == "fork"} == \
+        {("fork", "pp"): (False, 0.1), ("fork", "tg"): (False, 0.5)}
+
+
 def test_triage_does_not_compare_speed_across_machines(tmp_path):
     a = write_bench_run(tmp_path, "a", [40, 41, 39, 40.5, 39.5])
     b = write_bench_run(tmp_path, "b", [20, 20.5, 19.5, 20.2, 19.8], cpu="Intel Xeon")

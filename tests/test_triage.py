@@ -16,7 +16,9 @@ from harness.analysis import bisect, run_choice, text_rules, triage
 from harness.stages.building.patches import export_series, read_series
 from harness.record.json_files import write_json
 from harness.record.records import ComparisonRecord, Failure, StepRecord
+from harness.record.layout import RunLayout
 from harness.record.run import Run
+from harness.record.upstream_tests import FAILED_BOTH, PASSED_BOTH, REGRESSED, SuiteRecord, TestPair
 from harness.analysis.signatures import classify_run, classify_step
 from harness.analysis.text_rules import classify_text, normalise
 from harness.stages.building.source import BaseTree
@@ -1146,3 +1148,117 @@ def test_the_report_names_both_runs_their_platforms_and_whether_b_is_a_itself(tm
     (tmp_path / "empty").mkdir()
     with pytest.raises(run_choice.TriageInputError, match="summary.json"):
         diff_runs(a.dir, tmp_path / "empty")
+
+
+# --------------------------------------------------------------------------- several failures, several configurations
+
+
+def _crashed_generations(run: Run, config: str, stderr_of: dict[str, str]) -> None:
+    """A CPU generate step of ``config`` that failed: each generation ``prompt -> stderr`` crashed (SIGABRT), one
+    failure each, in that order (classify_run keeps the first's signature and the others beside it)."""
+    for prompt, stderr in stderr_of.items():
+        write_gen(run, CPU, config, "m", prompt, stderr=stderr)
+    run.record_step(StepRecord(CPU, config, "generate", "failed", detail=f"{len(stderr_of)} generation(s) crashed",
+                               failures=[Failure("generation", model="m", prompt=p, repeat=1, status="crashed",
+                                                 signal="SIGABRT") for p in stderr_of]))
+
+
+def test_every_failure_of_a_step_that_failed_several_ways_counts_for_new_known_and_gone_signatures(tmp_path):
+    """A step that failed several ways (two generations crashed, each its own way) has one signature and the
+    others beside it; triage counts every one of them: a failure run A had only among a step's others is known to
+    B's regression and among the known signatures, a failure B has only among its others is new, and one gone
+    from A's step that B passed is gone."""
+    tokens = "llama_model_loader: loaded\nggml/src/ggml.c:1: GGML_ASSERT(n_tokens > 0) failed\n"
+    experts = "llama_model_loader: loaded\nsrc/llama-model.cpp:7: GGML_ASSERT(n_expert_used > 0) failed\n"
+    tokens_key = "llama-completion: GGML_ASSERT(n_tokens > 0) failed in ggml/src/ggml.c"
+    experts_key = "llama-completion: GGML_ASSERT(n_expert_used > 0) failed in src/llama-model.cpp"
+    cuda = cuda_crash_stderr(0, "0x00007f3a2b1c4d5e", 2741, "ggml_backend_cuda_synchronize", "/work/.harness/fork")
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    _crashed_generations(a, "fork", {"p1": cuda, "p2": tokens})  # the failed assertion only among the others
+    a.record_step(StepRecord(CPU, "base", "generate", "passed"))
+    b.record_step(StepRecord(CPU, "fork", "generate", "passed"))
+    _crashed_generations(b, "base", {"p1": tokens, "p2": experts})  # a new assertion only among the others
+    sig_a, sig_b = (classify_run(r.dir, write=False) for r in (a, b))
+    assert [s["kind"] for s in (sig_a[0]["signature"], *sig_a[0]["other_signatures"])] == ["cuda_error", "test_assertion"]
+    assert [s["key"] for s in (sig_b[0]["signature"], *sig_b[0]["other_signatures"])] == [tokens_key, experts_key]
+    report = diff_runs(a.dir, b.dir)
+    (regression,) = report.regressions
+    assert (regression.what, regression.signature["key"], regression.signature_known) == \
+        ("base generate", tokens_key, True)
+    assert [(s.key, s.where) for s in report.signatures_known] == [(tokens_key, [f"{CPU} base generate"])]
+    assert [(s.key, s.where) for s in report.signatures_new] == [(experts_key, [f"{CPU} base generate"])]
+    assert [(s.kind, s.where) for s in report.signatures_gone] == [("cuda_error", [f"{CPU} fork generate"])]
+
+
+_HOLD_LOCK = ("import sys, time\nfrom pathlib import Path\nfrom harness.common.locks import RunLock\n"
+              "RunLock(Path(sys.argv[1])).acquire()\nprint('held', flush=True)\ntime.sleep(60)\n")
+
+
+def test_a_run_b_another_live_process_holds_is_still_running_first_among_its_incomplete_reasons(tmp_path):
+    """While another live process holds run B's lock (a harness still writing it), B's first incomplete reason is
+    ``still running (pid N)`` with that process's pid, before the reasons B's records give; once that process
+    has died, the lock file it left says nothing and only B's own reasons remain."""
+    a = make_run(tmp_path, "a", regressed=False, platforms=(CPU,))
+    b = Run.open(tmp_path, "b")
+    b.record_step(StepRecord(CPU, "fork", "build", "interrupted"))
+    b.close()
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(b.dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        report = diff_runs(a.dir, b.dir)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    assert report.b_incomplete == [f"still running (pid {holder.pid})", f"{CPU}: build fork: interrupted"]
+    assert diff_runs(a.dir, b.dir).b_incomplete == [f"{CPU}: build fork: interrupted"]
+
+
+def test_a_test_of_upstream_s_suite_that_became_regressed_is_a_regression_of_the_triage(tmp_path):
+    """triage lists each test of upstream's suite whose pair of outcomes changed class among its transitions: one
+    that now passes on base and fails on the fork is a regression (with the fork's message), one that now fails
+    on both is neither a regression nor a fix."""
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    both = [TestPair("test-a", "passed", "passed", PASSED_BOTH), TestPair("test-b", "passed", "passed", PASSED_BOTH)]
+    after = [TestPair("test-a", "passed", "failed", REGRESSED, fork_message="exit 3"),
+             TestPair("test-b", "failed", "failed", FAILED_BOTH, "exit 1", "exit 1")]
+    for run, pairs in ((a, both), (b, after)):
+        run.record_step(StepRecord(CPU, "fork", RunLayout.UPSTREAM_STEP, "passed"))
+        write_json(run.layout.upstream_file(CPU, "pairs"), SuiteRecord("main", pairs))
+    report = diff_runs(a.dir, b.dir)
+    assert [(t.category, t.kind, t.platform, t.what, t.before, t.after, t.where, t.detail)
+            for t in report.transitions] == [
+        ("regression", "upstream-test", CPU, "upstream test test-a", PASSED_BOTH, REGRESSED,
+         {"platform": CPU, "test": "test-a"}, "exit 3"),
+        ("other", "upstream-test", CPU, "upstream test test-b", PASSED_BOTH, FAILED_BOTH,
+         {"platform": CPU, "test": "test-b"}, "exit 1")]
+    assert report.to_json()["verdict"] == "regressed"
+
+
+def test_pinned_bytes_are_judged_per_configuration_over_the_generations_both_runs_have(tmp_path):
+    """Each configuration's pinned bytes are summed over the generations both runs have (one only A or only B
+    ran is left out; a configuration with none in common is not compared), and every configuration is judged:
+    more granted bytes is a change and no regression, fewer is a regression whose signature names the
+    configuration, the bytes and the platform."""
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    granted = {  # configuration -> {generation: (A's granted, B's granted)}; None: that run has no such generation
+        "cuda-pin-attn": {"story": (4 * GIB, None), "code": (None, GIB)},  # no generation in common
+        "cuda-pin-experts": {"story": (2 * GIB, 4 * GIB)},  # more granted
+        "cuda-pin-layers": {"story": (4 * GIB, 2 * GIB), "long": (4 * GIB, 2 * GIB), "code": (GIB, None)}}
+    for config, generations in granted.items():
+        for prompt, sides in generations.items():
+            for run, g in zip((a, b), sides):
+                if g is not None:
+                    write_gen(run, CUDA, config, "moe-large", prompt, pin=ladder([g]))
+        for run in (a, b):
+            run.record_step(StepRecord(CUDA, config, "generate", "passed"))
+    report = diff_runs(a.dir, b.dir)
+    assert report.pin_changes == [
+        triage.PinChange(CUDA, "cuda-pin-experts", 1, 4 * GIB, 4 * GIB, 2 * GIB, 4 * GIB, 1, 1),
+        triage.PinChange(CUDA, "cuda-pin-layers", 2, 8 * GIB, 8 * GIB, 8 * GIB, 4 * GIB, 2, 2)]
+    (drop,) = report.regressions
+    assert (drop.kind, drop.what, drop.before, drop.after) == \
+        ("pinning", "cuda-pin-layers: pinned bytes", "8.00 GiB granted", "4.00 GiB granted")
+    assert drop.signature == {"kind": "pinning", "key": "pinned bytes dropped: cuda-pin-layers",
+                              "summary": "pinned bytes dropped: cuda-pin-layers: 8192 MiB -> 4096 MiB granted of "
+                                         f"8192 MiB requested ({CUDA})"}
