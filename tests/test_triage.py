@@ -1179,7 +1179,8 @@ def test_every_failure_of_a_step_that_failed_several_ways_counts_for_new_known_a
     b.record_step(StepRecord(CPU, "fork", "generate", "passed"))
     _crashed_generations(b, "base", {"p1": tokens, "p2": experts})  # a new assertion only among the others
     sig_a, sig_b = (classify_run(r.dir, write=False) for r in (a, b))
-    assert [s["kind"] for s in (sig_a[0]["signature"], *sig_a[0]["other_signatures"])] == ["cuda_error", "test_assertion"]
+    assert [s["kind"] for s in (sig_a[0]["signature"], *sig_a[0]["other_signatures"])] == \
+        ["cuda_error", "test_assertion"]
     assert [s["key"] for s in (sig_b[0]["signature"], *sig_b[0]["other_signatures"])] == [tokens_key, experts_key]
     report = diff_runs(a.dir, b.dir)
     (regression,) = report.regressions
