@@ -30,7 +30,7 @@ from typing import Iterable, Mapping
 
 from ..record.bench import bench_platforms, instrument, read_bench
 from ..record.records import RecordError
-from ..record.statuses import VERDICT
+from ..common.statuses import VERDICT
 from ..record.summary import read_run, run_dirs_under
 from .speed_ratios import interleaved, round_ratios
 

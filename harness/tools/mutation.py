@@ -113,7 +113,7 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
         *_tests("tests/test_expectations.py", "test_the_step_records_status_log_and_signature"),
         *_tests("tests/test_model_cache_heals.py", "test_a_model_that_could_not_be_made_is_no_regression_of_the_fork")),
     # the statuses of steps, comparisons and runs: which are failures, which leave a run unproven
-    "harness/record/statuses.py": (
+    "harness/common/statuses.py": (
         *_tests("tests/test_statuses.py"),
         *_tests("tests/test_record.py", "test_a_new_comparison_status_is_one_declaration",
                 "test_a_new_unproven_step_status_is_one_declaration_and_makes_the_run_incomplete",
