@@ -59,7 +59,10 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
         "test_a_large_slowdown_the_rank_test_does_not_support_is_not_counted",
         "test_a_speedup_rule_needs_the_factor_asked", "test_the_rule_refuses_too_few_samples",
         "test_a_verdict_says_both_medians_the_ratio_against_its_threshold_and_p_against_p_max",
-        "test_a_spread_gives_the_median_extremes_and_inclusive_quartiles_of_its_samples"),
+        "test_a_spread_gives_the_median_extremes_and_inclusive_quartiles_of_its_samples",
+        "test_two_samples_a_side_are_enough_and_a_ratio_that_is_not_positive_is_refused_saying_so",
+        "test_a_verdict_keeps_what_it_was_judged_by_and_words_its_outcome_by_the_rule_asked",
+        "test_two_samples_have_their_inclusive_quartiles_and_no_samples_is_refused_in_those_words"),
     # a comparison's status from the token streams
     "harness/stages/outputs/divergence.py": _tests("tests/test_divergence.py"),
     # triage's speed verdict: within-run ratios, the reference, the factor and the spread
