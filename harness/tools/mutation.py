@@ -76,10 +76,11 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
         "test_a_reference_sample_of_zero_gives_no_ratio", "test_a_rule_s_wider_factor_is_the_one_triage_judges_its_pair_by",
         "test_the_shipped_matrix_s_rule_factors",
         "test_without_an_interleaved_reference_a_slowdown_is_suspect_never_a_regression"),
-    "harness/analysis/speed_spread.py": _tests(
+    "harness/analysis/speed_spread.py": (*_tests(
         "tests/test_speed_ratios.py", "test_a_pair_restored_from_the_result_cache_is_no_run_of_its_own_in_the_spreads",
         "test_a_cached_pair_leaves_out_only_its_own_rounds_and_the_live_pairs_of_its_model_and_tokens_still_count",
         "test_a_spread_is_the_smallest_change_between_clean_runs_of_one_machine_and_instrument"),
+        *_tests("tests/test_speed_spread.py")),
     # the reloads check's rule
     "harness/matrix/loading.py": _tests("tests/test_reloads.py"),
     # the record readers the checks and triage judge from
