@@ -4,6 +4,7 @@ in a RecordError where the file is not JSON or not of its record's shape."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,29 @@ def test_the_native_tests_records_read_back_what_the_test_stage_writes(tmp_path)
     with pytest.raises(FileNotFoundError, match="tests/sanitizer.json"):
         read_sanitizer(layout.tests_file("cuda", "test", "sanitizer"))
 
+
+
+def test_the_native_tests_records_read_their_absent_fields_as_nothing_and_name_a_missing_file_and_why(tmp_path):
+    """A tests.json that gives only the status and the cases' names and statuses (or null for the rest) reads no
+    JUnit or log path, 0 s and no message or detail; a sanitizer.json without tool or summary reads empty text.
+    A missing file is a FileNotFoundError naming it and why a run may have none."""
+    case = native_tests.TestCase
+    path = tmp_path / "tests.json"
+    path.write_text(json.dumps({"status": "passed", "cases": [{"name": "test-a", "status": "passed"}]}))
+    nothing = native_tests.TestRun("passed", [case("test-a", "passed", 0.0, "")], None, None, 0.0, "")
+    assert read_test_run(path) == nothing
+    path.write_text(json.dumps({"status": "failed", "junit": None, "log": None, "seconds": None, "detail": None,
+                                "cases": [{"name": "test-a", "status": "failed", "seconds": None, "message": None}]}))
+    assert read_test_run(path) == replace(nothing, status="failed", cases=[case("test-a", "failed", 0.0, "")])
+    sanitizer = tmp_path / "sanitizer.json"
+    for text in ("{}", json.dumps({"tool": None, "summary": None})):
+        sanitizer.write_text(text)
+        assert read_sanitizer(sanitizer) == SanitizerRecord("", "")
+    for reader, name, why in ((read_test_run, "tests.json", "the native tests did not record a run here"),
+                              (read_sanitizer, "sanitizer.json", "the tests ran without compute-sanitizer")):
+        with pytest.raises(FileNotFoundError) as missing:
+            reader(tmp_path / "run" / name)
+        assert str(missing.value) == f"{tmp_path / 'run' / name}: no {name}; {why}"
 
 
 def test_a_test_run_counts_its_cases_per_status_with_the_three_kinds_always_named():

@@ -59,7 +59,10 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
         "test_a_large_slowdown_the_rank_test_does_not_support_is_not_counted",
         "test_a_speedup_rule_needs_the_factor_asked", "test_the_rule_refuses_too_few_samples",
         "test_a_verdict_says_both_medians_the_ratio_against_its_threshold_and_p_against_p_max",
-        "test_a_spread_gives_the_median_extremes_and_inclusive_quartiles_of_its_samples"),
+        "test_a_spread_gives_the_median_extremes_and_inclusive_quartiles_of_its_samples",
+        "test_two_samples_a_side_are_enough_and_a_ratio_that_is_not_positive_is_refused_saying_so",
+        "test_a_verdict_keeps_what_it_was_judged_by_and_words_its_outcome_by_the_rule_asked",
+        "test_two_samples_have_their_inclusive_quartiles_and_no_samples_is_refused_in_those_words"),
     # a comparison's status from the token streams
     "harness/stages/outputs/divergence.py": _tests("tests/test_divergence.py"),
     # triage's speed verdict: within-run ratios, the reference, the factor and the spread
@@ -73,10 +76,11 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
         "test_a_reference_sample_of_zero_gives_no_ratio", "test_a_rule_s_wider_factor_is_the_one_triage_judges_its_pair_by",
         "test_the_shipped_matrix_s_rule_factors",
         "test_without_an_interleaved_reference_a_slowdown_is_suspect_never_a_regression"),
-    "harness/analysis/speed_spread.py": _tests(
+    "harness/analysis/speed_spread.py": (*_tests(
         "tests/test_speed_ratios.py", "test_a_pair_restored_from_the_result_cache_is_no_run_of_its_own_in_the_spreads",
         "test_a_cached_pair_leaves_out_only_its_own_rounds_and_the_live_pairs_of_its_model_and_tokens_still_count",
         "test_a_spread_is_the_smallest_change_between_clean_runs_of_one_machine_and_instrument"),
+        *_tests("tests/test_speed_spread.py")),
     # the reloads check's rule
     "harness/matrix/loading.py": _tests("tests/test_reloads.py"),
     # the record readers the checks and triage judge from
