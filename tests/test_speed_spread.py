@@ -91,6 +91,17 @@ def test_a_ratio_of_zero_in_every_run_has_no_spread(tmp_path):
     assert measure(runs) == {}
 
 
+def test_a_ratio_of_zero_in_one_run_changes_no_spread_and_the_others_still_count(tmp_path):
+    """One run whose fork measured 0 tok/s after runs that measured it: that run gives no change (a spread of
+    1 / 0 - 1 would be infinite and hide every slowdown), and the ratios of the runs that measured stay."""
+    runs = [run(tmp_path, "r1", *pair(0.9)), run(tmp_path, "r2", *pair(0.8)),
+            run(tmp_path, "r3", measurement("base", [100.0] * 3, [100.0] * 3), measurement("fork", [0.0] * 3, [0.0] * 3))]
+    spreads = measure(runs)
+    fork = spreads[(CUDA, 2, "m", "fork", "tg", "base")]
+    assert fork.smallest == pytest.approx(0.8 / 0.9) and fork.factor == pytest.approx(0.9 / 0.8 - 1)
+    assert all(s.smallest > 0 for s in spreads.values())
+
+
 def test_where_two_machines_show_the_same_smallest_change_the_first_one_measured_keeps_the_spread(tmp_path):
     """Per ratio the smallest change over the machines of one platform and instrument; where two machines tie, the
     spread (and the pairs and runs triage's text names) stays the one of the machine whose runs come first."""
