@@ -166,15 +166,15 @@ def windows_python(cache: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def wine_python():
+def wine_python(tmp_path_factory):
     """(the argv prefix that runs Windows' python.exe under Wine, the environment Wine needs); skips without
-    Wine."""
+    Wine.  The Wine prefix is the module's own, in a temporary directory (about 700 MB, 10 to 20 s to make):
+    the harness cache, which CI keeps between runs, holds only the Python (about 70 MB)."""
     program = find_emulator_program("wine")
     if program is None:
         pytest.skip("needs Wine (Debian package wine64) to run a Windows Python: the job object is not tried")
-    cache = cache_dir()
-    exe = windows_python(cache)
-    emulator = prepare_wine(program, cache / "wine" / "win-job")
+    exe = windows_python(cache_dir())
+    emulator = prepare_wine(program, tmp_path_factory.mktemp("wine-prefix"))
     return [*emulator.wrap([str(exe)]), "-I"], {**os.environ, **emulator.env}
 
 
