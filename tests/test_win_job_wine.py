@@ -180,7 +180,8 @@ def wine_python(tmp_path_factory):
         pytest.skip("needs Wine (Debian package wine64) to run a Windows Python: the job object is not tried")
     exe = windows_python(cache_dir())
     emulator = prepare_wine(program, tmp_path_factory.mktemp("wine-prefix"))
-    return [*emulator.wrap([str(exe)]), "-I"], {**os.environ, **emulator.env}
+    # -I: no environment variable or user site of the host reaches it; -B: it writes no .pyc into the checkout
+    return [*emulator.wrap([str(exe)]), "-I", "-B"], {**os.environ, **emulator.env}
 
 
 def _windows_path(path: Path) -> str:
