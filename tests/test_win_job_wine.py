@@ -232,7 +232,9 @@ def _kill_parent_and_time_child(wine_python, tmp_path: Path, job: str, kill: str
     watcher = None
     try:
         said = _line(parent).split(maxsplit=2)
-        assert len(said) == 3 and said[0].isdigit(), f"the parent did not start its child: {said}"
+        if len(said) != 3 or not said[0].isdigit():  # a traceback: its whole text says why
+            rest = parent.communicate(timeout=START_S)[0].decode(errors="replace")
+            pytest.fail(f"the parent did not start its child: {' '.join(said)}\n{rest}")
         parent_id, child_id, why = said
         assert why == ("''" if job == "with-job" else "'no job made'"), f"win_job says {why}"
         # the process SIGKILL goes to is Windows' python.exe itself, not a launcher of it
