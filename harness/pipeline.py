@@ -28,7 +28,7 @@ from .record.junit import write_checks_junit, write_comparisons_junit, write_spe
 from .record.leftovers import GROUPS_NAME
 from .record.progress import InProgress, describe_abort
 from .record.run import Run
-from .record.statuses import VERDICT_EXIT_CODES
+from .common.statuses import VERDICT_EXIT_CODES
 from .stages.building.builds import Builds
 from .stages.building.source import BaseTree, cache_dir
 from .stages.options import Options
@@ -103,7 +103,7 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
                say: Callable[[str], None] | None = None, bases: Mapping[str, BaseTree] | None = None,
                table: tuple[Stage, ...] = STAGES) -> int:
     """Run the commands ``stages`` (build, test, compare-outputs) in order, each its stages of ``table``; return
-    the exit code of the run's verdict (harness.record.statuses.VERDICT_EXIT_CODES: 0 passed, 1 failed, 3
+    the exit code of the run's verdict (harness.common.statuses.VERDICT_EXIT_CODES: 0 passed, 1 failed, 3
     incomplete or nothing ran).
 
     On SIGINT/SIGTERM (harness.common.proc.Interrupted) or any exception every child

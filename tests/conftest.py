@@ -12,6 +12,7 @@ the fixture is.
 """
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -39,3 +40,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for fixture in getattr(item, "fixturenames", ()):
             for name in FIXTURE_MARKERS.get(fixture, ()):
                 item.add_marker(getattr(pytest.mark, name))
+
+
+#: The committed evidence (results/evidence/): tests read it, and none may change it.
+EVIDENCE = Path(__file__).resolve().parents[1] / "results" / "evidence"
+
+
+def file_state(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``root``: its path relative to ``root`` -> (size in bytes, mtime in ns)."""
+    return {p.relative_to(root).as_posix(): (st.st_size, st.st_mtime_ns)
+            for p in root.rglob("*") if p.is_file() and not p.is_symlink() for st in (p.stat(),)}
+
+
+def changed_files(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    """The paths added, removed or rewritten between two :func:`file_state` snapshots, sorted, each with a word."""
+    return sorted([f"added {p}" for p in after.keys() - before.keys()]
+                  + [f"removed {p}" for p in before.keys() - after.keys()]
+                  + [f"changed {p}" for p in before.keys() & after.keys() if before[p] != after[p]])
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Take the committed evidence's snapshot before any test runs."""
+    session.config.stash[_EVIDENCE_KEY] = file_state(EVIDENCE) if EVIDENCE.is_dir() else {}
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the session, naming the files, when a test added, removed or rewrote a file of the committed
+    evidence: a run written there would be read as evidence by the report, triage and the speed spreads."""
+    before = session.config.stash.get(_EVIDENCE_KEY, None)
+    if before is None:
+        return
+    changed = changed_files(before, file_state(EVIDENCE) if EVIDENCE.is_dir() else {})
+    if changed:
+        shown = "\n  ".join(changed[:20]) + (f"\n  ... and {len(changed) - 20} more" if len(changed) > 20 else "")
+        session.config.get_terminal_writer().line(
+            f"\nerror: the tests changed the committed evidence ({EVIDENCE}):\n  {shown}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_EVIDENCE_KEY = pytest.StashKey[dict]()

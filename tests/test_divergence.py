@@ -4,6 +4,7 @@ end of generation, nondeterministic repeats, the llama-completion byte check and
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,133 @@ def test_generation_reply_round_trip_and_json() -> None:
     assert g.ids == [7, 1] and g.text == b"\xc3" and g.tokens[0].margin == 0.25 and g.eog
     pc = compare_streams("p", "ref", side(g), "cand", side(g), 0.1)
     json.dumps(to_json(pc))  # partial UTF-8 pieces serialise
+
+
+# --------------------------------------------------------------------------- what a comparison records and says
+
+
+def failed(status: str, error_line: str | None = None, seconds: float = 1.0) -> GenerationResult:
+    """A llama-completion run that crashed (SIGSEGV) or timed out, with ``error_line`` from its stderr."""
+    return replace(completion(b"", status=status), error_line=error_line, seconds=seconds,
+                   signal="SIGSEGV" if status == "crashed" else None, returncode=None)
+
+
+def test_a_divergence_records_both_rows_and_where_the_token_starts_in_the_text() -> None:
+    ref = gen(tok(10, "Grü".encode()), tok(11, b","), tok(12, b" world"), end())
+    cand = gen(tok(10, "Grü".encode()), tok(11, b","), tok(40, b" wor", top2=12, margin=3.0), tok(41, b"ld"), end())
+    div = first_divergence(ref.tokens, cand.tokens, 0.1)
+    assert div is not None and div.index == 2
+    assert div.text_offset == 4  # "Grü," is 4 characters (5 bytes) before the divergent token
+    assert div.reference is not None and div.reference.top == ((12, 10.0), (0, 5.0))
+    assert div.candidate is not None and div.candidate.top == ((40, 10.0), (12, 7.0))
+
+
+def test_a_partial_utf8_piece_at_the_divergence_keeps_its_bytes_and_shows_a_replacement_character() -> None:
+    div = first_divergence(gen(tok(20, b"\xc3"), end()).tokens, gen(tok(21, b"\xc3\xa9"), end()).tokens, 0.1)
+    assert div is not None and div.reference is not None and div.candidate is not None
+    assert div.reference.piece == "\ufffd" and div.reference.piece_hex == "c3"
+    assert div.candidate.piece == "é" and div.candidate.piece_hex == "c3a9"
+
+
+def test_candidate_reaches_n_predict_where_reference_continues() -> None:
+    cand = gen(tok(10, b"Hello"), tok(11, b","))  # no end-of-generation token: n_predict reached
+    pc = compare_streams("p", "ref", side(HELLO), "cand", side(cand), 0.1)
+    div = pc.first_divergence
+    assert div is not None and div.index == 2 and div.candidate is None and div.reference is not None
+    assert pc.status == "diverged"
+    assert pc.detail == ("diverged at generated token 2 (hard divergence): reference ' world' (id 12, margin 5) vs "
+                         "candidate end of output (n_predict reached); llama-completion texts differ at byte 6")
+
+
+def test_a_margin_at_the_near_tie_threshold_is_no_near_tie() -> None:
+    ref = gen(tok(10, b"Hello"), tok(11, b",", top2=13, margin=0.5), end())
+    cand = gen(tok(10, b"Hello"), tok(13, b"!"), end())
+    assert not first_divergence(ref.tokens, cand.tokens, 0.5).near_tie  # below the margin, not at it
+    assert first_divergence(ref.tokens, cand.tokens, 0.5001).near_tie
+
+
+def test_a_near_tie_and_an_end_of_generation_are_described_with_both_tokens() -> None:
+    ref = gen(tok(10, b"Hello"), tok(11, b",", top2=13, margin=0.004), tok(12, b" world"), end())
+    cand = gen(tok(10, b"Hello"), tok(13, b"!", top2=11, margin=0.003), end())
+    pc = compare_streams("p", "ref", side(ref), "cand", side(cand), 0.1)
+    assert pc.detail == ("diverged at generated token 1 (near tie): reference ',' (id 11, margin 0.004) vs "
+                         "candidate '!' (id 13, margin 0.003); llama-completion texts differ at byte 5")
+    pc = compare_streams("p", "ref", side(gen(end(margin=4.0, top2=10))), "cand", side(HELLO), 0.1)
+    assert pc.detail == ("diverged at generated token 0 (hard divergence): reference end of generation (id 1, "
+                         "margin 4) vs candidate 'Hello' (id 10, margin 5); llama-completion texts differ at byte 0")
+
+
+def test_a_text_check_counts_each_side_s_bytes() -> None:
+    tc = check_texts(completion(b"Hello, world"), completion(b"Help", complete=False))
+    assert (tc.reference_bytes, tc.candidate_bytes) == (12, 4)
+
+
+def test_a_kl_summary_keeps_each_position_unless_all_are_zero() -> None:
+    kl = summarize_kl(ScoreResult(positions=4, kl=[0.0, 0.002, 0.01, 0.0], top1=[True, True, False, True]))
+    assert kl is not None and kl.per_position == (0.0, 0.002, 0.01, 0.0)
+    zero = summarize_kl(ScoreResult(positions=2, kl=[0.0, 0.0], top1=[True, True]))
+    assert zero is not None and zero.per_position == () and zero.max == 0.0
+
+
+def test_a_comparison_names_its_prompt_and_sides_and_keeps_the_kl_summary() -> None:
+    kl = summarize_kl(ScoreResult(positions=4, kl=[0.0, 0.002, 0.01, 0.0], top1=[True, True, False, True]))
+    pc = compare_streams("p1", "ref", side(HELLO), "cand", side(HELLO), 0.1, kl)
+    assert (pc.prompt_id, pc.reference, pc.candidate) == ("p1", "ref", "cand") and pc.kl is kl
+    assert pc.detail == "identical; KL mean 0.003 max 0.01 nats, top-1 agreement 75.0%"
+    crashed = SideRuns(engine=[EngineRun(status="crashed", error="engine ended (SIGSEGV)")])
+    assert compare_streams("p1", "ref", side(HELLO), "cand", crashed, 0.1, kl).kl is kl
+
+
+def test_identical_details_say_how_the_streams_ended() -> None:
+    empty = gen(end())
+    assert compare_streams("p", "ref", side(empty), "cand", side(empty), 0.1).detail == \
+        "identical (both generations end at once)"
+    one = gen(tok(10, b"Hello"))  # one token, n_predict 1: no end of generation
+    assert compare_streams("p", "ref", side(one), "cand", side(one), 0.1).detail == "identical"
+    pc = compare_streams("p", "ref", side(HELLO), "cand", side(HELLO, text=b"Hello", complete=False), 0.1)
+    assert pc.detail == "identical; llama-completion text cut at exit on one side: compared as far as it goes"
+
+
+def test_a_side_without_a_llama_completion_run_has_no_text_check() -> None:
+    pc = compare_streams("p", "ref", side(HELLO), "cand", SideRuns(engine=[EngineRun(status="ok", generation=HELLO)]),
+                         0.1)
+    assert pc.status == "identical" and pc.text_check is None and pc.detail == "identical"
+
+
+def test_a_completion_text_that_stops_short_of_the_engine_s_or_departs_while_cut_is_nondeterminism() -> None:
+    pc = compare_streams("p", "ref", side(HELLO), "cand", side(HELLO, text=b"Hello,"), 0.1)
+    assert pc.status == "diverged" and pc.nondeterministic == ["cand"]
+    assert "nondeterministic: cand: llama-completion text differs from the engine's at byte 6" in pc.detail
+    pc = compare_streams("p", "ref", side(HELLO), "cand", side(HELLO, text=b"Help", complete=False), 0.1)
+    assert pc.status == "diverged" and pc.nondeterministic == ["cand"]
+    assert "nondeterministic: cand: llama-completion text differs from the engine's at byte 3" in pc.detail
+
+
+def test_a_failure_detail_names_the_side_the_cause_and_how_many_more_runs_failed() -> None:
+    def detail(cand: SideRuns, ref: SideRuns | None = None) -> str:
+        return compare_streams("p", "ref", ref or side(HELLO), "cand", cand, 0.1).detail
+
+    ok = [EngineRun(status="ok", generation=HELLO)]
+    assert detail(SideRuns(engine=ok, completion=failed("crashed"))) == "cand crashed: llama-completion SIGSEGV"
+    assert detail(SideRuns(engine=ok, completion=failed("crashed", "CUDA error: out of memory"))) == \
+        "cand crashed: llama-completion SIGSEGV: CUDA error: out of memory"
+    assert detail(SideRuns(engine=ok, completion=failed("timeout", seconds=300.4))) == \
+        "cand timed out: llama-completion after 300 s"
+    two = [EngineRun(status="crashed", error="engine ended (SIGSEGV)"), *ok]
+    assert detail(SideRuns(engine=two, completion=failed("crashed"))) == \
+        "cand crashed: engine ended (SIGSEGV) (and 1 more runs)"
+    three = [EngineRun(status="crashed", error="engine ended (SIGABRT)"), *two]
+    assert detail(SideRuns(engine=three, completion=failed("crashed"))) == \
+        "cand crashed: engine ended (SIGABRT) (and 2 more runs)"
+    assert detail(SideRuns(engine=ok, completion=failed("crashed")), SideRuns(engine=two)) == \
+        "ref crashed: engine ended (SIGSEGV); cand crashed: llama-completion SIGSEGV"
+
+
+def test_an_empty_side_is_refused_by_its_prompt() -> None:
+    with pytest.raises(ValueError, match="^prompt 'p7': each side needs at least one engine run$"):
+        compare_streams("p7", "ref", side(HELLO), "cand", SideRuns(engine=[]), 0.1)
+
+
+def test_an_engine_run_that_did_not_fail_must_have_its_generation() -> None:
+    with pytest.raises(AssertionError):
+        compare_streams("p", "ref", side(HELLO), "cand", SideRuns(engine=[EngineRun(status="ok")]), 0.1)

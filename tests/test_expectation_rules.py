@@ -105,6 +105,26 @@ def test_without_a_layer_count_pin_layers_neither_splits_the_experts_nor_claims_
     assert exp.present == () and "pin-layers-clamped" in exp.absent
 
 
+@pytest.mark.parametrize("model", [{"n_layer": 8, "expert_tensor_bytes": 800}, {"expert_tensor_bytes": 800}],
+                         ids=["no-bytes-per-layer", "no-layer-count"])
+def test_pin_layers_on_a_model_summary_that_cannot_tell_its_share_checks_no_pinned_share(model):
+    """The share of experts that GGML_CUDA_MOE_PIN_LAYERS pins is the bytes of its layers over all expert
+    bytes: a summary without them cannot give it, so no share is asked (a full pin would fail a correct fork)."""
+    exp = rules(env={"GGML_CUDA_MOE_PIN_LAYERS": "2"}, model=model)
+    assert exp.pinned is None
+    assert exp.origin["pinned"] == ("not checked: GGML_CUDA_MOE_PIN_LAYERS=2 pins a share of the experts that the "
+                                    "model summary cannot tell (no layer count or no expert bytes per layer)")
+    assert exp.absent[:2] == ("partial-pin", "no-pin")  # layers pinned whole warn of no refusal either way
+    full = rules(env={}, model=model)  # without the variable the share is all of them, whatever the summary says
+    assert full.pinned == Pinned(1.0, 1.0)
+
+
+def test_pin_layers_of_every_layer_is_a_full_pin_even_without_bytes_per_layer():
+    """Pinning the experts of every layer pins all of them: the share is known from the layer count alone."""
+    exp = rules(env={"GGML_CUDA_MOE_PIN_LAYERS": "8"}, model={"n_layer": 8, "expert_tensor_bytes": 800})
+    assert exp.pinned == Pinned(1.0, 1.0) and exp.origin["pinned"] == "default: experts of layers 0-7 pinned"
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "4x", ""])
 def test_a_pin_layers_value_the_fork_ignores_is_a_full_pin_that_must_warn_invalid(value):
     assert ex.pin_layers({"GGML_CUDA_MOE_PIN_LAYERS": value}, "GGML_CUDA_MOE_PIN_LAYERS") is None

@@ -53,7 +53,7 @@ def test_an_unknown_phase_exits_2_before_anything_runs(scratch):
     work, env, calls = scratch
     proc = run(work, env, "build-test", "compare-3gpu")
     assert proc.returncode == 2
-    assert "unknown phase: compare-3gpu (known: build-test compare-1gpu compare-seed compare-2gpu bench)" in proc.stderr
+    assert "unknown phase: compare-3gpu (known: build-test compare-1gpu compare-seed compare-2gpu bench upstream-tests)" in proc.stderr
     assert sorted(p.name for p in work.iterdir()) == ["matrix.yaml"]  # no OUTDIR, no .harness, no run ids
     assert not calls.exists()  # build-test did not start either
 
@@ -81,6 +81,18 @@ def test_compare_1gpu_runs_every_one_gpu_group_but_the_seed_table_which_compare_
     assert first == " ".join(["-m harness compare-outputs --platform linux-x86_64-cuda",
                               *(f"--group {g}" for g in one_gpu if g != "cuda-seed-table")])
     assert seed == "-m harness compare-outputs --platform linux-x86_64-cuda --group cuda-seed-table"
+
+
+def test_upstream_tests_runs_the_suite_and_test_backend_ops_on_one_gpu_in_the_one_gpu_run(scratch):
+    work, env, calls = scratch
+    proc = run(work, env, "build-test", "upstream-tests")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    build, suite = calls.read_text().splitlines()
+    jobs = str(len(os.sched_getaffinity(0)))  # what nproc counts
+    assert build.startswith("-m harness build test --platform linux-x86_64-cuda --sanitize memcheck")
+    assert suite == f"-m harness test --platform linux-x86_64-cuda --upstream-tests -j {jobs}"
+    ids = (work / ".harness" / "gpu-evidence.env").read_text()
+    assert "RUN_1GPU=gpu1-" in ids  # both phases of this call recorded into the one-GPU run
 
 
 def test_compare_2gpu_with_no_two_gpu_group_runs_nothing(scratch):

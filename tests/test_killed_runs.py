@@ -25,7 +25,7 @@ from harness.common import proc
 from harness.record.json_files import read_summary
 from harness.record.records import StepRecord
 from harness.record.run import Run
-from harness.record.statuses import KILLED
+from harness.common.statuses import KILLED
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX process groups and /proc")

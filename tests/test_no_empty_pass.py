@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from fake_upstream import make_fake_project
-from harness.record.statuses import STEP
+from harness.common.statuses import STEP
 from harness.stages.speed.speed import stage_speed
 from test_speed import FakePipeline, speed_steps
 

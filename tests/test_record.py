@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness.analysis import triage
-from harness.record import records, statuses
+from harness.common import statuses
+from harness.record import records
 from harness.stages.building.build import BuildResult
 from harness.matrix.config import load_matrix
 from harness.pipeline import Options, open_context
@@ -19,7 +20,7 @@ from harness.record.json_files import load_records
 from harness.record.layout import RunLayout
 from harness.record.records import ComparisonRecord, Failure, RecordError, StepRecord, legacy_failures
 from harness.record.run import Run
-from harness.record.statuses import COMPARISON, Status
+from harness.common.statuses import COMPARISON, Status
 from harness.analysis.signatures import classify_run, step_logs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +28,7 @@ CPU = "linux-x86_64-cpu"
 
 
 def test_a_new_comparison_status_is_one_declaration(tmp_path, monkeypatch):
-    # what a new status takes: one entry in harness.record.statuses.COMPARISON, nothing else
+    # what a new status takes: one entry in harness.common.statuses.COMPARISON, nothing else
     monkeypatch.setitem(COMPARISON.by_name, "needs-newer-upstream",
                         Status("needs-newer-upstream", "neutral", "➖", "upstream cannot run this case"))
     run = Run.open(tmp_path, "r1")

@@ -12,6 +12,7 @@ resident after its free (``FAKE_RELOAD_KEEP``).  The real engine's record comes 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from harness.analysis.signatures import classify_step
 from harness.matrix.config import MatrixError, load_matrix
 from harness.record.reloads import ReloadError, parse_reloads, read_reloads
 from harness.record.records import StepRecord
-from harness.matrix.loading import pin_configuration, reload_count
+from harness.matrix.loading import arg_value, pin_configuration, reload_count, uses_mmap
 from harness.stages.checks.reloads import judge
 from harness.stages.outputs.engine import EngineSession
 
@@ -57,6 +58,28 @@ def test_the_pin_configurations_of_the_matrix_reload_three_times_and_no_other():
         assert counts[name] == 0, name  # no pinning, upstream's build, or the model memory-mapped
     assert not any(reload_count(MATRIX, cpu, c) for c in MATRIX.configs.values())
     assert pin_configuration(cuda, MATRIX.configs["cuda-pin-all"])
+
+
+def test_an_argument_s_value_is_read_in_both_forms_the_last_one_counting_and_none_when_absent_or_trailing():
+    """arg_value: the value of ``--flag value`` and of ``--flag=value``, of the last of the names given where
+    several are there; None (not an empty value) where no name is there or the last word is the flag itself,
+    which expectation_rules tells apart from a value with ``is not None``."""
+    assert arg_value(["-m", "x.gguf", "--load-mode", "none"], "--load-mode", "-lm") == "none"
+    assert arg_value(["--load-mode=dio", "-ngl", "99"], "--load-mode", "-lm") == "dio"
+    assert arg_value(["--load-mode", "none", "-lm", "auto"], "--load-mode", "-lm") == "auto"
+    assert arg_value(["-lm=mmap", "--load-mode=none"], "--load-mode", "-lm") == "none"
+    assert arg_value(["-m", "x.gguf"], "--load-mode", "-lm") is None
+    assert arg_value(["-m", "x.gguf", "--load-mode"], "--load-mode", "-lm") is None
+
+
+def test_the_short_flags_count_as_the_long_ones_for_the_load_mode_and_the_pinned_experts():
+    """llama's ``-lm`` is ``--load-mode`` and ``-cmoe`` is ``--cpu-moe`` (common/arg.cpp): a fork configuration
+    written with the short flags is the same pin configuration, reloaded as often."""
+    assert not uses_mmap(["-lm", "none"]) and not uses_mmap(["-lm=dio"]) and uses_mmap(["-lm", "mmap"])
+    cuda = MATRIX.platforms["linux-x86_64-cuda"]
+    short = replace(MATRIX.configs["cuda-pin-all"], args=("-lm", "none", "-cmoe", "-ngl", "99"))
+    assert pin_configuration(cuda, short) and reload_count(MATRIX, cuda, short) == MATRIX.reloads.count
+    assert not pin_configuration(cuda, replace(short, args=("-lm", "none", "-ngl", "99")))
 
 
 def test_a_configuration_sets_its_own_count_and_the_schema_bounds_it(tmp_path):

@@ -4,6 +4,8 @@ in a RecordError where the file is not JSON or not of its record's shape."""
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -85,6 +87,56 @@ def test_a_load_command_reads_back(tmp_path):
     assert cmd.timeout_s == 300.0 and cmd.program.name == "llama-completion"
 
 
+def test_a_missing_load_record_says_why_a_run_may_have_none(tmp_path):
+    for reader, name, why in ((read_load_command, "x.cmd", "no command record"),
+                              (read_placement, "x.placement.json", "no placement record"),
+                              (read_pin_ladder, "x.pin-ladder.json",
+                               "no pin-ladder record; the load logged no pin-ladder line")):
+        with pytest.raises(FileNotFoundError) as caught:
+            reader(tmp_path / name)
+        assert str(caught.value) == f"{tmp_path / name}: {why}"
+
+
+def test_a_load_command_s_launcher_environment_and_a_missing_time_limit_read_back(tmp_path):
+    path = tmp_path / "p.r1.cmd"
+    path.write_text(json.dumps({"argv": ["/usr/bin/wine", "llama-completion.exe"], "env": {},
+                                "launcher_env": {"WINEDEBUG": "-all", "WINEPREFIX": 7}}))
+    cmd = read_load_command(path)
+    assert cmd.launcher_env == {"WINEDEBUG": "-all", "WINEPREFIX": "7"} and cmd.env == {}
+    assert cmd.timeout_s is None
+
+
+def test_a_load_command_of_another_shape_names_its_file(tmp_path):
+    _bad(tmp_path / "x.cmd", "[]", read_load_command, r"not a command record \(no argv of strings\)")
+    for bad in ({"env": ["A=1"]}, {"launcher_env": "WINEDEBUG"}, {"timeout_s": "soon"}):
+        path = tmp_path / "y.cmd"
+        path.write_text(json.dumps({"argv": ["llama-completion"], **bad}))
+        with pytest.raises(RecordError) as caught:
+            read_load_command(path)
+        assert str(caught.value) == f"{path}: {caught.value.reason}"
+        assert re.fullmatch(r"not a command record \(.+\)", caught.value.reason)  # what was wrong with it
+
+
+def test_a_placement_record_s_offloaded_layers_and_model_buffers_read_back(tmp_path):
+    path = tmp_path / "x.placement.json"
+    model = {"stage": "load_tensors", "what": "model", "load": 1}
+    write_json(path, {"buffers": [{**model, "buffer_type": "CUDA0", "mib": 100.25}, {**model, "buffer_type": "CUDA0", "mib": 0.5},
+                                  {**model, "buffer_type": "CPU", "mib": 1.234}],
+                      "by_buffer_type": {"CUDA0": 100.75, "CPU": 1.234}, "offloaded_layers": [20, 33], "routing": []})
+    placement = read_placement(path)
+    assert placement.offloaded_layers == (20, 33) and placement.as_record()["offloaded_layers"] == [20, 33]
+    assert placement.model_buffers_mib() == {"CUDA0": 100.75, "CPU": 1.23}  # summed per type, to 0.01 MiB
+
+
+def test_a_placement_or_pin_ladder_of_another_shape_says_what_it_lacks(tmp_path):
+    _bad(tmp_path / "x.placement.json", "[]", read_placement, r"x\.placement\.json: not a placement record \(not an object\)$")
+    for buffer in ({"mib": 100.0}, {"buffer_type": "CPU", "mib": "100"}, {"buffer_type": "CPU", "mib": True}):
+        _bad(tmp_path / "x.placement.json", json.dumps({"buffers": [buffer]}), read_placement,
+             r"buffers\[0\] has no buffer_type and mib")
+    _bad(tmp_path / "x.pin-ladder.json", json.dumps([{"requested": 1, "granted": 1}]), read_pin_ladder,
+         "line 0 has no kind, requested and granted bytes")
+
+
 def test_the_run_record_and_the_configuration_read_back(tmp_path):
     run = Run.open(tmp_path, "r1", argv=["harness", "build"])
     run.close()
@@ -146,6 +198,29 @@ def test_the_native_tests_records_read_back_what_the_test_stage_writes(tmp_path)
     with pytest.raises(FileNotFoundError, match="tests/sanitizer.json"):
         read_sanitizer(layout.tests_file("cuda", "test", "sanitizer"))
 
+
+
+def test_the_native_tests_records_read_their_absent_fields_as_nothing_and_name_a_missing_file_and_why(tmp_path):
+    """A tests.json that gives only the status and the cases' names and statuses (or null for the rest) reads no
+    JUnit or log path, 0 s and no message or detail; a sanitizer.json without tool or summary reads empty text.
+    A missing file is a FileNotFoundError naming it and why a run may have none."""
+    case = native_tests.TestCase
+    path = tmp_path / "tests.json"
+    path.write_text(json.dumps({"status": "passed", "cases": [{"name": "test-a", "status": "passed"}]}))
+    nothing = native_tests.TestRun("passed", [case("test-a", "passed", 0.0, "")], None, None, 0.0, "")
+    assert read_test_run(path) == nothing
+    path.write_text(json.dumps({"status": "failed", "junit": None, "log": None, "seconds": None, "detail": None,
+                                "cases": [{"name": "test-a", "status": "failed", "seconds": None, "message": None}]}))
+    assert read_test_run(path) == replace(nothing, status="failed", cases=[case("test-a", "failed", 0.0, "")])
+    sanitizer = tmp_path / "sanitizer.json"
+    for text in ("{}", json.dumps({"tool": None, "summary": None})):
+        sanitizer.write_text(text)
+        assert read_sanitizer(sanitizer) == SanitizerRecord("", "")
+    for reader, name, why in ((read_test_run, "tests.json", "the native tests did not record a run here"),
+                              (read_sanitizer, "sanitizer.json", "the tests ran without compute-sanitizer")):
+        with pytest.raises(FileNotFoundError) as missing:
+            reader(tmp_path / "run" / name)
+        assert str(missing.value) == f"{tmp_path / 'run' / name}: no {name}; {why}"
 
 
 def test_a_test_run_counts_its_cases_per_status_with_the_three_kinds_always_named():

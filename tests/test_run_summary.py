@@ -8,7 +8,7 @@ import pytest
 from harness.record.layout import RunLayout
 from harness.record.records import RECORD_VERSION, ComparisonRecord, Failure, RecordError, StepRecord
 from harness.record.run import Run
-from harness.record.statuses import CRASHED, DIVERGED, IDENTICAL
+from harness.common.statuses import CRASHED, DIVERGED, IDENTICAL
 from harness.record.summary import read_run, run_dirs_under
 
 

@@ -103,6 +103,45 @@ def test_the_rule_refuses_too_few_samples():
     assert (sp.n, sp.median, sp.min, sp.max, sp.q1, sp.q3) == (5, 3, 1, 5, 2, 4)
 
 
+def test_two_samples_a_side_are_enough_and_a_ratio_that_is_not_positive_is_refused_saying_so():
+    """MIN_SAMPLES (2) is the fewest the rule judges, counted on each side apart: two and two are judged, one on
+    either side is refused naming both counts.  A ``min_ratio`` of 0 or below asks for nothing and is refused."""
+    v = judge([100, 102], [50, 51])
+    assert (v.reference.n, v.candidate.n) == (2, 2) and v.slower
+    with pytest.raises(ValueError, match=r"at least 2 samples per side \(reference 2, candidate 1\)"):
+        judge([100, 102], [50])
+    with pytest.raises(ValueError, match=r"at least 2 samples per side \(reference 1, candidate 2\)"):
+        judge([100], [50, 51])
+    for bad in (0, -1.5):
+        with pytest.raises(ValueError, match=rf"^min_ratio must be positive, not {bad}$"):
+            judge([100, 102], [50, 51], min_ratio=bad)
+
+
+def test_a_verdict_keeps_what_it_was_judged_by_and_words_its_outcome_by_the_rule_asked():
+    """SpeedVerdict carries the min_ratio, factor and p_max it was judged by (the speed step records them), and
+    outcome() words the decision: slowdown / no slowdown by the rule for a rule of no slowdown, short of Nx /
+    not short of Nx by the rule for one that asks for N times the reference's speed."""
+    ref = [100, 104, 98, 101, 103]
+    v = judge(ref, [x / 2 for x in ref], factor=0.2, p_max=0.05)
+    assert (v.min_ratio, v.factor, v.p_max) == (1.0, 0.2, 0.05) and v.threshold == pytest.approx(1 / 1.2)
+    assert judge(ref, ref).factor == 0.10
+    assert v.outcome() == "slowdown"
+    assert judge(ref, ref).outcome() == "no slowdown by the rule"
+    nopin = [1000, 1010, 990, 1005, 995]
+    assert judge(nopin, [2000, 2020, 1980, 2010, 1990], min_ratio=3.0, factor=0).outcome() == "short of 3x"
+    assert judge(nopin, [5000, 5100, 4900, 5050, 4950], min_ratio=3.0, factor=0).outcome() == \
+        "not short of 3x by the rule"
+
+
+def test_two_samples_have_their_inclusive_quartiles_and_no_samples_is_refused_in_those_words():
+    """From two samples up the quartiles are statistics.quantiles' inclusive ones (1.5 and 2.5 of 1 and 3); only
+    a single sample is its own quartiles.  No samples: ValueError("no samples")."""
+    two = spread([3, 1])
+    assert (two.n, two.median, two.min, two.max, two.q1, two.q3) == (2, 2, 1, 3, 1.5, 2.5)
+    with pytest.raises(ValueError, match="^no samples$"):
+        spread([])
+
+
 # --------------------------------------------------------------------------- matrix
 
 

@@ -19,9 +19,9 @@ from harness.analysis.speed_ratios import (FORK_ONLY, UPSTREAM, Reference, choos
                                            rule_references, same_mode_upstream)
 from harness.analysis.speed_spread import clean, committed, measure, median_ratios
 from harness.record.summary import run_dirs_under
-from harness.common.statistics import judge
+from harness.common.statistics import MIN_SAMPLES, judge
 from harness.record.bench import instrument
-from harness.matrix.config import load_matrix
+from harness.matrix.config import Generation, Group, GroupSpeed, Matrix, RunConfig, SpeedRule, load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIDENCE = ROOT / "results" / "evidence"
@@ -63,10 +63,11 @@ def test_per_round_ratios_pair_the_samples_of_one_round():
 
 
 def test_the_shipped_matrix_names_upstream_in_the_same_mode():
-    assert UPSTREAM_OF["fork"] == "base"
-    assert UPSTREAM_OF["cuda-pin-all"] == "cuda-base-host-experts"  # group cuda-base-vs-fork-host-experts
-    assert UPSTREAM_OF["cuda-2gpu-row-pinned"] == "base-2gpu-row"  # the configuration's own upstream key
-    assert "cuda-nopin" not in UPSTREAM_OF and "base" not in UPSTREAM_OF
+    upstream_of = same_mode_upstream(MATRIX)
+    assert upstream_of["fork"] == "base"
+    assert upstream_of["cuda-pin-all"] == "cuda-base-host-experts"  # group cuda-base-vs-fork-host-experts
+    assert upstream_of["cuda-2gpu-row-pinned"] == "base-2gpu-row"  # the configuration's own upstream key
+    assert "cuda-nopin" not in upstream_of and "base" not in upstream_of
 
 
 def measurement(config, pp, tg=None, model="m"):
@@ -179,6 +180,7 @@ def test_a_rule_s_wider_factor_is_the_one_triage_judges_its_pair_by():
 
 
 def test_the_shipped_matrix_s_rule_factors():
+    assert rule_factors(MATRIX) == FACTORS
     # the default-mode pair is back at the default factor, measured by five engine processes a side
     assert FACTORS[("fork", "pp", "base")] == 0.10 and FACTORS[("fork", "tg", "base")] == 0.10
     assert MATRIX.groups["cuda-base-vs-fork"].speed.processes == 5
@@ -192,6 +194,68 @@ def test_without_an_interleaved_reference_a_slowdown_is_suspect_never_a_regressi
     b = record(measurement("fork", scaled(BASE, 0.5)))
     c = change(compare_bench(CUDA, a, b, {"fork": "base"}), "fork", "pp")
     assert c.verdict == SUSPECT and not c.regressed and c.reference == "" and c.p_value < 0.01
+
+
+def synthetic_matrix(configs: dict[str, tuple[str, str | None]], groups: list[tuple[str, str, tuple[str, ...], tuple]]
+                     ) -> Matrix:
+    """A matrix of ``configs`` (name -> (build, upstream key)) and ``groups`` ((name, reference, candidates,
+    speed rules or None), in this order)."""
+    return Matrix(path=Path("matrix.yaml"), base_commit="0" * 40, sources=(), generation=Generation(), platforms={},
+                  models={}, prompts={},
+                  configs={n: RunConfig(n, build, upstream=up) for n, (build, up) in configs.items()},
+                  groups={n: Group(n, ("m",), ("p",), ref, cands, Generation(),
+                                   speed=None if rules is None else GroupSpeed("m", 64, 16, 5, tuple(rules)))
+                          for n, ref, cands, rules in groups})
+
+
+def test_upstream_in_the_same_mode_is_a_fork_configuration_s_own_key_then_its_first_group_with_a_base_reference():
+    m = synthetic_matrix(
+        {"base": ("base", None), "base-host": ("base", None), "base-keyed": ("base", "base"), "fork": ("fork", None),
+         "pin": ("fork", "base-host"), "nopin": ("fork", None), "other": ("fork", None)},
+        [("fork-vs-fork", "nopin", ("other",), None),  # a fork reference: no upstream, and the groups after it count
+         ("first", "base", ("fork", "pin", "base-host"), None),  # pin keeps its own key; base-host is upstream's
+         ("second", "base-host", ("fork", "nopin"), None)])  # fork keeps the first group's reference
+    assert same_mode_upstream(m) == {"pin": "base-host", "fork": "base", "nopin": "base-host"}
+
+
+def test_a_pair_s_factor_is_the_widest_of_its_groups_rules_per_metric_and_reference():
+    m = synthetic_matrix(
+        {"base": ("base", None), "fork": ("fork", None), "pin": ("fork", None), "nopin": ("fork", None)},
+        [("wide", "base", ("fork", "pin", "nopin"),
+          (SpeedRule("fork", "pp", factor=0.3), SpeedRule("pin", "pp", min_ratio=3.0, factor=0.0, reference="nopin"))),
+         ("narrow", "base", ("fork",), (SpeedRule("fork", "pp", factor=0.1), SpeedRule("fork", "tg", factor=0.05))),
+         ("no-speed", "base", ("fork",), None)])
+    assert rule_factors(m) == {("fork", "pp", "base"): 0.3, ("fork", "tg", "base"): 0.05, ("pin", "pp", "nopin"): 0.0}
+    rules = [{"candidate": "fork", "reference": "base", "metric": "pp", "factor": f} for f in (0.5, 0.2)]
+    assert recorded_rule_factors({"rules": rules}) == {("fork", "pp", "base"): 0.5}
+
+
+def test_a_ratio_needs_a_positive_reference_only_in_the_rounds_both_sides_have():
+    assert round_ratios([10], [0.5]) == [20.0]  # under 1 tok/s is slow, not absent
+    assert round_ratios([10], [5, 0]) == [2.0]  # the reference's round 2 has no candidate sample to divide
+
+
+def test_measurements_of_another_model_generation_length_or_round_count_are_another_unit():
+    b = record(measurement("a", [1, 2]), measurement("b", [1, 2], model="m2"),
+               {**measurement("c", [1, 2]), "n_gen": 32}, {**measurement("d", [1, 2]), "repeats": 5})
+    assert sorted(sorted(s) for s in interleaved(b).values()) == [["a"], ["b"], ["c"], ["d"]]
+
+
+def test_a_rule_without_a_reference_names_none():
+    b = {"rules": [{"candidate": "fork", "metric": "pp", "reference": None}]}
+    assert rule_references(b) == {("fork", "pp"): []}
+
+
+def test_a_reference_with_the_minimum_samples_in_both_runs_is_usable():
+    both = {c: measurement(c, [1.0] * MIN_SAMPLES) for c in ("fork", "base")}
+    assert choose_reference("fork", "pp", both, both, {"fork": "base"}, []) == Reference("base", UPSTREAM)
+
+
+def test_a_ratio_change_is_judged_at_the_p_max_asked():
+    before, after = [1.00, 1.02, 0.98, 1.01, 0.99], [0.80, 0.81, 0.79, 0.82, 0.78]
+    verdict = compare_ratios(before, after, 0.1, 0.001)
+    assert verdict.p_value > 0.001 and not verdict.regressed  # five rounds a side cannot reach p < 0.001
+    assert compare_ratios(before, after, 0.1, 0.01).regressed
 
 
 # --------------------------------------------------------------------------- the committed H200 runs

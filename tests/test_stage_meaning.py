@@ -16,7 +16,7 @@ from harness.matrix.config import load_matrix
 from harness.pipeline import Options, UndeclaredStep, run_stages
 from harness.record.records import StepRecord
 from harness.record.run import Run
-from harness.record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_STATUSES
+from harness.common.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_STATUSES
 from harness.stages import table
 from harness.stages.shape import EVIDENCE, Stage, StepSpec
 from harness.stages.table import STAGES, step_spec, undeclared
@@ -99,7 +99,7 @@ import json
 from pathlib import Path
 
 from harness.record.records import StepRecord
-from harness.record.statuses import STEP_FAILED, STEP_PASSED
+from harness.common.statuses import STEP_FAILED, STEP_PASSED
 from harness.stages.shape import FailureSign, Stage, StepSpec
 
 STEP_NAME = "lint"

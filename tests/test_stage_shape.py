@@ -16,7 +16,7 @@ from harness.matrix.config import load_matrix
 from harness.pipeline import Options, run_stages
 from harness.record.records import StepRecord
 from harness.record.run import Run
-from harness.record.statuses import STEP_STATUSES
+from harness.common.statuses import STEP_STATUSES
 from harness.stages.shape import COMMANDS, READS, ROLES, WRITES, Stage
 from harness.stages.table import STAGES, stages_of, steps_of_role
 

@@ -1,4 +1,4 @@
-"""Step and comparison statuses are declared once (harness.record.statuses: STEP, COMPARISON) and named through
+"""Step and comparison statuses are declared once (harness.common.statuses: STEP, COMPARISON) and named through
 their constants (STEP_PASSED, STEP_FAILED, ..., IDENTICAL, DIVERGED, CRASHED, TIMEOUT, UNSUPPORTED_UPSTREAM,
 GENERATION_FAILURES): no other module of the harness spells one as a string, so a status renamed or added is one
 line of the declaration.  A word of another vocabulary that a status shares (ctest's outcome of a test, a
@@ -6,17 +6,18 @@ finding's, JUnit's element, a run's verdict) is declared once as a constant of t
 vocabulary, and only that declaration may spell it (each listed below with its reason)."""
 
 import ast
+import io
 from pathlib import Path
 from typing import Iterable
 
 from harness.common import console
-from harness.record.statuses import COMPARISON, STEP, STEP_ERROR, STEP_FAILED, STEP_INTERRUPTED, STEP_PASSED, \
-    STEP_SKIPPED
+from harness.common.statuses import COMPARISON, STEP, STEP_ERROR, STEP_FAILED, STEP_INCOMPLETE, STEP_INTERRUPTED, \
+    Status
 
 PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
 #: The module that declares the statuses.
-DECLARATION = Path("record/statuses.py")
+DECLARATION = Path("common/statuses.py")
 
 #: (module, where) that spell a comparison status's word for another vocabulary, each with its reason; ``where``
 #: is the module-level name the word is written under (a function, a class or a declared constant).
@@ -33,8 +34,6 @@ OTHER_VOCABULARIES = {
 #: (module, where) that declare a word a step status shares, for another vocabulary, each with its reason.  Every
 #: other module names those words through the declared constants.
 STEP_WORDS_OF_OTHER_VOCABULARIES = {
-    (Path("common/console.py"), "_PASSED"): "the step statuses the console marks: harness.common sits below "
-                                           "harness.record and cannot import them (held equal below)",
     (Path("record/native_tests.py"), "CASE_PASSED"): "ctest's outcomes of one native test (tests.json)",
     (Path("record/expectations.py"), "FINDING_PASSED"): "the outcomes of one rule on one load (a finding)",
     (Path("record/junit.py"), "PASSED"): "JUnit's outcomes of a <testcase> and the elements that carry them",
@@ -107,12 +106,12 @@ def _spelled(names: Iterable[str], allowed: dict[tuple[Path, str], str], *, fiel
 
 def test_no_module_but_the_declaration_spells_a_comparison_status():
     found = _spelled(COMPARISON.names, OTHER_VOCABULARIES, fields=True)
-    assert found == [], "use the constants of harness.record.statuses instead:\n" + "\n".join(found)
+    assert found == [], "use the constants of harness.common.statuses instead:\n" + "\n".join(found)
 
 
 def test_no_module_but_the_declaration_spells_a_step_status():
     found = _spelled(STEP.names, STEP_WORDS_OF_OTHER_VOCABULARIES, fields=False)
-    assert found == [], ("use the constants of harness.record.statuses (STEP_PASSED, ...) for a step's status, or "
+    assert found == [], ("use the constants of harness.common.statuses (STEP_PASSED, ...) for a step's status, or "
                          "those of the module that owns the other vocabulary:\n" + "\n".join(found))
 
 
@@ -126,11 +125,32 @@ def test_every_allowed_spelling_is_still_there():
             assert where in spelled, (rel, where)
 
 
-def test_the_consoles_step_statuses_are_the_records():
-    """harness.common.console cannot import harness.record: its words are held equal to the declaration here."""
-    assert (console._PASSED, console._FAILED, console._ERROR, console._SKIPPED, console._INTERRUPTED) == \
-        (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED, STEP_INTERRUPTED)
-    assert set(console._BAD) == STEP.failures | {STEP_INTERRUPTED}
+def test_a_new_step_status_reaches_the_console_from_its_declaration_alone(monkeypatch):
+    """A step status added to STEP, and nothing else, is marked on its end line and, being a failure, has its
+    log named and an error annotation written, as the declared failures have."""
+    monkeypatch.setitem(STEP.by_name, "vanished",
+                        Status("vanished", "failure", "👻", "the step's output went missing", mark="?"))
+    out = io.StringIO()
+    con = console.Console(out, interactive=False, github=True, heartbeat_s=0)
+    with con.step("[linux] new stage") as step:
+        step.finish("vanished", "no output", "new.log")
+    text = out.getvalue()
+    assert "? [linux] new stage: vanished — no output" in text
+    assert "  log: new.log" in text
+    assert "::error title=[linux] new stage%3A vanished::no output (log: new.log)" in text
+
+
+def test_the_console_marks_and_alarms_by_the_declaration():
+    """Every declared step status's mark is the console's; the failures and the statuses that leave a run
+    unproven name their log, the others do not."""
+    assert STEP.alarming == {STEP_FAILED, STEP_ERROR, STEP_INTERRUPTED, STEP_INCOMPLETE}
+    for status in STEP.by_name.values():
+        assert status.mark and console.end_mark(status.name) == status.mark
+        out = io.StringIO()
+        with console.Console(out, interactive=False, github=False, heartbeat_s=0).step("s") as step:
+            step.finish(status.name, "", "s.log")
+        assert ("  log: s.log" in out.getvalue()) == (status.name in STEP.alarming), status.name
+    assert console.end_mark(console.REUSED) == "♻" and console.end_mark("undeclared") == "•"
 
 
 def test_the_rule_finds_the_literals_a_module_would_write():

@@ -1,4 +1,4 @@
-"""The declared statuses (harness.record.statuses): a status's outcome is one of three, a set of statuses finds
+"""The declared statuses (harness.common.statuses): a status's outcome is one of three, a set of statuses finds
 them by name and refuses an undeclared one, only a declared failure status is a failure, and summaries show a
 declared status with its icon.  The sets are made here, in the test: the module's own are made at import."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.record.statuses import COMPARISON, STEP, Status, StatusSet
+from harness.common.statuses import COMPARISON, STEP, Status, StatusSet
 
 
 def probe_statuses() -> StatusSet:

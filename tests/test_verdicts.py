@@ -28,7 +28,7 @@ from harness.analysis.run_views import annotate_failures, verdict_json, verdict_
 from harness.common.console import Console
 from harness.record.records import ComparisonRecord, Failure, StepRecord
 from harness.record.run import Run
-from harness.record.statuses import CRASHED, DIVERGED, IDENTICAL, UNSUPPORTED_UPSTREAM
+from harness.common.statuses import CRASHED, DIVERGED, IDENTICAL, UNSUPPORTED_UPSTREAM
 from harness.record.verdict import (FAILS, NOT_RUN, PASSES, comparison_verdict, failing_names, judge,
                                     step_verdict)
 

@@ -1,6 +1,7 @@
 """The Windows job object that ends the harness's processes with it (harness.common.win_job): its layouts
 against the Windows SDK's headers as MinGW-w64 ships them, and the calls it makes, through a stand-in kernel32.
-Not run on Windows here: what the kernel does with the job is Windows' own."""
+The job itself, made by a Windows CPython and ending a killed harness's processes, is tried under Wine
+(tests/test_win_job_wine.py, slow); what Windows' own kernel does with it is not tried here."""
 
 from __future__ import annotations
 

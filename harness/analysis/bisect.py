@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ..args import parse_defines, split_names
 from ..common.errors import InputError
 from ..record.layout import BUILD_FILES
-from ..record.statuses import IDENTICAL, STEP_ERROR, STEP_PASSED
+from ..common.statuses import IDENTICAL, STEP_ERROR, STEP_PASSED
 from ..record.native_tests import CASE_PASSED, CASE_SKIPPED
 
 

@@ -47,7 +47,7 @@ from ..record.forecast import ForecastRecord, ForecastStage, UpstreamComparison
 from ..record.json_files import write_json
 from ..record.layout import BUILD_FILES, RunLayout
 from ..record.records import ComparisonRecord, StepRecord
-from ..record.statuses import IDENTICAL, PATCH, STEP, VERDICT_EXIT_CODES
+from ..common.statuses import IDENTICAL, PATCH, STEP, VERDICT_EXIT_CODES
 from ..stages.command_names import STAGE_COMMANDS
 from ..stages.building.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
 from ..common.locks import Rank, exclusive

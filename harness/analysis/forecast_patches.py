@@ -3,7 +3,7 @@
 Each patch is applied with ``git am -3`` on top of the ones that applied before it, and the series
 goes on past a failure: a conflicting patch is left out, and every later patch that still applies
 is recorded as applied without it.  Each patch gets one status of
-harness.record.statuses.PATCH:
+harness.common.statuses.PATCH:
 
 * ``clean``: ``git apply --check`` takes it as it is (hunks may sit at other line numbers);
 * ``3-way``: it does not apply as it is, but ``git am -3`` merges it through the blobs its

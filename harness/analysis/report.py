@@ -42,7 +42,7 @@ from ..record.environment import read_environment
 from ..record.inputs import ConfigRecord, read_run_config
 from ..record.layout import RunLayout
 from ..record.records import ComparisonRecord, RecordError, StepRecord
-from ..record.statuses import COMPARISON, DIVERGED, IDENTICAL, KILLED, PATCH, STEP, VERDICT
+from ..common.statuses import COMPARISON, DIVERGED, IDENTICAL, KILLED, PATCH, STEP, VERDICT
 from ..record.summary import read_run, write_summary_md
 from ..record.verdict import FAILS, NOT_RUN, RowVerdict, count_text, failing_names, failures_first, judge
 from .signatures import load_signatures, step_logs
@@ -62,7 +62,7 @@ LOG_TAIL_LINES = 40
 #: Most log files excerpted per failing step.
 LOGS_PER_STEP = 3
 
-#: A speed rule's statuses shown as failures: a rule's status is its step's (harness.record.statuses.STEP).
+#: A speed rule's statuses shown as failures: a rule's status is its step's (harness.common.statuses.STEP).
 _BAD = STEP.failures
 
 

@@ -23,7 +23,7 @@ from ..record.records import ComparisonRecord
 from ..record.summary import run_dirs_under
 from .run_choice import _started, recorded_series, same_series
 from .svg import Cell, cell_strip, line_plot, strip_plot
-from ..record.statuses import STEP_FAILED
+from ..common.statuses import STEP_FAILED
 
 #: Most runs a rule's history shows (the newest).
 HISTORY_RUNS = 60

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..record.forecast import HunkConflict
 from ..record.json_files import write_json
-from ..record.statuses import IDENTICAL, STEP, VERDICT_PASSED
+from ..common.statuses import IDENTICAL, STEP, VERDICT_PASSED
 from ..stages.building.source import BaseTree
 from .roll_state import OUTCOMES, SKIPPED_BY_HAND
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..common.errors import InputError
 from ..record.layout import BUILD_FILES, RunLayout
 from ..record.records import RecordError
-from ..record.statuses import STEP_INTERRUPTED, VERDICT_INCOMPLETE
+from ..common.statuses import STEP_INTERRUPTED, VERDICT_INCOMPLETE
 from ..record.environment import read_environment
 from ..record.inputs import read_run_info
 from ..record.summary import RunSummary, read_run

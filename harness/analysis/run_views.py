@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 from ..common.console import Console
 from ..record.leftovers import settle_killed_runs
 from ..record.run import Run
-from ..record.statuses import KILLED, VERDICT_EXIT_CODES, VERDICT_FAILED
+from ..common.statuses import KILLED, VERDICT_EXIT_CODES, VERDICT_FAILED
 from ..record.verdict import judge
 from .report import write_report
 from .signatures import classify_run
@@ -58,7 +58,7 @@ def verdict_line(run: Run, report: Path, commands: Sequence[str]) -> str:
 
 
 def verdict_json(run: Run, report: Path, commands: Sequence[str]) -> dict[str, Any]:
-    """What ``--json`` prints of a stage command's run: ``verdict`` (harness.record.statuses.VERDICT), ``final``
+    """What ``--json`` prints of a stage command's run: ``verdict`` (harness.common.statuses.VERDICT), ``final``
     (False while stage commands are still to run and nothing failed), ``exit_code``, ``headline``, the
     ``run_dir``, ``report``, the commands begun and ``not_run_yet``, and each failing step and comparison with
     why (harness.record.verdict.Row.to_json)."""

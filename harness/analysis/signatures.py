@@ -88,7 +88,7 @@ from ..record.upstream_tests import REGRESSED, read_suite
 from ..record.json_files import load_records, write_json
 from ..record.layout import BUILD_FILES, LOAD_FILES, TESTS_FILES, RunLayout
 from ..record.records import ComparisonRecord, Failure, RecordError, StepRecord
-from ..record.statuses import CRASHED, DIVERGED, STEP, STEP_FAILED, TIMEOUT
+from ..common.statuses import CRASHED, DIVERGED, STEP, STEP_FAILED, TIMEOUT
 from ..record.signatures import read_signatures
 from .text_rules import (EXPECTATION_KINDS, KIND_RANK, KINDS, SUMMARY_MAX_CHARS, Signature, _clip, _line_at, _sanitizer,
                          _sig, _signal_in_text, classify_text, normalise, relative_path, signal_from_exit,

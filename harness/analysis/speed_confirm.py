@@ -27,7 +27,7 @@ from typing import Callable, Mapping, Sequence
 from ..common.errors import InputError
 from ..matrix.config import Generation, Matrix
 from ..matrix.platforms import executable_suffix
-from ..record.statuses import STEP_PASSED
+from ..common.statuses import STEP_PASSED
 from ..record.summary import read_run
 from ..stages.building.engine_target import ENGINE_TARGET
 from ..stages.outputs.engine import EngineError, EngineSession, engine_argv

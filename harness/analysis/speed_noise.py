@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics as pystats
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
-from ..record.statuses import STEP_PASSED
+from ..common.statuses import STEP_PASSED
 
 
 def cv(samples: Sequence[float]) -> float | None:

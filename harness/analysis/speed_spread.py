@@ -30,7 +30,7 @@ from typing import Iterable, Mapping
 
 from ..record.bench import bench_platforms, instrument, read_bench
 from ..record.records import RecordError
-from ..record.statuses import VERDICT
+from ..common.statuses import VERDICT
 from ..record.summary import read_run, run_dirs_under
 from .speed_ratios import interleaved, round_ratios
 
@@ -97,7 +97,8 @@ def median_ratios(run_dir: Path) -> dict[tuple[str, int, str], dict[tuple[str, s
 
 def measure(run_dirs: Iterable[Path]) -> dict[Key, Spread]:
     """Every ratio's :class:`Spread` over the clean runs among ``run_dirs`` (:func:`clean`), pairs of runs of the
-    same platform, instrument and machine fingerprint only."""
+    same platform, instrument and machine fingerprint only.  A median ratio of 0 (a configuration that measured
+    0 tok/s) gives no change, either way: it would make the spread infinite."""
     by_where: dict[tuple[str, int, str], list[dict[tuple[str, str, str, str], float]]] = {}
     for d in run_dirs:
         if clean(d):
@@ -108,7 +109,7 @@ def measure(run_dirs: Iterable[Path]) -> dict[Key, Spread]:
         changes: dict[tuple[str, str, str, str], list[float]] = {}
         for a, b in permutations(runs, 2):
             for k in a.keys() & b.keys():
-                if a[k] > 0:
+                if a[k] > 0 and b[k] > 0:  # a ratio of 0 is a configuration that measured nothing: no change
                     changes.setdefault(k, []).append(b[k] / a[k])
         for ratio, values in changes.items():
             key = (platform, inst, *ratio)

@@ -57,7 +57,7 @@ from ..common.locks import RunLock
 from ..common.words import size_text
 from ..record.layout import RunLayout
 from ..record.records import ComparisonRecord, RecordError, StepRecord
-from ..record.statuses import (COMPARISON, DIVERGED, GENERATION_FAILURES, KILLED, STEP, STEP_ERROR, STEP_INTERRUPTED,
+from ..common.statuses import (COMPARISON, DIVERGED, GENERATION_FAILURES, KILLED, STEP, STEP_ERROR, STEP_INTERRUPTED,
                                STEP_PASSED)
 from ..record.summary_md import describe_cache, describe_cached, shown_as_reused
 from ..record.expectations import EXPECTATIONS_STEP
@@ -72,7 +72,7 @@ from .speed_diff import SpeedChange, compare_speed
 from .speed_ratios import rule_factors, same_mode_upstream
 from .run_choice import SAME_RUN_WARNING, TriageInputError, incomplete_reasons, previous_run, resolve_run
 
-#: Statuses that count as a failure or a success (declared in harness.record.statuses).
+#: Statuses that count as a failure or a success (declared in harness.common.statuses).
 BAD_STEP = STEP.failures
 BAD_COMPARISON = COMPARISON.failures
 GOOD = STEP.successes | COMPARISON.successes
@@ -214,7 +214,7 @@ class TriageReport:
     #: why run B is incomplete ([] when it is complete); B is compared only on what it recorded, and
     #: ``not_compared`` lists what A has that B did not run or was stopped in (a regression only when ``strict``)
     b_incomplete: list[str] = field(default_factory=list)
-    #: B's harness process died before its command ended (harness.record.statuses.KILLED): what it recorded stops
+    #: B's harness process died before its command ended (harness.common.statuses.KILLED): what it recorded stops
     #: where it died, not where it was stopped, so B is never called clean
     b_killed: bool = False
     #: A and B are one run (named twice, or B's previous run resolved to itself): nothing can have changed

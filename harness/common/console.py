@@ -25,6 +25,8 @@ from typing import Iterator, TextIO
 from rich.console import Console as RichConsole
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from .statuses import STEP, STEP_INTERRUPTED, STEP_PASSED
+
 #: Seconds between progress lines of a running step when the output is not a terminal.
 HEARTBEAT_S = 10.0
 
@@ -34,15 +36,20 @@ WATCH_S = 0.5
 #: ninja's status line: ``[n/N] Building CXX object ...`` (its default NINJA_STATUS is "[%f/%t] ").
 NINJA_PROGRESS = re.compile(rb"^\[(\d+)/(\d+)\] ", re.M)
 
-#: The step statuses the console marks and decides by: harness.common sits below harness.record, which declares
-#: them (harness.record.statuses.STEP), so they are named here once and tests/test_status_names.py holds them equal.
-_PASSED, _FAILED, _ERROR, _SKIPPED, _INTERRUPTED = "passed", "failed", "error", "skipped", "interrupted"
-#: The statuses that end a step badly: its log is named and an error annotation written.
-_BAD = (_FAILED, _ERROR, _INTERRUPTED)
+#: The word of a step whose results came from the result cache (docs/cache.md): no status of a record, so it
+#: has its mark here.  Every other end line takes its mark from the step status's declaration
+#: (harness.common.statuses.STEP); a status without one is shown with a bullet.
+REUSED = "reused"
+REUSED_MARK = "♻"
 
-#: Status words shown on end lines; anything else is shown as it is.
-_MARK = {_PASSED: "✔", _FAILED: "✘", _ERROR: "✘", _SKIPPED: "–", _INTERRUPTED: "■",
-         "reused": "♻"}  # reused: a step whose results came from the result cache (docs/cache.md)
+
+def end_mark(status: str) -> str:
+    """The mark the console puts before a step's end line with ``status``: the declared step status's
+    :attr:`~harness.common.statuses.Status.mark`, ``♻`` for :data:`REUSED`, a bullet for anything else."""
+    declared = STEP.by_name.get(status)
+    if declared and declared.mark:
+        return declared.mark
+    return REUSED_MARK if status == REUSED else "•"
 
 
 #: Per thread: the titles of the console steps it runs, outermost first (:func:`current_step`).
@@ -77,7 +84,7 @@ class Step:
     done: int = 0
     total: int | None = None
     what: str = ""
-    status: str = _PASSED
+    status: str = STEP_PASSED
     detail: str = ""
     log: str = ""
     _task: int | None = None
@@ -88,7 +95,7 @@ class Step:
         return " ".join(x for x in (count, self.what) if x)
 
     def finish(self, status: str, detail: str = "", log: str | Path = "") -> None:
-        """Set the outcome the end line shows: a status name (harness.record.statuses.STEP), a detail, the log to read."""
+        """Set the outcome the end line shows: a status name (harness.common.statuses.STEP), a detail, the log to read."""
         self.status, self.detail, self.log = status, detail, str(log) if log else ""
 
 
@@ -157,7 +164,7 @@ class Console:
         try:
             yield step
         except BaseException:
-            step.finish(_INTERRUPTED, "stopped by an error or a signal")
+            step.finish(STEP_INTERRUPTED, "stopped by an error or a signal")
             raise
         finally:
             titles.remove(title)
@@ -178,10 +185,10 @@ class Console:
     # ----- internals -----------------------------------------------------------------------
     def _end(self, step: Step, outermost: bool) -> None:
         took = _seconds(time.monotonic() - step.started)
-        mark = _MARK.get(step.status, "•")
+        mark = end_mark(step.status)
         line = f"{mark} {step.title}: {step.status}" + (f" — {step.detail}" if step.detail else "")
         self.say(f"{line} ({took})")
-        bad = step.status in _BAD
+        bad = step.status in STEP.alarming
         if bad and step.log:
             self.say(f"  log: {step.log}")
         if self.github and outermost:

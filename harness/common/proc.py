@@ -518,11 +518,16 @@ def run_passing_signals(argv: Sequence[str], *, env: Mapping[str, str] | None = 
     (leaving the child running) nor kills the child, it waits for it.  A
     terminal's Ctrl-C reaches both; the child ignores the copy we pass on
     (:func:`handle_signals`).  ``env`` is added on top of ``os.environ``.
+    A wrapper killed outright (SIGKILL, the task manager) takes the child with
+    it, as the harness takes its own children (:func:`start`): the child gets
+    SIGTERM, stops its children and records the run interrupted.
     Returns the child's exit code, ``128 + signal`` when a signal killed it.
     Raises OSError when the program cannot be started.  Only usable from the
     main thread.
     """
-    child = subprocess.Popen(list(argv), env={**os.environ, **(env or {})})
+    if os.name == "nt":  # pragma: no cover - Windows only
+        tie_children_to_this_process()
+    child = subprocess.Popen(list(argv), env={**os.environ, **(env or {})}, preexec_fn=_parent_death_signal())
 
     def pass_on(signum: int, _frame: Any) -> None:
         if os.name == "nt" and signum == signal.SIGINT:  # pragma: no cover - the console sends it to the child too

@@ -25,7 +25,7 @@ import yaml
 
 from ..common.errors import InputError
 from ..common.fs import read_utf8
-from ..record.statuses import IDENTICAL
+from ..common.statuses import IDENTICAL
 
 SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from .json_files import read_record_json
 from .records import RecordError
-from .statuses import IDENTICAL, PATCH
+from ..common.statuses import IDENTICAL, PATCH
 
 
 @dataclass
@@ -42,7 +42,7 @@ class HunkConflict:
 class PatchOutcome:
     """What one patch did on the new base.
 
-    ``index``: 1-based position in the series; ``status``: one of harness.record.statuses.PATCH;
+    ``index``: 1-based position in the series; ``status``: one of harness.common.statuses.PATCH;
     ``files``: the paths it changes; ``detail``: one line for people; ``conflicts``: for
     ``conflict``, where and what it met; ``applied_without``: for a patch that applied, the
     earlier patches of the series that were left out before it; ``commit``: the commit it made
@@ -71,7 +71,7 @@ class PatchOutcome:
 
 @dataclass(frozen=True)
 class ForecastStage:
-    """One step of the forecast's run: its identity, ``status`` (harness.record.statuses.STEP), ``seconds``,
+    """One step of the forecast's run: its identity, ``status`` (harness.common.statuses.STEP), ``seconds``,
     ``detail`` and ``signature`` (a signature of harness.analysis.signatures as JSON; None when it did not fail).
     The ``first_failure`` of a record has no status or seconds ("" and 0)."""
 
@@ -87,7 +87,7 @@ class ForecastStage:
 @dataclass(frozen=True)
 class UpstreamComparison:
     """One comparison of upstream's old base against its new base: identity, ``status``
-    (harness.record.statuses.COMPARISON) and the ``difference`` for people."""
+    (harness.common.statuses.COMPARISON) and the ``difference`` for people."""
 
     platform: str
     group: str

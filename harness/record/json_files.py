@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from ..common.fs import write_text_whole
 from ..common.locks import RunLock
-from .statuses import KILLED, STEP, STEP_INTERRUPTED, STEP_PASSED, VERDICT_FAILED, VERDICT_INCOMPLETE
+from ..common.statuses import KILLED, STEP, STEP_INTERRUPTED, STEP_PASSED, VERDICT_FAILED, VERDICT_INCOMPLETE
 from .records import RECORD_VERSION, RecordError, StepRecord, ComparisonRecord
 from .layout import RunLayout
 

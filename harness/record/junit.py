@@ -32,7 +32,7 @@ from .bench import parse_rule_step, parse_step
 from .layout import junit_dir
 from .records import ComparisonRecord, StepRecord
 from .run import Run
-from .statuses import STEP_FAILED
+from ..common.statuses import STEP_FAILED
 from .verdict import NOT_RUN
 
 

@@ -18,7 +18,7 @@ from ..common import proc
 from ..common.errors import HarnessError
 from .records import StepRecord
 from .run import Run
-from .statuses import STEP_INTERRUPTED, STEP_PASSED
+from ..common.statuses import STEP_INTERRUPTED, STEP_PASSED
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 why a step failed (model, prompt, status, signal, error line, the patch that did not apply, the build that blocked
 the step), written where the failure happens.  Readers use these fields; a step's ``detail`` is for people only.
 :class:`RecordError` is the error of a run file this harness cannot read.  The statuses the records take are
-declared in harness.record.statuses.
+declared in harness.common.statuses.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..common.errors import InputError
 from .verdict import RowVerdict, comparison_verdict, step_verdict, tolerated_near_tie
-from .statuses import STEP, COMPARISON, IDENTICAL
+from ..common.statuses import STEP, COMPARISON, IDENTICAL
 
 #: Version of summary.json's record format.  1: steps without ``failures`` (facts only in
 #: ``detail``); 2: steps with ``failures``.  A run written by a newer harness is refused.

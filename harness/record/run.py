@@ -19,7 +19,7 @@ from ..common.errors import InputError
 from ..common.fs import describe, writable_dir, write_text_whole
 from ..common.locks import RunInUse, RunLock
 from .run_id import RUN_ID_ENV, chain_alive, current_chain, new_run_id
-from .statuses import KILLED, STEP, VERDICT_FAILED, VERDICT_INCOMPLETE, VERDICT_PASSED, VERDICT_SKIPPED
+from ..common.statuses import KILLED, STEP, VERDICT_FAILED, VERDICT_INCOMPLETE, VERDICT_PASSED, VERDICT_SKIPPED
 from .records import RECORD_VERSION, StepRecord, ComparisonRecord
 from .layout import RunLayout
 from .json_files import load_records, judged_json, write_json

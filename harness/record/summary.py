@@ -17,7 +17,7 @@ from ..common.fs import write_text_whole
 from .json_files import load_records
 from .layout import RunLayout
 from .records import ComparisonRecord, RecordError, StepRecord
-from .statuses import KILLED, STEP_SKIPPED
+from ..common.statuses import KILLED, STEP_SKIPPED
 from .summary_md import SummaryView, render_markdown
 
 #: A step's identity in a run: (platform, config, step).
@@ -27,7 +27,7 @@ StepKey = tuple[str, str, str]
 @dataclass(frozen=True)
 class RunSummary:
     """What a run's summary.json holds: ``run_id``; ``overall``, the verdict it was written with (one of
-    harness.record.statuses.VERDICT); the ``steps`` and ``comparisons`` in the order recorded;
+    harness.common.statuses.VERDICT); the ``steps`` and ``comparisons`` in the order recorded;
     ``skipped_platforms`` (platform -> why); ``incomplete`` (what was asked for and did not run); ``cache`` (the
     result cache's counts, kind -> event -> n); ``interrupted`` (``killed`` for a run whose harness process died,
     else ""); ``updated`` (when it was last written, ISO 8601 UTC; "" when unknown)."""

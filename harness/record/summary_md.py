@@ -9,7 +9,7 @@ from typing import Mapping
 
 from .review import review_lines
 from .verdict import ICONS, RowVerdict, count_text, failing_names, failures_first, judge
-from .statuses import STEP, VERDICT
+from ..common.statuses import STEP, VERDICT
 from .records import StepRecord, ComparisonRecord
 from .layout import RunLayout
 

@@ -3,7 +3,7 @@
 Every view of a run (summary.md, report.html, the console, JUnit, the GitHub Actions annotations, ``--json``)
 shows the verdict decided here and works nothing out again.  The rules come from two declarations:
 
-* a step's status declares its outcome (harness.record.statuses.STEP): a success passes, a failure fails, a
+* a step's status declares its outcome (harness.common.statuses.STEP): a success passes, a failure fails, a
   neutral status (skipped, interrupted, incomplete) was not run;
 * a comparison's status is judged against its group's ``expect`` (matrix.yaml, recorded as the comparison's
   ``expected``): ``identical`` (the default) passes a success status and fails a failure status;
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Protocol, Sequence
 
-from .statuses import COMPARISON, DIVERGED, IDENTICAL, STEP
+from ..common.statuses import COMPARISON, DIVERGED, IDENTICAL, STEP
 
 #: The verdicts of one row, in the order views list rows (failures first).
 FAILS, NOT_RUN, PASSES = "fails", "not run", "passes"

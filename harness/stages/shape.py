@@ -8,7 +8,7 @@ A stage (:class:`Stage`) declares, once:
 * ``reads``: what it takes from the run (:data:`READS`), and ``writes``: what it adds (:data:`WRITES`);
 * ``steps``: the steps it records, each a :class:`StepSpec`: its name (a name ending in ``:`` or ``-`` is
   a prefix: ``speed:`` for ``speed:<group>:<metric>``, ``test-`` for ``test-<tool>``), the statuses it
-  may end in (the named constants of harness.record.statuses.STEP; ``interrupted`` is the run loop's,
+  may end in (the named constants of harness.common.statuses.STEP; ``interrupted`` is the run loop's,
   never declared) and what its failure is read from (:data:`EVIDENCE`, or the stage's own function that
   signs it, :attr:`StepSpec.signs`: the signatures, the logs a report shows and review ask the step's
   declaration, harness.stages.table.step_spec); the run loop
@@ -42,7 +42,7 @@ from ..record.cache import ResultCache
 from ..record.progress import InProgress
 from ..record.records import StepRecord
 from ..record.run import Run
-from ..record.statuses import STEP_INTERRUPTED, STEP_SKIPPED, STEP_STATUSES
+from ..common.statuses import STEP_INTERRUPTED, STEP_SKIPPED, STEP_STATUSES
 from .command_names import STAGE_COMMANDS
 from .options import Options
 
@@ -109,7 +109,7 @@ DECLARABLE = tuple(s for s in STEP_STATUSES if s != STEP_INTERRUPTED)
 @dataclass(frozen=True)
 class StepSpec:
     """One step a stage records: its ``name`` (ending in ``:`` or ``-``: a prefix), the ``statuses`` it may end
-    in (named constants of harness.record.statuses), its ``evidence`` (:data:`EVIDENCE`; :data:`OWN_EVIDENCE` for a
+    in (named constants of harness.common.statuses), its ``evidence`` (:data:`EVIDENCE`; :data:`OWN_EVIDENCE` for a
     step that ``signs`` its failures itself) and whether it is ``timed``: its seconds measure the work itself (a
     build, a test run), so triage compares them across runs.  Raises ValueError for a status or evidence outside
     its vocabulary, or an evidence kind declared beside a reader of its own."""

@@ -42,7 +42,7 @@ from ..args import strip_dashdash
 from ..common.errors import InputError
 from ..record.records import RecordError
 from ..record.run_id import new_run_id
-from ..record.statuses import STEP_SKIPPED
+from ..common.statuses import STEP_SKIPPED
 from ..record.summary_md import describe_cache
 from ..record.summary import read_run
 from ..stages.command_names import STAGE_COMMANDS

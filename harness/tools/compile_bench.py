@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
-from ..record.statuses import STEP_PASSED
+from ..common.statuses import STEP_PASSED
 
 
 def machine() -> str:

@@ -59,7 +59,10 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
         "test_a_large_slowdown_the_rank_test_does_not_support_is_not_counted",
         "test_a_speedup_rule_needs_the_factor_asked", "test_the_rule_refuses_too_few_samples",
         "test_a_verdict_says_both_medians_the_ratio_against_its_threshold_and_p_against_p_max",
-        "test_a_spread_gives_the_median_extremes_and_inclusive_quartiles_of_its_samples"),
+        "test_a_spread_gives_the_median_extremes_and_inclusive_quartiles_of_its_samples",
+        "test_two_samples_a_side_are_enough_and_a_ratio_that_is_not_positive_is_refused_saying_so",
+        "test_a_verdict_keeps_what_it_was_judged_by_and_words_its_outcome_by_the_rule_asked",
+        "test_two_samples_have_their_inclusive_quartiles_and_no_samples_is_refused_in_those_words"),
     # a comparison's status from the token streams
     "harness/stages/outputs/divergence.py": _tests("tests/test_divergence.py"),
     # triage's speed verdict: within-run ratios, the reference, the factor and the spread
@@ -68,15 +71,22 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
         "test_the_shipped_matrix_names_upstream_in_the_same_mode",
         "test_the_reference_is_upstream_in_the_same_mode_before_a_rule_s_fork_only_one",
         "test_rule_references_are_per_metric", "test_measurements_of_one_unit_are_the_interleaved_set",
+        "test_upstream_in_the_same_mode_is_a_fork_configuration_s_own_key_then_its_first_group_with_a_base_reference",
+        "test_a_pair_s_factor_is_the_widest_of_its_groups_rules_per_metric_and_reference",
+        "test_a_ratio_needs_a_positive_reference_only_in_the_rounds_both_sides_have",
+        "test_measurements_of_another_model_generation_length_or_round_count_are_another_unit",
+        "test_a_rule_without_a_reference_names_none", "test_a_reference_with_the_minimum_samples_in_both_runs_is_usable",
+        "test_a_ratio_change_is_judged_at_the_p_max_asked",
         "test_a_ratio_change_counts_by_the_speed_rule", "test_a_drift_of_the_machine_is_no_regression_against_upstream",
         "test_a_slowdown_of_the_fork_alone_is_a_regression_against_upstream", "test_against_a_fork_only_reference",
         "test_a_reference_sample_of_zero_gives_no_ratio", "test_a_rule_s_wider_factor_is_the_one_triage_judges_its_pair_by",
         "test_the_shipped_matrix_s_rule_factors",
         "test_without_an_interleaved_reference_a_slowdown_is_suspect_never_a_regression"),
-    "harness/analysis/speed_spread.py": _tests(
+    "harness/analysis/speed_spread.py": (*_tests(
         "tests/test_speed_ratios.py", "test_a_pair_restored_from_the_result_cache_is_no_run_of_its_own_in_the_spreads",
         "test_a_cached_pair_leaves_out_only_its_own_rounds_and_the_live_pairs_of_its_model_and_tokens_still_count",
         "test_a_spread_is_the_smallest_change_between_clean_runs_of_one_machine_and_instrument"),
+        *_tests("tests/test_speed_spread.py")),
     # the reloads check's rule
     "harness/matrix/loading.py": _tests("tests/test_reloads.py"),
     # the record readers the checks and triage judge from
@@ -118,7 +128,7 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
         *_tests("tests/test_expectations.py", "test_the_step_records_status_log_and_signature"),
         *_tests("tests/test_model_cache_heals.py", "test_a_model_that_could_not_be_made_is_no_regression_of_the_fork")),
     # the statuses of steps, comparisons and runs: which are failures, which leave a run unproven
-    "harness/record/statuses.py": (
+    "harness/common/statuses.py": (
         *_tests("tests/test_statuses.py"),
         *_tests("tests/test_record.py", "test_a_new_comparison_status_is_one_declaration",
                 "test_a_new_unproven_step_status_is_one_declaration_and_makes_the_run_incomplete",

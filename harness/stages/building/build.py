@@ -25,7 +25,7 @@ from ...common.locks import BuildLock
 
 from ...common.errors import EnvironmentProblem
 from ...record.layout import BUILD_FILES
-from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED
+from ...common.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED
 
 #: Bumped when the way builds are configured changes, so old build dirs are not reused.
 BUILD_SCHEME = 1

@@ -5,7 +5,7 @@ CUDA platform without a GPU is compiled instead, by the compile stage beside thi
 
 from __future__ import annotations
 
-from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
+from ...common.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
 from ..shape import Context, Stage, StepSpec
 
 

@@ -41,7 +41,7 @@ from .patches import Patch, PatchApplyError, prepare_series_tree, read_series, s
     series_label
 from .quantize_tool import no_quantize_platform, quantize_platform, tool_from_build
 from .source import BaseTree, obtain_base, prepare_tree, raise_storage_problem, tree_state
-from ...record.statuses import STEP_ERROR, STEP_PASSED
+from ...common.statuses import STEP_ERROR, STEP_PASSED
 
 
 #: The CMake code that compiles a platform's ``unoptimised_targets`` at -O0, included at the end of ggml's project().

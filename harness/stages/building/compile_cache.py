@@ -30,7 +30,7 @@ from ...record.cache import ResultCache, abstract_paths, identity_key
 from ...record.layout import COMPILE_FILES
 from .cuda_compile import CompileResult, Plan
 from .source import git
-from ...record.statuses import STEP_PASSED
+from ...common.statuses import STEP_PASSED
 
 #: The entry kind of a compile step in the store.
 KIND = "compile"

@@ -21,7 +21,7 @@ from ...matrix.platforms import compiles_instead
 from ...record.json_files import write_json
 from ...record.layout import BUILD_FILES
 from ...record.records import Failure, StepRecord
-from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
+from ...common.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
 from .engine_target import ENGINE_TARGET
 from ..shape import Context, Stage, StepSpec
 from .build import ccache_env, compiler_launcher_options, find_tool

@@ -52,7 +52,7 @@ from ...common.jobserver import JobBudget
 from ...record.json_files import write_json
 from ...record.layout import BUILD_FILES, COMPILE_FILES
 from .unity import CMAKE_HOOK, INCLUDE_LINE, Member, unity_groups, unity_object, write_groups_file
-from ...record.statuses import STEP_FAILED, STEP_PASSED
+from ...common.statuses import STEP_FAILED, STEP_PASSED
 
 #: PyPI wheels of the CUDA 13.0 toolkit the step compiles with; nvidia-nvvm holds cicc, which
 #: nvidia-cuda-nvcc requires without pinning it.

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 from ...matrix.config import Matrix, Platform
 from ...record.records import StepRecord
 from ...record.run import Run
-from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_INCOMPLETE, STEP_PASSED, STEP_SKIPPED
+from ...common.statuses import STEP_ERROR, STEP_FAILED, STEP_INCOMPLETE, STEP_PASSED, STEP_SKIPPED
 from ..shape import Context, Signs, Stage, StepSpec
 
 
@@ -40,7 +40,7 @@ class CheckContext:
 #: A check: context in, the steps it decided out (harness.record.records.StepRecord).
 Check = Callable[[CheckContext], Iterable[StepRecord]]
 
-#: The statuses a check's steps take (harness.record.statuses.STEP): ``incomplete`` when a record it
+#: The statuses a check's steps take (harness.common.statuses.STEP): ``incomplete`` when a record it
 #: needs is missing, ``error`` when the check itself raised.
 CHECK_STATUSES = (STEP_PASSED, STEP_FAILED, STEP_SKIPPED, STEP_INCOMPLETE, STEP_ERROR)
 

@@ -225,9 +225,14 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
         pinned = Pinned(cap_bytes=cap)
         why = f"{var['sim-total-max-mb']}={cap // 2**20}: at least what the cap allows"
         present.append("partial-pin")
+    elif n_pin is not None and (not n_layer or (n_pin < n_layer and not total)):
+        pinned = None
+        why = (f"not checked: {var['pin-layers']}={n_pin} pins a share of the experts that the model summary "
+               "cannot tell (no layer count or no expert bytes per layer)")
+        absent += ["partial-pin", "no-pin"]
     else:
         share = 1.0
-        if n_pin is not None and n_pin < n_layer and total:
+        if n_pin is not None and n_pin < n_layer:
             share = sum(by_layer[:n_pin]) / total
         pinned = Pinned(share, share)
         why = f"experts of layers 0-{min(n_pin, n_layer) - 1} pinned" if n_pin is not None else "full pin"

@@ -57,7 +57,7 @@ from .expectation_load import LOGGED_MIB_TOLERANCE_BYTES, Finding, check_load
 from .expectation_rules import (RULES, WARNINGS, Expectations, default_expectations, expectations_for, pin_layers,
                                 rule_on, uses_mmap)
 from .checks import CheckContext, check_stage
-from ...record.statuses import STEP_FAILED, STEP_INCOMPLETE, STEP_PASSED, STEP_SKIPPED
+from ...common.statuses import STEP_FAILED, STEP_INCOMPLETE, STEP_PASSED, STEP_SKIPPED
 
 __all__ = ["STEP_NAME", "STAGE", "RULES", "WARNINGS", "LOGGED_MIB_TOLERANCE_BYTES", "Expectations", "check",
            "check_config", "check_load", "default_expectations", "expectations_for", "pin_layers", "uses_mmap"]

@@ -41,7 +41,7 @@ from .checks import CheckContext, check_stage
 from .expectation_probe import mib
 from .expectation_rules import Finding
 from ...matrix.loading import reload_count
-from ...record.statuses import STEP_FAILED, STEP_INCOMPLETE, STEP_PASSED, STEP_SKIPPED
+from ...common.statuses import STEP_FAILED, STEP_INCOMPLETE, STEP_PASSED, STEP_SKIPPED
 from ...record.expectations import FINDING_FAILED, FINDING_INCOMPLETE, FINDING_PASSED
 
 #: The step every configuration asked to reload gets.

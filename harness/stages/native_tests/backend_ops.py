@@ -23,7 +23,7 @@ from ...matrix.config import Platform
 from ...matrix.platforms import executable_suffix
 from ...record.records import Failure, StepRecord
 from ...record.json_files import write_json
-from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED
+from ...common.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED
 from ...record.upstream_tests import CLASSES, REGRESSED, classify
 from ..shape import Context
 from ...record.native_tests import CASE_FAILED, CASE_PASSED, CASE_SKIPPED

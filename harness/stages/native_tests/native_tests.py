@@ -20,7 +20,7 @@ from ...common import proc
 from ...record.native_tests import CASE_FAILED, CASE_PASSED, CASE_SKIPPED, TestCase, TestRun
 from ...record.layout import TESTS_FILES
 from ..building.build import find_tool
-from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
+from ...common.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
 
 
 def parse_junit(path: Path) -> list[TestCase]:

@@ -38,7 +38,7 @@ from ..building.build import find_tool
 from ..building.binaries import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
 from ...record.native_tests import CASE_FAILED, CASE_PASSED, TestCase, TestRun
 from .native_tests import run_ctest
-from ...record.statuses import STEP_PASSED, STEP_SKIPPED
+from ...common.statuses import STEP_PASSED, STEP_SKIPPED
 
 #: The entry kind of a ctest label's result in the store.
 KIND = "tests"

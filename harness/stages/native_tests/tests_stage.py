@@ -13,7 +13,8 @@ from ...record import gpu
 from ...record.native_tests import SanitizerRecord
 from ...record.json_files import write_json
 from ...record.records import Failure, StepRecord
-from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
+from ...common.console import REUSED
+from ...common.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
 from ..shape import Context, Stage, StepSpec
 from .test_cache import run_tests_reusing
 
@@ -56,7 +57,7 @@ def run_tests(ctx: Context) -> None:
                     env=emulator.env if emulator else None, emulator_argv=emulator.argv if emulator else (),
                     gpu=gpu_of(p), exe_suffix=os_of(p).executable_suffix)
                 all_reused = bool(reused.labels) and all(c.message.startswith("reused") for c in tr.cases)
-                shown.finish("reused" if all_reused else tr.status, tr.detail, file("log"))
+                shown.finish(REUSED if all_reused else tr.status, tr.detail, file("log"))
             detail = tr.detail
             if wrapper:
                 summary = gpu.sanitizer_summary(file("log"))

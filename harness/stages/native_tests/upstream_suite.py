@@ -31,7 +31,7 @@ from ...record.native_tests import TestRun
 from ...record.records import Failure, StepRecord
 from ...record.layout import RunLayout
 from ...record.json_files import write_json
-from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
+from ...common.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
 from ...record.upstream_tests import ABSENT, CLASSES, DECLARED, DECLARED_SKIP, FAILED_BOTH, FIXED, REGRESSED, \
     SuiteRecord, TestPair, classify
 from ..building.build import find_tool

@@ -31,12 +31,12 @@ from typing import Any
 
 from ...common import proc
 from ...common.words import signal_name
-from ...record.statuses import CRASHED, DIVERGED, GENERATION_FAILURES, IDENTICAL, TIMEOUT
+from ...common.statuses import CRASHED, DIVERGED, GENERATION_FAILURES, IDENTICAL, TIMEOUT
 
-#: How one generation ended: ``ok``, or one of harness.record.statuses.GENERATION_FAILURES (a crash, a time
+#: How one generation ended: ``ok``, or one of harness.common.statuses.GENERATION_FAILURES (a crash, a time
 #: limit), the status its comparison then takes.
 GenerationStatus = str
-#: A name declared in harness.record.statuses.COMPARISON (the one place comparison statuses are declared).
+#: A name declared in harness.common.statuses.COMPARISON (the one place comparison statuses are declared).
 ComparisonStatus = str
 
 #: ``llama-completion`` ends every run that returns from ``main`` normally with

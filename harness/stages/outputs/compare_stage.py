@@ -20,7 +20,7 @@ from ...kinds.registry import gpu_of, group_fits
 from ...record.progress import describe_abort
 from ...record.json_files import write_json
 from ...record.records import Failure, StepRecord
-from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_INTERRUPTED, STEP_PASSED, STEP_SKIPPED
+from ...common.statuses import STEP_ERROR, STEP_FAILED, STEP_INTERRUPTED, STEP_PASSED, STEP_SKIPPED
 from ...record.verdict import count_text, failing_names, judge
 from ..shape import Context, Stage, StepSpec
 from .greedy import GreedyRunner, Side, lanes_for

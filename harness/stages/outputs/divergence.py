@@ -31,7 +31,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ...record.statuses import CRASHED, DIVERGED, GENERATION_FAILURES, IDENTICAL, TIMEOUT
+from ...common.statuses import CRASHED, DIVERGED, GENERATION_FAILURES, IDENTICAL, TIMEOUT
 from .compare import GenerationResult
 from .engine import EngineGeneration, GenToken, ScoreResult
 

@@ -37,7 +37,7 @@ from typing import IO, Any
 
 from ...common import proc
 from ...common.words import signal_name
-from ...record.statuses import CRASHED, TIMEOUT
+from ...common.statuses import CRASHED, TIMEOUT
 
 #: The prefix of every reply line the engine writes to stdout.
 REPLY_PREFIX = b"@@engine "

@@ -64,7 +64,7 @@ from ...record.probe import PROBE_FILE
 from ...record.reloads import RELOADS_CMD, RELOADS_FILE, RELOADS_LOG, recorded_count
 from ...record.json_files import write_json
 from ...record.records import Failure
-from ...record.statuses import CRASHED, GENERATION_FAILURES, IDENTICAL, UNSUPPORTED_UPSTREAM
+from ...common.statuses import CRASHED, GENERATION_FAILURES, IDENTICAL, UNSUPPORTED_UPSTREAM
 from .upstream_support import unsupported_upstream
 
 

@@ -21,7 +21,7 @@ from ..building.source import raise_storage_problem
 from ..shape import Context
 from .compare import to_json
 from .greedy import Job, JobResult, Side
-from ...record.statuses import STEP_PASSED
+from ...common.statuses import STEP_PASSED
 
 
 def _upstream_of(ctx: Context, reference: str, candidate: str) -> str | None:

@@ -21,7 +21,7 @@ from ...matrix.platforms import executable_suffix
 from ..building.preflight import configs_on, one_line
 from ..shape import Context
 from .compare import TokenizeError, find_error_line, prompt_token_ids
-from ...record.statuses import STEP_PASSED
+from ...common.statuses import STEP_PASSED
 
 
 #: What llama.cpp's argument parser prints for an option the build takes but ignores (common/arg.cpp:

@@ -35,7 +35,7 @@ from ...matrix.loading import pin_configuration
 from ...record import gpu
 from ...record.json_files import write_json
 from ...record.records import Failure, StepRecord
-from ...record.statuses import CRASHED, STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
+from ...common.statuses import CRASHED, STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
 from .compare import GenerationResult, GenerationSpec, run_generation
 from .greedy import Side
 from ..shape import Context, Stage, StepSpec

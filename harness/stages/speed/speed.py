@@ -44,7 +44,7 @@ from ...record.bench import INSTRUMENT, INSTRUMENT_KEY, METRICS, step_name
 from ...record.llama_bench import write_rows
 from ...record.json_files import write_json
 from ...record.records import Failure, StepRecord
-from ...record.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED
+from ...common.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED
 from ..outputs.engine import EngineError, EngineSession
 from ..outputs.greedy import Side
 from ..shape import Context, Stage, StepSpec
@@ -176,7 +176,7 @@ def stage_speed(pipe: Pipeline) -> None:
 
 def _blocked(pipe: Pipeline, p: Platform, r: Rule) -> bool:
     """Whether rule ``r`` cannot run on ``p`` because a build of its pair did not pass; such a rule is not
-    measured, and is recorded as ``error`` naming the build (harness.record.statuses.STEP: "a failed build it
+    measured, and is recorded as ``error`` naming the build (harness.common.statuses.STEP: "a failed build it
     needs"), never as a failed rule."""
     configs = dict.fromkeys((r.reference, r.rule.candidate))
     missing = list(dict.fromkeys(v for c in configs if pipe.build_variant(p, v := pipe.matrix.configs[c].build)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED
+from .errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED
 
 
 # --------------------------------------------------------------------------- statuses
@@ -29,6 +29,9 @@ class Status:
     icon: str
     meaning: str
     unproven: bool = False
+    #: The plain mark the console puts before a step that ended in this status (harness.common.console); a
+    #: status without one is shown with a bullet.
+    mark: str = ""
 
     def __post_init__(self) -> None:
         if self.outcome not in ("success", "failure", "neutral"):
@@ -70,6 +73,12 @@ class StatusSet:
         return frozenset(n for n, s in self.by_name.items() if s.success)
 
     @property
+    def alarming(self) -> frozenset[str]:
+        """Names of the statuses a reader must look at: the failures and the statuses that leave a run
+        unproven.  The console names such a step's log and writes an error annotation for it."""
+        return self.failures | self.unproven
+
+    @property
     def unproven(self) -> frozenset[str]:
         """Names of the statuses that leave a run incomplete (:attr:`Status.unproven`)."""
         return frozenset(n for n, s in self.by_name.items() if s.unproven)
@@ -98,15 +107,17 @@ class StatusSet:
 
 #: Statuses of a step (build, test, generate ...) of one platform and configuration.
 STEP = StatusSet("step", (
-    Status("passed", "success", "✅", "the step ran and everything it checks passed"),
-    Status("failed", "failure", "❌", "the step ran and found a problem in the code (build, test, generation)"),
-    Status("error", "failure", "💥", "the step could not run: a broken input, a failed build it needs, a tool missing"),
-    Status("skipped", "neutral", "⏭️", "the step did not run on this machine (the reason is in the detail)"),
+    Status("passed", "success", "✅", "the step ran and everything it checks passed", mark="✔"),
+    Status("failed", "failure", "❌", "the step ran and found a problem in the code (build, test, generation)",
+           mark="✘"),
+    Status("error", "failure", "💥", "the step could not run: a broken input, a failed build it needs, a tool missing",
+           mark="✘"),
+    Status("skipped", "neutral", "⏭️", "the step did not run on this machine (the reason is in the detail)", mark="–"),
     Status("interrupted", "neutral", "⏹️", "the step was running when the run was stopped (a signal, an exception, "
-                                          "a full disk); the run is incomplete", unproven=True),
+                                          "a full disk); the run is incomplete", unproven=True, mark="■"),
     Status("incomplete", "neutral", "⚠️", "the step ran, but a record it checks is missing or cannot be read "
                                          "(harness.stages.checks.expectations); nothing failed, and nothing is proven: "
-                                         "the run is incomplete", unproven=True),
+                                         "the run is incomplete", unproven=True, mark="⚠"),
 ))
 
 #: Statuses of one greedy comparison (one prompt, one candidate against its reference).
