@@ -20,6 +20,7 @@ from harness.record.gpu import first_sanitizer_error
 from harness.record.layout import RunLayout
 from harness.record.records import Failure, StepRecord
 from harness.matrix.loading import pin_configuration
+from harness.matrix.selection import Selection
 from harness.stages.outputs.compare import GenerationResult
 from harness.stages.outputs.sanitized_generation import (CRASH_LABEL, first_generation, judge_run, sanitized_configs,
                                                        sanitized_stem, sanitizer_launcher)
@@ -102,13 +103,27 @@ def test_the_pin_modes_of_one_gpu_groups_run_the_first_model_and_prompt_of_their
     """Each pin mode once: the values that pin as another configuration does, the seed table's (its model is made
     by a phase of its own) and the two-GPU groups' set ``sanitize: false`` or need two GPUs."""
     cuda = MATRIX.platforms["linux-x86_64-cuda"]
-    ctx = SimpleNamespace(matrix=MATRIX)
+    ctx = SimpleNamespace(matrix=MATRIX, selection=Selection.of(MATRIX))
     assert sanitized_configs(ctx, cuda) == ["cuda-pin-all", "cuda-pin-layers-2", "cuda-pin-layers-half",
                                             "cuda-sim-partial", "cuda-sim-sticky"]
     assert pin_configuration(cuda, MATRIX.configs["cuda-pin-layers-6"]) and MATRIX.configs["cuda-pin-layers-6"].sanitize is False
     assert sanitized_configs(ctx, MATRIX.platforms["linux-x86_64-cpu"]) == []
     model, prompt, gen = first_generation(ctx, cuda, "cuda-pin-layers-2")
     assert model == "moe-large" and prompt in MATRIX.prompts and gen.ctx_size > 0
+
+
+def test_the_sanitized_generations_follow_the_groups_and_models_the_run_selects():
+    """``--group`` leaves the pin modes of the groups it names, ``--model`` generates on the model it names, and a
+    selection no CUDA group holds runs none: the sanitizer reads the run's selection as the comparisons do."""
+    cuda = MATRIX.platforms["linux-x86_64-cuda"]
+    limits = SimpleNamespace(matrix=MATRIX, selection=Selection.of(MATRIX, groups=["cuda-pin-limits"]))
+    assert sanitized_configs(limits, cuda) == ["cuda-sim-partial", "cuda-sim-sticky"]
+    assert first_generation(limits, cuda, "cuda-pin-all") is None
+    quant = SimpleNamespace(matrix=MATRIX, selection=Selection.of(MATRIX, models=["moe-48l-quant"]))
+    assert sanitized_configs(quant, cuda) and all(
+        first_generation(quant, cuda, c)[0] == "moe-48l-quant" for c in sanitized_configs(quant, cuda))
+    none = SimpleNamespace(matrix=MATRIX, selection=Selection.of(MATRIX, models=["gemma3-270m"]))
+    assert sanitized_configs(none, cuda) == []
 
 
 def test_the_sanitizer_writes_its_report_to_a_file_of_its_own(tmp_path):

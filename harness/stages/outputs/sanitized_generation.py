@@ -61,28 +61,37 @@ def sanitized_stem(config_dir: Path, model: str, prompt: str, label: str) -> Pat
     return config_dir / "sanitize" / model / f"{prompt}.{label}"
 
 
-def first_generation(ctx: Context, p: Platform, config: str) -> tuple[str, str, Generation] | None:
-    """(model, prompt, generation settings) of the first comparison group of ``p`` (matrix order) whose reference
-    or candidates hold ``config``: its first model and first prompt; None where no group of ``p`` runs ``config``."""
-    for name in p.groups:
+def _first_group(ctx: Context, p: Platform, config: str) -> str | None:
+    """The first comparison group of ``p`` the run selects (``--group``, and ``--model`` leaving it a model; matrix
+    order) whose reference or candidates hold ``config``; None where no such group runs ``config``."""
+    for name in ctx.selection.groups_with_models(p.name):
         g = ctx.matrix.groups[name]
         if config == g.reference or config in g.candidates:
-            return g.models[0], g.prompts[0], g.generation
+            return name
     return None
+
+
+def first_generation(ctx: Context, p: Platform, config: str) -> tuple[str, str, Generation] | None:
+    """(model, prompt, generation settings) of :func:`_first_group` of ``config``: its first model the run selects
+    and its first prompt; None where no selected group of ``p`` runs ``config``."""
+    name = _first_group(ctx, p, config)
+    if name is None:
+        return None
+    g = ctx.matrix.groups[name]
+    return ctx.selection.model_names(name)[0], g.prompts[0], g.generation
 
 
 def sanitized_configs(ctx: Context, p: Platform) -> list[str]:
     """The configurations whose generation ``--sanitize`` runs on ``p``, in matrix order: those that set
     ``sanitize: true``, and by default each pin configuration (harness.matrix.loading) whose first group
-    on ``p`` needs one GPU; a configuration with ``sanitize: false`` never.  Only those some group of ``p`` runs."""
+    on ``p`` needs one GPU; a configuration with ``sanitize: false`` never.  Only those some group of ``p`` that
+    the run selects runs (``--group``, ``--model``: harness.matrix.selection)."""
     out = []
     for name, config in ctx.matrix.configs.items():
-        where = first_generation(ctx, p, name)
-        if where is None or config.sanitize is False:
+        group = _first_group(ctx, p, name)
+        if group is None or config.sanitize is False:
             continue
-        group = next(ctx.matrix.groups[g] for g in p.groups
-                     if name == ctx.matrix.groups[g].reference or name in ctx.matrix.groups[g].candidates)
-        if config.sanitize or (pin_configuration(p, config) and group.min_gpus < 2):
+        if config.sanitize or (pin_configuration(p, config) and ctx.matrix.groups[group].min_gpus < 2):
             out.append(name)
     return out
 
@@ -118,7 +127,7 @@ def judge_run(result: GenerationResult, log: Path, tool: str, what: str) -> tupl
         detail = f"{tool}: {what}: first error: {why} ({cost})"
         return STEP_FAILED, detail, [Failure("exception", model=what.split("/")[0], status=tool, message=detail)]
     if not counts:
-        return STEP_FAILED, f"{tool}: {what}: no ERROR SUMMARY in the sanitizer's log ({cost})", [
+        return STEP_FAILED, f"{tool}: {what}: no summary line (ERROR SUMMARY, RACECHECK SUMMARY) in the sanitizer's log ({cost})", [
             Failure("exception", model=what.split("/")[0], status=tool, message="no sanitizer summary")]
     return STEP_PASSED, f"{tool}: {what}: 0 errors over {N_PREDICT} tokens ({cost})", []
 
