@@ -1263,3 +1263,43 @@ def test_pinned_bytes_are_judged_per_configuration_over_the_generations_both_run
     assert drop.signature == {"kind": "pinning", "key": "pinned bytes dropped: cuda-pin-layers",
                               "summary": "pinned bytes dropped: cuda-pin-layers: 8192 MiB -> 4096 MiB granted of "
                                          f"8192 MiB requested ({CUDA})"}
+
+
+def test_a_comparison_whose_verdict_turned_to_fails_is_a_regression_though_its_status_is_the_same(tmp_path, capsys):
+    """A run is judged by each row's verdict, not its bare status: a divergence its group expected (passes) that the
+    next run's group no longer expects (fails) is a regression, and the reverse a fix; both name the verdicts.  A
+    divergence passing in both runs is no change."""
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    a.record_comparisons([ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "diverged", expected="diverged"),
+                          ComparisonRecord(CPU, "g", "m", "q", "base", "fork", "diverged"),
+                          ComparisonRecord(CPU, "g", "m", "r", "base", "fork", "diverged", expected="diverged")])
+    b.record_comparisons([ComparisonRecord(CPU, "g", "m", "p", "base", "fork", "diverged"),
+                          ComparisonRecord(CPU, "g", "m", "q", "base", "fork", "diverged", expected="diverged"),
+                          ComparisonRecord(CPU, "g", "m", "r", "base", "fork", "diverged", expected="diverged")])
+    report = diff_runs(a.dir, b.dir)
+    assert [(t.category, t.what, t.before, t.after) for t in report.transitions] == [
+        ("regression", "g m/p: fork vs base", "diverged (passes)",
+         "diverged (fails: diverged; the group expects identical)"),
+        ("fix", "g m/q: fork vs base", "diverged (fails: diverged; the group expects identical)",
+         "diverged (passes)")]
+    assert report.to_json()["verdict"] == "regressed"
+    assert cli.main(["triage", str(a.dir), str(b.dir)]) == 1
+    assert "REGRESSIONS (1)" in capsys.readouterr().out
+
+
+def test_the_report_states_b_s_own_verdict_and_lists_the_regressions_before_what_b_did_not_run(tmp_path):
+    """A run B that failed says so at the top even with no regression against A (what failed there failed in A
+    too); the regressions come before the records of A that a narrower B did not run."""
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    a.record_step(StepRecord(CPU, "fork", "build", "failed"))
+    a.record_step(StepRecord(WIN, "fork", "build", "passed"))
+    a.record_step(StepRecord(CPU, "fork", "test", "passed"))
+    b.record_step(StepRecord(CPU, "fork", "build", "failed"))
+    b.record_step(StepRecord(CPU, "fork", "test", "failed"))
+    a.write_summary()
+    b.write_summary()
+    report = diff_runs(a.dir, b.dir)
+    assert report.b_overall == "failed"
+    text = triage.format_report(report).splitlines()
+    assert text[1] == "run b itself: failed"
+    assert text.index("REGRESSIONS (1)") < next(i for i, line in enumerate(text) if line.startswith("NOT RUN IN b (1)"))

@@ -63,6 +63,7 @@ from ..record.summary_md import describe_cache, describe_cached, shown_as_reused
 from ..record.expectations import EXPECTATIONS_STEP
 from ..record.loads import PinLadder, read_pin_ladder
 from ..record.summary import RunSummary, read_run
+from ..record.verdict import RowVerdict, comparison_verdict, step_verdict
 from . import memory_changes
 from .signatures import load_signatures
 from ..matrix.config import load_matrix
@@ -74,7 +75,6 @@ from .run_choice import SAME_RUN_WARNING, TriageInputError, incomplete_reasons, 
 
 #: Statuses that count as a failure or a success (declared in harness.common.statuses).
 BAD_STEP = STEP.failures
-BAD_COMPARISON = COMPARISON.failures
 GOOD = STEP.successes | COMPARISON.successes
 
 #: A build or test time change is reported when it exceeds both this fraction of the
@@ -226,6 +226,9 @@ class TriageReport:
     speed_not_comparable: list[str] = field(default_factory=list)
     #: B's result cache counts in words (harness.record.summary_md.describe_cache), "" without any
     b_cache: str = ""
+    #: B's own verdict as its summary.json records it (passed, failed, incomplete, ...): a run can fail on what
+    #: failed in A too, with no regression between them
+    b_overall: str = ""
 
     @property
     def regressions(self) -> list[Transition]:
@@ -257,10 +260,12 @@ class TriageReport:
 # --------------------------------------------------------------------------- diffing
 
 
-def _category(before: str, after: str, bad: frozenset[str]) -> str:
-    if after in bad and before not in bad:
+def _category(fails_before: bool, fails_after: bool, passes_after: bool) -> str:
+    """A record that fails in B and did not in A is a regression; one that failed in A and passes in B a fix;
+    any other change of status or verdict is neither."""
+    if fails_after and not fails_before:
         return "regression"
-    if before in bad and after in GOOD:
+    if fails_before and passes_after:
         return "fix"
     return "other"
 
@@ -295,32 +300,40 @@ def _not_run(before: str, after: str) -> str:
     return f"({before} in A; {'not run' if after == 'absent' else after} in B)"
 
 
-def _changes(records_a: Mapping[tuple, Any], records_b: Mapping[tuple, Any], bad: frozenset[str],
+def _changes(records_a: Mapping[tuple, Any], records_b: Mapping[tuple, Any], verdict: Callable[[Any], RowVerdict],
              what: Callable[[tuple], str], not_compared: list[str] | None,
              strict: bool) -> Iterator[tuple[tuple, Any, Any, str, str, str | None]]:
     """``(key, a, b, before, after, category)`` for each key of either run's records (steps or comparisons, by key),
     in key order: the record of each side (None where absent), its status (``absent`` where absent) and the
-    category of the change (:func:`_category` over the failure statuses ``bad``; None for the same status on
-    both sides).  A record that B did not finish (:func:`_unfinished`) is no change but a line of
-    ``not_compared`` (``what`` names the record) unless ``strict``, where it is a regression."""
+    category of the change (:func:`_category` over each side's row ``verdict``, harness.record.verdict; None for
+    the same status and verdict on both sides).  The same status judged otherwise (a comparison whose group's
+    ``expect`` changed) is a change whose statuses carry their verdicts.  A record that B did not finish
+    (:func:`_unfinished`) is no change but a line of ``not_compared`` (``what`` names the record) unless
+    ``strict``, where it is a regression."""
     for key in sorted(set(records_a) | set(records_b)):
         a, b = records_a.get(key), records_b.get(key)
         before = a.status if a else "absent"
         after = b.status if b else "absent"
-        if before == after:
+        va, vb = (verdict(a) if a else None), (verdict(b) if b else None)
+        fails_before, fails_after = bool(va and va.fails), bool(vb and vb.fails)
+        if before == after and fails_before == fails_after:
             yield key, a, b, before, after, None
             continue
         if _unfinished(after) and not strict:
             if not_compared is not None and a is not None:
                 not_compared.append(f"{what(key)} {_not_run(before, after)}")
             continue
-        yield key, a, b, before, after, "regression" if _unfinished(after) else _category(before, after, bad)
+        category = "regression" if _unfinished(after) else \
+            _category(fails_before, fails_after, bool(vb and vb.passes))
+        if before == after and va and vb:
+            before, after = f"{before} ({va.text()})", f"{after} ({vb.text()})"
+        yield key, a, b, before, after, category
 
 
 def _step_transitions(sa: RunSummary, sb: RunSummary, sig_a: dict, sig_b: dict, known: set,
                       not_compared: list[str] | None = None, strict: bool = False) -> list[Transition]:
     out = []
-    for key, a, b, before, after, category in _changes(sa.steps_by_key(), sb.steps_by_key(), BAD_STEP,
+    for key, a, b, before, after, category in _changes(sa.steps_by_key(), sb.steps_by_key(), step_verdict,
                                                        lambda k: f"{k[0]} {k[1]} {k[2]}", not_compared, strict):
         if category is None:
             sa_sig, sb_sig = sig_a.get(key), sig_b.get(key)
@@ -364,7 +377,7 @@ def _cmp_what(key: tuple) -> str:
 def _comparison_transitions(sa: RunSummary, sb: RunSummary, sig_a: dict, sig_b: dict, known: set,
                             not_compared: list[str] | None = None, strict: bool = False) -> list[Transition]:
     out = []
-    for key, a, b, before, after, category in _changes(sa.comparisons_by_key(), sb.comparisons_by_key(), BAD_COMPARISON,
+    for key, a, b, before, after, category in _changes(sa.comparisons_by_key(), sb.comparisons_by_key(), comparison_verdict,
                                                        lambda k: f"{k[0]} {_cmp_what(k)}", not_compared, strict):
         if category is None:
             continue
@@ -638,6 +651,7 @@ def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str
     report.b_killed = sb.killed
     report.same_run = a.resolve() == b.resolve()
     report.b_cache = describe_cache(sb.cache) if sb.cache else ""
+    report.b_overall = sb.overall
     owner = RunLock.live_owner(b)
     if owner is not None:
         report.b_incomplete.insert(0, f"still running (pid {owner})")
@@ -683,7 +697,10 @@ def _transition_line(t: Transition) -> str:
 
 def format_report(report: TriageReport) -> str:
     """The report as plain text for a terminal: sections in order of importance, then the verdict."""
-    out = [f"triage {report.a} -> {report.b}  (platforms: {', '.join(report.platforms) or 'none'})", ""]
+    out = [f"triage {report.a} -> {report.b}  (platforms: {', '.join(report.platforms) or 'none'})"]
+    if report.b_overall:
+        out.append(f"run {report.b} itself: {report.b_overall}")
+    out.append("")
     if report.same_run:
         out += [f"{SAME_RUN_WARNING.format(run=report.b)}", ""]
     if report.b_cache:
@@ -695,16 +712,16 @@ def format_report(report: TriageReport) -> str:
         out += [f"  {r}" for r in report.b_incomplete]
         out += [f"  not compared: {r}" for r in report.not_compared]
         out.append("")
-    elif report.not_compared:
-        out.append(f"NOT RUN IN {report.b} ({len(report.not_compared)}): records of {report.a} that {report.b} "
-                   "did not ask for, not compared (and not regressions; --strict counts them)")
-        out += [f"  not compared: {r}" for r in report.not_compared]
-        out.append("")
     sections = [("REGRESSIONS", report.regressions), ("FIXES", report.fixes),
                 ("OTHER CHANGES", [t for t in report.transitions if t.category == "other"])]
     for title, items in sections:
         out.append(f"{title} ({len(items)})")
         out += [_transition_line(t) for t in items]
+        out.append("")
+    if report.not_compared and not report.b_incomplete:  # after the changes: a narrower run B lists many
+        out.append(f"NOT RUN IN {report.b} ({len(report.not_compared)}): records of {report.a} that {report.b} "
+                   "did not ask for, not compared (and not regressions; --strict counts them)")
+        out += [f"  not compared: {r}" for r in report.not_compared]
         out.append("")
     hard = [d for d in report.divergences if not d.near_tie]
     near = [d for d in report.divergences if d.near_tie]
