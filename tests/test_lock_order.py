@@ -134,11 +134,12 @@ def test_a_wait_names_whether_a_step_of_this_run_or_another_process_holds_the_lo
     holder.start()
     assert taken.wait(10)
     threading.Timer(0.5, release.set).start()
-    with exclusive(target, "the fork source tree", Rank.SOURCE, say=said.append):
+    with Console(io.StringIO(), interactive=False, heartbeat_s=0).step("[linux-x86_64-cpu] build fork"), \
+            exclusive(target, "the fork source tree", Rank.SOURCE, say=said.append):
         pass
     holder.join(10)
-    assert said == ["waiting for the fork source tree: another step of this run ([linux-x86_64-cuda] compile fork) "
-                    "is using it"]
+    assert said == ["[linux-x86_64-cpu] build fork: waiting for the fork source tree: another step of this run "
+                    "([linux-x86_64-cuda] compile fork) is using it"]  # the step that waits, then the one it waits for
 
     code = ("import sys, time\nfrom pathlib import Path\nfrom harness.common.locks import Rank, exclusive\n"
             "with exclusive(Path(sys.argv[1]), 'x', Rank.SOURCE):\n    print('held', flush=True)\n    time.sleep(1.5)\n")

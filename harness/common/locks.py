@@ -167,7 +167,8 @@ def exclusive(target: Path, what: str, rank: Rank, say: Callable[[str], None] | 
         except filelock.Timeout:
             if say:
                 holder = _held_here.get(lock.lock_file)
-                say(f"waiting for {what}: " + ("another harness process holds " + lock.lock_file if holder is None
+                waiter = current_step()
+                say((f"{waiter}: " if waiter else "") + f"waiting for {what}: " + ("another harness process holds " + lock.lock_file if holder is None
                                                else f"another step of this run ({holder}) is using it" if holder
                                                else "another step of this run is using it"))
             lock.acquire()
