@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,7 @@ def readme_bisect_command() -> list[str]:
     lines = [ln.strip() for ln in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
              if ln.strip().startswith("nox -s bisect -- ")]
     assert len(lines) == 1, lines
-    return lines[0].split()
+    return shlex.split(lines[0], comments=True)  # as the shell reads it: a trailing comment is no argument
 
 
 def test_the_readme_bisect_example_runs_its_check_at_both_ends_of_the_series():
