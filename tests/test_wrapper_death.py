@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from fake_upstream import pids_alive
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The wrapper: runs a child that writes its pid, records the SIGTERM it gets, then sleeps.
@@ -29,14 +31,6 @@ sys.exit(run_passing_signals([sys.executable, "-c", child, sys.argv[1]]))
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_a_sigkilled_wrapper_leaves_no_harness_running_and_the_harness_is_told_by_sigterm(tmp_path):
     pid_file = tmp_path / "child.pid"
@@ -51,12 +45,12 @@ def test_a_sigkilled_wrapper_leaves_no_harness_running_and_the_harness_is_told_b
         wrapper.kill()
         wrapper.wait(timeout=10)
         deadline = time.monotonic() + 5
-        while _alive(child) and time.monotonic() < deadline:
+        while pids_alive(pid_file) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(child), "the child of a SIGKILLed wrapper still runs 5 s later"
+        assert pids_alive(pid_file) == [], "the child of a SIGKILLed wrapper still runs 5 s later"
         assert (tmp_path / "child.pid.term").exists(), "the child was not told by SIGTERM"
     finally:
         if wrapper.poll() is None:
             wrapper.kill()
-        if child and _alive(child):
+        if child and pids_alive(pid_file):
             os.kill(child, signal.SIGKILL)
