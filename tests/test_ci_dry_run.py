@@ -7,8 +7,16 @@ actions/setup-python (for ``matrix`` a new venv with nothing installed, so its l
 suffice; for ``series`` this test's own environment, which holds requirements.txt) and, for
 ``series``, this machine's cached base tree for the restore of actions/cache.  This proves the
 jobs' scripts run in sequence on a fresh Linux box; it is not a run on GitHub Actions.
+
+No test installs a package: the series job's "Install the Debian packages check-windows needs" step runs
+.ci/apt-install against stand-ins for ``apt-get``, ``sudo``, ``dpkg-query`` and ``id`` first on PATH
+(tests/test_apt_install.py), which record the install and report every package missing, and tripwires for
+``apt``, ``aptitude`` and ``dpkg``; the dpkg database (/var/lib/dpkg/status) is compared before and after.
+The Windows checks then use the MinGW-w64 already on this machine; without it the series job's test skips,
+naming the package.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -21,16 +29,73 @@ import pytest
 from harness.matrix.config import load_matrix
 from harness.stages.building.source import cache_dir
 from harness.tools import ci_matrix as ci
+from harness.stages.building.cuda_headers import SetupError
+from harness.tools.windows_check import MINGW_PACKAGE, find_mingw
+from test_apt_install import package_manager_stand_ins, recorded
 from workflow_checks import load_workflow
 from workflow_dry_run import dry_run, tail
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = [pytest.mark.slow, pytest.mark.network,
-              pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git checkout")]
+WORKFLOW = ROOT / ".github" / "workflows" / "harness.yml"
+#: dpkg's database of installed packages: what ``dpkg -l`` lists.
+DPKG_STATUS = Path("/var/lib/dpkg/status")
+INSTALL_STEP = "Install the Debian packages check-windows needs"
+
+
+def in_a_clone(test):
+    """The marks of a test that dry-runs a whole job in a clone of this checkout: it needs one, and its steps
+    install Python packages and run nox (slow, network)."""
+    for mark in (pytest.mark.slow, pytest.mark.network,
+                 pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git checkout")):
+        test = mark(test)
+    return test
 
 
 def git(*args: str, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, **kwargs)
+
+
+def dpkg_state() -> str | None:
+    """The sha256 of dpkg's database (None on a machine without dpkg): unchanged unless a package was
+    installed or removed."""
+    return hashlib.sha256(DPKG_STATUS.read_bytes()).hexdigest() if DPKG_STATUS.is_file() else None
+
+
+def reached_a_package_manager(calls: Path) -> list[str]:
+    """The tripwires the stand-ins recorded (``reached apt ...``): a package manager other than the stand-ins."""
+    return [line for line in recorded(calls) if line.startswith("reached ")]
+
+
+def install_step_job(run: str | None = None) -> dict:
+    """A workflow of one job, ``install``, holding the series job's Debian install step (its ``run:`` replaced
+    by ``run`` where given), run as a developer who is not root (``id -u`` answers 1001)."""
+    series = load_workflow(WORKFLOW)["jobs"]["series"]
+    step = dict(next(s for s in series["steps"] if s.get("name") == INSTALL_STEP))
+    if run is not None:
+        step["run"] = run
+    return {"jobs": {"install": {"env": {"FAKE_UID": "1001"}, "steps": [step]}}}
+
+
+def test_the_install_step_reaches_the_stand_ins_through_sudo_and_nothing_is_installed(tmp_path):
+    calls = tmp_path / "calls.txt"
+    stand_ins = package_manager_stand_ins(tmp_path / "bin", calls)
+    before = dpkg_state()
+    run = dry_run(install_step_job(), "install", ROOT, tmp_path / "job", [stand_ins])
+    check_passed(run)
+    assert recorded(calls) == ["sudo", "apt-get update -qq",
+                               "sudo", f"apt-get install -y -qq --no-install-recommends {MINGW_PACKAGE}"]
+    assert dpkg_state() == before
+
+
+def test_an_install_step_that_bypasses_apt_install_is_caught_by_a_tripwire(tmp_path):
+    calls = tmp_path / "calls.txt"
+    stand_ins = package_manager_stand_ins(tmp_path / "bin", calls)
+    before = dpkg_state()
+    run = dry_run(install_step_job(f"sudo apt install -y {MINGW_PACKAGE}"), "install", ROOT, tmp_path / "job",
+                  [stand_ins])
+    assert run.ran[0].returncode == 97
+    assert reached_a_package_manager(calls) == [f"reached apt install -y {MINGW_PACKAGE}"]
+    assert dpkg_state() == before
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +119,7 @@ def check_passed(run) -> None:
     assert not failed, f"step {failed[0].name!r} exited {failed[0].returncode}:\n{tail(failed[0].log)}"
 
 
+@in_a_clone
 def test_the_matrix_job_runs_with_its_light_install(clone, tmp_path):
     python = tmp_path / "python"  # setup-python's stand-in: a Python with nothing installed
     subprocess.run([sys.executable, "-m", "venv", str(python)], check=True)
@@ -89,12 +155,25 @@ def seed_base_cache(clone: Path, matrix) -> None:
         shutil.copy2(here / f"{matrix.base_commit}.json", dest)
 
 
+@in_a_clone
+@pytest.mark.debian
 def test_the_series_job_runs_its_steps_in_order(clone, tmp_path):
+    try:
+        find_mingw()
+    except SetupError as e:
+        pytest.skip(f"needs the Debian package {MINGW_PACKAGE} for the Windows checks step: {e}")
     workflow = load_workflow(clone / ".github" / "workflows" / "harness.yml")
     seed_base_cache(clone, load_matrix(clone / "matrix.yaml"))
-    run = dry_run(workflow, "series", clone, tmp_path / "job", [Path(sys.executable).parent])
+    calls = tmp_path / "calls.txt"
+    stand_ins = package_manager_stand_ins(tmp_path / "bin", calls)
+    before = dpkg_state()
+    run = dry_run(workflow, "series", clone, tmp_path / "job", [stand_ins, Path(sys.executable).parent])
     print("series job: skipped uses: steps:", run.skipped_uses, "; not run (if:):", run.not_run)
     check_passed(run)
+    # the install went to the stand-ins (every package reported missing, this run as root): nothing installed
+    assert recorded(calls) == ["apt-get update -qq",
+                               f"apt-get install -y -qq --no-install-recommends {MINGW_PACKAGE}"]
+    assert dpkg_state() == before
     assert [s.name for s in run.ran] == ["Install the harness's requirements",
                                          "Install the Debian packages check-windows needs",
                                          "patches/ is what `nox -s patches -- export` would write",
