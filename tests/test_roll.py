@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -128,6 +129,24 @@ def test_a_dirty_checkout_is_refused(project: Project):
     assert project.snapshot() == before
 
 
+@pytest.mark.parametrize("name", ["wip-fix.diff", "mark-line-20-of-the-notes.patch.orig", "notes/"])
+def test_a_file_in_patches_the_export_does_not_write_is_refused_up_front(project: Project, name: str):
+    before = project.snapshot()
+    stray = project.p.patches / name.rstrip("/")
+    if name.endswith("/"):
+        stray.mkdir()
+        (stray / "todo.txt").write_text("a note\n")
+    else:
+        stray.write_text("--- a/notes.txt\n+++ b/notes.txt\n")
+    proc = project.roll(*project.onto())
+    assert proc.returncode == EXIT_BAD_INPUT, proc.stdout + proc.stderr
+    assert f"holds {name}, not part of the series" in proc.stderr
+    assert project.branch() == "main" and not (project.p.work / "roll").exists()
+    assert not _git(project.root, "branch", "--list", "roll/*")
+    shutil.rmtree(stray) if stray.is_dir() else stray.unlink()
+    assert project.snapshot() == before
+
+
 def test_the_roll_stops_at_a_conflict_naming_the_hunk_and_abort_restores_every_file(project: Project):
     before = project.snapshot()
     proc = project.roll(*project.onto())
@@ -150,6 +169,29 @@ def test_the_roll_stops_at_a_conflict_naming_the_hunk_and_abort_restores_every_f
     aborted = project.roll("--abort")
     assert aborted.returncode == EXIT_PASSED, aborted.stderr
     assert project.branch() == "main"
+    assert project.snapshot() == before
+
+
+def test_a_conflict_in_a_file_upstream_renamed_names_both_paths_and_the_hunk(project: Project):
+    repo = project.p.repo
+    _git(repo, "checkout", "-q", "-B", "moved", project.old)
+    _git(repo, "mv", "notes.txt", "notes-moved.txt")
+    (repo / "notes-moved.txt").write_text(_lines(NOTES, {20: "line 20 (upstream rewrite)"}))
+    _git(repo, "commit", "-q", "-am", "upstream: move the notes, reword line 20")
+    moved = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "checkout", "-q", "main")
+    before = project.snapshot()
+    proc = project.roll("--onto", f"{repo}@{moved}", "--platform", "linux-x86_64-cpu")
+    assert proc.returncode == EXIT_INCOMPLETE, proc.stdout + proc.stderr
+    assert "patch 2 of 5 mark-line-20-of-the-notes.patch: conflict — stopped" in proc.stdout
+    assert "  notes-moved.txt (renamed from notes.txt) @@ -17,7 +17,7 @@" in proc.stdout
+    stopped = (project.p.work / "roll" / "roll.md").read_text()
+    assert "### mark-line-20-of-the-notes.patch: `notes-moved.txt` `@@ -17,7 +17,7 @@ line 16` (upstream renamed it " \
+        "from `notes.txt`)" in stopped
+    assert "conflicts in notes-moved.txt (renamed from notes.txt) @@ -17,7 +17,7 @@" in stopped
+    # the upstream facts a finished roll's roll.md gives: the commits between them and both dates
+    assert "- between them: 1 upstream commits" in stopped and "date unknown" not in stopped
+    assert project.roll("--abort").returncode == EXIT_PASSED
     assert project.snapshot() == before
 
 
@@ -194,8 +236,21 @@ def test_roll_resolved_by_hand_continues_to_a_consistent_verified_pin(project: P
     proc = project.roll(*project.onto())
     assert proc.returncode == EXIT_INCOMPLETE, proc.stdout + proc.stderr
     _resolve_by_hand(project.p.work / "dev" / "llama.cpp")
+    # a file left in patches/ while the roll stopped is refused before anything is written
+    stray = project.p.patches / "mark-line-20-of-the-notes.patch.orig"
+    stray.write_text("the old hunk\n")
+    refused = project.roll("--continue")
+    assert refused.returncode == EXIT_BAD_INPUT and f"holds {stray.name}, not part of the series" in refused.stderr
+    assert _git(project.root, "rev-parse", "HEAD") == _git(project.root, "rev-parse", "main")
+    stray.unlink()
     done = project.roll("--continue")
     assert done.returncode == EXIT_PASSED, done.stdout[-3000:] + done.stderr[-3000:]
+    # the roll commit holds the pin and patches/ as the export writes them, nothing else
+    changed = _git(project.root, "diff-tree", "--no-commit-id", "--name-status", "-r", "HEAD").splitlines()
+    assert sorted(changed) == sorted([
+        "M\tmatrix.yaml", "M\tpatches/series", f"A\tupstream-files/llama.cpp-{project.new[:12]}.files",
+        f"D\tupstream-files/llama.cpp-{project.old[:12]}.files", "D\tpatches/mark-the-third-other-line.patch",
+        "M\tpatches/mark-line-5-of-the-notes.patch", "M\tpatches/mark-line-20-of-the-notes.patch"]), changed
     assert "patch 3 mark-the-third-other-line.patch: dropped (already upstream)" in done.stdout
     assert project.branch() == f"roll/{project.new[:12]}"
     assert not _git(project.root, "status", "--porcelain", "--untracked-files=no")

@@ -168,6 +168,18 @@ def _unplaced(git: Git, patch: Patch, path: str, hunks: list, why: str) -> list[
     return []
 
 
+def _renamed_from(git: Git, hunks: dict[str, list], unmerged: list[str], sides: list[list[str]]) -> str:
+    """The path the patch names for an unmerged file it does not name: upstream renamed it and git's 3-way merge
+    followed the rename.  Of the patch's files that HEAD lacks and git did not leave unmerged, the one whose
+    hunks are most like the patch's sides of the conflict (``sides``, difflib ratio); '' when there is none."""
+    gone = [f for f in hunks if f not in unmerged and _at_head(git, f) is None]
+
+    def likeness(name: str) -> float:
+        return max((difflib.SequenceMatcher(None, _wanted(h), side).ratio() for h in hunks[name] for side in sides),
+                   default=0.0)
+    return max(gone, key=likeness, default="")
+
+
 def _conflicts(git: Git, patch: Patch, said: str) -> list[HunkConflict]:
     """Every conflicting place of ``patch`` after a failed ``git am -3`` (before it is aborted).
 
@@ -183,9 +195,11 @@ def _conflicts(git: Git, patch: Patch, said: str) -> list[HunkConflict]:
         full = git.cwd / path
         text = full.read_text(encoding="utf-8", errors="replace") if full.is_file() else ""
         regions = conflict_regions(text)
+        renamed = "" if path in hunks else _renamed_from(git, hunks, unmerged, [theirs for _, _, theirs in regions])
         for line, ours, theirs in regions:
-            hunk = _best_hunk(hunks.get(path, []), theirs)
-            found.append(HunkConflict(path, _header(hunk) if hunk else "?", _clip(theirs), line, _clip(ours)))
+            hunk = _best_hunk(hunks.get(renamed or path, []), theirs)
+            found.append(HunkConflict(path, _header(hunk) if hunk else "?", _clip(theirs), line, _clip(ours),
+                                      renamed_from=renamed))
         if not regions:  # deleted on one side: git names the file, there are no markers
             found += _unplaced(git, patch, path, hunks.get(path, []), "git left no conflict markers")
     if unmerged:
@@ -232,7 +246,7 @@ def try_patch(git: Git, patch: Patch, index: int, *, leave_conflict: bool = Fals
         detail = "applies as it is" if status == "clean" else "merged by git am -3 (the plain apply fails)"
         return outcome(status, detail, commit=new)
     conflicts = _conflicts(git, patch, said)
-    places = ", ".join(dict.fromkeys(f"{c.file} {c.hunk.split(' @@')[0]} @@" for c in conflicts)) or "see the log"
+    places = ", ".join(dict.fromkeys(f"{c.place()} {c.hunk.split(' @@')[0]} @@" for c in conflicts)) or "see the log"
     if leave_conflict:
         return outcome("conflict", f"conflicts in {places}", conflicts=conflicts)
     git.run(["am", "--abort"], check=False)

@@ -40,8 +40,9 @@ from ..stages.building.patches import Git, read_series, reset_to_base
 from ..stages.building.source import unexported_work
 from .forecast import forecast_base, obtain_pinned_and_onto, parse_onto
 from .forecast_patches import try_patch
+from .roll_record import upstream_facts, write_stopped
 from .roll_state import (ACTIONS, BRANCH_PREFIX, OUTCOMES, SKIPPED_BY_HAND, RollError, State, checkout_root, option_json, project_git,
-                         roll_dir, uncommitted)
+                         refuse_foreign_patch_files, roll_dir, uncommitted)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,8 +75,9 @@ def start(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     if pending:
         raise RollError(f"{pending}; export it first (nox -s patches -- export) or discard it: the roll rebases "
                         "the series in the dev tree")
-    onto = parse_onto(args.onto)
     patches = read_series(args.patches_dir)
+    refuse_foreign_patch_files(args.patches_dir, [p.name for p in patches])
+    onto = parse_onto(args.onto)
     old, new = obtain_pinned_and_onto(matrix, onto, say)
     if new.commit == old.commit:
         raise RollError(f"{args.onto} is {new.commit[:12]}, the commit already pinned; nothing to roll")
@@ -104,7 +106,8 @@ def start(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         "new": {"commit": new.commit, "git_rev": new.git_rev, "source": new.source},
         "checkout": str(root), "previous": previous or head, "head": head, "branch": branch,
         "dev": dev_before, "patches": [p.name for p in patches], "outcomes": [], "stopped": None,
-        "stopped_at": None, "started": time.time(), "options": options})
+        "stopped_at": None, "started": time.time(), "options": options,
+        "upstream": upstream_facts(onto, old, new)})
     state.save()
     project_git(root, ["checkout", "--quiet", "-b", branch])
     say(f"roll: {old.commit[:12]} -> {new.commit[:12]} ({new.source}) on branch {branch} of {root}")
@@ -128,6 +131,7 @@ def _rebase(state: State, args: argparse.Namespace, say: Callable[[str], None], 
     dev = Git(work / "dev" / "llama.cpp")
     outcomes: list[dict] = state["outcomes"]
     if resume:
+        refuse_foreign_patch_files(args.patches_dir, state["patches"])  # left there while the roll stopped
         stopped = state["stopped"]
         if not stopped:
             say("roll: nothing was stopped; going on")
@@ -162,7 +166,6 @@ def _rebase(state: State, args: argparse.Namespace, say: Callable[[str], None], 
             state.data["stopped_at"] = head
             state.save()
             _say_conflict(say, record, dev.cwd, len(names), state)
-            from .roll_record import write_stopped
             path = write_stopped(state, here / "roll.md")
             say(f"roll: {path}")
             return EXIT_INCOMPLETE
@@ -178,7 +181,7 @@ def _say_conflict(say: Callable[[str], None], record: dict, dev: Path, total: in
     """The console's account of a stop: the patch, then per conflict its file, hunk and the upstream lines met."""
     say(f"roll: patch {record['index']} of {total} {record['name']}: conflict — stopped")
     for c in (HunkConflict(**c) for c in record["conflicts"]):
-        say(f"  {c.file} {c.hunk}" + (f" ({c.reason})" if c.reason else ""))
+        say(f"  {c.place()} {c.hunk}" + (f" ({c.reason})" if c.reason else ""))
         say("    the patch writes:")
         say("".join(f"      {line}\n" for line in c.wanted).rstrip("\n") or "      (nothing)")
         where = f"line {c.upstream_line} of the new base" if c.upstream_line else "not in the new base"

@@ -29,11 +29,12 @@ from ..common.errors import EXIT_PASSED
 from ..common.fs import sha256_file
 from ..matrix.config import CHECKOUT, Matrix, load_matrix
 from ..matrix.pin import rewrite_yaml
-from ..stages.building.patches import export_series, series_digest
+from ..stages.building.patches import SERIES_FILE, export_series, series_digest
 from ..stages.building.source import (GIT_IDENTITY, BaseTree, cache_dir, export_mirror, obtain_base, tree_state,
                                    unpacked_sdist, write_pinned_files)
 from .forecast import OLD_VARIANT, obtain_onto, parse_onto, with_old_base
-from .roll_state import OUTCOMES, RollError, State, platforms_of, project_git, roll_dir
+from .roll_state import (OUTCOMES, RollError, State, platforms_of, project_git, refuse_foreign_patch_files,
+                         roll_dir)
 
 
 def _renamed(text: str, old12: str, new12: str, default: str) -> str:
@@ -132,14 +133,17 @@ def write_pin(matrix: Matrix, doc: dict, old: BaseTree, new: BaseTree, onto_spec
 
 
 def _commit(root: Path, paths: list[Path], message: str) -> str:
-    """Stage ``paths`` (additions and deletions) in the checkout ``root`` and commit them; returns the commit id.
-    Without an identity in the person's git configuration (a CI runner) the harness's own commits it."""
+    """Stage exactly the files ``paths`` (written, or deleted where git tracks them; ignored ones and those outside
+    ``root`` left out) in the checkout ``root`` and commit them; returns the commit id.  Without an identity in
+    the person's git configuration (a CI runner) the harness's own commits it."""
     inside = []
     for p in paths:
         try:
-            inside.append(str(p.resolve().relative_to(root.resolve())))
+            rel = str(p.resolve().relative_to(root.resolve()))
         except ValueError:
             continue
+        if p.exists() or project_git(root, ["ls-files", "--", rel]).stdout.strip():
+            inside.append(rel)
     tracked = [p for p in inside if project_git(root, ["check-ignore", "--quiet", p], check=False).returncode]
     project_git(root, ["add", "--all", "--", *tracked])
     identity: list[str] = []
@@ -162,6 +166,7 @@ def finish(state: State, args: argparse.Namespace, say: Callable[[str], None]) -
     old = obtain_base(matrix, cache)
     new = obtain_onto(matrix, parse_onto(state["onto"]), cache, say)
     dev = work / "dev" / "llama.cpp"
+    refuse_foreign_patch_files(args.patches_dir, state["patches"])  # what appeared there while the roll stopped
     written = export_series(dev, new.git_rev, args.patches_dir)
     (work / "dev" / "tree.stamp").write_text(f"{new.git_rev} {series_digest(written)} {tree_state(dev)[0]}\n")
     values, remove, pin_lines, files, gone = write_pin(matrix, doc, old, new, state["onto"], say)
@@ -174,19 +179,21 @@ def finish(state: State, args: argparse.Namespace, say: Callable[[str], None]) -
         f"`roll --onto {state['onto']}` moved the pin and the patch series to upstream {new.commit}.", "",
         *[f"- patch {o['index']} {o['name']}: {OUTCOMES[o['outcome']]}" for o in outcomes], "",
         *[f"- {line}" for line in pin_lines]]) + "\n"
-    commit = _commit(root, [args.matrix, args.patches_dir, *files, *gone], message)
+    series = [args.patches_dir / SERIES_FILE, *(p.path for p in written),
+              *(args.patches_dir / name for name in state["patches"])]  # the old ones: deleted or rewritten
+    commit = _commit(root, [args.matrix, *series, *files, *gone], message)
     say(f"roll: committed the new pin on {state['branch']}: {commit[:12]}")
     for line in pin_lines:
         say(f"roll: {line}")
     record = RollRecord(onto=state["onto"], old=dict(state["old"]), new=dict(state["new"]), branch=state["branch"],
                         commit=commit, outcomes=outcomes, pin=pin_lines, old_patches={},
-                        started=state["started"], pin_seconds=round(time.monotonic() - started, 1))
+                        started=state["started"], pin_seconds=round(time.monotonic() - started, 1),
+                        **state["upstream"])
     here = roll_dir(work)
     for o in outcomes:
         path = here / "old-patches" / o["name"]
         record.old_patches[o["name"]] = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
     record.new_patches = {p.name: p.path.read_text(encoding="utf-8", errors="replace") for p in written}
-    record.count_between(parse_onto(state["onto"]), old, new)
     shutil.rmtree(here, ignore_errors=True)  # the roll is committed: nothing left to continue or abort
     rc = EXIT_PASSED
     if getattr(args, "no_verify", False):

@@ -65,6 +65,15 @@ def _count(repo: Path, old: str, new: str) -> tuple[int | None, str]:
     return int(proc.stdout.strip()), ""
 
 
+def upstream_facts(onto: Any, old: BaseTree, new: BaseTree) -> dict[str, Any]:
+    """The dates of both commits and the count of upstream commits between them (:func:`commits_between`), as
+    RollRecord's fields ``old_date``, ``new_date``, ``between`` and ``between_why``: read once when the roll
+    starts and kept in its state, so that roll.md says the same at a stop as at the end."""
+    between, why = commits_between(onto, old.commit, new.commit)
+    return {"old_date": commit_date(old.path, old.commit), "new_date": commit_date(new.path, new.commit),
+            "between": between, "between_why": why}
+
+
 def patch_diff(old: str, new: str) -> list[str]:
     """The unified diff of a patch file's old text against its new one, ``index`` lines left out (their blob
     ids change with any upstream change to the file); at most DIFF_MAX_LINES lines."""
@@ -134,11 +143,6 @@ class RollRecord:
     verify_seconds: float = 0.0
     pin_seconds: float = 0.0
 
-    def count_between(self, onto: Any, old: BaseTree, new: BaseTree) -> None:
-        """Fill the dates of both commits and the count of upstream commits between them."""
-        self.old_date = commit_date(old.path, old.commit)
-        self.new_date = commit_date(new.path, new.commit)
-        self.between, self.between_why = commits_between(onto, old.commit, new.commit)
 
     def triage_against_old_pin(self, results_dir: Path, run_dir: Path, matrix: Any) -> None:
         """Read the run in ``run_dir``: its verdict, failing steps, upstream's own output changes (the
@@ -217,7 +221,8 @@ def markdown(rec: RollRecord) -> str:
                    f"{s['detail'].replace('|', '/')} |")
         for c in (HunkConflict(**c) for c in s["conflicts"]):
             where = f"line {c.upstream_line} of the new base" if c.upstream_line else "not in the new base"
-            out += ["", f"### {s['name']}: `{c.file}` `{c.hunk}`", ""]
+            renamed = f" (upstream renamed it from `{c.renamed_from}`)" if c.renamed_from else ""
+            out += ["", f"### {s['name']}: `{c.file}` `{c.hunk}`{renamed}", ""]
             if c.reason:
                 out += [f"Why: {c.reason}", ""]
             out += ["The patch writes:", "", "```", *c.wanted, "```", "", f"Upstream has there ({where}):", "",
@@ -272,7 +277,7 @@ def write_stopped(state: Any, path: Path) -> Path:
     done, the one that stopped it with the hunks it met, what next."""
     rec = RollRecord(onto=state["onto"], old=state["old"], new=state["new"], branch=state["branch"], commit="",
                      outcomes=state["outcomes"], pin=["not written: the roll stopped before the pin"], old_patches={},
-                     started=state["started"], stopped=state["stopped"])
+                     started=state["started"], stopped=state["stopped"], **state["upstream"])
     path.write_text(markdown(rec), encoding="utf-8")
     return path
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..args import split_names
 from ..common.errors import InputError
+from ..stages.building.patches import SERIES_FILE
 
 #: The outcome of a patch dropped by hand in a roll (git am --skip).
 SKIPPED_BY_HAND = "skipped"
@@ -53,6 +54,24 @@ def uncommitted(root: Path) -> list[str]:
     """The tracked files of ``root`` with changes not committed (staged or not), as ``git status`` names them."""
     out = project_git(root, ["status", "--porcelain", "--untracked-files=no"]).stdout
     return [line[3:] for line in out.splitlines() if line.strip()]
+
+
+def foreign_patch_files(patches_dir: Path, names: list[str]) -> list[str]:
+    """The entries of ``patches_dir`` that are neither ``series`` nor one of the patch files ``names``, sorted
+    (a directory with a trailing ``/``): what ``nox -s patches -- export`` does not write, whatever its
+    extension (a ``.diff``, an ``.orig`` left by patch(1), an editor's backup)."""
+    keep = {SERIES_FILE, *names}
+    return sorted(f"{p.name}/" if p.is_dir() else p.name for p in patches_dir.iterdir() if p.name not in keep)
+
+
+def refuse_foreign_patch_files(patches_dir: Path, names: list[str]) -> None:
+    """RollError (exit 2) naming every :func:`foreign_patch_files` entry: the roll commits ``patches/`` as the
+    export writes it and nothing else."""
+    foreign = foreign_patch_files(patches_dir, names)
+    if foreign:
+        raise RollError(f"{patches_dir} holds {', '.join(foreign)}, not part of the series: the roll commits "
+                        f"{patches_dir.name}/ exactly as `nox -s patches -- export` writes it (series and the "
+                        "patches it lists); move or delete them first")
 
 
 # --------------------------------------------------------------------------- state

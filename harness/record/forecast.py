@@ -27,7 +27,8 @@ class HunkConflict:
     ``wanted``: the lines the patch's hunk writes there (context and ``+`` lines);
     ``upstream_line``: 1-based line of the new base's file where the met lines start (0 when
     the file is not in the new base); ``upstream``: those lines (at most MET_MAX_LINES, then a
-    count); ``reason``: what git said when it could not merge the file at all, else ''.
+    count); ``reason``: what git said when it could not merge the file at all, else '';
+    ``renamed_from``: the path the patch names, where upstream renamed that file to ``file``, else ''.
     """
 
     file: str
@@ -36,6 +37,11 @@ class HunkConflict:
     upstream_line: int
     upstream: list[str]
     reason: str = ""
+    renamed_from: str = ""
+
+    def place(self) -> str:
+        """``file`` and, where upstream renamed it, the patch's name for it: ``new (renamed from old)``."""
+        return f"{self.file} (renamed from {self.renamed_from})" if self.renamed_from else self.file
 
 
 @dataclass
