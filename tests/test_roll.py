@@ -13,8 +13,10 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -60,12 +62,55 @@ class Project:
         _git(root, "add", "-A")
         _git(root, "commit", "-q", "-m", "the fork's checkout")
 
-    def roll(self, *extra: str) -> subprocess.CompletedProcess:
-        argv = [sys.executable, "-m", "harness", "roll", "--matrix", str(self.p.matrix), "--patches-dir",
+    def roll_argv(self, *extra: str, launcher: tuple[str, ...] = ("-m", "harness")) -> list[str]:
+        return [sys.executable, *launcher, "roll", "--matrix", str(self.p.matrix), "--patches-dir",
                 str(self.p.patches), "--work-dir", str(self.p.work), "--results-dir", str(self.p.results), *extra]
-        env = self.p.env(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org", GIT_COMMITTER_NAME="t",
-                         GIT_COMMITTER_EMAIL="t@example.org")
-        return subprocess.run(argv, env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+    def roll_env(self, **extra: str) -> dict[str, str]:
+        return self.p.env(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org", GIT_COMMITTER_NAME="t",
+                          GIT_COMMITTER_EMAIL="t@example.org", **extra)
+
+    def roll(self, *extra: str, launcher: tuple[str, ...] = ("-m", "harness"), **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(self.roll_argv(*extra, launcher=launcher), env=self.roll_env(**env), capture_output=True,
+                              text=True, cwd=ROOT, timeout=600)
+
+    def start_roll(self, *extra: str, **env: str) -> subprocess.Popen:
+        """The roll in the background, for a test that interrupts it."""
+        return subprocess.Popen(self.roll_argv(*extra), env=self.roll_env(**env), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+    def quiet_upstream(self) -> str:
+        """A commit on the pinned base that only adds a file the series does not touch: every patch clean."""
+        repo = self.p.repo
+        _git(repo, "checkout", "-q", "-B", "quiet", self.old)
+        (repo / "UPSTREAM.md").write_text("upstream's notes\n")
+        _git(repo, "add", "UPSTREAM.md")
+        _git(repo, "commit", "-q", "-m", "upstream: notes")
+        _git(repo, "checkout", "-q", "main")
+        return _git(repo, "rev-parse", "quiet")
+
+    def patches_check(self) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "harness", "patches", "check", "--matrix", str(self.p.matrix),
+                               "--patches-dir", str(self.p.patches), "--work-dir", str(self.p.work)],
+                              env=self.p.env(), capture_output=True, text=True, cwd=ROOT)
+
+    def checkout_state(self) -> dict[str, str]:
+        """:func:`snapshot` without the runs (results/), the main job's builds (the work dir but the dev tree and the
+        roll's own directory) and the summary the harness caches beside this project's model: records and caches,
+        which ``--abort`` leaves as they were written."""
+        keep_work = ("work/dev/", "work/roll/")
+        return {k: v for k, v in self.snapshot().items()
+                if not k.startswith("results/") and (not k.startswith("work/") or k.startswith(keep_work))
+                and k != "tiny.gguf.summary.json"}
+
+    def assert_restored(self, before: dict[str, str]) -> None:
+        aborted = self.roll("--abort")
+        assert aborted.returncode == EXIT_PASSED, aborted.stdout + aborted.stderr
+        assert self.branch() == "main"
+        assert self.checkout_state() == before
+        assert not (self.p.work / "roll").exists()
+        check = self.patches_check()
+        assert check.returncode == 0, check.stdout + check.stderr
 
     def onto(self) -> list[str]:
         return ["--onto", f"{self.p.repo}@{self.new}", "--platform", "linux-x86_64-cpu", "-j", "1"]
@@ -285,6 +330,137 @@ def test_roll_resolved_by_hand_continues_to_a_consistent_verified_pin(project: P
     assert "no passed run of the old pin" not in roll_md
     assert "-line 20 (fork)" not in roll_md  # the resolution kept the fork's line
     assert "### mark-line-20-of-the-notes.patch: against its old version" in roll_md
+
+
+# --------------------------------------------------------------------------- interrupted rolls
+
+#: A ``git`` first on PATH that becomes ``sleep 120``, after touching $ROLL_MARK, where it would ``git am`` patch 2
+#: of the series in the dev tree ($ROLL_DEV); every other call is the real git.
+SLOW_AM = """#!/usr/bin/env bash
+if [ "$PWD" = "$ROLL_DEV" ] && [[ " $* " == *" am "* ]] && [[ "$*" == *mark-line-20-of-the-notes.patch* ]]; then
+    touch "$ROLL_MARK"
+    exec sleep 120
+fi
+exec {git} "$@"
+"""
+
+#: ``roll`` with Ctrl-C sent to itself once triage has finished, before roll.md is written.
+AFTER_TRIAGE = """
+import os, signal, sys
+from harness.analysis import roll_record
+triage = roll_record.RollRecord.triage_against_old_pin
+def then_interrupt(self, *args, **kwargs):
+    triage(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGINT)
+roll_record.RollRecord.triage_against_old_pin = then_interrupt
+from harness.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def wait_for(path: Path, what: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"the roll ended (exit {proc.returncode}) before {what}:\n"
+                                 + proc.stdout.read()[-3000:] + proc.stderr.read()[-3000:])
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def interrupted(proc: subprocess.Popen) -> tuple[str, str]:
+    """Ctrl-C to the roll; its output, once it says how to go on or go back (exit 130)."""
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    assert "Traceback" not in err, err
+    said = out + err
+    assert "roll --continue` goes on from here" in said and "roll --abort` goes back" in said, said[-3000:]
+    return out, err
+
+
+def test_ctrl_c_during_the_series_is_undone_by_abort(project: Project, tmp_path: Path):
+    before = project.checkout_state()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").write_text(SLOW_AM.format(git=shutil.which("git")))
+    (bin_dir / "git").chmod(0o755)
+    mark = tmp_path / "am-started"
+    env = project.p.env()
+    proc = project.start_roll(*project.onto(), PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", ROLL_MARK=str(mark),
+                              ROLL_DEV=str(project.p.work / "dev" / "llama.cpp"))
+    wait_for(mark, "patch 2's git am", proc)
+    out, _ = interrupted(proc)
+    assert "patch 1 mark-line-5-of-the-notes.patch: 3-way" in out and "patch 2" not in out
+    assert project.branch() == f"roll/{project.new[:12]}"
+    project.assert_restored(before)
+
+
+def test_abort_at_a_conflict_restores_the_checkout_and_patches_check_passes(project: Project):
+    before = project.checkout_state()
+    proc = project.roll(*project.onto())
+    assert proc.returncode == EXIT_INCOMPLETE, proc.stdout + proc.stderr
+    assert "`llama-fork-harness roll --continue`" in proc.stdout and "`llama-fork-harness roll --abort`" in proc.stdout
+    project.assert_restored(before)
+
+
+def _interrupt_the_main_job(project: Project, where: str) -> tuple[str, str]:
+    """Roll onto :meth:`Project.quiet_upstream` and press Ctrl-C during the main job's fork build or its first
+    generation (``where``: build, compare)."""
+    new = project.quiet_upstream()
+    pids = project.root.parent / "pids"  # beside the checkout, not in it
+    mark = project.root.parent / "generating"
+    slow = {"build": {"FAKE_BUILD_SLEEP_S": "120", "FAKE_PIDS": str(pids)},
+            "compare": {"FAKE_GEN_SLEEP_S": "120", "FAKE_SLOW_MARK": str(mark)}}[where]
+    proc = project.start_roll("--onto", f"{project.p.repo}@{new}", "--platform", "linux-x86_64-cpu", "-j", "1",
+                              **slow)
+    wait_for(pids if where == "build" else mark, f"the main job's {where}", proc)
+    out, err = interrupted(proc)
+    assert f"roll: committed the new pin on roll/{new[:12]}" in out
+    assert (project.p.work / "roll" / "state.json").is_file()  # the roll is not done: it goes on or goes back
+    run = json.loads(((project.p.results / "latest").resolve() / "summary.json").read_text())
+    assert run["overall"] == "incomplete"
+    return out, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["build", "compare"])
+def test_ctrl_c_during_the_main_job_is_undone_by_abort(project: Project, where: str):
+    before = project.checkout_state()
+    _interrupt_the_main_job(project, where)
+    assert project.branch() != "main"
+    project.assert_restored(before)
+    assert not (project.root / "mirror" / f"llama.cpp-{_git(project.p.repo, 'rev-parse', 'quiet')[:12]}.tar.gz").exists()
+
+
+@pytest.mark.slow
+def test_continue_after_ctrl_c_in_the_main_job_runs_it_again_without_the_series(project: Project):
+    _interrupt_the_main_job(project, "build")
+    first = (project.p.results / "latest").resolve().name
+    done = project.roll("--continue")
+    assert done.returncode == EXIT_PASSED, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "running the main job on it again" in done.stdout
+    assert "roll: patch" not in done.stdout and "committed the new pin" not in done.stdout  # the series not again
+    assert "roll: the new pin passed" in done.stdout
+    again = (project.p.results / "latest").resolve()
+    assert again.name != first and json.loads((again / "summary.json").read_text())["overall"] == "passed"
+    assert "**Verdict: the new pin passed**" in (again / "roll.md").read_text()
+    assert not (project.p.work / "roll").exists()  # done: nothing left to go on with or go back to
+    assert project.roll("--abort").returncode == EXIT_BAD_INPUT
+
+
+@pytest.mark.slow
+def test_ctrl_c_after_triage_is_undone_by_abort(project: Project):
+    before = project.checkout_state()
+    new = project.quiet_upstream()
+    proc = project.roll("--onto", f"{project.p.repo}@{new}", "--platform", "linux-x86_64-cpu", "-j", "1",
+                        launcher=("-c", AFTER_TRIAGE))
+    assert proc.returncode == 130, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "roll --continue` goes on from here" in proc.stderr and "Traceback" not in proc.stderr
+    run_dir = (project.p.results / "latest").resolve()
+    assert json.loads((run_dir / "summary.json").read_text())["overall"] == "passed"  # the main job had finished
+    assert not (run_dir / "roll.md").exists()
+    project.assert_restored(before)
 
 
 # --------------------------------------------------------------------------- the real series

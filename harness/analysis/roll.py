@@ -3,8 +3,9 @@
 ``llama-fork-harness roll --onto SOURCE [stage options]`` (``nox -s roll --``; SOURCE as ``forecast --onto``,
 harness.analysis.forecast.parse_onto):
 
-1. refuses a checkout with uncommitted changes, a dev tree holding work not exported and a roll already in
-   progress (exit 2); creates and checks out the branch ``roll/<commit12>`` of the checkout;
+1. refuses a checkout with uncommitted changes, a dev tree holding work not exported, a roll already in
+   progress and an entry of ``patches/`` the export does not write (exit 2); creates and checks out the branch
+   ``roll/<commit12>`` of the checkout;
 2. rebases the series onto the new commit in the dev tree (``<work-dir>/dev/llama.cpp``) patch by patch with
    ``git am -3`` (harness.analysis.forecast_patches.try_patch: clean, 3-way, already upstream, conflict).  A
    patch upstream already holds is dropped.  At a conflict it stops like ``git rebase`` (exit 3): the dev tree
@@ -18,21 +19,28 @@ harness.analysis.forecast.parse_onto):
 5. writes ``results/<run>/roll.md`` (harness.analysis.roll_record), which is also the pull request's body.
 
 Exit codes (harness.common.errors): 0 the new pin passes; 1 it fails a check; 2 bad input (a dirty checkout,
-an unreadable SOURCE, nothing to roll); 3 stopped at a conflict, or something asked for did not run.
+an unreadable SOURCE, nothing to roll); 3 stopped at a conflict, or something asked for did not run; 130 or 143
+interrupted (SIGINT, SIGTERM).
 
 The state of a roll in progress is ``<work-dir>/roll/state.json`` with the series as it was
-(``<work-dir>/roll/old-patches/``): ``--continue`` and ``--abort`` read it.
+(``<work-dir>/roll/old-patches/``): ``--continue`` and ``--abort`` read it.  It lives from the start until
+roll.md is written, through three phases (roll_state.PHASE_SERIES, PHASE_PIN, PHASE_VERIFY), so that from any
+point, a conflict, Ctrl-C or a killed main job, ``--abort`` goes back and ``--continue`` goes on: in the series
+from the patch that was being tried, in the pin by writing it again, in the main job by running it again in a
+new run.  Every stop prints both commands (roll_state.ON_OR_BACK).
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
+from ..common import proc
 from ..common.errors import EXIT_INCOMPLETE
 from ..matrix.config import load_matrix
 from ..record.forecast import HunkConflict
@@ -41,7 +49,8 @@ from ..stages.building.source import unexported_work
 from .forecast import forecast_base, obtain_pinned_and_onto, parse_onto
 from .forecast_patches import try_patch
 from .roll_record import upstream_facts, write_stopped
-from .roll_state import (ACTIONS, BRANCH_PREFIX, OUTCOMES, SKIPPED_BY_HAND, RollError, State, checkout_root, option_json, project_git,
+from .roll_state import (ACTIONS, BRANCH_PREFIX, ON_OR_BACK, OUTCOMES, PHASE_PIN, PHASE_SERIES, PHASE_VERIFY,
+                         SKIPPED_BY_HAND, RollError, State, checkout_root, option_json, project_git,
                          refuse_foreign_patch_files, roll_dir, uncommitted)
 
 
@@ -51,12 +60,38 @@ def run(args: argparse.Namespace) -> int:
     harness.stages.building.source.SourceError for an unreadable SOURCE."""
     if args.abort:
         return abort(args.work_dir, print)
-    if args.continue_:
-        state = State.load(args.work_dir)
-        return _rebase(state, state.args(args), print, resume=True)
-    if not args.onto:
+    if not args.continue_ and not args.onto:
         raise RollError("roll needs --onto SOURCE (or --continue / --abort of a roll in progress)")
-    return start(args, print)
+    state_path = roll_dir(args.work_dir) / "state.json"
+    in_progress = state_path.is_file()
+    try:
+        if args.continue_:
+            return resume(State.load(args.work_dir), args, print)
+        return start(args, print)
+    except (KeyboardInterrupt, proc.Interrupted) as exc:
+        code = proc.exit_code_for(exc)
+        if state_path.is_file() and not (in_progress and not args.continue_):
+            print(f"roll: interrupted; {ON_OR_BACK}", file=sys.stderr)
+        else:
+            print("roll: interrupted before the roll began; nothing was changed", file=sys.stderr)
+        return code
+
+
+def resume(state: State, given: argparse.Namespace, say: Callable[[str], None]) -> int:
+    """``roll --continue``: go on from the state's phase: the series (after a conflict resolved by hand, or an
+    interrupt), the pin (written again from the committed checkout), or the main job (run again in a new run,
+    the series not re-applied)."""
+    args = state.args(given)
+    phase = state.data.get("phase", PHASE_SERIES)
+    if phase == PHASE_VERIFY:
+        say(f"roll: the pin is committed ({state['commit'][:12]}); running the main job on it again")
+        args.run_id = None  # a new run: the interrupted one stays as it was recorded
+        from .roll_pin import verify_and_record
+        return verify_and_record(state, args, say)
+    if phase == PHASE_PIN:
+        say("roll: the pin was being written when the roll stopped; writing it again")
+        undo_pin(state, Path(state["checkout"]), args.patches_dir)
+    return _rebase(state, args, say, resume=True)
 
 
 def start(args: argparse.Namespace, say: Callable[[str], None]) -> int:
@@ -106,7 +141,7 @@ def start(args: argparse.Namespace, say: Callable[[str], None]) -> int:
         "new": {"commit": new.commit, "git_rev": new.git_rev, "source": new.source},
         "checkout": str(root), "previous": previous or head, "head": head, "branch": branch,
         "dev": dev_before, "patches": [p.name for p in patches], "outcomes": [], "stopped": None,
-        "stopped_at": None, "started": time.time(), "options": options,
+        "stopped_at": None, "trying": None, "phase": PHASE_SERIES, "started": time.time(), "options": options,
         "upstream": upstream_facts(onto, old, new)})
     state.save()
     project_git(root, ["checkout", "--quiet", "-b", branch])
@@ -133,7 +168,11 @@ def _rebase(state: State, args: argparse.Namespace, say: Callable[[str], None], 
     if resume:
         refuse_foreign_patch_files(args.patches_dir, state["patches"])  # left there while the roll stopped
         stopped = state["stopped"]
-        if not stopped:
+        trying = state.data.get("trying")
+        if not stopped and trying:  # interrupted while a patch was tried: back to before it, then try it again
+            _back_to(dev, trying["head"])
+            say(f"roll: patch {trying['index']} {trying['name']} was being tried when the roll stopped; again")
+        elif not stopped:
             say("roll: nothing was stopped; going on")
         else:
             if dev.am_in_progress():
@@ -158,12 +197,15 @@ def _rebase(state: State, args: argparse.Namespace, say: Callable[[str], None], 
     patches = read_series(here / "old-patches")
     for index, patch in enumerate(patches[len(outcomes):], start=len(outcomes) + 1):
         head = dev.commit_id("HEAD")
+        state.data["trying"] = {"index": index, "name": patch.name, "head": head}
+        state.save()
         o = try_patch(dev, patch, index, leave_conflict=True)
         record = {"index": index, "name": patch.name, "subject": patch.subject, "files": o.files,
                   "detail": o.detail, "conflicts": [asdict(c) for c in o.conflicts]}
         if o.status == "conflict":
             state.data["stopped"] = record
             state.data["stopped_at"] = head
+            state.data["trying"] = None
             state.save()
             _say_conflict(say, record, dev.cwd, len(names), state)
             path = write_stopped(state, here / "roll.md")
@@ -171,6 +213,7 @@ def _rebase(state: State, args: argparse.Namespace, say: Callable[[str], None], 
             return EXIT_INCOMPLETE
         outcome = "dropped" if o.status == "already-upstream" else o.status
         outcomes.append({**record, "outcome": outcome})
+        state.data["trying"] = None
         state.save()
         say(f"roll: patch {index} {patch.name}: {OUTCOMES[outcome]} — {o.detail}")
     from .roll_pin import finish
@@ -188,17 +231,50 @@ def _say_conflict(say: Callable[[str], None], record: dict, dev: Path, total: in
         say(f"    upstream has there ({where}):")
         say("".join(f"      {line}\n" for line in c.upstream).rstrip("\n") or "      (nothing)")
     say(f"roll: {dev} holds the conflict: resolve it, `git add` the files and `git am --continue` there "
-        f"(or `git am --skip` to drop the patch), then `llama-fork-harness roll --continue`; `roll --abort` "
-        f"returns to {state['previous']} with every file as it was")
+        f"(or `git am --skip` to drop the patch), then `llama-fork-harness roll --continue`; "
+        f"`llama-fork-harness roll --abort` returns to {state['previous']} with every file as it was")
+
+
+def _quit_am(git: Git) -> None:
+    """End a ``git am`` stopped in the dev tree (a conflict, or an interrupt while a patch was applied)."""
+    if git.am_in_progress():
+        git.run(["am", "--abort"], check=False)
+        if git.am_in_progress():
+            git.run(["am", "--quit"])
+
+
+def _back_to(git: Git, head: str) -> None:
+    """The dev tree at ``head``, as before the patch that was being tried: its ``git am`` ended, the tree clean."""
+    _quit_am(git)
+    git.run(["reset", "--quiet", "--hard", head])
+    git.clean_tree()
+
+
+def undo_pin(state: State, root: Path, patches_dir: Path) -> None:
+    """Undo what writing the pin did outside the commits (the state's phases ``pin`` and ``verify``): the files it
+    created that git does not track (a new mirror and its .sha256; the new file list where not yet committed),
+    the patch files the export added to ``patches_dir`` (every entry not in the series as it was, which the roll
+    copied), and the tracked files and index of the checkout back as the commit the roll started from has them
+    (phase ``pin``: a pin commit made just before the stop is dropped too) or the pin's commit (phase ``verify``)."""
+    for text in state.data.get("created", []):
+        Path(text).unlink(missing_ok=True)
+    kept = {p.name for p in (roll_dir(state.args(argparse.Namespace()).work_dir) / "old-patches").iterdir()}
+    for entry in patches_dir.iterdir():
+        if entry.name not in kept and entry.is_file():
+            entry.unlink()
+    project_git(root, ["reset", "--quiet", "--hard", state["head"] if state["phase"] == PHASE_PIN else "HEAD"])
 
 
 def abort(work_dir: Path, say: Callable[[str], None]) -> int:
-    """``roll --abort``: the checkout back on the branch the roll started from (the roll's branch deleted, every
-    tracked file as that branch has it), the dev tree back at its commit (or removed when the roll made it), the
-    roll's directory removed; returns 0.  RollError when no roll is in progress."""
+    """``roll --abort``, from any phase: the pin's files undone (:func:`undo_pin`), the checkout back on the branch
+    the roll started from (the roll's branch deleted, every tracked file as that branch has it), the dev tree back
+    at its commit (or removed when the roll made it), the roll's directory removed; returns 0.  The runs of the
+    main job stay in the results directory, as recorded.  RollError when no roll is in progress."""
     state = State.load(work_dir)
     work = work_dir.resolve()
     root = Path(state["checkout"])
+    if state.data.get("phase", PHASE_SERIES) != PHASE_SERIES:
+        undo_pin(state, root, state.args(argparse.Namespace()).patches_dir)
     project_git(root, ["checkout", "--quiet", "--force", state["previous"]])
     if project_git(root, ["rev-parse", "--verify", "--quiet", f"refs/heads/{state['branch']}"],
                    check=False).returncode == 0:
@@ -215,10 +291,7 @@ def abort(work_dir: Path, say: Callable[[str], None]) -> int:
             pass
     elif (dev / ".git").exists():
         git = Git(dev)
-        if git.am_in_progress():
-            git.run(["am", "--abort"], check=False)
-            if git.am_in_progress():
-                git.run(["am", "--quit"])
+        _quit_am(git)
         if before["branch"]:
             git.run(["checkout", "--quiet", "--force", "-B", before["branch"], before["head"]])
         else:
@@ -236,7 +309,7 @@ def abort(work_dir: Path, say: Callable[[str], None]) -> int:
         work.rmdir()  # the roll made it
     except OSError:
         pass
-    say(f"roll: aborted; {root} is on {state['previous']} as it was, the dev tree too")
+    say(f"roll: aborted; {root} is on {state['previous']} as it was, the dev tree and the pin's files too")
     return 0
 
 

@@ -33,8 +33,8 @@ from ..stages.building.patches import SERIES_FILE, export_series, series_digest
 from ..stages.building.source import (GIT_IDENTITY, BaseTree, cache_dir, export_mirror, obtain_base, tree_state,
                                    unpacked_sdist, write_pinned_files)
 from .forecast import OLD_VARIANT, obtain_onto, parse_onto, with_old_base
-from .roll_state import (OUTCOMES, RollError, State, platforms_of, project_git, refuse_foreign_patch_files,
-                         roll_dir)
+from .roll_state import (INTERRUPTED_MIN, ON_OR_BACK, OUTCOMES, PHASE_PIN, PHASE_VERIFY, RollError, State,
+                         platforms_of, project_git, refuse_foreign_patch_files, roll_dir)
 
 
 def _renamed(text: str, old12: str, new12: str, default: str) -> str:
@@ -61,8 +61,10 @@ def _checkout_relative(path: Path) -> str:
 
 
 def write_pin(matrix: Matrix, doc: dict, old: BaseTree, new: BaseTree, onto_spec: str,
-              say: Callable[[str], None]) -> tuple[dict[tuple, str], list[tuple], list[str], list[Path], list[Path]]:
-    """Write the files of the new pin (file list, mirror) and say what matrix.yaml must become.
+              say: Callable[[str], None], keep: Callable[[Path], None] = lambda path: None,
+              ) -> tuple[dict[tuple, str], list[tuple], list[str], list[Path], list[Path]]:
+    """Write the files of the new pin (file list, mirror) and say what matrix.yaml must become.  ``keep`` is
+    called with each file's path before it is written (the roll's state records it, for ``--abort``).
 
     Returns (scalars to replace by key path, list items to remove, one line per part of the pin for the
     record, files written, files to delete).  Raises harness.analysis.roll.RollError where a part cannot be
@@ -81,6 +83,7 @@ def write_pin(matrix: Matrix, doc: dict, old: BaseTree, new: BaseTree, onto_spec
                             "git, local or pypi-sdist source")
         text = _renamed(files["path"], old12, new12, f"llama.cpp-{new12}.files")
         out = _resolved(matrix, text)
+        keep(out)
         digest = write_pinned_files(new, out)
         written.append(out)
         if matrix.base_files and matrix.base_files.resolve() != out.resolve():
@@ -106,6 +109,8 @@ def write_pin(matrix: Matrix, doc: dict, old: BaseTree, new: BaseTree, onto_spec
                 continue
             text = _renamed(src["path"], old12, new12, f"llama.cpp-{new12}.tar.gz")
             out = _resolved(matrix, text)
+            keep(out)
+            keep(Path(str(out) + ".sha256"))
             started = time.monotonic()
             _, digest = export_mirror(new, out)
             written += [out, Path(str(out) + ".sha256")]
@@ -154,9 +159,9 @@ def _commit(root: Path, paths: list[Path], message: str) -> str:
 
 
 def finish(state: State, args: argparse.Namespace, say: Callable[[str], None]) -> int:
-    """Export the rebased series, write and commit the new pin, verify it and write roll.md; returns the exit
-    code of the verification (0 passed, 1 failed, 3 incomplete)."""
-    from .roll_record import RollRecord, write_record
+    """Export the rebased series, write and commit the new pin (the state's phase ``pin``, each file written outside
+    git kept in the state for ``--abort``), then verify it and write roll.md (:func:`verify_and_record`); returns
+    the exit code of the verification (0 passed, 1 failed, 3 incomplete, 128+n interrupted)."""
     started = time.monotonic()
     work = args.work_dir.resolve()
     root = Path(state["checkout"])
@@ -167,9 +172,17 @@ def finish(state: State, args: argparse.Namespace, say: Callable[[str], None]) -
     new = obtain_onto(matrix, parse_onto(state["onto"]), cache, say)
     dev = work / "dev" / "llama.cpp"
     refuse_foreign_patch_files(args.patches_dir, state["patches"])  # what appeared there while the roll stopped
+    state.data.update(phase=PHASE_PIN, old_tree=str(old.path))
+    state.data.setdefault("created", [])
+    state.save()
     written = export_series(dev, new.git_rev, args.patches_dir)
     (work / "dev" / "tree.stamp").write_text(f"{new.git_rev} {series_digest(written)} {tree_state(dev)[0]}\n")
-    values, remove, pin_lines, files, gone = write_pin(matrix, doc, old, new, state["onto"], say)
+
+    def keep(path: Path) -> None:
+        if not path.exists():
+            state.data["created"].append(str(path.resolve()))
+            state.save()
+    values, remove, pin_lines, files, gone = write_pin(matrix, doc, old, new, state["onto"], say, keep)
     args.matrix.write_text(rewrite_yaml(args.matrix.read_text(encoding="utf-8"), values, remove), encoding="utf-8")
     for path in gone:
         path.unlink(missing_ok=True)
@@ -182,19 +195,34 @@ def finish(state: State, args: argparse.Namespace, say: Callable[[str], None]) -
     series = [args.patches_dir / SERIES_FILE, *(p.path for p in written),
               *(args.patches_dir / name for name in state["patches"])]  # the old ones: deleted or rewritten
     commit = _commit(root, [args.matrix, *series, *files, *gone], message)
+    state.data.update(phase=PHASE_VERIFY, commit=commit, pin=pin_lines, new_patches=[p.name for p in written],
+                      pin_seconds=round(time.monotonic() - started, 1))
+    state.save()
     say(f"roll: committed the new pin on {state['branch']}: {commit[:12]}")
     for line in pin_lines:
         say(f"roll: {line}")
+    return verify_and_record(state, args, say)
+
+
+def verify_and_record(state: State, args: argparse.Namespace, say: Callable[[str], None]) -> int:
+    """The state's phase ``verify``: the main job on the committed pin (:func:`verify`, or none with
+    ``--no-verify``), triage and roll.md; then the roll's state is removed, the roll is done.  When the main job
+    was interrupted the state stays (``roll --continue`` runs it again in a new run, ``roll --abort`` goes back)
+    and 128+n is returned.  RollError when the old pin's base tree is gone from the download cache."""
+    from .roll_record import RollRecord, write_record
+    here = roll_dir(args.work_dir)
+    old = BaseTree(Path(state["old_tree"]), state["old"]["commit"], state["old"]["git_rev"], state["old"]["source"])
+    if not old.path.is_dir():
+        raise RollError(f"the old pin's base tree {old.path} is gone from the download cache; `roll --abort` and "
+                        "roll again")
     record = RollRecord(onto=state["onto"], old=dict(state["old"]), new=dict(state["new"]), branch=state["branch"],
-                        commit=commit, outcomes=outcomes, pin=pin_lines, old_patches={},
-                        started=state["started"], pin_seconds=round(time.monotonic() - started, 1),
-                        **state["upstream"])
-    here = roll_dir(work)
-    for o in outcomes:
+                        commit=state["commit"], outcomes=state["outcomes"], pin=state["pin"], old_patches={},
+                        started=state["started"], pin_seconds=state["pin_seconds"], **state["upstream"])
+    for o in record.outcomes:
         path = here / "old-patches" / o["name"]
         record.old_patches[o["name"]] = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
-    record.new_patches = {p.name: p.path.read_text(encoding="utf-8", errors="replace") for p in written}
-    shutil.rmtree(here, ignore_errors=True)  # the roll is committed: nothing left to continue or abort
+    record.new_patches = {name: (args.patches_dir / name).read_text(encoding="utf-8", errors="replace")
+                          for name in state["new_patches"]}
     rc = EXIT_PASSED
     if getattr(args, "no_verify", False):
         from ..record.run import Run
@@ -207,16 +235,24 @@ def finish(state: State, args: argparse.Namespace, say: Callable[[str], None]) -
             run.close()
     else:
         rc, path = verify(record, args, matrix_path=args.matrix, old=old, say=say)
+        if path is None:  # the main job was interrupted: the roll goes on or goes back from here
+            state.data.setdefault("interrupted_runs", []).append(record.run_id)
+            state.save()
+            say(f"roll: the main job on the new pin was interrupted (run {record.run_id}); {ON_OR_BACK}")
+            return rc
+    shutil.rmtree(here, ignore_errors=True)  # roll.md is written: the roll is done, nothing left to go back to
     say(f"roll: {path}")
     say(f"roll: {record.verdict_line()}")
     return rc
 
 
 def verify(record: Any, args: argparse.Namespace, *, matrix_path: Path, old: BaseTree,
-           say: Callable[[str], None]) -> tuple[int, Path]:
+           say: Callable[[str], None]) -> tuple[int, Path | None]:
     """The main job on the new pin with the ``old-base-vs-new-base`` groups (harness.analysis.forecast
     .with_old_base), then triage against the newest passed run of the old pin; writes roll.md into the run.
-    Returns (the run's exit code: 0 passed, 1 failed, 3 incomplete, 128+n interrupted, roll.md's path)."""
+    Returns (the run's exit code: 0 passed, 1 failed, 3 incomplete, roll.md's path), or (128+n, None) when the
+    main job was interrupted (no triage, no roll.md: the roll's state stays).  A signal after the main job, while
+    triage runs or roll.md is written, raises harness.common.proc.Interrupted."""
     from ..args import split_names, stage_options
     from ..common import proc
     from ..pipeline import run_stages
@@ -243,9 +279,11 @@ def verify(record: Any, args: argparse.Namespace, *, matrix_path: Path, old: Bas
                                 bases={"base": new_base, OLD_VARIANT: old})
             finally:
                 write_views(run.dir)
+            record.run_id = run.id
+            if rc >= INTERRUPTED_MIN:
+                return rc, None
             record.verify_seconds = round(time.monotonic() - started, 1)
             record.old_groups = dict(old_groups)
-            record.run_id = run.id
             record.platforms = platforms
             record.matrix_platforms = list(matrix.platforms)
             record.triage_against_old_pin(args.results_dir, run.dir, matrix)

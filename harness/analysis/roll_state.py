@@ -20,6 +20,14 @@ OUTCOMES = {"clean": "clean", "3-way": "3-way", "dropped": "dropped (already ups
             "resolved": "resolved by hand", SKIPPED_BY_HAND: "dropped by hand (git am --skip)"}
 #: Prefix of the branch a roll makes in the checkout; the new commit's first 12 hex digits follow.
 BRANCH_PREFIX = "roll/"
+#: The phases of a roll in its state (``phase``): the series rebased patch by patch, the pin written and committed,
+#: the main job and roll.md.  Each is undone by ``--abort`` and gone on with by ``--continue``.
+PHASE_SERIES, PHASE_PIN, PHASE_VERIFY = "series", "pin", "verify"
+#: The exit codes of a run stopped by a signal start here (128 + the signal's number: 130 SIGINT, 143 SIGTERM).
+INTERRUPTED_MIN = 128
+#: What every stop of a roll says: the two commands that go on or go back.
+ON_OR_BACK = ("`llama-fork-harness roll --continue` goes on from here; `llama-fork-harness roll --abort` goes back "
+              "to where the roll started, every file as it was")
 #: Options of the command that are not the roll's state (what --continue and --abort take anew).
 ACTIONS = ("continue_", "abort", "handler", "command")
 
