@@ -379,8 +379,8 @@ def interrupted(proc: subprocess.Popen) -> tuple[str, str]:
     return out, err
 
 
-def test_ctrl_c_during_the_series_is_undone_by_abort(project: Project, tmp_path: Path):
-    before = project.checkout_state()
+def _interrupt_patch_2(project: Project, tmp_path: Path) -> str:
+    """Roll onto the synthetic upstream and press Ctrl-C while the dev tree's ``git am`` of patch 2 runs."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "git").write_text(SLOW_AM.format(git=shutil.which("git")))
@@ -393,6 +393,25 @@ def test_ctrl_c_during_the_series_is_undone_by_abort(project: Project, tmp_path:
     out, _ = interrupted(proc)
     assert "patch 1 mark-line-5-of-the-notes.patch: 3-way" in out and "patch 2" not in out
     assert project.branch() == f"roll/{project.new[:12]}"
+    return out
+
+
+def test_ctrl_c_during_the_series_is_undone_by_abort(project: Project, tmp_path: Path):
+    before = project.checkout_state()
+    _interrupt_patch_2(project, tmp_path)
+    project.assert_restored(before)
+
+
+def test_continue_after_ctrl_c_during_the_series_tries_the_patch_again(project: Project, tmp_path: Path):
+    before = project.checkout_state()
+    _interrupt_patch_2(project, tmp_path)
+    again = project.roll("--continue")
+    assert again.returncode == EXIT_INCOMPLETE, again.stdout + again.stderr  # patch 2 meets upstream's rewrite
+    assert "patch 2 mark-line-20-of-the-notes.patch was being tried when the roll stopped; again" in again.stdout
+    assert "patch 1" not in again.stdout  # done before the stop, not applied again
+    assert "patch 2 of 5 mark-line-20-of-the-notes.patch: conflict — stopped" in again.stdout
+    dev = project.p.work / "dev" / "llama.cpp"
+    assert _git(dev, "rev-list", "--count", "refs/roll/new-base..HEAD") == "1"  # patch 1 once
     project.assert_restored(before)
 
 
