@@ -286,6 +286,7 @@ def test_roll_resolved_by_hand_continues_to_a_consistent_verified_pin(project: P
     stray.write_text("the old hunk\n")
     refused = project.roll("--continue")
     assert refused.returncode == EXIT_BAD_INPUT and f"holds {stray.name}, not part of the series" in refused.stderr
+    assert "roll: stopped; `llama-fork-harness roll --continue` goes on from here" in refused.stderr
     assert _git(project.root, "rev-parse", "HEAD") == _git(project.root, "rev-parse", "main")
     stray.unlink()
     done = project.roll("--continue")

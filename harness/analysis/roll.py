@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..common import proc
-from ..common.errors import EXIT_INCOMPLETE
+from ..common.errors import EXIT_INCOMPLETE, HarnessError
 from ..matrix.config import load_matrix
 from ..record.forecast import HunkConflict
 from ..stages.building.patches import Git, read_series, reset_to_base
@@ -75,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             print("roll: interrupted before the roll began; nothing was changed", file=sys.stderr)
         return code
+    except HarnessError as exc:  # stopped by an error once the roll began: its error: line says how to go on or back
+        if state_path.is_file() and not (in_progress and not args.continue_):
+            exc.args = (f"{exc}\nroll: stopped; {ON_OR_BACK}",)
+        raise
 
 
 def resume(state: State, given: argparse.Namespace, say: Callable[[str], None]) -> int:
