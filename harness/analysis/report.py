@@ -48,7 +48,8 @@ from ..record.verdict import FAILS, NOT_RUN, RowVerdict, count_text, failing_nam
 from .signatures import load_signatures, step_logs
 from ..record.compare import CompareEntry, find_compare_entry
 from ..record.forecast import read_forecast
-from ..record.bench import bench_platforms, read_bench
+from ..common.statistics import WITHIN_ROUND
+from ..record.bench import bench_platforms, read_bench, rule_ratio
 from ..record.expectations import FINDING_PASSED, read_expectations
 from ..record.probe import layers_by_type_text
 from . import svg
@@ -405,7 +406,8 @@ def _speed_html(run_dir: Path) -> str:
                      f'speed stage {float(bench.get("wall_s") or 0):.1f} s{_peak_text(bench)}</p>')
         body = []
         for r in rules:
-            ratio = f'{r["ratio"]:.2f}x' if "ratio" in r else "–"
+            judged = rule_ratio(r)
+            ratio = escape(judged.text()) if judged else "–"
             p_value = _p_text(r)
             bad = r.get("status") in _BAD
             body.append(f'<tr class="{"bad" if bad else "ok"}"><td>{escape(r["group"])}</td><td>{escape(r["model"])}</td>'
@@ -575,7 +577,8 @@ def _transition_row(t: Any) -> str:
 def _suspect_row(c: Any) -> str:
     """One speed change triage calls suspect (harness.analysis.speed_diff.SpeedChange) as a row."""
     what = f"{c.config} {c.model} {c.metric}" + (f" vs {c.reference}" if c.reference else "")
-    ratio = (f"{c.before_vs_reference:.3g}x → {c.after_vs_reference:.3g}x ({c.vs_reference_ratio:.3f}x)"
+    ratio = (f"{WITHIN_ROUND}: {c.before_vs_reference:.3g}x → {c.after_vs_reference:.3g}x "
+             f"({c.vs_reference_ratio:.3f}x)"
              if c.vs_reference_ratio is not None else f"{c.before_median:.1f} → {c.after_median:.1f} tok/s")
     return (f'<tr class="suspect"><td>suspect</td><td>{escape(c.platform)}</td><td>{escape(what)}</td>'
             f'<td>{escape(ratio)}</td><td>{escape(c.why)}</td></tr>')
@@ -806,7 +809,9 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
         for platform, r in speed:
             medians = (f"{r['candidate_spread']['median']:.1f} / {r['reference_spread']['median']:.1f}"
                        if "ratio" in r else "–")
-            ratio = f"{r['ratio']:.2f}x (fails below {r['threshold']:.3g}x)" if "ratio" in r else _md(r.get("detail", ""))
+            judged = rule_ratio(r)
+            ratio = (f"{judged.text()}, fails below {r['threshold']:.3g}x" if judged
+                     else _md(r.get("detail", "")))
             p_value = _p_text(r)
             lines.append(f"| {platform} | {r['group']} | {r['candidate']} vs {r['reference']} | {r['metric']} "
                          f"| {r.get('status')} | {medians} | {ratio} | {p_value} |")

@@ -17,7 +17,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..record.bench import bench_measurements, bench_platforms, read_bench
+from ..record.bench import bench_measurements, bench_platforms, read_bench, rule_ratio
 from ..record.probe import ProbeError, read_probe
 from ..record.records import ComparisonRecord
 from ..record.summary import run_dirs_under
@@ -170,16 +170,20 @@ def rule_history(results_dir: Path, platform: str, series: str | None = None
 
 def rule_history_figures(results_dir: Path, platform: str, current: str, series: str | None = None) -> list[str]:
     """Per line of :func:`rule_history` (a rule on one model, tokens, instrument and machine), a line plot of its
-    candidate/reference median ratio over the runs, oldest first, their start dates (UTC) on the x axis, the
-    rule's fail threshold dashed and failed verdicts in red.  Runs of another patch series than ``series``
-    (planted faults, forecasts) are hollow grey dots off the line.  ``current``: this run's id (its point is
-    named on the x axis).  Lines with fewer than two runs of the series are left out."""
+    candidate/reference ratio over the runs (harness.record.bench.rule_ratio, named in the caption), oldest
+    first, the first and last start dates (UTC) on the x axis, the rule's threshold dashed and labelled with its
+    whole rule (the ratio below it **and** the rank test's p at most p_max: harness.common.statistics), and
+    failed verdicts in red.  Runs of another patch series than ``series`` (planted faults, forecasts) are hollow
+    grey dots off the line.  ``current``: this run's id; its point, first, last or between, is marked "this
+    run" above the plot, apart from the dates below it.  Lines with fewer than two runs of the series are left
+    out."""
     out = []
     lines = rule_history(results_dir, platform, series)
     for line in sorted(lines, key=lambda k: (k.step, k.candidate, k.model, k.n_prompt or 0, k.n_gen or 0,
                                              k.instrument, k.machine)):
         points = lines[line]
-        ys = [p.rule.get("ratio") for p in points]
+        ratios = [rule_ratio(p.rule) for p in points]
+        ys = [r.value if r else None for r in ratios]
         ours = [p for p, y in zip(points, ys) if p.same_series is not False and y is not None]
         if len(ours) < 2:
             continue
@@ -188,23 +192,35 @@ def rule_history_figures(results_dir: Path, platform: str, current: str, series:
         threshold = last.get("threshold")
         n = len(points)
         ticks = [(0, _date(points[0].started)), (n - 1, _date(points[-1].started))]
-        ticks += [(i, "this run") for i, p in enumerate(points) if p.run == current and i not in (0, n - 1)]
+        marks = [(i, "this run") for i, p in enumerate(points) if p.run == current]
+        names = sorted({r.name for r in ratios if r})
         others = sum(apart)
         elsewhere = f"; {others} run(s) of another patch series hollow, off the line" if others else ""
-        title = (f"{line.describe()}; {last.get('candidate')} / {last.get('reference')} over {len(ours)} runs"
-                 f"{elsewhere}")
+        title = (f"{line.describe()}; {last.get('candidate')} / {last.get('reference')}, "
+                 f"{' or '.join(names)}, over {len(ours)} runs{elsewhere}")
         out.append(_figure(title, line_plot(
             ys, x_label="runs, oldest to newest (start, UTC)", y_label=f"{last.get('metric')} ratio", title=title,
-            x_ticks=ticks, apart=apart,
+            x_ticks=ticks, apart=apart, marks=marks,
             limit=float(threshold) if isinstance(threshold, (int, float)) else None,
-            limit_label=f"fails below {threshold:.3g}x" if isinstance(threshold, (int, float)) else "",
+            limit_label=_rule_text(last) if isinstance(threshold, (int, float)) else "",
             bad=[p.rule.get("status") == STEP_FAILED and p.same_series is not False for p in points],
             point_titles=[_point_title(p) for p in points])))
     return out
 
 
+def _rule_text(rule: dict[str, Any]) -> str:
+    """The whole rule a history's dashed line stands for, from the rule's record: ``fails below 0.909x with
+    Mann-Whitney p ≤ 0.01`` (harness.common.statistics: a slowdown needs both)."""
+    text = f"fails below {float(rule['threshold']):.3g}x"
+    return text + (f" with Mann-Whitney p ≤ {float(rule['p_max']):g}" if rule.get("p_max") is not None else "")
+
+
 def _point_title(p: HistoryPoint) -> str:
-    what = f"{p.rule['ratio']:.3f}x" if p.rule.get("ratio") is not None else "no ratio"
+    ratio = rule_ratio(p.rule)
+    what = ratio.text(3) if ratio else "no ratio"
+    if p.rule.get("p_value") is not None and p.rule.get("p_max") is not None:
+        p_value, p_max = float(p.rule["p_value"]), float(p.rule["p_max"])
+        what += f", Mann-Whitney p {p_value:.3g} {'≤' if p_value <= p_max else '>'} {p_max:g}"
     series = "; another patch series" if p.same_series is False else ""
     return f"{p.run} ({_date(p.started)} UTC): {p.rule.get('status')}, {what}{series}"
 

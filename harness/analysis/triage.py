@@ -54,6 +54,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED
 from ..common.locks import RunLock
+from ..common.statistics import WITHIN_ROUND
 from ..common.words import size_text
 from ..record.layout import RunLayout
 from ..record.records import ComparisonRecord, RecordError, StepRecord
@@ -608,7 +609,8 @@ def _speed_transitions(changes: list[SpeedChange]) -> list[Transition]:
             continue
         key = f"{c.config} {c.model} {c.metric}"
         summary = (f"speed {key}: {c.after_vs_reference:.3g}x {c.reference} in the run against "
-                   f"{c.before_vs_reference:.3g}x in the earlier run ({c.vs_reference_ratio:.2f}x, fails below "
+                   f"{c.before_vs_reference:.3g}x in the earlier run (each the {WITHIN_ROUND}; "
+                   f"{c.vs_reference_ratio:.2f}x, fails below "
                    f"{c.threshold:.3g}x; Mann-Whitney p {c.vs_reference_p:.2g} <= {c.p_max:g}); "
                    f"{c.after_median:.1f} against {c.before_median:.1f} tok/s")
         out.append(Transition("regression", "speed", c.platform, f"{key} tok/s", f"{c.before_median:.1f} tok/s",
@@ -789,7 +791,7 @@ def _speed_line(c: SpeedChange) -> str:
     line = (f"  {c.platform}  {c.config} {c.model} {c.metric}: {c.before_median:.1f} -> {c.after_median:.1f} tok/s "
             f"({c.ratio:.2f}x, p {c.p_value:.2g})")
     if c.reference:
-        line += (f"; vs {c.reference} ({c.reference_kind}): {c.before_vs_reference:.3g}x -> "
+        line += (f"; vs {c.reference} ({c.reference_kind}), {WITHIN_ROUND}: {c.before_vs_reference:.3g}x -> "
                  f"{c.after_vs_reference:.3g}x ({c.vs_reference_ratio:.2f}x, p {c.vs_reference_p:.2g})")
     else:
         line += "; no interleaved reference in both runs"
