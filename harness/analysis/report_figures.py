@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..record.bench import bench_measurements, bench_platforms, read_bench, rule_ratio
+from ..record.expectations import FINDING_FAILED, FINDING_PASSED, Load, read_expectations
+from ..record.layout import RunLayout
 from ..record.probe import ProbeError, read_probe
 from ..record.records import ComparisonRecord
 from ..record.summary import run_dirs_under
@@ -243,9 +245,35 @@ def _probe_cell(weights: list[Any], device: bool) -> Cell:
     return Cell(cls, f"{what}, {pinned / 2**20:.0f} MiB page-locked by the driver")
 
 
-def probe_figure(path: Path, title: str, device: bool = True) -> str:
+#: The findings of the expectations check that judge what a probe figure shows: where the expert tensors
+#: sit and how much of them the driver reports page-locked (harness.stages.checks.expectation_probe).
+PROBE_RULES = ("placement", "pinned")
+
+
+def probe_verdicts(load: Load | None) -> list[tuple[str, bool]]:
+    """(text, failed) lines of what the expectations check decided of a probed load (``load``: its record's
+    ``engine`` load of the model, harness.record.expectations; None: no record): each failed or incomplete
+    :data:`PROBE_RULES` finding with its message, else one line naming those that passed; "not judged" where
+    the check has no record of the load or skipped it.  Read from the record, never decided here."""
+    if load is None:
+        return [("not judged: the expectations check recorded no load of this model", False)]
+    if load.skipped is not None:
+        return [(f"not judged by the expectations check: {load.skipped}", False)]
+    findings = [f for f in load.findings if f.rule in PROBE_RULES]
+    out = [(f"expectations: {f.rule} {f.status}: {f.message}", f.status == FINDING_FAILED)
+           for f in findings if f.status != FINDING_PASSED]
+    not_passed = {f.rule for f in findings if f.status != FINDING_PASSED}
+    passed = [r for r in PROBE_RULES if r not in not_passed and any(f.rule == r for f in findings)]
+    if passed:
+        out.append((f"expectations: {' and '.join(passed)} passed: as the configuration expects", False))
+    return out or [("not judged: the expectations check recorded no placement or pinned finding", False)]
+
+
+def probe_figure(path: Path, title: str, device: bool = True, judged: Load | None = None) -> str:
     """The layer × buffer-type strip of one probe record: a row per buffer type holding expert tensors, a
-    column per layer, each cell coloured by the share the driver reports page-locked.  ``device``: whether
+    column per layer, each cell coloured by the share the driver reports page-locked, in blues and greys that
+    mean a memory class, never a verdict; below, what the expectations check decided of the load (``judged``,
+    :func:`probe_verdicts`), a failure in red with the grid framed red.  ``device``: whether
     the platform's kind has a device (harness.kinds: GpuKind.has_device); without one every buffer is host
     memory, whatever ggml says of its addressing (CPU_REPACK is not host-addressable, and not device memory
     either), and nothing is page-locked for a device.  Raises ProbeError for a record that cannot be read,
@@ -272,7 +300,8 @@ def probe_figure(path: Path, title: str, device: bool = True) -> str:
     legend = [("c-pinned", "page-locked"), ("c-partial", "partly page-locked"), ("c-pageable", "pageable"),
               ("c-device", "device memory"), ("c-unknown", "not asked")] if device else \
         [("c-host", "host memory (no device on this platform kind)")]
-    return cell_strip(rows, column_label="layer (expert tensors)", title=title, legend=legend, notes=notes)
+    return cell_strip(rows, column_label="layer (expert tensors)", title=title, legend=legend, notes=notes,
+                      verdicts=probe_verdicts(judged))
 
 
 def platform_has_device(platform: str, probe_driver: str | None = None) -> bool:
@@ -298,7 +327,8 @@ def platform_has_device(platform: str, probe_driver: str | None = None) -> bool:
 def probe_figures(run_dir: Path) -> list[str]:
     """One :func:`probe_figure` per (platform, configuration, model) of a run that recorded a probe
     (the engine's load: ``gen/<model>/engine.probe.json``), in name order, memory classes by the platform's
-    kind (:func:`platform_has_device`); unreadable records are left out."""
+    kind (:func:`platform_has_device`), judged by the configuration's expectations record (its ``engine`` load
+    of the model); unreadable probe records are left out."""
     out = []
     devices: dict[str, bool] = {}
     for path in sorted(run_dir.glob("*/*/gen/*/engine.probe.json")):
@@ -307,7 +337,9 @@ def probe_figures(run_dir: Path) -> list[str]:
         try:
             if platform not in devices:
                 devices[platform] = platform_has_device(platform, read_probe(path).driver)
-            out.append(_figure(title, probe_figure(path, title, devices[platform])))
+            record = read_expectations(RunLayout(run_dir).expectations_json(platform, config))
+            load = next((x for x in record.loads if x.model == model and x.load == "engine"), None) if record else None
+            out.append(_figure(title, probe_figure(path, title, devices[platform], load)))
         except (ProbeError, ValueError):
             continue
     return out
