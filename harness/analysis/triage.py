@@ -460,6 +460,22 @@ def _kl_transitions(sa: RunSummary, sb: RunSummary) -> list[Transition]:
     return out
 
 
+def _one_per_comparison(comparisons: list[Transition], kl: list[Transition]) -> list[Transition]:
+    """``comparisons`` and ``kl`` transitions with each comparison counted once: a KL transition of a comparison
+    that also changed status the same way (its tokens diverged and its mean KL rose past the limit) is folded
+    into that comparison's transition, its detail appended, instead of being a second regression (8 comparisons
+    gave "12 regression(s)" before, issue 60)."""
+    by_key = {(t.platform, t.what, t.category): t for t in comparisons}
+    out = list(comparisons)
+    for t in kl:
+        same = by_key.get((t.platform, t.what, t.category))
+        if same is None:
+            out.append(t)
+        else:
+            same.detail = f"{same.detail}; {t.detail}" if same.detail else t.detail
+    return out
+
+
 def _memory_transitions(a: Path, b: Path, pin_changes: list[PinChange], sa: RunSummary,
                         sb: RunSummary) -> list[Transition]:
     """Regressions that no status shows: model buffers that moved (any load both runs have), expert layers the
@@ -661,8 +677,10 @@ def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str
     report.pin_changes = _pin_changes(a, b)
     report.speed_changes, report.speed_not_comparable = compare_speed(a, b, upstream, factors)
     report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
-                                + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
-                                + _kl_transitions(sa, sb) + _memory_transitions(a, b, report.pin_changes, sa, sb)
+                                + _one_per_comparison(
+                                    _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict),
+                                    _kl_transitions(sa, sb))
+                                + _memory_transitions(a, b, report.pin_changes, sa, sb)
                                 + _speed_transitions(report.speed_changes)
                                 + upstream_test_transitions(a, b, report.platforms, Transition), key=_order)
     report.divergences = _divergence_changes(sa, sb)
