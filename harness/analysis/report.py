@@ -182,6 +182,7 @@ nav a { margin-right: 14px; }
 .muted { color: var(--muted); }
 table { border-collapse: collapse; width: 100%; margin: 6px 0 10px; }
 th, td { border: 1px solid var(--line); padding: 4px 7px; text-align: left; vertical-align: top; }
+td { overflow-wrap: anywhere; } /* a long path or key wraps in its cell: no table wider than the page */
 th { background: var(--soft); font-weight: 600; }
 td.num, td.nw { white-space: nowrap; } td.num { text-align: right; }
 .st { font-weight: 600; white-space: nowrap; }
