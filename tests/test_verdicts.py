@@ -26,6 +26,7 @@ import pytest
 from harness import cli
 from harness.analysis.run_views import annotate_failures, verdict_json, verdict_line
 from harness.common.console import Console
+from harness.matrix.config import load_matrix
 from harness.record.records import ComparisonRecord, Failure, StepRecord
 from harness.record.run import Run
 from harness.common.statuses import CRASHED, DIVERGED, IDENTICAL, UNSUPPORTED_UPSTREAM
@@ -395,3 +396,16 @@ def test_the_shell_completes_commands_and_options_through_argcomplete(tmp_path):
 
     assert {"compare-outputs", "compile"} & complete("llama-fork-harness comp") == {"compare-outputs"}
     assert "--json" in complete("llama-fork-harness build --js")
+    # --platform, --group and --model complete the matrix's names, not file names (argcomplete's default)
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    assert complete("llama-fork-harness build --platform ") == set(matrix.platforms)
+    assert complete("llama-fork-harness test --platform linux-x86_64-c") == \
+        {p for p in matrix.platforms if p.startswith("linux-x86_64-c")}
+    assert complete("llama-fork-harness compare-outputs --group cuda-pin-r") == {"cuda-pin-routes"}
+    assert complete("llama-fork-harness compare-outputs --model moe-l") == {"moe-large"}
+    assert complete("llama-fork-harness build --platform linux-x86_64-cpu,linux-x86_64-cu") == \
+        {"linux-x86_64-cpu,linux-x86_64-cuda"}
+    other = tmp_path / "other.yaml"
+    other.write_text((ROOT / "matrix.yaml").read_text(encoding="utf-8").replace("cuda-pin-routes", "cuda-pin-roads"),
+                     encoding="utf-8")
+    assert complete(f"llama-fork-harness compare-outputs --matrix {other} --group cuda-pin-r") == {"cuda-pin-roads"}
