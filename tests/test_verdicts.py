@@ -316,12 +316,22 @@ def _run_after(tmp_path: Path, commands: list[str], status: str = "passed") -> R
     return run
 
 
-def test_after_build_alone_the_console_says_so_far_not_passed(tmp_path):
+def test_after_build_alone_the_console_names_what_was_asked_and_what_was_not(tmp_path):
     run = _run_after(tmp_path, ["build"])
     line = verdict_line(run, run.dir / "report.html", cli.STAGES)
-    assert "— so far passed; not run yet: test, compare-outputs (report:" in line
+    assert "— passed: build, as asked; not asked: test, compare-outputs (report:" in line
+    assert "so far" not in line and "not run yet" not in line
     data = verdict_json(run, run.dir / "report.html", cli.STAGES)
     assert (data["verdict"], data["final"], data["not_run_yet"]) == ("passed", False, ["test", "compare-outputs"])
+
+
+def test_after_build_test_the_console_reads_as_a_finished_run_of_what_was_asked(tmp_path):
+    """``build test`` ended: the line says what ran as asked, not that compare-outputs is pending."""
+    run = _run_after(tmp_path, ["build", "test"])
+    line = verdict_line(run, run.dir / "report.html", cli.STAGES)
+    assert "— passed: build and test, as asked; not asked: compare-outputs (report:" in line
+    assert "so far" not in line and "not run yet" not in line
+    assert verdict_json(run, run.dir / "report.html", cli.STAGES)["not_run_yet"] == ["compare-outputs"]
 
 
 def test_compare_outputs_alone_builds_what_it_needs_and_leaves_only_the_tests_not_run(tmp_path):
