@@ -55,7 +55,7 @@ from ..record.probe import layers_by_type_text
 from . import svg
 from .report_figures import checkout_series, kl_figure, machine_text, probe_figures, rule_history_figures, speed_pair_figures
 from ..record.records import describe_divergence_record
-from ..record.summary_md import describe_cache, describe_cached, shown_as_reused
+from ..record.summary_md import cache_text, describe_cached, shown_as_reused
 from .pin_chart import ladder_scale, pin_chart_svg, pin_ladders
 
 #: Lines of a failing log shown in the report (the end of a log holds the error).
@@ -662,8 +662,9 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
              '<nav>' + ('<a href="#forecast">forecast</a>' if RunLayout(run_dir).forecast_json.is_file() else '')
              + '<a href="#steps">steps</a><a href="#comparisons">comparisons</a><a href="#speed">speed</a><a href="#divergences">divergences</a>'
              '<a href="#configurations">configurations</a><a href="#probe">probe</a><a href="#pin-ladder">pin ladder</a></nav></header>']
-    if data.cache:
-        parts.append(f'<p class="cache">Result cache (docs/cache.md): {escape(describe_cache(data.cache))}</p>')
+    cached = cache_text(data.cache, data.steps, RunLayout(run_dir))
+    if cached:
+        parts.append(f'<p class="cache">Result cache (docs/cache.md): {escape(cached)}</p>')
     if data.skipped_platforms:
         parts.append("<p>Skipped platforms: " + "; ".join(
             f"<b>{escape(k)}</b>: {escape(v)}" for k, v in sorted(data.skipped_platforms.items())) + "</p>")
@@ -759,8 +760,9 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
     lines = [f"## {icon} Run {run_id}: {_md(headline)}", "",
              f"**Steps:** {count_text(rows, 'step')} · **comparisons:** {count_text(rows, 'comparison')} "
              f"({_count_text(_counts(comparisons))})", ""]
-    if data.cache:
-        lines += [f"**Result cache:** {_md(describe_cache(data.cache))}", ""]
+    cached = cache_text(data.cache, data.steps, RunLayout(run_dir))
+    if cached:
+        lines += [f"**Result cache:** {_md(cached)}", ""]
     if data.skipped_platforms:
         lines += ["Skipped platforms: " + "; ".join(f"`{k}` ({_md(v)})"
                                                     for k, v in sorted(data.skipped_platforms.items())), ""]

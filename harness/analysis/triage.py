@@ -60,7 +60,7 @@ from ..record.layout import RunLayout
 from ..record.records import ComparisonRecord, RecordError, StepRecord
 from ..common.statuses import (COMPARISON, DIVERGED, GENERATION_FAILURES, KILLED, STEP, STEP_ERROR, STEP_INTERRUPTED,
                                STEP_PASSED)
-from ..record.summary_md import describe_cache, describe_cached, shown_as_reused
+from ..record.summary_md import cache_text, describe_cached, shown_as_reused
 from ..record.expectations import EXPECTATIONS_STEP
 from ..record.loads import PinLadder, read_pin_ladder
 from ..record.summary import RunSummary, read_run
@@ -668,7 +668,7 @@ def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str
     report.b_incomplete = incomplete_reasons(sb)
     report.b_killed = sb.killed
     report.same_run = a.resolve() == b.resolve()
-    report.b_cache = describe_cache(sb.cache) if sb.cache else ""
+    report.b_cache = cache_text(sb.cache, sb.steps, RunLayout(b))
     report.b_overall = sb.overall
     owner = RunLock.live_owner(b)
     if owner is not None:
