@@ -54,7 +54,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED
 from ..common.locks import RunLock
-from ..common.statistics import WITHIN_ROUND
+from ..common.statistics import OF_MEDIANS, WITHIN_ROUND
 from ..common.words import size_text
 from ..record.layout import RunLayout
 from ..record.records import ComparisonRecord, RecordError, StepRecord
@@ -807,7 +807,7 @@ def format_report(report: TriageReport) -> str:
 def _speed_line(c: SpeedChange) -> str:
     """One speed change: tok/s in A and B, the within-run ratio to its reference in A and B, the verdict."""
     line = (f"  {c.platform}  {c.config} {c.model} {c.metric}: {c.before_median:.1f} -> {c.after_median:.1f} tok/s "
-            f"({c.ratio:.2f}x, p {c.p_value:.2g})")
+            f"({OF_MEDIANS} {c.ratio:.2f}x, p {c.p_value:.2g})")
     if c.reference:
         line += (f"; vs {c.reference} ({c.reference_kind}), {WITHIN_ROUND}: {c.before_vs_reference:.3g}x -> "
                  f"{c.after_vs_reference:.3g}x ({c.vs_reference_ratio:.2f}x, p {c.vs_reference_p:.2g})")

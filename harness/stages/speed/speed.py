@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ...common.statistics import WITHIN_ROUND, judge, spread
+from ...common.statistics import OF_MEDIANS, WITHIN_ROUND, judge, spread
 from ...matrix.config import Generation, GroupSpeed, Platform, SpeedRule
 from ...matrix.platforms import cannot_run
 from ...kinds.registry import gpu_of, group_fits
@@ -608,8 +608,8 @@ def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[tuple[Unit
     if ref_t.get(metric_key) and cand_t.get(metric_key):
         lines.append(f"cross-check, llama-completion's own {rule.metric} tok/s in this run's comparisons (other prompts "
                      f"and token counts; common_perf_print, medians of {cand_t['runs']} and {ref_t['runs']} runs): "
-                     f"{cand_t[metric_key]:.1f} vs {ref_t[metric_key]:.1f}, "
-                     f"{cand_t[metric_key] / ref_t[metric_key]:.2f}x")
+                     f"{cand_t[metric_key]:.1f} vs {ref_t[metric_key]:.1f}, {OF_MEDIANS} "
+                     f"{cand_t[metric_key] / ref_t[metric_key]:.2f}x (no rounds in common)")
     record.update(status=status, detail=detail)
     cached = pairs[key].cached if key in pairs else ""
     if cached:
