@@ -86,6 +86,40 @@ def _parent() -> argparse.ArgumentParser:
     return argparse.ArgumentParser(add_help=False)
 
 
+class MatrixNames:
+    """An argcomplete completer of the names of one kind of the matrix (``platforms``, ``groups`` or ``models``):
+    what the shell offers after ``--platform``, ``--group`` or ``--model`` instead of file names.
+
+    Called by argcomplete (``eval "$(register-python-argcomplete llama-fork-harness)"``) with the word typed so
+    far (``prefix``) and what was parsed before it (``parsed_args``: its ``--matrix`` where given, else the
+    checkout's matrix.yaml).  Returns the names that start with the word's last comma-separated part, each
+    with the parts before it (``--platform a,<TAB>``), in the matrix's order; none where the matrix cannot be
+    read (the shell then offers nothing, and the command itself says what is wrong).  The matrix is read by
+    harness.matrix.config.load_matrix, imported only when the shell asks.
+    """
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def __call__(self, prefix: str, parsed_args: argparse.Namespace | None = None, **_: object) -> list[str]:
+        from .matrix.config import load_matrix
+        path = getattr(parsed_args, "matrix", None) or in_checkout(MARKER)
+        try:
+            names = list(getattr(load_matrix(Path(path)), self.kind))
+        except Exception:  # noqa: BLE001 - any unreadable matrix: nothing to offer, the command says why
+            return []
+        done, _, part = prefix.rpartition(",")
+        head = f"{done}," if done else ""
+        taken = set(done.split(",")) if done else set()
+        return [head + n for n in names if n.startswith(part) and n not in taken]
+
+
+def completes(action: argparse.Action, kind: str) -> argparse.Action:
+    """``action`` with a :class:`MatrixNames` completer of ``kind``; returns it."""
+    action.completer = MatrixNames(kind)  # type: ignore[attr-defined]  # read by argcomplete
+    return action
+
+
 def _checkout_path(flag: str, name: str, what: str) -> argparse.ArgumentParser:
     """A parent parser with the one path option ``flag`` (``what`` it names), default ``name`` in the
     checkout (:func:`in_checkout`)."""
@@ -118,10 +152,10 @@ def build_options() -> argparse.ArgumentParser:
     """A parent parser with what a build takes: ``--platform``, ``--cuda-arch``, ``-j`` and ``-D``
     (the stages, forecast, bisect)."""
     ap = _parent()
-    ap.add_argument("--platform", action="append", default=[],
-                    help="platform from matrix.yaml (repeatable or comma separated; default: every platform, "
-                         "those this machine cannot run reported as skipped; forecast: linux-x86_64-cpu and "
-                         "linux-x86_64-cuda; bisect: exactly one)")
+    completes(ap.add_argument("--platform", action="append", default=[],
+                              help="platform from matrix.yaml (repeatable or comma separated; default: every "
+                                   "platform, those this machine cannot run reported as skipped; forecast: "
+                                   "linux-x86_64-cpu and linux-x86_64-cuda; bisect: exactly one)"), "platforms")
     ap.add_argument("--cuda-arch", default=None, help="CMAKE_CUDA_ARCHITECTURES (default: from nvidia-smi)")
     ap.add_argument("-j", "--jobs", type=positive, default=None,
                     help="jobs at once, every build and compile step of the run together "
@@ -141,8 +175,10 @@ def run_options() -> argparse.ArgumentParser:
     ap.add_argument("--upstream-tests", action="store_true",
                     help="the test command also runs upstream's own ctest suite (matrix.yaml upstream_tests) on "
                          "base and fork side by side, and test-backend-ops on a GPU (docs/upstream-tests.md)")
-    ap.add_argument("--model", action="append", default=[], help="only these models (repeatable)")
-    ap.add_argument("--group", action="append", default=[], help="only these comparison groups (repeatable)")
+    completes(ap.add_argument("--model", action="append", default=[], help="only these models (repeatable)"),
+              "models")
+    completes(ap.add_argument("--group", action="append", default=[],
+                              help="only these comparison groups (repeatable)"), "groups")
     ap.add_argument("--n-predict", type=positive, default=None, help="tokens per generation (default: matrix)")
     ap.add_argument("--repeats", type=positive, default=None, help="runs per configuration (default: matrix)")
     ap.add_argument("--lanes", type=positive, default=None,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from . import __version__
-from .args import (build_options, find_checkout, matrix_options, patches_options, positive,
+from .args import (build_options, completes, find_checkout, matrix_options, patches_options, positive,
                    results_options, run_options, strip_dashdash, work_options)
 from .common import proc
 from .common.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, HarnessError
@@ -118,15 +118,17 @@ def _tool_commands(sub: argparse._SubParsersAction) -> None:
               "a platform's kind (its backend, whether it has GPUs) is read from --matrix",
               parents=[results_options(), matrix_options()])
     ap.add_argument("runs", nargs="+", metavar="RUN", help="run id (under --results-dir) or run directory")
-    ap.add_argument("--platform", action="append", default=[],
-                    help="platform whose bench.json to convert (repeatable; default: every one with a bench.json)")
+    completes(ap.add_argument("--platform", action="append", default=[],
+                              help="platform whose bench.json to convert (repeatable; default: every one with a "
+                                   "bench.json)"), "platforms")
     ap.add_argument("--out", type=Path, default=None,
                     help="one JSONL file for all rows (default: each run's <platform>/speed/llama-bench.jsonl)")
 
     ap = _add(sub, "ci-matrix", "tools.ci_matrix:run", "the GitHub Actions job matrix (JSON) derived from matrix.yaml",
               parents=[matrix_options(), patches_options()])
-    ap.add_argument("--platform", action="append", default=[],
-                    help="only this platform (repeatable or comma separated; default: every platform with ci)")
+    completes(ap.add_argument("--platform", action="append", default=[],
+                              help="only this platform (repeatable or comma separated; default: every platform "
+                                   "with ci)"), "platforms")
     ap.add_argument("--github-output", action="store_true",
                     help="also append matrix=<json> to the file named by $GITHUB_OUTPUT, and the platforms "
                          "left out to $GITHUB_STEP_SUMMARY")

@@ -192,3 +192,89 @@ def test_no_planted_run_is_drawn_as_the_forks_in_any_rules_history():
                 planted += 1
                 assert dot.get("class") == "apart", dot.find(f"{SVG}title").text
     assert planted >= 10
+
+
+def _probe_svg(run: Path, config: str) -> tuple[ET.Element, str]:
+    from harness.analysis.report_figures import probe_figures
+    figure = next(f for f in probe_figures(run) if f"· {config} ·" in f)
+    return ET.fromstring(figure[figure.index("<svg"):figure.index("</svg>") + 6]), figure
+
+
+@pytest.mark.parametrize("config", ["cuda-nopin", "cuda-sim-sticky", "cuda-pin-layers-2"])
+def test_memory_the_configuration_expects_is_neutral_in_the_probe_figure(config):
+    """Expected pageable layers (all of cuda-nopin and cuda-sim-sticky, layers 2-7 of cuda-pin-layers-2) are
+    grey, not the red of a failure, and the figure says the expectations check passed them."""
+    root, _ = _probe_svg(ROOT / "results" / "evidence" / "gpu1-20261205T030752Z", config)
+    classes = [r.get("class") for r in root.iter(f"{SVG}rect")]
+    assert "c-pageable" in classes and "verdict-frame" not in classes
+    texts = ["".join(t.itertext()) for t in root.iter(f"{SVG}text")]
+    assert any("placement and pinned passed: as the configuration expects" in t for t in texts)
+    assert not [t for t in root.iter(f"{SVG}text") if t.get("class") == "failed"]
+    red = [rule.split("{")[0] for rule in re.split(r"}\s*", svg.CSS) if "#cf222e" in rule]
+    assert red and not [sel for sel in red if ".c-" in sel], red  # no memory class is painted in the failure colour
+
+
+def test_a_probe_figure_of_a_failed_load_is_framed_red_and_names_the_failure():
+    """The planted fault that leaves the host buffers pageable: the expectations check failed cuda-pin-all's
+    placement and pinned findings; the figure says so in red, from the record."""
+    root, _ = _probe_svg(ROOT / "results" / "evidence" / "plant-cuda-host-buffers-pageable-20261202T144114Z",
+                         "cuda-pin-all")
+    assert "verdict-frame" in [r.get("class") for r in root.iter(f"{SVG}rect")]
+    failed = ["".join(t.itertext()) for t in root.iter(f"{SVG}text") if t.get("class") == "failed"]
+    assert any(t.startswith("expectations: pinned failed") for t in failed), failed
+    assert any(t.startswith("expectations: placement failed") for t in failed), failed
+
+
+def _history(current: str) -> ET.Element:
+    figure = next(f for f in rule_history_figures(ROOT / "results", CUDA, current, checkout_series())
+                  if f.startswith("<figure><figcaption>speed:cuda-base-vs-fork:pp fork: moe-48l-quant"))
+    return ET.fromstring(figure[figure.index("<svg"):figure.index("</svg>") + 6])
+
+
+def _box(t: ET.Element) -> tuple[float, float, float, float]:
+    """(left, right, top, bottom) of a text of 11 px, svg.DIGIT_W a character, by its anchor."""
+    x, y, w = float(t.get("x")), float(t.get("y")), svg.DIGIT_W * len(t.text or "")
+    left = {"end": x - w, "middle": x - w / 2}.get(t.get("text-anchor") or "start", x)
+    return left, left + w, y - 11, y
+
+
+def test_this_run_is_marked_as_the_first_last_or_a_middle_point_apart_from_the_dates():
+    series = checkout_series()
+    [(_, points)] = [(k, v) for k, v in _lines("speed:cuda-base-vs-fork:pp", "fork", series).items()
+                     if k.model == "moe-48l-quant"]
+    for current in (points[0].run, points[len(points) // 2].run, points[-1].run):
+        root = _history(current)
+        texts = list(root.iter(f"{SVG}text"))
+        [mark] = [t for t in texts if t.text == "this run"]
+        [ring] = [c for c in root.iter(f"{SVG}circle") if c.get("class") == "mark"]
+        assert ring.find(f"{SVG}title").text == "this run"
+        left, right, top, bottom = _box(mark)
+        assert 0 <= left and right <= svg.WIDTH
+        for other in texts:
+            if other is not mark and other.text:
+                o_left, o_right, o_top, o_bottom = _box(other)
+                assert right <= o_left or o_right <= left or bottom <= o_top or o_bottom <= top, other.text
+
+
+def test_a_history_s_threshold_line_says_the_whole_rule():
+    texts = [t.text for t in _history("x").iter(f"{SVG}text")]
+    assert "fails below 0.909x with Mann-Whitney p ≤ 0.01" in texts
+
+
+def test_small_pin_ladder_allocations_stay_visible_on_the_run_s_shared_axis():
+    """The fork's cudaMallocHost allocations of 125 KiB and a few MiB beside 4.6 GiB ladders on one axis: each
+    bar is drawn at least MIN_BAR wide and its size printed beside it."""
+    from harness.analysis.pin_chart import MIN_BAR, ladder_scale, pin_chart_svg, pin_ladders
+    ladders = pin_ladders(ROOT / "results" / "evidence" / "gpu1-20261205T030752Z")
+    scale = ladder_scale([g["records"] for g in ladders])
+    assert scale >= 4 * 2**30
+    fork = next(g for g in ladders if g["config"] == "fork" and g["model"] == "moe-large")
+    root = ET.fromstring(pin_chart_svg(fork["records"], "t", scale).replace("<svg ", f'<svg xmlns="{SVG[1:-1]}" ', 1))
+    rows = [g for g in root.iter(f"{SVG}g")]
+    assert len(rows) == len(fork["records"]) >= 2
+    for g in rows:
+        req, got = [r for r in g.iter(f"{SVG}rect")]
+        assert float(req.get("width")) >= MIN_BAR and float(got.get("width")) >= MIN_BAR
+        [beside] = [t for t in g.iter(f"{SVG}text") if "too small for this axis" in (t.text or "")]
+        assert float(beside.get("x")) < float(req.get("x")) + 20
+    assert "125.00 KiB of 125.00 KiB, too small for this axis" in ET.tostring(root, encoding="unicode")

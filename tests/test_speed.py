@@ -77,8 +77,10 @@ def test_a_verdict_says_both_medians_the_ratio_against_its_threshold_and_p_again
     median tok/s and how many samples each, the ratio, what was asked (no slowdown, or at least min_ratio), the
     threshold it fails below with the p it needs, and the rank test's p."""
     v = judge([100, 104, 98, 101, 103], [50, 52, 49, 50.5, 51.5])
-    assert v.describe() == ("50.5 vs 101.0 tok/s (medians of 5 and 5): 0.50x, no slowdown asked "
+    assert v.describe() == ("50.5 vs 101.0 tok/s (medians of 5 and 5): ratio of medians 0.50x, no slowdown asked "
                             "(fails below 0.909x with p <= 0.01); Mann-Whitney p = 0.00397")
+    assert "(medians of 5 and 5): median of within-round ratios 0.50x, no slowdown asked" in \
+        judge([100, 104, 98, 101, 103], [50, 52, 49, 50.5, 51.5], paired=True).describe()
     assert "at least 3x asked (fails below 3x with p <= 0.05)" in \
         judge([10, 11, 12], [40, 41, 42], min_ratio=3.0, factor=0, p_max=0.05).describe()
 
@@ -363,7 +365,7 @@ def test_llama_completion_s_own_timings_are_kept_as_a_cross_check(tmp_path):
     assert bench["completion_timings"] == {"base/gemma3-270m": {"pp_tok_s": 251.5, "tg_tok_s": 81.5, "runs": 2},
                                            "fork/gemma3-270m": {"pp_tok_s": 201.5, "tg_tok_s": 41.5, "runs": 2}}
     log = (pipe.run.dir / speed_steps(pipe.run)["speed:base-vs-fork:tg"].log).read_text()
-    assert "cross-check, llama-completion's own tg tok/s" in log and "41.5 vs 81.5, 0.51x" in log
+    assert "cross-check, llama-completion's own tg tok/s" in log and "41.5 vs 81.5, ratio of medians 0.51x (no rounds in common)" in log
     # a cross-check judges nothing: the fake engines are equally fast, so both rules pass
     assert {s.status for s in speed_steps(pipe.run).values()} == {"passed"}
 

@@ -13,6 +13,7 @@ import pytest
 
 from harness.analysis.signatures import classify_run
 from harness.common.proc import peak_rss_bytes
+from harness.common.statistics import WITHIN_ROUND, within_round_ratio
 from harness.matrix.config import MatrixError, load_matrix
 from harness.pipeline import Options
 from harness.kinds import nvidia
@@ -164,6 +165,10 @@ def test_the_clean_series_passes_every_cuda_rule_each_its_own_step_and_junit_cas
         ("cuda-pin-layers-half", "cuda-pin-all", ["cuda-pin-layers-half", "cuda-pin-all"])
     assert len(rule["reference_tok_s"]) == len(rule["candidate_tok_s"]) == 5
     assert rule["ratio"] == pytest.approx(2.5, rel=0.05)
+    # the one ratio: the stage judges and records the median of within-round ratios, named
+    assert rule["ratio"] == within_round_ratio(rule["reference_tok_s"], rule["candidate_tok_s"])
+    assert rule["ratio_name"] == WITHIN_ROUND and WITHIN_ROUND in next(
+        s.detail for s in pipe.run.steps if s.step == ALL_VS_HALF)
 
 
 def test_a_20_percent_slower_pinned_path_fails_against_upstream_while_3x_pageable_holds(cuda_stage):

@@ -872,6 +872,21 @@ def test_kl_rising_above_the_threshold_is_a_regression_with_identical_tokens(tmp
     assert diff_runs(a.dir, a.dir).transitions == []
 
 
+def test_a_comparison_whose_tokens_diverge_and_kl_rises_is_one_regression(tmp_path):
+    """Eight comparisons gave "12 regression(s)" when four of them diverged and their KL rose too: one comparison
+    is one regression, its KL rise said in its detail."""
+    div = {"index": 5, "reference": _side(1, " a", 0.5), "candidate": _side(2, " b", 0.5)}
+    a, b = Run.open(tmp_path, "a"), Run.open(tmp_path, "b")
+    a.record_comparisons([_cmp("identical", kl_mean=2e-6, prompt=f"p{i}") for i in range(8)])
+    b.record_comparisons([_cmp("diverged", div, kl_mean=3e-3, prompt=f"p{i}") for i in range(4)]
+                         + [_cmp("identical", kl_mean=2e-6, prompt=f"p{i}") for i in range(4, 8)])
+    report = diff_runs(a.dir, b.dir)
+    assert sorted((t.kind, t.where["prompt"]) for t in report.regressions) == [("comparison", f"p{i}") for i in range(4)]
+    assert all("mean KL divergence above the group's kl_mean_max" in t.detail for t in report.regressions)
+    assert "verdict: 4 regression(s)" in triage.format_report(report)
+    assert report.to_json()["counts"]["regressions"] == 4
+
+
 def test_near_tie_and_hard_divergences_are_reported_apart_and_moves_in_tokens(tmp_path):
     near = {"index": 9, "near_tie": True, "near_tie_margin": 0.1, "reference": _side(5, " the", 0.01),
             "candidate": _side(6, " a", 0.02)}

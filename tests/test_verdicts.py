@@ -26,6 +26,7 @@ import pytest
 from harness import cli
 from harness.analysis.run_views import annotate_failures, verdict_json, verdict_line
 from harness.common.console import Console
+from harness.matrix.config import load_matrix
 from harness.record.records import ComparisonRecord, Failure, StepRecord
 from harness.record.run import Run
 from harness.common.statuses import CRASHED, DIVERGED, IDENTICAL, UNSUPPORTED_UPSTREAM
@@ -315,12 +316,22 @@ def _run_after(tmp_path: Path, commands: list[str], status: str = "passed") -> R
     return run
 
 
-def test_after_build_alone_the_console_says_so_far_not_passed(tmp_path):
+def test_after_build_alone_the_console_names_what_was_asked_and_what_was_not(tmp_path):
     run = _run_after(tmp_path, ["build"])
     line = verdict_line(run, run.dir / "report.html", cli.STAGES)
-    assert "— so far passed; not run yet: test, compare-outputs (report:" in line
+    assert "— passed: build, as asked; not asked: test, compare-outputs (report:" in line
+    assert "so far" not in line and "not run yet" not in line
     data = verdict_json(run, run.dir / "report.html", cli.STAGES)
     assert (data["verdict"], data["final"], data["not_run_yet"]) == ("passed", False, ["test", "compare-outputs"])
+
+
+def test_after_build_test_the_console_reads_as_a_finished_run_of_what_was_asked(tmp_path):
+    """``build test`` ended: the line says what ran as asked, not that compare-outputs is pending."""
+    run = _run_after(tmp_path, ["build", "test"])
+    line = verdict_line(run, run.dir / "report.html", cli.STAGES)
+    assert "— passed: build and test, as asked; not asked: compare-outputs (report:" in line
+    assert "so far" not in line and "not run yet" not in line
+    assert verdict_json(run, run.dir / "report.html", cli.STAGES)["not_run_yet"] == ["compare-outputs"]
 
 
 def test_compare_outputs_alone_builds_what_it_needs_and_leaves_only_the_tests_not_run(tmp_path):
@@ -395,3 +406,16 @@ def test_the_shell_completes_commands_and_options_through_argcomplete(tmp_path):
 
     assert {"compare-outputs", "compile"} & complete("llama-fork-harness comp") == {"compare-outputs"}
     assert "--json" in complete("llama-fork-harness build --js")
+    # --platform, --group and --model complete the matrix's names, not file names (argcomplete's default)
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    assert complete("llama-fork-harness build --platform ") == set(matrix.platforms)
+    assert complete("llama-fork-harness test --platform linux-x86_64-c") == \
+        {p for p in matrix.platforms if p.startswith("linux-x86_64-c")}
+    assert complete("llama-fork-harness compare-outputs --group cuda-pin-r") == {"cuda-pin-routes"}
+    assert complete("llama-fork-harness compare-outputs --model moe-l") == {"moe-large"}
+    assert complete("llama-fork-harness build --platform linux-x86_64-cpu,linux-x86_64-cu") == \
+        {"linux-x86_64-cpu,linux-x86_64-cuda"}
+    other = tmp_path / "other.yaml"
+    other.write_text((ROOT / "matrix.yaml").read_text(encoding="utf-8").replace("cuda-pin-routes", "cuda-pin-roads"),
+                     encoding="utf-8")
+    assert complete(f"llama-fork-harness compare-outputs --matrix {other} --group cuda-pin-r") == {"cuda-pin-roads"}

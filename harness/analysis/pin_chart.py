@@ -18,6 +18,9 @@ from . import svg
 
 #: Width of a pin-ladder chart, in SVG user units (pixels at 100 % zoom).
 CHART_WIDTH = 1000
+#: The narrowest bar drawn for bytes above 0 (pixels), and the width below which a bar's size is also printed
+#: beside it: on a 6 GiB axis of 544 px, 125 KiB and 5 MiB allocations are under half a pixel wide.
+MIN_BAR, SMALL_BAR = 2.0, 12.0
 
 
 def _pin_ladder(path: Path) -> PinLadder | None:
@@ -71,7 +74,9 @@ def pin_chart_svg(records: Sequence[dict[str, Any]], title: str, scale_bytes: fl
     malloc_host) are drawn, or every record when there is none.  Bars share one scale from 0 to
     ``scale_bytes`` (bytes; the report passes one for all the run's charts, :func:`ladder_scale`; default:
     this chart's own), drawn as an axis in GiB below them; a granted bar short of its request is drawn in
-    the warning colour.  Returns the ``<svg>`` element as a string.
+    the warning colour.  A bar of more than 0 bytes is at least :data:`MIN_BAR` pixels wide, and where a row's
+    bars are narrower than :data:`SMALL_BAR` its sizes are printed beside them too, so an allocation too small
+    for the shared axis still shows.  Returns the ``<svg>`` element as a string.
     """
     rows = _ladder_rows(records)
     label_w, value_w, bar_h, gap, top = 56, 380, 13, 10, 34
@@ -91,8 +96,8 @@ def pin_chart_svg(records: Sequence[dict[str, Any]], title: str, scale_bytes: fl
     for i, r in enumerate(rows):
         y = top + i * (2 * bar_h + gap)
         req, got = int(r.get("requested", 0)), int(r.get("granted", 0))
-        w_req = max(1.0, plot_w * req / biggest)
-        w_got = plot_w * got / biggest
+        w_req = max(MIN_BAR, plot_w * req / biggest)
+        w_got = max(MIN_BAR, plot_w * got / biggest) if got > 0 else 0.0
         cls = "grant" if got >= req else "short"
         detail = f"{size_text(got)} of {size_text(req)}"
         if r.get("segments") is not None:
@@ -107,7 +112,10 @@ def pin_chart_svg(records: Sequence[dict[str, Any]], title: str, scale_bytes: fl
             f'<text x="{label_w - 6}" y="{y + bar_h + 4}" class="label" text-anchor="end">#{i + 1}</text>'
             f'<rect x="{label_w}" y="{y}" width="{w_req:.1f}" height="{bar_h}" class="req"/>'
             f'<rect x="{label_w}" y="{y + bar_h}" width="{w_got:.1f}" height="{bar_h}" class="{cls}"/>'
-            f'<text x="{label_w + plot_w + 8}" y="{y + bar_h + 4}" class="value">{escape(detail)}</text></g>')
+            f'<text x="{label_w + plot_w + 8}" y="{y + bar_h + 4}" class="value">{escape(detail)}</text>'
+            + (f'<text x="{label_w + max(w_req, w_got) + 6:.1f}" y="{y + bar_h + 4}" class="value small">'
+               f'{escape(size_text(got))} of {escape(size_text(req))}, too small for this axis</text>'
+               if max(w_req, w_got) < SMALL_BAR else "") + '</g>')
     axis_y = height - axis_h + 4
     parts.append(f'<line x1="{label_w}" y1="{top - 4}" x2="{label_w}" y2="{axis_y}" class="axis"/>'
                  f'<line x1="{label_w}" y1="{axis_y}" x2="{label_w + plot_w}" y2="{axis_y}" class="axis"/>')

@@ -48,13 +48,14 @@ from ..record.verdict import FAILS, NOT_RUN, RowVerdict, count_text, failing_nam
 from .signatures import load_signatures, step_logs
 from ..record.compare import CompareEntry, find_compare_entry
 from ..record.forecast import read_forecast
-from ..record.bench import bench_platforms, read_bench
+from ..common.statistics import WITHIN_ROUND
+from ..record.bench import bench_platforms, read_bench, rule_ratio
 from ..record.expectations import FINDING_PASSED, read_expectations
 from ..record.probe import layers_by_type_text
 from . import svg
 from .report_figures import checkout_series, kl_figure, machine_text, probe_figures, rule_history_figures, speed_pair_figures
 from ..record.records import describe_divergence_record
-from ..record.summary_md import describe_cache, describe_cached, shown_as_reused
+from ..record.summary_md import cache_text, describe_cached, shown_as_reused
 from .pin_chart import ladder_scale, pin_chart_svg, pin_ladders
 
 #: Lines of a failing log shown in the report (the end of a log holds the error).
@@ -181,6 +182,7 @@ nav a { margin-right: 14px; }
 .muted { color: var(--muted); }
 table { border-collapse: collapse; width: 100%; margin: 6px 0 10px; }
 th, td { border: 1px solid var(--line); padding: 4px 7px; text-align: left; vertical-align: top; }
+td { overflow-wrap: anywhere; } /* a long path or key wraps in its cell: no table wider than the page */
 th { background: var(--soft); font-weight: 600; }
 td.num, td.nw { white-space: nowrap; } td.num { text-align: right; }
 .st { font-weight: 600; white-space: nowrap; }
@@ -405,7 +407,8 @@ def _speed_html(run_dir: Path) -> str:
                      f'speed stage {float(bench.get("wall_s") or 0):.1f} s{_peak_text(bench)}</p>')
         body = []
         for r in rules:
-            ratio = f'{r["ratio"]:.2f}x' if "ratio" in r else "–"
+            judged = rule_ratio(r)
+            ratio = escape(judged.text()) if judged else "–"
             p_value = _p_text(r)
             bad = r.get("status") in _BAD
             body.append(f'<tr class="{"bad" if bad else "ok"}"><td>{escape(r["group"])}</td><td>{escape(r["model"])}</td>'
@@ -575,7 +578,8 @@ def _transition_row(t: Any) -> str:
 def _suspect_row(c: Any) -> str:
     """One speed change triage calls suspect (harness.analysis.speed_diff.SpeedChange) as a row."""
     what = f"{c.config} {c.model} {c.metric}" + (f" vs {c.reference}" if c.reference else "")
-    ratio = (f"{c.before_vs_reference:.3g}x → {c.after_vs_reference:.3g}x ({c.vs_reference_ratio:.3f}x)"
+    ratio = (f"{WITHIN_ROUND}: {c.before_vs_reference:.3g}x → {c.after_vs_reference:.3g}x "
+             f"({c.vs_reference_ratio:.3f}x)"
              if c.vs_reference_ratio is not None else f"{c.before_median:.1f} → {c.after_median:.1f} tok/s")
     return (f'<tr class="suspect"><td>suspect</td><td>{escape(c.platform)}</td><td>{escape(what)}</td>'
             f'<td>{escape(ratio)}</td><td>{escape(c.why)}</td></tr>')
@@ -658,8 +662,9 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
              '<nav>' + ('<a href="#forecast">forecast</a>' if RunLayout(run_dir).forecast_json.is_file() else '')
              + '<a href="#steps">steps</a><a href="#comparisons">comparisons</a><a href="#speed">speed</a><a href="#divergences">divergences</a>'
              '<a href="#configurations">configurations</a><a href="#probe">probe</a><a href="#pin-ladder">pin ladder</a></nav></header>']
-    if data.cache:
-        parts.append(f'<p class="cache">Result cache (docs/cache.md): {escape(describe_cache(data.cache))}</p>')
+    cached = cache_text(data.cache, data.steps, RunLayout(run_dir))
+    if cached:
+        parts.append(f'<p class="cache">Result cache (docs/cache.md): {escape(cached)}</p>')
     if data.skipped_platforms:
         parts.append("<p>Skipped platforms: " + "; ".join(
             f"<b>{escape(k)}</b>: {escape(v)}" for k, v in sorted(data.skipped_platforms.items())) + "</p>")
@@ -692,8 +697,10 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
     probes = probe_figures(run_dir)
     parts.append('<section id="probe"><h2>Where the expert tensors sit</h2>'
                  + ('<p class="muted">per configuration, from the engine\'s runtime probe (<code>gen/&lt;model&gt;/'
-                    'engine.probe.json</code>): each layer\'s expert tensors in their buffer type, coloured by the '
-                    'bytes the driver reports page-locked (cudaPointerGetAttributes)</p>' + "".join(probes)
+                    'engine.probe.json</code>): each layer\'s expert tensors in their buffer type, in blues and '
+                    'greys by the bytes the driver reports page-locked (cudaPointerGetAttributes), whatever the '
+                    'configuration expects; below, what the expectations check decided of that load, red where it '
+                    'failed</p>' + "".join(probes)
                     if probes else '<p class="muted">no runtime probe in this run</p>') + "</section>")
     parts.append('<section id="pin-ladder"><h2>Pin ladder</h2>')
     ladders = pin_ladders(run_dir)
@@ -753,8 +760,9 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
     lines = [f"## {icon} Run {run_id}: {_md(headline)}", "",
              f"**Steps:** {count_text(rows, 'step')} · **comparisons:** {count_text(rows, 'comparison')} "
              f"({_count_text(_counts(comparisons))})", ""]
-    if data.cache:
-        lines += [f"**Result cache:** {_md(describe_cache(data.cache))}", ""]
+    cached = cache_text(data.cache, data.steps, RunLayout(run_dir))
+    if cached:
+        lines += [f"**Result cache:** {_md(cached)}", ""]
     if data.skipped_platforms:
         lines += ["Skipped platforms: " + "; ".join(f"`{k}` ({_md(v)})"
                                                     for k, v in sorted(data.skipped_platforms.items())), ""]
@@ -806,7 +814,9 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
         for platform, r in speed:
             medians = (f"{r['candidate_spread']['median']:.1f} / {r['reference_spread']['median']:.1f}"
                        if "ratio" in r else "–")
-            ratio = f"{r['ratio']:.2f}x (fails below {r['threshold']:.3g}x)" if "ratio" in r else _md(r.get("detail", ""))
+            judged = rule_ratio(r)
+            ratio = (f"{judged.text()}, fails below {r['threshold']:.3g}x" if judged
+                     else _md(r.get("detail", "")))
             p_value = _p_text(r)
             lines.append(f"| {platform} | {r['group']} | {r['candidate']} vs {r['reference']} | {r['metric']} "
                          f"| {r.get('status')} | {medians} | {ratio} | {p_value} |")

@@ -17,7 +17,9 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..record.bench import bench_measurements, bench_platforms, read_bench
+from ..record.bench import bench_measurements, bench_platforms, read_bench, rule_ratio
+from ..record.expectations import FINDING_FAILED, FINDING_PASSED, Load, read_expectations
+from ..record.layout import RunLayout
 from ..record.probe import ProbeError, read_probe
 from ..record.records import ComparisonRecord
 from ..record.summary import run_dirs_under
@@ -170,16 +172,20 @@ def rule_history(results_dir: Path, platform: str, series: str | None = None
 
 def rule_history_figures(results_dir: Path, platform: str, current: str, series: str | None = None) -> list[str]:
     """Per line of :func:`rule_history` (a rule on one model, tokens, instrument and machine), a line plot of its
-    candidate/reference median ratio over the runs, oldest first, their start dates (UTC) on the x axis, the
-    rule's fail threshold dashed and failed verdicts in red.  Runs of another patch series than ``series``
-    (planted faults, forecasts) are hollow grey dots off the line.  ``current``: this run's id (its point is
-    named on the x axis).  Lines with fewer than two runs of the series are left out."""
+    candidate/reference ratio over the runs (harness.record.bench.rule_ratio, named in the caption), oldest
+    first, the first and last start dates (UTC) on the x axis, the rule's threshold dashed and labelled with its
+    whole rule (the ratio below it **and** the rank test's p at most p_max: harness.common.statistics), and
+    failed verdicts in red.  Runs of another patch series than ``series`` (planted faults, forecasts) are hollow
+    grey dots off the line.  ``current``: this run's id; its point, first, last or between, is marked "this
+    run" above the plot, apart from the dates below it.  Lines with fewer than two runs of the series are left
+    out."""
     out = []
     lines = rule_history(results_dir, platform, series)
     for line in sorted(lines, key=lambda k: (k.step, k.candidate, k.model, k.n_prompt or 0, k.n_gen or 0,
                                              k.instrument, k.machine)):
         points = lines[line]
-        ys = [p.rule.get("ratio") for p in points]
+        ratios = [rule_ratio(p.rule) for p in points]
+        ys = [r.value if r else None for r in ratios]
         ours = [p for p, y in zip(points, ys) if p.same_series is not False and y is not None]
         if len(ours) < 2:
             continue
@@ -188,23 +194,35 @@ def rule_history_figures(results_dir: Path, platform: str, current: str, series:
         threshold = last.get("threshold")
         n = len(points)
         ticks = [(0, _date(points[0].started)), (n - 1, _date(points[-1].started))]
-        ticks += [(i, "this run") for i, p in enumerate(points) if p.run == current and i not in (0, n - 1)]
+        marks = [(i, "this run") for i, p in enumerate(points) if p.run == current]
+        names = sorted({r.name for r in ratios if r})
         others = sum(apart)
         elsewhere = f"; {others} run(s) of another patch series hollow, off the line" if others else ""
-        title = (f"{line.describe()}; {last.get('candidate')} / {last.get('reference')} over {len(ours)} runs"
-                 f"{elsewhere}")
+        title = (f"{line.describe()}; {last.get('candidate')} / {last.get('reference')}, "
+                 f"{' or '.join(names)}, over {len(ours)} runs{elsewhere}")
         out.append(_figure(title, line_plot(
             ys, x_label="runs, oldest to newest (start, UTC)", y_label=f"{last.get('metric')} ratio", title=title,
-            x_ticks=ticks, apart=apart,
+            x_ticks=ticks, apart=apart, marks=marks,
             limit=float(threshold) if isinstance(threshold, (int, float)) else None,
-            limit_label=f"fails below {threshold:.3g}x" if isinstance(threshold, (int, float)) else "",
+            limit_label=_rule_text(last) if isinstance(threshold, (int, float)) else "",
             bad=[p.rule.get("status") == STEP_FAILED and p.same_series is not False for p in points],
             point_titles=[_point_title(p) for p in points])))
     return out
 
 
+def _rule_text(rule: dict[str, Any]) -> str:
+    """The whole rule a history's dashed line stands for, from the rule's record: ``fails below 0.909x with
+    Mann-Whitney p ≤ 0.01`` (harness.common.statistics: a slowdown needs both)."""
+    text = f"fails below {float(rule['threshold']):.3g}x"
+    return text + (f" with Mann-Whitney p ≤ {float(rule['p_max']):g}" if rule.get("p_max") is not None else "")
+
+
 def _point_title(p: HistoryPoint) -> str:
-    what = f"{p.rule['ratio']:.3f}x" if p.rule.get("ratio") is not None else "no ratio"
+    ratio = rule_ratio(p.rule)
+    what = ratio.text(3) if ratio else "no ratio"
+    if p.rule.get("p_value") is not None and p.rule.get("p_max") is not None:
+        p_value, p_max = float(p.rule["p_value"]), float(p.rule["p_max"])
+        what += f", Mann-Whitney p {p_value:.3g} {'≤' if p_value <= p_max else '>'} {p_max:g}"
     series = "; another patch series" if p.same_series is False else ""
     return f"{p.run} ({_date(p.started)} UTC): {p.rule.get('status')}, {what}{series}"
 
@@ -227,9 +245,35 @@ def _probe_cell(weights: list[Any], device: bool) -> Cell:
     return Cell(cls, f"{what}, {pinned / 2**20:.0f} MiB page-locked by the driver")
 
 
-def probe_figure(path: Path, title: str, device: bool = True) -> str:
+#: The findings of the expectations check that judge what a probe figure shows: where the expert tensors
+#: sit and how much of them the driver reports page-locked (harness.stages.checks.expectation_probe).
+PROBE_RULES = ("placement", "pinned")
+
+
+def probe_verdicts(load: Load | None) -> list[tuple[str, bool]]:
+    """(text, failed) lines of what the expectations check decided of a probed load (``load``: its record's
+    ``engine`` load of the model, harness.record.expectations; None: no record): each failed or incomplete
+    :data:`PROBE_RULES` finding with its message, else one line naming those that passed; "not judged" where
+    the check has no record of the load or skipped it.  Read from the record, never decided here."""
+    if load is None:
+        return [("not judged: the expectations check recorded no load of this model", False)]
+    if load.skipped is not None:
+        return [(f"not judged by the expectations check: {load.skipped}", False)]
+    findings = [f for f in load.findings if f.rule in PROBE_RULES]
+    out = [(f"expectations: {f.rule} {f.status}: {f.message}", f.status == FINDING_FAILED)
+           for f in findings if f.status != FINDING_PASSED]
+    not_passed = {f.rule for f in findings if f.status != FINDING_PASSED}
+    passed = [r for r in PROBE_RULES if r not in not_passed and any(f.rule == r for f in findings)]
+    if passed:
+        out.append((f"expectations: {' and '.join(passed)} passed: as the configuration expects", False))
+    return out or [("not judged: the expectations check recorded no placement or pinned finding", False)]
+
+
+def probe_figure(path: Path, title: str, device: bool = True, judged: Load | None = None) -> str:
     """The layer × buffer-type strip of one probe record: a row per buffer type holding expert tensors, a
-    column per layer, each cell coloured by the share the driver reports page-locked.  ``device``: whether
+    column per layer, each cell coloured by the share the driver reports page-locked, in blues and greys that
+    mean a memory class, never a verdict; below, what the expectations check decided of the load (``judged``,
+    :func:`probe_verdicts`), a failure in red with the grid framed red.  ``device``: whether
     the platform's kind has a device (harness.kinds: GpuKind.has_device); without one every buffer is host
     memory, whatever ggml says of its addressing (CPU_REPACK is not host-addressable, and not device memory
     either), and nothing is page-locked for a device.  Raises ProbeError for a record that cannot be read,
@@ -256,7 +300,8 @@ def probe_figure(path: Path, title: str, device: bool = True) -> str:
     legend = [("c-pinned", "page-locked"), ("c-partial", "partly page-locked"), ("c-pageable", "pageable"),
               ("c-device", "device memory"), ("c-unknown", "not asked")] if device else \
         [("c-host", "host memory (no device on this platform kind)")]
-    return cell_strip(rows, column_label="layer (expert tensors)", title=title, legend=legend, notes=notes)
+    return cell_strip(rows, column_label="layer (expert tensors)", title=title, legend=legend, notes=notes,
+                      verdicts=probe_verdicts(judged))
 
 
 def platform_has_device(platform: str, probe_driver: str | None = None) -> bool:
@@ -282,7 +327,8 @@ def platform_has_device(platform: str, probe_driver: str | None = None) -> bool:
 def probe_figures(run_dir: Path) -> list[str]:
     """One :func:`probe_figure` per (platform, configuration, model) of a run that recorded a probe
     (the engine's load: ``gen/<model>/engine.probe.json``), in name order, memory classes by the platform's
-    kind (:func:`platform_has_device`); unreadable records are left out."""
+    kind (:func:`platform_has_device`), judged by the configuration's expectations record (its ``engine`` load
+    of the model); unreadable probe records are left out."""
     out = []
     devices: dict[str, bool] = {}
     for path in sorted(run_dir.glob("*/*/gen/*/engine.probe.json")):
@@ -291,7 +337,9 @@ def probe_figures(run_dir: Path) -> list[str]:
         try:
             if platform not in devices:
                 devices[platform] = platform_has_device(platform, read_probe(path).driver)
-            out.append(_figure(title, probe_figure(path, title, devices[platform])))
+            record = read_expectations(RunLayout(run_dir).expectations_json(platform, config))
+            load = next((x for x in record.loads if x.model == model and x.load == "engine"), None) if record else None
+            out.append(_figure(title, probe_figure(path, title, devices[platform], load)))
         except (ProbeError, ValueError):
             continue
     return out

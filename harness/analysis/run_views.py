@@ -48,12 +48,14 @@ def not_run_yet(run: Run, commands: Sequence[str]) -> list[str]:
 
 def verdict_line(run: Run, report: Path, commands: Sequence[str]) -> str:
     """The console's last line of a stage command: ``results: <dir> — <headline> (report: <path>)``, the headline
-    naming what failed; ``so far`` and the commands not run yet where the run's verdict is not known (after
-    ``build`` alone)."""
+    naming what failed.  Where stage commands were not asked for and nothing failed (``build test``, ``build``
+    alone), the line reads as the finished run of what was asked: ``passed: build and test, as asked; not asked:
+    compare-outputs``, never as work still pending."""
     later = not_run_yet(run, commands)
     headline = run.headline()
     if later:
-        headline = f"so far {headline}; not run yet: {', '.join(later)}"
+        asked = [c for c in commands if c not in later]
+        headline = f"{headline}: {' and '.join(asked)}, as asked; not asked: {', '.join(later)}"
     return f"results: {run.dir} — {headline} (report: {report})"
 
 

@@ -79,7 +79,7 @@ from ..stages.native_tests.native_tests import WRAPPER_DID_NOT_RUN
 from ..stages.outputs.sanitized_generation import CRASH_LABEL, CRASH_TOOL, sanitized_stem
 from ..stages.shape import Signs
 from ..stages.table import step_spec
-from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench
+from ..record.bench import RuleStep, parse_rule_step, parse_step, read_bench, rule_ratio
 from ..record.expectations import FINDING_FAILED, read_expectations
 from ..record.reloads import read_reload_check
 from ..record.loads import read_load_command
@@ -603,9 +603,10 @@ def speed_signature(run_dir: Path, step: StepRecord) -> Signature:
         next((r for r in rules if "step" not in r and (r.get("group"), r.get("metric")) == (group, metric)), {})
     reference, model = rule.get("reference", parsed.reference or "?"), rule.get("model", "?")
     key = f"{group}/{model}: {step.config} vs {reference} {metric}"
-    if "ratio" in rule:
+    judged = rule_ratio(rule)
+    if judged:
         want = "no slowdown" if rule.get("min_ratio") == 1.0 else f"at least {rule.get('min_ratio'):g}x"
-        summary = (f"speed {key}: {rule['ratio']:.2f}x ({rule['candidate_spread']['median']:.1f} vs "
+        summary = (f"speed {key}: {judged.text()} ({rule['candidate_spread']['median']:.1f} vs "
                    f"{rule['reference_spread']['median']:.1f} tok/s, Mann-Whitney p {rule['p_value']:.2g}), {want} asked")
     else:
         summary = f"speed {key}: {step.detail}"

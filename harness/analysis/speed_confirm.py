@@ -33,7 +33,7 @@ from ..stages.building.engine_target import ENGINE_TARGET
 from ..stages.outputs.engine import EngineError, EngineSession, engine_argv
 from ..stages.speed.speed import Measurement, Unit, interleave, process_medians
 from .speed_diff import SpeedChange
-from ..common.statistics import MIN_SAMPLES, judge
+from ..common.statistics import MIN_SAMPLES, WITHIN_ROUND, judge
 
 #: A build step's detail names its key so (harness.stages.building.build): ``built in 215 s (key d30508219794aa37)``.
 BUILD_KEY = re.compile(r"\(key ([0-9a-f]{16})\)")
@@ -54,8 +54,8 @@ class Engine:
 @dataclass
 class Confirmation:
     """A suspect re-measured: tok/s medians of run A's build (``a_median``) and run B's (``b_median``), measured
-    now and interleaved, ``ratio`` B over A against ``threshold``, the rank test's ``p_value`` against
-    ``p_max``; ``confirmed``: B's build slower by the rule."""
+    now and interleaved, ``ratio`` B over A (the median of within-round ratios) against ``threshold``, the rank
+    test's ``p_value`` against ``p_max``; ``confirmed``: B's build slower by the rule."""
 
     platform: str
     config: str
@@ -184,7 +184,7 @@ def confirm(suspects: Sequence[SpeedChange], engine: Callable[[SpeedChange, str]
         if min(len(xa), len(xb)) < MIN_SAMPLES:
             errors = "; ".join(sides["A"].errors + sides["B"].errors) or "too few samples"
             raise ConfirmError(f"{c.platform} {c.config} {c.model} {c.metric}: not re-measured: {errors}")
-        v = judge(xa, xb, 1.0, factor if c.factor is None else c.factor, c.p_max)
+        v = judge(xa, xb, 1.0, factor if c.factor is None else c.factor, c.p_max, paired=True)
         out.append(Confirmation(c.platform, c.config, c.model, c.metric, v.reference.median, v.candidate.median,
                                 v.ratio, v.threshold, v.p_value, v.p_max, v.regressed))
     return out
@@ -194,5 +194,5 @@ def describe(c: Confirmation) -> str:
     """One line: the suspect, both builds' medians measured now, the verdict."""
     what = "CONFIRMED: run B's build is slower" if c.confirmed else "cleared: not slower by the rule"
     return (f"  {c.platform}  {c.config} {c.model} {c.metric}: run A's build {c.a_median:.1f}, run B's "
-            f"{c.b_median:.1f} tok/s, interleaved here ({c.ratio:.2f}x, fails below {c.threshold:.3g}x; "
+            f"{c.b_median:.1f} tok/s, interleaved here ({WITHIN_ROUND} {c.ratio:.2f}x, fails below {c.threshold:.3g}x; "
             f"Mann-Whitney p {c.p_value:.2g}): {what}")

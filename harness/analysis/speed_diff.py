@@ -48,7 +48,7 @@ from ..record.bench import METRICS, bench_platforms, instrument, read_bench
 from .speed_spread import Key, Spread, committed
 from .speed_ratios import FORK_ONLY, UPSTREAM, Reference, choose_reference, compare_ratios, interleaved, \
     recorded_rule_factors, round_ratios, rule_references
-from ..common.statistics import MIN_SAMPLES, SpeedVerdict, judge
+from ..common.statistics import MIN_SAMPLES, SpeedVerdict, judge, within_round_ratio
 
 #: The verdicts of a speed change: a slowdown by the ratio rule, a tok/s slowdown no ratio settles, neither.
 REGRESSION, SUSPECT, UNCHANGED = "regression", "suspect", "unchanged"
@@ -61,8 +61,9 @@ class SpeedChange:
     tok/s (information): ``before_median`` / ``after_median``, ``ratio`` (B over A), the ``threshold``
     below which a ratio is past the factor, the rank test's ``p_value`` against ``p_max``.
     Within-run ratio: ``reference`` and its ``reference_kind`` (speed_ratios.UPSTREAM or FORK_ONLY;
-    "" when there is none), the medians of the per-round ratios in A and B (``before_vs_reference``,
-    ``after_vs_reference``), their change ``vs_reference_ratio`` (B's median over A's) and its
+    "" when there is none), each run's within-run ratio, the median of its within-round ratios
+    (harness.common.statistics.within_round_ratio, the speed stage's and the report's number) in A and B
+    (``before_vs_reference``, ``after_vs_reference``), their change ``vs_reference_ratio`` (B's median over A's) and its
     rank test's ``vs_reference_p``.  ``verdict``: REGRESSION, SUSPECT or UNCHANGED (module
     docstring), ``why`` says which evidence decided it.  ``factor``: the factor it was judged with (the
     matrix's, or the wider one of a speed rule that pairs the configuration with its reference; None in
@@ -223,7 +224,9 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
                         judged = max(wide, spread.factor) if spread is not None else wide
                         rel = compare_ratios(ra, rb, judged, p_max)
                         change.reference, change.reference_kind = ref.name, ref.kind
-                        change.before_vs_reference, change.after_vs_reference = rel.reference.median, rel.candidate.median
+                        # each run's own ratio by the one definition the speed stage judges and the report shows
+                        change.before_vs_reference = within_round_ratio(set_a[ref.name][f"{metric}_tok_s"], xa)
+                        change.after_vs_reference = within_round_ratio(set_b[ref.name][f"{metric}_tok_s"], xb)
                         change.vs_reference_ratio, change.vs_reference_p = rel.ratio, rel.p_value
                         change.factor = judged
                 change.verdict, change.why = _verdict(tok_s, rel, ref.kind if rel is not None and ref else "")

@@ -18,7 +18,9 @@ from __future__ import annotations
 import statistics as pystats
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
+from ..common.statistics import round_ratios
 from ..common.statuses import STEP_PASSED
+from ..record.bench import rule_ratio
 
 
 def cv(samples: Sequence[float]) -> float | None:
@@ -41,7 +43,7 @@ def _range(xs: Sequence[float]) -> tuple[float, float, float] | None:
 class RuleNoise:
     """One speed rule over N runs of the same builds (ratios: candidate tok/s over reference tok/s).
 
-    ``statuses``: its status per run.  ``ratios``: the ratio of the medians per run.  ``round_ratios``:
+    ``statuses``: its status per run.  ``ratios``: the rule's ratio per run (harness.record.bench.rule_ratio: the median of within-round ratios).  ``round_ratios``:
     every per-round ratio of every run.  ``p_values``: the rank test's p per run.  ``min_ratio``,
     ``factor``, ``p_max``: the rule's settings.
     """
@@ -117,11 +119,13 @@ def noise(benches: Iterable[tuple[str, dict[str, Any]]]) -> tuple[list[RuleNoise
                 platform, step, r["candidate"], r["reference"], r["metric"], float(r["min_ratio"]),
                 float(r["factor"]), float(r["p_max"])))
             rn.statuses.append(str(r.get("status")))
-            if "ratio" in r:
-                rn.ratios.append(float(r["ratio"]))
+            judged = rule_ratio(r)
+            if judged:
+                rn.ratios.append(judged.value)
                 rn.p_values.append(float(r["p_value"]))
             ref, cand = r.get("reference_tok_s") or [], r.get("candidate_tok_s") or []
-            rn.round_ratios += [c / x for x, c in zip(ref, cand) if x > 0]
+            rounds = [(x, c) for x, c in zip(ref, cand) if x > 0]
+            rn.round_ratios += round_ratios([c for _, c in rounds], [x for x, _ in rounds])
         for m in bench.get("measurements", []):
             for metric in ("pp", "tg"):
                 xs = [float(x) for x in m.get(f"{metric}_tok_s") or []]
@@ -147,7 +151,7 @@ def _pct(x: float | None) -> str:
 
 def markdown(rules: Sequence[RuleNoise], configs: Sequence[ConfigNoise]) -> str:
     """Two Markdown tables, the rules' and the configurations' noise, for docs/speed.md."""
-    lines = ["| platform | rule (step, candidate) | false alarms | ratio of medians per run | its CV | "
+    lines = ["| platform | rule (step, candidate) | false alarms | ratio per run (median of within-round ratios) | its CV | "
              "per-round ratios | their CV | smallest p | factor needed |",
              "|---|---|---:|---|---:|---|---:|---:|---:|"]
     for r in rules:

@@ -7,7 +7,8 @@ temperature).  Sample ``i`` of a ``bench.json`` measurement's ``pp_tok_s`` / ``t
 ``i`` (the stage records samples in the order taken and stops timing an engine at its first
 failure, so the first ``n`` samples of two measurements of one unit are the same ``n`` rounds).
 
-A **per-round ratio** is the candidate's sample over the reference's of the same round.  Between
+A **per-round ratio** is the candidate's sample over the reference's of the same round; their median is
+the within-run ratio, one definition for the stage and every view (harness.common.statistics.within_round_ratio).  Between
 two runs the machine moves (issue 29: upstream's unchanged build 0.76x in pp between two runs 5
 minutes apart), and a ratio cancels what moved both sides of a round alike.
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..matrix.config import Matrix
-from ..common.statistics import MIN_SAMPLES, SpeedVerdict, judge
+from ..common.statistics import MIN_SAMPLES, SpeedVerdict, judge, round_ratios  # noqa: F401 (read from here by triage)
 
 #: The kinds of reference: upstream's build in the candidate's mode, or another configuration of the fork.
 UPSTREAM, FORK_ONLY = "upstream", "fork-only"
@@ -51,17 +52,6 @@ def same_mode_upstream(matrix: Matrix) -> dict[str, str]:
             if matrix.configs[cand].build == "fork":
                 out.setdefault(cand, g.reference)
     return out
-
-
-def round_ratios(candidate: Sequence[float], reference: Sequence[float]) -> list[float]:
-    """Per-round ratios: ``candidate[i] / reference[i]`` (tok/s over tok/s) over the rounds both have.
-
-    Raises ValueError for a reference sample that is not positive (a tok/s of 0 is no measurement).
-    """
-    n = min(len(candidate), len(reference))
-    if any(float(r) <= 0 for r in reference[:n]):
-        raise ValueError(f"reference samples must be positive tok/s: {list(reference[:n])}")
-    return [float(c) / float(r) for c, r in zip(candidate[:n], reference[:n])]
 
 
 def unit_key(m: Mapping[str, Any]) -> tuple:

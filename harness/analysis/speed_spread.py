@@ -21,7 +21,6 @@ machine kept there), read once per process; :func:`measure` takes any directorie
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import permutations
@@ -32,7 +31,8 @@ from ..record.bench import bench_platforms, instrument, read_bench
 from ..record.records import RecordError
 from ..common.statuses import VERDICT
 from ..record.summary import read_run, run_dirs_under
-from .speed_ratios import interleaved, round_ratios
+from .speed_ratios import interleaved
+from ..common.statistics import within_round_ratio
 
 #: The committed runs the spreads are measured from.
 EVIDENCE = Path(__file__).resolve().parents[2] / "results" / "evidence"
@@ -86,12 +86,11 @@ def median_ratios(run_dir: Path) -> dict[tuple[str, int, str], dict[tuple[str, s
                     if ref == config:
                         continue
                     for metric in ("pp", "tg"):
-                        try:
-                            ratios = round_ratios(m.get(f"{metric}_tok_s") or [], r.get(f"{metric}_tok_s") or [])
-                        except ValueError:
+                        try:  # the one within-run ratio: the median of within-round ratios
+                            mine[(model, config, metric, ref)] = within_round_ratio(
+                                r.get(f"{metric}_tok_s") or [], m.get(f"{metric}_tok_s") or [])
+                        except ValueError:  # no round on both sides, or a reference sample of 0 tok/s
                             continue
-                        if ratios:
-                            mine[(model, config, metric, ref)] = statistics.median(ratios)
     return out
 
 

@@ -24,7 +24,9 @@ RIGHT = 20
 #: Pixels a digit of 11 px text takes, and the least room between two tick labels beside their digits.
 DIGIT_W, TICK_GAP = 7, 8
 
-#: The classes the figures use; the page embeds this once in its ``<style>``.
+#: The classes the figures use; the page embeds this once in its ``<style>``.  Colours mean verdicts only: red
+#: (``bad``, ``limit``, ``verdict-frame``, ``failed``) is a failure some check decided; the memory classes of a
+#: strip of cells (``c-*``) are blues and greys, whatever the configuration expects of them.
 CSS = """
 svg.fig { display: block; margin: 4px 0 12px; }
 svg.fig text { font: 11px system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; fill: #1f2328; }
@@ -41,8 +43,11 @@ svg.fig .bad { fill: #cf222e; stroke: #cf222e; }
 svg.fig .apart { fill: #ffffff; stroke: #6e7781; stroke-width: 1.5; }
 svg.fig .mark { stroke: #8250df; stroke-dasharray: 2 2; stroke-width: 1.5; }
 svg.fig text.mark { fill: #8250df; stroke: none; }
-svg.fig .c-pinned { fill: #1a7f37; } svg.fig .c-partial { fill: #e0a43d; } svg.fig .c-pageable { fill: #cf222e; }
-svg.fig .c-device { fill: #2f6fb0; } svg.fig .c-host { fill: #8c959f; } svg.fig .c-unknown { fill: #afb8c1; } svg.fig .c-empty { fill: #f6f8fa; }
+svg.fig .c-pinned { fill: #2f6fb0; } svg.fig .c-partial { fill: #9cc3e6; } svg.fig .c-pageable { fill: #d0d7de; }
+svg.fig .c-device { fill: #0a3069; } svg.fig .c-host { fill: #8c959f; } svg.fig .c-empty { fill: #f6f8fa; }
+svg.fig .c-unknown { fill: #ffffff; stroke: #8c959f; stroke-dasharray: 2 2; }
+svg.fig .verdict-frame { fill: none; stroke: #cf222e; stroke-width: 2; }
+svg.fig text.failed { fill: #cf222e; font-weight: 600; } svg.fig text.judged { fill: #57606a; }
 """
 
 
@@ -150,17 +155,21 @@ def line_plot(ys: Sequence[float | None], *, x_label: str, y_label: str, title: 
               apart: Sequence[bool] = (), marks: Sequence[tuple[int, str]] = ()) -> str:
     """A line plot of ``ys`` over their indexes 0..n-1 (None: a gap), dots on every point.
 
-    ``x_ticks``: (index, label) pairs to label (default: about six evenly spaced indexes).  ``limit``: a
-    dashed horizontal line (a rule's threshold); ``limit_label`` names it above the plot, off the data.
-    ``bad``: per point, drawn in the failure colour.  ``apart``: per point, drawn hollow and grey and left
-    out of the line (a point of another series).  ``marks``: (index, label) pairs marked by a dotted
-    vertical line, labelled above the plot (e.g. the first divergent token).  ``point_titles``: hover text
-    per point.  Raises ValueError when no y is known.
+    ``x_ticks``: (index, label) pairs to label below the plot (default: about six evenly spaced indexes).
+    ``limit``: a dashed horizontal line (a rule's threshold); ``limit_label`` names it in a line of its own
+    above the plot, off the data, from its left edge (a whole rule fits: about 60 characters).  ``bad``: per
+    point, drawn in the failure colour.  ``apart``: per point, drawn hollow and grey and left out of the line
+    (a point of another series).  ``marks``: (index, label) pairs marked by a dotted vertical line and a ring
+    round the point, labelled above the plot in a line below the limit's, at the first or last point too
+    (the label then runs inwards from its line: e.g. the first divergent token, "this run").
+    ``point_titles``: hover text per point.  Raises ValueError when no y is known.
     """
     known = [y for y in ys if y is not None]
     if not known:
         raise ValueError(f"line plot {title!r}: no values")
-    top, bottom = (24 if limit_label or marks else 10), height - 40
+    # one line of text above the plot for the limit's label, one for the marks' labels: never on each other
+    limit_row, mark_row = 14 if limit_label else 0, 14 if marks else 0
+    top, bottom = 10 + limit_row + mark_row, height - 40
     span = known + ([limit] if limit is not None else [])
     ticks = nice_ticks(min(span), max(span), 4)
     y_scale = Scale(ticks[0], ticks[-1], bottom, top)
@@ -186,13 +195,21 @@ def line_plot(ys: Sequence[float | None], *, x_label: str, y_label: str, title: 
         y = y_scale(limit)
         parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" class="limit"/>')
         if limit_label:
-            parts.append(f'<line x1="{WIDTH - RIGHT - 150}" y1="{top - 10}" x2="{WIDTH - RIGHT - 132}" y2="{top - 10}" '
-                         f'class="limit"/><text x="{WIDTH - RIGHT - 128}" y="{top - 6}" class="limit">'
+            row = top - mark_row - 6
+            parts.append(f'<line x1="{LEFT}" y1="{row - 4}" x2="{LEFT + 18}" y2="{row - 4}" '
+                         f'class="limit"/><text x="{LEFT + 22}" y="{row}" class="limit">'
                          f'{escape(limit_label)}</text>')
     for i, text in marks:
         x = x_scale(i)
+        # a label that would run past the plot's right edge runs leftwards from its line
+        leftwards = x + 4 + DIGIT_W * len(text) > WIDTH - RIGHT
+        anchor = ' text-anchor="end"' if leftwards else ""
         parts.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{bottom}" class="mark"/>'
-                     f'<text x="{x + 4:.1f}" y="{top - 8}" class="mark">{escape(text)}</text>')
+                     f'<text x="{x - 4 if leftwards else x + 4:.1f}" y="{top - 6}" class="mark"{anchor}>'
+                     f'{escape(text)}</text>')
+        if 0 <= i < len(ys) and ys[i] is not None:
+            parts.append(f'<circle cx="{x:.1f}" cy="{y_scale(ys[i]):.1f}" r="7" class="mark" fill="none">'
+                         f'<title>{escape(text)}</title></circle>')
     run: list[str] = []
     for i, y in enumerate(list(ys) + [None]):
         if i < len(apart) and apart[i]:
@@ -237,11 +254,13 @@ class Cell:
 
 
 def cell_strip(rows: Sequence[tuple[str, Sequence[Cell]]], *, column_label: str, title: str,
-               legend: Sequence[tuple[str, str]], notes: Sequence[str] = ()) -> str:
+               legend: Sequence[tuple[str, str]], notes: Sequence[str] = (),
+               verdicts: Sequence[tuple[str, bool]] = ()) -> str:
     """A grid of cells: one row per (label, cells), the columns numbered from 0 (e.g. layers).
 
     ``legend``: (class, text) pairs drawn above the grid; ``notes``: one text per row drawn right of it
-    (e.g. its bytes).  Raises ValueError without rows or columns.
+    (e.g. its bytes).  ``verdicts``: (text, failed) lines a check decided of what the grid shows, drawn below
+    it, a failed one in red with the grid framed red.  Raises ValueError without rows or columns.
     """
     columns = max((len(cells) for _, cells in rows), default=0)
     if not rows or not columns:
@@ -249,7 +268,7 @@ def cell_strip(rows: Sequence[tuple[str, Sequence[Cell]]], *, column_label: str,
     note_w = 200 if notes else 0
     cell_w = min(22.0, (WIDTH - LEFT - RIGHT - note_w) / columns)
     cell_h, top = 16, 26
-    height = top + len(rows) * (cell_h + 4) + 34
+    height = top + len(rows) * (cell_h + 4) + 34 + 15 * len(verdicts)
     parts = _open(WIDTH, height, title)
     x = 8
     for cls, text in legend:
@@ -270,5 +289,14 @@ def cell_strip(rows: Sequence[tuple[str, Sequence[Cell]]], *, column_label: str,
         parts.append(f'<text x="{LEFT + c * cell_w + (cell_w - 2) / 2:.1f}" y="{bottom + 10}" '
                      f'text-anchor="middle">{c}</text>')
     parts.append(f'<text x="{LEFT + columns * cell_w / 2:.1f}" y="{bottom + 26}" text-anchor="middle" '
-                 f'class="axis-label">{escape(column_label)}</text></svg>')
+                 f'class="axis-label">{escape(column_label)}</text>')
+    if any(failed for _, failed in verdicts):
+        parts.append(f'<rect x="{LEFT - 3}" y="{top - 3}" width="{columns * cell_w + 4:.1f}" '
+                     f'height="{bottom - top + 2}" class="verdict-frame"/>')
+    room = (WIDTH - 16) // DIGIT_W  # characters of 11 px bold text a line holds; a longer one is cut, whole on hover
+    for k, (text, failed) in enumerate(verdicts):
+        shown = text if len(text) <= room else text[:room - 1] + "…"
+        parts.append(f'<text x="8" y="{bottom + 44 + 15 * k}" class="{"failed" if failed else "judged"}">'
+                     f'<title>{escape(text)}</title>{escape(shown)}</text>')
+    parts.append("</svg>")
     return "".join(parts)

@@ -54,12 +54,13 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED
 from ..common.locks import RunLock
+from ..common.statistics import OF_MEDIANS, WITHIN_ROUND
 from ..common.words import size_text
 from ..record.layout import RunLayout
 from ..record.records import ComparisonRecord, RecordError, StepRecord
 from ..common.statuses import (COMPARISON, DIVERGED, GENERATION_FAILURES, KILLED, STEP, STEP_ERROR, STEP_INTERRUPTED,
                                STEP_PASSED)
-from ..record.summary_md import describe_cache, describe_cached, shown_as_reused
+from ..record.summary_md import cache_text, describe_cached, shown_as_reused
 from ..record.expectations import EXPECTATIONS_STEP
 from ..record.loads import PinLadder, read_pin_ladder
 from ..record.summary import RunSummary, read_run
@@ -459,6 +460,22 @@ def _kl_transitions(sa: RunSummary, sb: RunSummary) -> list[Transition]:
     return out
 
 
+def _one_per_comparison(comparisons: list[Transition], kl: list[Transition]) -> list[Transition]:
+    """``comparisons`` and ``kl`` transitions with each comparison counted once: a KL transition of a comparison
+    that also changed status the same way (its tokens diverged and its mean KL rose past the limit) is folded
+    into that comparison's transition, its detail appended, instead of being a second regression (8 comparisons
+    gave "12 regression(s)" before, issue 60)."""
+    by_key = {(t.platform, t.what, t.category): t for t in comparisons}
+    out = list(comparisons)
+    for t in kl:
+        same = by_key.get((t.platform, t.what, t.category))
+        if same is None:
+            out.append(t)
+        else:
+            same.detail = f"{same.detail}; {t.detail}" if same.detail else t.detail
+    return out
+
+
 def _memory_transitions(a: Path, b: Path, pin_changes: list[PinChange], sa: RunSummary,
                         sb: RunSummary) -> list[Transition]:
     """Regressions that no status shows: model buffers that moved (any load both runs have), expert layers the
@@ -608,7 +625,8 @@ def _speed_transitions(changes: list[SpeedChange]) -> list[Transition]:
             continue
         key = f"{c.config} {c.model} {c.metric}"
         summary = (f"speed {key}: {c.after_vs_reference:.3g}x {c.reference} in the run against "
-                   f"{c.before_vs_reference:.3g}x in the earlier run ({c.vs_reference_ratio:.2f}x, fails below "
+                   f"{c.before_vs_reference:.3g}x in the earlier run (each the {WITHIN_ROUND}; "
+                   f"{c.vs_reference_ratio:.2f}x, fails below "
                    f"{c.threshold:.3g}x; Mann-Whitney p {c.vs_reference_p:.2g} <= {c.p_max:g}); "
                    f"{c.after_median:.1f} against {c.before_median:.1f} tok/s")
         out.append(Transition("regression", "speed", c.platform, f"{key} tok/s", f"{c.before_median:.1f} tok/s",
@@ -650,7 +668,7 @@ def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str
     report.b_incomplete = incomplete_reasons(sb)
     report.b_killed = sb.killed
     report.same_run = a.resolve() == b.resolve()
-    report.b_cache = describe_cache(sb.cache) if sb.cache else ""
+    report.b_cache = cache_text(sb.cache, sb.steps, RunLayout(b))
     report.b_overall = sb.overall
     owner = RunLock.live_owner(b)
     if owner is not None:
@@ -659,8 +677,10 @@ def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str
     report.pin_changes = _pin_changes(a, b)
     report.speed_changes, report.speed_not_comparable = compare_speed(a, b, upstream, factors)
     report.transitions = sorted(_step_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
-                                + _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict)
-                                + _kl_transitions(sa, sb) + _memory_transitions(a, b, report.pin_changes, sa, sb)
+                                + _one_per_comparison(
+                                    _comparison_transitions(sa, sb, sig_a, sig_b, known, report.not_compared, strict),
+                                    _kl_transitions(sa, sb))
+                                + _memory_transitions(a, b, report.pin_changes, sa, sb)
                                 + _speed_transitions(report.speed_changes)
                                 + upstream_test_transitions(a, b, report.platforms, Transition), key=_order)
     report.divergences = _divergence_changes(sa, sb)
@@ -787,9 +807,9 @@ def format_report(report: TriageReport) -> str:
 def _speed_line(c: SpeedChange) -> str:
     """One speed change: tok/s in A and B, the within-run ratio to its reference in A and B, the verdict."""
     line = (f"  {c.platform}  {c.config} {c.model} {c.metric}: {c.before_median:.1f} -> {c.after_median:.1f} tok/s "
-            f"({c.ratio:.2f}x, p {c.p_value:.2g})")
+            f"({OF_MEDIANS} {c.ratio:.2f}x, p {c.p_value:.2g})")
     if c.reference:
-        line += (f"; vs {c.reference} ({c.reference_kind}): {c.before_vs_reference:.3g}x -> "
+        line += (f"; vs {c.reference} ({c.reference_kind}), {WITHIN_ROUND}: {c.before_vs_reference:.3g}x -> "
                  f"{c.after_vs_reference:.3g}x ({c.vs_reference_ratio:.2f}x, p {c.vs_reference_p:.2g})")
     else:
         line += "; no interleaved reference in both runs"

@@ -3,9 +3,8 @@
 A slowdown counts only when **both** hold, the rule airspeed velocity (asv) applies to its
 benchmark results:
 
-1. the ratio of the medians is past a factor: the candidate's median tok/s is below
-   ``min_ratio / (1 + factor)`` times the reference's (``min_ratio`` 1: "no slowdown", so with
-   the default factor 0.10 the candidate must be more than 10 % slower);
+1. the ratio is past a factor: below ``min_ratio / (1 + factor)`` (``min_ratio`` 1: "no slowdown",
+   so with the default factor 0.10 the candidate must be more than 10 % slower);
 2. a rank test agrees: the one-sided Mann-Whitney U test (``scipy.stats.mannwhitneyu``,
    ``alternative="less"``) of the candidate's samples against the reference's samples scaled
    by ``min_ratio`` gives p at most ``p_max``.
@@ -15,6 +14,15 @@ call significant given enough samples) from failing a run; the test keeps one no
 from doing so.  With 5 samples on each side the exact one-sided p is 1/252 = 0.004 when all
 five candidate samples are below all five reference samples and 2/252 = 0.008 with one pair
 out of order, so the default ``p_max`` of 0.01 asks for (almost) complete separation.
+
+Which ratio: two configurations timed in interleaved rounds (the speed stage's pairs, --confirm's builds)
+share each round's state of the machine, so their ratio is the **median of within-round ratios**
+(:func:`within_round_ratio`: candidate's sample over the reference's of the same round), the one number
+the stage judges and every view (summary, report, triage, the history) shows, named by
+:data:`WITHIN_ROUND`.  Samples that are not rounds of one set (one run's tok/s against another's)
+have no rounds in common: their ratio is the **ratio of medians** (:data:`OF_MEDIANS`).  On a loaded
+2-core machine the two differ: a run whose base sped up in its late rounds gave 0.74x as a ratio of
+medians and 0.995x as the median of within-round ratios (issue 60).
 
 Samples are tok/s (higher is faster).  Nothing here measures; harness.stages.speed.speed does.
 """
@@ -27,6 +35,33 @@ from typing import Sequence
 
 #: The fewest samples per side the rank test is run on.
 MIN_SAMPLES = 2
+#: The name of each ratio where it is shown: of two interleaved sets of rounds, and of two unpaired sets.
+WITHIN_ROUND, OF_MEDIANS = "median of within-round ratios", "ratio of medians"
+
+
+def round_ratios(candidate: Sequence[float], reference: Sequence[float]) -> list[float]:
+    """Per-round ratios: ``candidate[i] / reference[i]`` (tok/s over tok/s) over the rounds both have.
+
+    Raises ValueError for a reference sample that is not positive (a tok/s of 0 is no measurement).
+    """
+    n = min(len(candidate), len(reference))
+    if any(float(r) <= 0 for r in reference[:n]):
+        raise ValueError(f"reference samples must be positive tok/s: {list(reference[:n])}")
+    return [float(c) / float(r) for c, r in zip(candidate[:n], reference[:n])]
+
+
+def within_round_ratio(reference: Sequence[float], candidate: Sequence[float]) -> float:
+    """The ratio of two configurations timed in interleaved rounds (:data:`WITHIN_ROUND`): the median of
+    :func:`round_ratios` (sample ``i`` of each side is round ``i``), a plain number (1.0: as fast).
+
+    The one definition of a within-run speed ratio: the speed stage judges it, the summary, the report
+    and its history figure show it, triage compares it between runs.  Raises ValueError with no round on
+    both sides or a reference sample that is not positive.
+    """
+    ratios = round_ratios(candidate, reference)
+    if not ratios:
+        raise ValueError("no round on both sides")
+    return pystats.median(ratios)
 
 
 @dataclass(frozen=True)
@@ -60,7 +95,8 @@ def spread(samples: Sequence[float]) -> Spread:
 class SpeedVerdict:
     """A slowdown decision (see the module docstring).
 
-    ``ratio``: the candidate's median over the reference's (tok/s over tok/s).  ``threshold``:
+    ``ratio``: the candidate's speed over the reference's, by ``ratio_name``: :data:`WITHIN_ROUND` for
+    interleaved rounds, :data:`OF_MEDIANS` (the candidate's median over the reference's) else.  ``threshold``:
     ``min_ratio / (1 + factor)``, the ratio below which the candidate is past the factor.
     ``p_value``: the one-sided Mann-Whitney U test's p that the candidate is slower than
     ``min_ratio`` times the reference.  ``slower``: ratio below the threshold;
@@ -75,10 +111,11 @@ class SpeedVerdict:
     p_max: float
     reference: Spread
     candidate: Spread
+    ratio_name: str = OF_MEDIANS
 
     @property
     def slower(self) -> bool:
-        """The median ratio is past the factor."""
+        """The ratio is past the factor."""
         return self.ratio < self.threshold
 
     @property
@@ -100,21 +137,23 @@ class SpeedVerdict:
         return f"short of {self.min_ratio:g}x" if self.regressed else f"not short of {self.min_ratio:g}x by the rule"
 
     def describe(self) -> str:
-        """The decision in one line: both medians, the ratio against its threshold, p against p_max."""
+        """The decision in one line: both medians, the ratio (named) against its threshold, p against p_max."""
         want = "no slowdown" if self.min_ratio == 1.0 else f"at least {self.min_ratio:g}x"
         return (f"{self.candidate.median:.1f} vs {self.reference.median:.1f} tok/s (medians of "
-                f"{self.candidate.n} and {self.reference.n}): {self.ratio:.2f}x, {want} asked "
+                f"{self.candidate.n} and {self.reference.n}): {self.ratio_name} {self.ratio:.2f}x, {want} asked "
                 f"(fails below {self.threshold:.3g}x with p <= {self.p_max:g}); Mann-Whitney p = {self.p_value:.3g}")
 
 
 def judge(reference: Sequence[float], candidate: Sequence[float], min_ratio: float = 1.0, factor: float = 0.10,
-          p_max: float = 0.01) -> SpeedVerdict:
+          p_max: float = 0.01, paired: bool = False) -> SpeedVerdict:
     """Judge ``candidate`` samples against ``reference`` samples (tok/s) by the rule of the module docstring.
 
     ``min_ratio``: the candidate must reach this many times the reference's speed (1: no
     slowdown).  ``factor``: fraction past which a ratio counts (0.10: 10 %).  ``p_max``: the
-    rank test's threshold.  Returns a :class:`SpeedVerdict`.  Raises ValueError with fewer than
-    :data:`MIN_SAMPLES` samples on a side or a non-positive ``min_ratio``.
+    rank test's threshold.  ``paired``: sample ``i`` of both sides is round ``i`` of one interleaved set, and
+    the ratio is :func:`within_round_ratio`; else the ratio of the medians.  Returns a :class:`SpeedVerdict`.
+    Raises ValueError with fewer than :data:`MIN_SAMPLES` samples on a side, a non-positive ``min_ratio``,
+    or (``paired``) a reference sample that is not positive.
     """
     if len(reference) < MIN_SAMPLES or len(candidate) < MIN_SAMPLES:
         raise ValueError(f"the rank test needs at least {MIN_SAMPLES} samples per side "
@@ -128,5 +167,7 @@ def judge(reference: Sequence[float], candidate: Sequence[float], min_ratio: flo
     from scipy.stats import mannwhitneyu
 
     p = float(mannwhitneyu([float(x) for x in candidate], scaled, alternative="less").pvalue)
-    return SpeedVerdict(ratio=cand.median / ref.median, threshold=min_ratio / (1.0 + factor), min_ratio=min_ratio,
-                        factor=factor, p_value=p, p_max=p_max, reference=ref, candidate=cand)
+    ratio = within_round_ratio(reference, candidate) if paired else cand.median / ref.median
+    return SpeedVerdict(ratio=ratio, threshold=min_ratio / (1.0 + factor), min_ratio=min_ratio,
+                        factor=factor, p_value=p, p_max=p_max, reference=ref, candidate=cand,
+                        ratio_name=WITHIN_ROUND if paired else OF_MEDIANS)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..common.statistics import MIN_SAMPLES, OF_MEDIANS, WITHIN_ROUND, within_round_ratio
 from .layout import RunLayout
 
 #: Step names of the speed rules start with this: ``speed:<group>:<metric>``, config = the candidate;
@@ -136,3 +137,34 @@ def bench_measurements(data: dict[str, Any], where: str = "bench.json") -> list[
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"{where}: measurements[{i}]: {type(exc).__name__}: {exc}") from exc
     return out
+
+
+@dataclass(frozen=True)
+class RuleRatio:
+    """A speed rule's ratio as every view shows it: its ``value`` (candidate over reference, 1.0: as fast) and
+    ``name``, the definition it is (harness.common.statistics.WITHIN_ROUND or OF_MEDIANS)."""
+
+    value: float
+    name: str
+
+    def text(self, digits: int = 2) -> str:
+        """``0.99x (median of within-round ratios)``: the value and its name."""
+        return f"{self.value:.{digits}f}x ({self.name})"
+
+
+def rule_ratio(rule: dict[str, Any]) -> RuleRatio | None:
+    """The ratio of a judged speed rule of a bench.json (``rules``), None for one not judged (no ``ratio``).
+
+    Rules record the rounds of both sides (``reference_tok_s``, ``candidate_tok_s``; sample i is round i), so
+    the ratio is harness.common.statistics.within_round_ratio of them: the number the speed stage judged,
+    for records of before too.  The first records (2026-12-01/02) kept no rounds in a rule: their recorded
+    ``ratio``, a ratio of medians, named so."""
+    if rule.get("ratio") is None:
+        return None
+    ref, cand = rule.get("reference_tok_s") or [], rule.get("candidate_tok_s") or []
+    if min(len(ref), len(cand)) >= MIN_SAMPLES:
+        try:
+            return RuleRatio(within_round_ratio(ref, cand), WITHIN_ROUND)
+        except ValueError:
+            pass
+    return RuleRatio(float(rule["ratio"]), OF_MEDIANS)

@@ -5,13 +5,14 @@ first, the steps and comparisons tables, and the table per configuration a revie
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .review import review_lines
 from .verdict import ICONS, RowVerdict, count_text, failing_names, failures_first, judge
 from ..common.statuses import STEP, VERDICT
-from .records import StepRecord, ComparisonRecord
+from .records import RecordError, StepRecord, ComparisonRecord
 from .layout import RunLayout
+from .native_tests import read_test_run
 
 #: the rest is counted and stays in summary.json and the logs.
 CELL_LINES = 6
@@ -33,7 +34,9 @@ def _cell(text: str) -> str:
 
 #: What the result cache's kinds count, for people.
 CACHE_KINDS = {"generation": "generation sessions", "tests": "ctest labels", "compile": "compile steps",
-               "speed": "speed pairs"}
+               "speed": "speed pairs", "test-cases": "native tests"}
+#: How a native test's case says it came from the result cache (harness.stages.native_tests.test_cache).
+REUSED_CASE = "reused from run "
 
 
 def shown_as_reused(step: str) -> bool:
@@ -54,6 +57,35 @@ def describe_cache(counts: Mapping[str, Mapping[str, int]]) -> str:
         corrupt += events.get("corrupt", 0)
     text = ", ".join(parts)
     return text + (f"; {corrupt} corrupt entr{'y' if corrupt == 1 else 'ies'} regenerated" if corrupt else "")
+
+
+def cache_text(cache: Mapping[str, Mapping[str, int]], steps: Sequence[StepRecord], layout: RunLayout) -> str:
+    """A run's result cache line (:func:`describe_cache`) that agrees with its test rows: ``cache`` holds every
+    lookup of every command of the run (harness.record.run.Run.count_cache), a test step that a later command ran
+    again included, so its ``tests`` kind (ctest labels looked up) could read ``2 of 3 ctest labels reused`` beside
+    a test row that reused 1 label of 1.  Where the run's test steps (``test``, ``test-<tool>``) recorded their
+    runs (``tests.json`` of each, under ``layout``), that kind is counted from those records instead, as the rows
+    show them: ``1 of 1 native tests reused``, a test whose case says it came from the cache counted as reused.
+    "" for no counts (a run without the result cache)."""
+    if "tests" not in cache:
+        return describe_cache(cache)
+    reused = total = 0
+    recorded = False
+    for s in steps:
+        if not RunLayout.is_test_step(s.step):
+            continue
+        try:
+            tr = read_test_run(layout.tests_file(s.platform, s.step, "run"))
+        except (OSError, RecordError):
+            continue
+        recorded = True
+        total += len(tr.cases)
+        reused += sum(1 for c in tr.cases if c.message.startswith(REUSED_CASE))
+    if not recorded:
+        return describe_cache(cache)
+    counts = {("test-cases" if kind == "tests" else kind): dict(events) for kind, events in cache.items()}
+    counts["test-cases"] = {**counts.get("test-cases", {}), "hits": reused, "misses": total - reused}
+    return describe_cache(counts)
 
 
 def describe_cached(cached: Mapping[str, str]) -> str:
@@ -119,8 +151,9 @@ def render_markdown(view: SummaryView) -> str:
         lines += ["| platform | skipped because |", "|---|---|"]
         lines += [f"| {p} | {_cell(r)} |" for p, r in sorted(view.skipped_platforms.items())]
         lines.append("")
-    if view.cache:
-        lines += [f"Result cache (docs/cache.md): {describe_cache(view.cache)}", ""]
+    cached = cache_text(view.cache, view.steps, view.layout)
+    if cached:
+        lines += [f"Result cache (docs/cache.md): {cached}", ""]
     if view.steps:
         verdicts = [s.verdict() for s in view.steps]
         lines += ["## Steps", "", "| platform | config | step | status | verdict | time | detail |",

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ...common.statistics import judge, spread
+from ...common.statistics import OF_MEDIANS, WITHIN_ROUND, judge, spread
 from ...matrix.config import Generation, GroupSpeed, Platform, SpeedRule
 from ...matrix.platforms import cannot_run
 from ...kinds.registry import gpu_of, group_fits
@@ -578,7 +578,8 @@ def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[tuple[Unit
                               "pair": list(pairs[key].pair.configs) if key in pairs else [r.reference, rule.candidate],
                               "log": r.log_name}
     lines = [f"speed rule of group {r.group} on {p.name}: {rule.candidate} {rule.metric} tok/s at least "
-             f"{rule.min_ratio:g}x {r.reference}'s; a slowdown counts below {rule.min_ratio / (1 + rule.factor):.3g}x "
+             f"{rule.min_ratio:g}x {r.reference}'s; a slowdown counts when the {WITHIN_ROUND} is below "
+             f"{rule.min_ratio / (1 + rule.factor):.3g}x "
              f"with one-sided Mann-Whitney U p <= {rule.p_max:g}",
              f"model {r.unit.model}, {r.unit.n_prompt} prompt tokens and {r.unit.n_gen} generated per request, "
              f"{r.unit.repeats} rounds interleaved ({' and '.join(record['pair'])}, the first one first in odd rounds)"]
@@ -594,10 +595,10 @@ def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[tuple[Unit
         detail = "; ".join(dict.fromkeys(f.text() for f in failures)) or "too few samples"
         detail = f"{rule.metric} not measured ({r.unit.model}): {detail}"
     else:
-        verdict = judge(samples[0], samples[1], rule.min_ratio, rule.factor, rule.p_max)
+        verdict = judge(samples[0], samples[1], rule.min_ratio, rule.factor, rule.p_max, paired=True)
         status = STEP_FAILED if verdict.regressed else STEP_PASSED
         detail = f"{rule.metric} {r.unit.model}: {verdict.outcome()}: {verdict.describe()} vs {r.reference}"
-        record.update(ratio=verdict.ratio, threshold=verdict.threshold, p_value=verdict.p_value,
+        record.update(ratio=verdict.ratio, ratio_name=verdict.ratio_name, threshold=verdict.threshold, p_value=verdict.p_value,
                       reference_spread=asdict(verdict.reference), candidate_spread=asdict(verdict.candidate))
     lines.append(f"{status}: {detail}")
     timings = completion or {}
@@ -607,8 +608,8 @@ def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[tuple[Unit
     if ref_t.get(metric_key) and cand_t.get(metric_key):
         lines.append(f"cross-check, llama-completion's own {rule.metric} tok/s in this run's comparisons (other prompts "
                      f"and token counts; common_perf_print, medians of {cand_t['runs']} and {ref_t['runs']} runs): "
-                     f"{cand_t[metric_key]:.1f} vs {ref_t[metric_key]:.1f}, "
-                     f"{cand_t[metric_key] / ref_t[metric_key]:.2f}x")
+                     f"{cand_t[metric_key]:.1f} vs {ref_t[metric_key]:.1f}, {OF_MEDIANS} "
+                     f"{cand_t[metric_key] / ref_t[metric_key]:.2f}x (no rounds in common)")
     record.update(status=status, detail=detail)
     cached = pairs[key].cached if key in pairs else ""
     if cached:
