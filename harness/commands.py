@@ -33,6 +33,18 @@ def stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+def stage_run_kind(args: argparse.Namespace) -> str:
+    """The kind a stage command's run records (harness.common.statuses.RUN_KINDS): ``args.run_kind`` where the
+    caller set one (a bisect point sets ``RUN_BISECT``); else ``RUN_SERIES`` when ``--patches-dir`` is another
+    directory than the ``patches/`` beside ``--matrix`` (a planted fault, an experiment), ``RUN_FORK`` when it
+    is that one: the fork on its own series."""
+    from .common.statuses import RUN_FORK, RUN_SERIES
+    if getattr(args, "run_kind", None):
+        return str(args.run_kind)
+    own = args.matrix.absolute().parent / "patches"
+    return RUN_FORK if args.patches_dir.resolve() == own.resolve() else RUN_SERIES
+
+
 def run_stages(args: argparse.Namespace) -> int:
     """``build test compare-outputs``: run ``args.stages``; the exit code of the run's verdict
     (harness.common.errors)."""
@@ -65,7 +77,7 @@ def run_stages(args: argparse.Namespace) -> int:
         if problem is not None:
             raise problem
     with proc.handle_signals():
-        run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
+        run = Run.open(args.results_dir, args.run_id, argv=sys.argv, kind=stage_run_kind(args))
         try:
             # with --json, standard output holds the JSON alone: the console's lines go to standard error
             with stdout_to_stderr() if getattr(args, "json", False) else contextlib.nullcontext():

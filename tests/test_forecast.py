@@ -18,7 +18,10 @@ from harness.analysis.forecast import (ForecastError, forecast_markdown, parse_o
                                       without_left_out_tests)
 from harness.analysis.forecast_patches import PatchOutcome, conflict_regions, try_series
 from harness.matrix.config import load_matrix
+from harness.common.statuses import RUN_FORECAST
 from harness.record.forecast import ForecastRecord
+from harness.record.inputs import read_run_info
+from harness.record.layout import RunLayout
 from harness.record.records import ComparisonRecord, StepRecord
 from harness.analysis.report import render_html
 from harness.common.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PASSED
@@ -156,6 +159,7 @@ def test_patches_only_forecast_writes_the_report_and_exits_failed_on_a_conflict(
     md = (run_dir / "forecast.md").read_text()
     assert "line 20 (upstream rewrite)" in md and "| 2 | mark-line-20-of-the-notes.patch | ❌ conflict |" in md
     assert 'id="forecast"' in render_html(run_dir)
+    assert read_run_info(RunLayout(run_dir).run_json).kind == RUN_FORECAST  # never the fork's history
 
 
 def test_a_source_that_is_not_there_is_bad_input(drift: DriftProject):

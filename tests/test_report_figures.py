@@ -10,8 +10,9 @@ import pytest
 from harness.analysis import report_figures, svg
 from harness.analysis.report import render_html
 from harness.record.records import ComparisonRecord
-from harness.analysis.report_figures import (checkout_series, kl_figure, probe_figure, recorded_series, rule_history,
+from harness.analysis.report_figures import (checkout_series, kl_figure, probe_figure, rule_history,
                                              rule_history_figures, speed_pair_figures)
+from harness.analysis.run_choice import recorded_series
 from harness.record.bench import read_bench
 from harness.record.summary import run_dirs_under
 

@@ -477,7 +477,7 @@ def test_run_ids_default_pair_and_unknown_run(runs, capsys):
     assert cli.main(["triage", "20990101T000000Z-zzzz", "--results-dir", str(root)]) == 2
     err = capsys.readouterr().err
     assert "unknown run '20990101T000000Z-zzzz'" in err and c.id in err
-    with pytest.raises(run_choice.TriageInputError, match="no run before"):
+    with pytest.raises(run_choice.TriageInputError, match="no fork run before"):
         previous_run(a.dir, root)
 
 

@@ -47,7 +47,7 @@ from ..record.forecast import ForecastRecord, ForecastStage, UpstreamComparison
 from ..record.json_files import write_json
 from ..record.layout import BUILD_FILES, RunLayout
 from ..record.records import ComparisonRecord, StepRecord
-from ..common.statuses import IDENTICAL, PATCH, STEP, VERDICT_EXIT_CODES
+from ..common.statuses import IDENTICAL, PATCH, RUN_FORECAST, STEP, VERDICT_EXIT_CODES
 from ..stages.command_names import STAGE_COMMANDS
 from ..stages.building.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
 from ..common.locks import Rank, exclusive
@@ -518,7 +518,7 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
     opts = stage_options(args, platforms=platforms, groups=groups, work_dir=work, patches_dir=work / "patches")
     stages = [] if args.patches_only else list(STAGE_COMMANDS)
     with proc.handle_signals():
-        run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
+        run = Run.open(args.results_dir, args.run_id, argv=sys.argv, kind=RUN_FORECAST)
         try:
             if stages:
                 try:

@@ -23,12 +23,16 @@ from ..record.layout import RunLayout
 from ..record.probe import ProbeError, read_probe
 from ..record.records import ComparisonRecord
 from ..record.summary import run_dirs_under
-from .run_choice import _started, recorded_series, same_series
+from .run_choice import _started, run_kind
 from .svg import Cell, cell_strip, line_plot, strip_plot
-from ..common.statuses import STEP_FAILED
+from ..common.statuses import RUN_FORK, RUN_SERIES, STEP_FAILED
 
 #: Most runs a rule's history shows (the newest).
 HISTORY_RUNS = 60
+
+#: The kinds of run a rule's history shows (harness.common.statuses.RUN_KINDS): the fork's own runs on its line,
+#: runs of another series (planted faults) apart; forecasts, rolls and bisect points are left out.
+HISTORY_KINDS = (RUN_FORK, RUN_SERIES)
 
 
 def _figure(caption: str, svg: str) -> str:
@@ -113,8 +117,8 @@ class HistoryLine:
 @dataclass(frozen=True)
 class HistoryPoint:
     """One run's record of a rule: the run's id and start (ISO 8601), the rule record of its bench.json, and
-    whether the run built the series the history is of (False: another patch series, e.g. a planted fault or
-    a forecast; None: the run recorded no series)."""
+    whether the run is one of the fork's own (harness.analysis.run_choice.run_kind ``fork``; False: another
+    patch series, e.g. a planted fault)."""
 
     run: str
     started: str
@@ -149,9 +153,10 @@ def rule_history(results_dir: Path, platform: str, series: str | None = None
                  ) -> dict[HistoryLine, list[HistoryPoint]]:
     """Per line of a speed rule of ``platform`` (:class:`HistoryLine`: rule, model, tokens, instrument,
     machine), the runs under ``results_dir`` (at any depth) that recorded it, oldest first, at most
-    :data:`HISTORY_RUNS` of them.  ``series``: the digest of the patch series the history is of (e.g.
-    :func:`checkout_series`); a run of another series (:func:`recorded_series`) is kept with
-    ``same_series`` False, for the figure to draw apart; None: every run counts as the same series."""
+    :data:`HISTORY_RUNS` of them, of the kinds :data:`HISTORY_KINDS` (harness.analysis.run_choice.run_kind): a
+    ``series`` run is kept with ``same_series`` False, for the figure to draw apart.  ``series``: the digest of
+    the fork's patch series (e.g. :func:`checkout_series`), which tells a run recorded before runs had kinds
+    that built another series; None: every such run is the fork's."""
     runs = sorted(run_dirs_under(results_dir), key=lambda d: (_when(d), d.name))
     out: dict[HistoryLine, list[HistoryPoint]] = {}
     for run in runs:
@@ -160,7 +165,10 @@ def rule_history(results_dir: Path, platform: str, series: str | None = None
             continue
         machine = json.dumps(bench.get("machine") or {}, sort_keys=True)
         words = machine_text(bench.get("machine") or {})
-        same = same_series(series, recorded_series(run, platform)) if series is not None else None
+        kind = run_kind(run, None if series is None else {platform: series})
+        if kind not in HISTORY_KINDS:
+            continue
+        same = kind == RUN_FORK
         for rule in bench.get("rules") or []:
             if isinstance(rule, dict) and rule.get("step") and rule.get("candidate"):
                 n_prompt, n_gen = _tokens(bench, rule)

@@ -27,6 +27,7 @@ import yaml
 
 from ..common.errors import EXIT_PASSED
 from ..common.fs import sha256_file
+from ..common.statuses import RUN_ROLL
 from ..matrix.config import CHECKOUT, Matrix, load_matrix
 from ..matrix.pin import rewrite_yaml
 from ..stages.building.patches import SERIES_FILE, export_series, series_digest
@@ -226,7 +227,7 @@ def verify_and_record(state: State, args: argparse.Namespace, say: Callable[[str
     rc = EXIT_PASSED
     if getattr(args, "no_verify", False):
         from ..record.run import Run
-        run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
+        run = Run.open(args.results_dir, args.run_id, argv=sys.argv, kind=RUN_ROLL)
         try:
             run.write_summary()
             record.not_verified = "the main job was not run (--no-verify)"
@@ -271,7 +272,7 @@ def verify(record: Any, args: argparse.Namespace, *, matrix_path: Path, old: Bas
     opts = stage_options(args, platforms=platforms, groups=groups)
     started = time.monotonic()
     with proc.handle_signals():
-        run = Run.open(args.results_dir, args.run_id, argv=sys.argv)
+        run = Run.open(args.results_dir, args.run_id, argv=sys.argv, kind=RUN_ROLL)
         try:
             try:
                 settle_killed(run.root, run.dir, say)

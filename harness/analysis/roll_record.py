@@ -22,7 +22,7 @@ from typing import Any
 
 from ..record.forecast import HunkConflict
 from ..record.json_files import write_json
-from ..common.statuses import IDENTICAL, STEP, VERDICT_PASSED
+from ..common.statuses import IDENTICAL, RUN_FORK, STEP, VERDICT_PASSED
 from ..stages.building.source import BaseTree
 from .roll_state import OUTCOMES, SKIPPED_BY_HAND
 
@@ -283,16 +283,18 @@ def write_stopped(state: Any, path: Path) -> Path:
 
 
 def runs_of_pin(results_dir: Path, commit: str) -> list[Path]:
-    """The runs under ``results_dir`` whose every platform built ``commit`` as its base (its environment.json,
-    harness.record.environment) and that passed, newest first."""
+    """The fork's runs under ``results_dir`` (harness.analysis.run_choice.run_kind) whose every platform built
+    ``commit`` as its base (its environment.json, harness.record.environment) and that passed, newest first."""
     from ..record.environment import read_environment
     from ..record.layout import RunLayout
     from ..record.records import RecordError
     from ..record.summary import read_run
-    from .run_choice import known_runs
+    from .run_choice import known_runs, run_kind
     found = []
     for d in reversed(known_runs(results_dir)):
         try:
+            if run_kind(d) != RUN_FORK:
+                continue
             run = read_run(d)
             envs = [RunLayout(d).environment_json(p) for p in sorted(run.covered_platforms())]
             if envs and {read_environment(e).base_commit for e in envs} == {commit} and run.overall == VERDICT_PASSED:

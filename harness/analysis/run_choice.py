@@ -1,17 +1,19 @@
 """Which runs triage compares: a run named by id, directory or ``latest`` (:func:`resolve_run`), the runs of a
-results directory by start time (:func:`known_runs`), and the run before one that covers its platforms and groups
-with the same patch series (:func:`previous_run`), with why an earlier run is not comparable.
+results directory by start time (:func:`known_runs`), what a run is (:func:`run_kind`: only ``fork`` runs are the
+fork's history), and the fork's run before one that covers its platforms and groups (:func:`previous_run`), with
+why an earlier run is not comparable.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Mapping
 
 from ..common.errors import InputError
 from ..record.layout import BUILD_FILES, RunLayout
 from ..record.records import RecordError
-from ..common.statuses import STEP_INTERRUPTED, VERDICT_INCOMPLETE
+from ..common.statuses import RUN_FORECAST, RUN_FORK, RUN_SERIES, STEP_INTERRUPTED, VERDICT_INCOMPLETE
 from ..record.environment import read_environment
 from ..record.inputs import read_run_info
 from ..record.summary import RunSummary, read_run
@@ -173,28 +175,55 @@ def _groups(run_dir: Path) -> set[str]:
     return groups | {s.step.split(":")[1] for s in summary.steps if s.step.startswith("speed:") and s.step.count(":") >= 2}
 
 
-def _why_not_comparable(a: Path, b: Path, platforms: set[str], groups: set[str]) -> str:
-    """Why run ``a`` is no earlier state of run ``b`` ("" where it is one): it does not cover b's platforms
-    or groups, or built another patch series on one of them (a planted fault, a forecast)."""
+def run_kind(run_dir: Path, series: Mapping[str, str | None] | None = None) -> str:
+    """What the run in ``run_dir`` is (harness.common.statuses.RUN_KINDS): the ``kind`` its run.json records.
+
+    A run recorded before runs had kinds (run.json without ``kind``, or none) is read as a ``forecast`` where it
+    holds forecast.json, as ``series`` where ``series`` (platform -> the digest of the series the caller takes as
+    the fork's own, :func:`recorded_series`) names a platform on which the run recorded another series (the
+    planted faults of results/evidence/), and as ``fork`` otherwise.  Raises RecordError naming run.json when it
+    is not a run record."""
+    try:
+        kind = read_run_info(RunLayout(run_dir).run_json).kind
+    except FileNotFoundError:
+        kind = None
+    if kind is not None:
+        return kind
+    if RunLayout(run_dir).forecast_json.is_file():
+        return RUN_FORECAST
+    if any(same_series(digest, recorded_series(run_dir, p)) is False for p, digest in (series or {}).items()):
+        return RUN_SERIES
+    return RUN_FORK
+
+
+def _why_not_comparable(a: Path, platforms: set[str], groups: set[str], series: Mapping[str, str | None]) -> str:
+    """Why run ``a`` is no earlier state of the fork's run that covers ``platforms`` and ``groups`` ("" where it
+    is one): it is not a ``fork`` run (:func:`run_kind`; ``series``: the series that run recorded, for runs
+    without a kind), or it does not cover those platforms or groups."""
+    try:
+        kind = run_kind(a, series)
+    except RecordError as exc:
+        raise TriageInputError(str(exc)) from None
+    if kind != RUN_FORK:
+        return f"{kind} runs, not the fork's"
     if not platforms <= _covered(a):
-        return "platforms"
+        return "of other platforms"
     if not groups <= _groups(a):
-        return "groups"
-    if any(same_series(recorded_series(a, p), recorded_series(b, p)) is False for p in platforms):
-        return "series"
+        return "of other groups"
     return ""
 
 
 def previous_run(b: Path, results_dir: Path) -> Path:
-    """The newest run before ``b`` (in :func:`known_runs` order) of the same patch series that covers b's
-    platforms and comparison groups: the earlier state of what ``b`` checked.
+    """The newest ``fork`` run before ``b`` (in :func:`known_runs` order) that covers b's platforms and comparison
+    groups: the earlier state of what ``b`` checked.
 
-    "Covers" means it ran a superset of the platforms and groups b ran (:func:`_groups`); "the same series"
-    that where both recorded the series they built on a platform (:func:`recorded_series`), it is one, so a
-    planted fault or a forecast beside the run is never its baseline.  Raises TriageInputError when there is
-    none, saying how many earlier runs were passed over and why.
+    "Covers" means it ran a superset of the platforms and groups b ran (:func:`_groups`); only the fork's own
+    runs count (:func:`run_kind`), whatever ``b`` is, so a planted fault, a forecast, a roll or a bisect point
+    beside the run is never its baseline.  Raises TriageInputError when there is none, saying how many earlier
+    runs were passed over and why.
     """
     wanted, groups = _covered(b), _groups(b)
+    series = {p: recorded_series(b, p) for p in wanted}
     runs = known_runs(results_dir)
     names = [r.resolve() for r in runs]
     earlier = runs[:names.index(b.resolve())] if b.resolve() in names else runs
@@ -202,11 +231,11 @@ def previous_run(b: Path, results_dir: Path) -> Path:
     for run in reversed(earlier):
         if run.resolve() == b.resolve():
             continue
-        why = _why_not_comparable(run, b, wanted, groups)
+        why = _why_not_comparable(run, wanted, groups, series)
         if not why:
             return run.resolve()
         passed_over[why] = passed_over.get(why, 0) + 1
-    over = "; ".join(f"{n} of other {why}" for why, n in sorted(passed_over.items()))
-    raise TriageInputError(f"no run before {b.name} in {results_dir} of the same patch series covers its platforms "
+    over = "; ".join(f"{n} {why}" for why, n in sorted(passed_over.items()))
+    raise TriageInputError(f"no fork run before {b.name} in {results_dir} covers its platforms "
                            f"({', '.join(sorted(wanted)) or 'none'}) and groups ({', '.join(sorted(groups)) or 'none'})"
                            f"{f' ({over})' if over else ''}; name two runs to compare")

@@ -177,3 +177,24 @@ IDENTICAL, DIVERGED, CRASHED, TIMEOUT, UNSUPPORTED_UPSTREAM = (
 #: comparison reports them when both happened (harness.stages.outputs.compare.compare_outputs); also the
 #: ``kind`` of an engine's error (harness.stages.outputs.engine.EngineError).
 GENERATION_FAILURES = (CRASHED, TIMEOUT)
+
+#: What a run is, as its run.json records it (``kind``, harness.record.run.Run): the fork on its own series (the
+#: ``patches/`` beside its matrix file), a forecast onto another upstream commit (harness.analysis.forecast), a
+#: roll's verifying run (harness.analysis.roll_pin), one point of a bisect, or another series (``--patches-dir``
+#: elsewhere: a planted fault, an experiment).  Only ``fork`` runs are the fork's history: the rule-history
+#: figure, triage's previous run and the report's Changes choose by kind (harness.analysis.run_choice).
+RUN_KINDS = {
+    "fork": "the fork on its own series (the patches/ beside its matrix file)",
+    "forecast": "a forecast: the series onto another upstream commit (nox -s forecast)",
+    "roll": "a roll's verifying run on the new upstream pin (nox -s roll)",
+    "bisect": "one point of a bisect: part of the series, or the series on another upstream commit",
+    "series": "another patch series (--patches-dir other than the patches/ beside the matrix file)",
+}
+RUN_FORK, RUN_FORECAST, RUN_ROLL, RUN_BISECT, RUN_SERIES = RUN_KINDS
+
+
+def check_run_kind(kind: str) -> str:
+    """``kind`` when it is one of :data:`RUN_KINDS`; raises ValueError listing them otherwise."""
+    if kind not in RUN_KINDS:
+        raise ValueError(f"run kind {kind!r} not in {tuple(RUN_KINDS)}")
+    return kind

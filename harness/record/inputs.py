@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..common.statuses import check_run_kind
 from .json_files import read_record_json
 from .records import RecordError
 
@@ -35,23 +36,29 @@ class RunCommand:
 
 @dataclass(frozen=True)
 class RunInfo:
-    """A run's ``run.json``: ``run_id``, when it ``started`` (ISO 8601 UTC; "" where not recorded) and the
-    ``commands`` that ran it, in order (a later stage continuing the run adds one)."""
+    """A run's ``run.json``: ``run_id``, when it ``started`` (ISO 8601 UTC; "" where not recorded), the
+    ``commands`` that ran it, in order (a later stage continuing the run adds one), and its ``kind``
+    (harness.common.statuses.RUN_KINDS; None for a run recorded before runs had kinds:
+    harness.analysis.run_choice.run_kind decides those)."""
 
     run_id: str
     started: str
     commands: tuple[RunCommand, ...] = ()
+    kind: str | None = None
 
 
 def read_run_info(path: Path) -> RunInfo:
     """The run record at ``path`` (harness.record.layout.RunLayout.run_json).  Raises FileNotFoundError naming the
-    file when there is none, RecordError naming it when it is not JSON or not of the shape of :class:`RunInfo`."""
+    file when there is none, RecordError naming it when it is not JSON or not of the shape of :class:`RunInfo`
+    (a ``kind`` not among harness.common.statuses.RUN_KINDS included)."""
     data = _object(path, "no run.json; is this a run directory?", "a run record")
     try:
+        kind = data.get("kind")
         return RunInfo(str(data.get("run_id") or ""), str(data.get("started") or ""),
                        tuple(RunCommand(tuple(str(a) for a in c.get("argv") or []), str(c.get("started") or ""))
-                             for c in data.get("commands") or []))
-    except (AttributeError, TypeError) as exc:
+                             for c in data.get("commands") or []),
+                       None if kind is None else check_run_kind(kind))
+    except (AttributeError, TypeError, ValueError) as exc:
         raise RecordError.at(path, f"not a run record ({exc})") from None
 
 

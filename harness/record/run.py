@@ -19,7 +19,8 @@ from ..common.errors import InputError
 from ..common.fs import describe, writable_dir, write_text_whole
 from ..common.locks import RunInUse, RunLock
 from .run_id import RUN_ID_ENV, chain_alive, current_chain, new_run_id
-from ..common.statuses import KILLED, STEP, VERDICT_FAILED, VERDICT_INCOMPLETE, VERDICT_PASSED, VERDICT_SKIPPED
+from ..common.statuses import (KILLED, STEP, VERDICT_FAILED, VERDICT_INCOMPLETE, VERDICT_PASSED, VERDICT_SKIPPED,
+                                RUN_FORK, check_run_kind)
 from .records import RECORD_VERSION, StepRecord, ComparisonRecord
 from .layout import RunLayout
 from .json_files import load_records, judged_json, write_json
@@ -54,9 +55,13 @@ CHAIN_WAIT_S = 30.0
 
 
 class Run:
-    """An open results directory; records steps and comparisons and keeps the summary current."""
+    """An open results directory; records steps and comparisons and keeps the summary current.  ``kind``: what
+    the run is (harness.common.statuses.RUN_KINDS), written into a new run's run.json; a command continuing a run
+    of another recorded kind is refused (InputError)."""
 
-    def __init__(self, root: Path, run_id: str, *, create: bool = True, argv: Iterable[str] = ()):
+    def __init__(self, root: Path, run_id: str, *, create: bool = True, argv: Iterable[str] = (),
+                 kind: str = RUN_FORK):
+        self.kind = check_run_kind(kind)
         self.root = root
         self.id = run_id
         self.dir = root / run_id
@@ -77,7 +82,7 @@ class Run:
         if create and not self.dir.exists():
             self.dir.mkdir(parents=True, exist_ok=False)
             self._own()
-            write_json(self.layout.run_json, {"run_id": run_id, "started": now,
+            write_json(self.layout.run_json, {"run_id": run_id, "kind": kind, "started": now,
                                                "commands": [{"argv": list(argv), "started": now}]})
             self._point_latest()
         elif self.dir.exists():
@@ -89,6 +94,10 @@ class Run:
             if create and self.layout.run_json.exists():
                 # a later stage continues the run (HARNESS_RUN_ID or --run-id): record its command too
                 info = json.loads(self.layout.run_json.read_text(encoding="utf-8"))
+                if info.get("kind") not in (None, kind):
+                    self.close()
+                    raise InputError(f"run {run_id} is a {info['kind']} run ({self.layout.run_json}); this command "
+                                     f"runs a {kind} run: choose another --run-id (or HARNESS_RUN_ID)")
                 info.setdefault("commands", []).append({"argv": list(argv), "started": now})
                 write_json(self.layout.run_json, info)
 
@@ -133,8 +142,14 @@ class Run:
             self._lock = None
 
     @classmethod
-    def open(cls, root: Path, run_id: str | None = None, argv: Iterable[str] = ()) -> "Run":
-        """Open run ``run_id`` under ``root`` (continuing it if it exists) or start a new one.
+    def open(cls, root: Path, run_id: str | None = None, argv: Iterable[str] = (), *,
+             kind: str = RUN_FORK) -> "Run":
+        """Open run ``run_id`` under ``root`` (continuing it if it exists) or start a new one of ``kind``.
+
+        ``kind`` (harness.common.statuses: ``RUN_FORK``, the default, ``RUN_FORECAST``, ``RUN_ROLL``,
+        ``RUN_BISECT``, ``RUN_SERIES``) is what the caller creates: run.json records it, and only ``fork`` runs are the fork's
+        history (harness.analysis.run_choice).  A run continued with another kind than it recorded is refused
+        (InputError); ValueError for a kind not declared.
 
         Several stages of one invocation (``nox -s build test compare-outputs``)
         share a run through the HARNESS_RUN_ID environment variable, one
@@ -146,7 +161,7 @@ class Run:
             run_id = os.environ.get(RUN_ID_ENV)
         run_id = new_run_id() if run_id is None else run_id
         check_run_id(run_id)  # an empty --run-id or HARNESS_RUN_ID is refused as any name that is not plain
-        return cls(root, run_id, argv=argv)
+        return cls(root, run_id, argv=argv, kind=kind)
 
     def _point_latest(self) -> None:
         link = self.root / "latest"
@@ -253,7 +268,7 @@ class Run:
 
     def headline(self) -> str:
         """The verdict with what it does not cover and what failed, e.g. ``failed (2 platforms skipped): p fork
-        build (failed)`` (:meth:`SummaryView.headline`)."""
+        build: patch x.patch does not apply`` (:meth:`SummaryView.headline`)."""
         return self.summary_view().headline()
 
     def begin(self, command: str, to_run: Iterable[str], token: str) -> None:
