@@ -842,8 +842,8 @@ def against_run(spec: str, run_dir: Path, results_dir: Path) -> Path:
 def run(args: argparse.Namespace) -> int:
     """``python -m harness report [RUN] [--markdown] [--against RUN] [--results-dir DIR] [--out FILE]``.
 
-    Writes the run's report.html (RUN: id, directory or ``latest``, the default) and its summary.md, both
-    rendered again from its summary.json (a committed run too), and prints the report's path; with ``--markdown`` prints the Markdown summary to stdout and the path to
+    Writes the run's report.html (RUN: id, directory or ``latest``, the default), its summary.md and its JUnit
+    (``junit/``, harness.record.junit), all rendered again from its summary.json (a committed run too), and prints the report's path; with ``--markdown`` prints the Markdown summary to stdout and the path to
     stderr.  ``--against`` adds changes since an earlier run (``previous``: the newest
     earlier run covering the same platforms).  Returns 0; raises harness.common.errors.InputError
     subclasses (exit code 2 through harness.cli) for a run that does not exist.
@@ -859,6 +859,10 @@ def run(args: argparse.Namespace) -> int:
     if baseline == PREVIOUS:
         baseline = default_baseline(run_dir)
     write_summary_md(run_dir)
+    from ..record.junit import write_run_junit
+    from ..stages.table import steps_of_role
+    data = read_run(run_dir)
+    write_run_junit(run_dir, data.steps, data.comparisons, steps_of_role("checks"))
     md = markdown_summary(run_dir, baseline) if args.markdown else None
     if md is not None:
         print(md)
