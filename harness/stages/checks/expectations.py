@@ -245,12 +245,14 @@ def _step(layout: RunLayout, platform: Platform, config: RunConfig, loads: list[
 
 def check(ctx: CheckContext) -> Iterable[StepRecord]:
     """The ``expectations`` step of every configuration of ``ctx.configs`` that has a generate step on
-    ``ctx.platform`` (a check of harness.stages.checks.checks)."""
+    ``ctx.platform`` (a check of harness.stages.checks.checks); ``skipped`` where that step generated nothing (it
+    was skipped and names no failed generation).  A generate step skipped because a prompt failed on upstream's
+    build too (``unsupported-upstream``) still checks the loads of the other prompts."""
     for name in ctx.configs:
         generate = ctx.run.step(ctx.platform.name, name, "generate")
         if generate is None or name not in ctx.matrix.configs:
             continue
-        if generate.status == STEP_SKIPPED:
+        if generate.status == STEP_SKIPPED and not generate.failures:  # nothing generated: nothing to check
             yield StepRecord(ctx.platform.name, name, STEP_NAME, STEP_SKIPPED,
                              detail=f"generate step skipped: {generate.detail}")
             continue
