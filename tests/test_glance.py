@@ -1,7 +1,7 @@
 """The fork at a glance (harness.record.glance): the first panel of report.html and summary.md, per platform each
 measure of the fork's purpose with its rule and the verdict recorded for it, then what did not run and why.
 
-Rendered from committed H100 runs (results/evidence/: gpu1-20261204T073536Z passed; gpu1-20261205T030752Z was
+Rendered from committed H200 runs (results/evidence/: gpu1-20261204T073536Z passed; gpu1-20261205T030752Z was
 interrupted in racecheck) and from runs of the fake project with a planted fault (tests/fake_upstream.py: a crash
 of the fork on one prompt; a probe that finds the mapped weights in anonymous memory), in Python and in headless
 Chromium, whose DOM is read for the panel, the step that did not finish and the colours of the verdicts.
