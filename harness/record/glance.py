@@ -189,11 +189,11 @@ def _expectation_rows(layout: RunLayout, platform: str, steps: Sequence[StepReco
             subject = f"{s.config} ({model})"
             experts = "; ".join(f"{r}: {t}" for r, t in rule.get("experts") or ()) or "not checked"
             placed = _finding_verdict(findings, ("placement",)) or RowVerdict(NOT_RUN, "no placement finding")
-            rows.append(Measure(EXPERTS, subject, layers_by_type_text(load.facts.get("layers") or {}) or "–",
+            rows.append(Measure(EXPERTS, subject, layers_by_type_text(load.facts.get("layers") or {}) or "no expert layer probed",
                                 f"layers {experts}", placed))
             locked, claimed = load.facts.get("page_locked_bytes"), load.facts.get("claimed_granted_bytes")
             value = (f"driver {size_text(int(locked))}, claimed {size_text(int(claimed or 0))}"
-                     if isinstance(locked, int) else "–")
+                     if isinstance(locked, int) else "no page-locked bytes probed")
             pinned = (_finding_verdict(findings, ("pinned", "claims", "warnings"))
                       or RowVerdict(NOT_RUN, "no pinning finding"))
             rows.append(Measure(PAGE_LOCKED, subject, value,
