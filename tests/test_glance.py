@@ -270,3 +270,19 @@ def test_a_prompt_that_crashes_upstream_too_leaves_the_other_prompts_judged(tmp_
     checked = {s.config: (s.status, s.detail) for s in data.steps if s.step == "expectations"}
     assert {c: status for c, (status, _) in checked.items()} == {"base": "passed", "fork": "passed"}
     assert all("in 4 load(s)" in detail for _, detail in checked.values())
+
+
+def test_a_speed_rule_that_failed_without_a_measurement_fails_its_measures_never_reads_as_not_asked(tmp_path):
+    """A rule step whose engine could not be measured (status ``error``, no rule in bench.json): the speed
+    measures show that step and its verdict, not "not run: --no-bench"."""
+    from harness.record.records import StepRecord
+    from harness.record.run import Run
+    run = Run.open(tmp_path / "results", "r1")
+    run.record_step(StepRecord(CUDA, "cuda-pin-all", "generate", "passed", 1.0, "all generations ran"))
+    run.record_step(StepRecord(CUDA, "cuda-pin-all", "speed:cuda-pin-routes:pp", "error", 1.0,
+                               "the engine ended before its first round (SIGSEGV)"))
+    run.write_summary()
+    rows = _rows(run.dir)
+    for m in (PINNED_PREFILL, FORK_VS_UPSTREAM):
+        assert [(r.verdict.verdict, r.subject) for r in rows[m]] == \
+            [(FAILS, "linux-x86_64-cuda cuda-pin-all speed:cuda-pin-routes:pp")]

@@ -67,13 +67,15 @@ _FINDING_VERDICT = {FINDING_PASSED: PASSES, FINDING_FAILED: FAILS}
 @dataclass(frozen=True)
 class Measure:
     """One row of the panel: the ``measure`` (one of :data:`MEASURES`), its ``subject`` (the configurations and
-    model, the tool), the ``value`` measured, the ``rule`` it is held to and the ``verdict`` recorded for it."""
+    model, the tool), the ``value`` measured, the ``rule`` it is held to and the ``verdict`` recorded for it;
+    ``source``: the step it renders, where one (harness.record.verdict.step_name)."""
 
     measure: str
     subject: str
     value: str
     rule: str
     verdict: RowVerdict
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ def _speed_rows(layout: RunLayout, platform: str, steps: Sequence[StepRecord]) -
         else:
             value, why = step.detail, f"at least {rule.get('min_ratio', 1):g}x asked"
         rows.append(Measure(measure, f"{metric}: {cand} vs {ref} ({rule.get('model', '?')})", value, why,
-                            step.verdict()))
+                            step.verdict(), step_name(step)))
     return rows
 
 
@@ -274,8 +276,13 @@ def build_glance(layout: RunLayout, steps: Sequence[StepRecord], skipped_platfor
         rows = (_speed_rows(layout, p, steps) + _expectation_rows(layout, p, steps) + _sanitizer_rows(p, steps)
                 + _upstream_rows(layout, p, steps))
         present = {r.measure for r in rows}
+        placed = {r.source for r in rows}
+        unmeasured = [s for s in steps if s.platform == p and parse_rule_step(s.step) and step_name(s) not in placed
+                      and s.verdict().fails]  # a rule step that failed without a measurement (bench.json) to show
         for m in MEASURES:
-            if m not in present:
+            if m not in present and m in (PINNED_PREFILL, FORK_VS_UPSTREAM) and unmeasured:
+                rows += [Measure(m, step_name(s), s.detail, "", s.verdict(), step_name(s)) for s in unmeasured]
+            elif m not in present:
                 rows.append(Measure(m, "–", "–", "", RowVerdict(NOT_RUN, _platform_reason(p, platforms, steps,
                                                                                           incomplete, m))))
         order = {m: i for i, m in enumerate(MEASURES)}
