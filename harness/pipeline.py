@@ -24,7 +24,7 @@ from .matrix.config import Matrix
 from .matrix.model_sources.registry import ModelStore
 from .matrix.selection import Selection
 from .record.cache import ResultCache, max_bytes_from_env
-from .record.junit import write_checks_junit, write_comparisons_junit, write_speed_junit
+from .record.junit import publish_latest, write_run_junit
 from .record.leftovers import GROUPS_NAME
 from .record.progress import InProgress, describe_abort
 from .record.run import Run
@@ -173,14 +173,13 @@ def _check_declared(ctx: Context, table: tuple[Stage, ...]) -> None:
 
 
 def _finish(run: Run, cache: ResultCache | None = None, table: tuple[Stage, ...] = STAGES) -> None:
-    """Write what a run leaves: the cache counts, summary.json and summary.md, JUnit (the checks file holds the
-    steps of ``table``'s stages of role ``checks``).  The signatures and the report are views of the record,
+    """Write what a run leaves: the cache counts, summary.json and summary.md, JUnit in the run's ``junit/`` and
+    its copy in ``results/junit/`` (the checks file holds the steps of ``table``'s stages of role ``checks``).  The signatures and the report are views of the record,
     written by the command line once this returns (harness.analysis.run_views)."""
     run.end()
     if cache is not None:
         run.count_cache(cache.stats)
         cache.stats.clear()
     run.write_summary()
-    write_comparisons_junit(run)
-    write_checks_junit(run, steps_of_role("checks", table))
-    write_speed_junit(run)
+    write_run_junit(run.dir, run.steps, run.comparisons, steps_of_role("checks", table))
+    publish_latest(run.dir, run.root)

@@ -9,7 +9,7 @@ a build can be caught mid-way.  Every fake program appends its pid to
 ``$FAKE_PIDS`` when that is set, so a test can check that none outlived the
 harness.  ``FAKE_GEN_SLEEP_S`` makes each generation sleep (only those whose prompt
 contains ``FAKE_SLOW_WORD`` when that is set); one whose prompt contains
-``FAKE_CRASH_WORD`` exits 3; ``FAKE_IGNORE_TERM`` makes every fake program ignore SIGTERM; ``FAKE_BIG_MB``
+``FAKE_CRASH_WORD`` exits 3 (``FAKE_FORK_CRASH_WORD``: only the fork's); ``FAKE_IGNORE_TERM`` makes every fake program ignore SIGTERM; ``FAKE_BIG_MB``
 makes it write that many MiB to stderr (only a program whose arguments hold ``FAKE_BIG_WORD`` when that is set).  The engine and the completion program log one
 model buffer as llama does (``CPU_Mapped``, or ``CPU`` with ``--load-mode none`` or when
 ``FAKE_LOSE_MMAP`` is set).  ``llama-completion ARGS --help`` parses ARGS as llama.cpp's parser does
@@ -93,6 +93,11 @@ open(sys.argv[1], "w").write("#define FAKE_GENERATED 1\\n")
 HOOKS_PY = """def generation_hooks(prompt, model):
     if os.environ.get("FAKE_CRASH_WORD") and os.environ["FAKE_CRASH_WORD"] in prompt:
         sys.stderr.write("error: planted crash\\n")
+        sys.stderr.flush()
+        os._exit(3)
+    fork_word = os.environ.get("FAKE_FORK_CRASH_WORD")  # a crash the fork's patch plants: upstream's build runs
+    if fork_word and fork_word in prompt and os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), "FORK.md")):
+        sys.stderr.write("error: planted crash of the fork\\n")
         sys.stderr.flush()
         os._exit(3)
     slow = os.environ.get("FAKE_SLOW_WORD")

@@ -278,7 +278,7 @@ def test_a_comparison_names_its_prompt_and_sides_and_keeps_the_kl_summary() -> N
     assert (pc.prompt_id, pc.reference, pc.candidate) == ("p1", "ref", "cand") and pc.kl is kl
     assert pc.detail == "identical; KL mean 0.003 max 0.01 nats, top-1 agreement 75.0%"
     crashed = SideRuns(engine=[EngineRun(status="crashed", error="engine ended (SIGSEGV)")])
-    assert compare_streams("p1", "ref", side(HELLO), "cand", crashed, 0.1, kl).kl is kl
+    assert compare_streams("p1", "ref", side(HELLO), "cand", crashed, 0.1, kl).kl is None  # a crash is a crash
 
 
 def test_identical_details_say_how_the_streams_ended() -> None:
@@ -334,3 +334,12 @@ def test_an_empty_side_is_refused_by_its_prompt() -> None:
 def test_an_engine_run_that_did_not_fail_must_have_its_generation() -> None:
     with pytest.raises(AssertionError):
         compare_streams("p", "ref", side(HELLO), "cand", SideRuns(engine=[EngineRun(status="ok")]), 0.1)
+
+
+def test_a_crash_carries_no_kl_or_agreement_figures() -> None:
+    # the engine scored what the crashed side generated before it ended: 0 nats, all top-1 agreeing
+    kl = summarize_kl(ScoreResult(positions=2, kl=[0.0, 0.0], top1=[True, True]))
+    cand = SideRuns(engine=[EngineRun(status="ok", generation=HELLO)], completion=completion(b"", status="crashed"))
+    pc = compare_streams("p", "ref", side(HELLO), "cand", cand, 0.1, kl)
+    assert pc.status == "crashed" and pc.kl is None
+    assert "KL" not in pc.detail and "top-1" not in pc.detail

@@ -800,3 +800,25 @@ def test_loads_of_a_failed_generation_are_left_to_the_generate_step(tmp_path):
                         failures=[Failure("generation", model="moe-large", prompt="story", status="crashed")])
     step = ex.check_config(run.layout, CUDA, MATRIX.configs["cuda-pin-all"], failed)
     assert step.status == "skipped" and "a generation of this model failed" in step.detail
+
+
+def test_a_crashed_prompt_leaves_out_its_own_loads_and_the_models_other_loads_are_judged(tmp_path):
+    from harness.record.records import Failure
+    layout = _copy_run(tmp_path, CLEAN, ["cuda-pin-all"])
+    loads = {stem for _, stem, _ in layout.load_logs("linux-x86_64-cuda", "cuda-pin-all")}
+    assert loads == {"engine", LLAMA_COMPLETION}
+
+    def crashed(prompt: str) -> StepRecord:
+        return StepRecord("linux-x86_64-cuda", "cuda-pin-all", "generate", "failed",
+                          failures=[Failure("generation", model="moe-large", prompt=prompt, status="crashed")])
+
+    step = ex.check_config(layout, CUDA, MATRIX.configs["cuda-pin-all"], crashed("story"))
+    assert step.status == "passed" and "in 2 load(s)" in step.detail  # story has no load record of its own
+    step = ex.check_config(layout, CUDA, MATRIX.configs["cuda-pin-all"], crashed("long-prefill"))
+    assert step.status == "passed" and "in 1 load(s)" in step.detail
+    record = _record(layout, "cuda-pin-all")
+    assert [x["load"] for x in record["loads"] if "skipped" in x] == [LLAMA_COMPLETION]
+    # a real fault in the other loads is still found: the run of the patch that leaves the host buffers pageable
+    planted = _copy_run(tmp_path, PAGEABLE_PLANT, ["cuda-pin-all"])
+    step = ex.check_config(planted, CUDA, MATRIX.configs["cuda-pin-all"], crashed("story"))
+    assert step.status == "failed" and "pinned" in {f.status for f in step.failures}

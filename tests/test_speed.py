@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import sys
-import xml.etree.ElementTree as ET
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from harness.matrix.config import MatrixError, load_matrix
 from harness.matrix.selection import Selection
 from harness.pipeline import Options
 from harness.record.bench import parse_step, read_bench, step_name
-from harness.record.junit import write_speed_junit
+from harness.record.junit import speed_xml
 from harness.record.cache import ResultCache
 from harness.record.json_files import write_json
 from harness.record.records import StepRecord
@@ -438,7 +437,7 @@ def test_a_planted_slowdown_fails_both_rules_with_a_signature_in_every_record(tm
     assert sig["kind"] == "speed_regression"
     assert sig["key"] == "base-vs-fork/gemma3-270m: fork vs base tg"  # no numbers in the key
     assert "0.50x" in sig["summary"] and "no slowdown asked" in sig["summary"]
-    junit = ET.parse(write_speed_junit(pipe.run)[0]).getroot()
+    junit = speed_xml(pipe.run.steps[0].platform, pipe.run.steps).getroot()
     assert junit.get("tests") == "2" and junit.get("failures") == "2"
     assert {c.get("name") for c in junit.iter("testcase")} == {"fork pp", "fork tg"}
     html = render_html(pipe.run.dir)

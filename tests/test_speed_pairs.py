@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import resource
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from harness.matrix.config import MatrixError, load_matrix
 from harness.pipeline import Options
 from harness.kinds import nvidia
 from harness.record.bench import RuleStep, parse_rule_step, parse_step, read_bench, step_name
-from harness.record.junit import write_speed_junit
+from harness.record.junit import speed_xml
 from harness.stages.speed import speed
 from harness.stages.speed.speed import stage_speed
 from harness.stages.speed.speed_pairs import Pair, Unit, plan_pairs
@@ -155,7 +154,7 @@ def test_the_clean_series_passes_every_cuda_rule_each_its_own_step_and_junit_cas
         ("cuda-sim-partial", "speed:cuda-pin-limits:pp"): "passed",
         ("cuda-sim-sticky", "speed:cuda-pin-limits:pp"): "passed"}
     assert len(pipe.run.steps) == 10
-    junit = ET.parse(write_speed_junit(pipe.run)[0]).getroot()
+    junit = speed_xml(pipe.run.steps[0].platform, pipe.run.steps).getroot()
     names = sorted(c.get("name") for c in junit.iter("testcase"))
     assert junit.get("tests") == "10" and junit.get("failures") == "0"
     assert "cuda-pin-all pp vs cuda-pin-layers-half" in names and "cuda-pin-all pp" in names

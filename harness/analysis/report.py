@@ -6,7 +6,8 @@ file, so it can be attached to a CI job or mailed.  It is built with ``html.esca
 and small string-building functions (no template engine: the page is simple and the
 project keeps its dependencies few).  Sections:
 
-* verdict and counts, the steps table and the comparisons table, with signatures;
+* verdict and counts (an unfinished run names what did not finish), the fork at a glance
+  (harness.record.glance), the steps table and the comparisons table, with signatures;
 * per platform and configuration: environment, configuration, failing steps with the
   last :data:`LOG_TAIL_LINES` lines of their logs;
 * a token-level view of every divergence: both sides' generated text, the common
@@ -39,6 +40,7 @@ from typing import Any, Iterable, Sequence
 from ..common.fs import write_text_whole
 from ..common.words import size_text
 from ..record.environment import read_environment
+from ..record.glance import build_glance, glance_html, glance_markdown
 from ..record.inputs import ConfigRecord, read_run_config
 from ..record.layout import RunLayout
 from ..record.records import ComparisonRecord, RecordError, StepRecord
@@ -178,7 +180,8 @@ nav a { margin-right: 14px; }
 .verdict { display: inline-block; font-weight: 600; padding: 2px 10px; border-radius: 12px; color: #fff; }
 .verdict.passed { background: var(--ok); } .verdict.failed { background: var(--bad); }
 .verdict.incomplete, .verdict.in-progress { background: var(--warn); } .verdict.skipped { background: var(--skip); }
-.headline.failing { color: var(--bad); } .why { color: var(--fg); } td.verdict-cell { min-width: 14em; }
+.headline.failing { color: var(--bad); } .headline.unfinished { color: var(--warn); }
+table.glance td:first-child { font-weight: 600; } #not-run li.unfinished { color: var(--warn); } .why { color: var(--fg); } td.verdict-cell { min-width: 14em; }
 .muted { color: var(--muted); }
 table { border-collapse: collapse; width: 100%; margin: 6px 0 10px; }
 th, td { border: 1px solid var(--line); padding: 4px 7px; text-align: left; vertical-align: top; }
@@ -650,18 +653,23 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
     shown = f"{overall} ({KILLED})" if data.killed else overall
     rows = judge(steps, comparisons)
     names = failing_names(rows)
+    glance = build_glance(RunLayout(run_dir), steps, data.skipped_platforms, data.incomplete)
+    unfinished = "; ".join(f"{n.what} ({n.why})" for n in glance.unfinished())
     parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
              f'<meta name="viewport" content="width=device-width, initial-scale=1">'
              f'<title>Run {escape(run_id)}: {escape(shown)}</title><style>{_CSS}</style></head><body>',
              f'<header><h1>Run {escape(run_id)} <span class="verdict {escape(overall)}">{escape(shown)}</span></h1>'
              + (f'<p class="headline failing" id="headline"><b>Fails:</b> {escape(names)}</p>' if names else
+                f'<p class="headline unfinished" id="headline"><b>Did not finish:</b> {escape(unfinished)}; no step '
+                'or comparison fails of those that ran.</p>' if unfinished else
                 '<p class="headline" id="headline">No step or comparison fails.</p>')
              + f'<p class="muted">steps: {escape(count_text(rows, "step"))} · comparisons: '
              f'{escape(count_text(rows, "comparison"))} ({escape(_count_text(_counts(comparisons)))}) · summary '
              f'updated {escape(data.updated or "?")}</p>',
-             '<nav>' + ('<a href="#forecast">forecast</a>' if RunLayout(run_dir).forecast_json.is_file() else '')
+             '<nav><a href="#glance">at a glance</a>' + ('<a href="#forecast">forecast</a>' if RunLayout(run_dir).forecast_json.is_file() else '')
              + '<a href="#steps">steps</a><a href="#comparisons">comparisons</a><a href="#speed">speed</a><a href="#divergences">divergences</a>'
              '<a href="#configurations">configurations</a><a href="#probe">probe</a><a href="#pin-ladder">pin ladder</a></nav></header>']
+    parts.append(glance_html(glance))
     cached = cache_text(data.cache, data.steps, RunLayout(run_dir))
     if cached:
         parts.append(f'<p class="cache">Result cache (docs/cache.md): {escape(cached)}</p>')
@@ -760,6 +768,7 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
     lines = [f"## {icon} Run {run_id}: {_md(headline)}", "",
              f"**Steps:** {count_text(rows, 'step')} · **comparisons:** {count_text(rows, 'comparison')} "
              f"({_count_text(_counts(comparisons))})", ""]
+    lines += glance_markdown(build_glance(RunLayout(run_dir), steps, data.skipped_platforms, data.incomplete))
     cached = cache_text(data.cache, data.steps, RunLayout(run_dir))
     if cached:
         lines += [f"**Result cache:** {_md(cached)}", ""]
@@ -852,8 +861,8 @@ def against_run(spec: str, run_dir: Path, results_dir: Path) -> Path:
 def run(args: argparse.Namespace) -> int:
     """``python -m harness report [RUN] [--markdown] [--against RUN] [--results-dir DIR] [--out FILE]``.
 
-    Writes the run's report.html (RUN: id, directory or ``latest``, the default) and its summary.md, both
-    rendered again from its summary.json (a committed run too), and prints the report's path; with ``--markdown`` prints the Markdown summary to stdout and the path to
+    Writes the run's report.html (RUN: id, directory or ``latest``, the default), its summary.md and its JUnit
+    (``junit/``, harness.record.junit), all rendered again from its summary.json (a committed run too), and prints the report's path; with ``--markdown`` prints the Markdown summary to stdout and the path to
     stderr.  ``--against`` adds changes since an earlier run (``previous``: the newest
     earlier run covering the same platforms).  Returns 0; raises harness.common.errors.InputError
     subclasses (exit code 2 through harness.cli) for a run that does not exist.
@@ -869,6 +878,10 @@ def run(args: argparse.Namespace) -> int:
     if baseline == PREVIOUS:
         baseline = default_baseline(run_dir)
     write_summary_md(run_dir)
+    from ..record.junit import write_run_junit
+    from ..stages.table import steps_of_role
+    data = read_run(run_dir)
+    write_run_junit(run_dir, data.steps, data.comparisons, steps_of_role("checks"))
     md = markdown_summary(run_dir, baseline) if args.markdown else None
     if md is not None:
         print(md)

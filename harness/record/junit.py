@@ -1,6 +1,8 @@
-"""JUnit XML of a run's greedy comparisons and speed rules, at paths CI systems find without knowing the run id.
+"""JUnit XML of a run's greedy comparisons, checks, speed rules and upstream's suite, in the run's own folder
+(``results/<run-id>/junit/``, written again by ``report RUN``) and, for CI systems that do not know the run id,
+copied to ``results/junit/`` by the run that wrote them last (:func:`publish_latest`).
 
-``results/junit/comparisons-<platform>.xml`` holds one ``<testsuite>`` per comparison
+``junit/comparisons-<platform>.xml`` holds one ``<testsuite>`` per comparison
 group and one ``<testcase>`` per comparison (model, prompt, candidate against
 reference), rendering its verdict (harness.record.verdict): a failing comparison is a ``<failure>``
 whose message says why (``identical; the group expects diverged``) and the first divergent token (or
@@ -9,15 +11,20 @@ one that says why (an expected divergence) has it in ``<system-out>``.  The form
 the one JUnit's Ant task writes and CI test-report tools read (testsuites / testsuite /
 testcase with failure and skipped children).
 
-``results/junit/checks-<platform>.xml`` holds the checks of harness.stages.checks.checks the same
+``junit/checks-<platform>.xml`` holds the checks of harness.stages.checks.checks the same
 way: one ``<testsuite>`` per check step (``expectations``), one ``<testcase>`` per
 configuration; a failed or errored step is a ``<failure>`` (its detail the message), an
 incomplete or skipped one ``<skipped>`` with its reason.
 
-``results/junit/speed-<platform>.xml`` holds one ``<testsuite>`` per group with speed rules and
+``junit/speed-<platform>.xml`` holds one ``<testsuite>`` per group with speed rules and
 one ``<testcase>`` per rule step (harness.stages.speed.speed: ``speed:<group>:<metric>`` of a
 candidate): a failed rule is a ``<failure>``, a rule that could not be measured an ``<error>``,
 the step's detail (medians, ratio, p) the message.
+
+``junit/upstream-<platform>.xml`` holds upstream's suite (``upstream-tests``, harness.record.upstream_tests) as the
+step judged it: one ``<testcase>`` per test, a ``<failure>`` only for a test that passes on base and fails on the
+fork; a test that fails on both is ``<skipped>`` with that reason (upstream's or the machine's, not the fork's),
+as are the tests skipped on both or by declaration.
 """
 
 from __future__ import annotations
@@ -28,12 +35,15 @@ from pathlib import Path
 from typing import Iterable
 
 from ..common.fs import replace_whole
-from .bench import parse_rule_step, parse_step
-from .layout import junit_dir
+from .bench import parse_rule_step
+from .layout import RunLayout, junit_dir
 from .records import ComparisonRecord, StepRecord
-from .run import Run
 from ..common.statuses import STEP_FAILED
+from .upstream_tests import CLASSES, DECLARED, FAILED_BOTH, REGRESSED, SKIPPED_BOTH, read_suite
 from .verdict import NOT_RUN
+
+#: The JUnit files of one run, by kind: ``<kind>-<platform>.xml`` under the run's ``junit/``.
+KINDS = ("comparisons", "checks", "speed", "upstream")
 
 
 #: A ``<testcase>``'s outcomes, JUnit's words: passed (no child element), or the element of its failure, error or
@@ -134,23 +144,6 @@ def _write(tree: ET.ElementTree, path: Path) -> Path:
     return path
 
 
-def write_speed_junit(run: Run) -> list[Path]:
-    """Write ``<results>/junit/speed-<platform>.xml`` for each platform with speed rule steps in ``run``;
-    returns the paths written (each replaced whole)."""
-    platforms = sorted({s.platform for s in run.steps if parse_step(s.step)})
-    return [_write(speed_xml(p, run.steps), junit_dir(run.root) / f"speed-{p}.xml") for p in platforms]
-
-
-def write_comparisons_junit(run: Run) -> list[Path]:
-    """Write ``<results>/junit/comparisons-<platform>.xml`` for each platform with comparisons in ``run``.
-
-    Returns the paths written.  Each file is replaced whole (write, then rename), so a
-    reader never sees half a file.
-    """
-    return [_write(comparisons_xml(platform, run.comparisons), junit_dir(run.root) / f"comparisons-{platform}.xml")
-            for platform in sorted({c.platform for c in run.comparisons})]
-
-
 def checks_xml(platform: str, steps: Iterable[StepRecord], names: Iterable[str]) -> ET.ElementTree:
     """The JUnit document of ``platform``'s check steps whose step name is one of ``names``."""
     wanted = set(names)
@@ -169,11 +162,68 @@ def checks_xml(platform: str, steps: Iterable[StepRecord], names: Iterable[str])
     return _document(f"checks {platform}", suites, (FAILURE, SKIPPED))
 
 
-def write_checks_junit(run: Run, names: Iterable[str]) -> list[Path]:
-    """Write ``<results>/junit/checks-<platform>.xml`` for each platform with a check step named in
-    ``names`` (harness.stages.checks.checks.STEP_NAMES); returns the paths written, each replaced whole."""
-    names = tuple(names)
+def upstream_xml(platform: str, step: StepRecord, layout: RunLayout) -> ET.ElementTree | None:
+    """The JUnit document of ``platform``'s upstream suite step ``step`` from its ``pairs.json`` (read through
+    harness.record.upstream_tests.read_suite); None where the step left no pairs (it did not run its tests).
+    Raises harness.record.records.RecordError where pairs.json is not a suite record."""
+    try:
+        suite = read_suite(layout.upstream_file(platform, "pairs"))
+    except FileNotFoundError:
+        return None
+    cases = []
+    for t in suite.pairs:
+        case = _Case(f"{platform}.{step.step}.{suite.label}", t.name, time=t.fork_seconds or None)
+        sides = f"base {t.base}, fork {t.fork}"
+        if t.outcome == REGRESSED:
+            case = replace(case, outcome=FAILURE, message=f"{CLASSES[REGRESSED]}: {t.fork_message or t.fork}",
+                           kind=REGRESSED, text=sides)
+        elif t.outcome in (FAILED_BOTH, SKIPPED_BOTH, DECLARED):
+            why = CLASSES[t.outcome] + (f": {t.need}" if t.need else "")
+            message = f"{why} ({sides}" + (f"; the fork: {t.fork_message}" if t.fork_message else "") + ")"
+            case = replace(case, outcome=SKIPPED, message=message)
+        cases.append(case)
+    return _document(f"upstream suite {platform}", {f"{platform}/{step.step}": cases}, (FAILURE, SKIPPED))
+
+
+def documents(run_dir: Path, steps: Iterable[StepRecord], comparisons: Iterable[ComparisonRecord],
+              check_steps: Iterable[str]) -> dict[str, ET.ElementTree]:
+    """Every JUnit document of the run in ``run_dir`` by file name (``<kind>-<platform>.xml``, kinds of
+    :data:`KINDS`): its ``comparisons``, the steps named in ``check_steps`` (harness.stages.table.steps_of_role
+    ``checks``), its speed rules and its upstream suite steps."""
+    steps, comparisons, names = list(steps), list(comparisons), tuple(check_steps)
+    out = {f"comparisons-{p}.xml": comparisons_xml(p, comparisons) for p in sorted({c.platform for c in comparisons})}
+    out |= {f"checks-{p}.xml": checks_xml(p, steps, names)
+            for p in sorted({s.platform for s in steps if s.step in names})}
+    out |= {f"speed-{p}.xml": speed_xml(p, steps) for p in sorted({s.platform for s in steps if parse_rule_step(s.step)})}
+    layout = RunLayout(run_dir)
+    for s in steps:
+        if s.step == RunLayout.UPSTREAM_STEP and (tree := upstream_xml(s.platform, s, layout)) is not None:
+            out[f"upstream-{s.platform}.xml"] = tree
+    return out
+
+
+def write_run_junit(run_dir: Path, steps: Iterable[StepRecord], comparisons: Iterable[ComparisonRecord],
+                    check_steps: Iterable[str]) -> list[Path]:
+    """Write every JUnit document of :func:`documents` to ``<run_dir>/junit/`` (each replaced whole, those of
+    an earlier writing that the run no longer has removed); returns the paths written, sorted."""
+    folder = RunLayout(run_dir).junit_dir
+    trees = documents(run_dir, steps, comparisons, check_steps)
+    if folder.is_dir():
+        for old in folder.glob("*.xml"):
+            if old.name not in trees:
+                old.unlink()
+    return [_write(tree, folder / name) for name, tree in sorted(trees.items())]
+
+
+def publish_latest(run_dir: Path, results_root: Path) -> list[Path]:
+    """Copy the run's JUnit files (``<run_dir>/junit/*.xml``) to ``<results_root>/junit/``, the paths CI reads
+    (.github/workflows/harness.yml), each replaced whole; returns the copies.  Files there of other platforms
+    and the project's own ``pytest.xml`` are left."""
     out = []
-    for platform in sorted({s.platform for s in run.steps if s.step in names}):
-        out.append(_write(checks_xml(platform, run.steps, names), junit_dir(run.root) / f"checks-{platform}.xml"))
+    for path in sorted(RunLayout(run_dir).junit_dir.glob("*.xml")):
+        target = junit_dir(results_root) / path.name
+        data = path.read_bytes()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        replace_whole(target, lambda tmp, data=data: tmp.write_bytes(data))
+        out.append(target)
     return out

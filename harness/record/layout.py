@@ -6,6 +6,7 @@ read there; nothing else builds a results path by hand::
         summary.json  summary.md      every step and every comparison
         signatures.json  report.html  written after the stages (harness.analysis.signatures, harness.analysis.report)
         forecast.json  forecast.md    an upstream forecast's patches, stages and verdict (harness.analysis.forecast)
+        junit/                        JUnit XML of the comparisons, checks, speed rules and upstream's suite per platform
         <platform>/
             environment.json          OS, compilers, CUDA, GPU, RAM, base commit, patches
             build-base/ build-fork/   configure.log, build.log (+ .rc files), patches.log, error.log
@@ -17,7 +18,7 @@ read there; nothing else builds a results path by hand::
                                       expectations.json and .log (harness.stages.checks.expectations),
                                       reloads.json and .log (harness.stages.checks.reloads)
     results/latest -> <run-id>
-    results/junit/                    JUnit XML of the latest comparisons (a stable path for CI)
+    results/junit/                    a copy of the latest run's junit/ (a stable path for CI)
 """
 
 from __future__ import annotations
@@ -91,6 +92,11 @@ class RunLayout:
     def signatures_json(self) -> Path:
         """``signatures.json``: harness.analysis.signatures.classify_run's output."""
         return self.dir / "signatures.json"
+
+    @property
+    def junit_dir(self) -> Path:
+        """``junit/``: the run's JUnit XML, one file per kind and platform (harness.record.junit)."""
+        return self.dir / "junit"
 
     @property
     def report_html(self) -> Path:

@@ -1,5 +1,5 @@
 """summary.md rendered (:func:`render_markdown` of a :class:`SummaryView`): the verdict and the failing rows
-first, the steps and comparisons tables, and the table per configuration a reviewer reads (harness.record.review).
+first, the fork at a glance (harness.record.glance), the steps and comparisons tables, and the table per configuration a reviewer reads (harness.record.review).
 """
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from .glance import build_glance, glance_markdown
 from .review import review_lines
 from .verdict import ICONS, RowVerdict, count_text, failing_names, failures_first, judge
 from ..common.statuses import STEP, VERDICT
@@ -139,12 +140,13 @@ def _verdict_cell(v: RowVerdict) -> str:
 
 def render_markdown(view: SummaryView) -> str:
     """summary.md of ``view``: the headline (the verdict and the first failing rows by name), the rows counted
-    by verdict, a steps table and a comparisons table (failing rows first, each row with its verdict from
+    by verdict, the fork at a glance (harness.record.glance), a steps table and a comparisons table (failing rows first, each row with its verdict from
     harness.record.verdict) and the table per configuration a reviewer reads (harness.record.review)."""
     rows = judge(view.steps, view.comparisons)
     lines = [f"# Run {view.run_id}: {VERDICT[view.overall].icon if view.overall in VERDICT else ''} "
              f"{_cell(view.headline())}", "",
              f"Steps: {count_text(rows, 'step')} · comparisons: {count_text(rows, 'comparison')}", ""]
+    lines += glance_markdown(build_glance(view.layout, view.steps, view.skipped_platforms, view.incomplete))
     if view.incomplete:
         lines += ["Did not run although asked for:", ""] + [f"- {_cell(r)}" for r in view.incomplete] + [""]
     if view.skipped_platforms:

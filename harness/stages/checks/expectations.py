@@ -82,12 +82,29 @@ def _read(reader: Callable[[Path], T], path: Path) -> tuple[T | None, str]:
         return None, f"{path.name} {exc.reason}"
 
 
-def _failed_models(step: StepRecord | None) -> set[str]:
-    """Models whose generations the configuration's generate step records as failed (their records say
-    nothing about placement: the generate step holds that failure)."""
+#: A prompt of :func:`_failed_generations` that stands for every generation of its model (a model that failed
+#: to load or to be obtained names no prompt).
+EVERY_PROMPT = ""
+
+
+def _failed_generations(step: StepRecord | None) -> dict[str, set[str]]:
+    """Model -> the prompts whose generations the configuration's generate step records as failed (a crash, a
+    time limit; :data:`EVERY_PROMPT` where the failure names no prompt).  The records of those loads say
+    nothing about placement: the generate step holds that failure; the model's other prompts are checked."""
     if step is None:
-        return set()
-    return {f.model for f in step.failures if f.model}
+        return {}
+    out: dict[str, set[str]] = {}
+    for f in step.failures:
+        if f.model:
+            out.setdefault(f.model, set()).add(f.prompt or EVERY_PROMPT)
+    return out
+
+
+def _left_to_generate(failed: dict[str, set[str]], model: str, stem: str) -> bool:
+    """Whether the load ``stem`` of ``model`` (``engine`` or ``<prompt>.r<k>``) belongs to a failed generation:
+    every load of a model whose failure names no prompt, a llama-completion load of a failed prompt."""
+    prompts = failed.get(model, set())
+    return EVERY_PROMPT in prompts or (stem != "engine" and stem.rsplit(".r", 1)[0] in prompts)
 
 
 def check_config(layout: RunLayout, platform: Platform, config: RunConfig,
@@ -98,21 +115,26 @@ def check_config(layout: RunLayout, platform: Platform, config: RunConfig,
 
     Status: ``failed`` when a rule failed on a load; else ``incomplete`` when a record a rule needs is
     missing or unreadable (a load whose stderr has no placement record, a model summary missing) on a
-    model whose generations did not fail; else ``passed`` when something was checked; ``skipped`` when
-    every load belongs to a failed generation or nothing is checked.  ``failures`` hold one
+    load that is not a failed generation's; else ``passed`` when something was checked; ``skipped`` when
+    every load belongs to a failed generation or nothing is checked.  A failed generation (a crashed prompt)
+    leaves out only its own loads: the model's other prompts, and the engine's load where it was recorded,
+    are checked.  ``failures`` hold one
     ``expectation`` fact per failed rule and model.
     """
-    failed_models = _failed_models(generate)
+    failed = _failed_generations(generate)
     loads: list[dict[str, Any]] = []
     rules: dict[str, dict[str, Any]] = {}
     probes: dict[str, tuple[Probe | None, str]] = {}
     for model, stem, stderr in layout.load_logs(platform.name, config.name):
         entry: dict[str, Any] = {"model": model, "load": stem, "log": layout.relative(stderr), "findings": []}
         loads.append(entry)
-        if model in failed_models:
+        if _left_to_generate(failed, model, stem):
             entry["skipped"] = "a generation of this model failed (see the generate step)"
             continue
         model_record, why = _read(read_model_record, layout.model_json(platform.name, model))
+        if model_record is None and model in failed:
+            entry["skipped"] = f"a generation of this model failed before its summary was recorded: {why}"
+            continue
         if model_record is None:
             entry["findings"].append(asdict(Finding("records", FINDING_INCOMPLETE, "model summary missing",
                                                     f"model summary: {why}")))
@@ -128,6 +150,9 @@ def check_config(layout: RunLayout, platform: Platform, config: RunConfig,
             entry["skipped"] = "no rule holds for this configuration"
             continue
         placement, why = _read(read_placement, layout.load_file(platform.name, config.name, model, stem, "placement"))
+        if placement is None and model in failed:  # the engine ended in a failed prompt before it logged its load
+            entry["skipped"] = f"a generation of this model failed before this load was recorded: {why}"
+            continue
         if placement is None:
             entry["findings"].append(asdict(Finding("records", FINDING_INCOMPLETE, "no placement record",
                                                     f"no placement record for {layout.relative(stderr)}: {why} "
@@ -220,12 +245,14 @@ def _step(layout: RunLayout, platform: Platform, config: RunConfig, loads: list[
 
 def check(ctx: CheckContext) -> Iterable[StepRecord]:
     """The ``expectations`` step of every configuration of ``ctx.configs`` that has a generate step on
-    ``ctx.platform`` (a check of harness.stages.checks.checks)."""
+    ``ctx.platform`` (a check of harness.stages.checks.checks); ``skipped`` where that step generated nothing (it
+    was skipped and names no failed generation).  A generate step skipped because a prompt failed on upstream's
+    build too (``unsupported-upstream``) still checks the loads of the other prompts."""
     for name in ctx.configs:
         generate = ctx.run.step(ctx.platform.name, name, "generate")
         if generate is None or name not in ctx.matrix.configs:
             continue
-        if generate.status == STEP_SKIPPED:
+        if generate.status == STEP_SKIPPED and not generate.failures:  # nothing generated: nothing to check
             yield StepRecord(ctx.platform.name, name, STEP_NAME, STEP_SKIPPED,
                              detail=f"generate step skipped: {generate.detail}")
             continue

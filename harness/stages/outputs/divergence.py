@@ -266,7 +266,8 @@ def compare_streams(prompt_id: str, reference_name: str, reference: SideRuns, ca
     """Decide one prompt of a comparison by the rules of the module docstring.
 
     Takes both sides' runs, the group's near-tie margin (nats) and the
-    candidate's KL summary; returns a ``StreamComparison``.  Raises
+    candidate's KL summary; returns a ``StreamComparison``, without the KL summary where a side crashed or
+    timed out (the score of what it generated before it ended is no measure of the comparison).  Raises
     ``ValueError`` when a side has no engine run.
     """
     if not reference.engine or not candidate.engine:
@@ -276,8 +277,8 @@ def compare_streams(prompt_id: str, reference_name: str, reference: SideRuns, ca
     sides = ((reference_name, reference), (candidate_name, candidate))
     for kind in GENERATION_FAILURES:
         failures = [f for name, side in sides if (f := _side_failure(kind, name, side))]
-        if failures:
-            base.status, base.detail = kind, "; ".join(failures)
+        if failures:  # a crash is a crash: no KL or agreement figures of a generation that did not finish
+            base.status, base.detail, base.kl = kind, "; ".join(failures), None
             return base
 
     ref_gen = reference.engine[0].generation
