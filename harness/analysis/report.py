@@ -42,7 +42,7 @@ from ..record.environment import read_environment
 from ..record.inputs import ConfigRecord, read_run_config
 from ..record.layout import RunLayout
 from ..record.records import ComparisonRecord, RecordError, StepRecord
-from ..common.statuses import COMPARISON, DIVERGED, IDENTICAL, KILLED, PATCH, STEP, VERDICT
+from ..common.statuses import COMPARISON, DIVERGED, IDENTICAL, KILLED, PATCH, STEP, TIMEOUT, VERDICT
 from ..record.summary import read_run, write_summary_md
 from ..record.verdict import FAILS, NOT_RUN, RowVerdict, count_text, failing_names, failures_first, judge
 from .signatures import load_signatures, step_logs
@@ -185,7 +185,6 @@ th { background: var(--soft); font-weight: 600; }
 td.num, td.nw { white-space: nowrap; } td.num { text-align: right; }
 .st { font-weight: 600; white-space: nowrap; }
 .st-success { color: var(--ok); } .st-failure { color: var(--bad); } .st-neutral { color: var(--skip); }
-.st-timeout { color: var(--warn); }
 tr.bad td { background: #fff5f5; } tr.suspect td { background: #fff8e5; }
 .sig { font-size: 12px; } .kind { display: inline-block; font-family: ui-monospace, Menlo, Consolas, monospace;
        font-size: 11px; background: #eef1f4; border: 1px solid var(--line); border-radius: 4px; padding: 0 4px; }
@@ -208,7 +207,7 @@ svg .axis { stroke: #8c959f; stroke-width: 1; }
 .filter { float: right; font-size: 13px; font-weight: normal; }
 body.only-bad tr.ok { display: none; }
 figure { margin: 8px 0 14px; } figcaption { font-size: 13px; color: var(--muted); }
-""" + svg.CSS
+""" + f".st-{TIMEOUT} {{ color: var(--warn); }}\n" + svg.CSS
 
 _JS = """
 document.getElementById('only-bad').addEventListener('change', function (e) {
@@ -334,7 +333,7 @@ def _kl_cells(c: ComparisonRecord) -> str:
     if not kl:
         return '<td class="num">–</td><td class="num">–</td>'
     over = c.kl_mean_max is not None and kl["mean"] > c.kl_mean_max
-    flag = f' <span class="st-diverged">&gt; {c.kl_mean_max:g}</span>' if over else ""
+    flag = f' <span class="st st-failure">&gt; {c.kl_mean_max:g}</span>' if over else ""
     return (f'<td class="num">{kl["mean"]:.3g} / {kl["max"]:.3g}{flag}</td>'
             f'<td class="num">{kl["top1_agreement"]:.1%}</td>')
 
