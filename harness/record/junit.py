@@ -171,7 +171,7 @@ def checks_xml(platform: str, steps: Iterable[StepRecord], names: Iterable[str])
 
 def write_checks_junit(run: Run, names: Iterable[str]) -> list[Path]:
     """Write ``<results>/junit/checks-<platform>.xml`` for each platform with a check step named in
-    ``names`` (harness.stages.checks.checks.STEP_NAMES); returns the paths written, each replaced whole."""
+    ``names`` (the check stages' steps: harness.stages.table.steps_of_role, from harness.pipeline); returns the paths written, each replaced whole."""
     names = tuple(names)
     out = []
     for platform in sorted({s.platform for s in run.steps if s.step in names}):
