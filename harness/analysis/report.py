@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..common.fs import write_text_whole
 from ..common.words import size_text
@@ -78,7 +78,7 @@ def _count_text(counts: dict[str, int]) -> str:
 
 
 def _sig_lookup(entries: list[dict]) -> dict[tuple, dict]:
-    out = {}
+    out: dict[tuple, dict] = {}
     for e in entries:
         if e.get("step") == "compare":
             out[("compare", e.get("platform"), e.get("group"), e.get("model"), e.get("prompt"), e.get("config"))] = \
@@ -244,7 +244,7 @@ def _row_open(verdict: RowVerdict) -> str:
     return f'<tr class="{"bad" if verdict.fails else "ok"}" data-verdict="{escape(verdict.verdict)}">'
 
 
-def _sig_html(sig: dict | None) -> str:
+def _sig_html(sig: Mapping[str, Any] | None) -> str:
     if not sig:
         return ""
     return f'<span class="kind">{escape(sig["kind"])}</span> <span class="sig">{escape(sig["summary"])}</span>'
@@ -778,8 +778,8 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
     if failed:
         lines += ["### Failures", "", "| platform | config | step | status | signature |", "|---|---|---|---|---|"]
         for s in failed:
-            sig = sigs.get((s.platform, s.config, s.step))
-            cell = f"`{sig['kind']}` {_md(sig['summary'])}" if sig else _md(s.detail)
+            found = sigs.get((s.platform, s.config, s.step))
+            cell = f"`{found['kind']}` {_md(found['summary'])}" if found else _md(s.detail)
             lines.append(f"| {s.platform} | {s.config} | {s.step} | {s.status} | {cell} |")
         lines.append("")
     judged = [(c, c.verdict()) for c in comparisons if c.status != IDENTICAL or c.failed()]
@@ -858,7 +858,7 @@ def run(args: argparse.Namespace) -> int:
     if baseline == PREVIOUS:
         baseline = default_baseline(run_dir)
     write_summary_md(run_dir)
-    md = markdown_summary(run_dir, baseline) if args.markdown else None
+    md = markdown_summary(run_dir, Path(baseline) if baseline else None) if args.markdown else None
     if md is not None:
         print(md)
         print(out, file=sys.stderr)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from ..common.console import Console
 from ..matrix.config import Matrix, Platform
@@ -217,6 +217,10 @@ class RunBuilds(Protocol):
 
     def build_variant(self, p: Platform, variant: str) -> Any:
         """``variant`` of ``p``, built once per process (harness.stages.building.build.BuildResult)."""
+
+    def build_more(self, p: Platform, variant: str, targets: Sequence[str], log: Path) -> tuple[int, float]:
+        """Build ``targets`` in the build directory of ``variant`` of ``p`` beside what that build declares: (ninja's
+        exit status, seconds)."""
 
     def prepare_source(self, base: Any, work: Path, variant: str, logs: Path) -> Path:
         """The source tree of ``variant`` under ``work``, patched where the variant is."""

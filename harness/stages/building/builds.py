@@ -69,8 +69,8 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
             raise RuntimeError(f"{p.name}: CMAKE_CUDA_ARCHITECTURES is 'auto' but nvidia-smi reports no GPU; "
                                "pass --cuda-arch (e.g. 90)")
         opts["CMAKE_CUDA_ARCHITECTURES"] = arch
-    elif cuda_arch and gpu_of(p).arch_cmake:
-        opts[gpu_of(p).arch_cmake] = cuda_arch
+    elif cuda_arch and (arch_variable := gpu_of(p).arch_cmake):
+        opts[arch_variable] = cuda_arch
     opts.update(compiler_launcher_options())
     opts.update(engine_cmake_options())
     # the build tree's RUNPATH relative to the binaries ($ORIGIN), not the build directory's path: the same code

@@ -198,7 +198,8 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
     fork = config.build == "fork"
     n_pin = pin_layers(env, var.get("pin-layers")) if fork else None
     if n_pin is not None and n_pin < max(n_layer, 1):
-        experts = (LayerRange(0, n_pin - 1, host), LayerRange(n_pin, None, homes["host-unpinned"]))
+        experts: tuple[LayerRange, ...] = (LayerRange(0, n_pin - 1, host),
+                                           LayerRange(n_pin, None, homes["host-unpinned"]))
         origin["placement"] = f"default: --cpu-moe, mmap off, {var['pin-layers']}={n_pin}" + \
                               (f", {var['no-pinned']}" if no_pinned else "")
     else:

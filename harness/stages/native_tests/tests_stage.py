@@ -37,7 +37,7 @@ def run_tests(ctx: Context) -> None:
             ctx.run.record_step(StepRecord(p.name, "fork", "test", STEP_ERROR, detail=str(exc),
                                            failures=[Failure("exception", message=str(exc))]))
             continue
-        runs = [(ctx.run.layout.test_step(), ())]
+        runs: list[tuple[str, tuple[str, ...]]] = [(ctx.run.layout.test_step(), ())]
         if ctx.opts.sanitize:
             runs.append((ctx.run.layout.test_step(ctx.opts.sanitize),
                          ("compute-sanitizer", "--tool", ctx.opts.sanitize, "--error-exitcode", "1", "--require-cuda-init", "no")))
@@ -62,7 +62,7 @@ def run_tests(ctx: Context) -> None:
             if wrapper:
                 summary = gpu.sanitizer_summary(file("log"))
                 detail += f"; {summary}" if summary else ""
-                write_json(file("sanitizer"), SanitizerRecord(ctx.opts.sanitize, summary))
+                write_json(file("sanitizer"), SanitizerRecord(ctx.opts.sanitize or "", summary))
             facts = gpu.test_log_facts(file("log"))
             if facts:
                 write_json(file("gpu_facts"), facts)
