@@ -134,7 +134,7 @@ def results_options() -> argparse.ArgumentParser:
 
 
 def build_options() -> argparse.ArgumentParser:
-    """A parent parser with what a build takes: ``--platform``, ``--cuda-arch``, ``-j`` and ``-D``
+    """A parent parser with what a build takes: ``--platform``, ``--gpu-arch``, ``-j`` and ``-D``
     (the stages, forecast, bisect)."""
     return _options("build")
 

@@ -82,7 +82,10 @@ STAGE_OPTIONS: tuple[StageOption, ...] = (
                 help="platform from matrix.yaml (repeatable or comma separated; default: every platform, those "
                      "this machine cannot run reported as skipped; forecast: linux-x86_64-cpu and "
                      "linux-x86_64-cuda; bisect: exactly one)"),
-    StageOption(("--cuda-arch",), "cuda_arch", "build", help="CMAKE_CUDA_ARCHITECTURES (default: from nvidia-smi)"),
+    StageOption(("--gpu-arch", "--cuda-arch"), "cuda_arch", "build", metavar="ARCH",
+                help="the GPU architectures to build for, as the GPU kind's CMake variable takes them "
+                     "(CMAKE_CUDA_ARCHITECTURES; default: asked of the kind's tool, nvidia-smi, where the matrix "
+                     "says auto); --cuda-arch is the same option"),
     StageOption(("-j", "--jobs"), "jobs", "build", kind="positive",
                 help="jobs at once, every build and compile step of the run together (default: the cores this "
                      "process may use; docs/platforms.md)"),

@@ -70,7 +70,7 @@ class Pinned:
     min: float | None = None
     max: float | None = None
     cap_bytes: int | None = None
-    capped_type: str = "CUDA_Host"
+    capped_type: str = ""
 
     def describe(self) -> str:
         """The rule in words: ``1``, ``at least 0.4``, ``0.5``, ``at least what a 2048 MiB cap allows``."""
@@ -223,7 +223,7 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
         why = f"not checked: {var['sim-sticky']} refuses every call after the first refusal"
         present.append("no-pin")
     elif cap is not None:
-        pinned = Pinned(cap_bytes=cap)
+        pinned = Pinned(cap_bytes=cap, capped_type=kind.pinned_host_type or "")
         why = f"{var['sim-total-max-mb']}={cap // 2**20}: at least what the cap allows"
         present.append("partial-pin")
     elif n_pin is not None and (not n_layer or (n_pin < n_layer and not total)):
