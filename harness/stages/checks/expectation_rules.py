@@ -64,7 +64,8 @@ class Pinned:
     """The page-locked fraction of the experts' bytes: at least ``min``, at most ``max`` (None: no bound).
 
     ``cap_bytes``: GGML_CUDA_PIN_SIM_TOTAL_MAX_MB in bytes; the fraction must then also reach what that
-    cap allows the model buffers of type ``capped_type`` (harness.stages.checks.expectation_probe.cap_floor_bytes).
+    cap allows the model buffers of type ``capped_type`` (harness.stages.checks.expectation_probe.cap_floor_bytes):
+    the GPU kind's page-locked host buffer type (harness.kinds.shape.GpuKind.pinned_host_type, ``CUDA_Host``).
     """
 
     min: float | None = None
