@@ -25,6 +25,7 @@ from harness.common.interpreter import harness_python  # noqa: E402
 from harness.common.proc import command_line, run_passing_signals  # noqa: E402
 from harness.record.run_id import chain_environment  # noqa: E402
 from harness.stages.command_names import STAGE_COMMANDS  # noqa: E402
+from harness.stages.options import STAGE_OPTIONS  # noqa: E402
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = list(STAGE_COMMANDS)
@@ -54,7 +55,9 @@ def _stage_session(command: str, summary: str) -> None:
     """Declare the session of stage command ``command`` (harness.stages.command_names), ``summary`` its line."""
     def session_of_stage(session: nox.Session) -> None:
         _harness(session, command)
-    session_of_stage.__doc__ = summary[0].upper() + summary[1:] + "."
+    flags = ", ".join(o.name for o in STAGE_OPTIONS)
+    session_of_stage.__doc__ = (summary[0].upper() + summary[1:] + ".\n\n"
+                                f"Options after ``--`` (harness.stages.options.STAGE_OPTIONS): {flags}, --json.")
     nox.session(name=command)(session_of_stage)
 
 

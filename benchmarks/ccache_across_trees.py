@@ -38,6 +38,7 @@ from harness.matrix.config import load_matrix  # noqa: E402
 from harness.stages.patches import read_series  # noqa: E402
 from harness.pipeline import Options, Pipeline  # noqa: E402
 from harness.record.run import Run  # noqa: E402
+from harness.common.statuses import STEP_PASSED  # noqa: E402
 
 
 def ccache(*args: str) -> str:
@@ -61,7 +62,7 @@ def measured(label: str, build) -> None:
     s = stats()
     print(f"{label}: {result.status}, build step {result.seconds:.1f} s (wall {wall:.1f} s), "
           f"ccache {s['hits']} hits / {s['misses']} misses", flush=True)
-    if result.status != "passed":
+    if result.status != STEP_PASSED:
         raise SystemExit(f"{label}: {result.detail}")
 
 

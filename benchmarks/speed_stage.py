@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.analysis.speed_diff import compare_speed  # noqa: E402
+from harness.common.statuses import STEP_PASSED  # noqa: E402
 from harness.analysis.speed_noise import markdown, noise  # noqa: E402
 from harness.analysis.speed_ratios import rule_factors, same_mode_upstream  # noqa: E402
 from harness.matrix.config import MatrixError, load_matrix  # noqa: E402
@@ -133,7 +134,7 @@ def repeat(runs: int, results: Path, platforms: list[str], groups: list[str], wo
         for platform in platforms:
             bench = read_bench(run_dir, platform) or {}
             for r in bench.get("rules", []):
-                failed_rules += r["status"] != "passed"
+                failed_rules += r["status"] != STEP_PASSED  # a speed rule's status is its step's
                 ratio = f"{r['ratio']:.3f}x, p {r['p_value']:.3g}" if "ratio" in r else r["detail"]
                 print(f"  {platform} {r['group']} {r['candidate']} {r['metric']}: {r['status']} ({ratio}; "
                       f"load {bench.get('load_average')})")

@@ -10,18 +10,17 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from .common.errors import InputError
-
-if TYPE_CHECKING:
-    from .stages.options import Options
+from .stages.options import RUN_CHOICE, SANITIZERS, STAGE_OPTIONS, Group, Options, StageOption, declared
 
 #: What marks the root of a harness checkout (with the ``harness/`` package beside it).
 MARKER = "matrix.yaml"
 
-#: compute-sanitizer tools the native tests can run under (harness.stages.native_tests.native_tests).
-SANITIZERS = ("memcheck", "racecheck", "initcheck", "synccheck")
+__all__ = ["SANITIZERS", "bench_repeats", "bench_warmup", "build_options", "find_checkout", "in_checkout",
+           "matrix_options", "parse_defines", "patches_options", "positive", "results_options", "run_options",
+           "split_names", "stage_options", "strip_dashdash", "work_options"]
 
 
 def find_checkout(start: Path | None = None) -> Path | None:
@@ -82,8 +81,8 @@ def bench_warmup(text: str) -> int:
     return value
 
 
-def _parent() -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(add_help=False)
+#: The argparse ``type`` of each StageOption.kind.
+_KINDS = {"positive": positive, "bench_repeats": bench_repeats, "bench_warmup": bench_warmup, "path": Path}
 
 
 class MatrixNames:
@@ -120,82 +119,67 @@ def completes(action: argparse.Action, kind: str) -> argparse.Action:
     return action
 
 
-def _checkout_path(flag: str, name: str, what: str) -> argparse.ArgumentParser:
-    """A parent parser with the one path option ``flag`` (``what`` it names), default ``name`` in the
-    checkout (:func:`in_checkout`)."""
-    ap = _parent()
-    ap.add_argument(flag, type=Path, default=in_checkout(name), help=f"{what} (default: {name} of the checkout)")
+
+def _add_option(ap: argparse.ArgumentParser, option: StageOption) -> None:
+    """Declare ``option`` (harness.stages.options.STAGE_OPTIONS) on ``ap`` as its StageOption says: flags, type,
+    default (a path's in the checkout, :func:`in_checkout`), help."""
+    kwargs: dict[str, object] = {"dest": option.attribute, "help": option.help}
+    if option.action:
+        kwargs["action"] = option.action
+    if option.kind:
+        kwargs["type"] = _KINDS[option.kind]
+    if option.choices:
+        kwargs["choices"] = option.choices
+    if option.metavar:
+        kwargs["metavar"] = option.metavar
+    if option.action not in ("store_true", "store_false"):
+        kwargs["default"] = list(option.default) if isinstance(option.default, list) else option.default
+    if option.checkout is not None:
+        kwargs["default"] = in_checkout(option.checkout)
+    action = ap.add_argument(*option.flags, **kwargs)  # type: ignore[arg-type]  # argparse's keywords differ per action
+    if option.completes:
+        completes(action, option.completes)
+
+
+def _options(group: Group, flag: str | None = None) -> argparse.ArgumentParser:
+    """A parent parser with the options of ``group`` (only ``flag`` of it when given)."""
+    ap = argparse.ArgumentParser(add_help=False)
+    for option in declared(group):
+        if flag is None or option.name == flag:
+            _add_option(ap, option)
     return ap
 
 
 def matrix_options() -> argparse.ArgumentParser:
     """A parent parser with ``--matrix`` (default: the checkout's matrix.yaml)."""
-    return _checkout_path("--matrix", "matrix.yaml", "matrix file")
+    return _options("paths", "--matrix")
 
 
 def patches_options() -> argparse.ArgumentParser:
     """A parent parser with ``--patches-dir`` (default: the checkout's patches/)."""
-    return _checkout_path("--patches-dir", "patches/", "patch series directory")
+    return _options("paths", "--patches-dir")
 
 
 def work_options() -> argparse.ArgumentParser:
     """A parent parser with ``--work-dir`` (default: the checkout's .harness/)."""
-    return _checkout_path("--work-dir", ".harness/", "work trees and build directories")
+    return _options("paths", "--work-dir")
 
 
 def results_options() -> argparse.ArgumentParser:
     """A parent parser with ``--results-dir`` (default: the checkout's results/)."""
-    return _checkout_path("--results-dir", "results/", "where runs are written, one directory each")
+    return _options("paths", "--results-dir")
 
 
 def build_options() -> argparse.ArgumentParser:
-    """A parent parser with what a build takes: ``--platform``, ``--cuda-arch``, ``-j`` and ``-D``
+    """A parent parser with what a build takes: ``--platform``, ``--gpu-arch``, ``-j`` and ``-D``
     (the stages, forecast, bisect)."""
-    ap = _parent()
-    completes(ap.add_argument("--platform", action="append", default=[],
-                              help="platform from matrix.yaml (repeatable or comma separated; default: every "
-                                   "platform, those this machine cannot run reported as skipped; forecast: "
-                                   "linux-x86_64-cpu and linux-x86_64-cuda; bisect: exactly one)"), "platforms")
-    ap.add_argument("--cuda-arch", default=None, help="CMAKE_CUDA_ARCHITECTURES (default: from nvidia-smi)")
-    ap.add_argument("-j", "--jobs", type=positive, default=None,
-                    help="jobs at once, every build and compile step of the run together "
-                         "(default: the cores this process may use; docs/platforms.md)")
-    ap.add_argument("-D", dest="defines", action="append", default=[], metavar="VAR=VALUE",
-                    help="extra CMake cache option passed through to every configure")
-    return ap
+    return _options("build")
 
 
 def run_options() -> argparse.ArgumentParser:
     """A parent parser with what selects and shapes a run's tests, comparisons and speed pairs (the stages,
     forecast)."""
-    ap = _parent()
-    ap.add_argument("--run-id", default=None, help="continue this run (default: $HARNESS_RUN_ID or a new run)")
-    ap.add_argument("--sanitize", choices=SANITIZERS, default=None,
-                    help="also run the native tests under compute-sanitizer with this tool")
-    ap.add_argument("--upstream-tests", action="store_true",
-                    help="the test command also runs upstream's own ctest suite (matrix.yaml upstream_tests) on "
-                         "base and fork side by side, and test-backend-ops on a GPU (docs/upstream-tests.md)")
-    completes(ap.add_argument("--model", action="append", default=[], help="only these models (repeatable)"),
-              "models")
-    completes(ap.add_argument("--group", action="append", default=[],
-                              help="only these comparison groups (repeatable)"), "groups")
-    ap.add_argument("--n-predict", type=positive, default=None, help="tokens per generation (default: matrix)")
-    ap.add_argument("--repeats", type=positive, default=None, help="runs per configuration (default: matrix)")
-    ap.add_argument("--lanes", type=positive, default=None,
-                    help="generations at once on a CPU platform, each process with cores/lanes threads "
-                         "(default: the machine's cores, at most 8; 1: one at a time with llama.cpp's default "
-                         "threads; docs/cache.md)")
-    ap.add_argument("--no-bench", dest="bench", action="store_false",
-                    help="compare-outputs without its speed stage (the groups' speed rules; docs/speed.md)")
-    ap.add_argument("--bench-repeats", type=bench_repeats, default=None,
-                    help="timed rounds per speed rule (default: matrix; at least 5)")
-    ap.add_argument("--bench-warmup", type=bench_warmup, default=None, metavar="N",
-                    help="untimed rounds before a speed rule's timed ones (default: matrix; 0-20)")
-    ap.add_argument("--no-cache", action="store_true",
-                    help="regenerate every generation, rerun every native test and measure every speed pair "
-                         "instead of reusing results "
-                         "whose inputs are byte-identical (docs/cache.md); fresh results still refresh the cache")
-    return ap
+    return _options("run")
 
 
 def parse_defines(values: Sequence[str]) -> dict[str, str]:
@@ -228,17 +212,21 @@ def strip_dashdash(argv: Sequence[str]) -> list[str]:
     return argv[1:] if argv[:1] == ["--"] else argv
 
 
-def stage_options(args: argparse.Namespace, **overrides) -> Options:
+def stage_options(args: argparse.Namespace, **overrides: object) -> Options:
     """The options of harness.args.build_options and run_options in ``args`` as the stages' Options, with
-    ``--work-dir`` and ``--patches-dir``; ``overrides`` replace fields (forecast: its own work directory,
-    series and groups).  Raises InputError for a malformed ``-D``.  Here, beside the parsers that declare those
+    ``--work-dir`` and ``--patches-dir``: each StageOption's field, converted as it says (split_names,
+    parse_defines); ``overrides`` replace fields (forecast: its own work directory, series and groups).
+    Raises InputError for a malformed ``-D`` or an empty name.  Here, beside the parsers that declare those
     options, so that the commands and the forecast (harness.analysis.forecast) share it."""
-    from .stages.options import Options  # when a command runs: the command line imports only the standard library
-    fields = dict(platforms=split_names(args.platform, "--platform"), cmake_defines=parse_defines(args.defines),
-                  cuda_arch=args.cuda_arch, jobs=args.jobs, sanitize=args.sanitize,
-                  models=split_names(args.model, "--model"), groups=split_names(args.group, "--group"),
-                  n_predict=args.n_predict, repeats=args.repeats, work_dir=args.work_dir, patches_dir=args.patches_dir, bench=args.bench,
-                  bench_repeats=args.bench_repeats, bench_warmup=args.bench_warmup, no_cache=args.no_cache,
-                  lanes=args.lanes, upstream_tests=args.upstream_tests)
+    fields: dict[str, object] = {}
+    for option in STAGE_OPTIONS:
+        if option.field in RUN_CHOICE:
+            continue
+        value = getattr(args, option.attribute)
+        if option.convert == "names":
+            value = split_names(value, option.name)
+        elif option.convert == "defines":
+            value = parse_defines(value)
+        fields[option.field] = value
     fields.update(overrides)
-    return Options(**fields)
+    return Options(**fields)  # type: ignore[arg-type]  # each field's type is its StageOption's (test_stage_options)

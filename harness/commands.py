@@ -132,8 +132,8 @@ def patches(args: argparse.Namespace) -> int:
         shutil.rmtree(scratch.parent, ignore_errors=True)
     if problems:
         print("patches/ is not what export would write:")
-        for p in problems:
-            print("  " + p.replace("\n", "\n  "))
+        for problem in problems:
+            print("  " + problem.replace("\n", "\n  "))
         return 1
     print(f"patches/ is up to date ({len(read_series(args.patches_dir))} patches)")
     return 0

@@ -115,10 +115,11 @@ def run_stages(matrix: Matrix, run: Run, opts: Options, stages: Sequence[str],
     (harness.stages.building.builds.Builds).
     """
     ctx = open_context(matrix, run, opts, say, bases=bases)
+    token = f"run:{run.id}:{os.getpid()}:{secrets.token_hex(4)}"
     run.begin(" ".join(stages), [s.name for command in stages for s in stages_of(command, table) if s.asked(opts)],
-              f"run:{run.id}:{os.getpid()}:{secrets.token_hex(4)}")
+              token)
     try:
-        with proc.recording_groups(run.dir / GROUPS_NAME, run.progress["token"]):
+        with proc.recording_groups(run.dir / GROUPS_NAME, token):
             return _run_commands(ctx, run, stages, table)
     finally:
         ctx.close()

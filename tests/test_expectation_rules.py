@@ -160,9 +160,9 @@ def test_a_sticky_refusal_must_warn_no_pin_and_bounds_nothing_and_an_empty_value
 
 def test_a_total_cap_needs_what_it_allows_and_must_warn_partial_and_a_cap_of_0_is_no_cap():
     exp = rules(env={"GGML_CUDA_PIN_SIM_TOTAL_MAX_MB": "2048"})
-    assert exp.pinned == Pinned(cap_bytes=2048 * 2**20) and exp.present == ("partial-pin",)
+    assert exp.pinned == Pinned(cap_bytes=2048 * 2**20, capped_type="CUDA_Host") and exp.present == ("partial-pin",)
     assert exp.origin["pinned"] == "default: GGML_CUDA_PIN_SIM_TOTAL_MAX_MB=2048: at least what the cap allows"
-    assert rules(env={"GGML_CUDA_PIN_SIM_TOTAL_MAX_MB": "1"}).pinned == Pinned(cap_bytes=2**20)
+    assert rules(env={"GGML_CUDA_PIN_SIM_TOTAL_MAX_MB": "1"}).pinned == Pinned(cap_bytes=2**20, capped_type="CUDA_Host")
     assert rules(env={"GGML_CUDA_PIN_SIM_TOTAL_MAX_MB": "0"}).pinned == Pinned(1.0, 1.0)
 
 

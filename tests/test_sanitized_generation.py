@@ -127,7 +127,8 @@ def test_the_sanitized_generations_follow_the_groups_and_models_the_run_selects(
 
 
 def test_the_sanitizer_writes_its_report_to_a_file_of_its_own(tmp_path):
-    argv = sanitizer_launcher("racecheck", tmp_path / "x.sanitizer.log")
+    from harness.kinds.nvidia import NVIDIA
+    argv = sanitizer_launcher("racecheck", tmp_path / "x.sanitizer.log", NVIDIA)
     assert argv[:3] == ("compute-sanitizer", "--tool", "racecheck") and argv[-2:] == ("--log-file",
                                                                                    str(tmp_path / "x.sanitizer.log"))
     assert "--error-exitcode" in argv

@@ -1,7 +1,8 @@
-"""Step and comparison statuses are declared once (harness.common.statuses: STEP, COMPARISON) and named through
-their constants (STEP_PASSED, STEP_FAILED, ..., IDENTICAL, DIVERGED, CRASHED, TIMEOUT, UNSUPPORTED_UPSTREAM,
-GENERATION_FAILURES): no other module of the harness spells one as a string, so a status renamed or added is one
-line of the declaration.  A word of another vocabulary that a status shares (ctest's outcome of a test, a
+"""Step, comparison, verdict and patch statuses are declared once (harness.common.statuses: STEP, COMPARISON,
+VERDICT, PATCH) and named through their constants (STEP_PASSED, STEP_FAILED, ..., IDENTICAL, DIVERGED, CRASHED,
+TIMEOUT, UNSUPPORTED_UPSTREAM, GENERATION_FAILURES, VERDICT_IN_PROGRESS, PATCH_CLEAN, ...): no other module of the
+harness or of benchmarks/ spells one as a string, nor as a CSS class of report.html (a badge's colour is its
+outcome's class, written from the declaration), so a status renamed or added is one line of the declaration.  A word of another vocabulary that a status shares (ctest's outcome of a test, a
 finding's, JUnit's element, a run's verdict) is declared once as a constant of the module that owns that
 vocabulary, and only that declaration may spell it (each listed below with its reason)."""
 
@@ -10,11 +11,17 @@ import io
 from pathlib import Path
 from typing import Iterable
 
+import re
+
+from harness.analysis import report
 from harness.common import console
-from harness.common.statuses import COMPARISON, STEP, STEP_ERROR, STEP_FAILED, STEP_INCOMPLETE, STEP_INTERRUPTED, \
-    Status
+from harness.common.statuses import COMPARISON, PATCH, STEP, STEP_ERROR, STEP_FAILED, STEP_INCOMPLETE, \
+    STEP_INTERRUPTED, VERDICT, Status
 
 PACKAGE = Path(__file__).resolve().parent.parent / "harness"
+
+#: The benchmark scripts, which read runs' statuses too.
+BENCHMARKS = PACKAGE.parent / "benchmarks"
 
 #: The module that declares the statuses.
 DECLARATION = Path("common/statuses.py")
@@ -40,6 +47,13 @@ STEP_WORDS_OF_OTHER_VOCABULARIES = {
     (Path("analysis/roll_state.py"), "SKIPPED_BY_HAND"): "a roll's outcome of a patch dropped by git am --skip",
     (Path("analysis/triage.py"), "TRIAGE_REGRESSED"): "the verdicts of a triage report",
     (Path("stages/outputs/divergence.py"), "TEXT_DIFFERS"): "a llama-completion text that may be cut (a TextCheck)",
+}
+
+#: (module, where) that spell a patch status's word for another vocabulary, each with its reason.
+PATCH_WORDS_OF_OTHER_VOCABULARIES = {
+    (Path("analysis/speed_spread.py"), "__all__"): "the function ``clean`` of the module, exported",
+    (Path("analysis/triage.py"), "TRIAGE_REGRESSED"): "the verdict of a triage report that found no regression",
+    (Path("stages/building/patches.py"), "Git"): "git's ``clean`` command",
 }
 
 #: Calls whose first argument is a key or a field's name (``data.get("error")``), or an XML element's tag
@@ -95,11 +109,17 @@ def status_literals(source: str, names: Iterable[str], *, fields: bool = True) -
             and id(node) not in keys]
 
 
+def _modules() -> list[tuple[Path, Path]]:
+    """(path, relative path) of every module of the package (relative to it) and of benchmarks/ (relative to
+    the checkout: ``benchmarks/x.py``)."""
+    return [(path, path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))] + \
+        [(path, path.relative_to(BENCHMARKS.parent)) for path in sorted(BENCHMARKS.rglob("*.py"))]
+
+
 def _spelled(names: Iterable[str], allowed: dict[tuple[Path, str], str], *, fields: bool) -> list[str]:
-    """``module:line: 'word'`` for each status word of ``names`` spelled in the package outside its declaration
-    and the places ``allowed``."""
-    return [f"{rel}:{line}: {word!r}" for path in sorted(PACKAGE.rglob("*.py"))
-            if (rel := path.relative_to(PACKAGE)) != DECLARATION
+    """``module:line: 'word'`` for each status word of ``names`` spelled in the package or benchmarks/ outside
+    its declaration and the places ``allowed``."""
+    return [f"{rel}:{line}: {word!r}" for path, rel in _modules() if rel != DECLARATION
             for line, word, where in status_literals(path.read_text(encoding="utf-8"), names, fields=fields)
             if (rel, where) not in allowed]
 
@@ -115,10 +135,58 @@ def test_no_module_but_the_declaration_spells_a_step_status():
                          "those of the module that owns the other vocabulary:\n" + "\n".join(found))
 
 
+def test_no_module_but_the_declaration_spells_a_verdict():
+    found = _spelled(VERDICT.names, STEP_WORDS_OF_OTHER_VOCABULARIES, fields=False)
+    assert found == [], "use the constants of harness.common.statuses (VERDICT_IN_PROGRESS, ...):\n" + "\n".join(found)
+
+
+def test_no_module_but_the_declaration_spells_a_patch_status():
+    found = _spelled(PATCH.names, PATCH_WORDS_OF_OTHER_VOCABULARIES, fields=True)
+    assert found == [], "use the constants of harness.common.statuses (PATCH_CONFLICT, ...):\n" + "\n".join(found)
+
+
+#: A CSS class named for a word: ``st-diverged``, in a string or an f-string's text.
+_CSS_CLASS = re.compile(r"\bst-([a-z0-9][a-z0-9-]*)")
+
+
+def status_classes(source: str, names: Iterable[str]) -> list[tuple[int, str]]:
+    """(line, class) of every ``st-<status>`` class written literally in ``source`` (a string constant or the
+    text of an f-string), ``<status>`` one of ``names``: a status badge takes its class from the status and its
+    colour from the status's outcome (``st-failure``), never from a status word written by hand."""
+    names = set(names)
+    return [(node.lineno, f"st-{word}") for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            for word in _CSS_CLASS.findall(node.value) if word in names]
+
+
+def test_no_module_writes_a_status_as_a_css_class():
+    words = {*STEP.names, *COMPARISON.names, *VERDICT.names, *PATCH.names}
+    found = [f"{rel}:{line}: {cls}" for path, rel in _modules()
+             for line, cls in status_classes(path.read_text(encoding="utf-8"), words)]
+    assert found == [], ("colour by the outcome's class (st-success, st-failure, st-neutral), as "
+                         "harness.analysis.report._status does:\n" + "\n".join(found))
+
+
+def test_the_rule_finds_a_status_written_as_a_css_class():
+    source = ('flag = f\' <span class="st-diverged">&gt; {x:g}</span>\'\n'
+              'ok = f\'<span class="st st-{outcome} st-{escape(status)}">\'\n'
+              'css = ".st-success { color: green; }"\n')
+    assert status_classes(source, COMPARISON.names) == [(1, "st-diverged")]
+
+
+def test_every_outcome_a_status_declares_has_its_colour_in_the_report():
+    """report.html colours a badge by the class of its status's outcome; each outcome of every vocabulary has
+    its rule in the page's style sheet."""
+    outcomes = {s.outcome for kind in (STEP, COMPARISON, VERDICT, PATCH) for s in kind.by_name.values()}
+    rules = set(re.findall(r"\.st-([a-z]+)\s*\{", report._CSS))
+    assert outcomes <= rules, outcomes - rules
+
+
 def test_every_allowed_spelling_is_still_there():
     """An entry of the allowed places whose module no longer spells a status's word there is stale: remove it."""
     for allowed, names, fields in ((OTHER_VOCABULARIES, COMPARISON.names, True),
-                                   (STEP_WORDS_OF_OTHER_VOCABULARIES, STEP.names, False)):
+                                   (STEP_WORDS_OF_OTHER_VOCABULARIES, STEP.names, False),
+                                   (PATCH_WORDS_OF_OTHER_VOCABULARIES, PATCH.names, True)):
         for (rel, where) in allowed:
             spelled = {w for _, _, w in status_literals((PACKAGE / rel).read_text(encoding="utf-8"), names,
                                                         fields=fields)}

@@ -83,6 +83,12 @@ def bisect_first_bad(n: int, check: Callable[[int], bool], *, good: int = 0, bad
     return hi
 
 
+
+def _tokenize_with(tokenize: Callable[..., Any], binary: Path, model: Path, work: Path, text: bytes) -> Any:
+    """``tokenize(binary, model, text, work)``: the tokenizer of one bisection step, its arguments bound first
+    (functools.partial) so that each comparison keeps its own build's binary and model."""
+    return tokenize(binary, model, text, work)
+
 @dataclass
 class BisectResult:
     """The first bad patch (1-based ``first_bad`` with its file name and subject) and each k's outcome."""
@@ -584,6 +590,8 @@ class GroupCheck:
 
     def __call__(self, bisector: Any, k: int) -> tuple[bool, str]:
         """Run the group's comparisons at k; (passed, detail naming the first non-identical prompt)."""
+        from functools import partial
+
         from ..stages.outputs.compare import compare_runs, tokenize
         g = self.group
         for model in self.model_paths:
@@ -594,8 +602,8 @@ class GroupCheck:
                     for cand in g.candidates:
                         cand_runs = self._runs(bisector, k, cand, model, prompt)
                         pc = compare_runs(prompt, g.reference, ref_runs, cand, cand_runs,
-                                          lambda text, _m=self.model_paths[model], _t=tok_bin: tokenize(
-                                              _t, _m, text, bisector.dir_at(k, "fork") / "tokenize"))
+                                          partial(_tokenize_with, tokenize, tok_bin, self.model_paths[model],
+                                                  bisector.dir_at(k, "fork") / "tokenize"))
                         if pc.status != IDENTICAL:
                             return False, f"{model}/{prompt}: {cand} vs {g.reference}: {pc.detail}"
                 except RuntimeError as exc:

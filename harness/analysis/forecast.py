@@ -47,7 +47,7 @@ from ..record.forecast import ForecastRecord, ForecastStage, UpstreamComparison
 from ..record.json_files import write_json
 from ..record.layout import BUILD_FILES, RunLayout
 from ..record.records import ComparisonRecord, StepRecord
-from ..common.statuses import IDENTICAL, PATCH, RUN_FORECAST, STEP, VERDICT_EXIT_CODES
+from ..common.statuses import IDENTICAL, PATCH, PATCH_CONFLICT, RUN_FORECAST, STEP, VERDICT_EXIT_CODES
 from ..stages.command_names import STAGE_COMMANDS
 from ..stages.building.patches import SERIES_FILE, Patch, apply_series, read_series, series_digest
 from ..common.locks import Rank, exclusive
@@ -288,7 +288,7 @@ def verdict(outcomes: Sequence[PatchOutcome], steps: Sequence[StepRecord], compa
     """
     work: list[dict] = []
     for o in outcomes:
-        if o.status == "conflict":
+        if o.status == PATCH_CONFLICT:
             work.append({"patch": o.name, "why": f"conflict: {o.detail.removeprefix('conflicts in ')}"})
     for s in steps:
         consequence = s.failures and all(f.kind == "blocked" for f in s.failures)

@@ -32,6 +32,7 @@ from typing import Sequence
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
+from ..common.statuses import PATCH_3WAY, PATCH_ALREADY_UPSTREAM, PATCH_CLEAN, PATCH_CONFLICT
 from ..record.forecast import HunkConflict, PatchOutcome
 from ..stages.building.patches import AM_ARGS, Git, Patch, reset_to_base
 
@@ -232,29 +233,29 @@ def try_patch(git: Git, patch: Patch, index: int, *, leave_conflict: bool = Fals
     head = git.commit_id("HEAD")
     forward = git.run(["apply", "--check", where], check=False)
     if forward.returncode == 0:
-        status = "clean"
+        status = PATCH_CLEAN
     elif git.run(["apply", "--check", "--reverse", where], check=False).returncode == 0:
-        return outcome("already-upstream", "its reverse applies: the new base already holds its changes")
+        return outcome(PATCH_ALREADY_UPSTREAM, "its reverse applies: the new base already holds its changes")
     else:
-        status = "3-way"
+        status = PATCH_3WAY
     am = git.run([*AM_ARGS, where], check=False, config=MERGE_CONFIG)
     said = (am.stdout + am.stderr + forward.stderr).decode("utf-8", errors="replace")
     if am.returncode == 0:
         new = git.commit_id("HEAD")
         if new == head:
-            return outcome("already-upstream", "git am -3: no changes left, the patch is already applied")
-        detail = "applies as it is" if status == "clean" else "merged by git am -3 (the plain apply fails)"
+            return outcome(PATCH_ALREADY_UPSTREAM, "git am -3: no changes left, the patch is already applied")
+        detail = "applies as it is" if status == PATCH_CLEAN else "merged by git am -3 (the plain apply fails)"
         return outcome(status, detail, commit=new)
     conflicts = _conflicts(git, patch, said)
     places = ", ".join(dict.fromkeys(f"{c.place()} {c.hunk.split(' @@')[0]} @@" for c in conflicts)) or "see the log"
     if leave_conflict:
-        return outcome("conflict", f"conflicts in {places}", conflicts=conflicts)
+        return outcome(PATCH_CONFLICT, f"conflicts in {places}", conflicts=conflicts)
     git.run(["am", "--abort"], check=False)
     if git.am_in_progress():
         git.run(["am", "--quit"])
     git.run(["reset", "--quiet", "--hard", head])
     git.clean_tree()
-    return outcome("conflict", f"conflicts in {places}", conflicts=conflicts)
+    return outcome(PATCH_CONFLICT, f"conflicts in {places}", conflicts=conflicts)
 
 
 def try_series(repo: Path, base_rev: str, patches: Sequence[Patch], *, old_repo: Path | None = None,
@@ -283,7 +284,7 @@ def try_series(repo: Path, base_rev: str, patches: Sequence[Patch], *, old_repo:
         result = try_patch(git, patch, index)
         if result.applied and left_out:
             result.applied_without = list(left_out)
-        if result.status == "conflict":
+        if result.status == PATCH_CONFLICT:
             for c in result.conflicts:
                 if c.upstream_line == 0 and c.file in created:
                     c.reason = f"{c.file} comes with {created[c.file]}, which was left out"

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..common.fs import write_text_whole
 from ..common.words import size_text
@@ -44,7 +44,7 @@ from ..record.glance import build_glance, glance_html, glance_markdown
 from ..record.inputs import ConfigRecord, read_run_config
 from ..record.layout import RunLayout
 from ..record.records import ComparisonRecord, RecordError, StepRecord
-from ..common.statuses import COMPARISON, DIVERGED, IDENTICAL, KILLED, PATCH, STEP, VERDICT
+from ..common.statuses import COMPARISON, DIVERGED, IDENTICAL, KILLED, PATCH, STEP, TIMEOUT, VERDICT
 from ..record.summary import read_run, write_summary_md
 from ..record.verdict import FAILS, NOT_RUN, RowVerdict, count_text, failing_names, failures_first, judge
 from .signatures import load_signatures, step_logs
@@ -81,7 +81,7 @@ def _count_text(counts: dict[str, int]) -> str:
 
 
 def _sig_lookup(entries: list[dict]) -> dict[tuple, dict]:
-    out = {}
+    out: dict[tuple, dict] = {}
     for e in entries:
         if e.get("step") == "compare":
             out[("compare", e.get("platform"), e.get("group"), e.get("model"), e.get("prompt"), e.get("config"))] = \
@@ -190,7 +190,6 @@ th { background: var(--soft); font-weight: 600; }
 td.num, td.nw { white-space: nowrap; } td.num { text-align: right; }
 .st { font-weight: 600; white-space: nowrap; }
 .st-success { color: var(--ok); } .st-failure { color: var(--bad); } .st-neutral { color: var(--skip); }
-.st-timeout { color: var(--warn); }
 tr.bad td { background: #fff5f5; } tr.suspect td { background: #fff8e5; }
 .sig { font-size: 12px; } .kind { display: inline-block; font-family: ui-monospace, Menlo, Consolas, monospace;
        font-size: 11px; background: #eef1f4; border: 1px solid var(--line); border-radius: 4px; padding: 0 4px; }
@@ -213,7 +212,7 @@ svg .axis { stroke: #8c959f; stroke-width: 1; }
 .filter { float: right; font-size: 13px; font-weight: normal; }
 body.only-bad tr.ok { display: none; }
 figure { margin: 8px 0 14px; } figcaption { font-size: 13px; color: var(--muted); }
-""" + svg.CSS
+""" + f".st-{TIMEOUT} {{ color: var(--warn); }}\n" + svg.CSS
 
 _JS = """
 document.getElementById('only-bad').addEventListener('change', function (e) {
@@ -250,7 +249,7 @@ def _row_open(verdict: RowVerdict) -> str:
     return f'<tr class="{"bad" if verdict.fails else "ok"}" data-verdict="{escape(verdict.verdict)}">'
 
 
-def _sig_html(sig: dict | None) -> str:
+def _sig_html(sig: Mapping[str, Any] | None) -> str:
     if not sig:
         return ""
     return f'<span class="kind">{escape(sig["kind"])}</span> <span class="sig">{escape(sig["summary"])}</span>'
@@ -339,7 +338,7 @@ def _kl_cells(c: ComparisonRecord) -> str:
     if not kl:
         return '<td class="num">–</td><td class="num">–</td>'
     over = c.kl_mean_max is not None and kl["mean"] > c.kl_mean_max
-    flag = f' <span class="st-diverged">&gt; {c.kl_mean_max:g}</span>' if over else ""
+    flag = f' <span class="st st-failure">&gt; {c.kl_mean_max:g}</span>' if over else ""
     return (f'<td class="num">{kl["mean"]:.3g} / {kl["max"]:.3g}{flag}</td>'
             f'<td class="num">{kl["top1_agreement"]:.1%}</td>')
 
@@ -796,8 +795,8 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
     if failed:
         lines += ["### Failures", "", "| platform | config | step | status | signature |", "|---|---|---|---|---|"]
         for s in failed:
-            sig = sigs.get((s.platform, s.config, s.step))
-            cell = f"`{sig['kind']}` {_md(sig['summary'])}" if sig else _md(s.detail)
+            found = sigs.get((s.platform, s.config, s.step))
+            cell = f"`{found['kind']}` {_md(found['summary'])}" if found else _md(s.detail)
             lines.append(f"| {s.platform} | {s.config} | {s.step} | {s.status} | {cell} |")
         lines.append("")
     judged = [(c, c.verdict()) for c in comparisons if c.status != IDENTICAL or c.failed()]
@@ -882,7 +881,7 @@ def run(args: argparse.Namespace) -> int:
     from ..stages.table import steps_of_role
     data = read_run(run_dir)
     write_run_junit(run_dir, data.steps, data.comparisons, steps_of_role("checks"))
-    md = markdown_summary(run_dir, baseline) if args.markdown else None
+    md = markdown_summary(run_dir, Path(baseline) if baseline else None) if args.markdown else None
     if md is not None:
         print(md)
         print(out, file=sys.stderr)

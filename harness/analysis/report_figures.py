@@ -298,7 +298,7 @@ def probe_figure(path: Path, title: str, device: bool = True, judged: Load | Non
         total = sum(w.bytes for w in these)
         locked = [w.page_locked for w in these]
         pinned = "page-locked not asked" if any(x is None for x in locked) else \
-            f"{sum(locked) / 2**20:.0f} MiB page-locked"
+            f"{sum(x or 0 for x in locked) / 2**20:.0f} MiB page-locked"
         rows.append((buffer_type, cells))
         if not device:
             notes.append(f"{total / 2**20:.0f} MiB, host memory")

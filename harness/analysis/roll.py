@@ -42,6 +42,7 @@ from typing import Callable
 
 from ..common import proc
 from ..common.errors import EXIT_INCOMPLETE, HarnessError
+from ..common.statuses import PATCH_ALREADY_UPSTREAM, PATCH_CONFLICT
 from ..matrix.config import load_matrix
 from ..record.forecast import HunkConflict
 from ..stages.building.patches import Git, read_series, reset_to_base
@@ -206,7 +207,7 @@ def _rebase(state: State, args: argparse.Namespace, say: Callable[[str], None], 
         o = try_patch(dev, patch, index, leave_conflict=True)
         record = {"index": index, "name": patch.name, "subject": patch.subject, "files": o.files,
                   "detail": o.detail, "conflicts": [asdict(c) for c in o.conflicts]}
-        if o.status == "conflict":
+        if o.status == PATCH_CONFLICT:
             state.data["stopped"] = record
             state.data["stopped_at"] = head
             state.data["trying"] = None
@@ -215,7 +216,7 @@ def _rebase(state: State, args: argparse.Namespace, say: Callable[[str], None], 
             path = write_stopped(state, here / "roll.md")
             say(f"roll: {path}")
             return EXIT_INCOMPLETE
-        outcome = "dropped" if o.status == "already-upstream" else o.status
+        outcome = "dropped" if o.status == PATCH_ALREADY_UPSTREAM else o.status
         outcomes.append({**record, "outcome": outcome})
         state.data["trying"] = None
         state.save()

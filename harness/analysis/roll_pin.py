@@ -99,9 +99,14 @@ def write_pin(matrix: Matrix, doc: dict, old: BaseTree, new: BaseTree, onto_spec
             lines.append(f"source {i + 1} ({kind} {src.get('path') or src.get('url')}): kept")
         elif kind == "archive":
             if onto.source.kind == "archive":
+                assert onto.source.path is not None  # an archive source has its path (harness.matrix.config)
                 path = _checkout_relative(onto.source.path)
                 values[(*keys, "path")] = path
-                digest = onto.source.sha256 or onto.source.sha256_file.read_text().split()[0]
+                if onto.source.sha256:
+                    digest = onto.source.sha256
+                else:
+                    assert onto.source.sha256_file is not None  # an archive without its digest has its sidecar
+                    digest = onto.source.sha256_file.read_text().split()[0]
                 if "sha256" in src:
                     values[(*keys, "sha256")] = digest
                 else:
@@ -128,6 +133,7 @@ def write_pin(matrix: Matrix, doc: dict, old: BaseTree, new: BaseTree, onto_spec
             if onto.source.kind == "pypi-sdist" and onto.source.package == src["package"]:
                 sdist, _ = unpacked_sdist(onto.source, cache_dir())
                 digest = sha256_file(sdist)
+                assert onto.source.version is not None  # a pypi-sdist source has its version
                 values[(*keys, "version")] = onto.source.version
                 values[(*keys, "sha256")] = digest
                 lines.append(f"source {i + 1} (pypi-sdist): updated from {what} to {src['package']}=="

@@ -12,11 +12,12 @@ from typing import Any
 from ..args import split_names
 from ..common.errors import InputError
 from ..stages.building.patches import SERIES_FILE
+from ..common.statuses import PATCH_3WAY, PATCH_CLEAN
 
 #: The outcome of a patch dropped by hand in a roll (git am --skip).
 SKIPPED_BY_HAND = "skipped"
 #: The outcome of a patch in a roll, for people (roll.md, the console, the commit message).
-OUTCOMES = {"clean": "clean", "3-way": "3-way", "dropped": "dropped (already upstream)",
+OUTCOMES = {PATCH_CLEAN: PATCH_CLEAN, PATCH_3WAY: PATCH_3WAY, "dropped": "dropped (already upstream)",
             "resolved": "resolved by hand", SKIPPED_BY_HAND: "dropped by hand (git am --skip)"}
 #: Prefix of the branch a roll makes in the checkout; the new commit's first 12 hex digits follow.
 BRANCH_PREFIX = "roll/"

@@ -599,7 +599,7 @@ def speed_signature(run_dir: Path, step: StepRecord) -> Signature:
     group, metric = parsed.group, parsed.metric
     bench = read_bench(run_dir, step.platform) or {}
     rules = [r for r in bench.get("rules", []) if r.get("candidate") == step.config]
-    rule = next((r for r in rules if r.get("step") == step.step), None) or \
+    rule: dict[str, Any] = next((r for r in rules if r.get("step") == step.step), {}) or \
         next((r for r in rules if "step" not in r and (r.get("group"), r.get("metric")) == (group, metric)), {})
     reference, model = rule.get("reference", parsed.reference or "?"), rule.get("model", "?")
     key = f"{group}/{model}: {step.config} vs {reference} {metric}"
@@ -698,7 +698,8 @@ def classify_run(run_dir: Path, *, write: bool = True) -> list[dict]:
     for step in steps:
         sig = classify_step(run_dir, step)
         if sig:
-            entry = {"platform": step.platform, "config": step.config, "step": step.step, "signature": asdict(sig)}
+            entry: dict[str, Any] = {"platform": step.platform, "config": step.config, "step": step.step,
+                                     "signature": asdict(sig)}
             spec = step_spec(step.step)
             every_of = _EVERY.get(spec.evidence) if spec is not None else None
             if every_of is not None:

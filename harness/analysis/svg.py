@@ -211,21 +211,21 @@ def line_plot(ys: Sequence[float | None], *, x_label: str, y_label: str, title: 
             parts.append(f'<circle cx="{x:.1f}" cy="{y_scale(ys[i]):.1f}" r="7" class="mark" fill="none">'
                          f'<title>{escape(text)}</title></circle>')
     run: list[str] = []
-    for i, y in enumerate(list(ys) + [None]):
+    for i, point in enumerate([*ys, None]):
         if i < len(apart) and apart[i]:
             continue
-        if y is None:
+        if point is None:
             if len(run) > 1:
                 parts.append(f'<polyline points="{" ".join(run)}" class="line s0" fill="none"/>')
             run = []
             continue
-        run.append(f"{x_scale(i):.1f},{y_scale(y):.1f}")
-    for i, y in enumerate(ys):
-        if y is None:
+        run.append(f"{x_scale(i):.1f},{y_scale(point):.1f}")
+    for i, point in enumerate(ys):
+        if point is None:
             continue
         cls = "apart" if i < len(apart) and apart[i] else "bad" if i < len(bad) and bad[i] else "s0"
-        tip = point_titles[i] if i < len(point_titles) else tick_text(y)
-        parts.append(f'<circle cx="{x_scale(i):.1f}" cy="{y_scale(y):.1f}" r="{3 if n > 60 else 4}" class="{cls}">'
+        tip = point_titles[i] if i < len(point_titles) else tick_text(point)
+        parts.append(f'<circle cx="{x_scale(i):.1f}" cy="{y_scale(point):.1f}" r="{3 if n > 60 else 4}" class="{cls}">'
                      f'<title>{escape(tip)}</title></circle>')
     parts.append(f'<rect x="{LEFT}" y="{top}" width="{WIDTH - RIGHT - LEFT}" height="{bottom - top}" class="frame"/>'
                  "</svg>")

@@ -279,6 +279,7 @@ def _blocked_by(platform: str, step: StepRecord | None) -> str:
 def _sig_index(entries: list[dict]) -> dict[tuple, dict]:
     index: dict[tuple, dict] = {}
     for e in entries:
+        key: tuple
         if e.get("step") == "compare":
             key = (e.get("platform"), "compare", e.get("group"), e.get("model"), e.get("prompt"), e.get("config"))
         else:
@@ -745,12 +746,13 @@ def format_report(report: TriageReport) -> str:
         out.append("")
     hard = [d for d in report.divergences if not d.near_tie]
     near = [d for d in report.divergences if d.near_tie]
-    for title, items in (("HARD DIVERGENCES, NEW OR MOVED", hard),
-                         ("NEAR-TIE DIVERGENCES, NEW OR MOVED (the reference's top two logits almost equal)", near)):
-        if not items:
+    divergence_lists: tuple[tuple[str, list[DivergenceChange]], ...] = (("HARD DIVERGENCES, NEW OR MOVED", hard),
+                         ("NEAR-TIE DIVERGENCES, NEW OR MOVED (the reference's top two logits almost equal)", near))
+    for title, changes in divergence_lists:
+        if not changes:
             continue
-        out.append(f"{title} ({len(items)})")
-        for d in items:
+        out.append(f"{title} ({len(changes)})")
+        for d in changes:
             where = f"  {d.platform}  {d.group} {d.model}/{d.prompt}: {d.candidate} vs {d.reference}"
             margins = "" if d.reference_margin is None else \
                 f", margins {d.reference_margin:.3g} vs {d.candidate_margin if d.candidate_margin is not None else float('nan'):.3g}"
@@ -766,9 +768,10 @@ def format_report(report: TriageReport) -> str:
         out.append("")
     out.append(f"SIGNATURES: {len(report.signatures_new)} new, {len(report.signatures_known)} known, "
                f"{len(report.signatures_gone)} gone")
-    for label, items in (("new", report.signatures_new), ("known", report.signatures_known),
-                         ("gone", report.signatures_gone)):
-        for s in items:
+    signature_lists: tuple[tuple[str, list[SignatureSeen]], ...] = (
+        ("new", report.signatures_new), ("known", report.signatures_known), ("gone", report.signatures_gone))
+    for label, signatures in signature_lists:
+        for s in signatures:
             out.append(f"  {label:5}  [{s.kind}] {s.summary}  ({'; '.join(s.where)})")
     out.append("")
     if report.pin_changes:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterator, TextIO
 
 from rich.console import Console as RichConsole
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from .statuses import STEP, STEP_INTERRUPTED, STEP_PASSED
 
@@ -211,14 +211,14 @@ class Console:
     def _update(self, step: Step) -> None:
         with self._lock:
             if self._progress is not None and step._task is not None:
-                self._progress.update(step._task, completed=step.done, total=step.total,
+                self._progress.update(TaskID(step._task), completed=step.done, total=step.total,
                                       description=f"{step.title} {step.what}".strip())
 
     def _hide(self, step: Step) -> None:
         with self._lock:
             if self._progress is None or step._task is None:
                 return
-            self._progress.remove_task(step._task)
+            self._progress.remove_task(TaskID(step._task))
             if not self._progress.tasks:
                 self._progress.stop()
                 self._progress = None

@@ -121,7 +121,7 @@ def room_problem(path: Path, what: str, need: int = PROBE_BYTES) -> EnvironmentP
     return None
 
 
-def storage_problem(exc: BaseException, places: Mapping[str, Path]) -> EnvironmentProblem | None:
+def storage_problem(exc: BaseException | None, places: Mapping[str, Path]) -> EnvironmentProblem | None:
     """The environment's share of ``exc``, a failure while writing under ``places`` (what -> directory: the cache,
     the work trees, the temporary directory): an EnvironmentProblem already, or a failure while one of the places
     has no room (:func:`room_problem`, the first such place named).  None when every place has room and ``exc``
@@ -165,7 +165,7 @@ def decode_utf8(path: Path, data: bytes, what: str) -> str:
                                 f"(0x{data[exc.start]:02x}: {exc.reason}); save it as UTF-8") from None
 
 
-def replace_whole(path: Path, write: Callable[[Path], None]) -> None:
+def replace_whole(path: Path, write: Callable[[Path], object]) -> None:
     """Replace ``path`` whole: ``write`` fills ``<path>.<pid>-<thread>.tmp``, which is then renamed over ``path``.
 
     A reader never sees half a file, two threads or processes writing the same

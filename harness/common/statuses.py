@@ -165,16 +165,18 @@ STEP_STATUSES = STEP.names
 COMPARISON_STATUSES = COMPARISON.names
 
 #: The statuses code sets or decides by, named once here (each checked against its declaration above); no
-#: other module spells a step or comparison status (tests/test_status_names.py).
+#: other module spells a step, comparison, verdict or patch status (tests/test_status_names.py).
 STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED, STEP_INTERRUPTED, STEP_INCOMPLETE = (
     STEP.check(n) for n in ("passed", "failed", "error", "skipped", "interrupted", "incomplete"))
 VERDICT_PASSED, VERDICT_FAILED, VERDICT_INCOMPLETE, VERDICT_SKIPPED, VERDICT_IN_PROGRESS = (
     VERDICT.check(n) for n in ("passed", "failed", "incomplete", "skipped", "in-progress"))
 IDENTICAL, DIVERGED, CRASHED, TIMEOUT, UNSUPPORTED_UPSTREAM = (
     COMPARISON.check(n) for n in ("identical", "diverged", "crashed", "timeout", "unsupported-upstream"))
+PATCH_CLEAN, PATCH_3WAY, PATCH_ALREADY_UPSTREAM, PATCH_CONFLICT = (
+    PATCH.check(n) for n in ("clean", "3-way", "already-upstream", "conflict"))
 
 #: The comparison statuses of a generation that ended abnormally (a crash, a time limit), in the order a
-#: comparison reports them when both happened (harness.stages.outputs.compare.compare_outputs); also the
+#: comparison reports them when both happened (harness.stages.outputs.compare.compare_runs); also the
 #: ``kind`` of an engine's error (harness.stages.outputs.engine.EngineError).
 GENERATION_FAILURES = (CRASHED, TIMEOUT)
 

@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Mapping
 
+from ..common.proc import run_capture
 from .shape import EnvVar, GpuKind, HostTool
 
 #: The variables of its pinning (GpuKind.pin_vars), which the expectation and reload rules read.
@@ -62,6 +63,17 @@ def nvidia_gpus() -> list[dict[str, str]]:
         if len(values) == len(fields):
             gpus.append(dict(zip(["name", "driver", "memory", "compute_capability", "pci_bus_id"], values)))
     return gpus
+
+
+def compute_capabilities() -> str | None:
+    """CMake CUDA architectures of the GPUs present, from ``nvidia-smi``'s compute capability (``90``, several
+    joined with ``;``); None when nvidia-smi is missing or reports no GPU."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    _, out, _ = run_capture([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], timeout_s=60)
+    caps = sorted({c.strip().replace(".", "") for c in out.decode(errors="replace").splitlines() if c.strip()})
+    return ";".join(caps) or None
 
 
 def cuda_driver_version() -> str | None:
@@ -141,6 +153,11 @@ NVIDIA = GpuKind(
     arch_cmake="CMAKE_CUDA_ARCHITECTURES",
     visible_probe="nvidia-smi",
     sanitizer="compute-sanitizer",
+    # a test's failure exit code; a test that starts no CUDA context is still run; a generation's reports keep
+    # their host backtraces (the log file follows, harness.stages.outputs.sanitized_generation)
+    sanitizer_args={"test": ("--error-exitcode", "1", "--require-cuda-init", "no"),
+                    "generation": ("--error-exitcode", "1", "--show-backtrace", "yes")},
+    architectures=lambda: compute_capabilities(),
     # through the module's names, so that a test that replaces one replaces what the kind asks
     inventory=lambda: nvidia_gpus(),
     driver_version=lambda: cuda_driver_version(),

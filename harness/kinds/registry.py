@@ -23,18 +23,24 @@ EMULATORS: dict[str, HostTool] = {"wine": WINE}
 
 
 class PlatformLike(Protocol):
-    """What the kinds read of a platform (harness.matrix.config.Platform)."""
+    """What the kinds read of a platform (harness.matrix.config.Platform), read-only as a frozen dataclass's
+    fields are."""
 
-    name: str
-    os: str
-    arch: str
-    gpu: str
+    @property
+    def name(self) -> str: ...
+    @property
+    def os(self) -> str: ...
+    @property
+    def arch(self) -> str: ...
+    @property
+    def gpu(self) -> str: ...
 
 
 class GroupLike(Protocol):
     """What :func:`group_fits` reads of a comparison group (harness.matrix.config.Group)."""
 
-    min_gpus: int
+    @property
+    def min_gpus(self) -> int: ...
 
 
 class UnknownKind(KeyError):

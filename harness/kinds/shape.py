@@ -98,7 +98,10 @@ class GpuKind:
     not happen on this kind.  ``lanes``: how its generations share the machine: ``per-core``, one
     process per core (a CPU platform), or ``one`` process at a time (a GPU's memory, pinned host
     memory and bus are shared by every process).  ``arch_cmake``: the CMake variable of the
-    device architectures ``--cuda-arch`` sets, None for none.  ``stub_runtime_headers``: a fork
+    device architectures ``--gpu-arch`` sets, None for none; ``architectures``: those of the devices here, as
+    that variable takes them, asked of the kind's tool where the matrix says ``auto`` (None: no device here).
+    ``sanitizer_args``: the arguments the :attr:`sanitizer` takes after ``--tool TOOL`` for a native test
+    (``test``) and for a generation (``generation``), in :meth:`sanitizer_argv`.  ``stub_runtime_headers``: a fork
     build of this kind compiles the pin ladder's host test against the CUDA runtime's headers from
     PyPI (a kind without a CUDA runtime of its own).
 
@@ -127,6 +130,8 @@ class GpuKind:
     visible_probe: str = ""
     #: the program that checks its device code's memory accesses under ``--sanitize`` (None: no such checker)
     sanitizer: str | None = None
+    sanitizer_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    architectures: Callable[[], str | None] = lambda: None
     inventory: Callable[[], list[dict[str, str]]] = lambda: []
     driver_version: Callable[[], str | None] = lambda: None
     toolkit_version: Callable[[], str | None] = lambda: None
@@ -143,6 +148,20 @@ class GpuKind:
     def has_device(self) -> bool:
         """True for a kind whose programs run on a device (a GPU), False for a CPU-only kind."""
         return self.device is not None
+
+    @property
+    def pinned_host_type(self) -> str | None:
+        """The buffer type of the backend's page-locked host memory (``CUDA_Host``), where the experts of a load
+        with mmap off land (:attr:`expert_homes` ``host``); None for a kind without one.  A simulated cap on the
+        bytes pinned is a floor on this type's buffers (harness.stages.checks.expectation_probe.cap_floor_bytes)."""
+        return self.expert_homes.get("host") if self.has_device else None
+
+    def sanitizer_argv(self, tool: str, use: Literal["test", "generation"]) -> tuple[str, ...]:
+        """The command prefix that runs a native test (``use`` ``test``) or a generation (``generation``) under
+        :attr:`sanitizer` with ``tool`` (``memcheck``...); raises ValueError for a kind without a sanitizer."""
+        if self.sanitizer is None:
+            raise ValueError(f"GPU kind {self.name}: no sanitizer")
+        return (self.sanitizer, "--tool", tool, *self.sanitizer_args.get(use, ()))
 
     def version_keys(self) -> tuple[str, str]:
         """The keys its driver's and toolkit's versions are recorded under: ``<backend>_driver``,

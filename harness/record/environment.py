@@ -99,8 +99,9 @@ def read_environment(path: Path) -> EnvironmentRecord:
     try:
         if not isinstance(data, dict):
             raise TypeError("not an object")
-        texts = {k: None if data.get(k) is None else str(data[k]) for k in _TEXTS}
-        counts = {k: None if data.get(k) is None else int(data[k]) for k in _COUNTS}
+        # the fields read by name, each a text or a count: their types are the record's (Any: one mapping for both)
+        texts: dict[str, Any] = {k: None if data.get(k) is None else str(data[k]) for k in _TEXTS}
+        counts: dict[str, Any] = {k: None if data.get(k) is None else int(data[k]) for k in _COUNTS}
         gpus = tuple(dict(g) for g in data.get("gpus") or [])
         patches = data.get("patches")
         return EnvironmentRecord(

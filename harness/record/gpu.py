@@ -143,7 +143,8 @@ def buffer_placement(text: str) -> dict[str, Any]:
             offloaded = [int(m.group(1)), int(m.group(2))]
     by_type: dict[str, float] = {}
     for b in buffers:
-        by_type[b["buffer_type"]] = round(by_type.get(b["buffer_type"], 0.0) + b["mib"], 2)
+        buffer_type, mib = str(b["buffer_type"]), float(b["mib"])
+        by_type[buffer_type] = round(by_type.get(buffer_type, 0.0) + mib, 2)
     return {"buffers": buffers, "by_buffer_type": by_type, "offloaded_layers": offloaded, "routing": routing}
 
 

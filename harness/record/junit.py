@@ -76,8 +76,8 @@ def _document(title: str, suites: dict[str, list[_Case]], counted: tuple[str, ..
     totals = dict.fromkeys(("tests", *(_COUNTED_AS[o] for o in counted)), 0)
     for suite_name, cases in sorted(suites.items()):
         n = {o: sum(c.outcome == o for c in cases) for o in _COUNTED_AS}
-        suite = ET.SubElement(root, "testsuite", name=suite_name, tests=str(len(cases)),
-                              **{_COUNTED_AS[o]: str(k) for o, k in n.items()})
+        suite = ET.SubElement(root, "testsuite", {"name": suite_name, "tests": str(len(cases)),
+                                                  **{_COUNTED_AS[o]: str(k) for o, k in n.items()}})
         totals["tests"] += len(cases)
         for o in counted:
             totals[_COUNTED_AS[o]] += n[o]

@@ -67,7 +67,7 @@ def layers_text(layers: Sequence[int]) -> str:
     parts: list[str] = []
     start = prev = None
     for n in list(layers) + [None]:
-        if start is not None and (n is None or n != prev + 1):
+        if start is not None and prev is not None and (n is None or n != prev + 1):
             parts.append(str(start) if start == prev else f"{start}-{prev}")
             start = None
         if n is not None and start is None:

@@ -19,8 +19,8 @@ from ..common.errors import InputError
 from ..common.fs import describe, writable_dir, write_text_whole
 from ..common.locks import RunInUse, RunLock
 from .run_id import RUN_ID_ENV, chain_alive, current_chain, new_run_id
-from ..common.statuses import (KILLED, STEP, VERDICT_FAILED, VERDICT_INCOMPLETE, VERDICT_PASSED, VERDICT_SKIPPED,
-                                RUN_FORK, check_run_kind)
+from ..common.statuses import (KILLED, STEP, VERDICT_FAILED, VERDICT_IN_PROGRESS, VERDICT_INCOMPLETE, VERDICT_PASSED,
+                               VERDICT_SKIPPED, RUN_FORK, check_run_kind)
 from .records import RECORD_VERSION, StepRecord, ComparisonRecord
 from .layout import RunLayout
 from .json_files import load_records, judged_json, write_json
@@ -241,7 +241,7 @@ class Run:
         there is no comparison; else ``passed``.  Only ``passed`` is a success.
         """
         if self.progress is not None:
-            return "in-progress"
+            return VERDICT_IN_PROGRESS
         if any(STEP.is_failure(s.status) for s in self.steps) or any(c.failed() for c in self.comparisons):
             return VERDICT_FAILED
         if self.incomplete or any(s.status in STEP.unproven for s in self.steps):

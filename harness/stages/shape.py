@@ -31,9 +31,10 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from ..common.console import Console
+from ..common.jobserver import JobBudget
 from ..matrix.config import Matrix, Platform
 from ..matrix.model_sources.registry import ModelStore
 from ..matrix.platforms import cannot_build, cannot_run, compiles_instead
@@ -204,30 +205,34 @@ class RunBuilds(Protocol):
     harness.pipeline.open_context (the frame names no stage room: the build room implements this)."""
 
     cache: Path
-    bases: dict[str, Any]
+    bases: dict[str, Any]  # Any: a room's type; the frame imports no room
 
-    def base(self) -> Any:
+    def base(self) -> Any:  # Any: a room's type; the frame imports no room
         """The base tree (harness.stages.building.source.BaseTree), obtained on first use."""
 
-    def patches(self) -> list[Any]:
+    def patches(self) -> list[Any]:  # Any: a room's type; the frame imports no room
         """The patch series (harness.stages.building.patches.Patch each)."""
 
     def variants_for(self, p: Platform) -> list[str]:
         """The variants ``p`` builds."""
 
-    def build_variant(self, p: Platform, variant: str) -> Any:
+    def build_variant(self, p: Platform, variant: str) -> Any:  # Any: a room's type; the frame imports no room
         """``variant`` of ``p``, built once per process (harness.stages.building.build.BuildResult)."""
 
-    def prepare_source(self, base: Any, work: Path, variant: str, logs: Path) -> Path:
+    def build_more(self, p: Platform, variant: str, targets: Sequence[str], log: Path) -> tuple[int, float]:
+        """Build ``targets`` in the build directory of ``variant`` of ``p`` beside what that build declares: (ninja's
+        exit status, seconds)."""
+
+    def prepare_source(self, base: Any, work: Path, variant: str, logs: Path) -> Path:  # Any: a room's type; the frame imports no room
         """The source tree of ``variant`` under ``work``, patched where the variant is."""
 
     def write_environment(self, p: Platform) -> None:
         """Write ``p``'s environment.json."""
 
-    def emulator(self, p: Platform) -> Any:
+    def emulator(self, p: Platform) -> Any:  # Any: a room's type; the frame imports no room
         """The emulator that runs ``p``'s programs (harness.stages.building.cross.Emulator), None for a native one."""
 
-    def job_budget(self) -> Any:
+    def job_budget(self) -> JobBudget:
         """The run's one job budget (harness.common.jobserver.JobBudget)."""
 
     def close(self) -> None:
@@ -238,13 +243,13 @@ class RunSessions(Protocol):
     """How the stages start a configuration's programs through the context: harness.stages.outputs.sessions
     .Sessions, made by harness.pipeline.open_context (the outputs room implements this)."""
 
-    shown: Any
+    shown: Any  # Any: a room's type; the frame imports no room
     placements: dict[str, dict[str, dict[str, dict]]]
 
-    def hooks(self, p: Platform) -> Any:
+    def hooks(self, p: Platform) -> Any:  # Any: a room's type; the frame imports no room
         """How ``p``'s configurations start their programs (harness.stages.outputs.greedy.Hooks)."""
 
-    def session_cache(self) -> Any:
+    def session_cache(self) -> Any:  # Any: a room's type; the frame imports no room
         """The result cache's store of generation sessions (harness.stages.outputs.generation_cache.SessionCache)."""
 
 
@@ -283,11 +288,11 @@ class Context:
         """Mark (platform, config, step) as in progress for the block (harness.record.progress.InProgress)."""
         return self.progress.doing(platform, config, step)
 
-    def build_variant(self, p: Platform, variant: str) -> Any:
+    def build_variant(self, p: Platform, variant: str) -> Any:  # Any: a room's type; the frame imports no room
         """``variant`` of ``p``, built once per process (harness.stages.building.builds.Builds.build_variant)."""
         return self.builds.build_variant(p, variant)
 
-    def emulator(self, p: Platform) -> Any:
+    def emulator(self, p: Platform) -> Any:  # Any: a room's type; the frame imports no room
         """The emulator that runs ``p``'s programs, None for a native platform; RuntimeError when it is missing."""
         return self.builds.emulator(p)
 
@@ -295,7 +300,7 @@ class Context:
         """Path of model ``name``, assembled, generated or derived on first use (harness.matrix.model_sources.registry.ModelStore)."""
         return self.models.path(name)
 
-    def hooks(self, p: Platform) -> Any:
+    def hooks(self, p: Platform) -> Any:  # Any: a room's type; the frame imports no room
         """How ``p``'s configurations start their programs (harness.stages.outputs.sessions.Sessions.hooks)."""
         return self.sessions.hooks(p)
 

@@ -96,7 +96,7 @@ def _child_ladder(build_dir: Path, size: int, reps: int = 1) -> dict[str, Any]:
         stats = PinStats()
         cuda.ggml_backend_cuda_pin_get_stats(ctypes.byref(stats))
         name = base.ggml_backend_buft_name(base.ggml_backend_buffer_get_type(buf)).decode()
-        out = {"buffer_type": name, **{f: getattr(stats, f) for f, _ in PinStats._fields_}}
+        out = {"buffer_type": name, **{f[0]: getattr(stats, f[0]) for f in PinStats._fields_}}
         base.ggml_backend_buffer_free(buf)
     return {"seconds": times, **out}
 

@@ -86,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
         seconds = time.monotonic() - start
         total += seconds
         if result is None:
-            print(f"{variant}: skipped: {run.step(p.name, variant, 'compile').detail}")
+            step = run.step(p.name, variant, "compile")
+            print(f"{variant}: skipped: {step.detail if step else 'no compile step recorded'}")
             return 1
         fork_plan = fork_plan or result.plan
         ok = ok and result.status == STEP_PASSED

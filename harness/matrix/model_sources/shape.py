@@ -12,9 +12,12 @@ from ..models import QuantizeTool
 class Model(Protocol):
     """A matrix model as a source reads it (harness.matrix.config.Model: ``name``, ``kind``, ``spec``)."""
 
-    name: str
-    kind: str
-    spec: Mapping[str, Any]
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def spec(self) -> Mapping[str, Any]: ...
 
 
 @dataclass(frozen=True)

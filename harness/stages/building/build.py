@@ -250,16 +250,3 @@ def _build_locked(req: BuildRequest, logs_dir: Path, budget: JobBudget | None) -
                                  "options": dict(req.cmake_options)}, indent=2))
     result.detail = f"built in {result.seconds:.0f} s (key {key})"
     return result
-
-
-def cuda_architectures_from_nvidia_smi() -> str | None:
-    """CMake CUDA architectures for the GPUs present, from ``nvidia-smi`` compute capability (e.g. "90").
-
-    Returns None when nvidia-smi is missing or reports no GPU.
-    """
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return None
-    _, out, _ = proc.run_capture([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], timeout_s=60)
-    caps = sorted({c.strip().replace(".", "") for c in out.decode(errors="replace").splitlines() if c.strip()})
-    return ";".join(caps) or None

@@ -33,7 +33,7 @@ from ...record.run import Run
 from ..options import Options
 from .engine_target import ENGINE_TARGET, engine_cmake_options, engine_source_digest
 from .build import (BuildRequest, BuildResult, build, ccache_env, compiler_launcher_options, _run_step,
-                    cuda_architectures_from_nvidia_smi, find_tool, is_up_to_date, up_to_date_result)
+                    find_tool, is_up_to_date, up_to_date_result)
 from ...matrix.host_tools import find_emulator_program
 from .cross import Emulator, emulator_for
 from .cuda_headers import SetupError, find_cuda_headers
@@ -55,22 +55,23 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
     The matrix's options, the compiler launcher (ccache), the harness's engine target
     (harness.stages.building.engine_target.engine_cmake_options), a RUNPATH relative to the binaries
     (CMAKE_BUILD_RPATH_USE_ORIGIN), the platform's ``unoptimised_targets`` at -O0 (:data:`UNOPTIMISED_HOOK`),
-    CMAKE_CUDA_ARCHITECTURES
-    (``cuda_arch``, else from nvidia-smi where the matrix says ``auto``), the cross toolchain and
+    the GPU kind's architecture variable (harness.kinds.shape.GpuKind.arch_cmake: ``cuda_arch``, else the
+    kind's :attr:`~harness.kinds.shape.GpuKind.architectures` where the matrix says ``auto``), the cross toolchain and
     emulator of a cross-built platform, LLAMA_FORK_SERIES naming ``patches`` for the fork (and on a
     platform without GPU the CUDA headers for test-cuda-pin-ladder-host), then ``defines`` (-D
     overrides) last.  Raises
     RuntimeError when the architectures are ``auto`` and no GPU and no ``cuda_arch`` is given.
     """
     opts = dict(p.cmake)
-    if opts.get("CMAKE_CUDA_ARCHITECTURES") == "auto":
-        arch = cuda_arch or cuda_architectures_from_nvidia_smi()
+    gpu = gpu_of(p)
+    if gpu.arch_cmake and opts.get(gpu.arch_cmake) == "auto":
+        arch = cuda_arch or gpu.architectures()
         if not arch:
-            raise RuntimeError(f"{p.name}: CMAKE_CUDA_ARCHITECTURES is 'auto' but nvidia-smi reports no GPU; "
-                               "pass --cuda-arch (e.g. 90)")
-        opts["CMAKE_CUDA_ARCHITECTURES"] = arch
-    elif cuda_arch and gpu_of(p).arch_cmake:
-        opts[gpu_of(p).arch_cmake] = cuda_arch
+            raise RuntimeError(f"{p.name}: {gpu.arch_cmake} is 'auto' but {gpu.visible_probe} reports no GPU; "
+                               "pass --gpu-arch (e.g. 90)")
+        opts[gpu.arch_cmake] = arch
+    elif cuda_arch and gpu.arch_cmake:
+        opts[gpu.arch_cmake] = cuda_arch
     opts.update(compiler_launcher_options())
     opts.update(engine_cmake_options())
     # the build tree's RUNPATH relative to the binaries ($ORIGIN), not the build directory's path: the same code

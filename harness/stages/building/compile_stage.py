@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ...common.errors import EnvironmentProblem
 from ...common.locks import Rank, exclusive, joined_by_holder_of
+from ...kinds.registry import gpu_of
 from ...matrix.config import Platform
 from ...matrix.platforms import compiles_instead
 from ...record.json_files import write_json
@@ -48,10 +49,12 @@ def run_compile(ctx: Context) -> None:
 
 def compile_options(ctx: Context, p: Platform, variant: str) -> dict[str, str]:
     """CMake options of the compile step: the platform's, its ``compile_only`` ones, ccache, the series
-    label, --cuda-arch and -D overrides (the toolkit's are added by :func:`compile_variant`)."""
+    label, --gpu-arch (as the GPU kind's architecture variable) and -D overrides (the toolkit's are added by
+    :func:`compile_variant`)."""
     opts = {**p.cmake, **p.compile_only_cmake, **compiler_launcher_options()}
-    if ctx.opts.cuda_arch:
-        opts["CMAKE_CUDA_ARCHITECTURES"] = ctx.opts.cuda_arch
+    arch_variable = gpu_of(p).arch_cmake
+    if ctx.opts.cuda_arch and arch_variable:
+        opts[arch_variable] = ctx.opts.cuda_arch
     if variant == "fork":
         opts["LLAMA_FORK_SERIES"] = series_label(ctx.builds.patches())
     opts.update(ctx.opts.cmake_defines)

@@ -18,7 +18,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from ...matrix.config import Platform
 from ...matrix.host_tools import find_emulator_program, find_program, missing_run_tools
@@ -67,8 +67,8 @@ class Emulator:
         own, as without it."""
         if not self.keep_alive:
             return
-        quiet = {"env": {**os.environ, **self.env}, "stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
-                 "stderr": subprocess.DEVNULL, "check": False}
+        quiet: dict[str, Any] = {"env": {**os.environ, **self.env}, "stdin": subprocess.DEVNULL,
+                                 "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "check": False}  # subprocess.run's keywords
         try:
             if subprocess.run(self.keep_alive, timeout=30, **quiet).returncode == 0 and self.warm_up:
                 subprocess.run(self.wrap(self.warm_up), timeout=WINEBOOT_TIMEOUT_S, **quiet)

@@ -174,7 +174,7 @@ def _point(link: Path, target: Path) -> None:
 def assemble_toolkit(cache: Path, cc: str = "cc") -> Toolkit:
     """The PyPI CUDA toolkit in the standard layout under ``cache/cuda-toolkit/<digest>/``.
 
-    ``cache`` is the harness cache directory (harness.source.cache_dir), shared by every work
+    ``cache`` is the harness cache directory (harness.stages.building.source.cache_dir), shared by every work
     directory and clone on the machine, so nvcc's include paths into the toolkit, which are
     absolute and enter ccache's hash, are the same in all of them.  ``<digest>`` covers the wheel
     versions (and :data:`LAYOUT_SCHEME`), not their location: the layout reaches the wheels

@@ -504,9 +504,9 @@ def _obtain_base(matrix: Matrix, cache: Path, dest: Path, log: list[str] | None)
         if log is not None:
             log.append(f"source {src.describe()}: used")
         return tree
-    problem = storage_problem(None, {"cache directory": cache, "temporary directory": temporary_dir()})
-    if problem is not None:
-        raise problem  # a full or read-only cache or temporary directory, not the sources
+    storage = storage_problem(None, {"cache directory": cache, "temporary directory": temporary_dir()})
+    if storage is not None:
+        raise storage  # a full or read-only cache or temporary directory, not the sources
     why = f"no source produced the pinned commit {commit}:\n  " + "\n  ".join(reasons)
     raise EnvironmentProblem(why) if environment else SourceError(why)
 

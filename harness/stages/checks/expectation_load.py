@@ -109,20 +109,20 @@ def check_load(exp: Expectations, placement: Mapping[str, Any], ladder: Sequence
         if exp.mapped is not None:
             findings += mapped_findings(exp.mapped, probe)
         findings += claim_findings(probe, logged, ladder, placement.get("routing", []), source)
-    found = warnings_found(placement, ladder)
-    facts["warnings"] = sorted(found)
+    warned = warnings_found(placement, ladder)
+    facts["warnings"] = sorted(warned)
     if exp.present or exp.absent:
         bad = False
         for name in exp.present:
-            if name not in found:
+            if name not in warned:
                 bad = True
                 findings.append(Finding("warnings", FINDING_FAILED, f"warning {name} missing",
                                         f"warning {name} missing: {WARNINGS[name]}"))
         for name in exp.absent:
-            if name in found:
+            if name in warned:
                 bad = True
                 findings.append(Finding("warnings", FINDING_FAILED, f"unexpected warning {name}",
-                                        f"unexpected warning {name}: {found[name][0]}", found[name][:3]))
+                                        f"unexpected warning {name}: {warned[name][0]}", warned[name][:3]))
         if not bad:
             findings.append(Finding("warnings", FINDING_PASSED, "as expected",
                                     f"present: {', '.join(exp.present) or '-'}; absent: {', '.join(exp.absent) or '-'}"))

@@ -165,10 +165,10 @@ def mapped_findings(mapped: bool, probe: Probe) -> list[Finding]:
     if any(w.file_backed is None for w in host):
         return [Finding("mapped", FINDING_INCOMPLETE, "no map count in the probe", "the probe has no file-backed counts")]
     if mapped:
-        bad = [w for w in host if w.file_backed < w.bytes]
+        bad = [w for w in host if (w.file_backed or 0) < w.bytes]  # None: returned above
         what, want = "not backed by the model file (anonymous memory)", "memory-mapped"
     else:
-        bad = [w for w in host if w.file_backed > 0]
+        bad = [w for w in host if (w.file_backed or 0) > 0]
         what, want = "backed by the model file", "read into memory (mmap off)"
     if bad:
         types = sorted({w.buffer.buffer_type for w in bad})

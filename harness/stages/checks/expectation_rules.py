@@ -64,13 +64,14 @@ class Pinned:
     """The page-locked fraction of the experts' bytes: at least ``min``, at most ``max`` (None: no bound).
 
     ``cap_bytes``: GGML_CUDA_PIN_SIM_TOTAL_MAX_MB in bytes; the fraction must then also reach what that
-    cap allows the model buffers of type ``capped_type`` (harness.stages.checks.expectation_load.cap_floor_bytes).
+    cap allows the model buffers of type ``capped_type`` (harness.stages.checks.expectation_probe.cap_floor_bytes):
+    the GPU kind's page-locked host buffer type (harness.kinds.shape.GpuKind.pinned_host_type, ``CUDA_Host``).
     """
 
     min: float | None = None
     max: float | None = None
     cap_bytes: int | None = None
-    capped_type: str = "CUDA_Host"
+    capped_type: str = ""
 
     def describe(self) -> str:
         """The rule in words: ``1``, ``at least 0.4``, ``0.5``, ``at least what a 2048 MiB cap allows``."""
@@ -198,7 +199,8 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
     fork = config.build == "fork"
     n_pin = pin_layers(env, var.get("pin-layers")) if fork else None
     if n_pin is not None and n_pin < max(n_layer, 1):
-        experts = (LayerRange(0, n_pin - 1, host), LayerRange(n_pin, None, homes["host-unpinned"]))
+        experts: tuple[LayerRange, ...] = (LayerRange(0, n_pin - 1, host),
+                                           LayerRange(n_pin, None, homes["host-unpinned"]))
         origin["placement"] = f"default: --cpu-moe, mmap off, {var['pin-layers']}={n_pin}" + \
                               (f", {var['no-pinned']}" if no_pinned else "")
     else:
@@ -222,7 +224,7 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
         why = f"not checked: {var['sim-sticky']} refuses every call after the first refusal"
         present.append("no-pin")
     elif cap is not None:
-        pinned = Pinned(cap_bytes=cap)
+        pinned = Pinned(cap_bytes=cap, capped_type=kind.pinned_host_type or "")
         why = f"{var['sim-total-max-mb']}={cap // 2**20}: at least what the cap allows"
         present.append("partial-pin")
     elif n_pin is not None and (not n_layer or (n_pin < n_layer and not total)):

@@ -159,13 +159,14 @@ def check_config(layout: RunLayout, platform: Platform, config: RunConfig,
                                                     "(its stderr has no buffer lines)")))
             continue
         ladder_path = layout.load_file(platform.name, config.name, model, stem, "pin_ladder")
-        ladder: PinLadder | None = PinLadder()
+        ladder = PinLadder()
         if ladder_path.exists():  # no file: the load logged no pin-ladder line
-            ladder, why = _read(read_pin_ladder, ladder_path)
-            if ladder is None:
+            logged_ladder, why = _read(read_pin_ladder, ladder_path)
+            if logged_ladder is None:
                 entry["findings"].append(asdict(Finding("records", FINDING_INCOMPLETE, "pin-ladder record unreadable",
                                                         f"{layout.relative(ladder_path)}: {why}")))
                 continue
+            ladder = logged_ladder
         probe, probe_problem = probes.get(model) or _probe(layout, stderr.with_name(PROBE_FILE), probes, model)
         source = "the engine" if stem == "engine" else f"llama-completion ({stem})"
         findings, facts = check_load(exp, placement.as_record(), [dict(r) for r in ladder.lines], summary, probe,

@@ -166,7 +166,7 @@ def _perf(ctx: Context, p: Platform) -> None:
     path: Path = ctx.run.layout.upstream_file(p.name, "perf")
     write_json(path, {"ops": list(p.backend_ops.perf), "cases": rows})
     if rows:
-        ratios = sorted(r["ratio"] for r in rows)
+        ratios = sorted(float(r["ratio"]) for r in rows)  # type: ignore[arg-type]  # a row's ratio is a float
         ctx.say(f"[{p.name}] {TARGET} perf (information): {len(rows)} cases, fork/base time per run median "
                 f"{ratios[len(ratios) // 2]:.3f} (min {ratios[0]:.3f}, max {ratios[-1]:.3f}); "
                 f"{ctx.run.layout.relative(path)}")

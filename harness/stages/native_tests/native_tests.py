@@ -35,8 +35,10 @@ def parse_junit(path: Path) -> list[TestCase]:
         seconds = float(tc.get("time") or 0.0)
         status, message = CASE_PASSED, ""
         if tc.find("failure") is not None or tc.find("error") is not None:
-            node = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
-            status, message = CASE_FAILED, (node.get("message") or "").strip()
+            node = tc.find("failure")
+            if node is None:
+                node = tc.find("error")
+            status, message = CASE_FAILED, ((node.get("message") if node is not None else None) or "").strip()
         elif tc.find("skipped") is not None or tc.get("status") in ("notrun", "disabled"):
             node = tc.find("skipped")
             status = CASE_SKIPPED

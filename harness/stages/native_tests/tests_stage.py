@@ -37,18 +37,23 @@ def run_tests(ctx: Context) -> None:
             ctx.run.record_step(StepRecord(p.name, "fork", "test", STEP_ERROR, detail=str(exc),
                                            failures=[Failure("exception", message=str(exc))]))
             continue
-        runs = [(ctx.run.layout.test_step(), ())]
+        runs: list[tuple[str, tuple[str, ...]]] = [(ctx.run.layout.test_step(), ())]
+        kind = gpu_of(p)
         if ctx.opts.sanitize:
             runs.append((ctx.run.layout.test_step(ctx.opts.sanitize),
-                         ("compute-sanitizer", "--tool", ctx.opts.sanitize, "--error-exitcode", "1", "--require-cuda-init", "no")))
+                         kind.sanitizer_argv(ctx.opts.sanitize, "test") if kind.sanitizer else ()))
         for step, wrapper in runs:
             target_dir = ctx.run.layout.tests(p.name, step)
 
             def file(name: str, step: str = step, platform: str = p.name) -> Path:
                 return ctx.run.layout.tests_file(platform, step, name)
+            if step != ctx.run.layout.test_step() and not wrapper:
+                ctx.run.record_step(StepRecord(p.name, "fork", step, STEP_SKIPPED,
+                                               detail=f"no sanitizer on {kind.described}"))
+                continue
             if wrapper and not shutil.which(wrapper[0]):
                 ctx.run.record_step(StepRecord(p.name, "fork", step, STEP_SKIPPED,
-                                               detail="compute-sanitizer not found"))
+                                               detail=f"{wrapper[0]} not found"))
                 continue
             with ctx.doing(p.name, "fork", step), ctx.console.step(f"[{p.name}] {step}") as shown:
                 tr, reused = run_tests_reusing(
@@ -62,7 +67,7 @@ def run_tests(ctx: Context) -> None:
             if wrapper:
                 summary = gpu.sanitizer_summary(file("log"))
                 detail += f"; {summary}" if summary else ""
-                write_json(file("sanitizer"), SanitizerRecord(ctx.opts.sanitize, summary))
+                write_json(file("sanitizer"), SanitizerRecord(ctx.opts.sanitize or "", summary))
             facts = gpu.test_log_facts(file("log"))
             if facts:
                 write_json(file("gpu_facts"), facts)

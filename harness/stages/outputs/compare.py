@@ -339,7 +339,7 @@ def run_generation(spec: GenerationSpec, log_stem: Path) -> GenerationResult:
     if spec.crlf_stdout:
         raw = from_text_mode(raw)
     stderr = stderr_path.read_bytes()
-    common = dict(
+    common: dict[str, Any] = dict(  # the GenerationResult fields every ending shares, each of its own type
         seconds=seconds, stdout_path=stdout_path, stderr_path=stderr_path, argv=argv
     )
     if timed_out:
@@ -449,7 +449,7 @@ def tokenize(
         return []
     with _text_file(text, workdir) as text_path:
         base = [str(tokenize_binary), "-m", str(model), "-f", str(text_path), "--no-bos", "--no-escape"]
-        run = dict(launcher=launcher, launcher_env=launcher_env, crlf_stdout=crlf_stdout)
+        run: dict[str, Any] = dict(launcher=launcher, launcher_env=launcher_env, crlf_stdout=crlf_stdout)  # _run_tokenize's keywords
         ids = parse_token_ids(_run_tokenize(base + ["--ids"], timeout_s, **run))
         return parse_token_pieces(_run_tokenize(base, timeout_s, **run), ids)
 

@@ -49,7 +49,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ContextManager, Iterator
+from functools import partial
+from typing import ContextManager, Iterator, Protocol, TypeVar
 
 from .compare import GenerationResult, GenerationSpec, find_error_line, run_generation
 from ...kinds.shape import GpuKind
@@ -211,6 +212,17 @@ def completion_generation_seconds(stderr: bytes) -> float:
                     pass
     return total / 1000.0
 
+#: What a request of a live engine session returns (EngineSession.generate, .score, ...).
+_Result = TypeVar("_Result")
+
+
+class _Call(Protocol):
+    """How a session's requests run (GreedyRunner._session's ``call``): ``fn`` on the live session, started first
+    where there is none; what ``fn`` returns, or the EngineRun of the failure."""
+
+    def __call__(self, what: str, fn: Callable[[EngineSession], _Result], prompt: str,
+                 repeat: int = 0) -> _Result | EngineRun: ...
+
 
 def generation_record(gen: EngineGeneration) -> dict:
     """An engine generation as JSON: timings, and per token its id, piece (text and exact bytes as hex),
@@ -354,7 +366,7 @@ class GreedyRunner:
         model_path = jobs[0].model_path
         model = jobs[0].model
         plan = [(side, gen, n) for side in side_order(jobs) for (s, gen), n in needs.items() if s == side]
-        work = []
+        work: list[_SideWork] = []
         for side, gen, need in plan:  # the cache first: what is restored needs no lane
             w = self._side_work(side, gen, model, model_path, need, [(x.side, x.gen) for x in work])
             if w is not None:
@@ -373,15 +385,16 @@ class GreedyRunner:
             for prompt in job.prompts:
                 ref = self.runs[(job.reference, gen, prompt)]
                 for cand in job.candidates:
-                    side = self.runs[(cand, gen, prompt)]
+                    cand_runs = self.runs[(cand, gen, prompt)]
                     score = self.scores.get((cand, gen, prompt, job.reference))
                     if isinstance(score, EngineRun):
-                        side = SideRuns(engine=side.engine + [score], completion=side.completion)
+                        cand_runs = SideRuns(engine=cand_runs.engine + [score], completion=cand_runs.completion)
                     kl = summarize_kl(score) if isinstance(score, ScoreResult) else None
-                    pc = compare_streams(prompt, job.label, ref, cand.config, side, job.comparison.near_tie_margin, kl)
+                    pc = compare_streams(prompt, job.label, ref, cand.config, cand_runs, job.comparison.near_tie_margin,
+                                         kl)
                     up = job.upstream.get(cand.config)
                     if pc.status in GENERATION_FAILURES and up is not None:
-                        self._judge_upstream(pc, self.runs[(up, gen, prompt)], side, up, cand, model, prompt)
+                        self._judge_upstream(pc, self.runs[(up, gen, prompt)], cand_runs, up, cand, model, prompt)
                     res.comparisons.append(pc)
             out.append(res)
         return out
@@ -436,7 +449,7 @@ class GreedyRunner:
             # written or writes a missing one itself.  Then the dumps, which wait for nothing; text checks fill
             # what is left.  (A session's generations are most of a lane's work: started first, the longest
             # chain of a model ends first.)
-            started = set()
+            started: set[tuple[Side, Generation]] = set()
             while tasks or running or dump_tasks:
                 for task in [t for t in tasks if t[1] is None and t[0].waits_for <= ended]:
                     if len(running) >= self.lanes:
@@ -458,11 +471,11 @@ class GreedyRunner:
                     raise RuntimeError("greedy runner: no task can start")
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    task = running.pop(fut)
+                    finished = running.pop(fut)
                     fut.result()
-                    if task is None:
+                    if finished is None:
                         continue
-                    w, prompt = task
+                    w, prompt = finished
                     if prompt is None:
                         ended.add((w.side, w.gen))
                     left[id(w)] -= 1
@@ -535,23 +548,24 @@ class GreedyRunner:
         n_session = [0]
         load_failed: list[EngineRun] = []
 
-        def call(what: str, fn: Callable[[EngineSession], object], prompt: str, repeat: int = 0) -> object:
+        def call(what: str, fn: Callable[[EngineSession], _Result], prompt: str, repeat: int = 0) -> _Result | EngineRun:
             """Run fn on a live session (starting one if needed); returns the result or an EngineRun failure."""
             t0 = time.monotonic()
             if load_failed:  # the model did not load: the same failure for every request, no reload
                 return EngineRun(status=load_failed[0].status, error=load_failed[0].error)
             loading = False
             try:
-                if session[0] is None:
+                live = session[0]
+                if live is None:
                     loading = True
                     n_session[0] += 1
                     self._count(sessions=1)
-                    session[0] = EngineSession(argv, env, out_dir / "engine.stderr", out_dir / "engine.cmd",
-                                               load_timeout_s=gen.timeout_s, request_timeout_s=gen.timeout_s)
-                    self._count(loads=session[0].load_seconds)
-                    self._probe(session[0], out_dir / PROBE_FILE)
+                    live = session[0] = EngineSession(argv, env, out_dir / "engine.stderr", out_dir / "engine.cmd",
+                                                      load_timeout_s=gen.timeout_s, request_timeout_s=gen.timeout_s)
+                    self._count(loads=live.load_seconds)
+                    self._probe(live, out_dir / PROBE_FILE)
                     loading = False
-                return fn(session[0])
+                return fn(live)
             except (EngineError, OSError) as exc:
                 kind = exc.kind if isinstance(exc, EngineError) else CRASHED
                 if session[0] is not None:
@@ -630,7 +644,7 @@ class GreedyRunner:
         self._count(reloads=time.monotonic() - t0)
 
     def _session_requests(self, w: "_SideWork", model: str, model_path: Path, dumps: Path,
-                          call: Callable[..., object]) -> list:
+                          call: _Call) -> list:
         """The requests of ``w``'s session through ``call``: generations, its own dumps, then its scorings of
         references' tokens; returns the scorings whose reference runs after it (a cycle of groups)."""
         side, gen, need, out_dir = w.side, w.gen, w.need, w.out_dir
@@ -641,25 +655,26 @@ class GreedyRunner:
                 engine_repeats = max(1, gen.repeats - 1) if prompt in need["checked"] else max(2, gen.repeats)
                 for r in range(1, engine_repeats + 1):
                     t0 = time.monotonic()
-                    got = call("generating", lambda s, _p=prompt: s.generate(self.prompts[_p]), prompt, r)
+                    generated = call("generating", partial(EngineSession.generate, prompt=self.prompts[prompt]),
+                                     prompt, r)
                     self._count_run(side)
-                    if isinstance(got, EngineRun):
-                        runs.append(got)
+                    if isinstance(generated, EngineRun):
+                        runs.append(generated)
                         continue
                     self.hooks.progress(side, f"{model}/{prompt}.r{r}")
-                    self._count(engine_generation=(got.prompt_ms + got.gen_ms) / 1000.0)
-                    runs.append(EngineRun(status="ok", generation=got, seconds=time.monotonic() - t0))
+                    self._count(engine_generation=(generated.prompt_ms + generated.gen_ms) / 1000.0)
+                    runs.append(EngineRun(status="ok", generation=generated, seconds=time.monotonic() - t0))
                     with self._lock:
                         self.side_ok.setdefault(side, set()).add(model)
-                    write_json(out_dir / f"{prompt}.r{r}.tokens.json", generation_record(got))
+                    write_json(out_dir / f"{prompt}.r{r}.tokens.json", generation_record(generated))
                 self.runs[(side, gen, prompt)] = SideRuns(engine=runs)
             for prompt in sorted(need["dump"], key=need["prompts"].index):
                 first = self.runs[(side, gen, prompt)].engine[0]
                 if first.generation is None or not first.generation.tokens:
                     continue
                 path = self._dump_path(dumps)
-                got = call("scoring its own tokens", lambda s, _p=prompt, _t=first.generation.ids, _d=path:
-                           s.score(self.prompts[_p], _t, dump=_d), prompt)
+                got = call("scoring its own tokens", partial(EngineSession.score, prompt=self.prompts[prompt],
+                                                             tokens=first.generation.ids, dump=path), prompt)
                 if isinstance(got, ScoreResult):
                     self._count(engine_scoring=got.score_ms / 1000.0)
                     self.dumped[(side, gen, prompt)] = path
@@ -678,11 +693,11 @@ class GreedyRunner:
             dump = self.dumped.get((ref, gen, prompt))
             if first.generation is None or not first.generation.tokens or dump is None:
                 continue
-            got = call(f"scoring {ref.config}'s tokens", lambda s, _p=prompt, _t=first.generation.ids, _d=dump:
-                       s.score(self.prompts[_p], _t, reference=_d), prompt)
+            got = call(f"scoring {ref.config}'s tokens", partial(EngineSession.score, prompt=self.prompts[prompt],
+                                                                 tokens=first.generation.ids, reference=dump), prompt)
             if isinstance(got, ScoreResult):
                 self._count(engine_scoring=got.score_ms / 1000.0)
-            self.scores[(side, gen, prompt, ref)] = got  # type: ignore[assignment]
+            self.scores[(side, gen, prompt, ref)] = got
         return later
 
     def _completion(self, side: Side, gen: Generation, model: str, model_path: Path, prompt: str, out_dir: Path,
@@ -784,7 +799,7 @@ class GreedyRunner:
                 files[f"{p}.r{n}.stderr"] = c.stderr_path.read_bytes()
                 entry["completion"] = {"repeat": n, "seconds": c.seconds}
             prompts[p] = entry
-        scores = []
+        scores: list[dict[str, object] | None] = []
         for p, ref in need["score"]:
             got = self.scores.get((side, gen, p, ref))
             if isinstance(got, ScoreResult):

@@ -30,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ...kinds.registry import gpu_of
+from ...kinds.shape import GpuKind
 from ...matrix.config import Generation, Platform
 from ...matrix.loading import pin_configuration
 from ...record import gpu
@@ -48,11 +49,11 @@ CRASH_TOOL = "memcheck"
 CRASH_LABEL = "crash-memcheck"
 
 
-def sanitizer_launcher(tool: str, log_file: Path) -> tuple[str, ...]:
-    """The compute-sanitizer prefix of a generation under ``tool``: its report written to ``log_file``, exit code 1
-    on an error, every report's host backtrace saved."""
-    return ("compute-sanitizer", "--tool", tool, "--error-exitcode", "1", "--show-backtrace", "yes",
-            "--log-file", str(log_file))
+def sanitizer_launcher(tool: str, log_file: Path, kind: GpuKind) -> tuple[str, ...]:
+    """The sanitizer prefix of a generation under ``tool`` on GPU kind ``kind`` (its
+    :meth:`~harness.kinds.shape.GpuKind.sanitizer_argv`: compute-sanitizer for NVIDIA): its report written to
+    ``log_file``, exit code 1 on an error, every report's host backtrace saved."""
+    return (*kind.sanitizer_argv(tool, "generation"), "--log-file", str(log_file))
 
 
 def sanitized_stem(config_dir: Path, model: str, prompt: str, label: str) -> Path:
@@ -106,7 +107,7 @@ def sanitized_run(ctx: Context, p: Platform, config: str, model: str, prompt: st
     stem = sanitized_stem(ctx.run.layout.config(p.name, config), model, prompt, label or tool)
     log = stem.with_name(stem.name + ".sanitizer.log")
     stem.parent.mkdir(parents=True, exist_ok=True)
-    spec = replace(spec, launcher=(*sanitizer_launcher(tool, log), *spec.launcher))
+    spec = replace(spec, launcher=(*sanitizer_launcher(tool, log, gpu_of(p)), *spec.launcher))
     return run_generation(spec, stem), log, spec
 
 
@@ -145,8 +146,9 @@ def run_sanitized(ctx: Context) -> None:
         for name in sanitized_configs(ctx, p):
             where = first_generation(ctx, p, name)
             assert where is not None
-            if not shutil.which("compute-sanitizer"):
-                ctx.run.record_step(StepRecord(p.name, name, step, STEP_SKIPPED, detail="compute-sanitizer not found"))
+            if not shutil.which(gpu_of(p).sanitizer or ""):
+                ctx.run.record_step(StepRecord(p.name, name, step, STEP_SKIPPED,
+                                               detail=f"{gpu_of(p).sanitizer} not found"))
                 continue
             model, prompt, gen = where
             t0 = time.monotonic()
@@ -180,8 +182,8 @@ def rerun_crashes(ctx: Context) -> list[StepRecord]:
                 if (fact.model, fact.prompt) in seen:
                     continue
                 seen.add((fact.model, fact.prompt))
-                if not shutil.which("compute-sanitizer"):
-                    found.append((STEP_SKIPPED, "compute-sanitizer not found"))
+                if not shutil.which(gpu_of(p).sanitizer or ""):
+                    found.append((STEP_SKIPPED, f"{gpu_of(p).sanitizer} not found"))
                     break
                 try:
                     gen = (first_generation(ctx, p, name) or (None, None, ctx.matrix.generation))[2]

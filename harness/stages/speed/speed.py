@@ -354,8 +354,8 @@ def _engine_generation(pipe: Pipeline, p: Platform, rules: list[Rule], kind: Eng
     timeout, a context that fits the largest request of that model's rules, and the kind's threads."""
     model = kind.model
     need = max(r.unit.n_prompt + r.unit.n_gen for r in rules if r.unit.model == model)
-    group_gen = next(pipe.matrix.groups[g].generation for g in p.groups
-                     if pipe.matrix.groups[g].speed and pipe.matrix.groups[g].speed.model == model)
+    group_gen = next(group.generation for group in (pipe.matrix.groups[g] for g in p.groups)
+                     if group.speed and group.speed.model == model)
     return Generation(n_predict=group_gen.n_predict, repeats=1, seed=group_gen.seed,
                       ctx_size=max(group_gen.ctx_size, need), timeout_s=group_gen.timeout_s, threads=kind.threads)
 
