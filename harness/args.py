@@ -107,7 +107,7 @@ class MatrixNames:
             names = list(getattr(load_matrix(Path(path)), self.kind))
         except Exception:  # noqa: BLE001 - any unreadable matrix: nothing to offer, the command says why
             return []
-        done, _, part = prefix.rpartition(",")
+        done, _comma, part = prefix.rpartition(",")
         head = f"{done}," if done else ""
         taken = set(done.split(",")) if done else set()
         return [head + n for n in names if n.startswith(part) and n not in taken]

@@ -822,8 +822,8 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
         for platform, r in speed:
             medians = (f"{r['candidate_spread']['median']:.1f} / {r['reference_spread']['median']:.1f}"
                        if "ratio" in r else "–")
-            judged = rule_ratio(r)
-            ratio = (f"{judged.text()}, fails below {r['threshold']:.3g}x" if judged
+            named = rule_ratio(r)
+            ratio = (f"{named.text()}, fails below {r['threshold']:.3g}x" if named
                      else _md(r.get("detail", "")))
             p_value = _p_text(r)
             lines.append(f"| {platform} | {r['group']} | {r['candidate']} vs {r['reference']} | {r['metric']} "

@@ -218,7 +218,7 @@ def rule_history_figures(results_dir: Path, platform: str, current: str, series:
     return out
 
 
-def _rule_text(rule: dict[str, Any]) -> str:
+def _rule_text(rule: Mapping[str, Any]) -> str:
     """The whole rule a history's dashed line stands for, from the rule's record: ``fails below 0.909x with
     Mann-Whitney p ≤ 0.01`` (harness.common.statistics: a slowdown needs both)."""
     text = f"fails below {float(rule['threshold']):.3g}x"

@@ -207,8 +207,9 @@ def line_plot(ys: Sequence[float | None], *, x_label: str, y_label: str, title: 
         parts.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{bottom}" class="mark"/>'
                      f'<text x="{x - 4 if leftwards else x + 4:.1f}" y="{top - 6}" class="mark"{anchor}>'
                      f'{escape(text)}</text>')
-        if 0 <= i < len(ys) and ys[i] is not None:
-            parts.append(f'<circle cx="{x:.1f}" cy="{y_scale(ys[i]):.1f}" r="7" class="mark" fill="none">'
+        mark_y = ys[i] if 0 <= i < len(ys) else None
+        if mark_y is not None:
+            parts.append(f'<circle cx="{x:.1f}" cy="{y_scale(mark_y):.1f}" r="7" class="mark" fill="none">'
                          f'<title>{escape(text)}</title></circle>')
     run: list[str] = []
     for i, point in enumerate([*ys, None]):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..common.statistics import MIN_SAMPLES, OF_MEDIANS, WITHIN_ROUND, within_round_ratio
 from .layout import RunLayout
@@ -152,7 +152,7 @@ class RuleRatio:
         return f"{self.value:.{digits}f}x ({self.name})"
 
 
-def rule_ratio(rule: dict[str, Any]) -> RuleRatio | None:
+def rule_ratio(rule: Mapping[str, Any]) -> RuleRatio | None:
     """The ratio of a judged speed rule of a bench.json (``rules``), None for one not judged (no ``ratio``).
 
     Rules record the rounds of both sides (``reference_tok_s``, ``candidate_tok_s``; sample i is round i), so

@@ -204,7 +204,8 @@ def _expectation_rows(layout: RunLayout, platform: str, steps: Sequence[StepReco
                                 "more than the driver holds; the pin warnings as expected", pinned))
             mapped = next((f.message for f in load.findings if f.rule == "mapped"), "–")
             expected = {True: "backed by the model file (mmap)", False: "read into memory (mmap off)"}
-            rows.append(Measure(MAPPING, subject, mapped, f"host weights {expected.get(rule.get('mapped'), 'not checked')}"
+            backing = expected.get(rule["mapped"], "not checked") if isinstance(rule.get("mapped"), bool) else "not checked"
+            rows.append(Measure(MAPPING, subject, mapped, f"host weights {backing}"
                                 f"; weights in {', '.join(rule.get('weights') or ['any buffer type'])}",
                                 _finding_verdict(findings, ("mapped", "weights"))
                                 or RowVerdict(NOT_RUN, "no mapping finding")))

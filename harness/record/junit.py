@@ -29,6 +29,7 @@ as are the tests skipped on both or by declaration.
 
 from __future__ import annotations
 
+import functools
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -224,6 +225,6 @@ def publish_latest(run_dir: Path, results_root: Path) -> list[Path]:
         target = junit_dir(results_root) / path.name
         data = path.read_bytes()
         target.parent.mkdir(parents=True, exist_ok=True)
-        replace_whole(target, lambda tmp, data=data: tmp.write_bytes(data))
+        replace_whole(target, functools.partial(Path.write_bytes, data=data))
         out.append(target)
     return out

@@ -50,12 +50,18 @@ class FactLike(Protocol):
 class StepLike(Protocol):
     """What a verdict reads of a step record (harness.record.records.StepRecord)."""
 
-    platform: str
-    config: str
-    step: str
-    status: str
-    detail: str
-    failures: Sequence[FactLike]
+    @property
+    def platform(self) -> str: ...
+    @property
+    def config(self) -> str: ...
+    @property
+    def step(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def detail(self) -> str: ...
+    @property
+    def failures(self) -> Sequence[FactLike]: ...
 
 
 class ComparisonLike(Protocol):
