@@ -18,12 +18,12 @@ from harness.record import native_tests
 from harness.record.records import RecordError, StepRecord
 from harness.record.layout import RunLayout, TESTS_FILES
 from harness.record.json_files import write_json
-from harness.record.upstream_tests import (DECLARED, FAILED_BOTH, FIXED, FORK_ONLY, PASSED_BOTH, REGRESSED,
-                                           SKIPPED_BOTH, SuiteRecord, classify, read_suite)
+from harness.record.upstream_tests import (DECLARED, FAILED_BOTH, FIXED, FORK_ONLY, MISSING_DATA, PASSED_BOTH,
+                                           REGRESSED, SKIPPED_BOTH, SuiteRecord, classify, read_suite, write_suite)
 from harness.stages.native_tests.backend_ops import judge_test_mode, read_cases
 from harness.stages.building.build import find_tool
-from harness.stages.native_tests.upstream_suite import (describe, emulated_tests, lacked_needs, outcomes, pair_up,
-                                                suite_targets, ctest_commands)
+from harness.stages.native_tests.upstream_suite import (describe, emulated_tests, lacked_needs, missing_data, outcomes,
+                                                pair_up, suite_targets, ctest_commands)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
     ("passed", "passed", PASSED_BOTH), ("failed", "failed", FAILED_BOTH), ("passed", "failed", REGRESSED),
     ("failed", "passed", FIXED), ("passed", "skipped", REGRESSED), ("passed", "absent", REGRESSED),
     ("absent", "failed", REGRESSED), ("skipped", "skipped", SKIPPED_BOTH), ("absent", "passed", FORK_ONLY),
-    ("failed", "absent", FAILED_BOTH), ("declared", "declared", DECLARED),
+    ("failed", "absent", FAILED_BOTH), ("declared", "declared", DECLARED), ("missing", "missing", MISSING_DATA),
+    ("passed", "missing", REGRESSED), ("missing", "passed", MISSING_DATA), ("failed", "missing", MISSING_DATA),
 ])
 def test_each_pair_of_outcomes_has_one_class(base, fork, expected):
     assert classify(base, fork) == expected
@@ -72,9 +73,10 @@ def test_the_network_tests_are_declared_in_the_matrix_and_lacked_on_every_platfo
     matrix = load_matrix(ROOT / "matrix.yaml")
     suite = matrix.upstream_tests
     assert suite.label == "main"
-    assert set(suite.needs) == {"test-download-model", "test-arg-parser", "test-thread-safety", "test-tokenizers-ggml-vocabs"}
+    network = {"test-download-model", "test-arg-parser", "test-thread-safety", "test-tokenizers-ggml-vocabs"}
+    assert {n for n, need in suite.needs.items() if need.needs == "network"} == network
     for p in matrix.platforms.values():
-        assert set(lacked_needs(suite, p)) == set(suite.needs)
+        assert set(lacked_needs(suite, p)) == network  # a data need is asked of the tree, not of the machine
     assert matrix.platforms["linux-x86_64-cpu"].upstream_tests and matrix.platforms["windows-x86_64-cpu"].upstream_tests
     assert matrix.platforms["linux-x86_64-cuda"].backend_ops.test == ("MUL_MAT", "MUL_MAT_ID", "GET_ROWS", "CPY",
                                                                        "SET_ROWS")
@@ -218,3 +220,64 @@ def test_triage_lists_a_test_whose_pair_changed_class_a_new_regression_as_one(tm
     got = {(t.what, t.category, t.before, t.after) for t in found}
     assert got == {("upstream test test-a", "regression", PASSED_BOTH, REGRESSED),
                    ("upstream test test-c", "other", PASSED_BOTH, FAILED_BOTH)}  # failing on both: never the fork's
+
+
+#: Commands as the CTestTestfile.cmake of a CPU build at main @ 1bc1a53 declares them (.harness/fork), the tree at
+#: SRC and the build at BUILD: a vocabulary argument, a test without arguments, a build output and a cmake script.
+RECORDED = {
+    "test-tokenizer-0-falcon": ["BUILD/bin/test-tokenizer-0", "SRC/models/ggml-vocab-falcon.gguf"],
+    "test-tokenizer-0-llama-spm": ["BUILD/bin/test-tokenizer-0", "SRC/models/ggml-vocab-llama-spm.gguf"],
+    "test-tokenizer-1-llama-spm": ["BUILD/bin/test-tokenizer-1-spm", "SRC/models/ggml-vocab-llama-spm.gguf"],
+    "test-chat": ["BUILD/bin/test-chat"],
+    "test-sampling": ["BUILD/bin/test-sampling"],
+    "test-recurrent-state-rollback": ["BUILD/bin/test-recurrent-state-rollback", "--models", "BUILD/tests/test-models/"],
+    "test-download-model": ["/usr/bin/cmake", "-DDEST=BUILD/tinyllamas/stories15M-q4_0.gguf", "-P",
+                            "SRC/cmake/download-models.cmake"],
+}
+
+
+def test_a_test_whose_arguments_name_a_missing_file_of_the_source_tree_needs_that_data(tmp_path):
+    src, build = tmp_path / "llama.cpp", tmp_path / "build"
+    (src / "models").mkdir(parents=True)
+    (src / "cmake").mkdir()
+    (src / "cmake" / "download-models.cmake").write_text("")
+    (src / "models" / "ggml-vocab-llama-spm.gguf").write_bytes(b"v")
+    commands = {n: [a.replace("SRC", str(src)).replace("BUILD", str(build)) for a in argv] for n, argv in RECORDED.items()}
+    templates = UpstreamNeed("data", "reads models/templates/", "models/templates")
+    suite = UpstreamTests("main", {"test-chat": templates})
+    assert missing_data(commands, src, suite) == {"test-tokenizer-0-falcon": "models/ggml-vocab-falcon.gguf",
+                                                  "test-chat": "models/templates"}
+    (src / "models" / "ggml-vocab-falcon.gguf").write_bytes(b"v")
+    (src / "models" / "templates").mkdir()
+    assert missing_data(commands, src, suite) == {}  # the build's own outputs (test-models/) are never data
+
+
+def test_a_test_skipped_for_missing_data_is_named_with_its_file_never_counted_and_the_headline_carries_it(tmp_path):
+    names = ["test-a", "test-vocab", "test-both"]
+    run = native_tests.TestRun("failed", [native_tests.TestCase("test-a", "passed", 1.0),
+                                          native_tests.TestCase("test-both", "failed", 1.0, "exit 1")])
+    gone = {"test-vocab": "models/ggml-vocab-falcon.gguf"}
+    record = SuiteRecord("main", pair_up(names, outcomes(run, names, gone), outcomes(run, names, gone), {}))
+    assert [p.outcome for p in record.pairs] == [PASSED_BOTH, MISSING_DATA, FAILED_BOTH]
+    assert record.pairs[1].need == "missing data: models/ggml-vocab-falcon.gguf"
+    assert describe(record).endswith("1 skipped for missing data (not run): test-vocab (models/ggml-vocab-falcon.gguf)")
+    assert record.unproven() == ("1 pass on both; 1 fail on both (not proven); "
+                                 "1 skipped for missing data (not run): test-vocab")
+    path = tmp_path / "pairs.json"
+    write_suite(path, record)
+    glance = json.loads(path.read_text())["glance"]
+    assert glance == {"passed_both": 1, "failed_both": 1, "failed_both_names": ["test-both"], "regressed": 0,
+                      "missing_data": gone, "declared": 0}
+    assert read_suite(path).pairs == record.pairs
+    clean = SuiteRecord("main", pair_up(["test-a"], outcomes(run, ["test-a"]), outcomes(run, ["test-a"]), {}))
+    assert clean.unproven() == ""
+
+
+def test_a_step_s_unproven_words_are_in_the_run_s_headline(tmp_path):
+    from harness.record.run import Run
+    run = Run.open(tmp_path / "results", "r1")
+    run.begin("test", [], "t")
+    run.record_step(StepRecord("p", "fork", "upstream-tests", "passed", 1.0, "d",
+                               unproven="upstream suite on p: 30 pass on both; 17 fail on both (not proven)"))
+    run.end()
+    assert run.headline() == "passed (upstream suite on p: 30 pass on both; 17 fail on both (not proven))"

@@ -44,7 +44,8 @@ from ..record.layout import RunLayout
 from ..record.records import ComparisonRecord, RecordError, StepRecord
 from ..common.statuses import COMPARISON, DIVERGED, IDENTICAL, KILLED, PATCH, STEP, VERDICT
 from ..record.summary import read_run, write_summary_md
-from ..record.verdict import FAILS, NOT_RUN, RowVerdict, count_text, failing_names, failures_first, judge
+from ..record.verdict import FAILS, NOT_RUN, RowVerdict, count_text, failing_names, failures_first, judge, \
+    unproven_notes
 from .signatures import load_signatures, step_logs
 from ..record.compare import CompareEntry, find_compare_entry
 from ..record.forecast import read_forecast
@@ -652,6 +653,7 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
              f'<header><h1>Run {escape(run_id)} <span class="verdict {escape(overall)}">{escape(shown)}</span></h1>'
              + (f'<p class="headline failing" id="headline"><b>Fails:</b> {escape(names)}</p>' if names else
                 '<p class="headline" id="headline">No step or comparison fails.</p>')
+             + "".join(f'<p class="headline unproven"><b>Not proven:</b> {escape(n)}</p>' for n in unproven_notes(steps))
              + f'<p class="muted">steps: {escape(count_text(rows, "step"))} · comparisons: '
              f'{escape(count_text(rows, "comparison"))} ({escape(_count_text(_counts(comparisons)))}) · summary '
              f'updated {escape(data.updated or "?")}</p>',
@@ -746,7 +748,7 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
     icon = VERDICT[overall].icon if overall in VERDICT else "❌"
     skipped = len(data.skipped_platforms)
     notes = ([KILLED] if data.killed else []) + \
-        ([f"{skipped} platform{'s' if skipped != 1 else ''} skipped"] if skipped else [])
+        ([f"{skipped} platform{'s' if skipped != 1 else ''} skipped"] if skipped else []) + unproven_notes(steps)
     rows = judge(steps, comparisons)
     names = failing_names(rows)
     headline = overall + (f" ({'; '.join(notes)})" if notes else "") + (f": {names}" if names else "")

@@ -259,10 +259,12 @@ class BackendOps:
 @dataclass(frozen=True)
 class UpstreamNeed:
     """A test of upstream's suite that needs what a machine may lack: ``needs`` (``network``: no harness machine gives
-    tests one; ``gpu``: a platform without a device lacks it) and the ``reason`` it is skipped with."""
+    tests one; ``gpu``: a platform without a device lacks it; ``data``: the file or folder ``path`` of the source tree,
+    relative to it, which the test reads without naming it in its arguments) and the ``reason`` it is skipped with."""
 
     needs: str
     reason: str
+    path: str = ""
 
 
 @dataclass(frozen=True)
@@ -793,5 +795,5 @@ def _upstream_tests(u: Mapping[str, Any] | None) -> UpstreamTests:
     """The top-level ``upstream_tests`` section, typed (the default label ``main`` and no needs where absent)."""
     if u is None:
         return UpstreamTests()
-    return UpstreamTests(u["label"], {name: UpstreamNeed(n["needs"], n["reason"])
+    return UpstreamTests(u["label"], {name: UpstreamNeed(n["needs"], n["reason"], n.get("path", ""))
                                       for name, n in (u.get("needs") or {}).items()})
