@@ -141,9 +141,12 @@ def test_a_cross_builds_tests_are_declared_again_started_through_the_emulator(tm
     assert tests["test-log"]["command"][-1] == "a;b"
 
 
-SQL = """ggml_backend_cuda_init: found 1 CUDA devices
+#: test-backend-ops' ``--output sql`` as upstream's SqlPrinter writes it (tests/test-backend-ops.cpp at the pinned
+#: commit: the CREATE TABLE of its 16 fields, one INSERT per case), after a line a backend prints.
+SQL_HEAD = """ggml_backend_cuda_init: found 1 CUDA devices
 CREATE TABLE IF NOT EXISTS test_backend_ops (
   test_time TEXT,
+  build_commit TEXT,
   backend_name TEXT,
   op_name TEXT,
   op_params TEXT,
@@ -151,13 +154,28 @@ CREATE TABLE IF NOT EXISTS test_backend_ops (
   supported INTEGER,
   passed INTEGER,
   error_message TEXT,
-  time_us REAL
+  time_us REAL,
+  flops REAL,
+  bandwidth_gb_s REAL,
+  memory_kb INTEGER,
+  n_runs INTEGER,
+  device_description TEXT,
+  backend_reg_name TEXT
 );
 
-INSERT INTO test_backend_ops (test_time, backend_name, op_name, op_params, test_mode, supported, passed, error_message, time_us) VALUES ('t', 'CUDA0', 'MUL_MAT', 'type_a=q4_K,m=16', 'test', '1', '{ok}', '', '0');
-INSERT INTO test_backend_ops (test_time, backend_name, op_name, op_params, test_mode, supported, passed, error_message, time_us) VALUES ('t', 'CUDA0', 'GET_ROWS', 'type=f16', 'test', '1', '1', '', '0');
-INSERT INTO test_backend_ops (test_time, backend_name, op_name, op_params, test_mode, supported, passed, error_message, time_us) VALUES ('t', 'CUDA0', 'CPY', 'type_src=bf16', 'test', '0', '0', '', '0');
 """
+_COLS = ("test_time, build_commit, backend_name, op_name, op_params, test_mode, supported, passed, error_message, "
+         "time_us, flops, bandwidth_gb_s, memory_kb, n_runs, device_description, backend_reg_name")
+
+
+def _insert(op: str, params: str, mode: str, supported: int, passed: int | str, us: float = 0.0,
+            flops: float = 0.0, gb_s: float = 0.0) -> str:
+    return (f"INSERT INTO test_backend_ops ({_COLS}) VALUES ('t', '0c1e570', 'CUDA0', '{op}', '{params}', '{mode}', "
+            f"'{supported}', '{passed}', '', '{us:f}', '{flops:f}', '{gb_s:f}', '0', '10', 'NVIDIA H100', 'CUDA');\n")
+
+
+SQL = SQL_HEAD + _insert("MUL_MAT", "type_a=q4_K,m=16", "test", 1, "{ok}") + \
+    _insert("GET_ROWS", "type=f16", "test", 1, 1) + _insert("CPY", "type_src=bf16", "test", 0, 0)
 
 
 def test_test_backend_ops_sql_is_read_through_sqlite_and_a_case_the_fork_fails_is_a_regression():
@@ -167,8 +185,45 @@ def test_test_backend_ops_sql_is_read_through_sqlite_and_a_case_the_fork_fails_i
                                                              ("CPY", False, False)]
     status, detail, regressed = judge_test_mode(base, fork)
     assert status == "failed" and regressed == ["MUL_MAT(type_a=q4_K,m=16) on CUDA0"]
-    assert detail.startswith("1 regressed") and "1 pass on both" in detail and "1 skipped on both" in detail
+    assert detail.startswith("1 regressed") and "1 pass on both" in detail
+    assert "1 unsupported by the backend on both" in detail and "skipped on both by ctest" not in detail
     assert judge_test_mode(base, base)[0] == "passed"
+    fork_drops = read_cases(SQL.format(ok=1).replace("'GET_ROWS', 'type=f16', 'test', '1'", "'GET_ROWS', 'type=f16', 'test', '0'"))
+    status, _, regressed = judge_test_mode(base, fork_drops)  # base passes a case the fork's backend no longer supports
+    assert status == "failed" and regressed == ["GET_ROWS(type=f16) on CUDA0"]
+
+
+def _compare_llama_bench() -> Path | None:
+    """upstream's scripts/compare-llama-bench.py in the harness's cached base tree, if there is one."""
+    from harness.stages.building.source import cache_dir, cached_base
+    base = cached_base(load_matrix(ROOT / "matrix.yaml"), cache_dir())
+    script = base / "scripts" / "compare-llama-bench.py" if base else None
+    return script if script and script.exists() else None
+
+
+def test_the_perf_pairs_are_written_so_that_upstreams_compare_script_prints_fork_against_base(tmp_path):
+    from harness.stages.native_tests.backend_ops import perf_pairs, sql_statements, write_perf_database
+    base_sql = SQL_HEAD + _insert("MUL_MAT_ID", "type_a=q4_K,n_mats=8", "perf", 1, 1, 100.0, 2e12, 0) \
+        + _insert("MUL_MAT", "type_a=f16,m=4096", "perf", 1, 1, 50.0, 4e12, 0) + _insert("MUL_MAT", "x", "perf", 0, 0)
+    fork_sql = base_sql.replace("'100.000000', '2000000000000.000000'", "'125.000000', '1600000000000.000000'")
+    base, fork = read_cases(base_sql), read_cases(fork_sql)
+    rows = perf_pairs(base, fork)
+    assert [(r["op"], r["ratio"]) for r in rows] == [("MUL_MAT_ID", 1.25), ("MUL_MAT", 1.0)]  # unsupported left out
+    assert rows[0]["fork_flops"] == 1.6e12 and rows[0]["base_flops"] == 2e12
+    database = tmp_path / "backend-ops-perf.sqlite"
+    write_perf_database(database, {"base": sql_statements(base_sql), "fork": sql_statements(fork_sql)})
+    import sqlite3
+    with sqlite3.connect(database) as db:
+        assert sorted(db.execute("SELECT build_commit, COUNT(*) FROM test_backend_ops GROUP BY 1")) == \
+            [("base", 3), ("fork", 3)]
+    script = _compare_llama_bench()
+    if script is None:
+        pytest.skip("no cached base tree with upstream's scripts/compare-llama-bench.py (python -m harness source fetch)")
+    done = subprocess.run([sys.executable, str(script), "-t", "test-backend-ops", "-i", str(database), "-b", "base",
+                           "-c", "fork"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = [line for line in done.stdout.splitlines() if "MUL_MAT" in line]
+    assert len(table) == 2 and any("MUL_MAT_ID" in line and "0.80" in line for line in table), done.stdout
 
 
 def _upstream_run(tmp_path: Path, fork_message: str) -> tuple[Path, StepRecord]:
@@ -281,3 +336,64 @@ def test_a_step_s_unproven_words_are_in_the_run_s_headline(tmp_path):
                                unproven="upstream suite on p: 30 pass on both; 17 fail on both (not proven)"))
     run.end()
     assert run.headline() == "passed (upstream suite on p: 30 pass on both; 17 fail on both (not proven))"
+
+
+FAKE_TEST_BACKEND_OPS = r"""#!/bin/sh
+# a stand-in for test-backend-ops: MODE -o OP -b BACKEND --output sql; FAKE_SLOW_OP sleeps on that op
+mode=$1 op=$3
+[ "$mode" = perf ] && [ "$op" = "$FAKE_SLOW_OP" ] && sleep 30
+cat "$(dirname "$0")/head.sql"
+echo "INSERT INTO test_backend_ops (@COLS@) VALUES ('t', 'c', 'CUDA0', '$op', 'm=16', '$mode', '1', '1', '', '10.0', '1e12', '0', '0', '5', 'd', 'CUDA');"
+"""
+
+
+def _fake_backend_ops_ctx(tmp_path: Path, budget: dict, out):
+    """A stage context whose two builds hold the fake test-backend-ops, for :func:`run_backend_ops`."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+    from harness.common.console import Console
+    from harness.matrix.config import BackendOps, Platform
+    from harness.record.run import Run
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "head.sql").write_text(SQL_HEAD.split("\n", 1)[1])
+    exe = bin_dir / "test-backend-ops"
+    exe.write_text(FAKE_TEST_BACKEND_OPS.replace("@COLS@", _COLS))
+    exe.chmod(0o755)
+    run = Run.open(tmp_path / "results", "r1")
+    built = SimpleNamespace(status="passed", bin_dir=bin_dir, detail="")
+    ctx = SimpleNamespace(run=run, console=Console(out, interactive=False, heartbeat_s=0.5),
+                          doing=lambda *a: nullcontext(), build_variant=lambda p, v: built,
+                          builds=SimpleNamespace(build_more=lambda *a: (0, 0.0)))
+    p = load_matrix(ROOT / "matrix.yaml").platforms["linux-x86_64-cuda"]
+    return ctx, Platform(**{**p.__dict__, "backend_ops": BackendOps(("MUL_MAT",), ("MUL_MAT_ID", "MUL_MAT"), "CUDA0",
+                                                                    budget)})
+
+
+def test_the_perf_mode_is_a_step_with_progress_that_stops_at_its_budget_keeping_what_it_measured(tmp_path, monkeypatch):
+    import io
+    from harness.stages.native_tests.backend_ops import run_backend_ops
+    out = io.StringIO()
+    ctx, p = _fake_backend_ops_ctx(tmp_path, {"test": 20, "perf": 3}, out)
+    monkeypatch.setenv("FAKE_SLOW_OP", "MUL_MAT")
+    run_backend_ops(ctx, p)
+    steps = {s.step: s for s in ctx.run.steps}
+    assert steps["backend-ops-test"].status == "passed"
+    perf = steps["backend-ops-perf"]
+    assert perf.status == "incomplete", perf
+    assert perf.detail.startswith("ran past its budget of 3 s (base MUL_MAT stopped after")
+    assert "1 cases of MUL_MAT_ID, MUL_MAT measured on both" in perf.detail
+    shown = out.getvalue()
+    assert "▶ [linux-x86_64-cuda] backend-ops-perf" in shown
+    assert "… [linux-x86_64-cuda] backend-ops-perf: [2/4] fork MUL_MAT_ID" in shown  # progress while the op runs
+    data = json.loads(ctx.run.layout.upstream_file(p.name, "perf").read_text())
+    assert [c["op"] for c in data["cases"]] == ["MUL_MAT_ID"] and data["stopped"].startswith("base MUL_MAT")
+
+    out = io.StringIO()
+    ctx, p = _fake_backend_ops_ctx(tmp_path / "fast", {"perf": 20}, out)
+    monkeypatch.delenv("FAKE_SLOW_OP")
+    run_backend_ops(ctx, p)
+    perf = {s.step: s for s in ctx.run.steps}["backend-ops-perf"]
+    assert perf.status == "passed" and perf.detail.startswith("2 cases of MUL_MAT_ID, MUL_MAT measured on both")
+    assert "-b base -c fork" in perf.detail
+    assert (ctx.run.layout.upstream_file(p.name, "perf").with_suffix(".sqlite")).exists()

@@ -250,10 +250,22 @@ class Platform:
 @dataclass(frozen=True)
 class BackendOps:
     """test-backend-ops on a platform whose programs run on a GPU: the ops of its ``test`` mode (each op on the GPU
-    against the CPU) and of its ``perf`` mode (information beside the speed stage)."""
+    against the CPU) and of its ``perf`` mode (information beside the speed stage), the ``backend`` both modes run on
+    (``-b``, e.g. ``CUDA0``; "" for every backend the build has) and each mode's time budget in seconds for base and
+    fork together (``budget_s``: mode -> seconds; a mode without one has :data:`BACKEND_OPS_BUDGET_S`)."""
 
     test: tuple[str, ...]
     perf: tuple[str, ...] = ()
+    backend: str = ""
+    budget_s: Mapping[str, float] = field(default_factory=dict)
+
+    def budget(self, mode: str) -> float:
+        """Seconds ``mode`` (``test`` or ``perf``) may take on base and fork together."""
+        return float(self.budget_s.get(mode, BACKEND_OPS_BUDGET_S))
+
+
+#: A test-backend-ops mode's budget where matrix.yaml declares none: 30 minutes for both builds.
+BACKEND_OPS_BUDGET_S = 1800.0
 
 
 @dataclass(frozen=True)
@@ -757,7 +769,8 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
             text_check=p.get("text_check", "every-prompt"),
             unoptimised_targets=tuple(p.get("unoptimised_targets", ())),
             upstream_tests=bool(p.get("upstream_tests", False)),
-            backend_ops=BackendOps(tuple(p["backend_ops"]["test"]), tuple(p["backend_ops"].get("perf", ())))
+            backend_ops=BackendOps(tuple(p["backend_ops"]["test"]), tuple(p["backend_ops"].get("perf", ())),
+                                   p["backend_ops"].get("backend", ""), dict(p["backend_ops"].get("budget_s", {})))
             if "backend_ops" in p else None)
     models = {}
     for name, m in doc["models"].items():

@@ -19,8 +19,9 @@ from .json_files import jsonable, read_record_json, write_json
 from .native_tests import CASE_FAILED, CASE_PASSED
 
 #: The classes of a pair, each with the words the step's detail and the report use.
-PASSED_BOTH, FAILED_BOTH, REGRESSED, FIXED, SKIPPED_BOTH, FORK_ONLY, DECLARED, MISSING_DATA = (
-    "passed-both", "failed-both", "regressed", "fixed", "skipped-both", "fork-only", "declared", "missing-data")
+PASSED_BOTH, FAILED_BOTH, REGRESSED, FIXED, SKIPPED_BOTH, FORK_ONLY, DECLARED, MISSING_DATA, UNSUPPORTED = (
+    "passed-both", "failed-both", "regressed", "fixed", "skipped-both", "fork-only", "declared", "missing-data",
+    "unsupported")
 CLASSES = {
     PASSED_BOTH: "pass on both",
     FAILED_BOTH: "fail on both (upstream's or the environment's, never the fork's regression)",
@@ -30,6 +31,7 @@ CLASSES = {
     FORK_ONLY: "only the fork's ctest knows, and pass there",
     DECLARED: "skipped by declaration",
     MISSING_DATA: "skipped for missing data (not run)",
+    UNSUPPORTED: "unsupported by the backend on both (test-backend-ops' cases only)",
 }
 
 #: The outcome of a side that does not run the test: ctest does not know it there.
