@@ -397,3 +397,24 @@ def test_the_perf_mode_is_a_step_with_progress_that_stops_at_its_budget_keeping_
     assert perf.status == "passed" and perf.detail.startswith("2 cases of MUL_MAT_ID, MUL_MAT measured on both")
     assert "-b base -c fork" in perf.detail
     assert (ctx.run.layout.upstream_file(p.name, "perf").with_suffix(".sqlite")).exists()
+
+
+def test_recorded_perf_output_of_upstreams_test_backend_ops_is_read_and_compared(tmp_path):
+    """tests/data/test-backend-ops-perf-cpu-{base,fork}.sql: two runs of test-backend-ops at the pinned commit,
+    built for the CPU on the 2-core development machine (2026-12-06), ``perf -o MUL_MAT -b CPU -p
+    type_a=f16,type_b=f32,m=4096,n=1,k=14336 --output sql``."""
+    from harness.stages.native_tests.backend_ops import perf_pairs, sql_statements, write_perf_database
+    data = ROOT / "tests" / "data"
+    base_sql, fork_sql = ((data / f"test-backend-ops-perf-cpu-{v}.sql").read_text() for v in ("base", "fork"))
+    rows = perf_pairs(read_cases(base_sql), read_cases(fork_sql))
+    assert [(r["backend"], r["op"], r["ratio"]) for r in rows] == [("CPU", "MUL_MAT", 1.0332)]
+    assert rows[0]["base_us"] == 19454.15942 and round(rows[0]["base_flops"] / 1e9, 2) == 6.04
+    database = tmp_path / "backend-ops-perf.sqlite"
+    write_perf_database(database, {"base": sql_statements(base_sql), "fork": sql_statements(fork_sql)})
+    script = _compare_llama_bench()
+    if script is None:
+        pytest.skip("no cached base tree with upstream's scripts/compare-llama-bench.py (python -m harness source fetch)")
+    done = subprocess.run([sys.executable, str(script), "-t", "test-backend-ops", "-i", str(database), "-b", "base",
+                           "-c", "fork"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "| CPU       | MUL_MAT   |          6.04 |          5.84 |      0.97 |" in done.stdout, done.stdout
