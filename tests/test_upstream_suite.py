@@ -141,29 +141,10 @@ def test_a_cross_builds_tests_are_declared_again_started_through_the_emulator(tm
     assert tests["test-log"]["command"][-1] == "a;b"
 
 
-#: test-backend-ops' ``--output sql`` as upstream's SqlPrinter writes it (tests/test-backend-ops.cpp at the pinned
-#: commit: the CREATE TABLE of its 16 fields, one INSERT per case), after a line a backend prints.
-SQL_HEAD = """ggml_backend_cuda_init: found 1 CUDA devices
-CREATE TABLE IF NOT EXISTS test_backend_ops (
-  test_time TEXT,
-  build_commit TEXT,
-  backend_name TEXT,
-  op_name TEXT,
-  op_params TEXT,
-  test_mode TEXT,
-  supported INTEGER,
-  passed INTEGER,
-  error_message TEXT,
-  time_us REAL,
-  flops REAL,
-  bandwidth_gb_s REAL,
-  memory_kb INTEGER,
-  n_runs INTEGER,
-  device_description TEXT,
-  backend_reg_name TEXT
-);
-
-"""
+#: test-backend-ops' ``--output sql`` as upstream's SqlPrinter writes it: its CREATE TABLE of 16 fields, taken from
+#: a recorded run (tests/data), after a line a backend prints; the cases follow (:func:`_insert`).
+SQL_HEAD = "ggml_backend_cuda_init: found 1 CUDA devices\n" + \
+    (ROOT / "tests" / "data" / "test-backend-ops-perf-cpu-base.sql").read_text().split("\nINSERT", 1)[0] + "\n"
 _COLS = ("test_time, build_commit, backend_name, op_name, op_params, test_mode, supported, passed, error_message, "
          "time_us, flops, bandwidth_gb_s, memory_kb, n_runs, device_description, backend_reg_name")
 
