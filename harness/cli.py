@@ -100,12 +100,16 @@ def _tool_commands(sub: argparse._SubParsersAction) -> None:
     ap.add_argument("--force", action="store_true", help="apply even if the dev tree holds unexported work")
 
     ap = _add(sub, "source", "commands:source", "obtain the base; write the trimmed offline mirror or file list",
-              "fetch: obtain the base; export-mirror: write the trimmed mirror archive; files: write the pinned "
+              "fetch: obtain the base; export-mirror: write the trimmed mirror archive and the data archive of "
+              "upstream's suite beside it; files: write the pinned "
               "commit's file list (base.files)", common)
     ap.add_argument("action", choices=("fetch", "export-mirror", "files"), help="what to do with the base")
     ap.add_argument("--out", type=Path, default=None,
                     help="mirror archive path (default: mirror/llama.cpp-<commit12>.tar.gz of the checkout) or "
                          "file list path (default: upstream-files/llama.cpp-<commit12>.files of the checkout)")
+    ap.add_argument("--no-data", action="store_true",
+                    help="export-mirror: leave out the data archive of upstream's suite (<mirror>.data.tar.xz: the "
+                         "vocabularies and chat templates of models/ its tests read; those tests are then skipped)")
 
     ap = _add(sub, "models", "commands:models", "assemble, generate or derive the matrix's models",
               "Assemble, generate or derive the matrix's models and print their paths.  A derived (quantized) "

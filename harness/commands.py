@@ -140,8 +140,9 @@ def patches(args: argparse.Namespace) -> int:
 
 
 def source(args: argparse.Namespace) -> int:
-    """``source fetch|export-mirror|files``: obtain the base and write what ``action`` asks for; returns 0."""
-    from .stages.building.source import export_mirror, obtain_base, write_pinned_files
+    """``source fetch|export-mirror|files``: obtain the base and write what ``action`` asks for (export-mirror: the
+    mirror and, unless ``--no-data``, the data archive of upstream's suite beside it); returns 0."""
+    from .stages.building.source import export_data, export_mirror, obtain_base, write_pinned_files
     matrix = load_matrix(args.matrix)
     log: list[str] = []
     base = obtain_base(matrix, log=log)
@@ -152,6 +153,9 @@ def source(args: argparse.Namespace) -> int:
         out = args.out or in_checkout("mirror") / f"llama.cpp-{base.commit[:12]}.tar.gz"
         path, digest = export_mirror(base, out)
         print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB), sha256 {digest}")
+        if not args.no_data:
+            data, digest = export_data(base, path)
+            print(f"wrote {data} ({data.stat().st_size / 2**20:.1f} MiB, upstream's suite data), sha256 {digest}")
     if args.action == "files":
         out = args.out or in_checkout("upstream-files") / f"llama.cpp-{base.commit[:12]}.files"
         digest = write_pinned_files(base, out)

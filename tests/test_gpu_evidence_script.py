@@ -37,7 +37,10 @@ def scratch(tmp_path):
         '    if [ -n "${FAKE_LISTING+x}" ]; then printf "%s" "$FAKE_LISTING"; exit "${FAKE_LISTING_RC:-0}"; fi\n'
         f'    exec {sys.executable} "$@"\n'
         "fi\n"
-        'echo "$*" >> "$CALLS"\n', encoding="utf-8")
+        'echo "$*" >> "$CALLS"\n'
+        "# FAKE_SLEEP_S: a phase that runs that long, and says when SIGINT stopped it\n"
+        'if [ -n "${FAKE_SLEEP_S:-}" ]; then trap \'echo "interrupted by SIGINT" >> "$CALLS"; exit 130\' INT; '
+        'sleep "$FAKE_SLEEP_S" & wait; fi\n', encoding="utf-8")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
            "CALLS": str(calls)}
@@ -111,3 +114,20 @@ def test_compare_2gpu_whose_listing_fails_runs_nothing_and_fails(scratch):
     assert "could not list the two-GPU groups" in (work / "out" / "compare-2gpu.log").read_text()
     # the phase after it still runs; compare-outputs never did
     assert [c.split()[2] for c in calls.read_text().splitlines()] == ["models", "bench"]
+
+
+def test_a_phase_past_its_limit_gets_sigint_and_the_next_phase_still_runs(scratch):
+    work, env, calls = scratch
+    proc = run(work, {**env, "PHASE_LIMIT_S": "1", "FAKE_SLEEP_S": "30"}, "build-test", "upstream-tests")
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # a phase stopped is not a pass
+    lines = calls.read_text().splitlines()
+    assert [line.split()[2] if line.startswith("-m harness") else line for line in lines] == \
+        ["build", "interrupted by SIGINT", "test", "interrupted by SIGINT"]
+    assert "no data archive in mirror/" in (work / "out" / "upstream-tests.log").read_text()
+
+
+def test_a_phase_limit_that_is_not_a_number_exits_2(scratch):
+    work, env, calls = scratch
+    proc = run(work, {**env, "PHASE_LIMIT_S": "5m"}, "build-test")
+    assert proc.returncode == 2 and "PHASE_LIMIT_S must be a whole number of seconds, not '5m'" in proc.stderr
+    assert not calls.exists()

@@ -125,3 +125,45 @@ def test_checking_a_tree_leaves_its_git_index_alone(tmp_path):
     # plain git status does write it back here, so the check above can fail
     subprocess.run(["git", "-C", str(tree), "status", "--porcelain"], check=True, capture_output=True)
     assert index.stat().st_mtime_ns != before
+
+
+def test_the_data_archive_carries_the_suites_data_is_verified_and_may_leave_a_file_out(upstream, tmp_path):
+    from dataclasses import replace
+    import tarfile
+    from harness.stages.building.source import data_archive, export_data, write_pinned_files
+    repo, _, _ = upstream
+    (repo / "models" / "templates").mkdir()
+    (repo / "models" / "templates" / "chat.jinja").write_text("{{ x }}\n")
+    for name in ("falcon", "mpt"):
+        (repo / "models" / f"ggml-vocab-{name}.gguf").write_bytes(name.encode())
+        (repo / "models" / f"ggml-vocab-{name}.gguf.inp").write_text("in\n")
+        (repo / "models" / f"ggml-vocab-{name}.gguf.out").write_text("out\n")
+    (repo / "models" / "ggml-vocab-aquila.gguf").write_bytes(b"untested")  # no .inp: no test reads it
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "data")
+    pinned = git(repo, "rev-parse", "HEAD")
+    base = obtain_base(matrix(pinned, Source("local", path=repo)), tmp_path / "c1")
+    files = tmp_path / "files"
+    m = replace(matrix(pinned), base_files=files, base_files_sha256=write_pinned_files(base, files))
+    mirror, _ = export_mirror(base, tmp_path / "m" / "llama.cpp-x.tar.gz")
+    data, digest = export_data(base, mirror)
+    assert data == tmp_path / "m" / "llama.cpp-x.data.tar.xz" == data_archive(mirror)
+    assert export_data(base, mirror)[1] == digest == sha256_file(data)  # reproducible
+    with tarfile.open(data) as tf:
+        assert sorted(tf.getnames()) == ["models/ggml-vocab-falcon.gguf", "models/ggml-vocab-falcon.gguf.inp",
+                                         "models/ggml-vocab-falcon.gguf.out", "models/ggml-vocab-mpt.gguf",
+                                         "models/ggml-vocab-mpt.gguf.inp", "models/ggml-vocab-mpt.gguf.out",
+                                         "models/templates/chat.jinja"]
+    src = Source("archive", path=mirror, sha256_file=Path(f"{mirror}.sha256"))
+    tree = obtain_base(replace(m, sources=(src,)), tmp_path / "c2")
+    assert (tree.path / "models" / "templates" / "chat.jinja").exists() and tree.data == digest
+    assert not (tree.path / "models" / "ggml-vocab-aquila.gguf").exists()
+
+    export_data(base, mirror, leave_out={"models/ggml-vocab-falcon.gguf"})  # a file left out: still the pinned commit
+    tree = obtain_base(replace(m, sources=(src,)), tmp_path / "c2")  # the cached tree is obtained again
+    assert not (tree.path / "models" / "ggml-vocab-falcon.gguf").exists()
+    assert (tree.path / "models" / "ggml-vocab-mpt.gguf").read_bytes() == b"mpt"
+
+    data.write_bytes(data.read_bytes()[:-8] + b"\0" * 8)  # bytes that are not its .sha256
+    with pytest.raises(SourceError, match="data archive .*does not match"):
+        obtain_base(replace(m, sources=(src,)), tmp_path / "c3")

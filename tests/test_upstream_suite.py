@@ -18,12 +18,12 @@ from harness.record import native_tests
 from harness.record.records import RecordError, StepRecord
 from harness.record.layout import RunLayout, TESTS_FILES
 from harness.record.json_files import write_json
-from harness.record.upstream_tests import (DECLARED, FAILED_BOTH, FIXED, FORK_ONLY, PASSED_BOTH, REGRESSED,
-                                           SKIPPED_BOTH, SuiteRecord, classify, read_suite)
+from harness.record.upstream_tests import (DECLARED, FAILED_BOTH, FIXED, FORK_ONLY, MISSING_DATA, PASSED_BOTH,
+                                           REGRESSED, SKIPPED_BOTH, SuiteRecord, classify, read_suite, write_suite)
 from harness.stages.native_tests.backend_ops import judge_test_mode, read_cases
 from harness.stages.building.build import find_tool
-from harness.stages.native_tests.upstream_suite import (describe, emulated_tests, lacked_needs, outcomes, pair_up,
-                                                suite_targets, ctest_commands)
+from harness.stages.native_tests.upstream_suite import (describe, emulated_tests, lacked_needs, missing_data, outcomes,
+                                                pair_up, suite_targets, ctest_commands)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
     ("passed", "passed", PASSED_BOTH), ("failed", "failed", FAILED_BOTH), ("passed", "failed", REGRESSED),
     ("failed", "passed", FIXED), ("passed", "skipped", REGRESSED), ("passed", "absent", REGRESSED),
     ("absent", "failed", REGRESSED), ("skipped", "skipped", SKIPPED_BOTH), ("absent", "passed", FORK_ONLY),
-    ("failed", "absent", FAILED_BOTH), ("declared", "declared", DECLARED),
+    ("failed", "absent", FAILED_BOTH), ("declared", "declared", DECLARED), ("missing", "missing", MISSING_DATA),
+    ("passed", "missing", REGRESSED), ("missing", "passed", MISSING_DATA), ("failed", "missing", MISSING_DATA),
 ])
 def test_each_pair_of_outcomes_has_one_class(base, fork, expected):
     assert classify(base, fork) == expected
@@ -72,9 +73,10 @@ def test_the_network_tests_are_declared_in_the_matrix_and_lacked_on_every_platfo
     matrix = load_matrix(ROOT / "matrix.yaml")
     suite = matrix.upstream_tests
     assert suite.label == "main"
-    assert set(suite.needs) == {"test-download-model", "test-arg-parser", "test-thread-safety", "test-tokenizers-ggml-vocabs"}
+    network = {"test-download-model", "test-arg-parser", "test-thread-safety", "test-tokenizers-ggml-vocabs"}
+    assert {n for n, need in suite.needs.items() if need.needs == "network"} == network
     for p in matrix.platforms.values():
-        assert set(lacked_needs(suite, p)) == set(suite.needs)
+        assert set(lacked_needs(suite, p)) == network  # a data need is asked of the tree, not of the machine
     assert matrix.platforms["linux-x86_64-cpu"].upstream_tests and matrix.platforms["windows-x86_64-cpu"].upstream_tests
     assert matrix.platforms["linux-x86_64-cuda"].backend_ops.test == ("MUL_MAT", "MUL_MAT_ID", "GET_ROWS", "CPY",
                                                                        "SET_ROWS")
@@ -139,23 +141,22 @@ def test_a_cross_builds_tests_are_declared_again_started_through_the_emulator(tm
     assert tests["test-log"]["command"][-1] == "a;b"
 
 
-SQL = """ggml_backend_cuda_init: found 1 CUDA devices
-CREATE TABLE IF NOT EXISTS test_backend_ops (
-  test_time TEXT,
-  backend_name TEXT,
-  op_name TEXT,
-  op_params TEXT,
-  test_mode TEXT,
-  supported INTEGER,
-  passed INTEGER,
-  error_message TEXT,
-  time_us REAL
-);
+#: test-backend-ops' ``--output sql`` as upstream's SqlPrinter writes it: its CREATE TABLE of 16 fields, taken from
+#: a recorded run (tests/data), after a line a backend prints; the cases follow (:func:`_insert`).
+SQL_HEAD = "ggml_backend_cuda_init: found 1 CUDA devices\n" + \
+    (ROOT / "tests" / "data" / "test-backend-ops-perf-cpu-base.sql").read_text().split("\nINSERT", 1)[0] + "\n"
+_COLS = ("test_time, build_commit, backend_name, op_name, op_params, test_mode, supported, passed, error_message, "
+         "time_us, flops, bandwidth_gb_s, memory_kb, n_runs, device_description, backend_reg_name")
 
-INSERT INTO test_backend_ops (test_time, backend_name, op_name, op_params, test_mode, supported, passed, error_message, time_us) VALUES ('t', 'CUDA0', 'MUL_MAT', 'type_a=q4_K,m=16', 'test', '1', '{ok}', '', '0');
-INSERT INTO test_backend_ops (test_time, backend_name, op_name, op_params, test_mode, supported, passed, error_message, time_us) VALUES ('t', 'CUDA0', 'GET_ROWS', 'type=f16', 'test', '1', '1', '', '0');
-INSERT INTO test_backend_ops (test_time, backend_name, op_name, op_params, test_mode, supported, passed, error_message, time_us) VALUES ('t', 'CUDA0', 'CPY', 'type_src=bf16', 'test', '0', '0', '', '0');
-"""
+
+def _insert(op: str, params: str, mode: str, supported: int, passed: int | str, us: float = 0.0,
+            flops: float = 0.0, gb_s: float = 0.0) -> str:
+    return (f"INSERT INTO test_backend_ops ({_COLS}) VALUES ('t', '0c1e570', 'CUDA0', '{op}', '{params}', '{mode}', "
+            f"'{supported}', '{passed}', '', '{us:f}', '{flops:f}', '{gb_s:f}', '0', '10', 'NVIDIA H100', 'CUDA');\n")
+
+
+SQL = SQL_HEAD + _insert("MUL_MAT", "type_a=q4_K,m=16", "test", 1, "{ok}") + \
+    _insert("GET_ROWS", "type=f16", "test", 1, 1) + _insert("CPY", "type_src=bf16", "test", 0, 0)
 
 
 def test_test_backend_ops_sql_is_read_through_sqlite_and_a_case_the_fork_fails_is_a_regression():
@@ -165,8 +166,45 @@ def test_test_backend_ops_sql_is_read_through_sqlite_and_a_case_the_fork_fails_i
                                                              ("CPY", False, False)]
     status, detail, regressed = judge_test_mode(base, fork)
     assert status == "failed" and regressed == ["MUL_MAT(type_a=q4_K,m=16) on CUDA0"]
-    assert detail.startswith("1 regressed") and "1 pass on both" in detail and "1 skipped on both" in detail
+    assert detail.startswith("1 regressed") and "1 pass on both" in detail
+    assert "1 unsupported by the backend on both" in detail and "skipped on both by ctest" not in detail
     assert judge_test_mode(base, base)[0] == "passed"
+    fork_drops = read_cases(SQL.format(ok=1).replace("'GET_ROWS', 'type=f16', 'test', '1'", "'GET_ROWS', 'type=f16', 'test', '0'"))
+    status, _, regressed = judge_test_mode(base, fork_drops)  # base passes a case the fork's backend no longer supports
+    assert status == "failed" and regressed == ["GET_ROWS(type=f16) on CUDA0"]
+
+
+def _compare_llama_bench() -> Path | None:
+    """upstream's scripts/compare-llama-bench.py in the harness's cached base tree, if there is one."""
+    from harness.stages.building.source import cache_dir, cached_base
+    base = cached_base(load_matrix(ROOT / "matrix.yaml"), cache_dir())
+    script = base / "scripts" / "compare-llama-bench.py" if base else None
+    return script if script and script.exists() else None
+
+
+def test_the_perf_pairs_are_written_so_that_upstreams_compare_script_prints_fork_against_base(tmp_path):
+    from harness.stages.native_tests.backend_ops import perf_pairs, sql_statements, write_perf_database
+    base_sql = SQL_HEAD + _insert("MUL_MAT_ID", "type_a=q4_K,n_mats=8", "perf", 1, 1, 100.0, 2e12, 0) \
+        + _insert("MUL_MAT", "type_a=f16,m=4096", "perf", 1, 1, 50.0, 4e12, 0) + _insert("MUL_MAT", "x", "perf", 0, 0)
+    fork_sql = base_sql.replace("'100.000000', '2000000000000.000000'", "'125.000000', '1600000000000.000000'")
+    base, fork = read_cases(base_sql), read_cases(fork_sql)
+    rows = perf_pairs(base, fork)
+    assert [(r["op"], r["ratio"]) for r in rows] == [("MUL_MAT_ID", 1.25), ("MUL_MAT", 1.0)]  # unsupported left out
+    assert rows[0]["fork_flops"] == 1.6e12 and rows[0]["base_flops"] == 2e12
+    database = tmp_path / "backend-ops-perf.sqlite"
+    write_perf_database(database, {"base": sql_statements(base_sql), "fork": sql_statements(fork_sql)})
+    import sqlite3
+    with sqlite3.connect(database) as db:
+        assert sorted(db.execute("SELECT build_commit, COUNT(*) FROM test_backend_ops GROUP BY 1")) == \
+            [("base", 3), ("fork", 3)]
+    script = _compare_llama_bench()
+    if script is None:
+        pytest.skip("no cached base tree with upstream's scripts/compare-llama-bench.py (python -m harness source fetch)")
+    done = subprocess.run([sys.executable, str(script), "-t", "test-backend-ops", "-i", str(database), "-b", "base",
+                           "-c", "fork"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = [line for line in done.stdout.splitlines() if "MUL_MAT" in line]
+    assert len(table) == 2 and any("MUL_MAT_ID" in line and "0.80" in line for line in table), done.stdout
 
 
 def _upstream_run(tmp_path: Path, fork_message: str) -> tuple[Path, StepRecord]:
@@ -218,3 +256,146 @@ def test_triage_lists_a_test_whose_pair_changed_class_a_new_regression_as_one(tm
     got = {(t.what, t.category, t.before, t.after) for t in found}
     assert got == {("upstream test test-a", "regression", PASSED_BOTH, REGRESSED),
                    ("upstream test test-c", "other", PASSED_BOTH, FAILED_BOTH)}  # failing on both: never the fork's
+
+
+#: Commands as the CTestTestfile.cmake of a CPU build at main @ 1bc1a53 declares them (.harness/fork), the tree at
+#: SRC and the build at BUILD: a vocabulary argument, a test without arguments, a build output and a cmake script.
+RECORDED = {
+    "test-tokenizer-0-falcon": ["BUILD/bin/test-tokenizer-0", "SRC/models/ggml-vocab-falcon.gguf"],
+    "test-tokenizer-0-llama-spm": ["BUILD/bin/test-tokenizer-0", "SRC/models/ggml-vocab-llama-spm.gguf"],
+    "test-tokenizer-1-llama-spm": ["BUILD/bin/test-tokenizer-1-spm", "SRC/models/ggml-vocab-llama-spm.gguf"],
+    "test-chat": ["BUILD/bin/test-chat"],
+    "test-sampling": ["BUILD/bin/test-sampling"],
+    "test-recurrent-state-rollback": ["BUILD/bin/test-recurrent-state-rollback", "--models", "BUILD/tests/test-models/"],
+    "test-download-model": ["/usr/bin/cmake", "-DDEST=BUILD/tinyllamas/stories15M-q4_0.gguf", "-P",
+                            "SRC/cmake/download-models.cmake"],
+}
+
+
+def test_a_test_whose_arguments_name_a_missing_file_of_the_source_tree_needs_that_data(tmp_path):
+    src, build = tmp_path / "llama.cpp", tmp_path / "build"
+    (src / "models").mkdir(parents=True)
+    (src / "cmake").mkdir()
+    (src / "cmake" / "download-models.cmake").write_text("")
+    (src / "models" / "ggml-vocab-llama-spm.gguf").write_bytes(b"v")
+    commands = {n: [a.replace("SRC", str(src)).replace("BUILD", str(build)) for a in argv] for n, argv in RECORDED.items()}
+    templates = UpstreamNeed("data", "reads models/templates/", "models/templates")
+    suite = UpstreamTests("main", {"test-chat": templates})
+    assert missing_data(commands, src, suite) == {"test-tokenizer-0-falcon": "models/ggml-vocab-falcon.gguf",
+                                                  "test-chat": "models/templates"}
+    (src / "models" / "ggml-vocab-falcon.gguf").write_bytes(b"v")
+    (src / "models" / "templates").mkdir()
+    assert missing_data(commands, src, suite) == {}  # the build's own outputs (test-models/) are never data
+
+
+def test_a_test_skipped_for_missing_data_is_named_with_its_file_never_counted_and_the_headline_carries_it(tmp_path):
+    names = ["test-a", "test-vocab", "test-both"]
+    run = native_tests.TestRun("failed", [native_tests.TestCase("test-a", "passed", 1.0),
+                                          native_tests.TestCase("test-both", "failed", 1.0, "exit 1")])
+    gone = {"test-vocab": "models/ggml-vocab-falcon.gguf"}
+    record = SuiteRecord("main", pair_up(names, outcomes(run, names, gone), outcomes(run, names, gone), {}))
+    assert [p.outcome for p in record.pairs] == [PASSED_BOTH, MISSING_DATA, FAILED_BOTH]
+    assert record.pairs[1].need == "missing data: models/ggml-vocab-falcon.gguf"
+    assert describe(record).endswith("1 skipped for missing data (not run): test-vocab (models/ggml-vocab-falcon.gguf)")
+    assert record.unproven() == ("1 pass on both; 1 fail on both (not proven); "
+                                 "1 skipped for missing data (not run): test-vocab")
+    path = tmp_path / "pairs.json"
+    write_suite(path, record)
+    glance = json.loads(path.read_text())["glance"]
+    assert glance == {"passed_both": 1, "failed_both": 1, "failed_both_names": ["test-both"], "regressed": 0,
+                      "missing_data": gone, "declared": 0}
+    assert read_suite(path).pairs == record.pairs
+    clean = SuiteRecord("main", pair_up(["test-a"], outcomes(run, ["test-a"]), outcomes(run, ["test-a"]), {}))
+    assert clean.unproven() == ""
+
+
+def test_a_step_s_unproven_words_are_in_the_run_s_headline(tmp_path):
+    from harness.record.run import Run
+    run = Run.open(tmp_path / "results", "r1")
+    run.begin("test", [], "t")
+    run.record_step(StepRecord("p", "fork", "upstream-tests", "passed", 1.0, "d",
+                               unproven="upstream suite on p: 30 pass on both; 17 fail on both (not proven)"))
+    run.end()
+    assert run.headline() == "passed (upstream suite on p: 30 pass on both; 17 fail on both (not proven))"
+
+
+FAKE_TEST_BACKEND_OPS = r"""#!/bin/sh
+# a stand-in for test-backend-ops: MODE -o OP -b BACKEND --output sql; FAKE_SLOW_OP sleeps on that op
+mode=$1 op=$3
+[ "$mode" = perf ] && [ "$op" = "$FAKE_SLOW_OP" ] && sleep 30
+cat "$(dirname "$0")/head.sql"
+echo "INSERT INTO test_backend_ops (@COLS@) VALUES ('t', 'c', 'CUDA0', '$op', 'm=16', '$mode', '1', '1', '', '10.0', '1e12', '0', '0', '5', 'd', 'CUDA');"
+"""
+
+
+def _fake_backend_ops_ctx(tmp_path: Path, budget: dict, out):
+    """A stage context whose two builds hold the fake test-backend-ops, for :func:`run_backend_ops`."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+    from harness.common.console import Console
+    from harness.matrix.config import BackendOps, Platform
+    from harness.record.run import Run
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "head.sql").write_text(SQL_HEAD.split("\n", 1)[1])
+    exe = bin_dir / "test-backend-ops"
+    exe.write_text(FAKE_TEST_BACKEND_OPS.replace("@COLS@", _COLS))
+    exe.chmod(0o755)
+    run = Run.open(tmp_path / "results", "r1")
+    built = SimpleNamespace(status="passed", bin_dir=bin_dir, detail="")
+    ctx = SimpleNamespace(run=run, console=Console(out, interactive=False, heartbeat_s=0.5),
+                          doing=lambda *a: nullcontext(), build_variant=lambda p, v: built,
+                          builds=SimpleNamespace(build_more=lambda *a: (0, 0.0)))
+    p = load_matrix(ROOT / "matrix.yaml").platforms["linux-x86_64-cuda"]
+    return ctx, Platform(**{**p.__dict__, "backend_ops": BackendOps(("MUL_MAT",), ("MUL_MAT_ID", "MUL_MAT"), "CUDA0",
+                                                                    budget)})
+
+
+def test_the_perf_mode_is_a_step_with_progress_that_stops_at_its_budget_keeping_what_it_measured(tmp_path, monkeypatch):
+    import io
+    from harness.stages.native_tests.backend_ops import run_backend_ops
+    out = io.StringIO()
+    ctx, p = _fake_backend_ops_ctx(tmp_path, {"test": 20, "perf": 3}, out)
+    monkeypatch.setenv("FAKE_SLOW_OP", "MUL_MAT")
+    run_backend_ops(ctx, p)
+    steps = {s.step: s for s in ctx.run.steps}
+    assert steps["backend-ops-test"].status == "passed"
+    perf = steps["backend-ops-perf"]
+    assert perf.status == "incomplete", perf
+    assert perf.detail.startswith("ran past its budget of 3 s (base MUL_MAT stopped after")
+    assert "1 cases of MUL_MAT_ID, MUL_MAT measured on both" in perf.detail
+    shown = out.getvalue()
+    assert "▶ [linux-x86_64-cuda] backend-ops-perf" in shown
+    assert "… [linux-x86_64-cuda] backend-ops-perf: [2/4] fork MUL_MAT_ID" in shown  # progress while the op runs
+    data = json.loads(ctx.run.layout.upstream_file(p.name, "perf").read_text())
+    assert [c["op"] for c in data["cases"]] == ["MUL_MAT_ID"] and data["stopped"].startswith("base MUL_MAT")
+
+    out = io.StringIO()
+    ctx, p = _fake_backend_ops_ctx(tmp_path / "fast", {"perf": 20}, out)
+    monkeypatch.delenv("FAKE_SLOW_OP")
+    run_backend_ops(ctx, p)
+    perf = {s.step: s for s in ctx.run.steps}["backend-ops-perf"]
+    assert perf.status == "passed" and perf.detail.startswith("2 cases of MUL_MAT_ID, MUL_MAT measured on both")
+    assert "-b base -c fork" in perf.detail
+    assert (ctx.run.layout.upstream_file(p.name, "perf").with_suffix(".sqlite")).exists()
+
+
+def test_recorded_perf_output_of_upstreams_test_backend_ops_is_read_and_compared(tmp_path):
+    """tests/data/test-backend-ops-perf-cpu-{base,fork}.sql: two runs of test-backend-ops at the pinned commit,
+    built for the CPU on the 2-core development machine (2026-12-06), ``perf -o MUL_MAT -b CPU -p
+    type_a=f16,type_b=f32,m=4096,n=1,k=14336 --output sql``."""
+    from harness.stages.native_tests.backend_ops import perf_pairs, sql_statements, write_perf_database
+    data = ROOT / "tests" / "data"
+    base_sql, fork_sql = ((data / f"test-backend-ops-perf-cpu-{v}.sql").read_text() for v in ("base", "fork"))
+    rows = perf_pairs(read_cases(base_sql), read_cases(fork_sql))
+    assert [(r["backend"], r["op"], r["ratio"]) for r in rows] == [("CPU", "MUL_MAT", 1.0332)]
+    assert rows[0]["base_us"] == 19454.15942 and round(rows[0]["base_flops"] / 1e9, 2) == 6.04
+    database = tmp_path / "backend-ops-perf.sqlite"
+    write_perf_database(database, {"base": sql_statements(base_sql), "fork": sql_statements(fork_sql)})
+    script = _compare_llama_bench()
+    if script is None:
+        pytest.skip("no cached base tree with upstream's scripts/compare-llama-bench.py (python -m harness source fetch)")
+    done = subprocess.run([sys.executable, str(script), "-t", "test-backend-ops", "-i", str(database), "-b", "base",
+                           "-c", "fork"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "| CPU       | MUL_MAT   |          6.04 |          5.84 |      0.97 |" in done.stdout, done.stdout

@@ -96,3 +96,84 @@ def test_a_broken_tokenizer_fails_the_suite_on_its_test_only_and_bisect_names_th
     n = len([ln for ln in (series / "series").read_text().splitlines() if ln.strip() and not ln.startswith("#")])
     assert bisect.returncode == 0, bisect.stdout[-3000:] + bisect.stderr[-3000:]
     assert f"first bad patch: {n} of {n}: {PLANT}" in bisect.stdout
+
+
+def _add_vocabularies(project) -> str:
+    """A commit on the fake upstream that gives it two vocabularies under models/, each with its .inp and .out, and
+    a test per vocabulary that names its file in its arguments (as upstream's test-tokenizer-0-* do) and fails where
+    it cannot open it; the matrix pinned to that commit.  Returns the commit."""
+    from fake_upstream import _git
+    repo = project.repo
+    (repo / "models").mkdir()
+    for name in ("fake", "other"):
+        (repo / "models" / f"ggml-vocab-{name}.gguf").write_bytes(f"vocab {name}".encode())
+        (repo / "models" / f"ggml-vocab-{name}.gguf.inp").write_text("one two\n")
+        (repo / "models" / f"ggml-vocab-{name}.gguf.out").write_text("1 2\n")
+    with (repo / "CMakeLists.txt").open("a") as f:
+        for name in ("fake", "other"):
+            f.write(f"add_test(NAME test-fake-tok-{name} COMMAND $<TARGET_FILE:test-fake> "
+                    f"${{CMAKE_SOURCE_DIR}}/models/ggml-vocab-{name}.gguf)\n"
+                    f"set_tests_properties(test-fake-tok-{name} PROPERTIES LABELS main)\n")
+    test_py = (repo / "fake_test.py").read_text()
+    (repo / "fake_test.py").write_text(test_py.replace('print("test-fake: 3 checks passed")', '''for arg in sys.argv[1:]:
+    if arg.endswith(".gguf") and not os.path.exists(arg):
+        print(f"gguf_init_from_file: failed to open GGUF file '{arg}'")
+        sys.exit(1)
+print("test-fake: 3 checks passed")'''))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "fake upstream: vocabularies")
+    commit = _git(repo, "rev-parse", "HEAD")
+    old = _git(repo, "rev-parse", "HEAD~1")
+    project.matrix.write_text(project.matrix.read_text().replace(old, commit))
+    return commit
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler")
+def test_a_vocabulary_left_out_of_the_mirror_skips_its_test_by_name_and_the_headline_counts_it(tmp_path):
+    from harness.matrix.config import load_matrix
+    from harness.stages.building.source import export_data, export_mirror, obtain_base
+    project = make_fake_project(tmp_path)
+    _add_vocabularies(project)
+    base = obtain_base(load_matrix(project.matrix), tmp_path / "cache-export")
+    mirror, _ = export_mirror(base, tmp_path / "mirror" / "fake.tar.gz")
+    local = f"    - kind: local\n      path: {project.repo}\n"
+    text = project.matrix.read_text()
+    assert local in text
+    project.matrix.write_text(text.replace(local, f"    - kind: archive\n      path: {mirror}\n"
+                                                  f"      sha256_file: {mirror}.sha256\n"))
+
+    def suite_of_a_run(env) -> tuple[dict, dict, str]:
+        done = subprocess.run(project.argv("build", "test", extra=("--upstream-tests",)), cwd=ROOT, env=env,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        run = (project.results / "latest").resolve()
+        steps = {(s["config"], s["step"]): s for s in json.loads((run / "summary.json").read_text())["configurations"]}
+        pairs = json.loads((run / "linux-x86_64-cpu" / "upstream-tests" / "pairs.json").read_text())
+        results = [line for line in done.stdout.splitlines() if line.startswith("results: ")]
+        return steps[("fork", "upstream-tests")], pairs, (run / "summary.md").read_text().splitlines()[0] + "\n" \
+            + results[-1] + "\n" + (run / "report.html").read_text()
+
+    # the data archive whole: every test that reads a vocabulary runs on both sides
+    export_data(base, mirror)
+    step, pairs, shown = suite_of_a_run(project.env())
+    assert step["status"] == "passed" and step["unproven"] == "" and "Not proven" not in shown
+    assert step["detail"] == "4 pass on both; 1 skipped by declaration (needs the network): test-fake-net"
+
+    # one vocabulary left out of it, as a mirror written without it would: its test is skipped naming the file
+    export_data(base, mirror, leave_out={"models/ggml-vocab-fake.gguf"})
+    step, pairs, shown = suite_of_a_run(project.env())
+    assert step["status"] == "passed"
+    assert step["detail"] == ("3 pass on both; 1 skipped by declaration (needs the network): test-fake-net; "
+                              "1 skipped for missing data (not run): test-fake-tok-fake (models/ggml-vocab-fake.gguf)")
+    pair = {p["name"]: p for p in pairs["pairs"]}["test-fake-tok-fake"]
+    assert (pair["base"], pair["fork"], pair["outcome"]) == ("missing", "missing", "missing-data")
+    assert pairs["glance"]["missing_data"] == {"test-fake-tok-fake": "models/ggml-vocab-fake.gguf"}
+    assert pairs["glance"]["failed_both"] == 0 and pairs["glance"]["passed_both"] == 3
+    headline = ("upstream suite on linux-x86_64-cpu: 3 pass on both; 1 skipped for missing data (not run): "
+                "test-fake-tok-fake")
+    assert step["unproven"] == headline
+    md, console, html = shown.split("\n", 2)
+    assert md.startswith("# Run ") and f"passed ({headline})" in md, md  # summary.md's headline
+    assert f"passed ({headline})" in console, console  # the console's last line
+    assert f"<b>Not proven:</b> {headline}" in html

@@ -30,6 +30,7 @@ page's CSS and JavaScript; each section is a function of the run directory, and 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -46,7 +47,8 @@ from ..record.layout import RunLayout
 from ..record.records import ComparisonRecord, RecordError, StepRecord
 from ..common.statuses import COMPARISON, DIVERGED, IDENTICAL, KILLED, PATCH, STEP, TIMEOUT, VERDICT
 from ..record.summary import read_run, write_summary_md
-from ..record.verdict import FAILS, NOT_RUN, RowVerdict, count_text, failing_names, failures_first, judge
+from ..record.verdict import FAILS, NOT_RUN, RowVerdict, count_text, failing_names, failures_first, judge, \
+    unproven_notes
 from .signatures import load_signatures, step_logs
 from ..record.compare import CompareEntry, find_compare_entry
 from ..record.forecast import read_forecast
@@ -451,6 +453,47 @@ def results_root(run_dir: Path) -> Path:
     return next((p for p in run_dir.resolve().parents if p.name == "results"), run_dir.resolve().parent)
 
 
+def _upstream_html(run_dir: Path, platforms: Iterable[str]) -> str:
+    """Upstream's suite per platform as its records say (harness.record.upstream_tests): the tests that fail on both
+    sides (never proven), those skipped for missing data with the file, and test-backend-ops' perf pairs, the table
+    upstream's compare-llama-bench.py prints of the same rows; '' where no platform ran the suite."""
+    from ..record.upstream_tests import FAILED_BOTH, read_suite
+    layout, parts = RunLayout(run_dir), []
+    for platform in sorted(platforms):
+        try:
+            suite = read_suite(layout.upstream_file(platform, "pairs"))
+        except (FileNotFoundError, RecordError):
+            suite = None
+        if suite is not None:
+            g = suite.glance()
+            rows = [(t.name, "fails on both (not proven)", t.fork_message or t.fork) for t in suite.of(FAILED_BOTH)]
+            rows += [(name, "skipped for missing data", f"missing {path}") for name, path in g.missing_data.items()]
+            parts.append(f'<h3>{escape(platform)}: upstream suite</h3><p>{g.passed_both} pass on both; '
+                         f'{g.failed_both} fail on both; {g.regressed} regressed; {len(g.missing_data)} skipped for '
+                         f'missing data; {g.declared} skipped by declaration</p>')
+            if rows:
+                parts.append('<table><thead><tr><th>test</th><th>class</th><th>why</th></tr></thead><tbody>'
+                             + "".join(f"<tr><td>{escape(n)}</td><td>{escape(c)}</td><td>{escape(w)}</td></tr>"
+                                       for n, c, w in rows) + "</tbody></table>")
+        try:
+            perf = json.loads(layout.upstream_file(platform, "perf").read_text())
+        except (OSError, ValueError):
+            continue
+        cases = perf.get("cases") or []
+        parts.append(f'<h3>{escape(platform)}: test-backend-ops perf, fork against base</h3><p class="muted">'
+                     f'{len(cases)} cases on {escape(str(perf.get("backend") or "every backend"))}'
+                     + (f'; stopped: {escape(str(perf["stopped"]))}' if perf.get("stopped") else "")
+                     + f'; <code>compare-llama-bench.py -t test-backend-ops -i {escape(str(perf.get("database")))} '
+                     '-b base -c fork</code> prints the same rows</p>'
+                     '<table><thead><tr><th>backend</th><th>op</th><th>parameters</th><th>base GFLOPS</th>'
+                     '<th>fork GFLOPS</th><th>base GB/s</th><th>fork GB/s</th><th>fork/base time</th></tr></thead><tbody>'
+                     + "".join(f'<tr><td>{escape(c["backend"])}</td><td>{escape(c["op"])}</td><td>{escape(c["params"])}'
+                               f'</td><td>{c.get("base_flops", 0) / 1e9:.2f}</td><td>{c.get("fork_flops", 0) / 1e9:.2f}'
+                               f'</td><td>{c.get("base_gb_s", 0):.2f}</td><td>{c.get("fork_gb_s", 0):.2f}</td>'
+                               f'<td>{c["ratio"]:.3f}</td></tr>' for c in cases) + "</tbody></table>")
+    return "".join(parts)
+
+
 def _environment_html(run_dir: Path, platform: str) -> str:
     try:
         env = read_environment(RunLayout(run_dir).environment_json(platform))
@@ -662,6 +705,7 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
                 f'<p class="headline unfinished" id="headline"><b>Did not finish:</b> {escape(unfinished)}; no step '
                 'or comparison fails of those that ran.</p>' if unfinished else
                 '<p class="headline" id="headline">No step or comparison fails.</p>')
+             + "".join(f'<p class="headline unproven"><b>Not proven:</b> {escape(n)}</p>' for n in unproven_notes(steps))
              + f'<p class="muted">steps: {escape(count_text(rows, "step"))} · comparisons: '
              f'{escape(count_text(rows, "comparison"))} ({escape(_count_text(_counts(comparisons)))}) · summary '
              f'updated {escape(data.updated or "?")}</p>',
@@ -687,6 +731,9 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
                  + (_comparisons_table(comparisons) if comparisons else '<p class="muted">none recorded</p>')
                  + "</section>")
     parts.append('<section id="speed"><h2>Speed</h2>' + _speed_html(run_dir) + "</section>")
+    upstream = _upstream_html(run_dir, {st.platform for st in steps})
+    if upstream:
+        parts.append('<section id="upstream"><h2>Upstream\'s suite</h2>' + upstream + "</section>")
     diverged = [c for c in comparisons if c.status == DIVERGED]
     parts.append('<section id="divergences"><h2>Divergences</h2>'
                  + ("".join(_divergence_html(run_dir, c) for c in diverged) or '<p class="muted">none</p>')
@@ -760,7 +807,7 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
     icon = VERDICT[overall].icon if overall in VERDICT else "❌"
     skipped = len(data.skipped_platforms)
     notes = ([KILLED] if data.killed else []) + \
-        ([f"{skipped} platform{'s' if skipped != 1 else ''} skipped"] if skipped else [])
+        ([f"{skipped} platform{'s' if skipped != 1 else ''} skipped"] if skipped else []) + unproven_notes(steps)
     rows = judge(steps, comparisons)
     names = failing_names(rows)
     headline = overall + (f" ({'; '.join(notes)})" if notes else "") + (f": {names}" if names else "")

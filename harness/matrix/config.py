@@ -250,19 +250,33 @@ class Platform:
 @dataclass(frozen=True)
 class BackendOps:
     """test-backend-ops on a platform whose programs run on a GPU: the ops of its ``test`` mode (each op on the GPU
-    against the CPU) and of its ``perf`` mode (information beside the speed stage)."""
+    against the CPU) and of its ``perf`` mode (information beside the speed stage), the ``backend`` both modes run on
+    (``-b``, e.g. ``CUDA0``; "" for every backend the build has) and each mode's time budget in seconds for base and
+    fork together (``budget_s``: mode -> seconds; a mode without one has :data:`BACKEND_OPS_BUDGET_S`)."""
 
     test: tuple[str, ...]
     perf: tuple[str, ...] = ()
+    backend: str = ""
+    budget_s: Mapping[str, float] = field(default_factory=dict)
+
+    def budget(self, mode: str) -> float:
+        """Seconds ``mode`` (``test`` or ``perf``) may take on base and fork together."""
+        return float(self.budget_s.get(mode, BACKEND_OPS_BUDGET_S))
+
+
+#: A test-backend-ops mode's budget where matrix.yaml declares none: 30 minutes for both builds.
+BACKEND_OPS_BUDGET_S = 1800.0
 
 
 @dataclass(frozen=True)
 class UpstreamNeed:
     """A test of upstream's suite that needs what a machine may lack: ``needs`` (``network``: no harness machine gives
-    tests one; ``gpu``: a platform without a device lacks it) and the ``reason`` it is skipped with."""
+    tests one; ``gpu``: a platform without a device lacks it; ``data``: the file or folder ``path`` of the source tree,
+    relative to it, which the test reads without naming it in its arguments) and the ``reason`` it is skipped with."""
 
     needs: str
     reason: str
+    path: str = ""
 
 
 @dataclass(frozen=True)
@@ -755,7 +769,8 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
             text_check=p.get("text_check", "every-prompt"),
             unoptimised_targets=tuple(p.get("unoptimised_targets", ())),
             upstream_tests=bool(p.get("upstream_tests", False)),
-            backend_ops=BackendOps(tuple(p["backend_ops"]["test"]), tuple(p["backend_ops"].get("perf", ())))
+            backend_ops=BackendOps(tuple(p["backend_ops"]["test"]), tuple(p["backend_ops"].get("perf", ())),
+                                   p["backend_ops"].get("backend", ""), dict(p["backend_ops"].get("budget_s", {})))
             if "backend_ops" in p else None)
     models = {}
     for name, m in doc["models"].items():
@@ -793,5 +808,5 @@ def _upstream_tests(u: Mapping[str, Any] | None) -> UpstreamTests:
     """The top-level ``upstream_tests`` section, typed (the default label ``main`` and no needs where absent)."""
     if u is None:
         return UpstreamTests()
-    return UpstreamTests(u["label"], {name: UpstreamNeed(n["needs"], n["reason"])
+    return UpstreamTests(u["label"], {name: UpstreamNeed(n["needs"], n["reason"], n.get("path", ""))
                                       for name, n in (u.get("needs") or {}).items()})

@@ -176,7 +176,9 @@ class StepRecord:
     build that found nothing to do (its time says nothing about the build).  ``cached`` names the
     run(s) whose results the step took from the result cache (docs/cache.md): a test step whose
     labels were all reused, a compile step reused, a generate step whose sessions were restored
-    ("" when it ran).
+    ("" when it ran).  ``unproven`` is what a step's pass does not prove, in words for the run's
+    headline (upstream's suite: tests failing on base too, tests skipped for missing data); "" when
+    its pass proves all it ran.
     """
 
     platform: str
@@ -189,6 +191,7 @@ class StepRecord:
     failures: list[Failure] = field(default_factory=list)
     up_to_date: bool = False
     cached: str = ""
+    unproven: str = ""
 
     def __post_init__(self) -> None:
         STEP.check(self.status)

@@ -25,6 +25,7 @@ from .records import RECORD_VERSION, StepRecord, ComparisonRecord
 from .layout import RunLayout
 from .json_files import load_records, judged_json, write_json
 from .summary_md import SummaryView, render_markdown
+from .verdict import unproven_notes
 
 #: A run id: a plain name (a folder of the results directory, never a path), as new_run_id makes them.
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -251,7 +252,8 @@ class Run:
         return VERDICT_PASSED
 
     def notes(self) -> list[str]:
-        """What the verdict does not cover, in words: killed, the stages still to run, platforms skipped."""
+        """What the verdict does not cover, in words: killed, the stages still to run, platforms skipped, what passing
+        steps do not prove (harness.record.verdict.unproven_notes)."""
         n = len(self.skipped_platforms)
         notes = [KILLED] if self.interrupted == "killed" else []
         if self.progress is not None:
@@ -259,7 +261,7 @@ class Run:
                          else "its last stages running")
         if n:
             notes.append(f"{n} platform{'s' if n != 1 else ''} skipped")
-        return notes
+        return notes + unproven_notes(self.steps)
 
     def summary_view(self) -> SummaryView:
         """What summary.md shows of this run now (:func:`render_markdown`)."""

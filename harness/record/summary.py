@@ -19,6 +19,7 @@ from .layout import RunLayout
 from .records import ComparisonRecord, RecordError, StepRecord
 from ..common.statuses import KILLED, STEP_SKIPPED
 from .summary_md import SummaryView, render_markdown
+from .verdict import unproven_notes
 
 #: A step's identity in a run: (platform, config, step).
 StepKey = tuple[str, str, str]
@@ -62,9 +63,11 @@ class RunSummary:
 
     def view(self, run_dir: Path) -> SummaryView:
         """What summary.md shows of this run, read from ``run_dir`` (harness.record.summary_md.render_markdown): the
-        verdict it was written with, the notes it does not cover (killed, platforms skipped), the records."""
+        verdict it was written with, the notes it does not cover (killed, platforms skipped, what passing steps do not
+        prove), the records."""
         n = len(self.skipped_platforms)
-        notes = ([KILLED] if self.killed else []) + ([f"{n} platform{'s' if n != 1 else ''} skipped"] if n else [])
+        notes = ([KILLED] if self.killed else []) + ([f"{n} platform{'s' if n != 1 else ''} skipped"] if n else []) \
+            + unproven_notes(self.steps)
         return SummaryView(self.run_id, self.overall, notes, list(self.steps), list(self.comparisons),
                            list(self.incomplete), dict(self.skipped_platforms), dict(self.cache), RunLayout(run_dir))
 

@@ -255,6 +255,13 @@ def failing_names(rows: Sequence[Row], limit: int = HEADLINE_NAMES) -> str:
     return text
 
 
+def unproven_notes(steps: Sequence[StepLike]) -> list[str]:
+    """What the passing steps of a run do not prove, for its headline: each step's own ``unproven`` words (upstream's
+    suite: ``upstream suite on P: 30 pass on both; 17 fail on both (not proven)``), in recorded order; written by the
+    step, never derived here."""
+    return [str(getattr(s, "unproven", "")) for s in steps if getattr(s, "unproven", "")]
+
+
 def count_text(rows: Sequence[Row], kind: str) -> str:
     """The rows of ``kind`` counted by verdict, failures first: ``1 fails, 7 pass``; ``none`` without rows."""
     counts = {v: sum(r.kind == kind and r.verdict.verdict == v for r in rows) for v in ROW_VERDICTS}

@@ -20,6 +20,7 @@ import gzip
 import hashlib
 import io
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -28,7 +29,7 @@ import tarfile
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from ...matrix.config import Matrix, Source
 from ...common.errors import EnvironmentProblem, InputError
@@ -42,6 +43,11 @@ from ...common.locks import Rank, exclusive
 MIRROR_EXCLUDE = ("models/", "docs/", "media/")
 MIRROR_KEEP = ("models/ggml-vocab-llama-spm.gguf",)
 MIRROR_MANIFEST = "HARNESS-MIRROR.json"
+#: What upstream's suite reads of models/ (docs/upstream-tests.md): the chat templates, and each vocabulary that
+#: test-tokenizer-0 checks (a ``models/ggml-vocab-*.gguf`` with its ``.inp`` and ``.out`` beside it).  The mirror
+#: leaves them out; the data archive beside it (:func:`data_archive`) carries them.
+SUITE_TEMPLATES = "models/templates/"
+SUITE_VOCAB = "models/ggml-vocab-"
 #: Identity used for commits the harness creates (archive imports, applied patches).
 GIT_IDENTITY = ("llama.cpp fork harness", "harness@localhost")
 #: ``-c`` options of every git call: files byte for byte (no CRLF conversion), and paths longer
@@ -79,11 +85,32 @@ class PinnedFiles:
     path: Path
     entries: dict[str, tuple[str, str]]
 
-    def expected(self, kind: str) -> dict[str, tuple[str, str]]:
-        """The files a tree from a source of ``kind`` must hold (see the rules above)."""
+    def expected(self, kind: str, present: Collection[str] = ()) -> dict[str, tuple[str, str]]:
+        """The files a tree from a source of ``kind`` must hold (see the rules above); for an archive, also those
+        of ``present`` (the tree's paths) that are the suite's data (:func:`suite_data`): the data archive may
+        carry all of it or none, and a file it carries must be the pinned one."""
         if kind != "archive":
             return self.entries
-        return {p: e for p, e in self.entries.items() if not p.startswith(MIRROR_EXCLUDE) or p in MIRROR_KEEP}
+        data = suite_data(self.entries) & set(present)
+        return {p: e for p, e in self.entries.items()
+                if not p.startswith(MIRROR_EXCLUDE) or p in MIRROR_KEEP or p in data}
+
+
+def suite_data(paths: Collection[str]) -> set[str]:
+    """The paths of ``paths`` (a commit's files) that upstream's suite reads and the mirror leaves out: every file
+    under :data:`SUITE_TEMPLATES`, and each ``models/ggml-vocab-*.gguf`` that has a ``.inp`` beside it, with its
+    ``.inp`` and ``.out`` (test-tokenizer-0's inputs and expected tokens)."""
+    out = {p for p in paths if p.startswith(SUITE_TEMPLATES)}
+    for p in paths:
+        if p.startswith(SUITE_VOCAB) and p.endswith(".gguf") and p + ".inp" in paths:
+            out |= {p, p + ".inp"} | ({p + ".out"} if p + ".out" in paths else set())
+    return out - set(MIRROR_KEEP)
+
+
+def data_archive(mirror: Path) -> Path:
+    """The data archive that belongs to the mirror archive ``mirror``: ``<name>.data.tar.xz`` beside it
+    (``llama.cpp-<commit12>.tar.gz`` -> ``llama.cpp-<commit12>.data.tar.xz``), its sha256 in ``<that>.sha256``."""
+    return mirror.with_name(mirror.name.removesuffix(".tar.gz") + ".data.tar.xz")
 
 
 def read_pinned_files(path: Path, sha256: str, commit: str) -> PinnedFiles:
@@ -177,13 +204,15 @@ class BaseTree:
     ``path`` is a git repository whose ``HEAD`` (``git_rev``) holds upstream
     ``commit``; ``git_rev`` equals ``commit`` unless the tree came from an
     archive mirror (then it is a local import commit of the same tree).
-    ``source`` describes where it came from.
+    ``source`` describes where it came from; ``data`` is the sha256 of the data archive unpacked into
+    it (:func:`data_archive`), "" without one.
     """
 
     path: Path
     commit: str
     git_rev: str
     source: str
+    data: str = ""
 
 
 def cache_dir() -> Path:
@@ -365,6 +394,34 @@ def archive_commit(path: Path) -> str:
     return commit
 
 
+def _data_digest(src: Source) -> str:
+    """The sha256 its ``.sha256`` file gives of the data archive beside ``src``'s mirror; "" without a data
+    archive.  Raises SourceError for an archive without its ``.sha256``, or one whose bytes are not that digest."""
+    if src.kind != "archive" or src.path is None:
+        return ""
+    data = data_archive(src.path)
+    if not data.exists():
+        return ""
+    digest_file = Path(str(data) + ".sha256")
+    if not digest_file.exists():
+        raise SourceError(f"data archive {data} has no {digest_file.name}; write it with `source export-mirror`")
+    expected = digest_file.read_text().split()[0]
+    actual = sha256_file(data)
+    if actual != expected:
+        raise SourceError(f"data archive {data}: sha256 {actual} does not match {digest_file.name}'s {expected}")
+    return expected
+
+
+def _unpack_data(data: Path, tmp: Path) -> None:
+    """Unpack the data archive ``data`` into ``tmp``; raises SourceError for a member that is not the suite's data
+    (under ``models/``: :data:`SUITE_TEMPLATES` or :data:`SUITE_VOCAB`), which the file list then checks."""
+    with tarfile.open(data) as tf:
+        for m in tf.getmembers():
+            if not m.isfile() or not m.name.startswith((SUITE_TEMPLATES, SUITE_VOCAB)):
+                raise SourceError(f"data archive {data}: {m.name} is not the suite's data (models/)")
+        tf.extractall(tmp, filter="data")
+
+
 def _from_archive(src: Source, dest: Path, commit: str) -> str:
     if src.path is None or not src.path.exists():
         raise SourceError(f"archive {src.path} does not exist")
@@ -379,6 +436,8 @@ def _from_archive(src: Source, dest: Path, commit: str) -> str:
     tmp.mkdir(parents=True)
     with tarfile.open(src.path) as tf:
         tf.extractall(tmp, filter="tar")
+    if _data_digest(src):
+        _unpack_data(data_archive(src.path), tmp)
     manifest_path = tmp / MIRROR_MANIFEST
     if not manifest_path.exists():
         shutil.rmtree(tmp, ignore_errors=True)
@@ -430,6 +489,18 @@ def obtain_base(matrix: Matrix, cache: Path | None = None, log: list[str] | None
         return _obtain_base(matrix, cache, dest, log)
 
 
+def _cached_data_wanted(matrix: Matrix, tree: BaseTree) -> str:
+    """The data digest a cached archive tree should hold: that of the data archive beside the mirror it came from
+    (``tree.source``), "" without one or when that source is gone; a digest that cannot be read keeps the tree's."""
+    for src in matrix.sources:
+        if src.kind == "archive" and src.describe() == tree.source:
+            try:
+                return _data_digest(src)
+            except (SourceError, OSError):
+                return tree.data
+    return tree.data
+
+
 def _cached_difference(dest: Path, expected: dict[str, tuple[str, str]], extra_ok: Sequence[str]) -> str | None:
     """Where the cached base repository ``dest`` differs from ``expected``: a work-tree change
     (``git status``, untracked files included) or a HEAD tree other than the pinned files."""
@@ -457,9 +528,13 @@ def _obtain_base(matrix: Matrix, cache: Path, dest: Path, log: list[str] | None)
             "base trees are checked by commit id only")
     if dest.exists() and record.exists():
         info = json.loads(record.read_text())
-        tree = BaseTree(path=dest, commit=commit, git_rev=info["git_rev"], source=info["source"])
+        tree = BaseTree(path=dest, commit=commit, git_rev=info["git_rev"], source=info["source"],
+                        data=info.get("data", ""))
         kind = "archive" if tree.git_rev != commit else "git"
-        problem = _cached_difference(dest, pinned.expected(kind), (MIRROR_MANIFEST,)) if pinned else None
+        head = [e[2] for e in ls_tree(dest, "HEAD")] if kind == "archive" else []
+        problem = _cached_difference(dest, pinned.expected(kind, head), (MIRROR_MANIFEST,)) if pinned else None
+        if problem is None and kind == "archive" and tree.data != _cached_data_wanted(matrix, tree):
+            problem = "the data archive beside the mirror changed"
         if problem is None:
             return tree
         say(f"source: the cached base {dest} is not the pinned commit by content (first differing path "
@@ -489,7 +564,8 @@ def _obtain_base(matrix: Matrix, cache: Path, dest: Path, log: list[str] | None)
             if log is not None:  # whole: the end of git's error line says what went wrong
                 log.append(f"source {src.describe()}: failed, the next source is tried: {exc}")
             continue
-        problem = first_difference(dest, pinned.expected(src.kind), (MIRROR_MANIFEST,)) if pinned else None
+        present = [f.relative_to(dest).as_posix() for f in (dest / "models").rglob("*") if f.is_file()]
+        problem = first_difference(dest, pinned.expected(src.kind, present), (MIRROR_MANIFEST,)) if pinned else None
         if problem is not None:
             # the tree is not the pinned commit, whatever its commit id or checksum says: never keep it
             shutil.rmtree(dest, ignore_errors=True)
@@ -499,7 +575,10 @@ def _obtain_base(matrix: Matrix, cache: Path, dest: Path, log: list[str] | None)
             reasons.append(f"{src.describe()}: {why}")
             say(f"source {src.describe()}: {why}; removed from the cache")
             continue
-        tree = BaseTree(path=dest, commit=commit, git_rev=rev, source=src.describe())
+        tree = BaseTree(path=dest, commit=commit, git_rev=rev, source=src.describe(), data=_data_digest(src))
+        if src.kind == "archive" and not tree.data:
+            say(f"source {src.describe()}: no data archive {data_archive(src.path).name if src.path else ''} beside it: "
+                "upstream's tests that read models/ are skipped, each naming its missing file")
         record.write_text(json.dumps(asdict(tree), default=str, indent=2))
         if log is not None:
             log.append(f"source {src.describe()}: used")
@@ -540,22 +619,56 @@ def export_mirror(base: BaseTree, out: Path) -> tuple[Path, str]:
     if base.git_rev != base.commit:
         raise SourceError("export-mirror needs a base obtained from git (local, git or pypi-sdist source)")
     entries = _mirror_paths(base.path, base.commit)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
     manifest = json.dumps({"commit": base.commit, "excluded": list(MIRROR_EXCLUDE),
                            "kept": list(MIRROR_KEEP), "files": len(entries)}, indent=2).encode()
+    tmp = out.with_name(out.name + ".tmp")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=9) as gz:
+        _write_tar(base, entries, gz, manifest)
+    return _publish(tmp, out)
+
+
+def export_data(base: BaseTree, mirror: Path, leave_out: Collection[str] = ()) -> tuple[Path, str]:
+    """Write the data archive of the mirror ``mirror`` (:func:`data_archive`): upstream's suite data of the base
+    tree (:func:`suite_data`, but those of ``leave_out``), a reproducible ``.tar.xz`` (xz preset 6: 11.4 MB for
+    the 63 MB of commit 0c1e57098bba's data) with its ``.sha256`` beside.  Requires a base from a git source.
+    Returns (archive path, hex sha256)."""
+    if base.git_rev != base.commit:
+        raise SourceError("export-mirror needs a base obtained from git (local, git or pypi-sdist source)")
+    tree = ls_tree(base.path, base.commit)
+    data = suite_data([e[2] for e in tree]) - set(leave_out)
+    out = data_archive(mirror)
+    tmp = out.with_name(out.name + ".tmp")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "wb") as raw, lzma.LZMAFile(raw, "wb", preset=6) as xz:
+        _write_tar(base, [e for e in tree if e[2] in data], xz, None)
+    return _publish(tmp, out)
+
+
+def _publish(tmp: Path, out: Path) -> tuple[Path, str]:
+    """Move the archive written at ``tmp`` to ``out`` and write ``out.sha256``; (out, hex sha256)."""
+    digest = sha256_file(tmp)
+    tmp.replace(out)
+    Path(str(out) + ".sha256").write_text(f"{digest}  {out.name}\n")
+    return out, digest
+
+
+def _write_tar(base: BaseTree, entries: Sequence[tuple[str, str, str]], stream: io.BufferedIOBase,
+               manifest: bytes | None) -> None:
+    """Write a tar of ``entries`` ((mode, blob id, path) of ``base``'s commit, read with ``git cat-file``) to
+    ``stream``, ``manifest`` first as :data:`MIRROR_MANIFEST` where given; modes, owners and times fixed."""
     batch = subprocess.Popen(["git", *GIT_CONFIG, "cat-file", "--batch"], cwd=base.path, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE)
     assert batch.stdin and batch.stdout
-    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=9) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tf:
+    with tarfile.open(fileobj=stream, mode="w", format=tarfile.PAX_FORMAT) as tf:
         def add(path: str, data: bytes, mode: int) -> None:
             info = tarfile.TarInfo(path)
             info.size, info.mode, info.mtime = len(data), mode, 0
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             tf.addfile(info, io.BytesIO(data))
-        add(MIRROR_MANIFEST, manifest, 0o644)
+        if manifest is not None:
+            add(MIRROR_MANIFEST, manifest, 0o644)
         for mode, blob, path in entries:
             batch.stdin.write(blob.encode() + b"\n")
             batch.stdin.flush()
@@ -571,10 +684,6 @@ def export_mirror(base: BaseTree, out: Path) -> tuple[Path, str]:
                 add(path, data, 0o755 if mode == "100755" else 0o644)
     batch.stdin.close()
     batch.wait()
-    digest = sha256_file(tmp)
-    tmp.replace(out)
-    Path(str(out) + ".sha256").write_text(f"{digest}  {out.name}\n")
-    return out, digest
 
 
 def tree_state(tree: Path) -> tuple[str, bool]:
@@ -594,7 +703,8 @@ def prepare_tree(base: BaseTree, work: Path, variant: str, series_digest: str | 
     ``series_digest`` and its HEAD are what the last preparation left and no
     tracked file was edited since; otherwise it is prepared again, so a build
     never labels other code with the series' name.  Reuse leaves every file's
-    mtime alone, so a rebuild stays a no-op.  Both variants sit at the same
+    mtime alone, so a rebuild stays a no-op; a base obtained again (a new import
+    commit of a mirror) is fetched into an existing clone.  Both variants sit at the same
     depth under ``work`` so their build commands differ only in the variant
     directory, which ccache's base_dir removes.
     """
@@ -611,6 +721,9 @@ def prepare_tree(base: BaseTree, work: Path, variant: str, series_digest: str | 
         tree.parent.mkdir(parents=True, exist_ok=True)
         git(["clone", "--quiet", "--no-checkout", str(base.path), str(tree)])
     stamp.unlink(missing_ok=True)
+    if git(["cat-file", "-e", f"{base.git_rev}^{{commit}}"], tree, check=False).returncode != 0:
+        # the base was obtained again since the clone (another mirror, its data archive changed): its HEAD
+        git(["fetch", "--quiet", str(base.path), "HEAD"], tree)
     if apply is None:
         git(["checkout", "--quiet", "--force", "--detach", base.git_rev], tree)
     else:

@@ -94,7 +94,9 @@ def label_identity(build_dir: Path, source_dir: Path | None, label: str, tests: 
     return facts
 
 
-def _source_dir(build_dir: Path) -> Path | None:
+def source_dir(build_dir: Path) -> Path | None:
+    """The source tree ``build_dir`` was configured from (CMakeCache.txt's CMAKE_HOME_DIRECTORY); None when the
+    cache cannot be read or names none."""
     try:
         for line in (build_dir / "CMakeCache.txt").read_text().splitlines():
             if line.startswith("CMAKE_HOME_DIRECTORY:"):
@@ -146,7 +148,7 @@ def run_tests_reusing(cache: ResultCache | None, run_id: str, build_dir: Path, l
         return run_ctest(build_dir, labels, targets, out_dir, env=env, wrapper=wrapper,
                          reference_junit=reference_junit, exe_suffix=exe_suffix,
                          timeout_s=timeout_s, jobs=jobs, repeat=repeat), reuse
-    source = _source_dir(build_dir)
+    source = source_dir(build_dir)
     identities: dict[str, dict] = {}
     tests_of: dict[str, list[str]] = {}
     for label in labels:

@@ -8,7 +8,9 @@ For each selected platform that sets ``upstream_tests: true`` (matrix.yaml), and
    at the work directory, compiles each unit once for both trees;
 2. ctest runs the label in each build (``--parallel`` as many as the budget's slots, and a member of its pool, so
    the tests never run more at once than the builds could), the tests that matrix.yaml's ``upstream_tests.needs``
-   names left out where this machine lacks what they need: declared, skipped with the reason, never passed;
+   names left out where this machine lacks what they need: declared, skipped with the reason, never passed; so are
+   the tests whose own arguments (or declared ``data`` need) name a file of the source tree that is not there
+   (:func:`missing_data`: the suite's data left out of the offline mirror), each skipped naming the file;
 3. each test's pair of outcomes is classified (harness.record.upstream_tests.classify) and written to
    ``<platform>/upstream-tests/pairs.json``; the step fails only where a test fails on the fork and not on base.
 
@@ -31,14 +33,14 @@ from ...record.native_tests import TestRun
 from ...record.records import Failure, StepRecord
 from ...record.layout import RunLayout
 from ...record.json_files import write_json
-from ...common.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
-from ...record.upstream_tests import ABSENT, CLASSES, DECLARED, DECLARED_SKIP, FAILED_BOTH, FIXED, REGRESSED, \
-    SuiteRecord, TestPair, classify
+from ...common.statuses import STEP_ERROR, STEP_FAILED, STEP_INCOMPLETE, STEP_PASSED, STEP_SKIPPED
+from ...record.upstream_tests import ABSENT, CLASSES, DECLARED, DECLARED_SKIP, FAILED_BOTH, FIXED, MISSING, \
+    MISSING_DATA, MISSING_PREFIX, REGRESSED, SuiteRecord, TestPair, classify, write_suite
 from ..building.build import find_tool
 from ..shape import Context, Stage, StepSpec
 from .backend_ops import run_backend_ops
 from .native_tests import list_tests
-from .test_cache import run_tests_reusing
+from .test_cache import run_tests_reusing, source_dir as source_tree
 
 #: Seconds each test of the suite may run (ctest --timeout): ctest's own default (DART_TESTING_TIMEOUT), which
 #: upstream's CI keeps.  test-recurrent-state-rollback and test-save-load-state, which load every architecture's
@@ -120,10 +122,39 @@ def suite_targets(commands: Sequence[Sequence[str]], build_dir: Path, exe_suffix
     return out
 
 
-def outcomes(run: TestRun, known: Sequence[str]) -> dict[str, tuple[str, str, float]]:
-    """Test name -> (outcome, message, seconds) of one side: ctest's outcome of each test in ``run``, ``absent`` for
-    one of ``known`` (the suite's names across both sides) that this side's ctest does not know."""
+def missing_data(commands: dict[str, Sequence[str]], source_dir: Path, suite: UpstreamTests) -> dict[str, str]:
+    """Test name -> the first file of ``source_dir`` (a source tree) that the test reads and that is not there, as a
+    path relative to the tree: an argument of the test's own command (argv, :func:`ctest_commands`) that is a path
+    inside the tree (``models/ggml-vocab-falcon.gguf`` of test-tokenizer-0-falcon), or the ``path`` of a ``data``
+    need that ``suite.needs`` declares for a test that reads the file without naming it (test-chat reads
+    ``models/templates/`` from its working directory).  A path under the build directory is the tests' own output
+    and never missing data."""
+    root = source_dir.resolve()
+    out: dict[str, str] = {}
+    for name, argv in commands.items():
+        need = suite.needs.get(name)
+        named = [str(root / need.path)] if need is not None and need.needs == "data" and need.path else []
+        for arg in [*argv, *named]:
+            path = Path(arg)
+            if not path.is_absolute():
+                continue
+            try:
+                rel = path.resolve().relative_to(root)
+            except ValueError:
+                continue
+            if not path.exists():
+                out[name] = rel.as_posix()
+                break
+    return out
+
+
+def outcomes(run: TestRun, known: Sequence[str], missing: dict[str, str] | None = None) \
+        -> dict[str, tuple[str, str, float]]:
+    """Test name -> (outcome, message, seconds) of one side: ctest's outcome of each test in ``run``, ``missing`` for
+    a test of ``missing`` (name -> the absent file, :func:`missing_data`), ``absent`` for one of ``known`` (the
+    suite's names across both sides) that this side's ctest does not know."""
     got = {c.name: (c.status, c.message, c.seconds) for c in run.cases}
+    got.update({n: (MISSING, MISSING_PREFIX + f, 0.0) for n, f in (missing or {}).items()})
     return {n: got.get(n, (ABSENT, "not registered with ctest in this build", 0.0)) for n in known}
 
 
@@ -137,7 +168,9 @@ def pair_up(names: Sequence[str], base: dict[str, tuple[str, str, float]], fork:
             pairs.append(TestPair(n, DECLARED_SKIP, DECLARED_SKIP, DECLARED, need=declared[n]))
             continue
         (b, bm, bs), (f, fm, fs) = base[n], fork[n]
-        pairs.append(TestPair(n, b, f, classify(b, f), bm, fm, round(bs, 3), round(fs, 3)))
+        cls = classify(b, f)
+        need = (bm if b == MISSING else fm) if cls == MISSING_DATA else ""
+        pairs.append(TestPair(n, b, f, cls, bm, fm, round(bs, 3), round(fs, 3), need))
     return pairs
 
 
@@ -156,6 +189,8 @@ def describe(record: SuiteRecord) -> str:
         words = CLASSES[c]
         if c in (FAILED_BOTH, FIXED):
             words += ": " + ", ".join(p.name for p in record.of(c))
+        if c == MISSING_DATA:
+            words += ": " + ", ".join(f"{n} ({f})" for n, f in record.missing_data().items())
         if c == DECLARED:
             needs = sorted({p.need.split(":", 1)[0] for p in record.of(c)})
             words += f" ({', '.join(needs)}): " + ", ".join(p.name for p in record.of(c))
@@ -164,25 +199,30 @@ def describe(record: SuiteRecord) -> str:
 
 
 def _side(ctx: Context, p: Platform, variant: str, suite: UpstreamTests, declared: dict[str, str]) \
-        -> tuple[TestRun | None, list[str], float, str]:
+        -> tuple[TestRun | None, list[str], dict[str, str], float, str]:
     """Build ``variant``'s suite targets and run its label: (the TestRun or None, the label's test names in ctest's
-    order, seconds building, why it could not run or "")."""
+    order, the tests left out for missing data (:func:`missing_data`), seconds building, why it could not run or
+    "")."""
     layout = ctx.run.layout
     built = ctx.build_variant(p, variant)
     if built.status != STEP_PASSED:
-        return None, [], 0.0, f"{variant} build {built.status}: {built.detail}"
+        return None, [], {}, 0.0, f"{variant} build {built.status}: {built.detail}"
     out = layout.upstream_tests(p.name, variant)
     out.mkdir(parents=True, exist_ok=True)
     try:
         names = list_tests(built.build_dir, [suite.label])
         commands = ctest_commands(built.build_dir)
     except OSError as exc:
-        return None, [], 0.0, f"{variant}: the tests of label {suite.label} cannot be listed: {exc}"
+        return None, [], {}, 0.0, f"{variant}: the tests of label {suite.label} cannot be listed: {exc}"
+    source_dir = source_tree(built.build_dir)
+    missing = {n: f for n, f in missing_data({n: commands.get(n, []) for n in names}, source_dir, suite).items()
+               if n not in declared} if source_dir else {}
+    left_out = {**declared, **missing}
     suffix = executable_suffix(p)
-    targets = suite_targets([commands.get(n, []) for n in names if n not in declared], built.build_dir, suffix)
+    targets = suite_targets([commands.get(n, []) for n in names if n not in left_out], built.build_dir, suffix)
     rc, seconds = ctx.builds.build_more(p, variant, targets, layout.upstream_file(p.name, "build", variant))
     if rc != 0:
-        return None, names, seconds, (f"{variant}: building the suite's {len(targets)} test targets failed (exit {rc}; "
+        return None, names, missing, seconds, (f"{variant}: building the suite's {len(targets)} test targets failed (exit {rc}; "
                                       f"log {layout.relative(layout.upstream_file(p.name, 'build', variant))})")
     emulator = ctx.emulator(p)
     test_dir = built.build_dir
@@ -190,15 +230,15 @@ def _side(ctx: Context, p: Platform, variant: str, suite: UpstreamTests, declare
         try:  # upstream's tests start the executables themselves: ctest would never start them through Wine
             test_dir = emulated_tests(built.build_dir, emulator.argv, out / "emulated")
         except OSError as exc:
-            return None, names, seconds, f"{variant}: {exc}"
+            return None, names, missing, seconds, f"{variant}: {exc}"
     budget = ctx.builds.job_budget()
     env = {**(emulator.env if emulator else {}), **budget.env()}
     run, _ = run_tests_reusing(ctx.results_cache, ctx.run.id, test_dir, [suite.label],
-                               [n for n in names if n not in declared], out, env=env,
+                               [n for n in names if n not in left_out], out, env=env,
                                emulator_argv=emulator.argv if emulator else (), gpu=gpu_of(p),
                                timeout_s=TEST_TIMEOUT_S, jobs=budget.slots, repeat=REPEAT)
     write_json(layout.upstream_file(p.name, "run", variant), run)
-    return run, names, seconds, ""
+    return run, names, missing, seconds, ""
 
 
 def run_suite(ctx: Context, p: Platform) -> StepRecord:
@@ -208,10 +248,11 @@ def run_suite(ctx: Context, p: Platform) -> StepRecord:
     declared = lacked_needs(suite, p)
     start = time.monotonic()
     runs: dict[str, TestRun] = {}
+    missing: dict[str, dict[str, str]] = {}
     names: list[str] = []
     record = SuiteRecord(suite.label)
     for variant in VARIANTS:
-        run, listed, build_s, why = _side(ctx, p, variant, suite, declared)
+        run, listed, missing[variant], build_s, why = _side(ctx, p, variant, suite, declared)
         record.build_seconds[variant] = round(build_s, 1)
         if run is None:
             return StepRecord(p.name, "fork", RunLayout.UPSTREAM_STEP, STEP_ERROR, round(time.monotonic() - start, 1),
@@ -220,16 +261,18 @@ def run_suite(ctx: Context, p: Platform) -> StepRecord:
         runs[variant] = run
         record.seconds[variant] = round(run.seconds, 1)
         names += [n for n in listed if n not in names]
-    record.pairs = pair_up(names, outcomes(runs["base"], names), outcomes(runs["fork"], names), declared)
+    record.pairs = pair_up(names, outcomes(runs["base"], names, missing["base"]),
+                           outcomes(runs["fork"], names, missing["fork"]), declared)
     layout = ctx.run.layout
-    write_json(layout.upstream_file(p.name, "pairs"), record)
+    write_suite(layout.upstream_file(p.name, "pairs"), record)
     regressed = record.of(REGRESSED)
     fork_log = layout.relative(layout.upstream_file(p.name, "log", "fork"))
     status = STEP_FAILED if regressed else STEP_PASSED
     return StepRecord(p.name, "fork", RunLayout.UPSTREAM_STEP, status, round(time.monotonic() - start, 1),
                       describe(record), layout.relative(layout.upstream_file(p.name, "junit", "fork")),
                       [Failure("upstream-test", message=f"{t.name}: {t.fork_message or t.fork} (passes on base)",
-                               log=fork_log) for t in regressed])
+                               log=fork_log) for t in regressed],
+                      unproven=f"upstream suite on {p.name}: {record.unproven()}" if record.unproven() else "")
 
 
 def run_upstream_tests(ctx: Context) -> None:
@@ -262,5 +305,6 @@ STEP_NAMES = (RunLayout.UPSTREAM_STEP, "backend-ops-")
 _STATUSES = (STEP_PASSED, STEP_FAILED, STEP_ERROR, STEP_SKIPPED)
 
 STAGE = Stage("upstream-tests", command="test", role="native_tests", reads=("matrix", "builds"), writes=("builds", "steps", "files"),
-              steps=(StepSpec(RunLayout.UPSTREAM_STEP, _STATUSES, "upstream-suite"), StepSpec("backend-ops-", _STATUSES)),
+              steps=(StepSpec(RunLayout.UPSTREAM_STEP, _STATUSES, "upstream-suite"),
+                     StepSpec("backend-ops-", (*_STATUSES, STEP_INCOMPLETE))),  # incomplete: a mode past its budget
               run=run_upstream_tests)
