@@ -2,7 +2,8 @@
 the smallest selection that shows it, and ``bisect`` with no argument names the plant as the first bad patch of every
 failing row, in the run's own verdict text; the series without it (the last good point) passes as a whole run.
 
-One model (moe-small), one group, 8 tokens, the speed stage only for the speed plant.  Each test builds the fork
+One model (moe-small; the speed plant: gemma3-270m, the model of base-vs-fork's speed rules), one group, 8 tokens,
+the speed stage only for the speed plant.  Each test builds the fork
 once per point (ccache warm after the first): minutes on the 2-core development machine (docs/triage.md#bisect).
 """
 
@@ -26,15 +27,17 @@ CPU = "linux-x86_64-cpu"
 #: plant -> (the stages and selection of the run it fails, a row it must fail)
 PLANTS = {
     "llama-mmap-pages-copied-on-write.patch":
-        (["build", "compare-outputs", "--group", "mmap-vs-load-mode-none", "--no-bench"],
+        (["build", "compare-outputs", "--group", "mmap-vs-load-mode-none", "--model", "moe-small", "--no-bench"],
          f"{CPU} fork expectations: mapped moe-small"),
     "llama-process-waits-10-ms-before-each-decode.patch":
-        (["build", "compare-outputs", "--group", "base-vs-fork"], f"{CPU} fork speed:base-vs-fork:tg"),
+        (["build", "compare-outputs", "--group", "base-vs-fork", "--model", "gemma3-270m"],  # the group's speed model
+         f"{CPU} fork speed:base-vs-fork:tg"),
     "llama-vocab-falcon-digits-split-in-pairs.patch":
-        (["build", "test", "compare-outputs", "--upstream-tests", "--group", "base-vs-fork", "--no-bench"],
+        (["build", "test", "compare-outputs", "--upstream-tests", "--group", "base-vs-fork", "--model", "moe-small",
+          "--no-bench"],
          f"{CPU} fork upstream-tests: test-tokenizer-0-falcon"),
     "completion-aborts-on-a-prompt-naming-cologne.patch":
-        (["build", "compare-outputs", "--group", "base-vs-fork", "--no-bench"],
+        (["build", "compare-outputs", "--group", "base-vs-fork", "--model", "moe-small", "--no-bench"],
          f"{CPU} fork generate: moe-small/umlaut-newline"),
 }
 
@@ -52,7 +55,7 @@ def test_bisect_names_the_plant_for_every_failing_row_of_its_run(tmp_path, plant
     stages, row = PLANTS[plant]
     series = series_with(tmp_path / "series", [ROOT / "tests" / "plants" / plant])
     results = tmp_path / "results"
-    run = _harness(*stages, "--platform", CPU, "--model", "moe-small", "--n-predict", "8", "-j", "2",
+    run = _harness(*stages, "--platform", CPU, "--n-predict", "8", "-j", "2",
                    "--patches-dir", str(series), "--work-dir", str(tmp_path / "work"), "--results-dir", str(results))
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-4000:]
 
