@@ -114,9 +114,38 @@ def test_bisect_md_names_the_first_bad_patch_the_last_good_point_and_the_cost():
     assert "1 build(s) made, 1 reused, 12.5 s" in text
 
 
-def test_bisect_without_a_run_or_with_an_unknown_check_is_bad_input(tmp_path, capsys):
+def _recorded(root: Path, status: str, argv: list[str]) -> Path:
+    from harness.record.run import Run
+    run = Run.open(root, None, argv=argv)
+    run.record_step(StepRecord(CPU, "fork", "expectations", status, detail="x"))
+    run.write_summary()
+    run.close()
+    return run.dir
+
+
+def test_bisect_without_a_run_or_a_failing_row_or_a_stage_command_line_is_bad_input(tmp_path, capsys):
     assert cli.main(["bisect", "--results-dir", str(tmp_path)]) == 2
-    assert "error:" in capsys.readouterr().err
+    assert "holds no runs" in capsys.readouterr().err
+    passed = _recorded(tmp_path / "a", "passed", ["harness", "compare-outputs"])
+    assert cli.main(["bisect", str(passed), "--results-dir", str(tmp_path / "a")]) == 2
+    assert "has no failing row: nothing to bisect" in capsys.readouterr().err
+    failed = _recorded(tmp_path / "b", "failed", ["harness", "report"])
+    assert cli.main(["bisect", "--results-dir", str(tmp_path / "b"), "--check", "nothing"]) == 2
+    assert f"names no failing row of the run (its failing rows: {CPU} fork expectations)" in capsys.readouterr().err
+    assert cli.main(["bisect", str(failed), "--results-dir", str(tmp_path / "b")]) == 2
+    assert "no stage command (build, test, compare-outputs) recorded" in capsys.readouterr().err
+
+
+def test_a_point_runs_the_stages_and_options_the_run_was_started_with(tmp_path):
+    from harness.analysis.bisect.points import command_line
+    from harness.record.run import Run
+    run = _recorded(tmp_path, "failed", ["/x/harness/__main__.py", "build", "--group", "base-vs-fork", "--no-bench"])
+    again = Run.open(tmp_path, run.name, argv=["/x/harness/__main__.py", "compare-outputs", "--group", "base-vs-fork",
+                                               "--no-bench", "--n-predict", "8"])
+    again.close()
+    line = command_line(run)
+    assert line.stages == ("build", "compare-outputs")
+    assert (line.args.group, line.args.n_predict, line.args.bench) == (["base-vs-fork"], 8, False)
 
 
 # --------------------------------------------------------------------------- whole bisections of the fake project
