@@ -71,3 +71,19 @@ def test_the_speed_failure_has_a_signature_junit_and_report(slow_fork_run):
     junit = ET.parse(run.parent / "junit" / f"speed-{CPU}.xml").getroot()
     assert int(junit.get("failures")) >= 1
     assert "speed_regression" in (run / "report.html").read_text()
+
+
+def test_the_headline_leads_with_the_first_failing_rule_and_its_measure(slow_fork_run):
+    """The run's verdict names each failing rule by its ratio and p as bench.json records them: the console's
+    last line, summary.md's headline and summary.json's ``why`` (harness.record.verdict)."""
+    proc, run = slow_fork_run
+    data = json.loads((run / "summary.json").read_text())
+    rules = {r["step"]: r for r in json.loads((run / CPU / "speed" / "bench.json").read_text())["rules"]}
+    failing = [s for s in data["configurations"] if s["verdict"] == "fails"]
+    assert failing and all(s["step"].startswith("speed:") for s in failing)
+    for s in failing:
+        rule = rules[s["step"]]
+        assert s["why"] == f"fork {s['step']}: {rule['ratio']:.2f}x, p {rule['p_value']:.2g}"
+    first = f"failed: {CPU} {failing[0]['why']}"
+    assert f": ❌ {first}" in (run / "summary.md").read_text().splitlines()[0]
+    assert f" — {first}" in proc.stdout.strip().splitlines()[-1]

@@ -182,3 +182,7 @@ def test_a_private_written_mapping_in_the_real_fork_fails_the_cpu_run_on_the_pag
     fork = steps["fork"]
     assert fork["status"] == "failed" and {f["status"] for f in fork["failures"]} == {"mapped"}
     assert "private page copies under the model file's name" in fork["detail"] and "layers 0)" in fork["detail"]
+    # the run's headline leads with the check and what the page flags found (harness.record.verdict)
+    assert fork["why"].startswith("fork expectations: mapped: ") and "private page copies" in fork["why"]
+    headline = (tmp_path / "results" / "latest" / "summary.md").read_text().splitlines()[0]
+    assert headline.endswith(f"❌ failed: linux-x86_64-cpu {fork['why']}")

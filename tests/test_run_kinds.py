@@ -153,3 +153,32 @@ def test_a_run_recorded_before_kinds_is_read_from_what_it_holds(tmp_path):
     assert run_kind(run) == RUN_FORK
     RunLayout(run).forecast_json.write_text("{}")
     assert run_kind(run) == RUN_FORECAST
+
+
+@pytest.mark.slow
+def test_a_forecast_that_applies_cleanly_is_no_previous_run_of_the_forks_next_run(tmp_path):
+    """The drift project's series onto its ``output`` commit applies cleanly and its stages run: a whole run of
+    the same series beside the fork's (its environment.json records the same series digest, so telling runs
+    apart by series took it as the previous run).  The fork's next run is triaged against the fork's run before
+    it."""
+    import subprocess
+    import sys
+    from fake_upstream import make_drift_project
+    d = make_drift_project(tmp_path)
+    p = d.project
+    root = Path(__file__).resolve().parents[1]
+
+    def harness(*argv: str) -> int:
+        return subprocess.run([sys.executable, "-m", "harness", *argv], cwd=root, env=p.env(), capture_output=True,
+                              text=True).returncode
+
+    assert harness(*p.argv("build", "compare-outputs")[3:]) == 0
+    fork_1 = (p.results / "latest").resolve()
+    assert harness("forecast", "--onto", f"{p.repo}@output", "--matrix", str(p.matrix), "--patches-dir",
+                   str(p.patches), "--work-dir", str(p.work), "--results-dir", str(p.results), "-j", "1") == 0
+    forecast = (p.results / "latest").resolve()
+    assert run_kind(forecast) == RUN_FORECAST and RunLayout(forecast).forecast_json.is_file()
+    assert harness(*p.argv("build", "compare-outputs")[3:]) == 0
+    fork_2 = (p.results / "latest").resolve()
+    assert (run_kind(fork_1), run_kind(fork_2)) == (RUN_FORK, RUN_FORK)
+    assert previous_run(fork_2, p.results) == fork_1

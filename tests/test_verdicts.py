@@ -85,7 +85,7 @@ def test_a_step_is_judged_by_its_statuss_declared_outcome(status, verdict):
 def test_a_headline_names_the_first_three_failures_then_counts_the_rest():
     steps = [StepRecord(CPU, f"c{i}", "generate", "failed") for i in range(5)]
     text = failing_names(judge(steps, []))
-    assert text == (f"{CPU} c0 generate (failed); {CPU} c1 generate (failed); {CPU} c2 generate (failed) "
+    assert text == (f"{CPU} c0 generate: failed; {CPU} c1 generate: failed; {CPU} c2 generate: failed "
                     "and 2 more")
     assert failing_names(judge([StepRecord(CPU, "fork", "build", "passed")], [])) == ""
 
@@ -95,10 +95,12 @@ def test_a_headline_names_the_first_three_failures_then_counts_the_rest():
 
 @dataclass(frozen=True)
 class Kind:
-    """A failing run of one kind: its builder and the name its headline and failing row must carry."""
+    """A failing run of one kind: what its headline must name, in that order (``failing``), and the why of each
+    failing row, in the order of the tables (steps, then comparisons)."""
 
     name: str
     failing: tuple[str, ...]
+    whys: tuple[str, ...]
 
 
 def _passing_rows(run: Run) -> None:
@@ -124,7 +126,8 @@ def _expectation(run: Run) -> None:
 
 def _speed_rule(run: Run) -> None:
     run.record_step(StepRecord(CUDA, "fork-pin", "speed:cuda-base-vs-fork:pp", "failed", 40.0,
-                               "pp 812.0 vs 1020.5 tok/s (medians of 5 and 5): 0.80x, fails below 0.909x"))
+                               "pp 812.0 vs 1020.5 tok/s (medians of 5 and 5): 0.80x, fails below 0.909x",
+                               failures=[Failure("speed", model="moe-large", message="0.80x, p 0.004")]))
 
 
 def _identity(run: Run) -> None:
@@ -134,49 +137,56 @@ def _identity(run: Run) -> None:
 def _crash(run: Run) -> None:
     run.record_step(StepRecord(CUDA, "fork-pin", "generate", "failed", 2.0, "moe-large/story: crashed SIGSEGV",
                                failures=[Failure("generation", model="moe-large", prompt="story", status=CRASHED,
-                                                 signal="SIGSEGV")]))
+                                                 signal="SIGSEGV", program="llama-completion")]))
     run.record_comparisons([_cmp("cuda-pin-limits", "story", "fork-pin", CRASHED,
                                  detail="candidate crashed: SIGSEGV")])
 
 
 KINDS = {
     "regression": (_regression, Kind("regression", (f"{CUDA} cuda-base-vs-fork moe-large/story: fork-pin vs fork "
-                                                    "(diverged; the group expects identical)",))),
-    "expectation": (_expectation, Kind("expectation", (f"{CUDA} fork-pin expectations (failed)",))),
-    "speed rule": (_speed_rule, Kind("speed rule", (f"{CUDA} fork-pin speed:cuda-base-vs-fork:pp (failed)",))),
+                                                    "(diverged; the group expects identical)",),
+                                     ("diverged; the group expects identical",))),
+    "expectation": (_expectation, Kind("expectation", (
+        f"{CUDA} fork-pin expectations: placement: expert tensors in CPU, expected CUDA_Host",),
+        ("fork-pin expectations: placement: expert tensors in CPU, expected CUDA_Host",))),
+    "speed rule": (_speed_rule, Kind("speed rule", (f"{CUDA} fork-pin speed:cuda-base-vs-fork:pp: 0.80x, p 0.004",),
+                                     ("fork-pin speed:cuda-base-vs-fork:pp: 0.80x, p 0.004",))),
     "identity": (_identity, Kind("identity", (f"{CUDA} cuda-numerics-control moe-large/long-prefill: fork-fa-off vs "
-                                              "fork (identical; the group expects diverged)",))),
-    "crash": (_crash, Kind("crash", (f"{CUDA} fork-pin generate (failed)",
-                                     f"{CUDA} cuda-pin-limits moe-large/story: fork-pin vs fork "
-                                     "(crashed; the group expects identical)"))),
+                                              "fork (identical; the group expects diverged)",),
+                                 ("identical; the group expects diverged",))),
+    "crash": (_crash, Kind("crash", (f"{CUDA} cuda-pin-limits moe-large/story: fork-pin vs fork "
+                                     "(crashed; the group expects identical)",
+                                     f"{CUDA} fork-pin generate: llama-completion SIGSEGV on story"),
+                           ("fork-pin generate: llama-completion SIGSEGV on story",
+                            "crashed; the group expects identical"))),
 }
 
 
-def _failing_run(root: Path, kind: str) -> tuple[Path, tuple[str, ...]]:
-    """A run of ``kind`` rendered with ``report`` (report.html and summary.md); (its directory, the failing rows'
-    names as the headline gives them, steps first)."""
+def _failing_run(root: Path, kind: str) -> tuple[Path, Kind]:
+    """A run of ``kind`` rendered with ``report`` (report.html and summary.md); (its directory, what its headline
+    and failing rows must say)."""
     build, expect = KINDS[kind]
     run = Run.open(root, f"r-{kind.replace(' ', '-')}")
     _passing_rows(run)
     build(run)
     run.close()
     assert cli.main(["report", str(run.dir), "--results-dir", str(root), "--against", "none"]) == 0
-    return run.dir, expect.failing
+    return run.dir, expect
 
 
-def _kl_run(tmp_path: Path) -> tuple[Path, tuple[str, ...]]:
+def _kl_run(tmp_path: Path) -> tuple[Path, Kind]:
     """The committed kl-gpu1 run, copied and rendered again with ``report``."""
     run_dir = tmp_path / "results" / KL_RUN.name
     shutil.copytree(KL_RUN, run_dir)
     assert cli.main(["report", str(run_dir), "--results-dir", str(tmp_path / "results"), "--against", "none"]) == 0
-    return run_dir, (f"{CUDA} cuda-numerics-control moe-large/story: fork-fa-off vs fork "
-                     "(identical; the group expects diverged)",)
+    return run_dir, Kind("kl-gpu1", (f"{CUDA} cuda-numerics-control moe-large/story: fork-fa-off vs fork "
+                                     "(identical; the group expects diverged)",), ("identical; the group expects diverged",))
 
 
 RUNS = [*KINDS, "kl-gpu1"]
 
 
-def _render(tmp_path: Path, which: str) -> tuple[Path, tuple[str, ...]]:
+def _render(tmp_path: Path, which: str) -> tuple[Path, Kind]:
     return _kl_run(tmp_path) if which == "kl-gpu1" else _failing_run(tmp_path / "results", which)
 
 
@@ -195,16 +205,16 @@ def _tables(md: str) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("which", RUNS)
 def test_summary_md_names_the_failure_in_its_headline_and_marks_only_it_failed(tmp_path, which):
-    run_dir, failing = _render(tmp_path, which)
+    run_dir, kind = _render(tmp_path, which)
     md = (run_dir / "summary.md").read_text(encoding="utf-8")
     headline = md.splitlines()[0]
     assert headline.startswith(f"# Run {run_dir.name}: ❌ failed: ")
-    assert all(name in headline for name in failing)
+    assert headline.endswith("; ".join(kind.failing))  # in that order: a crashed comparison before its steps
     tables = _tables(md)
     failing_rows = [r for rows in tables.values() for r in rows if "❌ fails" in r]
-    assert len(failing_rows) == len(failing)
-    for name, row in zip(failing, failing_rows):
-        assert name.split(" (")[-1].rstrip(")") in row
+    assert len(failing_rows) == len(kind.whys)
+    for why, row in zip(kind.whys, failing_rows):
+        assert why in row
     for rows in tables.values():
         for row in rows:  # no passing row is red
             if "❌ fails" not in row:
@@ -285,15 +295,15 @@ def _dom(tmp_path: Path, report: Path) -> _Rows:
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed")
 @pytest.mark.parametrize("which", RUNS)
 def test_report_html_in_chromium_names_the_failure_and_draws_no_passing_row_red(tmp_path, which):
-    run_dir, failing = _render(tmp_path, which)
+    run_dir, kind = _render(tmp_path, which)
     dom = _dom(tmp_path, run_dir / "report.html")
-    assert all(name in " ".join(dom.headline.split()) for name in failing)
+    assert "; ".join(kind.failing) in " ".join(dom.headline.split())
     failed = [r for r in dom.rows if r["verdict"] == FAILS]
-    assert len(failed) == len(failing)
-    for name, row in zip(failing, failed):
+    assert len(failed) == len(kind.whys)
+    for why, row in zip(kind.whys, failed):
         assert row["class"] == "bad" and row["background"] == RED_TINT
         assert any(color == RED for _, color in row["badges"])
-        assert name.split(" (")[-1].rstrip(")") in " ".join(row["text"].split())
+        assert why in " ".join(row["text"].split())
         assert next(r for r in dom.rows if r["table"] == row["table"])["verdict"] == FAILS  # failures first
     for r in dom.rows:
         if r["verdict"] != FAILS:  # no passing row is red: neither its background nor a badge in it
@@ -350,11 +360,11 @@ def test_after_every_stage_command_the_verdict_is_final(tmp_path):
 def test_a_failure_is_final_and_named_after_build_alone(tmp_path):
     run = _run_after(tmp_path, ["build"], "failed")
     line = verdict_line(run, run.dir / "report.html", cli.STAGES)
-    assert "so far" not in line and f"— failed: {CPU} fork build (failed) (report:" in line
+    assert "so far" not in line and f"— failed: {CPU} fork build: failed (report:" in line
     data = verdict_json(run, run.dir / "report.html", cli.STAGES)
     assert data["final"] is True and data["exit_code"] == 1 and data["run_dir"] == str(run.dir)
     assert [r["name"] for r in data["failing_steps"]] == [f"{CPU} fork build"]
-    assert data["failing_steps"][0]["why"] == "failed" and data["failing_comparisons"] == []
+    assert data["failing_steps"][0]["why"] == "fork build: failed" and data["failing_comparisons"] == []
 
 
 def test_json_on_a_stage_command_is_the_only_thing_on_stdout(tmp_path, monkeypatch, capfd):

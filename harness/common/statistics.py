@@ -99,6 +99,10 @@ class SpeedVerdict:
             return "slowdown" if self.regressed else "no slowdown by the rule"
         return f"short of {self.min_ratio:g}x" if self.regressed else f"not short of {self.min_ratio:g}x by the rule"
 
+    def measure(self) -> str:
+        """The measure a failing rule is named by: the ratio of the medians and the U test's p, ``0.53x, p 0.004``."""
+        return f"{self.ratio:.2f}x, p {self.p_value:.2g}"
+
     def describe(self) -> str:
         """The decision in one line: both medians, the ratio against its threshold, p against p_max."""
         want = "no slowdown" if self.min_ratio == 1.0 else f"at least {self.min_ratio:g}x"

@@ -119,9 +119,9 @@ def speed_xml(platform: str, steps: Iterable[StepRecord]) -> ET.ElementTree:
             continue
         vs = f" vs {parsed.reference}" if parsed.reference else ""  # a rule's own reference, not the group's
         case = _Case(f"{platform}.{parsed.group}", f"{s.config} {parsed.metric}{vs}", time=s.seconds, text=s.detail)
-        if s.verdict().fails:
-            case = replace(case, outcome=FAILURE if s.status == STEP_FAILED else ERROR, message=s.detail,
-                           kind=s.status, text=None)
+        if s.verdict().fails:  # the message is the verdict's why; the detail stays the case's text
+            case = replace(case, outcome=FAILURE if s.status == STEP_FAILED else ERROR, message=s.verdict().why,
+                           kind=s.status)
         suites.setdefault(f"{platform}/{parsed.group}", []).append(case)
     return _document(f"speed rules {platform}", suites, (FAILURE, ERROR))
 
@@ -161,7 +161,7 @@ def checks_xml(platform: str, steps: Iterable[StepRecord], names: Iterable[str])
         case = _Case(f"{platform}.{s.step}", s.config)
         v = s.verdict()
         if v.fails:
-            case = replace(case, outcome=FAILURE, message=s.detail[:500], kind=s.status,
+            case = replace(case, outcome=FAILURE, message=v.why, kind=s.status,
                            text="\n".join(f.text() for f in s.failures) or s.detail)
         elif v.verdict == NOT_RUN:
             case = replace(case, outcome=SKIPPED, message=f"{v.why}: {s.detail[:500]}")

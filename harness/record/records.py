@@ -40,7 +40,8 @@ class RecordError(InputError, ValueError):
 
 #: Kinds of :class:`Failure` and the fields each one fills.
 FAILURE_KINDS = {
-    "generation": "a generation run ended abnormally: model, prompt, repeat, status, signal, error_line, log",
+    "generation": "a generation run ended abnormally: model, prompt, repeat, status, signal, error_line, log, program "
+                  "(llama-completion or the engine)",
     "model": "a model could not be assembled, generated or verified: model, message",
     "blocked": "the step could not run because a build it needs did not pass: build (the variant)",
     "patch": "a patch of the series did not apply: patch (its file name), message",
@@ -50,6 +51,8 @@ FAILURE_KINDS = {
                      "message (the test and its failure), log (the fork's ctest.log)",
     "expectation": "a configuration did not do what it must (harness.stages.checks.expectations): model, status (the rule: "
                    "placement, weights, pinned, warnings), message (what was found), log (the record it was read from)",
+    "speed": "a speed rule found a slowdown (harness.stages.speed.speed): model, message (the measure: the ratio of "
+             "the medians and the Mann-Whitney U test's p, e.g. 0.53x, p 0.004)",
 }
 
 
@@ -58,7 +61,8 @@ class Failure:
     """One structured fact of why a step failed or could not run; see :data:`FAILURE_KINDS`.
 
     ``repeat`` counts runs of one generation from 1; ``signal`` is a name such as SIGSEGV;
-    ``log`` is relative to the run directory.  Unused fields stay empty.
+    ``log`` is relative to the run directory; ``program`` the program that ran (``llama-completion``,
+    ``llama-harness-engine``).  Unused fields stay empty.
     """
 
     kind: str
@@ -72,6 +76,7 @@ class Failure:
     build: str = ""
     message: str = ""
     log: str = ""
+    program: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in FAILURE_KINDS:
@@ -92,6 +97,24 @@ class Failure:
         if self.kind == "expectation":
             return f"{self.status}: {self.model}: {self.message}"
         return self.message
+
+    def measure(self) -> str:
+        """What was found, for a verdict's why (harness.record.verdict.step_verdict), from the fact's own fields:
+        ``llama-completion SIGABRT on umlaut-newline`` (a generation), ``mapped: 223 MiB of private page copies``
+        (an expectation: its rule and what was found), ``0.53x, p 0.004`` (a speed rule), ``patch X does not
+        apply``, ``build fork did not pass``; the first line of the message otherwise."""
+        if self.kind == "generation":
+            what = self.signal or self.status
+            if self.program:
+                return f"{self.program} {what} on {self.prompt}"
+            return f"{self.status}{f' {self.signal}' if self.signal else ''} on {self.model}/{self.prompt}"
+        if self.kind == "expectation":
+            return f"{self.status}: {self.message}"
+        if self.kind == "patch":
+            return f"patch {self.patch} does not apply"
+        if self.kind in ("model", "blocked", "compare"):
+            return self.text()
+        return self.message.splitlines()[0] if self.message else self.kind
 
     @classmethod
     def from_json(cls, data: dict) -> "Failure":

@@ -268,7 +268,7 @@ class Run:
 
     def headline(self) -> str:
         """The verdict with what it does not cover and what failed, e.g. ``failed (2 platforms skipped): p fork
-        build (failed)`` (:meth:`SummaryView.headline`)."""
+        build: patch x.patch does not apply`` (:meth:`SummaryView.headline`)."""
         return self.summary_view().headline()
 
     def begin(self, command: str, to_run: Iterable[str], token: str) -> None:

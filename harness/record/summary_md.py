@@ -93,7 +93,7 @@ class SummaryView:
 
     def headline(self) -> str:
         """The verdict, what it does not cover and what failed (harness.record.verdict.failing_names), e.g.
-        ``failed (1 platform skipped): p fork build (failed)``."""
+        ``failed (1 platform skipped): p fork build: patch x.patch does not apply``."""
         names = failing_names(judge(self.steps, self.comparisons))
         return (self.overall + (f" ({'; '.join(self.notes)})" if self.notes else "")
                 + (f": {names}" if names else ""))

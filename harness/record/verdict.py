@@ -13,7 +13,11 @@ shows the verdict decided here and works nothing out again.  The rules come from
   divergence without judging it and fails only a crash or a time limit.  A neutral status
   (``unsupported-upstream``) is not run, unless the group expects a divergence it did not give.
 
-A failing row says why in words a maintainer reads in a headline: "identical; the group expects diverged".
+A failing row says why in words a maintainer reads in a headline: a step its check and the measure its stage
+recorded (:func:`step_verdict`: ``fork expectations: mapped: 223 MiB of private page copies``,
+``fork speed:base-vs-fork:tg: 0.53x, p 0.004``), a comparison what it found against what its group expects
+(``identical; the group expects diverged``).  A headline names a crashed or timed-out comparison before the
+steps its generation made fail (:func:`failing_names`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Protocol, Sequence
 
-from ..common.statuses import COMPARISON, DIVERGED, IDENTICAL, STEP
+from ..common.statuses import COMPARISON, DIVERGED, GENERATION_FAILURES, IDENTICAL, STEP
 
 #: The verdicts of one row, in the order views list rows (failures first).
 FAILS, NOT_RUN, PASSES = "fails", "not run", "passes"
@@ -37,6 +41,12 @@ HEADLINE_NAMES = 3
 NEAR_TIE, INFORMATIONAL = "near-tie", "informational"
 
 
+class FactLike(Protocol):
+    """What a verdict reads of a step's failure fact (harness.record.records.Failure)."""
+
+    def measure(self) -> str: ...
+
+
 class StepLike(Protocol):
     """What a verdict reads of a step record (harness.record.records.StepRecord)."""
 
@@ -44,6 +54,8 @@ class StepLike(Protocol):
     config: str
     step: str
     status: str
+    detail: str
+    failures: Sequence[FactLike]
 
 
 class ComparisonLike(Protocol):
@@ -105,14 +117,47 @@ class Row:
         return {"kind": self.kind, **self.key, "name": self.name, "verdict": self.verdict.verdict,
                 "why": self.verdict.why}
 
+    def headline(self) -> str:
+        """The row in a headline: a failing step as its platform and why (the why names the check:
+        ``linux-x86_64-cpu fork expectations: mapped: …``), any other row as ``<name> (<why>)``."""
+        if self.kind == "step" and self.verdict.fails:
+            return f"{self.key['platform']} {self.verdict.why}"
+        return f"{self.name} ({self.verdict.why})" if self.verdict.why else self.name
+
+    @property
+    def generation_failed(self) -> bool:
+        """True for a comparison that crashed or ran past its time limit (the steps of its generation fail
+        with it)."""
+        return self.kind == "comparison" and self.key.get("status") in GENERATION_FAILURES
+
+
+def step_check(step: StepLike) -> str:
+    """The check a step is, without its platform: ``<config> <step>`` (the config left out where it is ``-``)."""
+    return " ".join(x for x in (step.config if step.config != "-" else "", step.step) if x)
+
+
+def step_measure(step: StepLike) -> str:
+    """What a failing step found, from what its stage recorded: the measure of its first failure fact
+    (harness.record.records.Failure.measure) and how many more there are (`` (and 2 more)``); without facts the
+    first line of its detail, else its status."""
+    facts = list(dict.fromkeys(f.measure() for f in step.failures))
+    if facts:
+        return facts[0] + (f" (and {len(facts) - 1} more)" if len(facts) > 1 else "")
+    lines = step.detail.strip().splitlines()
+    return lines[0] if lines else step.status
+
 
 def step_verdict(step: StepLike) -> RowVerdict:
-    """The verdict of ``step`` from its status's declared outcome: ``passes`` (success), ``fails`` (failure,
-    why: the status), ``not run`` (neutral, why: the status).  Raises KeyError for an undeclared status."""
+    """The verdict of ``step`` from its status's declared outcome: ``passes`` (success); ``fails`` (failure), why:
+    its check and measure, ``<config> <step>: <measure>`` (:func:`step_check`, :func:`step_measure`, e.g.
+    ``fork generate: llama-completion SIGABRT on umlaut-newline``); ``not run`` (neutral), why: the status.
+    Raises KeyError for an undeclared status."""
     outcome = STEP[step.status].outcome
     if outcome == "success":
         return RowVerdict(PASSES)
-    return RowVerdict(FAILS if outcome == "failure" else NOT_RUN, step.status)
+    if outcome == "failure":
+        return RowVerdict(FAILS, f"{step_check(step)}: {step_measure(step)}")
+    return RowVerdict(NOT_RUN, step.status)
 
 
 def tolerated_near_tie(c: ComparisonLike) -> bool:
@@ -194,10 +239,11 @@ def failures_first(items: Sequence, verdicts: Sequence[RowVerdict]) -> list:
 
 
 def failing_names(rows: Sequence[Row], limit: int = HEADLINE_NAMES) -> str:
-    """What failed, for a headline: the first ``limit`` failing rows as ``<name> (<why>)`` joined by ``; ``,
-    then ``and N more``; "" when no row fails."""
-    failing = [r for r in rows if r.verdict.fails]
-    text = "; ".join(f"{r.name} ({r.verdict.why})" for r in failing[:limit])
+    """What failed, for a headline: the first ``limit`` failing rows (:meth:`Row.headline`) joined by ``; ``,
+    then ``and N more``; "" when no row fails.  A crashed or timed-out comparison comes first, before the
+    steps its generation made fail; the other rows in recorded order."""
+    failing = sorted((r for r in rows if r.verdict.fails), key=lambda r: not r.generation_failed)
+    text = "; ".join(r.headline() for r in failing[:limit])
     if len(failing) > limit:
         text += f" and {len(failing) - limit} more"
     return text

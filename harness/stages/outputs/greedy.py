@@ -65,6 +65,7 @@ from ...record.reloads import RELOADS_CMD, RELOADS_FILE, RELOADS_LOG, recorded_c
 from ...record.json_files import write_json
 from ...record.records import Failure
 from ...common.statuses import CRASHED, GENERATION_FAILURES, IDENTICAL, UNSUPPORTED_UPSTREAM
+from ..building.engine_target import ENGINE_TARGET
 from .upstream_support import unsupported_upstream
 
 
@@ -561,7 +562,8 @@ class GreedyRunner:
                 line = find_error_line(log.read_bytes()) if log.exists() else None
                 problems.append(Failure("generation", model=model, prompt=prompt, repeat=repeat, status=kind,
                                         signal=getattr(exc, "signal", None) or "",
-                                        error_line=line or f"engine {what}: {exc}", log=self.hooks.relative(log)))
+                                        error_line=line or f"engine {what}: {exc}", log=self.hooks.relative(log),
+                                        program=ENGINE_TARGET))
                 failed = EngineRun(status=kind, error=str(exc) + (f": {line}" if line else ""),
                                    seconds=time.monotonic() - t0)
                 if loading:
@@ -696,7 +698,7 @@ class GreedyRunner:
         if res.status != "ok":
             fact = Failure("generation", model=model, prompt=prompt, repeat=repeat, status=res.status,
                            signal=res.signal or "", error_line=f"llama-completion: {res.error_line or ''}".rstrip(": "),
-                           log=self.hooks.relative(res.stderr_path))
+                           log=self.hooks.relative(res.stderr_path), program="llama-completion")
             with self._lock:
                 (self.problems.setdefault(side, []) if facts is None else facts).append(fact)
         self.hooks.stderr(side, model, out_dir / f"{prompt}.r{repeat}", stderr.decode("utf-8", "replace"))
@@ -873,4 +875,5 @@ class GreedyRunner:
                 self.problems.setdefault(ref, []).append(Failure(
                     "generation", model=model, prompt=prompts[0] if prompts else "",
                     status=getattr(exc, "kind", CRASHED),
-                    error_line=f"engine scoring its cached tokens for a candidate: {exc}", log=self.hooks.relative(log)))
+                    error_line=f"engine scoring its cached tokens for a candidate: {exc}", log=self.hooks.relative(log),
+                    program=ENGINE_TARGET))

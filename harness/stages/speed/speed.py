@@ -597,6 +597,8 @@ def _judge(pipe: Pipeline, p: Platform, r: Rule, measured: dict[tuple[tuple[Unit
         verdict = judge(samples[0], samples[1], rule.min_ratio, rule.factor, rule.p_max)
         status = STEP_FAILED if verdict.regressed else STEP_PASSED
         detail = f"{rule.metric} {r.unit.model}: {verdict.outcome()}: {verdict.describe()} vs {r.reference}"
+        if verdict.regressed:  # the measure the verdict names (harness.record.verdict.step_verdict)
+            failures.append(Failure("speed", model=r.unit.model, message=verdict.measure()))
         record.update(ratio=verdict.ratio, threshold=verdict.threshold, p_value=verdict.p_value,
                       reference_spread=asdict(verdict.reference), candidate_spread=asdict(verdict.candidate))
     lines.append(f"{status}: {detail}")
