@@ -111,7 +111,9 @@ def triage(session: nox.Session) -> None:
 
 @nox.session
 def bisect(session: nox.Session) -> None:
-    """First patch of the series that breaks a check: ``nox -s bisect -- --platform P --check test:NAME``."""
+    """The first patch of the series that makes each failing row of a run fail: ``nox -s bisect -- [RUN] [--check ID]``
+    (RUN: the newest run by default); ``-- --upstream GOOD..BAD --platform P --check test:NAME``: the first upstream
+    commit."""
     _harness(session, "bisect")
 
 

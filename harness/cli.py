@@ -187,15 +187,20 @@ def _analysis_commands(sub: argparse._SubParsersAction) -> None:
     ap.add_argument("--a-work-dir", type=Path, action="append", default=[],
                     help="--confirm: a work directory holding run A's builds (repeatable; default: --work-dir)")
 
-    ap = _add(sub, "bisect", "analysis.bisect:run", "the first patch (or upstream commit) that breaks a check",
-              "Find the first patch of the series, or the first upstream commit, that makes a check fail.",
-              [matrix_options(), patches_options(), work_options(), build_options()])
-    ap.add_argument("--check", required=True, help="test:<ctest-name> or group:<group>[:model[:prompt]]")
-    ap.add_argument("--good", type=int, default=None, help="a k known to pass (default 0: the unpatched base)")
-    ap.add_argument("--bad", type=int, default=None, help="a k known to fail (default: the whole series)")
+    ap = _add(sub, "bisect", "analysis.bisect:run", "the first patch (or upstream commit) that makes a row fail",
+              "Bisect every failing row of a run (or the one --check names) across its patch series: each point runs "
+              "the run's own stages on its own selection with the first k patches, judged as the run judged it; "
+              "writes bisect.json and bisect.md into the run's folder (docs/triage.md). With --upstream: the first "
+              "upstream commit that makes a test fail with the series on top.",
+              [matrix_options(), patches_options(), work_options(), results_options(), build_options()])
+    ap.add_argument("run", nargs="?", default=None, metavar="RUN",
+                    help="run id or directory whose failing rows to bisect (default: the newest run)")
+    ap.add_argument("--check", default=None, metavar="ID",
+                    help="the one failing row to bisect, named as the run's records name it (e.g. 'linux-x86_64-cpu "
+                         "fork expectations: mapped moe-small'); with --upstream: test:<ctest-name>")
     ap.add_argument("--upstream", metavar="GOOD..BAD", default=None,
                     help="bisect the upstream commits on BAD's first-parent line after GOOD, each with the "
-                         "patch series applied, instead of the patches")
+                         "patch series applied, for the test --check names (with --platform)")
     ap.add_argument("--repo", type=Path, default=None,
                     help="with --upstream: git repository holding the commits (default: the matrix's first local "
                          "source that has them, else a clone fetched from its git source)")
@@ -212,7 +217,7 @@ def _analysis_commands(sub: argparse._SubParsersAction) -> None:
     ap.add_argument("--patches-only", action="store_true", help="stop after the patch stage (no builds)")
     ap.add_argument("--bisect", metavar="CHECK", default=None,
                     help="also bisect the upstream commits between the two bases for this check "
-                         "(test:NAME or group:G[:MODEL[:PROMPT]]); needs a local or git source")
+                         "(test:NAME); needs a local or git source")
 
     ap = _add(sub, "roll", "analysis.roll:run",
               "move the pin and the series to another upstream commit, on a branch, verified (docs/roll.md)",

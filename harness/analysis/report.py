@@ -710,6 +710,9 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
              f'{escape(count_text(rows, "comparison"))} ({escape(_count_text(_counts(comparisons)))}) · summary '
              f'updated {escape(data.updated or "?")}</p>',
              '<nav><a href="#glance">at a glance</a>' + ('<a href="#forecast">forecast</a>' if RunLayout(run_dir).forecast_json.is_file() else '')
+             + (f'<a href="{RunLayout(run_dir).bisect_md.name}" id="bisect-md">bisect</a>'
+                f'<a href="{RunLayout(run_dir).bisect_json.name}" id="bisect-json">bisect record</a>'
+                if RunLayout(run_dir).bisect_json.is_file() else '')
              + '<a href="#steps">steps</a><a href="#comparisons">comparisons</a><a href="#speed">speed</a><a href="#divergences">divergences</a>'
              '<a href="#configurations">configurations</a><a href="#probe">probe</a><a href="#pin-ladder">pin ladder</a></nav></header>']
     parts.append(glance_html(glance))

@@ -256,6 +256,17 @@ class RunLayout:
         """``forecast.md``: the same for people."""
         return self.dir / "forecast.md"
 
+    @property
+    def bisect_json(self) -> Path:
+        """``bisect.json``: per failing row of the run, its first bad patch, the last good point, the verdict at both
+        and the cost (harness.analysis.bisect)."""
+        return self.dir / "bisect.json"
+
+    @property
+    def bisect_md(self) -> Path:
+        """``bisect.md``: the same for people."""
+        return self.dir / "bisect.md"
+
     def speed(self, platform: str) -> Path:
         """``<platform>/speed/``: the speed stage's bench.json, one log per speed rule and the engines' stderr
         (harness.stages.speed.speed)."""

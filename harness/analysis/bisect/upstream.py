@@ -1,18 +1,13 @@
-"""Bisect: which patch of the series, or which upstream commit, makes a check fail.
+"""Bisect across upstream commits: the first upstream commit that makes a test fail with the series on top.
 
-``python -m harness bisect -- --platform P --check test:NAME|group:G[:MODEL[:PROMPT]]``
-finds the first patch of the series that makes the check fail (see
-:func:`bisect_first_bad` and :class:`SeriesBisector`); with ``--upstream GOOD..BAD
-[--repo PATH]`` it finds the first upstream commit on BAD's first-parent line that makes
-the check fail with the whole series applied on top (:class:`UpstreamBisector`).
+``python -m harness bisect --upstream GOOD..BAD --platform P --check test:NAME [--repo PATH]`` finds the first
+commit on BAD's first-parent line that makes the ctest test NAME fail with the whole series applied
+(:class:`UpstreamBisector`); the forecast's ``--bisect`` calls it between the pinned base and the new one.
+Every commit is built with harness.stages.building.build and the test run by
+harness.stages.native_tests.native_tests.run_ctest; :func:`bisect_first_bad` is its search.
 
-Every position is built with harness.stages.building.build and checked with harness.stages.native_tests.native_tests
-(``test:``) or harness.stages.outputs.compare (``group:``); the base tree comes from harness.stages.building.source,
-models from harness.matrix.models and the CMake options from harness.stages.building.builds.cmake_options.
-
-Longer than 400 lines: the series bisector and the upstream bisector share one check (a position built, then
-tested or compared), its record and its command line; split per bisector, both halves would import all
-three.
+Longer than 400 lines: the commits' repository (a local source or a fetched clone), the commits' builds and the
+check share one record and one command line.
 """
 
 from __future__ import annotations
@@ -27,11 +22,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..args import parse_defines, split_names
-from ..common.errors import InputError
-from ..record.layout import BUILD_FILES
-from ..common.statuses import IDENTICAL, STEP_ERROR, STEP_PASSED
-from ..record.native_tests import CASE_PASSED, CASE_SKIPPED
+from ...args import parse_defines, split_names
+from ...common.errors import InputError
+from ...record.layout import BUILD_FILES
+from ...common.statuses import STEP_ERROR, STEP_PASSED
+from ...record.native_tests import CASE_PASSED, CASE_SKIPPED
 
 
 class BisectError(InputError):
@@ -83,22 +78,6 @@ def bisect_first_bad(n: int, check: Callable[[int], bool], *, good: int = 0, bad
     return hi
 
 
-
-def _tokenize_with(tokenize: Callable[..., Any], binary: Path, model: Path, work: Path, text: bytes) -> Any:
-    """``tokenize(binary, model, text, work)``: the tokenizer of one bisection step, its arguments bound first
-    (functools.partial) so that each comparison keeps its own build's binary and model."""
-    return tokenize(binary, model, text, work)
-
-@dataclass
-class BisectResult:
-    """The first bad patch (1-based ``first_bad`` with its file name and subject) and each k's outcome."""
-
-    first_bad: int
-    patch: str
-    subject: str
-    outcomes: dict[int, dict[str, Any]]
-
-
 @dataclass
 class Bisector:
     """What both bisectors are given and keep: ``patches`` (the series), the ``platform`` whose
@@ -122,7 +101,7 @@ class Bisector:
                key_parts: Mapping[str, str]) -> Any:
         """Build ``source`` into ``here/build`` (logs in ``here/logs``) with ccache based at ``work_dir``;
         returns harness.stages.building.build.BuildResult (its key: the options, targets and ``key_parts``)."""
-        from ..stages.building.build import BuildRequest, build, ccache_env
+        from ...stages.building.build import BuildRequest, build, ccache_env
         req = BuildRequest(self.platform, name, source, (here / "build").resolve(), dict(options),
                            tuple(self.targets), dict(key_parts), self.jobs, env=ccache_env(self.work_dir.resolve()))
         return build(req, here / "logs")
@@ -139,84 +118,6 @@ class Bisector:
     def passes(self, k: int) -> bool:
         """Run the check at k, record it in ``outcomes`` and say it; True when it passed."""
         raise NotImplementedError
-
-
-@dataclass
-class SeriesBisector(Bisector):
-    """Applies patches 1..k of ``patches`` onto ``base``, builds, and runs ``check`` for each k asked.
-
-    Every k has its own directory ``work_dir/k<k>/``: ``llama.cpp/`` the source tree
-    (harness.stages.building.source.prepare_tree; re-made only when the prefix changes), ``build/`` the
-    build directory (harness.stages.building.build.build, whose key makes a rebuild of an unchanged prefix
-    a no-op), ``logs/`` configure/build/patch logs, and whatever the check writes.  All
-    k directories sit at the same depth and ccache's base_dir is ``work_dir``, so objects
-    a patch does not touch come from the cache when another k is built.
-    For k > 0 LLAMA_FORK_SERIES names the prefix.  The other fields: :class:`Bisector`.
-    """
-
-    base: Any = field(kw_only=True)  # harness.stages.building.source.BaseTree
-    _builds: dict[int, Any] = field(default_factory=dict, repr=False)
-
-    def k_dir(self, k: int) -> Path:
-        """``work_dir/k<k>``: everything of the build with patches 1..k."""
-        return self.work_dir / f"k{k}"
-
-    def dir_at(self, k: int, variant: str = "fork") -> Path:
-        """The directory of the ``base`` (k=0) or ``fork`` (patches 1..k) build a check at k uses."""
-        return self.k_dir(0 if variant == "base" else k)
-
-    def build_at(self, k: int, variant: str = "fork") -> Any:
-        """The ``base`` (k=0) or ``fork`` (patches 1..k) build for a check at k; see :meth:`build`."""
-        return self.build(0 if variant == "base" else k)
-
-    def point(self, k: int) -> str:
-        """Position k in words for check details: ``k=<k>``."""
-        return f"k={k}"
-
-    def tree(self, k: int) -> Path:
-        """The source tree holding base + patches 1..k (created or reused); raises PatchApplyError."""
-        from ..stages.building.patches import apply_series, series_digest
-        from ..stages.building.source import prepare_tree
-        logs = self.k_dir(k) / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        if k == 0:
-            return prepare_tree(self.base, self.work_dir, "k0")
-        return prepare_tree(self.base, self.work_dir, f"k{k}", series_digest(list(self.patches[:k])),
-                            lambda repo, rev: apply_series(repo, rev, self.patches, upto=k,
-                                                           log=logs / BUILD_FILES["patches"]))
-
-    def build(self, k: int) -> Any:
-        """Build base + patches 1..k once per process; returns harness.stages.building.build.BuildResult."""
-        if k in self._builds:
-            return self._builds[k]
-        from ..stages.building.patches import series_digest, series_label
-        prefix = list(self.patches[:k])
-        options = dict(self.cmake_options)
-        if k:
-            options["LLAMA_FORK_SERIES"] = series_label(prefix, total=len(self.patches))
-        source = self.tree(k)
-        result = self._build(f"bisect-k{k}", source, self.k_dir(k), options,
-                             {"base": self.base.commit, "series": series_digest(prefix)})
-        self._builds[k] = result
-        return result
-
-    def passes(self, k: int) -> bool:
-        """Run the check at k, record (passed, detail) in ``outcomes`` and say it; True when it passed."""
-        passed, detail = self.check(self, k)
-        self.outcomes[k] = {"passed": passed, "detail": detail}
-        label = "the unpatched base" if k == 0 else f"patches 1..{k} (last: {self.patches[k - 1].name})"
-        self.say(f"k={k} {label}: {'pass' if passed else 'FAIL'} — {detail}")
-        return passed
-
-    def run(self, good: int = 0, bad: int | None = None) -> BisectResult:
-        """Bisect over k in [good, bad] (default [0, n]) and return the first bad patch.
-
-        Raises BisectError (with the failing end's detail) when the range cannot be bisected,
-        and harness.stages.building.patches.PatchApplyError when a patch does not apply.
-        """
-        k = self._first_bad(len(self.patches), self.point, good=good, bad=bad, cache={})
-        patch = self.patches[k - 1]
-        return BisectResult(k, patch.name, patch.subject, dict(sorted(self.outcomes.items())))
 
 
 # --------------------------------------------------------------------------- upstream bisect
@@ -237,7 +138,7 @@ class UpstreamCommit:
 
 def _resolve_commit(repo: Path, rev: str) -> str | None:
     """The full id of commit ``rev`` in ``repo``, or None when it names no commit there."""
-    from ..stages.building.source import git
+    from ...stages.building.source import git
     if rev.startswith("-"):
         return None
     proc = git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], repo, check=False)
@@ -246,7 +147,7 @@ def _resolve_commit(repo: Path, rev: str) -> str | None:
 
 def _is_git_repo(path: Path) -> bool:
     """Whether ``path`` itself is a git repository (work tree or bare), not a directory inside one."""
-    from ..stages.building.source import git
+    from ...stages.building.source import git
     return git(["rev-parse", "--git-dir"], path, check=False,
                env={"GIT_CEILING_DIRECTORIES": str(path.resolve().parent)}).returncode == 0
 
@@ -260,7 +161,7 @@ def fetched_clone(url: str, dest: Path, revs: Sequence[str], say: Callable[[str]
     does not have are left missing (the caller reports them).  Returns ``dest``; raises
     harness.stages.building.source.SourceError when git cannot create or fetch into it.
     """
-    from ..stages.building.source import git
+    from ...stages.building.source import git
     if not (dest / "HEAD").is_file():
         tmp = dest.with_name(dest.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -323,7 +224,7 @@ def upstream_commits(repo: Path, good: str, bad: str) -> list[UpstreamCommit]:
     either rev names no commit of ``repo``, when GOOD is not an ancestor of BAD, or when
     the range holds no commit.
     """
-    from ..stages.building.source import git
+    from ...stages.building.source import git
     ids = {}
     for label, rev in (("GOOD", good), ("BAD", bad)):
         sha = _resolve_commit(repo, rev)
@@ -403,8 +304,8 @@ class UpstreamBisector(Bisector):
 
     def tree(self, k: int, variant: str = "fork") -> Path:
         """The source tree of commit k, with the series applied for ``fork``; raises PatchApplyError."""
-        from ..stages.building.patches import prepare_series_tree
-        from ..stages.building.source import BaseTree, prepare_tree
+        from ...stages.building.patches import prepare_series_tree
+        from ...stages.building.source import BaseTree, prepare_tree
         commit = self.commits[k]
         logs = self.dir_at(k, variant) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -422,8 +323,8 @@ class UpstreamBisector(Bisector):
         """
         if (k, variant) in self._builds:
             return self._builds[(k, variant)]
-        from ..stages.building.build import BuildResult
-        from ..stages.building.patches import PatchApplyError, series_digest, series_label
+        from ...stages.building.build import BuildResult
+        from ...stages.building.patches import PatchApplyError, series_digest, series_label
         commit, here = self.commits[k], self.dir_at(k, variant)
         try:
             source = self.tree(k, variant)
@@ -511,7 +412,7 @@ class TestCheck:
 
         ``bisector`` is a SeriesBisector or UpstreamBisector.
         """
-        from ..stages.native_tests.native_tests import run_ctest
+        from ...stages.native_tests.native_tests import run_ctest
         built = bisector.build_at(k, "fork")
         if built.status != STEP_PASSED:
             return False, f"build {built.status}: {built.detail}"
@@ -532,8 +433,8 @@ class TestCheck:
         """Build the executable the test starts, which the bisector's targets may not hold (a test of upstream's suite is named
         after its vocabulary, ``test-tokenizer-0-falcon``, and starts ``test-tokenizer-0``), as ctest describes it
         (harness.stages.native_tests.upstream_suite.suite_targets); "" when built, else why not."""
-        from ..stages.building.build import find_tool
-        from ..stages.native_tests.upstream_suite import ctest_commands, suite_targets
+        from ...stages.building.build import find_tool
+        from ...stages.native_tests.upstream_suite import ctest_commands, suite_targets
         try:
             command = ctest_commands(build_dir).get(self.name, [])
         except OSError as exc:
@@ -541,7 +442,7 @@ class TestCheck:
         targets = suite_targets([command], build_dir)  # ninja decides whether it is out of date
         if not targets:
             return ""
-        from ..common import proc
+        from ...common import proc
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"build-{self.name}.log", "wb") as fh:
             done = proc.run([find_tool("cmake") or "cmake", "--build", str(build_dir), "--target", *targets],
@@ -550,74 +451,13 @@ class TestCheck:
                                                 f"(log {logs / f'build-{self.name}.log'})")
 
 
-@dataclass
-class GroupCheck:
-    """Check ``group:<group>[:model[:prompt]]``: every candidate's greedy output equals the reference's.
-
-    Configurations built from ``base`` use the bisector's base build at k (the unpatched
-    base for a patch bisection, the unpatched commit for an upstream one), those built from
-    ``fork`` its fork build at k.  ``configs``: name -> harness.matrix.config.RunConfig;
-    ``model_paths``: model name -> GGUF path; ``prompts``: prompt id -> text;
-    ``generation``: harness.matrix.config.Generation.  Generations are cached per (build
-    directory, config, model, prompt), so a reference shared by every k is run once.
-    """
-
-    group: Any  # harness.matrix.config.Group
-    configs: Mapping[str, Any]
-    model_paths: Mapping[str, Path]
-    prompts: Mapping[str, str]
-    generation: Any
-    _cache: dict[tuple, list] = field(default_factory=dict, repr=False)
-
-    def _runs(self, bisector: Any, k: int, config: str, model: str, prompt: str) -> list:
-        from ..stages.outputs.compare import GenerationSpec, run_generation
-        cfg = self.configs[config]
-        where = bisector.dir_at(k, cfg.build)
-        key = (where, config, model, prompt)
-        if key not in self._cache:
-            built = bisector.build_at(k, cfg.build)
-            if built.status != STEP_PASSED:
-                raise RuntimeError(f"{cfg.build} build for {bisector.point(k)} {built.status}: {built.detail}")
-            runs = []
-            for r in range(1, self.generation.repeats + 1):
-                spec = GenerationSpec(binary=built.bin_dir / "llama-completion", model=self.model_paths[model],
-                                      prompt=self.prompts[prompt], n_predict=self.generation.n_predict,
-                                      seed=self.generation.seed, ctx_size=self.generation.ctx_size,
-                                      args=tuple(cfg.args), env=dict(cfg.env), timeout_s=self.generation.timeout_s)
-                runs.append(run_generation(spec, where / "gen" / config / model / f"{prompt}.r{r}"))
-            self._cache[key] = runs
-        return self._cache[key]
-
-    def __call__(self, bisector: Any, k: int) -> tuple[bool, str]:
-        """Run the group's comparisons at k; (passed, detail naming the first non-identical prompt)."""
-        from functools import partial
-
-        from ..stages.outputs.compare import compare_runs, tokenize
-        g = self.group
-        for model in self.model_paths:
-            for prompt in self.prompts:
-                try:
-                    ref_runs = self._runs(bisector, k, g.reference, model, prompt)
-                    tok_bin = bisector.build_at(k, self.configs[g.reference].build).bin_dir / "llama-tokenize"
-                    for cand in g.candidates:
-                        cand_runs = self._runs(bisector, k, cand, model, prompt)
-                        pc = compare_runs(prompt, g.reference, ref_runs, cand, cand_runs,
-                                          partial(_tokenize_with, tokenize, tok_bin, self.model_paths[model],
-                                                  bisector.dir_at(k, "fork") / "tokenize"))
-                        if pc.status != IDENTICAL:
-                            return False, f"{model}/{prompt}: {cand} vs {g.reference}: {pc.detail}"
-                except RuntimeError as exc:
-                    return False, str(exc)
-        return True, f"{g.name}: every prompt identical"
-
-
-def _parse_check(spec: str) -> tuple[str, list[str]]:
-    kind, _, rest = spec.partition(":")
-    parts = [p for p in rest.split(":")] if rest else []
-    if kind not in ("test", "group") or not parts or not parts[0] or (kind == "test" and len(parts) != 1) \
-            or len(parts) > 3:
-        raise InputError(f"--check {spec!r}: expected test:<ctest-name> or group:<group>[:model[:prompt]]")
-    return kind, parts
+def _parse_check(spec: str) -> str:
+    """The test name of ``--check test:NAME`` (the upstream bisection's check); InputError for anything else."""
+    kind, _, name = spec.partition(":")
+    if kind != "test" or not name or ":" in name:
+        raise InputError(f"--check {spec!r}: with --upstream, expected test:<ctest-name> (a run's failing rows of "
+                         "every kind are bisected across the series: bisect [RUN] [--check ID])")
+    return name
 
 
 def _parse_range(spec: str) -> tuple[str, str]:
@@ -627,62 +467,22 @@ def _parse_range(spec: str) -> tuple[str, str]:
     return good, bad
 
 
-def check_targets(spec: str, platform: Any = None, build_dir: Path | None = None) -> tuple[str, ...]:
-    """The build targets that bisect check ``spec`` needs at each step: for ``test:NAME``, the executable ctest
-    starts for NAME in ``build_dir`` (a finished build of ``platform``, read by
+def check_targets(name: str, platform: Any = None, build_dir: Path | None = None) -> tuple[str, ...]:
+    """The build targets that the check of test ``name`` needs at each commit: the executable ctest starts for
+    ``name`` in ``build_dir`` (a finished build of ``platform``, read by
     harness.stages.native_tests.upstream_suite.ctest_commands: a test of upstream's suite is named after its input,
     ``test-tokenizer-0-falcon`` starts ``test-tokenizer-0``), else the test's own name, as the platform's
-    ``test_targets`` are; llama-completion and llama-tokenize (generation and tokenization) for ``group:...``.
-    Raises InputError for a malformed spec."""
-    kind, parts = _parse_check(spec)
-    if kind != "test":
-        return ("llama-completion", "llama-tokenize")
-    if platform is not None and build_dir is not None and parts[0] not in platform.test_targets \
+    ``test_targets`` are."""
+    if platform is not None and build_dir is not None and name not in platform.test_targets \
             and (build_dir / "CTestTestfile.cmake").is_file():
-        from ..stages.native_tests.upstream_suite import ctest_commands, suite_targets
+        from ...stages.native_tests.upstream_suite import ctest_commands, suite_targets
         try:
-            found = suite_targets([ctest_commands(build_dir).get(parts[0], [])], build_dir)
+            found = suite_targets([ctest_commands(build_dir).get(name, [])], build_dir)
         except OSError:
             found = []
         if found:
             return tuple(found)
-    return (parts[0],)
-
-
-def _make_check(spec: str, matrix: Any, platform: Any, models: Any, build_dir: Path | None = None) \
-        -> tuple[Callable[[Any, int], tuple[bool, str]], tuple[str, ...]]:
-    """The check ``spec`` names and the build targets it needs (``build_dir``: the platform's fork build of the
-    work directory, where it exists: :func:`check_targets`); InputError for an unknown group/model/prompt.
-
-    ``models`` is a harness.matrix.model_sources.registry.ModelStore; a model that cannot be made is bad input here.
-    """
-    kind, parts = _parse_check(spec)
-    if kind == "test":
-        labels = (*platform.test_labels, *((matrix.upstream_tests.label,) if platform.upstream_tests else ()))
-        return TestCheck(parts[0], tuple(dict.fromkeys(labels))), check_targets(spec, platform, build_dir)
-    if parts[0] not in matrix.groups:
-        raise InputError(f"--check {spec}: unknown group {parts[0]!r} "
-                         f"(known: {', '.join(sorted(matrix.groups))})")
-    group = matrix.groups[parts[0]]
-    chosen_models = [parts[1]] if len(parts) > 1 else list(group.models)
-    prompts = [parts[2]] if len(parts) > 2 else list(group.prompts)
-    for m in chosen_models:
-        if m not in group.models:
-            raise InputError(f"--check {spec}: group {group.name} has no model {m!r} "
-                             f"(it has: {', '.join(group.models)})")
-    for p in prompts:
-        if p not in group.prompts:
-            raise InputError(f"--check {spec}: group {group.name} has no prompt {p!r} "
-                             f"(it has: {', '.join(group.prompts)})")
-    model_paths = {}
-    for m in chosen_models:
-        try:
-            model_paths[m] = models.path(m)
-        except Exception as exc:  # a model that cannot be assembled is bad input here
-            raise InputError(f"model {m}: {type(exc).__name__}: {exc}") from exc
-    check = GroupCheck(group, matrix.configs, model_paths, {p: matrix.prompts[p].text for p in prompts},
-                       group.generation)
-    return check, check_targets(spec)
+    return (name,)
 
 
 def _print_upstream(result: UpstreamBisectResult) -> None:
@@ -695,92 +495,49 @@ def _print_upstream(result: UpstreamBisectResult) -> None:
         print(f"  the patch series did not apply at {', '.join(others)} either (counted as failing)")
 
 
-def main(argv: Sequence[str]) -> int:
-    """``bisect`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s code."""
-    from ..cli import parse_command
-    return run(parse_command("bisect", argv))
-
-
 def run(args: argparse.Namespace) -> int:
-    """``python -m harness bisect -- --platform P --check test:NAME|group:G[:M[:P]] [--good K] [--bad K]``
-    or ``... --upstream GOOD..BAD [--repo PATH]``.
+    """``python -m harness bisect --upstream GOOD..BAD --platform P --check test:NAME [--repo PATH]``.
 
-    Without --upstream: bisects the patch series (apply 1..k, build, check) and prints the
-    first bad patch.  With it: bisects the upstream commits of ``git rev-list
-    --first-parent --reverse GOOD..BAD`` (GOOD must pass, BAD must fail), each built with
-    the whole series applied on top, and prints ``first bad upstream commit: <sha>
-    <subject>``; a commit where the series does not apply counts as failing and the output
-    says so.  Builds are kept under ``<work-dir>/bisect/<platform>/k<k>`` and
-    ``<work-dir>/bisect-upstream/<platform>/<commit12>/`` and reused by later runs.
-    Prints each position checked; returns 0 when a first bad patch or commit is found.
-    Raises harness.common.errors.InputError subclasses (exit code 2 through harness.cli) for bad
-    input or a range that cannot be bisected (BisectError: the check fails at the good end
-    or passes at the bad end).
+    Bisects the upstream commits of ``git rev-list --first-parent --reverse GOOD..BAD`` (GOOD must pass, BAD
+    must fail), each built with the whole series applied on top, and prints ``first bad upstream commit: <sha>
+    <subject>``; a commit where the series does not apply counts as failing and the output says so.  Builds are
+    kept under ``<work-dir>/bisect-upstream/<platform>/<commit12>/`` and reused by later runs.  Prints each
+    commit checked; returns 0 when a first bad commit is found.  Raises harness.common.errors.InputError
+    subclasses (exit code 2 through harness.cli) for bad input or a range that cannot be bisected (BisectError:
+    the check fails at GOOD or passes at BAD).
     """
-    from ..matrix.config import load_matrix
-    from ..matrix.model_sources.registry import ModelStore
-    from ..stages.building.quantize_tool import built_tool
-    from ..stages.building.patches import read_series
-    from ..stages.building.builds import cmake_options
-    from ..stages.building.source import cache_dir, obtain_base
+    from ...matrix.config import load_matrix
+    from ...stages.building.patches import read_series
+    from ...stages.building.builds import cmake_options
+    from ...stages.building.source import cache_dir
     say = (lambda line: print(line, file=sys.stderr)) if args.json else print
     platforms = split_names(args.platform)
     if len(platforms) != 1:
-        raise InputError(f"bisect builds one platform: pass exactly one --platform (got {len(platforms)})")
-    _parse_check(args.check)
-    if args.upstream is None and args.repo is not None:
-        raise InputError("--repo needs --upstream GOOD..BAD")
-    if args.upstream is not None and (args.good is not None or args.bad is not None):
-        raise InputError("--good/--bad pick positions in the patch series; with --upstream the range "
-                         "is GOOD..BAD")
-    revs = _parse_range(args.upstream) if args.upstream is not None else None
+        raise InputError(f"bisect --upstream builds one platform: pass exactly one --platform (got {len(platforms)})")
+    if args.check is None:
+        raise InputError("bisect --upstream needs --check test:<ctest-name>")
+    name = _parse_check(args.check)
+    revs = _parse_range(args.upstream)
     matrix = load_matrix(args.matrix)
     platform = matrix.platform(platforms[0])
     patches = read_series(args.patches_dir)
     options = cmake_options(platform, "base", cuda_arch=args.cuda_arch, defines=parse_defines(args.defines))
-    cache = cache_dir()
-    base_tree: list[Any] = []
-
-    def base() -> Any:
-        if not base_tree:
-            log: list[str] = []
-            base_tree.append(obtain_base(matrix, cache, log))
-            for line in log:
-                say(line)
-        return base_tree[0]
-
-    # a derived model takes llama-quantize from the finished base build of the work dir (it builds nothing here)
-    models = ModelStore(matrix.models, cache, lambda: base().path, matrix.path,
-                        lambda: built_tool(matrix, args.work_dir))
-    check, targets = _make_check(args.check, matrix, platform, models,
-                                 args.work_dir.resolve() / "fork" / f"build-{platform.name}")
-    if revs is not None:
-        repo = upstream_repo(matrix, args.repo, revs, cache, say)
-        commits = upstream_commits(repo, *revs)
-        if first_parent(repo, commits[1].sha) != commits[0].sha:
-            say(f"note: GOOD {commits[0].short} is not on BAD's first-parent line; the candidates are the "
-                f"commits of that line GOOD does not reach, from {commits[1].short} on")
-        say(f"bisecting {len(commits) - 1} upstream commit(s) after {commits[0].short} on the first-parent line "
-            f"of {commits[-1].short} in {repo}, each with the {len(patches)} patch(es) of {args.patches_dir}")
-        upstream = UpstreamBisector(patches, platform.name, options, targets, check,
-                                    args.work_dir.resolve() / "bisect-upstream" / platform.name, args.jobs, say,
-                                    repo=repo, commits=commits)
-        found = upstream.run()
-    else:
-        bisector = SeriesBisector(patches, platform.name, options, targets, check,
-                                  args.work_dir.resolve() / "bisect" / platform.name, args.jobs, say, base=base())
-        try:
-            result = bisector.run(args.good or 0, args.bad)
-        except ValueError as exc:  # --good/--bad outside the series
-            raise InputError(str(exc)) from None
-    if revs is not None:
-        if args.json:
-            print(json.dumps(asdict(found), indent=2))
-        else:
-            _print_upstream(found)
-        return 0
+    labels = (*platform.test_labels, *((matrix.upstream_tests.label,) if platform.upstream_tests else ()))
+    check = TestCheck(name, tuple(dict.fromkeys(labels)))
+    targets = check_targets(name, platform, args.work_dir.resolve() / "fork" / f"build-{platform.name}")
+    repo = upstream_repo(matrix, args.repo, revs, cache_dir(), say)
+    commits = upstream_commits(repo, *revs)
+    if first_parent(repo, commits[1].sha) != commits[0].sha:
+        say(f"note: GOOD {commits[0].short} is not on BAD's first-parent line; the candidates are the "
+            f"commits of that line GOOD does not reach, from {commits[1].short} on")
+    say(f"bisecting {len(commits) - 1} upstream commit(s) after {commits[0].short} on the first-parent line "
+        f"of {commits[-1].short} in {repo}, each with the {len(patches)} patch(es) of {args.patches_dir}")
+    upstream = UpstreamBisector(patches, platform.name, options, targets, check,
+                                args.work_dir.resolve() / "bisect-upstream" / platform.name, args.jobs, say,
+                                repo=repo, commits=commits)
+    found = upstream.run()
     if args.json:
-        print(json.dumps(asdict(result), indent=2))
+        print(json.dumps(asdict(found), indent=2))
     else:
-        print(f"first bad patch: {result.first_bad} of {len(patches)}: {result.patch} ({result.subject})")
+        _print_upstream(found)
     return 0
