@@ -6,13 +6,13 @@ download cache already holds the base source and models), ``debian`` (needs a De
 package: g++-mingw-w64-x86-64-posix, chromium or shellcheck; skipped, saying so, without it).
 The fast tier is ``python -m pytest -m "not slow"``; ``python -m pytest`` runs everything.
 
-The suite runs side by side (pytest-xdist, ``-n auto --dist loadgroup`` in pyproject.toml): the controller
+The suite runs side by side (pytest-xdist, ``-n auto --dist loadfile`` in pyproject.toml: the tests of one file
+on one worker, so a module's fixtures are made once): the controller
 hosts one job pool of the machine's cores (harness.common.jobserver) and every harness run a test starts, in
 any worker, joins it (``HARNESS_JOB_POOL``), so all their builds together run at most that many jobs.  The real
 llama.cpp builds are made once per test run: :func:`llama_cpu_builds` builds base and fork of the CPU platform in
 the checkout's own work directory (where the README's first command built them, they are up to date), and
-:func:`plant_work_dir` builds each planted fork on top of it.  Tests that must not run beside each other share an
-``xdist_group`` (docs/ci.md#the-suite-side-by-side).
+:func:`plant_work_dir` builds each planted fork on top of it (docs/ci.md#the-suite-side-by-side).
 
 A test is marked where it is written (``@pytest.mark.slow``); a test that gets its
 cost from one of :data:`FIXTURE_MARKERS`' fixtures is marked here, so every test using
@@ -53,8 +53,6 @@ FIXTURE_MARKERS = {
 ROOT = Path(__file__).resolve().parents[1]
 #: The platform of the shared real builds: the one this machine builds and runs without extra packages.
 CPU = "linux-x86_64-cpu"
-#: The xdist group of the tests that build planted forks in the one :func:`plant_work_dir`: one after another.
-PLANT_GROUP = "llama-plants"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -124,8 +122,8 @@ def plant_work_dir(tmp_path_factory: pytest.TempPathFactory, llama_cpu_builds: S
     :func:`llama_cpu_builds` (a link: up to date, never built again), its fork tree and build are its own.  The
     first planted run builds that fork from ccache (the shared fork's objects, the same paths below the work
     directory); each later one applies its series onto the same tree, and the harness's incremental build compiles
-    only the files the change of series touched (ccache again for the series' own).  Tests using it run one after
-    another (xdist group :data:`PLANT_GROUP`)."""
+    only the files the change of series touched (ccache again for the series' own).  Session-scoped, so one per
+    xdist worker: the tests of one worker use it one after another."""
     work = tmp_path_factory.mktemp("plant-work")
     (work / "base").symlink_to(llama_cpu_builds.work_dir / "base", target_is_directory=True)
     return work
@@ -134,16 +132,12 @@ def plant_work_dir(tmp_path_factory: pytest.TempPathFactory, llama_cpu_builds: S
 _POOL_KEY = pytest.StashKey[JobBudget]()
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Add :data:`FIXTURE_MARKERS`' markers to the tests using those fixtures, and put the tests using
-    :func:`plant_work_dir` into one xdist group (:data:`PLANT_GROUP`)."""
+    """Add :data:`FIXTURE_MARKERS`' markers to the tests using those fixtures."""
     for item in items:
         for fixture in getattr(item, "fixturenames", ()):
             for name in FIXTURE_MARKERS.get(fixture, ()):
                 item.add_marker(getattr(pytest.mark, name))
-            if fixture == "plant_work_dir":
-                item.add_marker(pytest.mark.xdist_group(PLANT_GROUP))
 
 
 #: The committed evidence (results/evidence/): tests read it, and none may change it.
