@@ -1,10 +1,18 @@
 """Test tiers: markers by fixture, for tests whose cost comes from a fixture they use.
 
 Markers (declared in pyproject.toml): ``slow`` (builds or runs llama.cpp or a fake
-project, or bisects: seconds to minutes each), ``network`` (needs PyPI unless the
+project, bisects, or judges thousands of committed speed pairs: seconds to minutes each), ``network`` (needs PyPI unless the
 download cache already holds the base source and models), ``debian`` (needs a Debian
 package: g++-mingw-w64-x86-64-posix, chromium or shellcheck; skipped, saying so, without it).
 The fast tier is ``python -m pytest -m "not slow"``; ``python -m pytest`` runs everything.
+
+The suite runs side by side (pytest-xdist, ``-n auto --dist loadfile`` in pyproject.toml: the tests of one file
+on one worker, so a module's fixtures are made once): the controller
+hosts one job pool of the machine's cores (harness.common.jobserver) and every harness run a test starts, in
+any worker, joins it (``HARNESS_JOB_POOL``), so all their builds together run at most that many jobs.  The real
+llama.cpp builds are made once per test run: :func:`llama_cpu_builds` builds base and fork of the CPU platform in
+the checkout's own work directory (where the README's first command built them, they are up to date), and
+:func:`plant_work_dir` builds each planted fork on top of it (docs/ci.md#the-suite-side-by-side).
 
 A test is marked where it is written (``@pytest.mark.slow``); a test that gets its
 cost from one of :data:`FIXTURE_MARKERS`' fixtures is marked here, so every test using
@@ -12,9 +20,15 @@ the fixture is.
 """
 
 import os
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from harness.common.jobserver import POOL_ENV, JobBudget, available_cores
+from harness.stages.building.build import find_tool
 
 # every run the suite makes, in this process and in the harness processes it starts, holds its stages to what
 # they declare: a step or a status no stage declares stops the run (harness.pipeline.STRICT_ENV)
@@ -31,7 +45,91 @@ DEBIAN_PACKAGES = {"shellcheck": "tests/test_workflow_lint.py: the shell scripts
 FIXTURE_MARKERS = {
     "patched_tree": ("slow", "network", "debian"),
     "tree_copy": ("slow", "network", "debian"),
+    "llama_cpu_builds": ("slow", "network"),
+    "plant_work_dir": ("slow", "network"),
 }
+
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The platform of the shared real builds: the one this machine builds and runs without extra packages.
+CPU = "linux-x86_64-cpu"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Host the suite's one job pool (the cores this process may use) and name it in :data:`POOL_ENV`, so that
+    every harness run a test starts, in this process or an xdist worker (which inherits the variable), joins it.
+    A worker, or a suite started with the variable set (inside another harness's pool), hosts none."""
+    if hasattr(config, "workerinput") or os.environ.get(POOL_ENV):
+        return
+    budget = JobBudget.open(None, available_cores(), find_tool("ninja"))
+    if budget.governs and not budget.joined:
+        os.environ[POOL_ENV] = budget.env()["MAKEFLAGS"]
+        config.stash[_POOL_KEY] = budget
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Close the pool :func:`pytest_configure` hosted (its FIFO and directory go)."""
+    budget = config.stash.get(_POOL_KEY, None)
+    if budget is not None:
+        os.environ.pop(POOL_ENV, None)
+        budget.close()
+
+
+@pytest.fixture(autouse=True)
+def _own_job_pool(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test marked ``own_job_pool`` (it kills harness runs mid-build: a token a killed process holds never
+    comes back) starts its runs without the shared pool; each hosts its own, as outside the suite."""
+    if request.node.get_closest_marker("own_job_pool") is not None:
+        monkeypatch.delenv(POOL_ENV, raising=False)
+
+
+@dataclass(frozen=True)
+class SharedBuilds:
+    """Base and fork of :data:`CPU` built and up to date in ``work_dir`` (the checkout's ``.harness/``); ``log``:
+    the harness's output of the build."""
+
+    work_dir: Path
+    log: Path
+
+
+def harness_env() -> dict[str, str]:
+    """The environment of a harness run a test starts: this process's, without a run id it may have inherited."""
+    return {k: v for k, v in os.environ.items() if k != "HARNESS_RUN_ID"}
+
+
+@pytest.fixture(scope="session")
+def llama_cpu_builds(tmp_path_factory: pytest.TempPathFactory) -> SharedBuilds:
+    """The real llama.cpp's base and fork of :data:`CPU`, built once for the test run in the checkout's work
+    directory (``.harness/``, the default of every harness command): where the README's first command built them
+    there, ``harness build`` finds both up to date and builds nothing; otherwise it builds them (ccache hits where
+    the cache holds them).  In each xdist worker the second call finds them up to date (the build locks make a
+    worker wait for the other's build).  Fails the tests using it, with the harness's output, when the build fails
+    (exit 1 or 2)."""
+    results = tmp_path_factory.mktemp("shared-build")
+    proc = subprocess.run([sys.executable, "-m", "harness", "build", "--platform", CPU, "--results-dir",
+                           str(results / "results")], cwd=ROOT, env=harness_env(), capture_output=True, text=True)
+    log = results / "harness-output.txt"
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        pytest.fail(f"the shared build of {CPU} failed (exit {proc.returncode}; {log}):\n{proc.stdout[-3000:]}"
+                    f"{proc.stderr[-3000:]}")
+    return SharedBuilds(ROOT / ".harness", log)
+
+
+@pytest.fixture(scope="session")
+def plant_work_dir(tmp_path_factory: pytest.TempPathFactory, llama_cpu_builds: SharedBuilds) -> Path:
+    """A work directory for runs whose fork carries a planted patch: its ``base`` is the shared one of
+    :func:`llama_cpu_builds` (a link: up to date, never built again), its fork tree and build are its own.  The
+    first planted run builds that fork from ccache (the shared fork's objects, the same paths below the work
+    directory); each later one applies its series onto the same tree, and the harness's incremental build compiles
+    only the files the change of series touched (ccache again for the series' own).  Session-scoped, so one per
+    xdist worker: the tests of one worker use it one after another."""
+    work = tmp_path_factory.mktemp("plant-work")
+    (work / "base").symlink_to(llama_cpu_builds.work_dir / "base", target_is_directory=True)
+    return work
+
+
+_POOL_KEY = pytest.StashKey[JobBudget]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -84,7 +84,10 @@ def test_each_expectation_of_a_failing_step_is_a_row_of_its_own():
     only_warn = StepRecord(CPU, "fork", "expectations", "failed", failures=[warn])
     assert judge_at(targets[0], _summary([only_warn])).outcome == GOOD
     here = judge_at(targets[0], _summary([step]))
-    assert (here.outcome, here.text) == (BAD, "fails: mapped: moe-small: 223 MiB of private page copies")
+    assert (here.outcome, here.text) == (BAD, "fails: fork expectations: mapped: 223 MiB of private page copies (and 1 "
+                                              "more)")  # the run's own verdict, which names this expectation
+    alone = judge_at(targets[1], _summary([step]))  # the verdict names the other one: the finding's own words
+    assert (alone.outcome, alone.text) == (BAD, "fails: warnings: moe-small: a warning")
     passed = judge_at(targets[0], _summary([StepRecord(CPU, "fork", "expectations", "passed")]))
     assert passed.outcome == GOOD
 
@@ -95,7 +98,8 @@ def test_a_speed_rule_the_stage_could_not_measure_is_undecided_and_a_row_not_rec
     error = StepRecord(CPU, "fork", "speed:base-vs-fork:tg", "error", detail="tg not measured: too few samples")
     assert judge_at(target, _summary([error])).outcome == UNDECIDED
     assert judge_at(target, _summary([])).outcome == UNDECIDED
-    assert judge_at(target, _summary([failed])).text == "fails: failed — tg: slowdown: 0.53x, p 0.004"
+    # the run's own verdict: its check and its measure
+    assert judge_at(target, _summary([failed])).text == "fails: fork speed:base-vs-fork:tg: tg: slowdown: 0.53x, p 0.004"
     blocked = StepRecord(CPU, "fork", "expectations", "error", failures=[Failure("blocked", build="fork")])
     expectation = StepRecord(CPU, "fork", "expectations", "failed", detail="x")
     [row] = failing_targets(_summary([expectation]))
@@ -227,7 +231,8 @@ def test_bisect_names_the_planted_patch_of_every_failing_row_in_the_run_s_own_wo
     assert any("tiny/three" in i for i in crash_rows)  # the generation that aborted, as a row of its own
     vocab_row = found[f"{CPU} fork upstream-tests: test-fake-vocab"]
     assert vocab_row["outcome"] == FOUND and vocab_row["last_good"] == 3
-    assert vocab_row["at_first_bad"].startswith("fails: test-fake-vocab")
+    # the run's own verdict text: the check and what the stage measured
+    assert vocab_row["at_first_bad"] == "fails: fork upstream-tests: test-fake-vocab: Failed (passes on base)"
     assert vocab_row["first_bad"]["files"] == ["fake_test.py"]
     assert vocab_row["at_last_good"].startswith("passes")
     # the run's own verdict at its own point is the text of the first bad point when that is the whole series

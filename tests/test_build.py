@@ -146,3 +146,41 @@ def test_linux_cpu_compiles_upstream_s_common_code_unoptimised_and_the_other_pla
     for name, arch in (("windows-x86_64-cpu", None), ("linux-x86_64-cuda", "90")):
         opts = cmake_options(m.platforms[name], "fork", cuda_arch=arch)
         assert "HARNESS_UNOPTIMISED_TARGETS" not in opts and "CMAKE_PROJECT_ggml_INCLUDE" not in opts
+
+
+def test_targets_added_to_a_build_of_a_linked_work_directory_are_compiled_with_ccache_based_where_it_was_configured(
+        tmp_path, monkeypatch):
+    """A run whose work directory links its ``base`` to another's (the suite's planted forks, tests/conftest.py)
+    builds upstream's test targets in that build with ccache based at the work directory that holds it: the
+    paths its configure wrote are below that one, and only there do they become the relative paths the fork's
+    objects were cached under."""
+    from harness.stages.building import builds as builds_mod
+    from harness.stages.building.build import BuildResult
+    from harness.stages.options import Options
+    shared = tmp_path / "shared"
+    (shared / "base" / "build-p").mkdir(parents=True)
+    mine = tmp_path / "mine"
+    (mine / "fork" / "build-p").mkdir(parents=True)
+    (mine / "base").symlink_to(shared / "base", target_is_directory=True)
+    seen = {}
+
+    def run_step(argv, log, env=None, budget=None):
+        seen[argv[2]] = env
+        return 0, 0.0
+
+    monkeypatch.setattr(builds_mod, "_run_step", run_step)
+    b = builds_mod.Builds(None, None, Options(work_dir=mine, jobs=1), None, lambda _: None, None, tmp_path / "cache")
+    try:
+        for variant in ("base", "fork"):
+            b.built[("p", variant)] = BuildResult("p", variant, "passed", "k", mine / variant / "build-p", 0.0, True)
+            assert b.build_more(_platform("p"), variant, ["t"], tmp_path / f"{variant}.log") == (0, 0.0)
+    finally:
+        b.close()
+    assert seen[str(mine / "base" / "build-p")]["CCACHE_BASEDIR"] == str(shared.resolve())
+    assert seen[str(mine / "fork" / "build-p")]["CCACHE_BASEDIR"] == str(mine.resolve())
+
+
+def _platform(name: str):
+    """A stand-in for a matrix platform: build_more reads only its name."""
+    from types import SimpleNamespace
+    return SimpleNamespace(name=name)

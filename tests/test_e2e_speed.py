@@ -4,9 +4,9 @@ The series plus one extra patch (``tests/data/llama-wait-twice-the-graph-s-compu
 after every graph computation, wait twice as long as it took) makes the fork's prompt
 processing and generation about three times slower with every logit unchanged.  The main
 job's comparisons stay identical; the speed stage's rules of ``base-vs-fork`` fail, with
-``speed_regression`` signatures, in the summary, JUnit and the report.  Builds base and fork
-for linux-x86_64-cpu in a work directory of its own (ccache makes it a few minutes once the
-main job has built).
+``speed_regression`` signatures, in the summary, JUnit and the report.  Builds only the planted
+fork, in the suite's work directory for planted forks (tests/conftest.py: plant_work_dir, whose base is
+the shared build).
 """
 
 import json
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.network,
 
 
 @pytest.fixture(scope="module")
-def slow_fork_run(tmp_path_factory):
+def slow_fork_run(tmp_path_factory, plant_work_dir):
     root = tmp_path_factory.mktemp("slow-fork")
     patches = root / "patches"
     shutil.copytree(ROOT / "patches", patches)
@@ -39,7 +39,7 @@ def slow_fork_run(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_RUN_ID"}
     proc = subprocess.run([sys.executable, "-m", "harness", "build", "compare-outputs", "--platform", CPU,
                            "--group", "base-vs-fork", "--model", "gemma3-270m", "--n-predict", "16", "-j", "2",
-                           "--patches-dir", str(patches), "--work-dir", str(root / "work"),
+                           "--patches-dir", str(patches), "--work-dir", str(plant_work_dir),
                            "--results-dir", str(results)], cwd=ROOT, env=env, capture_output=True, text=True)
     (root / "harness-output.txt").write_text(proc.stdout + proc.stderr)
     return proc, (results / "latest").resolve()

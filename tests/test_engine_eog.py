@@ -4,8 +4,8 @@ llama-completion queues its prompt n_batch tokens at a time and ends the run, pr
 " [end of text]", when the queued batch ends in an end-of-generation token
 (tools/completion/completion.cpp of the base tree).  The engine must then generate nothing too,
 or each side disagrees with itself and base against fork is reported "diverged".  Runs on the real
-CPU build of linux-x86_64-cpu with gemma3-270m (a warm build takes a minute or two; the first one
-about 10 minutes on 2 cores).
+CPU build of linux-x86_64-cpu with gemma3-270m: the suite's shared build (tests/conftest.py:
+llama_cpu_builds), in the checkout's work directory.
 """
 
 import json
@@ -46,7 +46,8 @@ def eog_matrix(path: Path) -> Path:
     return path
 
 
-def test_a_prompt_ending_in_an_end_token_generates_nothing_on_either_side_like_llama_completion(tmp_path):
+def test_a_prompt_ending_in_an_end_token_generates_nothing_on_either_side_like_llama_completion(tmp_path,
+                                                                                              llama_cpu_builds):
     results = tmp_path / "results"
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_RUN_ID"}
     done = subprocess.run([sys.executable, "-m", "harness", "compare-outputs", "--matrix", str(eog_matrix(tmp_path / "m.yaml")),

@@ -32,16 +32,17 @@ def _steps(summary: dict, step: str) -> dict:
     return {s["config"]: s for s in summary["configurations"] if s["step"] == step}
 
 
-def _planted_mmap_group(tmp_path: Path, plant: str) -> dict:
+def _planted_mmap_group(tmp_path: Path, work: Path, plant: str) -> dict:
     """The summary of a CPU run of the group mmap-vs-load-mode-none on moe-small (8 tokens, no speed stage), the
-    fork built with tests/plants/``plant`` on top of the series; asserts that the run failed (exit 1)."""
+    fork built with tests/plants/``plant`` on top of the series in the work directory ``work`` (the suite's
+    plant_work_dir: only the planted fork is built); asserts that the run failed (exit 1)."""
     series = series_with(tmp_path / "series", [ROOT / "tests" / "plants" / plant])
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_RUN_ID"}
     results = tmp_path / "results"
     proc = subprocess.run([sys.executable, "-m", "harness", "build", "compare-outputs", "--platform",
                            "linux-x86_64-cpu", "--group", "mmap-vs-load-mode-none", "--model", "moe-small",
                            "--n-predict", "8", "-j", "2", "--no-bench", "--patches-dir", str(series),
-                           "--work-dir", str(tmp_path / "work"), "--results-dir", str(results)],
+                           "--work-dir", str(work), "--results-dir", str(results)],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-4000:]
     return _summary(results)
@@ -84,14 +85,14 @@ def test_a_lost_mmap_fails_the_fake_run_and_triage_names_the_placement_change(tm
 @pytest.mark.slow
 @pytest.mark.network
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CPU platform is Linux")
-def test_a_silent_loss_of_mmap_in_the_real_fork_fails_the_cpu_run(tmp_path):
+def test_a_silent_loss_of_mmap_in_the_real_fork_fails_the_cpu_run(tmp_path, plant_work_dir):
     series = series_with(tmp_path / "series", [ROOT / "tests" / "plants" / "llama-no-mmap-by-default.patch"])
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_RUN_ID"}
     results = tmp_path / "results"
     proc = subprocess.run([sys.executable, "-m", "harness", "build", "compare-outputs", "--platform",
                            "linux-x86_64-cpu", "--group", "mmap-vs-load-mode-none", "--model", "moe-small",
                            "--n-predict", "8", "-j", "2", "--patches-dir", str(series),
-                           "--work-dir", str(tmp_path / "work"), "--results-dir", str(results)],
+                           "--work-dir", str(plant_work_dir), "--results-dir", str(results)],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-4000:]
     summary = _summary(results)
@@ -135,11 +136,12 @@ def test_a_mapping_served_from_anonymous_memory_fails_the_fake_run_on_the_probe(
 @pytest.mark.slow
 @pytest.mark.network
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CPU platform is Linux")
-def test_a_mapping_copied_into_anonymous_memory_in_the_real_fork_fails_the_cpu_run_on_the_probe(tmp_path):
+def test_a_mapping_copied_into_anonymous_memory_in_the_real_fork_fails_the_cpu_run_on_the_probe(tmp_path,
+                                                                                              plant_work_dir):
     """tests/plants/llama-mmap-served-from-an-anonymous-copy.patch maps the model, copies it into anonymous
     memory and serves the CPU_Mapped buffers from the copy: the same tokens, the same buffer names and sizes;
     the probe's memory map fails the fork's ``mapped`` rule, and nothing else."""
-    summary = _planted_mmap_group(tmp_path, "llama-mmap-served-from-an-anonymous-copy.patch")
+    summary = _planted_mmap_group(tmp_path, plant_work_dir, "llama-mmap-served-from-an-anonymous-copy.patch")
     assert [c["status"] for c in summary["comparisons"]] == ["identical"] * 4
     steps = _steps(summary, "expectations")
     assert steps["fork-load-none"]["status"] == "passed"  # --load-mode none maps nothing: nothing to lose
@@ -168,14 +170,14 @@ def test_pages_copied_under_the_model_file_s_name_fail_the_fake_run_on_the_page_
 @pytest.mark.slow
 @pytest.mark.network
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CPU platform is Linux")
-def test_a_private_written_mapping_in_the_real_fork_fails_the_cpu_run_on_the_page_flags(tmp_path):
+def test_a_private_written_mapping_in_the_real_fork_fails_the_cpu_run_on_the_page_flags(tmp_path, plant_work_dir):
     """tests/plants/llama-mmap-first-layer-copied-on-write.patch maps the model private and writes every page of
     layer 0's tensors once at load (the subtler of the two page plants; the whole-model one,
     llama-mmap-pages-copied-on-write.patch, failed the CPU main job the same way, docs/checks.md, and is left out
     here to spare CI a build).  /proc/self/maps still names the model file for every weight, the tokens and
     buffers are the same; the probe's page flags (/proc/self/pagemap) fail the fork's ``mapped`` rule, naming
     layer 0, and nothing else."""
-    summary = _planted_mmap_group(tmp_path, "llama-mmap-first-layer-copied-on-write.patch")
+    summary = _planted_mmap_group(tmp_path, plant_work_dir, "llama-mmap-first-layer-copied-on-write.patch")
     assert [c["status"] for c in summary["comparisons"]] == ["identical"] * 4
     steps = _steps(summary, "expectations")
     assert steps["fork-load-none"]["status"] == "passed"  # --load-mode none maps nothing

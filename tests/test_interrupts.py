@@ -24,6 +24,7 @@ from harness.common import proc
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.own_job_pool,  # runs interrupted and killed mid-build
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX process groups and /proc"),
     pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler"),
 ]

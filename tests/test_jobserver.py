@@ -16,7 +16,7 @@ import pytest
 
 from fake_upstream import make_fake_project
 from harness.common import proc
-from harness.common.jobserver import JobBudget, ninja_version
+from harness.common.jobserver import POOL_ENV, JobBudget, ninja_version
 from harness.matrix.config import load_matrix
 from harness.pipeline import Options, open_context, run_command
 from harness.stages.table import stages_of
@@ -70,6 +70,12 @@ def most_at_once(intervals: list[tuple[float, float, str]]) -> int:
     return peak
 
 
+@pytest.fixture(autouse=True)
+def _no_shared_pool(monkeypatch):
+    """Each test here opens the pools it asserts on: the pool the suite shares (tests/conftest.py) is left out."""
+    monkeypatch.delenv(POOL_ENV, raising=False)
+
+
 def _ninja() -> str:
     ninja = find_tool("ninja")
     if not ninja or (ninja_version(ninja) or (0,)) < (1, 13):
@@ -108,6 +114,50 @@ def test_two_ninjas_sharing_a_budget_of_two_run_at_most_two_jobs(tmp_path):
         text = (d / "build.log").read_text()
         assert "ninja: Jobserver mode detected" in text and " -j" not in text.splitlines()[0]
         assert text.splitlines()[1].startswith("jobs: at most 2 at once")
+
+
+def test_a_run_given_a_pool_joins_it_and_two_ninjas_of_two_budgets_run_at_most_its_two_jobs(tmp_path, monkeypatch):
+    ninja = _ninja()
+    script, log = recorder(tmp_path, 0.4)
+    host = JobBudget.open(2, 8, ninja)
+    assert host.governs and not host.joined, host.why_not
+    monkeypatch.setenv(POOL_ENV, host.env()["MAKEFLAGS"])
+    guest = JobBudget.open(4, 8, ninja)  # its own -j gives way to the pool it was given
+    try:
+        assert guest.joined and guest.fifo == host.fifo and guest.slots == 2
+        assert guest.env() == host.env() and guest.jobs_option(4) == []
+        assert guest.describe().startswith(f"jobs: at most 2 at once across every build of the processes sharing "
+                                           f"the pool {POOL_ENV} names")
+        dirs = [_ninja_project(tmp_path / name, script, 4) for name in ("a", "b")]
+        rcs = {}
+        threads = [threading.Thread(target=lambda d=d, b=b: rcs.setdefault(d.name, _run_step(
+            [ninja, "-C", str(d), *b.jobs_option(2)], d / "build.log", None, b)[0]))
+            for d, b in zip(dirs, (host, guest))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert rcs == {"a": 0, "b": 0}
+        ran = jobs(log)
+        assert len(ran) == 8 and most_at_once(ran) == 2, ran
+        guest.close()
+        assert host.fifo is not None and host.fifo.exists()  # the host's pool outlives its guest
+        with host.slot(), host.slot():  # every token came back
+            pass
+    finally:
+        guest.close()
+        host.close()
+
+
+def test_a_pool_that_is_not_there_is_not_joined(tmp_path, monkeypatch):
+    ninja = _ninja()
+    for spec in (f"-j2 --jobserver-auth=fifo:{tmp_path / 'gone'}", "-j2", "fifo:/tmp/x", f"-j2 --jobserver-auth=fifo:{tmp_path}"):
+        monkeypatch.setenv(POOL_ENV, spec)
+        budget = JobBudget.open(3, 8, ninja)
+        try:
+            assert budget.governs and not budget.joined and budget.slots == 3, spec
+        finally:
+            budget.close()
 
 
 def test_an_older_ninja_gets_its_own_j_and_the_log_says_why(tmp_path):

@@ -29,6 +29,7 @@ from harness.common.statuses import KILLED
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX process groups and /proc")
+pytestmark = pytest.mark.own_job_pool  # harness runs killed with SIGKILL
 
 
 def dead_pid() -> int:

@@ -1,6 +1,6 @@
 """Upstream's scripts/compare-llama-bench.py puts the fork beside upstream from the llama-bench rows of a fresh
-CPU run whose builds came from the cache: the second of two runs in one work directory finds both builds up
-to date, configures nothing and keeps no configure log, and its rows still name the commits the builds were
+CPU run whose builds came from the cache: a run in the work directory of the suite's shared build
+(tests/conftest.py: llama_cpu_builds) finds both builds up to date, configures nothing and keeps no configure log, and its rows still name the commits the builds were
 made from (the pinned upstream commit, the fork tree's HEAD), the CPU backend, the model's own description
 and the threads used."""
 
@@ -23,19 +23,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.network,
 
 
 @pytest.fixture(scope="module")
-def cached_build_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cached-builds")
+def cached_build_run(tmp_path_factory, llama_cpu_builds):
+    """(the work directory, the run): a run after the shared build, in its work directory."""
+    results = tmp_path_factory.mktemp("cached-builds") / "results"
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_RUN_ID"}
-    runs = []
-    for k in (1, 2):
-        results = root / f"results-{k}"
-        proc = subprocess.run([sys.executable, "-m", "harness", "build", "compare-outputs", "--platform", CPU,
-                               "--group", "base-vs-fork", "--model", "gemma3-270m", "--n-predict", "16", "-j", "2",
-                               "--no-cache", "--work-dir", str(root / "work"), "--results-dir", str(results)],
-                              cwd=ROOT, env=env, capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        runs.append((results / "latest").resolve())
-    return root, runs[1]
+    proc = subprocess.run([sys.executable, "-m", "harness", "build", "compare-outputs", "--platform", CPU,
+                           "--group", "base-vs-fork", "--model", "gemma3-270m", "--n-predict", "16", "-j", "2",
+                           "--no-cache", "--work-dir", str(llama_cpu_builds.work_dir), "--results-dir", str(results)],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return llama_cpu_builds.work_dir, (results / "latest").resolve()
 
 
 def test_the_second_run_found_both_builds_up_to_date(cached_build_run):
@@ -46,23 +43,23 @@ def test_the_second_run_found_both_builds_up_to_date(cached_build_run):
 
 
 def test_upstreams_script_prints_the_fork_beside_upstream(cached_build_run):
-    root, run = cached_build_run
+    work, run = cached_build_run
     rows = [json.loads(line) for line in (run / CPU / "speed" / "llama-bench.jsonl").read_text().splitlines()]
     pinned = load_matrix(ROOT / "matrix.yaml").base_commit[:7]
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root / "work" / "fork" / "llama.cpp",
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work / "fork" / "llama.cpp",
                           capture_output=True, text=True, check=True).stdout.strip()[:7]
     commits = {r["config"]: r["build_commit"] for r in rows}
     assert (commits["base"], commits["fork"]) == (pinned, head)
     for r in rows:
         assert (r["backends"], r["gpu_info"]) == ("CPU", "") and r["n_threads"] > 0
         assert r["model_type"].startswith("gemma3 ") and r["test_time"].endswith("Z") and "." not in r["test_time"]
-    script = root / "work" / "base" / "llama.cpp" / "scripts" / "compare-llama-bench.py"
+    script = work / "base" / "llama.cpp" / "scripts" / "compare-llama-bench.py"
     if not script.is_file():
         from harness.stages.building.source import obtain_base
         script = obtain_base(load_matrix(ROOT / "matrix.yaml")).path / "scripts" / "compare-llama-bench.py"
     done = subprocess.run([sys.executable, str(script), "-t", "llama-bench", "-i",
                            str(run / CPU / "speed" / "llama-bench.jsonl"), "-b", pinned, "-c", head],
-                          capture_output=True, text=True, cwd=root, timeout=120)
+                          capture_output=True, text=True, cwd=run, timeout=120)
     assert done.returncode == 0, done.stderr
     table = [[c.strip() for c in ln.strip("|").split("|")] for ln in done.stdout.splitlines() if ln.startswith("|")]
     assert table[0][-3:] == [f"t/s {pinned}", f"t/s {head}", "Speedup"], table[0]

@@ -73,6 +73,7 @@ def test_the_configuration_mutates_the_modules_asked_against_their_tests_in_the_
     tests = re.findall(r"^    (tests/\S+)$", cfg, re.M)
     assert tests == list(VERDICT_MODULES["harness/common/statistics.py"])
     assert "    -m\n    not slow\n" in cfg
+    assert "    -n\n    0\n" in cfg  # in mutmut's process: pytest-xdist's workers would run the tests outside its hooks
     assert "divergence" not in cfg
 
 

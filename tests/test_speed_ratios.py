@@ -387,6 +387,7 @@ def test_the_back_to_back_runs_are_the_clean_series_on_the_committed_runs_machin
     assert all(len(noise_bench(r)["rules"]) == 10 for r in STAGE)
 
 
+@pytest.mark.slow  # thousands of Mann-Whitney U tests over the committed runs (docs/ci.md#where-the-suites-time-goes)
 def test_triage_between_back_to_back_runs_finds_no_regression_by_the_measured_spreads():
     """At the matrix's factors alone triage finds 13 regressions in the 110 ordered pairs of the engine of before,
     every one the fork against upstream with every weight in VRAM; judged by each ratio's measured cross-run
@@ -407,6 +408,7 @@ def test_triage_between_back_to_back_runs_finds_no_regression_by_the_measured_sp
         assert fork and "clean runs" in fork[0].why, (a.name, b.name)
 
 
+@pytest.mark.slow  # thousands of Mann-Whitney U tests over the committed runs (docs/ci.md#where-the-suites-time-goes)
 def test_pinned_prefill_at_half_and_0_8_speed_is_a_regression_in_every_back_to_back_pair():
     benches = {r: noise_bench(r) for r in STAGE}
     for factor in (0.5, 0.8):
@@ -436,6 +438,7 @@ def test_every_clean_h200_run_passes_the_shipped_rules_of_the_fork_on_default_se
     assert judged == 10 * 10
 
 
+@pytest.mark.slow  # thousands of Mann-Whitney U tests over the committed runs (docs/ci.md#where-the-suites-time-goes)
 def test_every_ordered_pair_of_the_committed_clean_h200_runs_is_free_of_regressions():
     """Triage of every ordered pair of the committed clean H200 runs (2026-12-01 to 12-03, several machines of one
     fingerprint, both instruments; only pairs of one instrument compare): no regression, where the matrix's factors

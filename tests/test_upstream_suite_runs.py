@@ -67,10 +67,10 @@ def _harness(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 @pytest.mark.network
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CPU platform is Linux")
-def test_a_broken_tokenizer_fails_the_suite_on_its_test_only_and_bisect_names_the_plant(tmp_path):
+def test_a_broken_tokenizer_fails_the_suite_on_its_test_only_and_bisect_names_the_plant(tmp_path, plant_work_dir):
     series = series_with(tmp_path / "series", [ROOT / "tests" / "plants" / PLANT])
     common = ["--platform", "linux-x86_64-cpu", "-j", "2", "--patches-dir", str(series),
-              "--work-dir", str(tmp_path / "work")]
+              "--work-dir", str(plant_work_dir)]
     run = _harness("build", "test", "compare-outputs", "--upstream-tests", "--group", "base-vs-fork", "--model",
                    "moe-small", "--n-predict", "8", "--no-bench", "--results-dir", str(tmp_path / "results"), *common)
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-4000:]

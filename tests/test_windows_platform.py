@@ -161,6 +161,7 @@ needs_cross = pytest.mark.skipif(
     reason="needs Debian packages g++-mingw-w64-x86-64-posix and wine64")
 
 
+@pytest.mark.slow  # a Wine prefix made and programs run under it: 20-30 s each (docs/ci.md#where-the-suites-time-goes)
 @needs_cross
 def test_a_mingw_program_runs_under_the_prepared_wine(tmp_path):
     src = tmp_path / "hello.cpp"
@@ -207,6 +208,7 @@ def test_ready_starts_the_server_and_warms_it_up_only_when_it_was_not_running(tm
     assert record.read_text() == "/p -p60\n" + ("/p cmd /c exit\n" if warmed else "")
 
 
+@pytest.mark.slow  # a Wine prefix made and programs run under it: 20-30 s each (docs/ci.md#where-the-suites-time-goes)
 @needs_cross
 def test_the_wineserver_outlives_the_programs_it_served(tmp_path):
     # Debian's wrapper starts wineserver with -p0: it exits with its last client, and a program starting
@@ -230,6 +232,7 @@ def test_the_wineserver_outlives_the_programs_it_served(tmp_path):
         subprocess.run([emulator.keep_alive[0], "-k"], env=env, capture_output=True, timeout=30)
 
 
+@pytest.mark.slow  # a Wine prefix made and programs run under it: 20-30 s each (docs/ci.md#where-the-suites-time-goes)
 @needs_cross
 def test_openmp_programs_find_the_mingw_runtime_dll(tmp_path):
     # ggml's CPU backend links the import library CMake's FindOpenMP names (libgomp.dll.a), so even a

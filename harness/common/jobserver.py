@@ -21,7 +21,10 @@ jobserver (https://www.gnu.org/software/make/manual/html_node/POSIX-Jobserver.ht
 So every ninja edge (compile or link) and every configure's check holds one of the N tokens: at
 most N jobs at once across the threads of one harness process.  The pool only hosts tokens; which
 job runs next is ninja's choice, as with GNU make.  The pool is one process's: two harness runs on
-one machine each have their own.
+one machine each have their own, unless they are given one to share: where ``HARNESS_JOB_POOL`` names a pool
+another process hosts (``-jN --jobserver-auth=fifo:PATH``, as in MAKEFLAGS), the harness joins it as a client
+instead of hosting its own (:func:`shared_pool`; the project's test suite hosts one for every run its tests
+start side by side, tests/conftest.py).
 
 Where it cannot work the budget falls back to what each build did before (``-j N`` to each ninja
 where given, the compile step ``-j`` cores) and :meth:`JobBudget.describe` says why, for the step's
@@ -38,6 +41,7 @@ import os
 import re
 import select
 import shutil
+import stat
 import subprocess
 import tempfile
 import weakref
@@ -54,6 +58,10 @@ NINJA_CLIENT_SINCE = (1, 13)
 PREFIX = "harness-jobs-"
 #: The byte GNU make writes as a token; clients write back the byte they read.
 TOKEN = b"+"
+#: The variable naming a pool to join instead of hosting one: ``-jN --jobserver-auth=fifo:PATH`` (JobBudget.env's
+#: MAKEFLAGS of the host)
+POOL_ENV = "HARNESS_JOB_POOL"
+_POOL_SPEC = re.compile(r"-j(?P<slots>\d+) --jobserver-auth=fifo:(?P<fifo>\S+)")
 #: Seconds between two looks for a stop (harness.common.proc.stop_children) while waiting for a token.
 POLL_S = 0.2
 
@@ -80,12 +88,15 @@ class JobBudget:
     slots: int
     fifo: Path | None = None
     why_not: str = ""
+    #: True where the pool is another process's (HARNESS_JOB_POOL), joined rather than hosted
+    joined: bool = False
     _fd: int = field(default=-1, repr=False)
     _remove: weakref.finalize | None = field(default=None, repr=False)
 
     @classmethod
     def open(cls, jobs: int | None, cores: int, ninja: str | None) -> "JobBudget":
-        """A pool of ``jobs`` slots (``-j``), else ``cores``, for builds run with ``ninja``.
+        """A pool of ``jobs`` slots (``-j``), else ``cores``, for builds run with ``ninja``; where
+        :data:`POOL_ENV` names a pool another process hosts, that pool, joined (:meth:`join`), whatever ``jobs`` says.
 
         Returns a budget without a pool (``why_not`` set) where this host has no POSIX FIFOs, where
         ``ninja`` is missing or older than :data:`NINJA_CLIENT_SINCE`, or where the FIFO cannot be
@@ -96,6 +107,10 @@ class JobBudget:
             return cls(slots, why_not="this host has no POSIX FIFOs (on Windows ninja's jobserver client takes a "
                                       "named semaphore, which the harness does not host)")
         version = ninja_version(ninja) if ninja else None
+        if version is not None and version[:2] >= NINJA_CLIENT_SINCE:
+            shared = cls.join(os.environ.get(POOL_ENV, ""))
+            if shared is not None:
+                return shared
         if version is None:
             return cls(slots, why_not=f"the version of ninja ({ninja or 'not found'}) is unknown")
         if version[:2] < NINJA_CLIENT_SINCE:
@@ -114,8 +129,28 @@ class JobBudget:
             shutil.rmtree(home, ignore_errors=True)
             return cls(slots, why_not=f"no FIFO could be made in {home} ({exc})")
         os.write(fd, TOKEN * slots)
-        budget = cls(slots, fifo, "", fd)
+        budget = cls(slots, fifo, "", _fd=fd)
         budget._remove = weakref.finalize(budget, _remove, fd, home)  # also at exit, where close() was not called
+        return budget
+
+    @classmethod
+    def join(cls, spec: str) -> "JobBudget | None":
+        """The pool another process hosts, as ``spec`` names it (``-jN --jobserver-auth=fifo:PATH``, the value
+        of :data:`POOL_ENV`), joined: its tokens are taken and given back, never added, and :meth:`close` leaves
+        the FIFO to its host.  None where ``spec`` is empty, names no slot count or no FIFO, or the FIFO cannot
+        be opened (the caller then hosts a pool of its own).  Raises nothing."""
+        m = _POOL_SPEC.fullmatch(spec.strip())
+        if not m:
+            return None
+        fifo = Path(m.group("fifo"))
+        try:
+            if not stat.S_ISFIFO(os.stat(fifo).st_mode):
+                return None
+            fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+        except OSError:
+            return None
+        budget = cls(max(1, int(m.group("slots"))), fifo, "", joined=True, _fd=fd)
+        budget._remove = weakref.finalize(budget, _close_fd, fd)
         return budget
 
     @property
@@ -137,6 +172,10 @@ class JobBudget:
 
     def describe(self) -> str:
         """One line for a build step's log: the shared budget, or why there is none."""
+        if self.governs and self.joined:
+            return (f"jobs: at most {self.slots} at once across every build of the processes sharing the pool "
+                    f"{POOL_ENV} names (GNU make jobserver, fifo:{self.fifo}; this step holds one token while it "
+                    "runs)")
         if self.governs:
             return (f"jobs: at most {self.slots} at once across every build of this run (GNU make jobserver, "
                     f"fifo:{self.fifo}; this step holds one token while it runs)")
@@ -174,7 +213,8 @@ class JobBudget:
                     return token
 
     def close(self) -> None:
-        """Remove the pool (its FIFO and directory); the budget then has no pool.  Safe to call twice."""
+        """Remove the pool (its FIFO and directory; a joined pool's only this process's end of it); the budget
+        then has no pool.  Safe to call twice."""
         if self._remove is not None:
             self._remove()  # a finalizer runs once
         self.fifo, self._fd, self.why_not = None, -1, "closed"
@@ -198,11 +238,15 @@ def _sweep(tmp: Path) -> int:
     return removed
 
 
-def _remove(fd: int, home: Path) -> None:
+def _close_fd(fd: int) -> None:
     try:
         os.close(fd)
     except OSError:
         pass
+
+
+def _remove(fd: int, home: Path) -> None:
+    _close_fd(fd)
     shutil.rmtree(home, ignore_errors=True)
 
 

@@ -202,8 +202,9 @@ def setup_cfg(modules: Sequence[str]) -> str:
     # outside that rootdir, the ids lost their file (``::<test>``), pytest refused them as arguments, and every
     # mutant was counted killed
     lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in tests]
-    # the fast tier; no cache of failed tests between mutants; mutmut's own -x stops at the first kill
-    lines += ["pytest_add_cli_args =", "    -m", "    not slow", "    -p", "    no:cacheprovider"]
+    # the fast tier; no cache of failed tests between mutants; mutmut's own -x stops at the first kill; in mutmut's
+    # own process, where its hooks see every test (-n 0 overrides the workers pyproject.toml's addopts ask for)
+    lines += ["pytest_add_cli_args =", "    -m", "    not slow", "    -p", "    no:cacheprovider", "    -n", "    0"]
     return "\n".join(lines) + "\n"
 
 

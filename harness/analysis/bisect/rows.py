@@ -21,7 +21,7 @@ from typing import Sequence
 from ...common.statuses import STEP_ERROR
 from ...record.records import Failure
 from ...record.summary import RunSummary
-from ...record.verdict import Row, judge
+from ...record.verdict import FAILS, Row, judge
 from .search import BAD, GOOD, UNDECIDED
 
 #: The step names of the speed stage's rules start so (harness.stages.speed.speed: ``speed:<group>:<metric>``).
@@ -86,9 +86,10 @@ def _details(summary: RunSummary) -> dict[tuple, tuple[str, list[Failure]]]:
 
 
 def row_text(row: Row, detail: str) -> str:
-    """A row's verdict in the run's words: ``<verdict>: <why> — <detail>`` (the detail where there is one)."""
+    """A row's verdict in the run's words (harness.record.verdict: a failing row's why names its check and
+    measure, as the run's headline does); a row that did not fail gets its step's detail after it."""
     text = row.verdict.text()
-    return f"{text} — {detail}" if detail and detail != row.verdict.why else text
+    return text if row.verdict.fails or not detail else f"{text} — {detail}"
 
 
 def failing_targets(summary: RunSummary) -> list[Target]:
@@ -136,6 +137,7 @@ def judge_at(target: Target, summary: RunSummary) -> Judged:
         mine = [f for f in failures if failure_item(f) == target.item]
         if not mine:
             return Judged(GOOD, f"{target.item}: not among the failures — {row_text(row, detail)}")
-        return Judged(BAD, f"{row.verdict.verdict}: {mine[0].text()}")
+        found = mine[0].message or mine[0].text()
+        return Judged(BAD, row.verdict.text() if found in row.verdict.why else f"{FAILS}: {mine[0].text()}")
     outcome = BAD if row.verdict.fails else GOOD if row.verdict.passes else UNDECIDED
     return Judged(outcome, row_text(row, detail))

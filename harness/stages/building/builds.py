@@ -256,7 +256,9 @@ class Builds:
 
         The directory's lock is taken for writing (the holds that sort at or after it given up first and taken
         again after, as :meth:`_build_and_hold` does), the command runs in the run's job budget with ccache based
-        at the work directory, its output in ``log`` (its exit code beside it).  Returns (exit code, seconds);
+        at the work directory that holds the build directory (the real one, where the run's work directory links
+        to another's: the paths its configure wrote are below that one), its output in ``log`` (its exit code
+        beside it).  Returns (exit code, seconds);
         (0, 0.0) for no target.  Raises KeyError when the build was not made by this process."""
         if not targets:
             return 0, 0.0
@@ -265,7 +267,7 @@ class Builds:
             budget = self.job_budget()
             argv = [find_tool("cmake") or "cmake", "--build", str(built.build_dir),
                     *budget.jobs_option(self.opts.jobs), "--target", *targets]
-            return _run_step(argv, log, ccache_env(self.opts.work_dir.resolve()), budget)
+            return _run_step(argv, log, ccache_env(built.build_dir.resolve().parents[1]), budget)
 
     @contextmanager
     def _holds_given_up_from(self, build_dir: Path) -> Iterator[None]:
