@@ -51,6 +51,32 @@ def test_search_steps_around_undecided_points_and_ends_as_a_range_when_none_betw
         search(lambda k: GOOD, 2, 2)
 
 
+@pytest.mark.parametrize("outcomes, expected", [
+    # the series brings what the row checks (patch 3), patch 6 breaks it: searched from the point below the run
+    ([BAD, BAD, BAD, GOOD, GOOD, GOOD, BAD], 6),
+    ([BAD, BAD, GOOD, GOOD, BAD, BAD, BAD], 4),
+    ([UNDECIDED, GOOD, GOOD, GOOD, GOOD, BAD, BAD], 5),
+    # failing everywhere the probe looks: no point to search from
+    ([BAD, BAD, BAD, BAD, BAD, BAD, BAD], None),
+])
+def test_a_row_that_fails_at_the_base_is_bisected_from_the_nearest_point_where_the_series_made_it_pass(
+        outcomes, expected):
+    from harness.analysis.bisect import last_good_in_series
+    asked: list[int] = []
+
+    def at(k: int) -> str:
+        asked.append(k)
+        return outcomes[k]
+
+    n = len(outcomes) - 1
+    good = last_good_in_series(at, n)
+    if expected is None:
+        assert good is None and asked == [5, 4, 2]  # n-1, n-2, n-4
+        return
+    assert good is not None and outcomes[good] == GOOD and asked[0] == n - 1
+    assert search(lambda k: outcomes[k], good, n).first_bad == expected
+
+
 # --------------------------------------------------------------------------- rows, judged as the run judged them
 
 

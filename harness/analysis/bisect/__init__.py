@@ -52,6 +52,23 @@ def run(args: argparse.Namespace) -> int:
     return bisect_run(args)
 
 
+def last_good_in_series(at: Callable[[int], str], n: int) -> int | None:
+    """For a row that fails (or cannot be judged) with no patch applied: the nearest point below ``n`` where it
+    passes, probed at n-1, n-2, n-4, ... down to 1 (``at(k)`` judges point k, memoised by the caller), or None
+    where none of those passes.
+
+    Such a row checks what the series itself brings (a placement under GGML_CUDA_MOE_PIN_LAYERS fails on
+    upstream, which has no routing): the patch to blame is the first bad one after the series made it pass, so
+    the search runs from that point, as ``git bisect`` runs from any good commit it is given.
+    """
+    step = 1
+    while n - step >= 1:
+        if at(n - step) == GOOD:
+            return n - step
+        step *= 2
+    return None
+
+
 def _bisect_row(target: Target, points: Points, n: int, run_text: str, say: Callable[[str], None]) -> RowBisect:
     """The bisection of ``target`` over k in [0, n]; k = n is the bisected run itself (bad, in ``run_text``)."""
     seen: dict[int, PointVerdict] = {n: PointVerdict(n, BAD, run_text)}
@@ -66,15 +83,16 @@ def _bisect_row(target: Target, points: Points, n: int, run_text: str, say: Call
             say(f"bisect: {target.id}: k={k}: {judged.outcome} — {judged.text}")
         return seen[k].outcome
 
-    base = at(0)
-    if base == GOOD:
-        found = search(at, 0, n)
+    good = 0 if at(0) == GOOD else last_good_in_series(at, n)
+    if good is not None:
+        found = search(at, good, n)
         outcome = FOUND if found.exact else RANGE
         first, last = found.first_bad, found.last_good
         row = RowBisect(target.id, outcome, patch_info(points.patches, first), last, seen[first].text,
                         seen[last].text, [])
     else:
-        row = RowBisect(target.id, AT_BASE if base == BAD else UNDECIDED_BASE, None, None, seen[0].text, "", [])
+        row = RowBisect(target.id, AT_BASE if seen[0].outcome == BAD else UNDECIDED_BASE, None, None, seen[0].text,
+                        "", [])
     row.points = [seen[k] for k in sorted(seen)]
     row.builds_made = sum(points.runs[k].made for k in used)
     row.builds_reused = sum(points.runs[k].reused for k in used)
