@@ -322,13 +322,14 @@ def test_a_step_s_unproven_words_are_in_the_run_s_headline(tmp_path):
 FAKE_TEST_BACKEND_OPS = r"""#!/bin/sh
 # a stand-in for test-backend-ops: MODE -o OP -b BACKEND --output sql; FAKE_SLOW_OP sleeps on that op
 mode=$1 op=$3
+echo "$*" >> "$(dirname "$0")/argv.log"
 [ "$mode" = perf ] && [ "$op" = "$FAKE_SLOW_OP" ] && sleep 30
 cat "$(dirname "$0")/head.sql"
 echo "INSERT INTO test_backend_ops (@COLS@) VALUES ('t', 'c', 'CUDA0', '$op', 'm=16', '$mode', '1', '1', '', '10.0', '1e12', '0', '0', '5', 'd', 'CUDA');"
 """
 
 
-def _fake_backend_ops_ctx(tmp_path: Path, budget: dict, out):
+def _fake_backend_ops_ctx(tmp_path: Path, budget: dict, out, perf_params: str = ""):
     """A stage context whose two builds hold the fake test-backend-ops, for :func:`run_backend_ops`."""
     from contextlib import nullcontext
     from types import SimpleNamespace
@@ -348,7 +349,7 @@ def _fake_backend_ops_ctx(tmp_path: Path, budget: dict, out):
                           builds=SimpleNamespace(build_more=lambda *a: (0, 0.0)))
     p = load_matrix(ROOT / "matrix.yaml").platforms["linux-x86_64-cuda"]
     return ctx, Platform(**{**p.__dict__, "backend_ops": BackendOps(("MUL_MAT",), ("MUL_MAT_ID", "MUL_MAT"), "CUDA0",
-                                                                    budget)})
+                                                                    budget, perf_params)})
 
 
 def test_the_perf_mode_is_a_step_with_progress_that_stops_at_its_budget_keeping_what_it_measured(tmp_path, monkeypatch):
@@ -378,6 +379,19 @@ def test_the_perf_mode_is_a_step_with_progress_that_stops_at_its_budget_keeping_
     assert perf.status == "passed" and perf.detail.startswith("2 cases of MUL_MAT_ID, MUL_MAT measured on both")
     assert "-b base -c fork" in perf.detail
     assert (ctx.run.layout.upstream_file(p.name, "perf").with_suffix(".sqlite")).exists()
+
+
+def test_the_perf_mode_takes_the_cases_matrix_yaml_names_by_their_parameters_and_the_test_mode_every_case(tmp_path):
+    import io
+    from harness.stages.native_tests.backend_ops import run_backend_ops
+    cuda = load_matrix(ROOT / "matrix.yaml").platforms["linux-x86_64-cuda"].backend_ops
+    assert cuda is not None and cuda.perf_params  # an H100 ran past the perf budget on every MUL_MAT_ID case
+    ctx, p = _fake_backend_ops_ctx(tmp_path, {"test": 20, "perf": 20}, io.StringIO(), cuda.perf_params)
+    run_backend_ops(ctx, p)
+    calls = (tmp_path / "bin" / "argv.log").read_text().splitlines()
+    perf = [c for c in calls if c.startswith("perf ")]
+    assert len(perf) == 4 and all(c.endswith(f"-p {cuda.perf_params} --output sql") for c in perf)
+    assert [c for c in calls if c.startswith("test ")] == ["test -o MUL_MAT -b CUDA0 --output sql"] * 2
 
 
 def test_recorded_perf_output_of_upstreams_test_backend_ops_is_read_and_compared(tmp_path):

@@ -251,13 +251,15 @@ class Platform:
 class BackendOps:
     """test-backend-ops on a platform whose programs run on a GPU: the ops of its ``test`` mode (each op on the GPU
     against the CPU) and of its ``perf`` mode (information beside the speed stage), the ``backend`` both modes run on
-    (``-b``, e.g. ``CUDA0``; "" for every backend the build has) and each mode's time budget in seconds for base and
-    fork together (``budget_s``: mode -> seconds; a mode without one has :data:`BACKEND_OPS_BUDGET_S`)."""
+    (``-b``, e.g. ``CUDA0``; "" for every backend the build has), each mode's time budget in seconds for base and
+    fork together (``budget_s``: mode -> seconds; a mode without one has :data:`BACKEND_OPS_BUDGET_S`) and the
+    perf mode's ``perf_params``, a regex its cases' parameters must match (``-p``; "" for every case of its ops)."""
 
     test: tuple[str, ...]
     perf: tuple[str, ...] = ()
     backend: str = ""
     budget_s: Mapping[str, float] = field(default_factory=dict)
+    perf_params: str = ""
 
     def budget(self, mode: str) -> float:
         """Seconds ``mode`` (``test`` or ``perf``) may take on base and fork together."""
@@ -770,7 +772,8 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
             unoptimised_targets=tuple(p.get("unoptimised_targets", ())),
             upstream_tests=bool(p.get("upstream_tests", False)),
             backend_ops=BackendOps(tuple(p["backend_ops"]["test"]), tuple(p["backend_ops"].get("perf", ())),
-                                   p["backend_ops"].get("backend", ""), dict(p["backend_ops"].get("budget_s", {})))
+                                   p["backend_ops"].get("backend", ""), dict(p["backend_ops"].get("budget_s", {})),
+                                   p["backend_ops"].get("perf_params", ""))
             if "backend_ops" in p else None)
     models = {}
     for name, m in doc["models"].items():

@@ -108,7 +108,7 @@ class OverBudget(Exception):
 
 def _run_mode(ctx: Context, p: Platform, variant: str, mode: str, ops: tuple[str, ...], deadline: float) \
         -> tuple[list[OpCase], str, str]:
-    """Run ``test-backend-ops <mode> -o <ops> [-b <backend>] --output sql`` of ``variant``, stopped at ``deadline``
+    """Run ``test-backend-ops <mode> -o <ops> [-b <backend>] [-p <perf_params>] --output sql`` of ``variant``, stopped at ``deadline``
     (time.monotonic()); (its cases, its SQL as printed, why it could not run or "").  The SQL is appended to the
     variant's ``backend-ops.sql`` of the mode.  Raises :class:`OverBudget` when the deadline stopped it."""
     assert p.backend_ops is not None
@@ -121,7 +121,9 @@ def _run_mode(ctx: Context, p: Platform, variant: str, mode: str, ops: tuple[str
     if rc != 0:
         return [], "", f"{variant}: building {TARGET} failed (exit {rc})"
     backend = ["-b", p.backend_ops.backend] if p.backend_ops.backend else []
-    argv = [str(built.bin_dir / (TARGET + executable_suffix(p))), mode, "-o", ",".join(ops), *backend, "--output", "sql"]
+    params = ["-p", p.backend_ops.perf_params] if mode == "perf" and p.backend_ops.perf_params else []
+    argv = [str(built.bin_dir / (TARGET + executable_suffix(p))), mode, "-o", ",".join(ops), *backend, *params,
+            "--output", "sql"]
     left = deadline - time.monotonic()
     if left <= 0:
         raise OverBudget(f"{variant} {','.join(ops)} not started")
