@@ -122,17 +122,15 @@ def _tool_commands(sub: argparse._SubParsersAction) -> None:
               "a platform's kind (its backend, whether it has GPUs) is read from --matrix",
               parents=[results_options(), matrix_options()])
     ap.add_argument("runs", nargs="+", metavar="RUN", help="run id (under --results-dir) or run directory")
-    completes(ap.add_argument("--platform", action="append", default=[],
-                              help="platform whose bench.json to convert (repeatable; default: every one with a "
-                                   "bench.json)"), "platforms")
+    completes(ap.add_argument("--platform", action="append", default=[], help="platform whose bench.json to "
+                              "convert (repeatable; default: every one with a bench.json)"), "platforms")
     ap.add_argument("--out", type=Path, default=None,
                     help="one JSONL file for all rows (default: each run's <platform>/speed/llama-bench.jsonl)")
 
     ap = _add(sub, "ci-matrix", "tools.ci_matrix:run", "the GitHub Actions job matrix (JSON) derived from matrix.yaml",
               parents=[matrix_options(), patches_options()])
-    completes(ap.add_argument("--platform", action="append", default=[],
-                              help="only this platform (repeatable or comma separated; default: every platform "
-                                   "with ci)"), "platforms")
+    completes(ap.add_argument("--platform", action="append", default=[], help="only this platform (repeatable "
+                              "or comma separated; default: every platform with ci)"), "platforms")
     ap.add_argument("--github-output", action="store_true",
                     help="also append matrix=<json> to the file named by $GITHUB_OUTPUT, and the platforms "
                          "left out to $GITHUB_STEP_SUMMARY")
@@ -188,10 +186,8 @@ def _analysis_commands(sub: argparse._SubParsersAction) -> None:
                     help="--confirm: a work directory holding run A's builds (repeatable; default: --work-dir)")
 
     ap = _add(sub, "bisect", "analysis.bisect:run", "the first patch (or upstream commit) that makes a row fail",
-              "Bisect every failing row of a run (or the one --check names) across its patch series: each point runs "
-              "the run's own stages on its own selection with the first k patches, judged as the run judged it; "
-              "writes bisect.json and bisect.md into the run's folder (docs/triage.md). With --upstream: the first "
-              "upstream commit that makes a test fail with the series on top.",
+              "Bisect each failing row of a run (or the one --check names) across its series, each point judged "
+              "as the run judged it; bisect.json and bisect.md in the run's folder (docs/triage.md).",
               [matrix_options(), patches_options(), work_options(), results_options(), build_options()])
     ap.add_argument("run", nargs="?", default=None, metavar="RUN",
                     help="run id or directory whose failing rows to bisect (default: the newest run)")

@@ -210,7 +210,7 @@ def test_memory_the_configuration_expects_is_neutral_in_the_probe_figure(config)
     assert "c-pageable" in classes and "verdict-frame" not in classes
     texts = ["".join(t.itertext()) for t in root.iter(f"{SVG}text")]
     assert any("placement and pinned passed: as the configuration expects" in t for t in texts)
-    assert not [t for t in root.iter(f"{SVG}text") if t.get("class") == "failed"]
+    assert not [t for t in root.iter(f"{SVG}text") if t.get("class") == "verdict-bad"]
     red = [rule.split("{")[0] for rule in re.split(r"}\s*", svg.CSS) if "#cf222e" in rule]
     assert red and not [sel for sel in red if ".c-" in sel], red  # no memory class is painted in the failure colour
 
@@ -221,7 +221,7 @@ def test_a_probe_figure_of_a_failed_load_is_framed_red_and_names_the_failure():
     root, _ = _probe_svg(ROOT / "results" / "evidence" / "plant-cuda-host-buffers-pageable-20261202T144114Z",
                          "cuda-pin-all")
     assert "verdict-frame" in [r.get("class") for r in root.iter(f"{SVG}rect")]
-    failed = ["".join(t.itertext()) for t in root.iter(f"{SVG}text") if t.get("class") == "failed"]
+    failed = ["".join(t.itertext()) for t in root.iter(f"{SVG}text") if t.get("class") == "verdict-bad"]
     assert any(t.startswith("expectations: pinned failed") for t in failed), failed
     assert any(t.startswith("expectations: placement failed") for t in failed), failed
 

@@ -47,7 +47,7 @@ svg.fig .c-pinned { fill: #2f6fb0; } svg.fig .c-partial { fill: #9cc3e6; } svg.f
 svg.fig .c-device { fill: #0a3069; } svg.fig .c-host { fill: #8c959f; } svg.fig .c-empty { fill: #f6f8fa; }
 svg.fig .c-unknown { fill: #ffffff; stroke: #8c959f; stroke-dasharray: 2 2; }
 svg.fig .verdict-frame { fill: none; stroke: #cf222e; stroke-width: 2; }
-svg.fig text.failed { fill: #cf222e; font-weight: 600; } svg.fig text.judged { fill: #57606a; }
+svg.fig text.verdict-bad { fill: #cf222e; font-weight: 600; } svg.fig text.verdict-note { fill: #57606a; }
 """
 
 
@@ -297,7 +297,7 @@ def cell_strip(rows: Sequence[tuple[str, Sequence[Cell]]], *, column_label: str,
     room = (WIDTH - 16) // DIGIT_W  # characters of 11 px bold text a line holds; a longer one is cut, whole on hover
     for k, (text, failed) in enumerate(verdicts):
         shown = text if len(text) <= room else text[:room - 1] + "…"
-        parts.append(f'<text x="8" y="{bottom + 44 + 15 * k}" class="{"failed" if failed else "judged"}">'
+        parts.append(f'<text x="8" y="{bottom + 44 + 15 * k}" class="{"verdict-bad" if failed else "verdict-note"}">'
                      f'<title>{escape(text)}</title>{escape(shown)}</text>')
     parts.append("</svg>")
     return "".join(parts)

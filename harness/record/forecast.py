@@ -43,6 +43,14 @@ class HunkConflict:
         """``file`` and, where upstream renamed it, the patch's name for it: ``new (renamed from old)``."""
         return f"{self.file} (renamed from {self.renamed_from})" if self.renamed_from else self.file
 
+    def to_json(self) -> dict[str, Any]:
+        """The conflict as forecast.json holds it: ``renamed_from`` only where upstream renamed the file, so a
+        record written before the field existed is written back as it was read."""
+        out = asdict(self)
+        if not self.renamed_from:
+            del out["renamed_from"]
+        return out
+
 
 @dataclass
 class PatchOutcome:
@@ -145,7 +153,7 @@ class ForecastRecord:
             "needs_work": [dict(w) for w in self.needs_work], "output_changes": [dict(c) for c in self.output_changes],
             "upstream_output_changes": [asdict(u) for u in self.upstream_output_changes],
             "upstream_comparisons": [asdict(u) for u in self.upstream_comparisons],
-            "patches": [asdict(p) for p in self.patches], "stages": [stage(s) for s in self.stages],
+            "patches": [{**asdict(p), "conflicts": [c.to_json() for c in p.conflicts]} for p in self.patches], "stages": [stage(s) for s in self.stages],
             "first_failure": stage(self.first_failure, timed=False) if self.first_failure else None,
             "incomplete": list(self.incomplete), "seconds": dict(self.seconds),
             "applied_series": list(self.applied_series), "not_built": list(self.not_built)}

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Iterable, Mapping, Sequence
 
-from ..common.statuses import STEP
+from ..common.statuses import STEP, TIMEOUT
 from ..common.words import size_text
 from .bench import parse_rule_step, read_bench, rule_ratio
 from .expectations import EXPECTATIONS_STEP, FINDING_FAILED, FINDING_PASSED, read_expectations
@@ -341,7 +341,7 @@ def glance_html(g: Glance) -> str:
                      f'</thead><tbody>{rows}</tbody></table>')
     if g.not_run:
         items = "".join(f'<li class="{"unfinished" if n.unfinished else "not-run"}"><b>{escape(n.what)}</b>'
-                        + (' <span class="st st-timeout">did not finish</span>' if n.unfinished else "")
+                        + (f' <span class="st st-{TIMEOUT}">did not finish</span>' if n.unfinished else "")
                         + f': {escape(n.why)}</li>' for n in g.not_run)
         parts.append(f'<h3>Did not run</h3><ul id="not-run">{items}</ul>')
     parts.append("</section>")
