@@ -87,7 +87,8 @@ def test_the_cycle_finder_finds_one():
 
 
 #: The packages a module under ``stages/`` may import (harness.stages.shape): the run's inputs, its record, what
-#: all share, and the other stages; never ``analysis/``, ``tools/``, ``cli``, ``args`` or ``pipeline``.
+#: all share, and the other stages; never ``triage/``, ``views/``, ``bisect/``, ``upstream/``, ``tools/``, ``cli``, ``args``
+#: or ``pipeline``.
 STAGES_MAY_IMPORT = ("kinds", "matrix", "record", "common", "stages")
 
 
@@ -101,19 +102,19 @@ def test_stages_import_only_matrix_record_common_and_other_stages():
     assert forbidden_stage_imports(import_graph()) == []
 
 
-def test_nothing_under_stages_imports_the_pipeline_the_cli_analysis_or_tools():
+def test_nothing_under_stages_imports_the_pipeline_the_cli_the_tools_rooms_or_tools():
     graph = import_graph()
     importers = {mod for mod, deps in graph.items() for dep in deps
-                 if dep.split(".")[0] in ("analysis", "tools", "cli", "pipeline")}
-    assert "commands" in importers and "analysis.forecast" in importers  # they are imported, by others
+                 if dep.split(".")[0] in ("triage", "views", "bisect", "upstream", "tools", "cli", "pipeline")}
+    assert "commands" in importers and "upstream.forecast" in importers  # they are imported, by others
     assert not {m for m in importers if m.split(".")[0] == "stages"}
 
 
 def test_the_rule_finds_a_forbidden_import():
-    graph = {"stages.speed.speed": {"common.statistics", "analysis.report", "stages.shape"},
-             "stages.building.build": {"pipeline", "record.run"}, "analysis.report": {"stages.shape"}}
+    graph = {"stages.speed.speed": {"common.statistics", "views.report", "stages.shape"},
+             "stages.building.build": {"pipeline", "record.run"}, "views.report": {"stages.shape"}}
     assert forbidden_stage_imports(graph) == [("stages.building.build", "pipeline"),
-                                              ("stages.speed.speed", "analysis.report")]
+                                              ("stages.speed.speed", "views.report")]
 
 
 def kind_compares(source: str) -> list[int]:
@@ -154,7 +155,7 @@ def test_the_kind_rule_finds_the_compares_a_stage_would_write():
 
 def room(module: str) -> str:
     """The room of a module: its folder under ``stages/`` (``stages.building``), else its top-level package or module
-    (``analysis``, ``pipeline``).  Under ``stages/`` itself, ``table.py``, the list of every stage room's stages,
+    (``views``, ``pipeline``).  Under ``stages/`` itself, ``table.py``, the list of every stage room's stages,
     is a room of its own (``stages.table``), above the rooms; the frame every stage fits, ``shape.py`` and
     ``options.py``, is the room ``stages``, below them."""
     parts = module.split(".")
@@ -175,9 +176,9 @@ def test_no_two_rooms_import_each_other():
 
 def test_the_room_rule_finds_a_pair():
     graph = {"stages.building.builds": {"stages.outputs.greedy", "stages.shape"}, "stages.outputs.sessions":
-             {"stages.building.builds"}, "stages.shape": {"stages.building.builds"}, "pipeline": {"analysis.report"},
-             "analysis.forecast": {"pipeline"}, "stages.table": {"stages.building.builds", "stages.shape"}}
-    assert rooms_importing_each_other(graph) == [("analysis", "pipeline"), ("stages", "stages.building"),
+             {"stages.building.builds"}, "stages.shape": {"stages.building.builds"}, "pipeline": {"upstream.roll"},
+             "upstream.forecast": {"pipeline"}, "stages.table": {"stages.building.builds", "stages.shape"}}
+    assert rooms_importing_each_other(graph) == [("pipeline", "upstream"), ("stages", "stages.building"),
                                                  ("stages.building", "stages.outputs")]
 
 
@@ -234,4 +235,4 @@ def test_no_private_name_is_imported_from_another_package():
 
 def test_the_private_rule_finds_one():
     source = "from ..stages.building.patches import _Git, Patch\nfrom .report import _status\n"
-    assert private_imports("analysis.forecast_patches", source) == ["analysis.forecast_patches: stages.building.patches._Git"]
+    assert private_imports("upstream.forecast_patches", source) == ["upstream.forecast_patches: stages.building.patches._Git"]
