@@ -11,14 +11,14 @@ Two measurements, printed as numbers with the machine they ran on (docs/speed.md
 ``repeat``
     ``--runs N`` back-to-back runs of the speed stage alone on the same builds (already built:
     ``python -m harness build --platform ...`` first), each a results run of its own; prints every
-    rule's verdict per run and the triage speed comparison (harness.analysis.speed_diff) of each run
+    rule's verdict per run and the triage speed comparison (harness.triage.speed_diff) of each run
     against the one before.  Target: no speed regression in 5 runs.
 
 ``noise``
     ``--runs N`` back-to-back speed stages as ``repeat`` runs them (``--warmup``, ``--repeats``: the
     stage's untimed and timed rounds), then per rule its false alarms (every rule that did not pass:
     nothing changed) and the spread of its ratios, per configuration the coefficient of variation of its
-    samples and its first round against the rest (harness.analysis.speed_noise), as Markdown tables;
+    samples and its first round against the rest (harness.triage.speed_noise), as Markdown tables;
     ``--json FILE`` keeps the records; ``--from-runs DIR ...`` reports runs measured before.  Needs no
     nox: ``python3 benchmarks/speed_stage.py noise ...`` on a GPU machine (``nox -s bench-noise`` here).
 
@@ -43,10 +43,10 @@ from typing import Iterator
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.analysis.speed_diff import compare_speed  # noqa: E402
+from harness.triage.speed_diff import compare_speed  # noqa: E402
 from harness.common.statuses import STEP_PASSED  # noqa: E402
-from harness.analysis.speed_noise import markdown, noise  # noqa: E402
-from harness.analysis.speed_ratios import rule_factors, same_mode_upstream  # noqa: E402
+from harness.triage.speed_noise import markdown, noise  # noqa: E402
+from harness.triage.speed_ratios import rule_factors, same_mode_upstream  # noqa: E402
 from harness.matrix.config import MatrixError, load_matrix  # noqa: E402
 from harness.kinds.machine import cpu_model, ram_bytes  # noqa: E402
 from harness.record.bench import read_bench  # noqa: E402
@@ -153,8 +153,8 @@ def repeat(runs: int, results: Path, platforms: list[str], groups: list[str], wo
 
 
 def noise_report(run_dirs: list[Path], platforms: list[str], out_json: Path | None) -> int:
-    """Each rule's false alarms and the spread of its samples over the runs in ``run_dirs`` (harness.analysis.
-    speed_noise), printed as Markdown tables; the records also to ``out_json`` when given.  Returns 0, or 1
+    """Each rule's false alarms and the spread of its samples over the runs in ``run_dirs``
+    (harness.triage.speed_noise), printed as Markdown tables; the records also to ``out_json`` when given.  Returns 0, or 1
     when a run has no speed record of a platform (nothing was measured)."""
     benches = [(p, read_bench(d, p)) for d in run_dirs for p in platforms]
     missing = [f"{d.name}/{p}" for (p, b), d in zip(benches, [d for d in run_dirs for _ in platforms]) if b is None]

@@ -1,4 +1,4 @@
-"""Triage across runs, judged by each ratio's measured cross-run spread (harness.analysis.speed_spread): what it
+"""Triage across runs, judged by each ratio's measured cross-run spread (harness.triage.speed_spread): what it
 says of every ordered pair of the committed clean runs, and what it says when a 12 % loss is planted in them.
 
 Prints each ratio's spread (its smallest change between two clean runs), then over every ordered pair of clean runs
@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.analysis.speed_diff import compare_bench  # noqa: E402
-from harness.analysis.speed_ratios import rule_factors, same_mode_upstream  # noqa: E402
-from harness.analysis.speed_spread import EVIDENCE, clean, committed  # noqa: E402
+from harness.triage.speed_diff import compare_bench  # noqa: E402
+from harness.triage.speed_ratios import rule_factors, same_mode_upstream  # noqa: E402
+from harness.triage.speed_spread import EVIDENCE, clean, committed  # noqa: E402
 from harness.record.summary import run_dirs_under  # noqa: E402
 from harness.matrix.config import load_matrix  # noqa: E402
 from harness.record.bench import instrument, read_bench  # noqa: E402

@@ -217,7 +217,7 @@ def stage_options(args: argparse.Namespace, **overrides: object) -> Options:
     ``--work-dir`` and ``--patches-dir``: each StageOption's field, converted as it says (split_names,
     parse_defines); ``overrides`` replace fields (forecast: its own work directory, series and groups).
     Raises InputError for a malformed ``-D`` or an empty name.  Here, beside the parsers that declare those
-    options, so that the commands and the forecast (harness.analysis.forecast) share it."""
+    options, so that the commands and the forecast (harness.upstream.forecast) share it."""
     fields: dict[str, object] = {}
     for option in STAGE_OPTIONS:
         if option.field in RUN_CHOICE:

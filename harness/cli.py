@@ -169,7 +169,7 @@ def _tool_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _analysis_commands(sub: argparse._SubParsersAction) -> None:
-    ap = _add(sub, "triage", "analysis.triage:run", "what changed between two runs; exit 1 on a regression",
+    ap = _add(sub, "triage", "triage.triage:run", "what changed between two runs; exit 1 on a regression",
               "Report what changed between two result runs.  --matrix names each fork configuration's upstream "
               "configuration in its mode, the preferred reference of its speed ratios (without the file every "
               "reference counts as fork-only).", [results_options(), matrix_options(), work_options()])
@@ -185,7 +185,7 @@ def _analysis_commands(sub: argparse._SubParsersAction) -> None:
     ap.add_argument("--a-work-dir", type=Path, action="append", default=[],
                     help="--confirm: a work directory holding run A's builds (repeatable; default: --work-dir)")
 
-    ap = _add(sub, "bisect", "analysis.bisect:run", "the first patch (or upstream commit) that makes a row fail",
+    ap = _add(sub, "bisect", "bisect:run", "the first patch (or upstream commit) that makes a row fail",
               "Bisect each failing row of a run (or the one --check names) across its series, each point judged "
               "as the run judged it; bisect.json and bisect.md in the run's folder (docs/triage.md).",
               [matrix_options(), patches_options(), work_options(), results_options(), build_options()])
@@ -202,7 +202,7 @@ def _analysis_commands(sub: argparse._SubParsersAction) -> None:
                          "source that has them, else a clone fetched from its git source)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
 
-    ap = _add(sub, "forecast", "analysis.forecast:run",
+    ap = _add(sub, "forecast", "upstream.forecast:run",
               "what the series would hit on another upstream commit (docs/forecast.md)",
               "What the patch series would hit on another upstream commit: every patch tried, what applied "
               "built, tested and compared (docs/forecast.md).",
@@ -215,7 +215,7 @@ def _analysis_commands(sub: argparse._SubParsersAction) -> None:
                     help="also bisect the upstream commits between the two bases for this check "
                          "(test:NAME); needs a local or git source")
 
-    ap = _add(sub, "roll", "analysis.roll:run",
+    ap = _add(sub, "roll", "upstream.roll:run",
               "move the pin and the series to another upstream commit, on a branch, verified (docs/roll.md)",
               "Move the pin and the patch series to another upstream commit in one command: the branch "
               "roll/<commit12>, the series rebased patch by patch with git am -3 in the dev tree (stopping at a "
@@ -233,7 +233,7 @@ def _analysis_commands(sub: argparse._SubParsersAction) -> None:
     ap.add_argument("--no-verify", action="store_true",
                     help="commit the new pin and write roll.md without running the main job on it")
 
-    ap = _add(sub, "report", "analysis.report:run", "a run's report.html, one self-contained page",
+    ap = _add(sub, "report", "views.report:run", "a run's report.html, one self-contained page",
               "Write a run's HTML report and print its path.", [results_options()])
     ap.add_argument("run", nargs="?", default="latest", help="run id or directory (default: latest)")
     ap.add_argument("--markdown", action="store_true",

@@ -48,7 +48,7 @@ def stage_run_kind(args: argparse.Namespace) -> str:
 def run_stages(args: argparse.Namespace) -> int:
     """``build test compare-outputs``: run ``args.stages``; the exit code of the run's verdict
     (harness.common.errors)."""
-    from .analysis.run_views import annotate_failures, settle_killed, verdict_json, verdict_line, write_views
+    from .views.run_views import annotate_failures, settle_killed, verdict_json, verdict_line, write_views
     from .cli import STAGES
     from .common.console import Console
     from .pipeline import run_stages as run_pipeline

@@ -176,7 +176,7 @@ def _check_declared(ctx: Context, table: tuple[Stage, ...]) -> None:
 def _finish(run: Run, cache: ResultCache | None = None, table: tuple[Stage, ...] = STAGES) -> None:
     """Write what a run leaves: the cache counts, summary.json and summary.md, JUnit in the run's ``junit/`` and
     its copy in ``results/junit/`` (the checks file holds the steps of ``table``'s stages of role ``checks``).  The signatures and the report are views of the record,
-    written by the command line once this returns (harness.analysis.run_views)."""
+    written by the command line once this returns (harness.views.run_views)."""
     run.end()
     if cache is not None:
         run.count_cache(cache.stats)

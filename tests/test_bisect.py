@@ -1,4 +1,4 @@
-"""Bisect of a run's failing rows (harness.analysis.bisect): the search, rows judged by the run's own verdict, and
+"""Bisect of a run's failing rows (harness.bisect): the search, rows judged by the run's own verdict, and
 whole bisections of the fake project (tests/fake_upstream.py) whose series ends in planted faults."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from fake_upstream import _git, make_fake_project
 from test_readme_bisect import readme_bisect_command
 from harness import cli
-from harness.analysis.bisect.record import FOUND, BisectRecord, PointVerdict, RowBisect, markdown
-from harness.analysis.bisect.rows import failing_targets, judge_at, pick
-from harness.analysis.bisect.search import BAD, GOOD, UNDECIDED, search
+from harness.bisect.record import FOUND, BisectRecord, PointVerdict, RowBisect, markdown
+from harness.bisect.rows import failing_targets, judge_at, pick
+from harness.bisect.search import BAD, GOOD, UNDECIDED, search
 from harness.record.records import ComparisonRecord, Failure, StepRecord
 from harness.record.summary import RunSummary
 from harness.stages.building.patches import export_series
@@ -61,7 +61,7 @@ def test_search_steps_around_undecided_points_and_ends_as_a_range_when_none_betw
 ])
 def test_a_row_that_fails_at_the_base_is_bisected_from_the_nearest_point_where_the_series_made_it_pass(
         outcomes, expected):
-    from harness.analysis.bisect import last_good_in_series
+    from harness.bisect import last_good_in_series
     asked: list[int] = []
 
     def at(k: int) -> str:
@@ -133,7 +133,7 @@ def test_a_speed_rule_the_stage_could_not_measure_is_undecided_and_a_row_not_rec
 
 
 def test_bisect_md_names_the_first_bad_patch_the_last_good_point_and_the_cost():
-    from harness.analysis.bisect.record import PatchInfo
+    from harness.bisect.record import PatchInfo
     row = RowBisect("cpu fork expectations: mapped m", FOUND, PatchInfo(3, "c.patch", "Map it", ("src/a.cpp",)), 2,
                     "fails: mapped: m: 223 MiB", "passes", [PointVerdict(2, GOOD, "passes", "/w/k2"),
                                                             PointVerdict(3, BAD, "fails: mapped: m: 223 MiB")],
@@ -167,7 +167,7 @@ def test_bisect_without_a_run_or_a_failing_row_or_a_stage_command_line_is_bad_in
 
 
 def test_a_point_runs_the_stages_and_options_the_run_was_started_with(tmp_path):
-    from harness.analysis.bisect.points import command_line
+    from harness.bisect.points import command_line
     from harness.record.run import Run
     run = _recorded(tmp_path, "failed", ["/x/harness/__main__.py", "build", "--group", "base-vs-fork", "--no-bench"])
     again = Run.open(tmp_path, run.name, argv=["/x/harness/__main__.py", "compare-outputs", "--group", "base-vs-fork",

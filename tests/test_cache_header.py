@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fake_upstream import make_fake_project
-from harness.analysis.report import render_html
+from harness.views.report import render_html
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,8 +10,8 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from harness.analysis.report import markdown_summary, render_html
-from harness.analysis.triage import diff_runs, format_report
+from harness.views.report import markdown_summary, render_html
+from harness.triage.triage import diff_runs, format_report
 from harness.record.records import ComparisonRecord, StepRecord
 from harness.record.run import Run
 

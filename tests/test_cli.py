@@ -13,7 +13,7 @@ from harness import cli
 from harness.common import errors, interpreter
 from harness.matrix.config import MatrixError
 from harness.stages.building.patches import PatchError
-from harness.analysis.run_choice import TriageInputError
+from harness.triage.run_choice import TriageInputError
 
 ROOT = Path(__file__).resolve().parent.parent
 

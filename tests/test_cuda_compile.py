@@ -24,7 +24,7 @@ from harness.pipeline import Options, open_context
 from harness.stages.building.compile_stage import compile_options, compile_variant
 from harness.record.records import StepRecord
 from harness.record.run import Run
-from harness.analysis.signatures import classify_step
+from harness.triage.signatures import classify_step
 
 ROOT = Path(__file__).resolve().parents[1]
 PLATFORM = "linux-x86_64-cuda"

@@ -24,9 +24,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.analysis import triage
-from harness.analysis.report import render_html
-from harness.analysis.signatures import classify_step, expectation_signatures
+from harness.triage import triage
+from harness.views.report import render_html
+from harness.triage.signatures import classify_step, expectation_signatures
 from harness.matrix.config import MatrixError, load_matrix
 from harness.record.junit import checks_xml
 from harness.record.probe import PROBE_FILE, PROBE_STEP_BYTES, Probe, parse_probe

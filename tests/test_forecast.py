@@ -1,4 +1,4 @@
-"""Tests for harness.analysis.forecast and forecast_patches on a fake upstream with planted drift
+"""Tests for harness.upstream.forecast and forecast_patches on a fake upstream with planted drift
 (tests/fake_upstream.py, make_drift_project).
 
 The patch-stage tests run git only; the end-to-end ones build the fake project (marked slow)."""
@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 
 from fake_upstream import DriftProject, make_drift_project
-from harness.analysis.forecast import (ForecastError, forecast_markdown, parse_onto, verdict, with_old_base,
+from harness.upstream.forecast import (ForecastError, forecast_markdown, parse_onto, verdict, with_old_base,
                                       without_left_out_tests)
-from harness.analysis.forecast_patches import PatchOutcome, conflict_regions, try_series
+from harness.upstream.forecast_patches import PatchOutcome, conflict_regions, try_series
 from harness.matrix.config import load_matrix
 from harness.common.statuses import RUN_FORECAST
 from harness.record.forecast import ForecastRecord
 from harness.record.inputs import read_run_info
 from harness.record.layout import RunLayout
 from harness.record.records import ComparisonRecord, StepRecord
-from harness.analysis.report import render_html
+from harness.views.report import render_html
 from harness.common.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PASSED
 from harness.stages.building.patches import apply_series, read_series
 
@@ -36,7 +36,7 @@ def drift(tmp_path_factory: pytest.TempPathFactory) -> DriftProject:
 
 def _trial(d: DriftProject, onto: str, tmp: Path):
     """try_series of the drift series onto ``onto`` in a clone of the fake repository, the old base's
-    fork branch beside it (as harness.analysis.forecast.forecast_base leaves it)."""
+    fork branch beside it (as harness.upstream.forecast.forecast_base leaves it)."""
     repo = tmp / "trial"
     subprocess.run(["git", "clone", "-q", str(d.project.repo), str(repo)], check=True)
     patches = read_series(d.project.patches)

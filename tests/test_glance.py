@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fake_upstream import make_fake_project
-from harness.analysis import report
+from harness.views import report
 from harness.record.glance import (EXPERTS, FORK_VS_UPSTREAM, MAPPING, MEASURES, PAGE_LOCKED, PINNED_PREFILL,
                                    SANITIZER, UPSTREAM_SUITE, build_glance)
 from harness.record.layout import RunLayout

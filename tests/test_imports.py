@@ -1,37 +1,39 @@
-"""The package's import graph: no cycles, and the stages import only what they may (every import statement
-counts, also those inside functions and under TYPE_CHECKING)."""
+"""The package's import graph: no cycles, and the stages and each room of the tools that read a run import only what
+they may (every import statement counts, also those inside functions and under TYPE_CHECKING)."""
 
 import ast
+import shutil
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "harness"
 
 
-def module_name(path: Path) -> str:
-    """``harness/stages/building/build.py`` -> ``stages.building``; a package's ``__init__.py`` -> the package."""
-    parts = path.relative_to(PACKAGE).with_suffix("").parts
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    """``harness/stages/building/build.py`` -> ``stages.building.build``; a package's ``__init__.py`` -> the package."""
+    parts = path.relative_to(package).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module name (dotted, below ``harness``) -> the harness modules it imports anywhere in its source.
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module name (dotted, below ``harness``) -> the harness modules it imports anywhere in its source, for the
+    package at ``package`` (default: this checkout's ``harness/``).
 
     Relative imports are resolved against the module's package; ``from ..record import gpu`` counts as
     an import of ``record.gpu`` (and of the package ``record`` itself).
     """
-    paths = sorted(PACKAGE.rglob("*.py"))
-    modules = {module_name(p) for p in paths}
+    paths = sorted(package.rglob("*.py"))
+    modules = {module_name(p, package) for p in paths}
     graph: dict[str, set[str]] = {}
     for path in paths:
-        name = module_name(path)
-        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        package = [p for p in package if p]
+        name = module_name(path, package)
+        anchors = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        anchors = [p for p in anchors if p]
         deps: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             targets: list[list[str]] = []
             if isinstance(node, ast.ImportFrom):
                 if node.level:
-                    anchor = package[:len(package) - (node.level - 1)] if node.level > 1 else package
+                    anchor = anchors[:len(anchors) - (node.level - 1)] if node.level > 1 else anchors
                     base = anchor + (node.module.split(".") if node.module else [])
                 elif node.module == "harness" or (node.module or "").startswith("harness."):
                     base = node.module.split(".")[1:]
@@ -87,7 +89,8 @@ def test_the_cycle_finder_finds_one():
 
 
 #: The packages a module under ``stages/`` may import (harness.stages.shape): the run's inputs, its record, what
-#: all share, and the other stages; never ``analysis/``, ``tools/``, ``cli``, ``args`` or ``pipeline``.
+#: all share, and the other stages; never the tools' rooms (``triage/``, ``views/``, ``bisect/``, ``upstream/``),
+#: ``tools/``, ``cli``, ``args`` or ``pipeline``.
 STAGES_MAY_IMPORT = ("kinds", "matrix", "record", "common", "stages")
 
 
@@ -101,19 +104,75 @@ def test_stages_import_only_matrix_record_common_and_other_stages():
     assert forbidden_stage_imports(import_graph()) == []
 
 
-def test_nothing_under_stages_imports_the_pipeline_the_cli_analysis_or_tools():
+def test_nothing_under_stages_imports_the_pipeline_the_cli_the_tools_rooms_or_tools():
     graph = import_graph()
     importers = {mod for mod, deps in graph.items() for dep in deps
-                 if dep.split(".")[0] in ("analysis", "tools", "cli", "pipeline")}
-    assert "commands" in importers and "analysis.forecast" in importers  # they are imported, by others
+                 if dep.split(".")[0] in (*TOOL_ROOMS, "tools", "cli", "pipeline")}
+    assert "commands" in importers and "upstream.forecast" in importers  # they are imported, by others
     assert not {m for m in importers if m.split(".")[0] == "stages"}
 
 
+#: What the tools that read a run may import, room by room (each a package under ``harness/``, docs/layout.md), data
+#: flowing one way: triage reads the record; the views read triage's records (signatures, which runs to compare);
+#: bisect runs the stages again and writes the views; upstream tracking (forecast, roll) may use all of them. Every
+#: room may also import the run's frame: the package itself (``""``), ``common``, ``kinds``, ``matrix``, ``record``,
+#: ``stages``, ``args`` and ``cli`` (a command's own parser).
+FRAME = ("", "common", "kinds", "matrix", "record", "stages", "args", "cli")
+TOOL_ROOMS = {
+    "triage": FRAME,
+    "views": (*FRAME, "triage"),
+    "bisect": (*FRAME, "pipeline", "triage", "views"),
+    "upstream": (*FRAME, "pipeline", "triage", "views", "bisect"),
+}
+#: The tool rooms no other module imports: upstream tracking is used by none (the command line names it as a
+#: ``module:function`` string, harness.cli).
+USED_BY_NONE = ("upstream",)
+
+
+def forbidden_tool_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(module, import) for every import of a tool room's module outside its own room and :data:`TOOL_ROOMS`, and
+    for every import of a room of :data:`USED_BY_NONE` by a module of another room."""
+    found = []
+    for mod, deps in graph.items():
+        here = mod.split(".")[0]
+        for dep in deps:
+            there = dep.split(".")[0]
+            if here in TOOL_ROOMS and there != here and there not in TOOL_ROOMS[here] or \
+                    there in USED_BY_NONE and there != here:
+                found.append((mod, dep))
+    return sorted(found)
+
+
+def test_each_tool_room_imports_only_the_rooms_below_it():
+    graph = import_graph()
+    assert forbidden_tool_imports(graph) == []
+    assert {m.split(".")[0] for m in graph} >= set(TOOL_ROOMS)  # the rooms are there to be judged
+
+
+def test_the_tool_room_rule_finds_an_import_the_wrong_way():
+    graph = {"triage.triage": {"views.report", "record.summary"}, "views.report": {"triage.signatures"},
+             "bisect.points": {"upstream.forecast", "views.run_views"}, "commands": {"upstream.roll", "views.run_views"},
+             "upstream.roll": {"bisect", "pipeline", "upstream.forecast"}, "views.svg": {"tools.bench"}}
+    assert forbidden_tool_imports(graph) == [("bisect.points", "upstream.forecast"), ("commands", "upstream.roll"),
+                                             ("triage.triage", "views.report"), ("views.svg", "tools.bench")]
+
+
+def test_a_planted_import_of_upstream_tracking_in_triage_is_found(tmp_path):
+    """The rule reads the real source: triage asking the forecast for something, the way a patch would write it."""
+    copy = tmp_path / "harness"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    planted = copy / "triage" / "run_choice.py"
+    planted.write_text(planted.read_text(encoding="utf-8") +
+                       "\n\ndef onto_of(text):\n    from ..upstream.forecast import parse_onto\n"
+                       "    return parse_onto(text)\n", encoding="utf-8")
+    assert forbidden_tool_imports(import_graph(copy)) == [("triage.run_choice", "upstream.forecast")]
+
+
 def test_the_rule_finds_a_forbidden_import():
-    graph = {"stages.speed.speed": {"common.statistics", "analysis.report", "stages.shape"},
-             "stages.building.build": {"pipeline", "record.run"}, "analysis.report": {"stages.shape"}}
+    graph = {"stages.speed.speed": {"common.statistics", "views.report", "stages.shape"},
+             "stages.building.build": {"pipeline", "record.run"}, "views.report": {"stages.shape"}}
     assert forbidden_stage_imports(graph) == [("stages.building.build", "pipeline"),
-                                              ("stages.speed.speed", "analysis.report")]
+                                              ("stages.speed.speed", "views.report")]
 
 
 def kind_compares(source: str) -> list[int]:
@@ -154,7 +213,7 @@ def test_the_kind_rule_finds_the_compares_a_stage_would_write():
 
 def room(module: str) -> str:
     """The room of a module: its folder under ``stages/`` (``stages.building``), else its top-level package or module
-    (``analysis``, ``pipeline``).  Under ``stages/`` itself, ``table.py``, the list of every stage room's stages,
+    (``views``, ``pipeline``).  Under ``stages/`` itself, ``table.py``, the list of every stage room's stages,
     is a room of its own (``stages.table``), above the rooms; the frame every stage fits, ``shape.py`` and
     ``options.py``, is the room ``stages``, below them."""
     parts = module.split(".")
@@ -175,9 +234,9 @@ def test_no_two_rooms_import_each_other():
 
 def test_the_room_rule_finds_a_pair():
     graph = {"stages.building.builds": {"stages.outputs.greedy", "stages.shape"}, "stages.outputs.sessions":
-             {"stages.building.builds"}, "stages.shape": {"stages.building.builds"}, "pipeline": {"analysis.report"},
-             "analysis.forecast": {"pipeline"}, "stages.table": {"stages.building.builds", "stages.shape"}}
-    assert rooms_importing_each_other(graph) == [("analysis", "pipeline"), ("stages", "stages.building"),
+             {"stages.building.builds"}, "stages.shape": {"stages.building.builds"}, "pipeline": {"upstream.roll"},
+             "upstream.forecast": {"pipeline"}, "stages.table": {"stages.building.builds", "stages.shape"}}
+    assert rooms_importing_each_other(graph) == [("pipeline", "upstream"), ("stages", "stages.building"),
                                                  ("stages.building", "stages.outputs")]
 
 
@@ -234,4 +293,4 @@ def test_no_private_name_is_imported_from_another_package():
 
 def test_the_private_rule_finds_one():
     source = "from ..stages.building.patches import _Git, Patch\nfrom .report import _status\n"
-    assert private_imports("analysis.forecast_patches", source) == ["analysis.forecast_patches: stages.building.patches._Git"]
+    assert private_imports("upstream.forecast_patches", source) == ["upstream.forecast_patches: stages.building.patches._Git"]

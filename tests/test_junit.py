@@ -3,7 +3,7 @@ check, speed rule and upstream test."""
 
 import xml.etree.ElementTree as ET
 
-from harness.analysis import report
+from harness.views import report
 from harness.record.json_files import write_json
 from harness.record.junit import publish_latest, write_run_junit
 from harness.record.layout import RunLayout

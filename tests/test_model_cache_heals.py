@@ -115,7 +115,7 @@ def test_the_model_store_that_models_and_the_stages_use_makes_a_damaged_file_aga
 
 
 def test_a_model_that_could_not_be_made_is_no_regression_of_the_fork(tmp_path):
-    from harness.analysis.triage import diff_runs
+    from harness.triage.triage import diff_runs
     from harness.record.records import Failure, StepRecord
     from harness.record.run import Run
 

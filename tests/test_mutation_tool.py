@@ -52,16 +52,16 @@ def test_every_function_a_module_is_mutated_in_part_by_is_a_function_of_it():
 
 
 def test_a_module_mutated_in_part_asks_mutmut_for_the_mutants_of_its_named_functions_only():
-    patterns = mutant_patterns(["harness/common/statuses.py", "harness/analysis/triage.py"])
+    patterns = mutant_patterns(["harness/common/statuses.py", "harness/triage/triage.py"])
 
     def asked(name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
     assert asked("harness.common.statuses.xǁStatusSetǁcheck__mutmut_2")  # mutated whole
-    assert asked("harness.analysis.triage.x__category__mutmut_1")
-    assert asked("harness.analysis.triage.xǁTriageReportǁto_json__mutmut_3")
-    assert not asked("harness.analysis.triage.x_format_report__mutmut_1")  # the text, left out
-    assert not asked("harness.analysis.triage.x__category_of__mutmut_1")  # a name that only starts alike
+    assert asked("harness.triage.triage.x__category__mutmut_1")
+    assert asked("harness.triage.triage.xǁTriageReportǁto_json__mutmut_3")
+    assert not asked("harness.triage.triage.x_format_report__mutmut_1")  # the text, left out
+    assert not asked("harness.triage.triage.x__category_of__mutmut_1")  # a name that only starts alike
     assert not asked("harness.common.statistics.x_judge__mutmut_1")  # a module not asked for
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.report import markdown_summary, render_html
-from harness.analysis.speed_diff import compare_speed
-from harness.analysis.triage import _speed_line
+from harness.views.report import markdown_summary, render_html
+from harness.triage.speed_diff import compare_speed
+from harness.triage.triage import _speed_line
 from harness.common.statistics import OF_MEDIANS, WITHIN_ROUND, judge, within_round_ratio
 from harness.record.bench import read_bench, rule_ratio
 

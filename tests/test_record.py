@@ -8,20 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import triage
+from harness.triage import triage
 from harness.common import statuses
 from harness.record import records
 from harness.stages.building.build import BuildResult
 from harness.matrix.config import load_matrix
 from harness.pipeline import Options, open_context
 from harness.stages.outputs.compare_stage import record_generate_steps, run_groups
-from harness.analysis.report import render_html
+from harness.views.report import render_html
 from harness.record.json_files import load_records
 from harness.record.layout import RunLayout
 from harness.record.records import ComparisonRecord, Failure, RecordError, StepRecord, legacy_failures
 from harness.record.run import Run
 from harness.common.statuses import COMPARISON, Status
-from harness.analysis.signatures import classify_run, step_logs
+from harness.triage.signatures import classify_run, step_logs
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = "linux-x86_64-cpu"

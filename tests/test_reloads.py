@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from fake_upstream import make_fake_project
-from harness.analysis.signatures import classify_step
+from harness.triage.signatures import classify_step
 from harness.matrix.config import MatrixError, load_matrix
 from harness.record.reloads import ReloadError, parse_reloads, read_reloads
 from harness.record.records import StepRecord

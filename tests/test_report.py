@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.analysis import report
-from harness.analysis.report import align_divergence, markdown_summary, write_report
-from harness.analysis.pin_chart import pin_chart_svg
+from harness.views import report
+from harness.views.report import align_divergence, markdown_summary, write_report
+from harness.views.pin_chart import pin_chart_svg
 from harness.record.json_files import write_json
 from harness.record.records import ComparisonRecord, StepRecord
 from harness.record.run import Run
-from harness.analysis.signatures import classify_run
+from harness.triage.signatures import classify_run
 
 CPU, CUDA = "linux-x86_64-cpu", "linux-x86_64-cuda"
 GIB = 2**30

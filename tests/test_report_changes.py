@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import report
-from harness.analysis.run_choice import TriageInputError, previous_run, recorded_series
+from harness.views import report
+from harness.triage.run_choice import TriageInputError, previous_run, recorded_series
 
 ROOT = Path(__file__).resolve().parent.parent
 EVIDENCE = ROOT / "results" / "evidence"

@@ -1,4 +1,4 @@
-"""The report's pictures (harness.analysis.svg, harness.analysis.report_figures) from committed H200 runs."""
+"""The report's pictures (harness.views.svg, harness.views.report_figures) from committed H200 runs."""
 
 import json
 import re
@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import report_figures, svg
-from harness.analysis.report import render_html
+from harness.views import report_figures, svg
+from harness.views.report import render_html
 from harness.record.records import ComparisonRecord
-from harness.analysis.report_figures import (checkout_series, kl_figure, probe_figure, rule_history,
+from harness.views.report_figures import (checkout_series, kl_figure, probe_figure, rule_history,
                                              rule_history_figures, speed_pair_figures)
-from harness.analysis.run_choice import recorded_series
+from harness.triage.run_choice import recorded_series
 from harness.record.bench import read_bench
 from harness.record.summary import run_dirs_under
 
@@ -196,7 +196,7 @@ def test_no_planted_run_is_drawn_as_the_forks_in_any_rules_history():
 
 
 def _probe_svg(run: Path, config: str) -> tuple[ET.Element, str]:
-    from harness.analysis.report_figures import probe_figures
+    from harness.views.report_figures import probe_figures
     figure = next(f for f in probe_figures(run) if f"· {config} ·" in f)
     return ET.fromstring(figure[figure.index("<svg"):figure.index("</svg>") + 6]), figure
 
@@ -265,7 +265,7 @@ def test_a_history_s_threshold_line_says_the_whole_rule():
 def test_small_pin_ladder_allocations_stay_visible_on_the_run_s_shared_axis():
     """The fork's cudaMallocHost allocations of 125 KiB and a few MiB beside 4.6 GiB ladders on one axis: each
     bar is drawn at least MIN_BAR wide and its size printed beside it."""
-    from harness.analysis.pin_chart import MIN_BAR, ladder_scale, pin_chart_svg, pin_ladders
+    from harness.views.pin_chart import MIN_BAR, ladder_scale, pin_chart_svg, pin_ladders
     ladders = pin_ladders(ROOT / "results" / "evidence" / "gpu1-20261205T030752Z")
     scale = ladder_scale([g["records"] for g in ladders])
     assert scale >= 4 * 2**30

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.report import render_html
+from harness.views.report import render_html
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")

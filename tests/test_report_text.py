@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.analysis.report import render_html
+from harness.views.report import render_html
 from harness.common.statistics import judge
 
 ROOT = Path(__file__).resolve().parent.parent

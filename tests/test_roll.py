@@ -1,4 +1,4 @@
-"""Tests for the roll (harness.analysis.roll, roll_pin, roll_record) and the pin's agreement (harness.matrix.pin).
+"""Tests for the roll (harness.upstream.roll, roll_pin, roll_record) and the pin's agreement (harness.matrix.pin).
 
 The roll creates branches and commits, so every test rolls a project of its own: a git checkout in a temporary
 directory holding the fake project's matrix.yaml (tests/fake_upstream.py, make_drift_project), its five-patch
@@ -348,7 +348,7 @@ exec {git} "$@"
 #: ``roll`` with Ctrl-C sent to itself once triage has finished, before roll.md is written.
 AFTER_TRIAGE = """
 import os, signal, sys
-from harness.analysis import roll_record
+from harness.upstream import roll_record
 triage = roll_record.RollRecord.triage_against_old_pin
 def then_interrupt(self, *args, **kwargs):
     triage(self, *args, **kwargs)

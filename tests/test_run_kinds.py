@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import run_choice
-from harness.analysis.report_figures import rule_history, rule_history_figures
-from harness.analysis.run_choice import previous_run, run_kind
+from harness.triage import run_choice
+from harness.views.report_figures import rule_history, rule_history_figures
+from harness.triage.run_choice import previous_run, run_kind
 from harness.commands import stage_run_kind
 from harness.common.errors import InputError
 from harness.common.statuses import (RUN_BISECT, RUN_FORECAST, RUN_FORK, RUN_KINDS, RUN_ROLL, RUN_SERIES,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from harness.analysis.signatures import classify_step
+from harness.triage.signatures import classify_step
 from harness.matrix.config import load_matrix
 from harness.record.gpu import first_sanitizer_error
 from harness.record.layout import RunLayout

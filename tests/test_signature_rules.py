@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fake_upstream import make_fake_project
-from harness.analysis.text_rules import KEY_MAX_CHARS, classify_text, clip_key, strip_templates
+from harness.triage.text_rules import KEY_MAX_CHARS, classify_text, clip_key, strip_templates
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.analysis import triage
-from harness.analysis.report import markdown_summary, render_html
-from harness.analysis.signatures import classify_run
+from harness.triage import triage
+from harness.views.report import markdown_summary, render_html
+from harness.triage.signatures import classify_run
 from harness.common.statistics import judge, spread
 from harness.common.console import Console
 from harness.matrix.config import MatrixError, load_matrix

@@ -1,4 +1,4 @@
-"""``triage --confirm`` (harness.analysis.speed_confirm): both runs' builds re-measured interleaved, with the fake
+"""``triage --confirm`` (harness.triage.speed_confirm): both runs' builds re-measured interleaved, with the fake
 engine (tests/fake_engine.py) standing in for llama-harness-engine."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import speed_confirm, triage
-from harness.analysis.speed_confirm import ConfirmError, Engine, build_holding, confirm, recorded_build_key
-from harness.analysis.speed_diff import SUSPECT, SpeedChange
+from harness.triage import speed_confirm, triage
+from harness.triage.speed_confirm import ConfirmError, Engine, build_holding, confirm, recorded_build_key
+from harness.triage.speed_diff import SUSPECT, SpeedChange
 from harness.matrix.model_sources.registry import ModelStore
 from harness.record.json_files import write_json
 from harness.record.records import StepRecord

@@ -1,4 +1,4 @@
-"""The speed stage's noise, measured: the warm-up rounds, harness.analysis.speed_noise and the benchmark
+"""The speed stage's noise, measured: the warm-up rounds, harness.triage.speed_noise and the benchmark
 that reports it (benchmarks/speed_stage.py noise), on fake engines (tests/fake_engine.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.speed_noise import cv, markdown, noise
+from harness.triage.speed_noise import cv, markdown, noise
 from harness.matrix.config import MatrixError, load_matrix
 from harness.pipeline import Options
 from harness.record.bench import read_bench

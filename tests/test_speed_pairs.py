@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.signatures import classify_run
+from harness.triage.signatures import classify_run
 from harness.common.proc import peak_rss_bytes
 from harness.common.statistics import WITHIN_ROUND, within_round_ratio
 from harness.matrix.config import MatrixError, load_matrix
@@ -255,9 +255,9 @@ def test_builds_and_models_are_taken_in_the_stage_s_own_thread(cuda_stage, monke
 
 
 def test_triage_reads_each_pair_as_its_own_set_of_rounds(cuda_stage, tmp_path):
-    # harness.analysis.speed_ratios groups measurements by unit_key, which names a unit's set of rounds
+    # harness.triage.speed_ratios groups measurements by unit_key, which names a unit's set of rounds
     # ("interleaved") where the stage measured the unit in several pairs
-    from harness.analysis.speed_ratios import interleaved, round_ratios
+    from harness.triage.speed_ratios import interleaved, round_ratios
     bench = read_bench(cuda_stage("sets").run.dir, CUDA)
     sets = interleaved(bench)
     assert len(sets) == 8 and all(len(configs) == 2 for configs in sets.values())

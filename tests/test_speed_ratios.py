@@ -1,4 +1,4 @@
-"""Triage's speed comparison on within-run ratios (harness.analysis.speed_ratios, speed_diff): unit tests,
+"""Triage's speed comparison on within-run ratios (harness.triage.speed_ratios, speed_diff): unit tests,
 and the committed H200 evidence runs (results/evidence/), clean and with planted pinned slowdowns."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import triage
-from harness.analysis.speed_diff import REGRESSION, SUSPECT, UNCHANGED, compare_bench
-from harness.analysis.speed_ratios import (FORK_ONLY, UPSTREAM, Reference, choose_reference, compare_ratios,
+from harness.triage import triage
+from harness.triage.speed_diff import REGRESSION, SUSPECT, UNCHANGED, compare_bench
+from harness.triage.speed_ratios import (FORK_ONLY, UPSTREAM, Reference, choose_reference, compare_ratios,
                                            interleaved, recorded_rule_factors, round_ratios, rule_factors,
                                            rule_references, same_mode_upstream)
-from harness.analysis.speed_spread import clean, committed, measure, median_ratios
+from harness.triage.speed_spread import clean, committed, measure, median_ratios
 from harness.record.summary import run_dirs_under
 from harness.common.statistics import MIN_SAMPLES, judge
 from harness.record.bench import instrument
@@ -391,7 +391,7 @@ def test_the_back_to_back_runs_are_the_clean_series_on_the_committed_runs_machin
 def test_triage_between_back_to_back_runs_finds_no_regression_by_the_measured_spreads():
     """At the matrix's factors alone triage finds 13 regressions in the 110 ordered pairs of the engine of before,
     every one the fork against upstream with every weight in VRAM; judged by each ratio's measured cross-run
-    spread (harness.analysis.speed_spread), none, and each of the 13 is suspect."""
+    spread (harness.triage.speed_spread), none, and each of the 13 is suspect."""
     benches = {r: noise_bench(r) for r in STAGE}
     by_factors = [(a, b) for a, b in ORDERED for c in compare_bench(CUDA, benches[a], benches[b], UPSTREAM_OF, FACTORS)
                   if c.regressed and (c.config, c.reference) == ("fork", "base")]
@@ -554,7 +554,7 @@ def test_a_spread_is_the_smallest_change_between_clean_runs_of_one_machine_and_i
 
 def test_a_ratio_s_spread_is_its_model_s():
     """The default-mode pair measured on moe-large (2026-12-03) and on moe-48l-quant (2026-12-04) by the same engine
-    on machines of one fingerprint: each model keeps its own spread (harness.analysis.speed_spread.Key), the F16
+    on machines of one fingerprint: each model keeps its own spread (harness.triage.speed_spread.Key), the F16
     experts' prefill moving about three times as far as the quantized one's."""
     spreads = committed()
     large = spreads[(CUDA, 2, "moe-large", "fork", "pp", "base")]

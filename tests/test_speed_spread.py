@@ -1,4 +1,4 @@
-"""harness.analysis.speed_spread on synthetic runs: which runs are a yardstick, which runs are of one machine, and
+"""harness.triage.speed_spread on synthetic runs: which runs are a yardstick, which runs are of one machine, and
 the ratios a run gives and leaves out (the committed runs' spreads are tested in tests/test_speed_ratios.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.speed_spread import clean, measure, median_ratios
+from harness.triage.speed_spread import clean, measure, median_ratios
 
 CUDA = "linux-x86_64-cuda"
 

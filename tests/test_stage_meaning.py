@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness import pipeline
-from harness.analysis import signatures
+from harness.triage import signatures
 from harness.matrix.config import load_matrix
 from harness.pipeline import Options, UndeclaredStep, run_stages
 from harness.record.records import StepRecord
@@ -93,7 +93,7 @@ def test_a_new_stages_failure_is_read_from_the_evidence_it_declares(tmp_path, mo
 
 
 #: A stage module of its own, as a new stage would be written: one step, its statuses and the function that signs
-#: its failure from the file it writes; nothing of it is known to harness.analysis.signatures.
+#: its failure from the file it writes; nothing of it is known to harness.triage.signatures.
 LINT_STAGE = '''
 import json
 from pathlib import Path

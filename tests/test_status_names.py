@@ -13,7 +13,7 @@ from typing import Iterable
 
 import re
 
-from harness.analysis import report
+from harness.views import report
 from harness.common import console
 from harness.common.statuses import COMPARISON, PATCH, STEP, STEP_ERROR, STEP_FAILED, STEP_INCOMPLETE, \
     STEP_INTERRUPTED, VERDICT, Status
@@ -29,10 +29,10 @@ DECLARATION = Path("common/statuses.py")
 #: (module, where) that spell a comparison status's word for another vocabulary, each with its reason; ``where``
 #: is the module-level name the word is written under (a function, a class or a declared constant).
 OTHER_VOCABULARIES = {
-    (Path("analysis/signatures.py"), "_classify_test"): "the ``timeout`` signature kind, not a comparison's status",
-    (Path("analysis/signatures.py"), "generate_signatures"): "the ``timeout`` signature kind",
-    (Path("analysis/text_rules.py"), "KIND_RANK"): "the ``timeout`` signature kind's rank",
-    (Path("analysis/text_rules.py"), "classify_text"): "the ``timeout`` signature kind",
+    (Path("triage/signatures.py"), "_classify_test"): "the ``timeout`` signature kind, not a comparison's status",
+    (Path("triage/signatures.py"), "generate_signatures"): "the ``timeout`` signature kind",
+    (Path("triage/text_rules.py"), "KIND_RANK"): "the ``timeout`` signature kind's rank",
+    (Path("triage/text_rules.py"), "classify_text"): "the ``timeout`` signature kind",
     (Path("stages/native_tests/native_tests.py"), "_run_wrapped"): "ctest's word for a test it stopped, in that "
                                                                      "test's message",
     (Path("tools/mutation.py"), "CAUGHT"): "mutmut's status of a mutant that made a test hang (docs/mutation.md)",
@@ -44,15 +44,15 @@ STEP_WORDS_OF_OTHER_VOCABULARIES = {
     (Path("record/native_tests.py"), "CASE_PASSED"): "ctest's outcomes of one native test (tests.json)",
     (Path("record/expectations.py"), "FINDING_PASSED"): "the outcomes of one rule on one load (a finding)",
     (Path("record/junit.py"), "PASSED"): "JUnit's outcomes of a <testcase> and the elements that carry them",
-    (Path("analysis/roll_state.py"), "SKIPPED_BY_HAND"): "a roll's outcome of a patch dropped by git am --skip",
-    (Path("analysis/triage.py"), "TRIAGE_REGRESSED"): "the verdicts of a triage report",
+    (Path("upstream/roll_state.py"), "SKIPPED_BY_HAND"): "a roll's outcome of a patch dropped by git am --skip",
+    (Path("triage/triage.py"), "TRIAGE_REGRESSED"): "the verdicts of a triage report",
     (Path("stages/outputs/divergence.py"), "TEXT_DIFFERS"): "a llama-completion text that may be cut (a TextCheck)",
 }
 
 #: (module, where) that spell a patch status's word for another vocabulary, each with its reason.
 PATCH_WORDS_OF_OTHER_VOCABULARIES = {
-    (Path("analysis/speed_spread.py"), "__all__"): "the function ``clean`` of the module, exported",
-    (Path("analysis/triage.py"), "TRIAGE_REGRESSED"): "the verdict of a triage report that found no regression",
+    (Path("triage/speed_spread.py"), "__all__"): "the function ``clean`` of the module, exported",
+    (Path("triage/triage.py"), "TRIAGE_REGRESSED"): "the verdict of a triage report that found no regression",
     (Path("stages/building/patches.py"), "Git"): "git's ``clean`` command",
 }
 
@@ -164,7 +164,7 @@ def test_no_module_writes_a_status_as_a_css_class():
     found = [f"{rel}:{line}: {cls}" for path, rel in _modules()
              for line, cls in status_classes(path.read_text(encoding="utf-8"), words)]
     assert found == [], ("colour by the outcome's class (st-success, st-failure, st-neutral), as "
-                         "harness.analysis.report._status does:\n" + "\n".join(found))
+                         "harness.views.report._status does:\n" + "\n".join(found))
 
 
 def test_the_rule_finds_a_status_written_as_a_css_class():

@@ -12,19 +12,20 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.analysis import bisect, run_choice, text_rules, triage
+from harness import bisect
+from harness.triage import run_choice, text_rules, triage
 from harness.stages.building.patches import export_series
 from harness.record.json_files import write_json
 from harness.record.records import ComparisonRecord, Failure, StepRecord
 from harness.record.layout import RunLayout
 from harness.record.run import Run
 from harness.record.upstream_tests import FAILED_BOTH, PASSED_BOTH, REGRESSED, SuiteRecord, TestPair
-from harness.analysis.signatures import classify_run, classify_step
-from harness.analysis.text_rules import classify_text, normalise
-from harness.analysis.bisect import BisectError, bisect_first_bad
+from harness.triage.signatures import classify_run, classify_step
+from harness.triage.text_rules import classify_text, normalise
+from harness.bisect import BisectError, bisect_first_bad
 from harness.common.errors import InputError
-from harness.analysis.triage import diff_runs
-from harness.analysis.run_choice import previous_run, resolve_run
+from harness.triage.triage import diff_runs
+from harness.triage.run_choice import previous_run, resolve_run
 
 CPU, CUDA, WIN = "linux-x86_64-cpu", "linux-x86_64-cuda", "windows-x86_64-cuda"
 GIB = 2**30
@@ -393,7 +394,7 @@ def test_triage_names_exactly_the_regressions(runs, capsys):
         ("comparison", CUDA, "cuda-pin-routes moe-large/long-prefill: cuda-pin-all vs cuda-nopin", "identical",
          "crashed"),
         ("step", WIN, "fork build", "passed", "failed"),
-        # fewer page-locked bytes is a regression even where no status changed (harness.analysis.memory_changes)
+        # fewer page-locked bytes is a regression even where no status changed (harness.triage.memory_changes)
         ("pinning", CUDA, "cuda-pin-all: pinned bytes", "8.00 GiB granted", "4.00 GiB granted"),
     }
     assert report.transitions[:5] == report.regressions  # regressions come first

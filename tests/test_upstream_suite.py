@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.signatures import classify_step
+from harness.triage.signatures import classify_step
 from harness.kinds.registry import gpu_of
 from harness.matrix.config import UpstreamNeed, UpstreamTests, load_matrix
 from harness.record import native_tests
@@ -236,8 +236,8 @@ def test_the_signature_of_a_regression_comes_from_the_regressed_test_never_from_
 
 
 def test_triage_lists_a_test_whose_pair_changed_class_a_new_regression_as_one(tmp_path):
-    from harness.analysis.triage import Transition
-    from harness.analysis.upstream_diff import upstream_test_transitions
+    from harness.triage.triage import Transition
+    from harness.triage.upstream_diff import upstream_test_transitions
     names = ["test-a", "test-b", "test-c"]
     ok = native_tests.TestRun("passed", [native_tests.TestCase(n, "passed") for n in names])
     a_fork = native_tests.TestRun("passed", [native_tests.TestCase("test-a", "passed"),

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fake_upstream import make_fake_project
-from harness.analysis import run_choice, triage
+from harness.triage import run_choice, triage
 from harness.matrix.config import MatrixError, load_matrix
 from harness.record.records import StepRecord
 from harness.record.run import Run

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.analysis.run_views import annotate_failures, verdict_json, verdict_line
+from harness.views.run_views import annotate_failures, verdict_json, verdict_line
 from harness.common.console import Console
 from harness.matrix.config import load_matrix
 from harness.record.records import ComparisonRecord, Failure, StepRecord

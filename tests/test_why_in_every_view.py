@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.analysis.run_views import annotate_failures, verdict_json, verdict_line, write_views
+from harness.views.run_views import annotate_failures, verdict_json, verdict_line, write_views
 from harness.common.console import Console
 from harness.record.bench import read_bench
 from harness.record.junit import checks_xml, speed_xml

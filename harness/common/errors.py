@@ -15,7 +15,7 @@ Exit codes of ``python -m harness`` (and of nox, see noxfile.py):
       before anything runs, or after the build and before any generation for what needs the
       build (harness.stages.building.preflight)
 3     incomplete: nothing failed, but something asked for did not run (or nothing ran; triage: run B
-      was killed mid-way, harness.analysis.triage)
+      was killed mid-way, harness.triage.triage)
 130   interrupted (Ctrl-C, SIGINT); 143: terminated (SIGTERM) — 128 + the signal, harness.common.proc
 ====  =========================================================================
 """

@@ -62,7 +62,7 @@ class Rank(IntEnum):
     else is taken while a source tree, the toolkit layout or a result cache entry is held.
     """
 
-    FORECAST = 0  # a forecast directory, held for a whole forecast (harness.analysis.forecast)
+    FORECAST = 0  # a forecast directory, held for a whole forecast (harness.upstream.forecast)
     BUILD = 1  # a build directory: read while a run uses its binaries, written while it is built
     COMPILE = 2  # a compile-only directory of the CUDA compile step (harness.stages.building.cuda_compile)
     SOURCE = 3  # the source cache entry of the base, a variant's source tree (harness.stages.building.source)

@@ -145,7 +145,7 @@ VERDICT = StatusSet("verdict", (
 #: headline of its verdict and in its ``incomplete`` reasons (:func:`settle_dead_progress`).
 KILLED = "interrupted: killed"
 
-#: Outcomes of applying one patch of the series onto another upstream commit (harness.analysis.forecast).
+#: Outcomes of applying one patch of the series onto another upstream commit (harness.upstream.forecast).
 PATCH = StatusSet("patch", (
     Status("clean", "success", "✅", "git apply takes the patch as it is (offsets allowed, no fuzz)"),
     Status("3-way", "success", "🔀", "the patch does not apply as it is; git am -3 merges it through the blobs it "
@@ -181,10 +181,10 @@ PATCH_CLEAN, PATCH_3WAY, PATCH_ALREADY_UPSTREAM, PATCH_CONFLICT = (
 GENERATION_FAILURES = (CRASHED, TIMEOUT)
 
 #: What a run is, as its run.json records it (``kind``, harness.record.run.Run): the fork on its own series (the
-#: ``patches/`` beside its matrix file), a forecast onto another upstream commit (harness.analysis.forecast), a
-#: roll's verifying run (harness.analysis.roll_pin), one point of a bisect, or another series (``--patches-dir``
+#: ``patches/`` beside its matrix file), a forecast onto another upstream commit (harness.upstream.forecast), a
+#: roll's verifying run (harness.upstream.roll_pin), one point of a bisect, or another series (``--patches-dir``
 #: elsewhere: a planted fault, an experiment).  Only ``fork`` runs are the fork's history: the rule-history
-#: figure, triage's previous run and the report's Changes choose by kind (harness.analysis.run_choice).
+#: figure, triage's previous run and the report's Changes choose by kind (harness.triage.run_choice).
 RUN_KINDS = {
     "fork": "the fork on its own series (the patches/ beside its matrix file)",
     "forecast": "a forecast: the series onto another upstream commit (nox -s forecast)",

@@ -77,7 +77,7 @@ def machine_fingerprint(env: Mapping[str, Any] | None = None) -> dict[str, Any]:
 
     ``env`` is an environment.json record (harness.record.environment.collect); without it the facts are read from
     this machine.  Two runs' tok/s are compared only when these dicts are equal
-    (harness.analysis.triage); anything else, RAM or the OS patch level, is left out.
+    (harness.triage.triage); anything else, RAM or the OS patch level, is left out.
     """
     if env is None:
         gpus, visible, versions = machine_devices()

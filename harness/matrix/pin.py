@@ -15,7 +15,7 @@ A pin agrees with itself when every part that names or proves a commit names ``b
 :func:`pin_problems` lists every disagreement (harness.matrix.config.load_matrix refuses the matrix with
 them, so every command refuses a pin edited by hand in one place only).  :func:`rewrite_yaml` replaces
 scalars and removes list items of matrix.yaml's text where PyYAML's node marks say they are, so comments and
-layout stay as they were (the roll, harness.analysis.roll, writes the new pin with it).
+layout stay as they were (the roll, harness.upstream.roll, writes the new pin with it).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ class RuleStep:
 #: 1 (absent): the engine's ``bench`` request of before, whose pp ended when the decodes returned and whose tg
 #: sampled each token on the CPU; 2: decodes through llama_process, each part ended by llama_synchronize, tg
 #: without sampling, as llama-bench (harness/stages/outputs/engine/engine.cpp).  Samples of two instruments are
-#: never compared (harness.analysis.speed_diff).
+#: never compared (harness.triage.speed_diff).
 INSTRUMENT_KEY = "instrument"
 INSTRUMENT = 2
 

@@ -1,6 +1,6 @@
 """A candidate's comparison file, ``<platform>/<candidate>/compare.json``, typed: written by the greedy
 comparisons (harness.stages.outputs.jobs, one entry per group, model and prompt), read by the report's
-divergence view (harness.analysis.report).
+divergence view (harness.views.report).
 
 Each entry is a comparison of harness.stages.outputs.divergence.StreamComparison as JSON (``prompt_id``,
 ``reference``, ``candidate``, ``status``, ``detail``, ``first_divergence``, ``kl``, ``text_check``, both sides'

@@ -1,10 +1,10 @@
 """An upstream forecast's record, ``forecast.json`` (harness.record.layout.RunLayout.forecast_json), typed: written by
-harness.analysis.forecast, read by its ``forecast.md`` and by the report's forecast section (harness.analysis.report).
+harness.upstream.forecast, read by its ``forecast.md`` and by the report's forecast section (harness.views.report).
 
 It holds where the series was moved (``onto``, ``old_base``: spec, commit, source), the one-line ``verdict``, what
 needs work and which outputs change, one :class:`PatchOutcome` per patch of the series (with its
 :class:`HunkConflict` s), one :class:`ForecastStage` per step of the forecast's run with its signature
-(harness.analysis.signatures), the ``first_failure``, upstream's own comparisons (old base against new base), what
+(harness.triage.signatures), the ``first_failure``, upstream's own comparisons (old base against new base), what
 did not run and the times.
 """
 
@@ -86,7 +86,7 @@ class PatchOutcome:
 @dataclass(frozen=True)
 class ForecastStage:
     """One step of the forecast's run: its identity, ``status`` (harness.common.statuses.STEP), ``seconds``,
-    ``detail`` and ``signature`` (a signature of harness.analysis.signatures as JSON; None when it did not fail).
+    ``detail`` and ``signature`` (a signature of harness.triage.signatures as JSON; None when it did not fail).
     The ``first_failure`` of a record has no status or seconds ("" and 0)."""
 
     platform: str

@@ -1,5 +1,5 @@
 """The fork at a glance: per platform, each measure of the fork's purpose with its rule and its verdict, then what
-did not run and why; the first panel of report.html and summary.md (harness.analysis.report,
+did not run and why; the first panel of report.html and summary.md (harness.views.report,
 harness.record.summary_md).
 
 The measures, each read from the record of the step that measured it:
@@ -319,7 +319,7 @@ def glance_markdown(g: Glance) -> list[str]:
     return lines
 
 
-#: The class of each verdict in report.html (its colours: harness.analysis.report's CSS).
+#: The class of each verdict in report.html (its colours: harness.views.report's CSS).
 HTML_CLASS = {FAILS: "failure", NOT_RUN: "neutral", PASSES: "success"}
 
 

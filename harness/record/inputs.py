@@ -39,7 +39,7 @@ class RunInfo:
     """A run's ``run.json``: ``run_id``, when it ``started`` (ISO 8601 UTC; "" where not recorded), the
     ``commands`` that ran it, in order (a later stage continuing the run adds one), and its ``kind``
     (harness.common.statuses.RUN_KINDS; None for a run recorded before runs had kinds:
-    harness.analysis.run_choice.run_kind decides those)."""
+    harness.triage.run_choice.run_kind decides those)."""
 
     run_id: str
     started: str

@@ -4,8 +4,8 @@ read there; nothing else builds a results path by hand::
     results/<run-id>/
         run.json                      run id, command line, times, platforms
         summary.json  summary.md      every step and every comparison
-        signatures.json  report.html  written after the stages (harness.analysis.signatures, harness.analysis.report)
-        forecast.json  forecast.md    an upstream forecast's patches, stages and verdict (harness.analysis.forecast)
+        signatures.json  report.html  written after the stages (harness.triage.signatures, harness.views.report)
+        forecast.json  forecast.md    an upstream forecast's patches, stages and verdict (harness.upstream.forecast)
         junit/                        JUnit XML of the comparisons, checks, speed rules and upstream's suite per platform
         <platform>/
             environment.json          OS, compilers, CUDA, GPU, RAM, base commit, patches
@@ -90,7 +90,7 @@ class RunLayout:
 
     @property
     def signatures_json(self) -> Path:
-        """``signatures.json``: harness.analysis.signatures.classify_run's output."""
+        """``signatures.json``: harness.triage.signatures.classify_run's output."""
         return self.dir / "signatures.json"
 
     @property
@@ -100,7 +100,7 @@ class RunLayout:
 
     @property
     def report_html(self) -> Path:
-        """``report.html``: harness.analysis.report's page."""
+        """``report.html``: harness.views.report's page."""
         return self.dir / "report.html"
 
     def platform(self, platform: str) -> Path:
@@ -248,7 +248,7 @@ class RunLayout:
 
     @property
     def forecast_json(self) -> Path:
-        """``forecast.json``: an upstream forecast's patches, stages and verdict (harness.analysis.forecast)."""
+        """``forecast.json``: an upstream forecast's patches, stages and verdict (harness.upstream.forecast)."""
         return self.dir / "forecast.json"
 
     @property
@@ -259,7 +259,7 @@ class RunLayout:
     @property
     def bisect_json(self) -> Path:
         """``bisect.json``: per failing row of the run, its first bad patch, the last good point, the verdict at both
-        and the cost (harness.analysis.bisect)."""
+        and the cost (harness.bisect)."""
         return self.dir / "bisect.json"
 
     @property

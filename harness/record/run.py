@@ -149,7 +149,7 @@ class Run:
 
         ``kind`` (harness.common.statuses: ``RUN_FORK``, the default, ``RUN_FORECAST``, ``RUN_ROLL``,
         ``RUN_BISECT``, ``RUN_SERIES``) is what the caller creates: run.json records it, and only ``fork`` runs are the fork's
-        history (harness.analysis.run_choice).  A run continued with another kind than it recorded is refused
+        history (harness.triage.run_choice).  A run continued with another kind than it recorded is refused
         (InputError); ValueError for a kind not declared.
 
         Several stages of one invocation (``nox -s build test compare-outputs``)

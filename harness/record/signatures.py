@@ -1,9 +1,9 @@
 """A run's ``signatures.json`` (harness.record.layout.RunLayout.signatures_json), typed: written by
-harness.analysis.signatures.classify_run, read back by it (harness.analysis.signatures.load_signatures) for triage,
+harness.triage.signatures.classify_run, read back by it (harness.triage.signatures.load_signatures) for triage,
 the report and the forecast.
 
 One :class:`SignatureEntry` per failed step and per failed comparison, each with the failure's signature
-({kind, key, summary, evidence}, harness.analysis.text_rules.Signature as JSON).
+({kind, key, summary, evidence}, harness.triage.text_rules.Signature as JSON).
 """
 
 from __future__ import annotations

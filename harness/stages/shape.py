@@ -64,7 +64,7 @@ READS = ("matrix", "source", "builds", "models", "records")
 WRITES = ("builds", "steps", "comparisons", "files")
 
 
-#: What a failed step is read from, the ``evidence`` of a :class:`StepSpec`: harness.analysis.signatures makes
+#: What a failed step is read from, the ``evidence`` of a :class:`StepSpec`: harness.triage.signatures makes
 #: a failed step's signature and finds the logs that show why by it, never by the step's name.
 EVIDENCE = {
     "build-logs": "configure.log, build.log, their .rc files and error.log of the step's build directory, and "
@@ -82,16 +82,16 @@ EVIDENCE = {
 }
 
 #: The evidence of a step whose stage signs its failures itself (:attr:`StepSpec.signs`): what it is read from is
-#: the stage's own business, and harness.analysis.signatures only calls the stage's function.
+#: the stage's own business, and harness.triage.signatures only calls the stage's function.
 OWN_EVIDENCE = "own"
 
 
 @dataclass(frozen=True)
 class FailureSign:
     """What a stage's own reader (:attr:`StepSpec.signs`) reads of a failed step: the signature's ``kind`` (one of
-    harness.analysis.text_rules.KINDS), its ``key`` (stable across runs and machines: no addresses, times or
+    harness.triage.text_rules.KINDS), its ``key`` (stable across runs and machines: no addresses, times or
     absolute paths), a one-line ``summary`` for people and the ``evidence`` lines it was read from, as logged.
-    harness.analysis.signatures makes it a Signature (clipped like every other)."""
+    harness.triage.signatures makes it a Signature (clipped like every other)."""
 
     kind: str
     key: str
@@ -120,7 +120,7 @@ class StepSpec:
     evidence: str = "detail"
     timed: bool = False
     #: the stage's own reader of a failed step of this name (:data:`Signs`); given, the step's ``evidence`` is
-    #: :data:`OWN_EVIDENCE` and harness.analysis.signatures needs no reader of its own for it
+    #: :data:`OWN_EVIDENCE` and harness.triage.signatures needs no reader of its own for it
     signs: Signs | None = None
 
     def __post_init__(self) -> None:

@@ -46,7 +46,7 @@ def _kind(args: argparse.Namespace, platform: str) -> GpuKind:
 def run(args: argparse.Namespace) -> int:
     """Write the rows of ``args.runs`` (see the module docstring); returns 0, or 2 (InputError through
     harness.cli) for a run that does not exist or has no bench.json on the platforms asked for."""
-    from ..analysis.run_choice import resolve_run
+    from ..triage.run_choice import resolve_run
     collected: list[str] = []
     for spec in args.runs:
         run_dir = resolve_run(spec, args.results_dir)

@@ -66,7 +66,7 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
     # a comparison's status from the token streams
     "harness/stages/outputs/divergence.py": _tests("tests/test_divergence.py"),
     # triage's speed verdict: within-run ratios, the reference, the factor and the spread
-    "harness/analysis/speed_ratios.py": _tests(
+    "harness/triage/speed_ratios.py": _tests(
         "tests/test_speed_ratios.py", "test_per_round_ratios_pair_the_samples_of_one_round",
         "test_the_shipped_matrix_names_upstream_in_the_same_mode",
         "test_the_reference_is_upstream_in_the_same_mode_before_a_rule_s_fork_only_one",
@@ -82,7 +82,7 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
         "test_a_reference_sample_of_zero_gives_no_ratio", "test_a_rule_s_wider_factor_is_the_one_triage_judges_its_pair_by",
         "test_the_shipped_matrix_s_rule_factors",
         "test_without_an_interleaved_reference_a_slowdown_is_suspect_never_a_regression"),
-    "harness/analysis/speed_spread.py": (*_tests(
+    "harness/triage/speed_spread.py": (*_tests(
         "tests/test_speed_ratios.py", "test_a_pair_restored_from_the_result_cache_is_no_run_of_its_own_in_the_spreads",
         "test_a_cached_pair_leaves_out_only_its_own_rounds_and_the_live_pairs_of_its_model_and_tokens_still_count",
         "test_a_spread_is_the_smallest_change_between_clean_runs_of_one_machine_and_instrument"),
@@ -98,7 +98,7 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
         *_tests("tests/test_seed_table.py")),
     # triage's verdict: each change a regression, a fix or neither, what was not compared, the signatures new,
     # known and gone (the functions MUTATED_FUNCTIONS names)
-    "harness/analysis/triage.py": (
+    "harness/triage/triage.py": (
         *_tests("tests/test_triage.py", "test_triage_names_exactly_the_regressions",
                 "test_same_failures_with_other_noise_are_known_and_not_regressions",
                 "test_fix_is_reported_when_going_back", "test_gone_counts_only_signatures_of_records_the_later_run_has",
@@ -146,7 +146,7 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
 #: change's category (regression, fix, other, not compared), the run's verdict and the signatures new, known and
 #: gone; its text (format_report and its lines), the command line and the confirmation re-run are left out.
 MUTATED_FUNCTIONS: dict[str, tuple[str, ...]] = {
-    "harness/analysis/triage.py": (
+    "harness/triage/triage.py": (
         "xǁTriageReportǁto_json", "x__category", "x__unfinished", "x__changes", "x__step_transitions",
         "x__model_unmade", "x__comparison_transitions", "x__kl_transitions", "x__memory_transitions",
         "x__b_recorded", "x__signature_sets", "x__sig_index", "x__pin_changes", "x_time_threshold",
@@ -169,7 +169,7 @@ def mutant_patterns(modules: Sequence[str]) -> list[str]:
 #: spreads, the reload rule, a record reader), whose run fits in the time docs/mutation.md gives on the 2-core
 #: development machine.  The others of :data:`VERDICT_MODULES` run with ``--changed`` when a change touches
 #: them, ``--module`` or ``--all``.
-DEFAULT_MODULES = ("harness/common/statistics.py", "harness/analysis/speed_spread.py",
+DEFAULT_MODULES = ("harness/common/statistics.py", "harness/triage/speed_spread.py",
                    "harness/matrix/loading.py", "harness/record/native_tests.py")
 
 

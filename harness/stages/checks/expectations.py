@@ -33,7 +33,7 @@ A configuration declares rules in matrix.yaml (``configs.<name>.expectations``, 
 :func:`default_expectations`, derived from its build, ``env``, ``args`` and the platform
 (docs/checks.md states the rule).  Each configuration that generated gets a step
 ``expectations`` with its own status, detail, log (``<config>/expectations.log``) and
-record (``<config>/expectations.json``); harness.analysis.signatures gives a failed one
+record (``<config>/expectations.json``); harness.triage.signatures gives a failed one
 its signature, e.g. ``placement: cuda-pin-all/moe-large: expert tensors of layers 0-7 in
 CPU (4733 MiB), expected CUDA_Host``.  A record that is missing or cannot be read makes
 the step ``incomplete``, never ``passed``.

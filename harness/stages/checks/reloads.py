@@ -23,7 +23,7 @@ configuration so asked gets a step ``reloads``; per model and per load, after it
 checked, and the step says so.  A missing record is ``incomplete``; an engine that failed the
 request or died in it fails the step.  Each step writes ``<config>/reloads.json`` (the findings
 with stable keys) and ``reloads.log``; a failed one gets a signature of kind ``reload``
-(harness.analysis.signatures).
+(harness.triage.signatures).
 """
 
 from __future__ import annotations

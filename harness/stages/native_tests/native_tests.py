@@ -131,7 +131,7 @@ def run_ctest(build_dir: Path, labels: Sequence[str], targets: Sequence[str], ou
 SANITIZER_PREFIX = "========="
 #: A test's own count of its cases ("12/12 tests passed", test-backend-ops and others).
 _TEST_COUNT = re.compile(r"\b\d+/\d+ tests passed\b")
-#: The message of a wrapped test case whose wrapper did not run it (harness.analysis.signatures keys on it).
+#: The message of a wrapped test case whose wrapper did not run it (harness.triage.signatures keys on it).
 WRAPPER_DID_NOT_RUN = "compute-sanitizer did not run the test"
 
 

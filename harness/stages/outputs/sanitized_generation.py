@@ -18,7 +18,7 @@ Files: ``<platform>/<config>/sanitize/<model>/<prompt>.<tool>.*`` (the sanitizer
 platform that crashed is run once more, with llama-completion, under memcheck, whether or not
 ``--sanitize`` was given, with the group's own settings (its full token count: the crash may be
 late); ``<prompt>.crash-memcheck.sanitizer.log`` beside the others, a step
-``crash-memcheck`` per configuration, and harness.analysis.signatures joins the first error to the
+``crash-memcheck`` per configuration, and harness.triage.signatures joins the first error to the
 crash's signature.
 """
 

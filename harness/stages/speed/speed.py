@@ -70,7 +70,7 @@ class Measurement:
     ``position``: its place in odd rounds (0 runs first; even rounds run the other way round).
     ``pair``: the two configurations interleaved.  ``interleaved``: the name of its set of rounds
     (``<first>+<second>``) where its unit was measured in several pairs, None where the unit's
-    configurations were all one pair (harness.analysis.speed_ratios.unit_key: the records of before).
+    configurations were all one pair (harness.triage.speed_ratios.unit_key: the records of before).
     ``errors``: why requests failed.  With several processes per side (``unit.processes``), sample i is the
     median of process i's rounds, and ``rounds`` keeps every round's pp and tg per process.
     ``pp_queued``: per timed round, the prompt tokens over the time its decodes took to return before the
@@ -505,7 +505,7 @@ def process_medians(configs: tuple[str, ...], unit: Unit, per_process: list[list
     (``per_process``, in order): sample i is the median of process i's rounds where it timed every round, every
     round is kept in ``rounds``, and errors and queued times are joined.  Configurations no process measured are
     left out.  The stage's measurement across processes (:func:`_measure`) and ``triage --confirm``'s
-    (harness.analysis.speed_confirm) both take their samples so."""
+    (harness.triage.speed_confirm) both take their samples so."""
     out = []
     for i, config in enumerate(configs):
         m = Measurement(config, unit, i, configs)

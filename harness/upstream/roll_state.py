@@ -1,4 +1,4 @@
-"""What the commands of a roll share (harness.analysis.roll, roll_pin, roll_record): the state of a roll in
+"""What the commands of a roll share (harness.upstream.roll, roll_pin, roll_record): the state of a roll in
 progress (``<work-dir>/roll/state.json``), its error, the outcomes' names and git in the person's checkout."""
 
 from __future__ import annotations

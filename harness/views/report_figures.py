@@ -1,4 +1,4 @@
-"""The report's pictures (inline SVG by harness.analysis.svg), each from a run's own records:
+"""The report's pictures (inline SVG by harness.views.svg), each from a run's own records:
 
 * :func:`speed_pair_figures`: per measured pair and metric, both sides' rounds as a strip plot (bench.json);
 * :func:`rule_history_figures`: per speed rule, its ratio over the runs beside this one (every run under
@@ -23,7 +23,7 @@ from ..record.layout import RunLayout
 from ..record.probe import ProbeError, read_probe
 from ..record.records import ComparisonRecord
 from ..record.summary import run_dirs_under
-from .run_choice import _started, run_kind
+from ..triage.run_choice import started_at, run_kind
 from .svg import Cell, cell_strip, line_plot, strip_plot
 from ..common.statuses import RUN_FORK, RUN_SERIES, STEP_FAILED
 
@@ -64,7 +64,7 @@ def speed_pair_figures(bench: dict[str, Any]) -> list[str]:
 
 def _when(run_dir: Path) -> str:
     """The run's start (run.json ``started``), else its directory name: the history's order."""
-    return str(_started(run_dir) or run_dir.name)
+    return str(started_at(run_dir) or run_dir.name)
 
 
 def _date(when: str) -> str:
@@ -117,7 +117,7 @@ class HistoryLine:
 @dataclass(frozen=True)
 class HistoryPoint:
     """One run's record of a rule: the run's id and start (ISO 8601), the rule record of its bench.json, and
-    whether the run is one of the fork's own (harness.analysis.run_choice.run_kind ``fork``; False: another
+    whether the run is one of the fork's own (harness.triage.run_choice.run_kind ``fork``; False: another
     patch series, e.g. a planted fault)."""
 
     run: str
@@ -153,7 +153,7 @@ def rule_history(results_dir: Path, platform: str, series: str | None = None
                  ) -> dict[HistoryLine, list[HistoryPoint]]:
     """Per line of a speed rule of ``platform`` (:class:`HistoryLine`: rule, model, tokens, instrument,
     machine), the runs under ``results_dir`` (at any depth) that recorded it, oldest first, at most
-    :data:`HISTORY_RUNS` of them, of the kinds :data:`HISTORY_KINDS` (harness.analysis.run_choice.run_kind): a
+    :data:`HISTORY_RUNS` of them, of the kinds :data:`HISTORY_KINDS` (harness.triage.run_choice.run_kind): a
     ``series`` run is kept with ``same_series`` False, for the figure to draw apart.  ``series``: the digest of
     the fork's patch series (e.g. :func:`checkout_series`), which tells a run recorded before runs had kinds
     that built another series; None: every such run is the fork's."""

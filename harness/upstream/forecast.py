@@ -4,7 +4,7 @@
 
 1. obtains the other upstream from SOURCE (:func:`parse_onto`) through harness.stages.building.source, by
    content: the commit is recorded and a tree that is not that commit is refused;
-2. tries every patch on it (harness.analysis.forecast_patches): clean, 3-way, already upstream
+2. tries every patch on it (harness.upstream.forecast_patches): clean, 3-way, already upstream
    or conflict, never stopping at the first failure;
 3. builds, tests and compares what applied through harness.pipeline, the stages and records of a
    normal run (the CUDA compile step where there is no GPU), with two kinds of greedy comparison:
@@ -12,10 +12,10 @@
    the new base (one ``old-base-vs-new-base`` group per group of upstream's build against the
    fork's, ``expect: informational``), which shows what upstream itself changed in the outputs;
 4. writes ``forecast.json`` and ``forecast.md`` into the run directory, and the run's report.html
-   gets a forecast section (harness.analysis.report), with a one-line verdict:
+   gets a forecast section (harness.views.report), with a one-line verdict:
    ``the series moves cleanly``, ``n patches need work: ...`` or ``builds but outputs change: ...``;
 5. with ``--bisect CHECK`` and a source with git history holding both commits, bisects the
-   upstream commits between the pinned base and the new one (harness.analysis.bisect).
+   upstream commits between the pinned base and the new one (harness.bisect).
 
 Exit codes (harness.common.errors): 0 the series moves cleanly; 1 patches need work or outputs
 change; 2 bad input or environment; 3 nothing failed but something asked for did not run.
@@ -53,7 +53,8 @@ from ..stages.building.patches import SERIES_FILE, Patch, apply_series, read_ser
 from ..common.locks import Rank, exclusive
 from ..stages.building.source import BaseTree, SourceError, archive_commit, cache_dir, git, obtain_base, unpacked_sdist
 from ..record.summary import read_run
-from .forecast_patches import PatchOutcome, added_files, defined_targets, try_series
+from ..stages.building.patch_diff import added_files, defined_targets
+from .forecast_patches import PatchOutcome, try_series
 
 #: The upstream that llama-cpp-python's sdists vendor, and where.
 SDIST_SUBDIR = "vendor/llama.cpp"
@@ -209,7 +210,7 @@ def without_left_out_tests(matrix: Matrix, platforms: Sequence[str], outcomes: S
                            patches: Sequence[Patch]) -> tuple[Matrix, list[str]]:
     """``matrix`` without the test targets of ``platforms`` whose source (``tests/<target>.cpp``) a
     patch that was left out would have created, or whose definition its added CMake lines hold
-    (harness.analysis.forecast_patches.defined_targets): the fork cannot build them, and that is the
+    (harness.stages.building.patch_diff.defined_targets): the fork cannot build them, and that is the
     conflict's consequence, already reported.  Returns the matrix and one line per target dropped."""
     gone = {}
     for o, p in zip(outcomes, patches):
@@ -333,7 +334,7 @@ def forecast_record(run_dir: Path, *, onto: Onto, new: BaseTree, old: BaseTree, 
                     bisect: Mapping[str, Any] | None = None) -> ForecastRecord:
     """The forecast record of the run in ``run_dir`` (its summary and signatures read back), written as
     ``forecast.json`` by :meth:`ForecastRecord.to_json`."""
-    from .signatures import load_signatures
+    from ..triage.signatures import load_signatures
     run = read_run(run_dir)
     sigs = {(e["platform"], e["config"], e["step"]): e["signature"] for e in load_signatures(run_dir)
             if e.get("step") != "compare"}
@@ -428,10 +429,10 @@ def exit_code(rec: ForecastRecord, overall: str | None) -> int:
 
 def upstream_bisect(args: argparse.Namespace, onto: Onto, old: BaseTree, new: BaseTree,
                     say: Callable[[str], None]) -> dict:
-    """``bisect --upstream OLD..NEW --check CHECK`` (harness.analysis.bisect) in the repository holding the
+    """``bisect --upstream OLD..NEW --check CHECK`` (harness.bisect) in the repository holding the
     history (the local checkout or git remote named by ``--onto``); returns its JSON result, or
     {error} when the range cannot be bisected there."""
-    from . import bisect
+    from .. import bisect
     if onto.source.kind == "local":
         repo = ["--repo", str(onto.source.path)]
     elif onto.source.kind == "git":
@@ -494,8 +495,8 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
     from ..args import stage_options
     from ..pipeline import run_stages
     from ..record.run import Run
-    from .report import write_report
-    from .run_views import settle_killed, write_views
+    from ..views.report import write_report
+    from ..views.run_views import settle_killed, write_views
     base = forecast_base(new, old, patches, work / "upstream")
     trial = work / "trial"
     shutil.rmtree(trial, ignore_errors=True)

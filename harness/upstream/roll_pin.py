@@ -1,4 +1,4 @@
-"""The end of a roll (harness.analysis.roll): the series exported, the new pin written and committed in one
+"""The end of a roll (harness.upstream.roll): the series exported, the new pin written and committed in one
 commit on the roll's branch, then verified by the main job and triaged against the old pin.
 
 The pin is every part of matrix.yaml that names or proves the commit (harness.matrix.pin): ``base.commit``,
@@ -68,7 +68,7 @@ def write_pin(matrix: Matrix, doc: dict, old: BaseTree, new: BaseTree, onto_spec
     called with each file's path before it is written (the roll's state records it, for ``--abort``).
 
     Returns (scalars to replace by key path, list items to remove, one line per part of the pin for the
-    record, files written, files to delete).  Raises harness.analysis.roll.RollError where a part cannot be
+    record, files written, files to delete).  Raises harness.upstream.roll.RollError where a part cannot be
     derived (a file list needs the new commit's git objects)."""
     old12, new12 = old.commit[:12], new.commit[:12]
     values: dict[tuple, str] = {("base", "commit"): new.commit}
@@ -255,7 +255,7 @@ def verify_and_record(state: State, args: argparse.Namespace, say: Callable[[str
 
 def verify(record: Any, args: argparse.Namespace, *, matrix_path: Path, old: BaseTree,
            say: Callable[[str], None]) -> tuple[int, Path | None]:
-    """The main job on the new pin with the ``old-base-vs-new-base`` groups (harness.analysis.forecast
+    """The main job on the new pin with the ``old-base-vs-new-base`` groups (harness.upstream.forecast
     .with_old_base), then triage against the newest passed run of the old pin; writes roll.md into the run.
     Returns (the run's exit code: 0 passed, 1 failed, 3 incomplete, roll.md's path), or (128+n, None) when the
     main job was interrupted (no triage, no roll.md: the roll's state stays).  A signal after the main job, while
@@ -264,7 +264,7 @@ def verify(record: Any, args: argparse.Namespace, *, matrix_path: Path, old: Bas
     from ..common import proc
     from ..pipeline import run_stages
     from ..record.run import Run
-    from .run_views import settle_killed, write_views
+    from ..views.run_views import settle_killed, write_views
     from .roll_record import write_record
     matrix = load_matrix(matrix_path)  # the new pin, checked to agree with itself
     new_base = obtain_base(matrix, cache_dir())

@@ -9,16 +9,16 @@ B.  It reports, from the two ``summary.json`` files and the run directories:
   (passed -> failed/error, identical -> diverged/crashed/timeout, or a failure where
   there was none before), then fixes, then every other change;
 * divergences that are new or moved (the first divergent token index changed);
-* failure signatures (harness.analysis.signatures) that are new, still present, or gone,
+* failure signatures (harness.triage.signatures) that are new, still present, or gone,
   matched by (kind, key);
 * pin-ladder changes: granted bytes per platform/config summed over the
   ``*.pin-ladder.json`` files of the generations both runs have; fewer granted bytes is a
   regression, and so is any change of where a configuration's model buffers are
-  (harness.analysis.memory_changes), each with a signature;
+  (harness.triage.memory_changes), each with a signature;
 * build and test times that changed by more than :data:`TIME_NOISE_FRACTION` of the
   earlier time and at least :data:`TIME_NOISE_FLOOR_S` seconds;
 * speed: each configuration's within-run ratio to the reference it was measured interleaved
-  with, run B's per-round ratios against run A's by the speed rule (harness.analysis.speed_diff):
+  with, run B's per-round ratios against run A's by the speed rule (harness.triage.speed_diff):
   a slowdown is a regression with a ``speed_regression`` signature; absolute tok/s are
   information, and a tok/s slowdown that no ratio settles is "suspect", never a regression;
   runs of different machines are "not comparable", never a regression.
@@ -36,7 +36,7 @@ Exit status: 1 when there is any regression (something that ran in both runs got
 with ``--strict`` also something of A that B did not run), 0 when there is none, 2 for
 bad input.
 
-Bisecting the patch series or upstream commits is harness.analysis.bisect.
+Bisecting the patch series or upstream commits is harness.bisect.
 
 Longer than 400 lines: one comparison of two runs whose parts (statuses, divergences, signatures, pin
 ladders, times, speed) all feed one report and one exit status; the parts with rules of their own are
@@ -96,7 +96,7 @@ class Transition:
 
     ``category`` is regression, fix or other; ``kind`` is step, comparison, kl (a mean KL
     divergence past its threshold), placement, pinning, speed (a slowdown between the runs) or upstream-test (a test
-    of upstream's suite whose pair of outcomes changed class, harness.analysis.upstream_diff); ``where``
+    of upstream's suite whose pair of outcomes changed class, harness.triage.upstream_diff); ``where``
     holds the identifying fields (platform, config, step / group, model, prompt,
     reference, candidate / platform, config, model, metric); ``before``/``after`` are statuses or ``absent``; ``detail``
     is B's detail (A's when the record is gone); ``signature`` the failure signature
@@ -239,7 +239,7 @@ class TriageReport:
     @property
     def speed_suspects(self) -> list[SpeedChange]:
         """Speed changes whose tok/s fell past the factor with no within-run ratio to settle them: never
-        regressions; ``triage --confirm`` re-measures them (harness.analysis.speed_diff)."""
+        regressions; ``triage --confirm`` re-measures them (harness.triage.speed_diff)."""
         return [c for c in self.speed_changes if c.suspect]
 
     @property
@@ -481,7 +481,7 @@ def _memory_transitions(a: Path, b: Path, pin_changes: list[PinChange], sa: RunS
                         sb: RunSummary) -> list[Transition]:
     """Regressions that no status shows: model buffers that moved (any load both runs have), expert layers the
     runtime probe finds in another buffer type, fewer page-locked bytes by the driver's count, and fewer
-    page-locked bytes granted by the pin lines (harness.analysis.memory_changes); more is not a transition.
+    page-locked bytes granted by the pin lines (harness.triage.memory_changes); more is not a transition.
     A move is a fix instead where it made the configuration's ``expectations`` step go from failed to
     passed (the buffers went back where they belong)."""
     def expectations(summary: RunSummary, platform: str, config: str) -> str:
@@ -514,7 +514,7 @@ def _memory_transitions(a: Path, b: Path, pin_changes: list[PinChange], sa: RunS
 
 
 def _b_recorded(sb: RunSummary) -> Callable[[dict], bool]:
-    """Whether run B holds a finished record where a signature entry (harness.analysis.signatures) of run A was
+    """Whether run B holds a finished record where a signature entry (harness.triage.signatures) of run A was
     found: the same step, ended with a status that proves something (not ``interrupted``), or the same
     comparison.  A signature of A is gone only from a record B has: what B never ran is not compared."""
     steps = {(s.platform, s.config, s.step) for s in sb.steps if s.status not in STEP.unproven}
@@ -619,7 +619,7 @@ def _timing_changes(sa: RunSummary, sb: RunSummary) -> list[TimingChange]:
 
 def _speed_transitions(changes: list[SpeedChange]) -> list[Transition]:
     """A regression, with its ``speed_regression`` signature, per speed change whose within-run ratio fell by
-    the rule (harness.analysis.speed_diff); suspects and tok/s changes are no transitions."""
+    the rule (harness.triage.speed_diff); suspects and tok/s changes are no transitions."""
     out = []
     for c in changes:
         if not c.regressed:
@@ -646,8 +646,8 @@ def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str
     """Compare run directory ``a`` (earlier) with ``b`` (later) and return what changed.
 
     ``upstream``: fork configuration -> upstream's configuration in its mode, the preferred reference of
-    its speed ratios (harness.analysis.speed_ratios.same_mode_upstream; None: every reference counts as
-    fork-only, harness.analysis.speed_diff).  ``factors``: the speed rules' factors by (candidate, metric,
+    its speed ratios (harness.triage.speed_ratios.same_mode_upstream; None: every reference counts as
+    fork-only, harness.triage.speed_diff).  ``factors``: the speed rules' factors by (candidate, metric,
     reference) (speed_ratios.rule_factors; None: those the runs' records were judged with).
 
     Reads both summary.json files, their signatures (signatures.json, else computed from
@@ -692,7 +692,7 @@ def diff_runs(a: Path, b: Path, strict: bool = False, upstream: Mapping[str, str
 
 def diff_by_matrix(a: Path, b: Path, matrix_path: Path | None, strict: bool = False) -> TriageReport:
     """:func:`diff_runs` with the speed references and rule factors of the matrix at ``matrix_path``
-    (harness.analysis.speed_ratios), as ``triage`` judges; without a matrix file, those the runs recorded.
+    (harness.triage.speed_ratios), as ``triage`` judges; without a matrix file, those the runs recorded.
     Raises TriageInputError as diff_runs, and harness.matrix.config's errors for a matrix that cannot be read."""
     matrix = load_matrix(matrix_path) if matrix_path is not None and matrix_path.is_file() else None
     upstream = same_mode_upstream(matrix) if matrix else None
@@ -855,7 +855,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _confirm(args: argparse.Namespace, a: Path, b: Path, report: TriageReport) -> list:
-    """``--confirm``: re-measure the report's suspects (harness.analysis.speed_confirm) and print each verdict;
+    """``--confirm``: re-measure the report's suspects (harness.triage.speed_confirm) and print each verdict;
     returns the Confirmations.  Raises ConfirmError (exit 2) where a build or the matrix is missing."""
     # imported here: it starts engines, which no other triage needs
     from ..stages.building.source import cache_dir, obtain_base

@@ -38,7 +38,7 @@ def commit_date(repo: Path, commit: str) -> str:
 
 def commits_between(onto: Any, old: str, new: str) -> tuple[int | None, str]:
     """How many upstream commits ``new`` has that ``old`` has not (``git rev-list --count old..new``), read
-    from the history of the roll's source ``onto`` (harness.analysis.forecast.Onto): a local checkout's own,
+    from the history of the roll's source ``onto`` (harness.upstream.forecast.Onto): a local checkout's own,
     a git remote's commits fetched without trees or blobs.  (None, why) where the source has no history (an
     sdist's shallow checkout, a mirror archive) or git cannot count."""
     kind = onto.source.kind
@@ -149,8 +149,8 @@ class RollRecord:
         ``old_groups``), speed ratios beside those of the newest passed run of the old pin, triage against that
         run, and what did not run."""
         from ..record.summary import read_run
-        from .speed_ratios import rule_factors, same_mode_upstream
-        from .triage import diff_runs, format_report
+        from ..triage.speed_ratios import rule_factors, same_mode_upstream
+        from ..triage.triage import diff_runs, format_report
         run = read_run(run_dir)
         self.overall = run.overall
         self.failing = [f"{s.step} {s.platform}/{s.config}: {s.status} — {s.detail}"[:300]
@@ -273,7 +273,7 @@ def write_record(rec: RollRecord, run_dir: Path) -> Path:
 
 
 def write_stopped(state: Any, path: Path) -> Path:
-    """The record of a roll stopped at a conflict (harness.analysis.roll.State), written to ``path``: the patches
+    """The record of a roll stopped at a conflict (harness.upstream.roll.State), written to ``path``: the patches
     done, the one that stopped it with the hunks it met, what next."""
     rec = RollRecord(onto=state["onto"], old=state["old"], new=state["new"], branch=state["branch"], commit="",
                      outcomes=state["outcomes"], pin=["not written: the roll stopped before the pin"], old_patches={},
@@ -283,13 +283,13 @@ def write_stopped(state: Any, path: Path) -> Path:
 
 
 def runs_of_pin(results_dir: Path, commit: str) -> list[Path]:
-    """The fork's runs under ``results_dir`` (harness.analysis.run_choice.run_kind) whose every platform built
+    """The fork's runs under ``results_dir`` (harness.triage.run_choice.run_kind) whose every platform built
     ``commit`` as its base (its environment.json, harness.record.environment) and that passed, newest first."""
     from ..record.environment import read_environment
     from ..record.layout import RunLayout
     from ..record.records import RecordError
     from ..record.summary import read_run
-    from .run_choice import known_runs, run_kind
+    from ..triage.run_choice import known_runs, run_kind
     found = []
     for d in reversed(known_runs(results_dir)):
         try:

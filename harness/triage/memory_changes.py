@@ -9,7 +9,7 @@ does not wait for a status to change: it compares the records themselves.
   4733 MiB -> CPU 4733 MiB``), unless triage sees that it brought the configuration's
   failed ``expectations`` step back to passed (a fix).
 * **Pinned bytes**: per platform and configuration, the bytes granted by the pin ladder
-  over the generations both runs have (harness.analysis.triage.pin_totals).  Fewer
+  over the generations both runs have (harness.triage.triage.pin_totals).  Fewer
   granted bytes in the later run is a regression; more is another change, reported
   by triage's pin-ladder section only.
 
@@ -18,7 +18,7 @@ does not wait for a status to change: it compares the records themselves.
   page-locked, is a regression whatever the logs say (:func:`probe_changes`).
 
 Each regression carries a signature (kind ``placement`` or ``pinning``, the same kinds as
-harness.analysis.signatures gives a failed ``expectations`` step) whose key holds no byte
+harness.triage.signatures gives a failed ``expectations`` step) whose key holds no byte
 counts, so the same fault gives the same key in every run.
 """
 

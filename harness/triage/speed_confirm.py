@@ -1,6 +1,6 @@
 """``triage --confirm``: a suspect speed change re-measured with both runs' builds, interleaved, on this machine.
 
-A suspect (harness.analysis.speed_diff) is a configuration whose tok/s fell past the factor between
+A suspect (harness.triage.speed_diff) is a configuration whose tok/s fell past the factor between
 two runs while no within-run ratio can tell a slower build from a slower machine.  As airspeed
 velocity's ``asv continuous`` does for two commits, the two builds are then measured side by side:
 one resident engine per build (run A's and run B's build of the configuration's variant, the

@@ -1,22 +1,22 @@
 """Roll upstream: move the pin and the patch series to another upstream commit in one command, on a branch.
 
 ``llama-fork-harness roll --onto SOURCE [stage options]`` (``nox -s roll --``; SOURCE as ``forecast --onto``,
-harness.analysis.forecast.parse_onto):
+harness.upstream.forecast.parse_onto):
 
 1. refuses a checkout with uncommitted changes, a dev tree holding work not exported, a roll already in
    progress and an entry of ``patches/`` the export does not write (exit 2); creates and checks out the branch
    ``roll/<commit12>`` of the checkout;
 2. rebases the series onto the new commit in the dev tree (``<work-dir>/dev/llama.cpp``) patch by patch with
-   ``git am -3`` (harness.analysis.forecast_patches.try_patch: clean, 3-way, already upstream, conflict).  A
+   ``git am -3`` (harness.upstream.forecast_patches.try_patch: clean, 3-way, already upstream, conflict).  A
    patch upstream already holds is dropped.  At a conflict it stops like ``git rebase`` (exit 3): the dev tree
    holds git's conflict and the console names the patch, its files, hunks and the upstream lines met.
    ``roll --continue`` goes on once the person ran ``git am --continue`` (or ``--skip``) there;
    ``roll --abort`` returns to the branch the roll started from, every file as it was;
-3. writes the new pin in one commit on the branch (harness.analysis.roll_pin): ``base.commit``, the file
+3. writes the new pin in one commit on the branch (harness.upstream.roll_pin): ``base.commit``, the file
    list and its sha256, ``patches/`` exported, the mirror archive and the sdist source;
 4. verifies it: the main job (build, test, compare-outputs) on the new pin with the forecast's
    ``old-base-vs-new-base`` groups, then triage against the newest passed run of the old pin;
-5. writes ``results/<run>/roll.md`` (harness.analysis.roll_record), which is also the pull request's body.
+5. writes ``results/<run>/roll.md`` (harness.upstream.roll_record), which is also the pull request's body.
 
 Exit codes (harness.common.errors): 0 the new pin passes; 1 it fails a check; 2 bad input (a dirty checkout,
 an unreadable SOURCE, nothing to roll); 3 stopped at a conflict, or something asked for did not run; 130 or 143
@@ -57,7 +57,7 @@ from .roll_state import (ACTIONS, BRANCH_PREFIX, ON_OR_BACK, OUTCOMES, PHASE_PIN
 
 def run(args: argparse.Namespace) -> int:
     """``roll --onto SOURCE | --continue | --abort``; returns the exit code (module docstring).  Raises RollError
-    (exit 2) for what cannot start or go on, harness.analysis.forecast.ForecastError and
+    (exit 2) for what cannot start or go on, harness.upstream.forecast.ForecastError and
     harness.stages.building.source.SourceError for an unreadable SOURCE."""
     if args.abort:
         return abort(args.work_dir, print)

@@ -25,7 +25,7 @@ def _suite(run_dir: Path, platform: str) -> SuiteRecord | None:
 
 def upstream_test_transitions(a: Path, b: Path, platforms: list[str], make: Callable[..., object]) -> list:
     """The changed tests of upstream's suite between run ``a`` and run ``b`` on each of ``platforms`` where both
-    recorded it, each made by ``make`` (harness.analysis.triage.Transition's fields: category, kind, platform, what,
+    recorded it, each made by ``make`` (harness.triage.triage.Transition's fields: category, kind, platform, what,
     before, after, where, detail)."""
     out = []
     for platform in platforms:

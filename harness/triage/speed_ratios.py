@@ -16,7 +16,7 @@ Which reference: the configuration of upstream's build in the same mode (:func:`
 else one that a speed rule of either run names for the candidate.  The latter is of the fork's own
 build (``cuda-nopin`` for ``cuda-pin-all``): the ratio still catches a slowdown of the candidate
 alone, but not one that hits both sides, so triage treats it as weaker evidence
-(harness.analysis.speed_diff).
+(harness.triage.speed_diff).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def interleaved(bench: Mapping[str, Any]) -> dict[tuple, dict[str, Mapping[str, 
 def rule_factors(matrix: Matrix) -> dict[tuple[str, str, str], float]:
     """(candidate, metric, reference) -> the ``factor`` of ``matrix``'s speed rule for that pair and metric,
     the largest where several groups have one.  Triage judges a candidate's ratio to that reference by at
-    least this factor (:func:`harness.analysis.speed_diff.compare_bench`): a rule whose pair moves between
+    least this factor (:func:`harness.triage.speed_diff.compare_bench`): a rule whose pair moves between
     engine processes by more than the default factor (``cuda-base-vs-fork`` on an H200, docs/speed.md)
     says so once, for the run's verdict and for triage."""
     out: dict[tuple[str, str, str], float] = {}

@@ -1,17 +1,17 @@
 """Bisect: the first patch of the series that makes a row of a run fail, judged the way the run judged it.
 
 ``python -m harness bisect [RUN] [--check ID]`` (RUN default: the newest run) takes every failing row of RUN
-(harness.analysis.bisect.rows: a step or comparison, or one expectation, upstream test or generation of a failing
+(harness.bisect.rows: a step or comparison, or one expectation, upstream test or generation of a failing
 step; ``--check`` picks one by its id) and finds, for each, the first patch of RUN's series at which it fails.
 Each point k (the first k patches) is a run of RUN's own stages on RUN's own selection
-(harness.analysis.bisect.points), and a row is judged there by the verdict that run recorded
+(harness.bisect.points), and a row is judged there by the verdict that run recorded
 (harness.record.verdict: the step's declared statuses and the group's ``expect``); RUN itself is the point with
 the whole series.  A speed rule is judged by the speed stage's own rule and statistics, at RUN's repeats; a point
 where a row was not run or a rule could not decide is undecided and stepped around
-(harness.analysis.bisect.search).  The result goes to RUN's folder as ``bisect.json`` and ``bisect.md``
-(harness.analysis.bisect.record), and report.html links them.
+(harness.bisect.search).  The result goes to RUN's folder as ``bisect.json`` and ``bisect.md``
+(harness.bisect.record), and report.html links them.
 
-``--upstream GOOD..BAD --check test:NAME`` bisects upstream commits instead (harness.analysis.bisect.upstream).
+``--upstream GOOD..BAD --check test:NAME`` bisects upstream commits instead (harness.bisect.upstream).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from ...common.errors import InputError
+from ..common.errors import InputError
 from .points import Point, Points, command_line
 from .record import AT_BASE, FOUND, RANGE, UNDECIDED_BASE, BisectRecord, PointVerdict, RowBisect, patch_info, write
 from .rows import Target, failing_targets, judge_at, pick
@@ -37,13 +37,13 @@ __all__ = ["BisectError", "TestCheck", "UpstreamBisector", "bisect_first_bad", "
 
 def main(argv: Sequence[str]) -> int:
     """``bisect`` with ``argv``, parsed as the command line parses it (harness.cli); returns :func:`run`'s code."""
-    from ...cli import parse_command
+    from ..cli import parse_command
     return run(parse_command("bisect", argv))
 
 
 def run(args: argparse.Namespace) -> int:
     """``bisect [RUN] [--check ID]`` (:func:`bisect_run`), or ``bisect --upstream GOOD..BAD ...``
-    (harness.analysis.bisect.upstream.run).  Returns the exit code; raises InputError subclasses (exit 2)."""
+    (harness.bisect.upstream.run).  Returns the exit code; raises InputError subclasses (exit 2)."""
     if args.upstream is not None:
         from .upstream import run as upstream_run
         return upstream_run(args)
@@ -107,11 +107,11 @@ def bisect_run(args: argparse.Namespace) -> int:
     Returns 0 when every row bisected has one first bad patch, 1 when one ended as a range or at the base.  Raises
     InputError (exit 2) for a run that cannot be found, has no failing row, or a ``--check`` naming none of them.
     """
-    from ...matrix.config import load_matrix
-    from ...record.summary import read_run
-    from ...stages.building.patches import read_series
-    from ..report import write_report
-    from ..run_choice import resolve_run
+    from ..matrix.config import load_matrix
+    from ..record.summary import read_run
+    from ..stages.building.patches import read_series
+    from ..views.report import write_report
+    from ..triage.run_choice import resolve_run
     say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else \
         (lambda line: print(line, flush=True))
     started = time.monotonic()

@@ -34,7 +34,7 @@ class TriageInputError(InputError):
 SAME_RUN_WARNING = "warning: A and B are the same run ({run}): nothing can have changed; name an earlier run as A"
 
 
-def _started(run_dir: Path) -> str:
+def started_at(run_dir: Path) -> str:
     """When the run started (run.json), else when its summary was last written, else ""; raises RecordError
     naming run.json when it is not JSON or not a run record."""
     try:
@@ -59,7 +59,7 @@ def known_runs(results_dir: Path) -> list[Path]:
         return []
     runs = [d for d in results_dir.iterdir()
             if d.is_dir() and not d.is_symlink() and RunLayout(d).summary_json.is_file()]
-    return sorted(runs, key=lambda d: (_started(d), d.name))
+    return sorted(runs, key=lambda d: (started_at(d), d.name))
 
 
 def _latest(results_dir: Path) -> Path | None:

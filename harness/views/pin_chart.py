@@ -61,7 +61,7 @@ def _ladder_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def ladder_scale(ladders: Sequence[Sequence[dict[str, Any]]]) -> float:
     """The bytes at the right end of the axis every pin-ladder chart of a run shares: the round value
-    (harness.analysis.svg.nice_ticks) at or above the largest request or grant of any of ``ladders``."""
+    (harness.views.svg.nice_ticks) at or above the largest request or grant of any of ``ladders``."""
     biggest = max([max(int(r.get("requested", 0)), int(r.get("granted", 0)))
                    for recs in ladders for r in _ladder_rows(recs)] + [1])
     return svg.nice_ticks(0, biggest / 2**30, 5)[-1] * 2**30

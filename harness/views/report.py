@@ -14,7 +14,7 @@ project keeps its dependencies few).  Sections:
   prefix dimmed and the first divergent token marked (re-derived from compare.json's
   texts and the first_divergence pieces);
 * the pin ladder per allocation (requested vs granted bytes) as an SVG bar chart;
-* for an upstream forecast (``forecast.json``, harness.analysis.forecast): its verdict, one row per
+* for an upstream forecast (``forecast.json``, harness.upstream.forecast): its verdict, one row per
   patch with each conflict's hunk and the upstream lines it met, then one row per stage.
 * speed: each speed rule's verdict and every configuration's pp and tg tok/s (median and
   quartiles) from ``<platform>/speed/bench.json`` (harness.stages.speed.speed).
@@ -49,7 +49,7 @@ from ..common.statuses import COMPARISON, DIVERGED, IDENTICAL, KILLED, PATCH, ST
 from ..record.summary import read_run, write_summary_md
 from ..record.verdict import FAILS, NOT_RUN, RowVerdict, count_text, failing_names, failures_first, judge, \
     unproven_notes
-from .signatures import load_signatures, step_logs
+from ..triage.signatures import load_signatures, step_logs
 from ..record.compare import CompareEntry, find_compare_entry
 from ..record.forecast import read_forecast
 from ..common.statistics import WITHIN_ROUND
@@ -614,14 +614,14 @@ def _forecast_html(run_dir: Path) -> str:
 
 
 def _transition_row(t: Any) -> str:
-    """One triage transition (harness.analysis.triage.Transition) as a row of the changes table."""
+    """One triage transition (harness.triage.triage.Transition) as a row of the changes table."""
     cls = "bad" if t.category == "regression" else "ok"
     return (f'<tr class="{cls}"><td>{escape(t.category)}</td><td>{escape(t.platform)}</td><td>{escape(t.what)}</td>'
             f'<td>{_status(t.before)} → {_status(t.after)}</td><td>{_sig_html(t.signature)}</td></tr>')
 
 
 def _suspect_row(c: Any) -> str:
-    """One speed change triage calls suspect (harness.analysis.speed_diff.SpeedChange) as a row."""
+    """One speed change triage calls suspect (harness.triage.speed_diff.SpeedChange) as a row."""
     what = f"{c.config} {c.model} {c.metric}" + (f" vs {c.reference}" if c.reference else "")
     ratio = (f"{WITHIN_ROUND}: {c.before_vs_reference:.3g}x → {c.after_vs_reference:.3g}x "
              f"({c.vs_reference_ratio:.3f}x)"
@@ -631,12 +631,12 @@ def _suspect_row(c: Any) -> str:
 
 
 def _changes_html(baseline: Path, run_dir: Path, chosen: bool = True) -> str:
-    """The changes section: triage's findings against ``baseline`` (harness.analysis.triage.diff_by_matrix, with
+    """The changes section: triage's findings against ``baseline`` (harness.triage.triage.diff_by_matrix, with
     the checkout's matrix as ``triage`` judges), regressions first, then the speed changes it calls suspect,
     then fixes and other changes; records new in this run (``absent → ...``) folded below.  ``chosen``: the
     baseline is triage's own choice (:func:`default_baseline`), not one named with ``--against``."""
     from ..args import find_checkout
-    from .triage import diff_by_matrix
+    from ..triage.triage import diff_by_matrix
     root = find_checkout()
     rep = diff_by_matrix(baseline, run_dir, root / "matrix.yaml" if root else None)
     others = [t for t in rep.transitions if t.category == "other"]
@@ -662,15 +662,15 @@ def _changes_html(baseline: Path, run_dir: Path, chosen: bool = True) -> str:
             f'{table}{folded}{not_run}</section>')
 
 
-#: :func:`render_html`'s default baseline: the previous comparable run (harness.analysis.run_choice.previous_run).
+#: :func:`render_html`'s default baseline: the previous comparable run (harness.triage.run_choice.previous_run).
 PREVIOUS = "previous"
 
 
 def default_baseline(run_dir: Path) -> Path | None:
     """The newest earlier run beside ``run_dir`` (in its parent directory) of the same patch series that covers
-    its platforms and groups (triage's own choice, harness.analysis.run_choice.previous_run), or None where there
+    its platforms and groups (triage's own choice, harness.triage.run_choice.previous_run), or None where there
     is none."""
-    from .run_choice import TriageInputError, previous_run
+    from ..triage.run_choice import TriageInputError, previous_run
     try:
         return previous_run(run_dir, run_dir.resolve().parent)
     except TriageInputError:
@@ -826,7 +826,7 @@ def markdown_summary(run_dir: Path, baseline: Path | None = None) -> str:
                                                     for k, v in sorted(data.skipped_platforms.items())), ""]
     if baseline is not None:
         from ..args import find_checkout
-        from .triage import diff_by_matrix
+        from ..triage.triage import diff_by_matrix
         root = find_checkout()
         rep = diff_by_matrix(baseline, run_dir, root / "matrix.yaml" if root else None)
         lines += [f"### Against {rep.a}: {len(rep.regressions)} regression(s), {len(rep.speed_suspects)} suspect "
@@ -895,9 +895,9 @@ def main(argv: Sequence[str]) -> int:
 
 def against_run(spec: str, run_dir: Path, results_dir: Path) -> Path:
     """The run ``--against`` names: a run directory, else a run id beside ``run_dir`` (where the default
-    baseline is looked for), else under ``results_dir``.  Raises harness.analysis.run_choice.TriageInputError
+    baseline is looked for), else under ``results_dir``.  Raises harness.triage.run_choice.TriageInputError
     naming ``spec`` and the runs beside ``run_dir`` when it names none."""
-    from .run_choice import TriageInputError, resolve_run
+    from ..triage.run_choice import TriageInputError, resolve_run
     try:
         return resolve_run(spec, run_dir.resolve().parent)
     except TriageInputError as beside:
@@ -916,7 +916,7 @@ def run(args: argparse.Namespace) -> int:
     earlier run covering the same platforms).  Returns 0; raises harness.common.errors.InputError
     subclasses (exit code 2 through harness.cli) for a run that does not exist.
     """
-    from .run_choice import resolve_run
+    from ..triage.run_choice import resolve_run
     run_dir = resolve_run(args.run, args.results_dir)
     baseline: Path | str | None = None
     if args.against == PREVIOUS:

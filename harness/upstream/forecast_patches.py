@@ -29,11 +29,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from unidiff import PatchSet
-from unidiff.errors import UnidiffParseError
-
 from ..common.statuses import PATCH_3WAY, PATCH_ALREADY_UPSTREAM, PATCH_CLEAN, PATCH_CONFLICT
 from ..record.forecast import HunkConflict, PatchOutcome
+from ..stages.building.patch_diff import added_files, diff_files
 from ..stages.building.patches import AM_ARGS, Git, Patch, reset_to_base
 
 #: Ref under which the old base's commit is kept in the trial repository (its blobs serve 3-way merges).
@@ -46,42 +44,9 @@ _FAILED_AT = re.compile(r"^error: patch failed: (?P<file>.+?):(?P<line>\d+)$", r
 _GIT_REASON = re.compile(r"^(?:error|fatal): (?P<msg>.+)$", re.M)
 
 
-def _parsed(patch: Patch) -> list:
-    """The patch's files as unidiff reads them (PatchedFile objects); [] when unidiff cannot read the diff."""
-    try:
-        return list(PatchSet(patch.path.read_text(encoding="utf-8", errors="replace")))
-    except UnidiffParseError:
-        return []
-
-
 def _hunks(patch: Patch) -> dict[str, list]:
     """The patch's hunks by target path (unidiff's Hunk objects); {} when unidiff cannot read the diff."""
-    return {(f.target_file[2:] if f.target_file.startswith("b/") else f.path): list(f) for f in _parsed(patch)}
-
-
-def added_files(patch: Patch) -> list[str]:
-    """The paths ``patch`` creates (``new file`` entries of its diff); [] when unidiff cannot read it."""
-    return sorted(f.path for f in _parsed(patch) if f.is_added_file)
-
-
-#: A target a CMake line defines: ``add_executable(NAME ...)``, or the ``NAME`` argument of upstream's
-#: test helpers (``llama_build_and_test(src.cpp ... NAME test-x LABEL ...)``, tests/CMakeLists.txt).
-_CMAKE_TARGET = re.compile(r"\badd_executable\(\s*([A-Za-z0-9_.+-]+)|\bNAME\s+([A-Za-z0-9_.+-]+)")
-
-
-def defined_targets(patch: Patch) -> dict[str, str]:
-    """Target -> the CMake file whose lines added by ``patch`` define it (:data:`_CMAKE_TARGET`, in
-    ``CMakeLists.txt`` and ``*.cmake`` files); {} when unidiff cannot read the patch."""
-    out: dict[str, str] = {}
-    for f in _parsed(patch):
-        if not (f.path.endswith("CMakeLists.txt") or f.path.endswith(".cmake")):
-            continue
-        for hunk in f:
-            for line in hunk:
-                if line.is_added:
-                    for m in _CMAKE_TARGET.finditer(line.value):
-                        out.setdefault(m.group(1) or m.group(2), f.path)
-    return out
+    return {(f.target_file[2:] if f.target_file.startswith("b/") else f.path): list(f) for f in diff_files(patch)}
 
 
 def _header(hunk) -> str:
@@ -219,7 +184,7 @@ def try_patch(git: Git, patch: Patch, index: int, *, leave_conflict: bool = Fals
 
     Leaves the tree clean: at a new commit for clean and 3-way, at the same HEAD otherwise; with
     ``leave_conflict`` a conflicting patch's ``git am`` session is left as git stops it (the conflict in the
-    work tree, for a person to resolve and ``git am --continue``: harness.analysis.roll).
+    work tree, for a person to resolve and ``git am --continue``: harness.upstream.roll).
     """
     start = time.monotonic()
     hunks = _hunks(patch)

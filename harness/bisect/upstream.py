@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ...args import parse_defines, split_names
-from ...common.errors import InputError
-from ...record.layout import BUILD_FILES
-from ...common.statuses import STEP_ERROR, STEP_PASSED
-from ...record.native_tests import CASE_PASSED, CASE_SKIPPED
+from ..args import parse_defines, split_names
+from ..common.errors import InputError
+from ..record.layout import BUILD_FILES
+from ..common.statuses import STEP_ERROR, STEP_PASSED
+from ..record.native_tests import CASE_PASSED, CASE_SKIPPED
 
 
 class BisectError(InputError):
@@ -101,7 +101,7 @@ class Bisector:
                key_parts: Mapping[str, str]) -> Any:
         """Build ``source`` into ``here/build`` (logs in ``here/logs``) with ccache based at ``work_dir``;
         returns harness.stages.building.build.BuildResult (its key: the options, targets and ``key_parts``)."""
-        from ...stages.building.build import BuildRequest, build, ccache_env
+        from ..stages.building.build import BuildRequest, build, ccache_env
         req = BuildRequest(self.platform, name, source, (here / "build").resolve(), dict(options),
                            tuple(self.targets), dict(key_parts), self.jobs, env=ccache_env(self.work_dir.resolve()))
         return build(req, here / "logs")
@@ -138,7 +138,7 @@ class UpstreamCommit:
 
 def _resolve_commit(repo: Path, rev: str) -> str | None:
     """The full id of commit ``rev`` in ``repo``, or None when it names no commit there."""
-    from ...stages.building.source import git
+    from ..stages.building.source import git
     if rev.startswith("-"):
         return None
     proc = git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], repo, check=False)
@@ -147,7 +147,7 @@ def _resolve_commit(repo: Path, rev: str) -> str | None:
 
 def _is_git_repo(path: Path) -> bool:
     """Whether ``path`` itself is a git repository (work tree or bare), not a directory inside one."""
-    from ...stages.building.source import git
+    from ..stages.building.source import git
     return git(["rev-parse", "--git-dir"], path, check=False,
                env={"GIT_CEILING_DIRECTORIES": str(path.resolve().parent)}).returncode == 0
 
@@ -161,7 +161,7 @@ def fetched_clone(url: str, dest: Path, revs: Sequence[str], say: Callable[[str]
     does not have are left missing (the caller reports them).  Returns ``dest``; raises
     harness.stages.building.source.SourceError when git cannot create or fetch into it.
     """
-    from ...stages.building.source import git
+    from ..stages.building.source import git
     if not (dest / "HEAD").is_file():
         tmp = dest.with_name(dest.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -224,7 +224,7 @@ def upstream_commits(repo: Path, good: str, bad: str) -> list[UpstreamCommit]:
     either rev names no commit of ``repo``, when GOOD is not an ancestor of BAD, or when
     the range holds no commit.
     """
-    from ...stages.building.source import git
+    from ..stages.building.source import git
     ids = {}
     for label, rev in (("GOOD", good), ("BAD", bad)):
         sha = _resolve_commit(repo, rev)
@@ -304,8 +304,8 @@ class UpstreamBisector(Bisector):
 
     def tree(self, k: int, variant: str = "fork") -> Path:
         """The source tree of commit k, with the series applied for ``fork``; raises PatchApplyError."""
-        from ...stages.building.patches import prepare_series_tree
-        from ...stages.building.source import BaseTree, prepare_tree
+        from ..stages.building.patches import prepare_series_tree
+        from ..stages.building.source import BaseTree, prepare_tree
         commit = self.commits[k]
         logs = self.dir_at(k, variant) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -323,8 +323,8 @@ class UpstreamBisector(Bisector):
         """
         if (k, variant) in self._builds:
             return self._builds[(k, variant)]
-        from ...stages.building.build import BuildResult
-        from ...stages.building.patches import PatchApplyError, series_digest, series_label
+        from ..stages.building.build import BuildResult
+        from ..stages.building.patches import PatchApplyError, series_digest, series_label
         commit, here = self.commits[k], self.dir_at(k, variant)
         try:
             source = self.tree(k, variant)
@@ -412,7 +412,7 @@ class TestCheck:
 
         ``bisector`` is a SeriesBisector or UpstreamBisector.
         """
-        from ...stages.native_tests.native_tests import run_ctest
+        from ..stages.native_tests.native_tests import run_ctest
         built = bisector.build_at(k, "fork")
         if built.status != STEP_PASSED:
             return False, f"build {built.status}: {built.detail}"
@@ -433,8 +433,8 @@ class TestCheck:
         """Build the executable the test starts, which the bisector's targets may not hold (a test of upstream's suite is named
         after its vocabulary, ``test-tokenizer-0-falcon``, and starts ``test-tokenizer-0``), as ctest describes it
         (harness.stages.native_tests.upstream_suite.suite_targets); "" when built, else why not."""
-        from ...stages.building.build import find_tool
-        from ...stages.native_tests.upstream_suite import ctest_commands, suite_targets
+        from ..stages.building.build import find_tool
+        from ..stages.native_tests.upstream_suite import ctest_commands, suite_targets
         try:
             command = ctest_commands(build_dir).get(self.name, [])
         except OSError as exc:
@@ -442,7 +442,7 @@ class TestCheck:
         targets = suite_targets([command], build_dir)  # ninja decides whether it is out of date
         if not targets:
             return ""
-        from ...common import proc
+        from ..common import proc
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"build-{self.name}.log", "wb") as fh:
             done = proc.run([find_tool("cmake") or "cmake", "--build", str(build_dir), "--target", *targets],
@@ -475,7 +475,7 @@ def check_targets(name: str, platform: Any = None, build_dir: Path | None = None
     ``test_targets`` are."""
     if platform is not None and build_dir is not None and name not in platform.test_targets \
             and (build_dir / "CTestTestfile.cmake").is_file():
-        from ...stages.native_tests.upstream_suite import ctest_commands, suite_targets
+        from ..stages.native_tests.upstream_suite import ctest_commands, suite_targets
         try:
             found = suite_targets([ctest_commands(build_dir).get(name, [])], build_dir)
         except OSError:
@@ -506,10 +506,10 @@ def run(args: argparse.Namespace) -> int:
     subclasses (exit code 2 through harness.cli) for bad input or a range that cannot be bisected (BisectError:
     the check fails at GOOD or passes at BAD).
     """
-    from ...matrix.config import load_matrix
-    from ...stages.building.patches import read_series
-    from ...stages.building.builds import cmake_options
-    from ...stages.building.source import cache_dir
+    from ..matrix.config import load_matrix
+    from ..stages.building.patches import read_series
+    from ..stages.building.builds import cmake_options
+    from ..stages.building.source import cache_dir
     say = (lambda line: print(line, file=sys.stderr)) if args.json else print
     platforms = split_names(args.platform)
     if len(platforms) != 1:

@@ -1,6 +1,6 @@
 """What a run's record is shown as once its stages end: the failure signatures (signatures.json,
-harness.analysis.signatures) and the report (report.html, harness.analysis.report).  The command line writes them
-after the run loop returns or stops (harness.commands, harness.analysis.forecast), and again for a run whose harness
+harness.triage.signatures) and the report (report.html, harness.views.report).  The command line writes them
+after the run loop returns or stops (harness.commands, harness.upstream.forecast), and again for a run whose harness
 was killed once the next run has recorded it so (:func:`settle_killed`); the run loop itself writes only the record
 (harness.pipeline), so data flows one way: stages -> record -> views.
 """
@@ -16,7 +16,7 @@ from ..record.run import Run
 from ..common.statuses import KILLED, VERDICT_EXIT_CODES, VERDICT_FAILED
 from ..record.verdict import judge
 from .report import write_report
-from .signatures import classify_run
+from ..triage.signatures import classify_run
 
 
 def write_views(run_dir: Path) -> Path:

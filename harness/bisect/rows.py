@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ...common.statuses import STEP_ERROR
-from ...record.records import Failure
-from ...record.summary import RunSummary
-from ...record.verdict import FAILS, Row, judge
+from ..common.statuses import STEP_ERROR
+from ..record.records import Failure
+from ..record.summary import RunSummary
+from ..record.verdict import FAILS, Row, judge
 from .search import BAD, GOOD, UNDECIDED
 
 #: The step names of the speed stage's rules start so (harness.stages.speed.speed: ``speed:<group>:<metric>``).

@@ -2,7 +2,7 @@
 
 A signature names *what* failed in a form that stays the same from run to run,
 so that triage can tell a failure already known from a new one.  Its ``kind``
-is one of harness.analysis.text_rules.KINDS; its ``key`` is built only from stable facts: source
+is one of harness.triage.text_rules.KINDS; its ``key`` is built only from stable facts: source
 paths relative to the source or build tree (no home or temporary directories),
 no line numbers, no hex addresses, no timestamps, durations or process ids.
 
@@ -63,7 +63,7 @@ runs are matched against stored keys even when the old logs are gone.
 
 Longer than 400 lines: one classifier per kind of step (build, test, generate, the checks, speed), each
 reading that step's logs and records; the rules that read any text, the ranking and the key normalisation they
-share are harness.analysis.text_rules.
+share are harness.triage.text_rules.
 """
 
 from __future__ import annotations

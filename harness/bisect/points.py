@@ -22,13 +22,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ...common.errors import InputError
-from ...common.statuses import RUN_BISECT, STEP_PASSED
-from ...matrix.config import Matrix
-from ...record.inputs import read_run_info
-from ...record.layout import RunLayout
-from ...record.summary import RunSummary, read_run
-from ...stages.building.patches import SERIES_FILE, Patch, read_series
+from ..common.errors import InputError
+from ..common.statuses import RUN_BISECT, STEP_PASSED
+from ..matrix.config import Matrix
+from ..record.inputs import read_run_info
+from ..record.layout import RunLayout
+from ..record.summary import RunSummary, read_run
+from ..stages.building.patches import SERIES_FILE, Patch, read_series
 
 @dataclass(frozen=True)
 class RunCommandLine:
@@ -43,7 +43,7 @@ def command_line(run_dir: Path) -> RunCommandLine:
     """The stage commands and options of the run in ``run_dir``, from its run.json.  Raises InputError naming
     run.json when it records no stage command (a run of another command, or of a harness that did not record
     its command lines)."""
-    from ...cli import STAGES, parse
+    from ..cli import STAGES, parse
     info = read_run_info(RunLayout(run_dir).run_json)
     stages: list[str] = []
     last = None
@@ -77,9 +77,9 @@ def write_prefix(patches: Sequence[Patch], k: int, out: Path) -> Path:
 
 def later_targets(patches: Sequence[Patch], k: int) -> dict[str, str]:
     """Test target -> the patch after the first ``k`` that brings it: its source file
-    (``tests/<target>.cpp``, harness.analysis.forecast_patches.added_files) or its CMake definition
-    (harness.analysis.forecast_patches.defined_targets); the first such patch wins."""
-    from ..forecast_patches import added_files, defined_targets
+    (``tests/<target>.cpp``, harness.stages.building.patch_diff.added_files) or its CMake definition
+    (harness.stages.building.patch_diff.defined_targets); the first such patch wins."""
+    from ..stages.building.patch_diff import added_files, defined_targets
     found: dict[str, str] = {}
     for p in patches[k:]:
         for target in [*(Path(f).stem for f in added_files(p)), *defined_targets(p)]:
@@ -143,11 +143,11 @@ class Points:
         return self.runs[k]
 
     def _run(self, k: int) -> Point:
-        from ...args import stage_options
-        from ...common import proc
-        from ...pipeline import run_stages
-        from ...record.run import Run
-        from ..run_views import write_views
+        from ..args import stage_options
+        from ..common import proc
+        from ..pipeline import run_stages
+        from ..record.run import Run
+        from ..views.run_views import write_views
         started = time.monotonic()
         series = write_prefix(self.patches, k, self.root / "series" / f"k{k}")
         read_series(series)  # what the stages read, checked before they start

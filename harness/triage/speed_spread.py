@@ -1,6 +1,6 @@
 """How far each within-run speed ratio moves between clean runs: triage's yardstick for a ratio.
 
-A within-run ratio (harness.analysis.speed_ratios: a configuration's per-round samples over its reference's)
+A within-run ratio (harness.triage.speed_ratios: a configuration's per-round samples over its reference's)
 cancels what moved both sides of a round, but not what belongs to one engine process or one machine: between
 clean H200 runs of one series the fork's default-mode pp ratio to upstream moved 0.69-1.42x with the engine of
 before (docs/speed.md, "Noise"), and a pinned/pageable ratio moves with the host's memory bandwidth.  A fixed
@@ -10,7 +10,7 @@ So each ratio is judged by the spread it has really shown: for every ordered pai
 ``summary.json`` that passed, not a planted fault's ``plant-*`` run) measured by the same instrument on the same
 machine fingerprint, the change of the ratio's median (run B's median per-round ratio over run A's), and per
 (platform, model, configuration, metric, reference) the smallest such change: ``spread`` = 1 / smallest - 1 (0.25: a
-clean run has shown the ratio 20 % below another's).  Triage (harness.analysis.speed_diff) counts a fall of a
+clean run has shown the ratio 20 % below another's).  Triage (harness.triage.speed_diff) counts a fall of a
 ratio as a regression only past the wider of the rule's factor and this spread, and a fall past the rule's
 factor or past the spread alone as **suspect**, which ``triage --confirm`` re-measures.
 

@@ -7,7 +7,7 @@ configuration with the reference of its ratio, by that rule's factor when it is 
 when triage has the matrix, else the ones either record was judged with; speed_ratios.rule_factors):
 
 * its **ratio** to the reference it was measured interleaved with (per-round ratios,
-  harness.analysis.speed_ratios), run B's against run A's, by the slowdown rule of
+  harness.triage.speed_ratios), run B's against run A's, by the slowdown rule of
   harness.common.statistics.  Samples inside one run share the machine's state at that time,
   and a rank test across two runs takes a drift of the machine for a slowdown (issue 29: the
   same series 0.85x in pp between two runs, upstream's unchanged build 0.76x); a ratio cancels
@@ -31,7 +31,7 @@ The verdict (:data:`REGRESSION`, :data:`SUSPECT` or :data:`UNCHANGED`) by the re
   factor is **suspect**.
 
 ``python -m harness triage --confirm`` settles suspects by measuring both builds interleaved
-(harness.analysis.speed_confirm).  Speeds are compared only when both bench records carry the
+(harness.triage.speed_confirm).  Speeds are compared only when both bench records carry the
 same machine fingerprint (harness.kinds.machine.machine_fingerprint: CPU model and core
 count, GPUs and driver, visible GPUs, CUDA driver and toolkit); any other pair is "not
 comparable", never a regression.
@@ -137,7 +137,7 @@ def _within_spread(ratio: float, factor: float, spread: Spread | None, verdict: 
     return SUSPECT, (f"ratio fell to {ratio:.3f}x of run A's: past {'the factor' if bound == factor else 'the spread'} "
                      f"({bound:.0%}), within what it is judged by ({max(factor, spread.factor):.0%}: its smallest "
                      f"change between two clean runs, {spread.smallest:.3f}x over {spread.pairs} pairs of "
-                     f"{spread.runs} committed runs, harness.analysis.speed_spread)")
+                     f"{spread.runs} committed runs, harness.triage.speed_spread)")
 
 
 def _set_in_a(key: tuple, config: str, metric: str, set_b: Mapping[str, Mapping[str, Any]],
@@ -179,7 +179,7 @@ def compare_bench(platform: str, ba: Mapping[str, Any], bb: Mapping[str, Any],
     ``factors`` ((candidate, metric, reference) -> factor, speed_ratios.rule_factors of the matrix), or
     where it is None the factors the two records' rules were judged with.  Measurements with fewer
     than MIN_SAMPLES samples on a side are left out; a reference with a sample of 0 tok/s gives no ratio.
-    ``spreads``: each ratio's cross-run spread (harness.analysis.speed_spread; None: none known): a ratio falls
+    ``spreads``: each ratio's cross-run spread (harness.triage.speed_spread; None: none known): a ratio falls
     by the rule only past the wider of its factor and its spread, and a fall past either alone is **suspect**.
     The machine is not checked here (:func:`compare_speed` does).
     """
@@ -240,7 +240,7 @@ def compare_speed(a: Path, b: Path, upstream: Mapping[str, str] | None = None,
                   factors: Mapping[tuple[str, str, str], float] | None = None,
                   spreads: Mapping[Key, Spread] | None = None) -> tuple[list[SpeedChange], list[str]]:
     """The speed changes from run directory ``a`` to ``b`` (:func:`compare_bench` per platform, with
-    ``upstream``, ``factors`` and ``spreads``, None: the committed runs', harness.analysis.speed_spread.committed)
+    ``upstream``, ``factors`` and ``spreads``, None: the committed runs', harness.triage.speed_spread.committed)
     and the platforms whose speeds are not comparable (one line each, saying why: another instrument or
     machine)."""
     spreads = committed() if spreads is None else spreads

@@ -11,13 +11,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...record.json_files import write_json
-from ...record.layout import RunLayout
+from ..record.json_files import write_json
+from ..record.layout import RunLayout
 
 #: How a row's bisection ended: ``found`` (one first bad patch), ``range`` (every point between the last good and
 #: the first bad one was undecided), ``fails at the base`` (the row fails with no patch applied and at every point
 #: probed below the run: no patch is to blame; a row that fails at the base but passes at a later point is
-#: bisected from there, harness.analysis.bisect.last_good_in_series), ``undecided at the base`` (with no patch applied the row could not be judged).
+#: bisected from there, harness.bisect.last_good_in_series), ``undecided at the base`` (with no patch applied the row could not be judged).
 FOUND, RANGE, AT_BASE, UNDECIDED_BASE = "found", "range", "fails at the base", "undecided at the base"
 OUTCOMES = (FOUND, RANGE, AT_BASE, UNDECIDED_BASE)
 

@@ -1,7 +1,7 @@
 """A failure's signature read from log text, declared once: the signature kinds and their ranks, :class:`Signature`,
 the normalisation that makes a key the same across machines and runs (paths, addresses, times, template
 arguments), the signal of an exit code, and the rules that read a sanitizer report, a CUDA error, an assertion
-and a test-backend-ops failure out of any text (:func:`classify_text`).  harness.analysis.signatures applies
+and a test-backend-ops failure out of any text (:func:`classify_text`).  harness.triage.signatures applies
 them to each step of a run.
 """
 
