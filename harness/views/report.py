@@ -30,7 +30,6 @@ page's CSS and JavaScript; each section is a function of the run directory, and 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -61,6 +60,7 @@ from .report_figures import checkout_series, kl_figure, machine_text, probe_figu
 from ..record.records import describe_divergence_record
 from ..record.summary_md import cache_text, describe_cached, shown_as_reused
 from .pin_chart import ladder_scale, pin_chart_svg, pin_ladders
+from .upstream_suite import upstream_html
 
 #: Lines of a failing log shown in the report (the end of a log holds the error).
 LOG_TAIL_LINES = 40
@@ -453,47 +453,6 @@ def results_root(run_dir: Path) -> Path:
     return next((p for p in run_dir.resolve().parents if p.name == "results"), run_dir.resolve().parent)
 
 
-def _upstream_html(run_dir: Path, platforms: Iterable[str]) -> str:
-    """Upstream's suite per platform as its records say (harness.record.upstream_tests): the tests that fail on both
-    sides (never proven), those skipped for missing data with the file, and test-backend-ops' perf pairs, the table
-    upstream's compare-llama-bench.py prints of the same rows; '' where no platform ran the suite."""
-    from ..record.upstream_tests import FAILED_BOTH, read_suite
-    layout, parts = RunLayout(run_dir), []
-    for platform in sorted(platforms):
-        try:
-            suite = read_suite(layout.upstream_file(platform, "pairs"))
-        except (FileNotFoundError, RecordError):
-            suite = None
-        if suite is not None:
-            g = suite.glance()
-            rows = [(t.name, "fails on both (not proven)", t.fork_message or t.fork) for t in suite.of(FAILED_BOTH)]
-            rows += [(name, "skipped for missing data", f"missing {path}") for name, path in g.missing_data.items()]
-            parts.append(f'<h3>{escape(platform)}: upstream suite</h3><p>{g.passed_both} pass on both; '
-                         f'{g.failed_both} fail on both; {g.regressed} regressed; {len(g.missing_data)} skipped for '
-                         f'missing data; {g.declared} skipped by declaration</p>')
-            if rows:
-                parts.append('<table><thead><tr><th>test</th><th>class</th><th>why</th></tr></thead><tbody>'
-                             + "".join(f"<tr><td>{escape(n)}</td><td>{escape(c)}</td><td>{escape(w)}</td></tr>"
-                                       for n, c, w in rows) + "</tbody></table>")
-        try:
-            perf = json.loads(layout.upstream_file(platform, "perf").read_text())
-        except (OSError, ValueError):
-            continue
-        cases = perf.get("cases") or []
-        parts.append(f'<h3>{escape(platform)}: test-backend-ops perf, fork against base</h3><p class="muted">'
-                     f'{len(cases)} cases on {escape(str(perf.get("backend") or "every backend"))}'
-                     + (f'; stopped: {escape(str(perf["stopped"]))}' if perf.get("stopped") else "")
-                     + f'; <code>compare-llama-bench.py -t test-backend-ops -i {escape(str(perf.get("database")))} '
-                     '-b base -c fork</code> prints the same rows</p>'
-                     '<table><thead><tr><th>backend</th><th>op</th><th>parameters</th><th>base GFLOPS</th>'
-                     '<th>fork GFLOPS</th><th>base GB/s</th><th>fork GB/s</th><th>fork/base time</th></tr></thead><tbody>'
-                     + "".join(f'<tr><td>{escape(c["backend"])}</td><td>{escape(c["op"])}</td><td>{escape(c["params"])}'
-                               f'</td><td>{c.get("base_flops", 0) / 1e9:.2f}</td><td>{c.get("fork_flops", 0) / 1e9:.2f}'
-                               f'</td><td>{c.get("base_gb_s", 0):.2f}</td><td>{c.get("fork_gb_s", 0):.2f}</td>'
-                               f'<td>{c["ratio"]:.3f}</td></tr>' for c in cases) + "</tbody></table>")
-    return "".join(parts)
-
-
 def _environment_html(run_dir: Path, platform: str) -> str:
     try:
         env = read_environment(RunLayout(run_dir).environment_json(platform))
@@ -734,7 +693,7 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
                  + (_comparisons_table(comparisons) if comparisons else '<p class="muted">none recorded</p>')
                  + "</section>")
     parts.append('<section id="speed"><h2>Speed</h2>' + _speed_html(run_dir) + "</section>")
-    upstream = _upstream_html(run_dir, {st.platform for st in steps})
+    upstream = upstream_html(run_dir, {st.platform for st in steps})
     if upstream:
         parts.append('<section id="upstream"><h2>Upstream\'s suite</h2>' + upstream + "</section>")
     diverged = [c for c in comparisons if c.status == DIVERGED]
