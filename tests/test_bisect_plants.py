@@ -3,7 +3,9 @@ the smallest selection that shows it, and ``bisect`` with no argument names the 
 failing row, in the run's own verdict text; the series without it (the last good point) passes as a whole run.
 
 One model (moe-small; the speed plant: gemma3-270m, the model of base-vs-fork's speed rules), one group, 8 tokens,
-the speed stage only for the speed plant.  Each test builds the fork
+the speed stage only for the speed plant.  The falcon tokenizer plant, which fails upstream's suite, is bisected
+by tests/test_upstream_suite_runs.py on the run it already makes (the suite twice per point costs tens of
+minutes on two cores, so it runs once in the suite).  Each test builds the fork
 once per point (ccache warm after the first): minutes on the 2-core development machine (docs/triage.md#bisect).
 """
 
@@ -32,10 +34,6 @@ PLANTS = {
     "llama-process-waits-10-ms-before-each-decode.patch":
         (["build", "compare-outputs", "--group", "base-vs-fork", "--model", "gemma3-270m"],  # the group's speed model
          f"{CPU} fork speed:base-vs-fork:tg"),
-    "llama-vocab-falcon-digits-split-in-pairs.patch":
-        (["build", "test", "compare-outputs", "--upstream-tests", "--group", "base-vs-fork", "--model", "moe-small",
-          "--no-bench"],
-         f"{CPU} fork upstream-tests: test-tokenizer-0-falcon"),
     "completion-aborts-on-a-prompt-naming-cologne.patch":
         (["build", "compare-outputs", "--group", "base-vs-fork", "--model", "moe-small", "--no-bench"],
          f"{CPU} fork generate: moe-small/umlaut-newline"),
