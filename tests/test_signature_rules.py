@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -105,7 +104,13 @@ sys.exit(rc)
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("cc"), reason="the fake project needs a C compiler")
 @pytest.mark.parametrize("honest", [True, False])
-def test_a_sanitizer_that_did_not_run_the_test_fails_with_its_own_signature(tmp_path, honest):
+def test_a_sanitizer_that_did_not_run_the_test_fails_with_its_own_signature(tmp_path, honest, monkeypatch, capsys):
+    """The fake project's CPU platform, its kind given NVIDIA's sanitizer declaration (a CPU kind has none: its
+    --sanitize steps are skipped), run in this process so that the kind is the one declared here."""
+    from dataclasses import replace
+    from harness import cli
+    from harness.kinds import registry
+    from harness.kinds.nvidia import NVIDIA
     project = make_fake_project(tmp_path)
     bin_dir = tmp_path / "sanitizer-bin"
     bin_dir.mkdir()
@@ -113,18 +118,21 @@ def test_a_sanitizer_that_did_not_run_the_test_fails_with_its_own_signature(tmp_
     tool.write_text(FAKE_SANITIZER.format(python=sys.executable,
                                           run="subprocess.call(program)" if honest else "0"))
     tool.chmod(0o755)
-    env = project.env()
-    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
-    done = subprocess.run(project.argv("build", "test", extra=("--sanitize", "memcheck")), cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True)
+    for key, value in project.env(PATH=f"{bin_dir}{os.pathsep}{project.env()['PATH']}").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("HARNESS_RUN_ID", raising=False)
+    monkeypatch.setitem(registry.GPUS, "none", replace(registry.GPUS["none"], sanitizer=NVIDIA.sanitizer,
+                                                      sanitizer_args=NVIDIA.sanitizer_args))
+    code = cli.main(project.argv("build", "test", extra=("--sanitize", "memcheck"))[3:])
+    shown = capsys.readouterr()
     run = project.results / "latest"
     steps = {c["step"]: c for c in json.loads((run / "summary.json").read_text())["configurations"]}
     assert steps["test"]["status"] == "passed"
     if honest:
-        assert done.returncode == 0, done.stdout + done.stderr
+        assert code == 0, shown.out + shown.err
         assert steps["test-memcheck"]["status"] == "passed"
         return
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert code == 1, shown.out + shown.err
     assert steps["test-memcheck"]["status"] == "failed"
     sig = next(e["signature"] for e in json.loads((run / "signatures.json").read_text())
                if e["step"] == "test-memcheck")

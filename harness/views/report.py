@@ -335,12 +335,13 @@ def _steps_table(steps: list[StepRecord], sigs: dict) -> str:
             + "</tbody></table>")
 
 
-def _kl_cells(c: ComparisonRecord) -> str:
-    kl = c.kl
-    if not kl:
+def _kl_cells(c: ComparisonRecord, verdict: RowVerdict) -> str:
+    """The KL and top-1 cells; a mean past the group's kl_mean_max is flagged in the colour of the row's verdict."""
+    if not (kl := c.kl):
         return '<td class="num">–</td><td class="num">–</td>'
     over = c.kl_mean_max is not None and kl["mean"] > c.kl_mean_max
-    flag = f' <span class="st st-failure">&gt; {c.kl_mean_max:g}</span>' if over else ""
+    flag = (f' <span class="st st-{_VERDICT_CLASS.get(verdict.verdict, "neutral")}">&gt; {c.kl_mean_max:g}</span>'
+            if over else "")
     return (f'<td class="num">{kl["mean"]:.3g} / {kl["max"]:.3g}{flag}</td>'
             f'<td class="num">{kl["top1_agreement"]:.1%}</td>')
 
@@ -359,7 +360,7 @@ def _comparisons_table(comparisons: list[ComparisonRecord]) -> str:
                     f'<td class="nw">{escape(c.group)}</td>'
                     f'<td>{escape(c.model)}</td><td>{escape(c.prompt)}</td><td>{escape(c.reference)}</td>'
                     f'<td>{escape(c.candidate)}</td><td>{_row_status(c.status, v)}</td>{_verdict_cell(v)}'
-                    f'<td>{escape(c.difference())}{nondet}</td>{_kl_cells(c)}</tr>')
+                    f'<td>{escape(c.difference())}{nondet}</td>{_kl_cells(c, v)}</tr>')
     return ('<table class="comparisons"><thead><tr><th>platform</th><th>group</th><th>model</th><th>prompt</th>'
             '<th>reference</th><th>candidate</th><th>status</th><th>verdict</th><th>first divergent token</th>'
             '<th>KL mean / max (nats)</th><th>top-1 agree</th></tr></thead><tbody>'
