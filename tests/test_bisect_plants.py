@@ -31,9 +31,11 @@ PLANTS = {
     "llama-mmap-pages-copied-on-write.patch":
         (["build", "compare-outputs", "--group", "mmap-vs-load-mode-none", "--model", "moe-small", "--no-bench"],
          f"{CPU} fork expectations: mapped moe-small"),
-    "llama-process-waits-10-ms-before-each-decode.patch":
-        # the group's speed model, and the 16 tokens test_e2e_speed.py gives the same plant: with 8 the sleep is
-        # a smaller share of a decode and the rule read 0.90x or passed, beside the rest of the suite
+    # the slowdown test_e2e_speed.py plants (tests/data/), on the group's speed model: the 10 ms sleep of
+    # tests/plants/llama-process-waits-10-ms-before-each-decode.patch measured tg 0.90x against the rule's 0.909x
+    # here (docs/triage.md#bisect), so it fails or passes by the noise of the machine, and a pass it measured is
+    # served again by the result cache
+    "llama-wait-twice-the-graph-s-compute-time-after-every-decode.patch":
         (["build", "compare-outputs", "--group", "base-vs-fork", "--model", "gemma3-270m", "--n-predict", "16"],
          f"{CPU} fork speed:base-vs-fork:tg"),
     "completion-aborts-on-a-prompt-naming-cologne.patch":
@@ -53,7 +55,8 @@ def _harness(*argv: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("plant", list(PLANTS))
 def test_bisect_names_the_plant_for_every_failing_row_of_its_run(tmp_path, plant):
     stages, row = PLANTS[plant]
-    series = series_with(tmp_path / "series", [ROOT / "tests" / "plants" / plant])
+    path = next(p for p in (ROOT / "tests" / "plants" / plant, ROOT / "tests" / "data" / plant) if p.is_file())
+    series = series_with(tmp_path / "series", [path])
     results = tmp_path / "results"
     tokens = [] if "--n-predict" in stages else ["--n-predict", "8"]
     run = _harness(*stages, "--platform", CPU, *tokens, "-j", "2",
