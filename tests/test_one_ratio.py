@@ -9,7 +9,7 @@ import pytest
 from harness.views.report import markdown_summary, render_html
 from harness.triage.speed_diff import compare_speed
 from harness.triage.triage import _speed_line
-from harness.common.statistics import OF_MEDIANS, WITHIN_ROUND, judge, within_round_ratio
+from harness.common.statistics import OF_MEDIANS, WITHIN_ROUND, judge, round_ratios, within_round_ratio
 from harness.record.bench import read_bench, rule_ratio
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +30,19 @@ def test_rounds_that_drift_give_one_ratio_not_the_ratio_of_medians():
     assert paired.ratio == ratio and paired.ratio_name == WITHIN_ROUND and f"{WITHIN_ROUND} 1.00x" in paired.describe()
     assert unpaired.ratio == pytest.approx(169.5 / 228.1) and unpaired.ratio_name == OF_MEDIANS
     with pytest.raises(ValueError):
+        within_round_ratio([], [1.0])
+
+
+def test_round_ratios_pair_the_rounds_both_sides_have_and_refuse_a_reference_that_is_not_positive():
+    """Round i of the candidate over round i of the reference, over the rounds both sides have: a reference
+    sample past the candidate's last round is neither paired nor checked.  A reference of 0 (or less) tok/s
+    is refused in words naming the samples; any positive one, even below 1 tok/s, is a measurement."""
+    assert round_ratios([3.0, 1.0], [2.0, 0.5, 0.0]) == [1.5, 2.0]
+    assert within_round_ratio([2.0, 0.5, 0.0], [3.0, 1.0]) == 1.75
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match=rf"^reference samples must be positive tok/s: \[2\.0, {bad}\]$"):
+            round_ratios([1.0, 1.0], [2.0, bad])
+    with pytest.raises(ValueError, match="^no round on both sides$"):
         within_round_ratio([], [1.0])
 
 

@@ -52,7 +52,7 @@ def _tests(path: str, *names: str) -> tuple[str, ...]:
 #: checkout).  Subsets, not the fast tier: a test of the committed evidence that reads every run (minutes)
 #: would be run again for each mutant that reaches it.
 VERDICT_MODULES: dict[str, tuple[str, ...]] = {
-    # the slowdown rule of every speed step: ratio of medians, factor, Mann-Whitney U
+    # the slowdown rule of every speed step: the ratio (within-round or of medians), factor, Mann-Whitney U
     "harness/common/statistics.py": _tests(
         "tests/test_speed.py", "test_a_planted_twofold_slowdown_is_a_regression",
         "test_samples_of_one_distribution_pass", "test_a_small_separated_slowdown_is_within_the_factor",
@@ -62,7 +62,9 @@ VERDICT_MODULES: dict[str, tuple[str, ...]] = {
         "test_a_spread_gives_the_median_extremes_and_inclusive_quartiles_of_its_samples",
         "test_two_samples_a_side_are_enough_and_a_ratio_that_is_not_positive_is_refused_saying_so",
         "test_a_verdict_keeps_what_it_was_judged_by_and_words_its_outcome_by_the_rule_asked",
-        "test_two_samples_have_their_inclusive_quartiles_and_no_samples_is_refused_in_those_words"),
+        "test_two_samples_have_their_inclusive_quartiles_and_no_samples_is_refused_in_those_words")
+    + _tests("tests/test_one_ratio.py", "test_rounds_that_drift_give_one_ratio_not_the_ratio_of_medians",
+             "test_round_ratios_pair_the_rounds_both_sides_have_and_refuse_a_reference_that_is_not_positive"),
     # a comparison's status from the token streams
     "harness/stages/outputs/divergence.py": _tests("tests/test_divergence.py"),
     # triage's speed verdict: within-run ratios, the reference, the factor and the spread
