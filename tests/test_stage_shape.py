@@ -220,3 +220,31 @@ def test_every_check_stage_of_the_table_records_and_shows_each_step_it_decides(t
         assert lines[-1].startswith(f"⚠ [{CPU}] {stage.name}: incomplete — {len(decided)} not run ("), lines
     assert [(s.config, s.step, s.status) for s in run.steps[2:]] == [
         ("base", "expectations", "skipped"), ("fork", "expectations", "incomplete")]
+
+
+def test_every_stage_of_the_table_run_by_the_loop_records_its_steps_and_hands_none_back(tmp_path):
+    """Each stage of STAGES, run by the loop against a context that selects the CPU platform, where no platform
+    runs (ctx.platforms gives none) and every build failed: none returns anything (StageReturned), and each step
+    one records (the speed rules, blocked by their builds) is said in its line."""
+    from contextlib import nullcontext
+    from io import StringIO
+    from types import SimpleNamespace
+
+    from harness.common.console import Console
+    from harness.matrix.selection import Selection
+
+    def no_model(name):
+        raise RuntimeError(f"no model {name}")
+
+    run = Run(tmp_path / "results", "fakes")
+    out = StringIO()
+    console = Console(out, interactive=False, github=False, heartbeat_s=0)
+    ctx = SimpleNamespace(matrix=MATRIX, run=run, opts=Options(), console=console, say=console.say,
+                          selection=Selection.of(MATRIX, [CPU]), platforms=lambda step: [], generated={},
+                          doing=lambda *where: nullcontext(), builds=SimpleNamespace(bases={"base": None}),
+                          model_path=no_model, build_variant=lambda p, v: SimpleNamespace(status="failed"))
+    for stage in STAGES:
+        pipeline.run_stage(ctx, stage)
+    assert [s.step for s in run.steps] == ["speed:base-vs-fork:pp", "speed:base-vs-fork:tg"]
+    assert out.getvalue().splitlines() == [f"[{s.platform}] {s.step} {s.config}: {s.status} — {s.detail}"
+                                           for s in run.steps]
