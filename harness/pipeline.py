@@ -2,10 +2,10 @@
 
 Each command of the command line (``build``, ``test``, ``compare-outputs``) runs its stages of
 harness.stages.table.STAGES in table order, every stage through the one shape of
-harness.stages.shape.Stage: the loop records the steps a stage returns, runs a stage ``beside``
-in a thread of its own until its command ends, and on an interrupt or an exception stops every
-child process, records what was in progress and writes the summary.  Nothing here knows what
-a stage does.  A failure in one platform or configuration is recorded by its stage and the
+harness.stages.shape.Stage: a stage records and shows its own steps as they finish, the loop runs a
+stage ``beside`` in a thread of its own until its command ends, and on an interrupt or an exception
+stops every child process, records what was in progress and writes the summary.  Nothing here knows
+what a stage does.  A failure in one platform or configuration is recorded by its stage and the
 others still run.
 """
 
@@ -36,7 +36,7 @@ from .stages.outputs.sessions import Sessions
 from .stages.shape import Context, Stage
 from .stages.table import STAGES, stages_of, steps_of_role, undeclared
 
-__all__ = ["Options", "STRICT_ENV", "UndeclaredStep", "open_context", "run_command", "run_stage", "run_stages"]
+__all__ = ["Options", "STRICT_ENV", "StageReturned", "UndeclaredStep", "open_context", "run_command", "run_stage", "run_stages"]
 
 #: Set to ``1`` (the test suite does, tests/conftest.py), a step that no stage declares with its status stops the
 #: run with :class:`UndeclaredStep`; otherwise it is recorded and named in one console line.
@@ -66,13 +66,21 @@ def open_context(matrix: Matrix, run: Run, opts: Options, say: Callable[[str], N
     return Context(matrix, run, opts, console, say, progress, results_cache, builds, models, sessions, selection)
 
 
+class StageReturned(TypeError):
+    """A stage's ``run`` returned something: a stage records its steps itself (harness.stages.shape.Stage), so what
+    it returns would be lost."""
+
+
 def run_stage(ctx: Context, stage: Stage) -> None:
-    """Run ``stage`` and record each step it returns in ``ctx.run`` as it comes, with one console line per
-    step; what it raises propagates."""
+    """Run ``stage``, which records and shows its own steps (harness.stages.shape.Stage.run); what it raises
+    propagates.  Raises :class:`StageReturned` when its ``run`` returns anything but None (steps handed back
+    to the loop instead of recorded: one console shape for every stage)."""
     ctx.run.stage_started(stage.name)
-    for step in stage.run(ctx) or ():
-        ctx.run.record_step(step)
-        ctx.say(f"[{step.platform}] {step.step} {step.config}: {step.status} — {step.detail}")
+    run: Callable[[Context], object] = stage.run  # typed to return None, a stage may still return steps
+    returned = run(ctx)
+    if returned is not None:
+        raise StageReturned(f"stage {stage.name} returned {type(returned).__name__}: a stage records its steps "
+                            f"itself (ctx.run.record_step) and returns None")
 
 
 def run_command(ctx: Context, stages: Sequence[Stage]) -> None:

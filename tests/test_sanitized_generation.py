@@ -162,3 +162,44 @@ def test_a_failed_sanitized_generation_step_is_signed_by_its_first_report(tmp_pa
                       log=str(log.relative_to(tmp_path)))
     sig = classify_step(tmp_path, step)
     assert sig.kind == "sanitizer_report" and "k_pinned_upload_end_mark" in sig.key and sig.key.startswith("cuda-pin-all")
+
+
+def test_a_crashed_generation_run_again_under_memcheck_is_recorded_and_shown_by_its_stage(tmp_path, monkeypatch):
+    """The crash-memcheck stage, run by the loop, records one step per configuration with a crash and shows it as a
+    console step of its own (harness.stages.shape: one console shape for every stage); the run itself is faked."""
+    from contextlib import nullcontext
+    from io import StringIO
+
+    from harness import pipeline
+    from harness.common.console import Console
+    from harness.record.run import Run
+    from harness.stages.outputs import sanitized_generation as sg
+
+    cuda, config = "linux-x86_64-cuda", "cuda-pin-all"
+    run = Run(tmp_path / "results", "crash")
+    crash = Failure("generation", model="moe-large", prompt="story", repeat=1, status="crashed")
+    run.record_step(StepRecord(cuda, config, "generate", "failed", detail="crashed", failures=[crash, crash]))
+    run.record_step(StepRecord(cuda, "cuda-pageable", "generate", "passed"))
+    ran = []
+
+    def sanitized_run(ctx, p, name, model, prompt, tool, gen, label):
+        ran.append((name, model, prompt, tool, label))
+        log = tmp_path / f"{prompt}.{label}.sanitizer.log"
+        log.write_text(REPORT)
+        return result("crashed"), log, None
+
+    monkeypatch.setattr(sg, "sanitized_run", sanitized_run)
+    monkeypatch.setattr(sg, "first_generation", lambda ctx, p, name: None)
+    monkeypatch.setattr(sg.shutil, "which", lambda program: f"/usr/bin/{program}")
+    out = StringIO()
+    console = Console(out, interactive=False, github=False, heartbeat_s=0)
+    ctx = SimpleNamespace(matrix=MATRIX, run=run, console=console, say=console.say,
+                          doing=lambda *where: nullcontext(), generated={cuda: [config, "cuda-pageable"]})
+    pipeline.run_stage(ctx, sg.CRASH_STAGE)
+    assert ran == [(config, "moe-large", "story", "memcheck", CRASH_LABEL)]  # the same crash twice: run once
+    (step,) = [s for s in run.steps if s.step == CRASH_LABEL]
+    assert (step.platform, step.config, step.status) == (cuda, config, "failed")
+    assert "Invalid __global__ write of size 1 bytes" in step.detail
+    lines = out.getvalue().splitlines()
+    assert lines[0] == f"▶ [{cuda}] {CRASH_LABEL} {config}"
+    assert lines[1].startswith(f"✘ [{cuda}] {CRASH_LABEL} {config}: failed — {step.detail} (")

@@ -46,7 +46,8 @@ def test_a_declaration_outside_its_vocabulary_is_refused():
 def _toy(records: list[StepRecord]) -> tuple[Stage, ...]:
     """One build-command stage that records ``records`` and declares the step ``toy`` as passed or failed."""
     return (Stage("toy", "build", "building", reads=("matrix",), writes=("steps",),
-                  steps=(StepSpec("toy", (STEP_PASSED, STEP_FAILED)),), run=lambda ctx: records),)
+                  steps=(StepSpec("toy", (STEP_PASSED, STEP_FAILED)),),
+                  run=lambda ctx: [ctx.run.record_step(r) for r in records] and None),)
 
 
 def test_a_step_or_status_no_stage_declares_stops_a_strict_run_and_keeps_what_it_recorded(tmp_path):
@@ -85,7 +86,7 @@ def test_a_new_stages_failure_is_read_from_the_evidence_it_declares(tmp_path, mo
     step = StepRecord(CPU, "fork", "lint-build", STEP_FAILED, detail="the lint build failed")
     assert signatures.classify_step(tmp_path, step).kind == "other"
     lint = Stage("lint", "build", "building", reads=("matrix",), writes=("steps",),
-                 steps=(StepSpec("lint-build", (STEP_PASSED, STEP_FAILED), "build-logs"),), run=lambda ctx: [])
+                 steps=(StepSpec("lint-build", (STEP_PASSED, STEP_FAILED), "build-logs"),), run=lambda ctx: None)
     monkeypatch.setattr(table, "STAGES", (*STAGES, lint))
     found = signatures.classify_step(tmp_path, step)
     assert found.kind == "compile_error" and "pin_all" in found.key
@@ -117,7 +118,8 @@ def sign(run_dir: Path, step: StepRecord) -> FailureSign | None:
 def run(ctx):
     (ctx.run.dir / "lint.json").write_text(json.dumps({"rule": "no-tabs", "file": "ggml/src/ggml.c", "line": 12,
                                                         "text": "ggml/src/ggml.c:12: a tab"}), encoding="utf-8")
-    return [StepRecord(ctx.platforms("build")[0].name, "-", STEP_NAME, STEP_FAILED, detail="1 lint finding")]
+    ctx.run.record_step(StepRecord(ctx.platforms("build")[0].name, "-", STEP_NAME, STEP_FAILED,
+                                   detail="1 lint finding"))
 
 
 STAGE = Stage("lint", "build", "building", reads=("matrix",), writes=("steps", "files"),
@@ -126,8 +128,8 @@ STAGE = Stage("lint", "build", "building", reads=("matrix",), writes=("steps", "
 
 
 def test_a_new_stage_signs_its_own_failure_without_a_reader_in_the_signatures(tmp_path, monkeypatch):
-    """A stage with a failure signature of its own is its module and its line in the table: the run loop records
-    its step as declared, and the signatures ask its declaration's ``signs`` for the failure's signature."""
+    """A stage with a failure signature of its own is its module and its line in the table: the step it
+    records is held to its declaration, and the signatures ask its declaration's ``signs`` for the failure's signature."""
     import importlib.util
     (tmp_path / "lint_stage.py").write_text(LINT_STAGE, encoding="utf-8")
     found = importlib.util.spec_from_file_location("lint_stage", tmp_path / "lint_stage.py")
@@ -153,7 +155,7 @@ def test_a_reader_of_its_own_is_declared_alone_and_signs_a_known_kind(tmp_path, 
     from harness.stages.shape import FailureSign
     with pytest.raises(ValueError, match="evidence 'build-logs' and a reader of its own"):
         StepSpec("lint", (STEP_FAILED,), "build-logs", signs=lambda run_dir, step: None)
-    odd = Stage("lint", "build", "building", reads=("matrix",), writes=("steps",), run=lambda ctx: [],
+    odd = Stage("lint", "build", "building", reads=("matrix",), writes=("steps",), run=lambda ctx: None,
                 steps=(StepSpec("lint", (STEP_FAILED,), signs=lambda run_dir, step: FailureSign("tea", "k", "s")),))
     monkeypatch.setattr(table, "STAGES", (*STAGES, odd))
     with pytest.raises(ValueError, match="kind 'tea'"):

@@ -71,18 +71,25 @@ def test_the_run_loop_names_no_stage_step_or_command():
     assert "checks" in literals  # the role whose steps JUnit's checks file holds: a role, not a stage
 
 
+def _shown(ctx, step: StepRecord) -> None:
+    """What every stage does with a step it decided: shown as a console step, recorded as it finishes."""
+    with ctx.console.step(f"[{step.platform}] {step.step} {step.config}") as shown:
+        shown.finish(step.status, step.detail)
+    ctx.run.record_step(step)
+
+
 def _toy_table(seen: list[str], interrupt: bool = False) -> tuple[Stage, ...]:
-    """A build command of three toy stages: one beside, one that returns its steps, one that records as it goes
+    """A build command of three toy stages: one beside, one that records two steps, one that records as it goes
     (and, with ``interrupt``, is stopped by SIGINT while its step is in progress); a test command after it."""
 
     def beside(ctx):
         seen.append(f"beside in {threading.current_thread().name}")
-        return [StepRecord(CPU, "-", "toy-beside", "passed", detail="ran beside")]
+        _shown(ctx, StepRecord(CPU, "-", "toy-beside", "passed", detail="ran beside"))
 
     def returns(ctx):
         seen.append("returns")
-        yield StepRecord(CPU, "fork", "toy", "passed", detail="one")
-        yield StepRecord(CPU, "base", "toy", "failed", detail="two")
+        _shown(ctx, StepRecord(CPU, "fork", "toy", "passed", detail="one"))
+        _shown(ctx, StepRecord(CPU, "base", "toy", "failed", detail="two"))
 
     def records(ctx):
         seen.append("records")
@@ -94,7 +101,7 @@ def _toy_table(seen: list[str], interrupt: bool = False) -> tuple[Stage, ...]:
 
     def later(ctx):
         seen.append("later")
-        return [StepRecord(CPU, "-", "toy-later", "passed")]
+        _shown(ctx, StepRecord(CPU, "-", "toy-later", "passed"))
 
     def stage(name, command, run, steps, beside=False):
         return Stage(name, command, "building", reads=("matrix",), writes=("steps",), steps=steps,
@@ -121,7 +128,21 @@ def test_a_toy_stage_in_a_table_runs_and_its_steps_and_statuses_are_recorded(tmp
     steps = {(s["config"], s["step"]): s["status"] for s in _summary(run)["configurations"]}
     assert steps == {("-", "toy-beside"): "passed", ("fork", "toy"): "passed", ("base", "toy"): "failed",
                      ("fork", "toy-first"): "passed", ("-", "toy-later"): "passed"}
-    assert f"[{CPU}] toy base: failed — two" in lines  # a returned step is said in one line
+    assert not lines  # the loop says nothing of a step: each stage shows its own
+
+
+def test_a_stage_that_hands_its_steps_back_to_the_loop_stops_the_run_and_no_step_is_lost(tmp_path):
+    """The old shape of a check stage, its steps returned for the loop to record and say, is refused: the loop
+    records no step, so they would be lost."""
+    def returns(ctx):
+        yield StepRecord(CPU, "fork", "toy", "passed", detail="one")
+
+    table = (Stage("toy", "build", "building", reads=("matrix",), writes=("steps",), steps=("toy",),
+                   statuses=("passed",), run=returns),)
+    run = Run(tmp_path / "results", "returns")
+    with pytest.raises(pipeline.StageReturned, match="stage toy returned generator"):
+        run_stages(MATRIX, run, Options(platforms=[CPU]), ["build"], say=lambda _: None, table=table)
+    assert _summary(run)["overall"] == "incomplete"
 
 
 def test_a_toy_stage_interrupted_records_its_step_and_the_commands_not_reached(tmp_path):
@@ -147,14 +168,14 @@ def test_a_stage_that_an_option_asks_for_is_to_run_only_when_the_option_is_given
 
     def first(ctx):
         to_run.append(list(ctx.run.progress["to_run"]))
-        return [StepRecord(CPU, "-", "toy-first", "passed")]
+        ctx.run.record_step(StepRecord(CPU, "-", "toy-first", "passed"))
 
     def toy(name, run, asked_by=""):
         return Stage(name, "test", "native_tests", reads=("matrix",), writes=("steps",), steps=(name,),
                      statuses=("passed",), run=run, asked_by=asked_by)
 
-    table = (toy("toy-first", first), toy("toy-sanitized", lambda ctx: [], asked_by="sanitize"),
-             toy("toy-last", lambda ctx: []))
+    table = (toy("toy-first", first), toy("toy-sanitized", lambda ctx: None, asked_by="sanitize"),
+             toy("toy-last", lambda ctx: None))
     run_stages(MATRIX, Run(tmp_path / "results", "plain"), Options(platforms=[CPU]), ["test"], say=lambda _: None,
                table=table)
     run_stages(MATRIX, Run(tmp_path / "results", "sanitized"), Options(platforms=[CPU], sanitize="memcheck"),
@@ -163,3 +184,67 @@ def test_a_stage_that_an_option_asks_for_is_to_run_only_when_the_option_is_given
     with pytest.raises(ValueError, match="asked_by 'no_such_option'"):
         toy("toy-bad", first, asked_by="no_such_option")
     assert [s.name for s in STAGES if not s.asked(Options())] == ["generate-sanitized"]
+
+
+def test_every_check_stage_of_the_table_records_and_shows_each_step_it_decides(tmp_path):
+    """The check stages of STAGES, run by the loop on a platform whose configurations generated but left no record:
+    every step each decides is in the run, said in one line, inside one console step with its start and end line."""
+    from io import StringIO
+    from types import SimpleNamespace
+
+    from harness.common.console import Console
+
+    run = Run(tmp_path / "results", "checks")
+    for config in ("base", "fork"):
+        run.record_step(StepRecord(CPU, config, "generate", "passed"))
+    # the fork loaded its model once and its log holds no placement record: incomplete; the base has no load
+    (run.layout.gen_dir(CPU, "fork", "gemma3-270m") / "engine.stderr").parent.mkdir(parents=True)
+    (run.layout.gen_dir(CPU, "fork", "gemma3-270m") / "engine.stderr").write_text("load_tensors: done\n")
+    out = StringIO()
+    console = Console(out, interactive=False, github=False, heartbeat_s=0)
+    ctx = SimpleNamespace(matrix=MATRIX, run=run, console=console, say=console.say,
+                          generated={CPU: ["base", "fork"]})
+    for stage in (s for s in STAGES if s.role == "checks"):
+        before = len(run.steps)
+        pipeline.run_stage(ctx, stage)
+        decided = [s for s in run.steps[before:]]
+        assert all(s.step == stage.name for s in decided), decided
+        lines = [line for line in out.getvalue().splitlines() if stage.name in line]
+        out.truncate(0), out.seek(0)
+        if not decided:  # reloads: no pin configuration on the CPU platform, nothing to show
+            assert not lines
+            continue
+        assert lines[0] == f"▶ [{CPU}] {stage.name}"
+        said = [f"[{s.platform}] {s.step} {s.config}: {s.status} — {s.detail}" for s in decided]
+        assert lines[1:-1] == said
+        assert lines[-1].startswith(f"⚠ [{CPU}] {stage.name}: incomplete — {len(decided)} not run ("), lines
+    assert [(s.config, s.step, s.status) for s in run.steps[2:]] == [
+        ("base", "expectations", "skipped"), ("fork", "expectations", "incomplete")]
+
+
+def test_every_stage_of_the_table_run_by_the_loop_records_its_steps_and_hands_none_back(tmp_path):
+    """Each stage of STAGES, run by the loop against a context that selects the CPU platform, where no platform
+    runs (ctx.platforms gives none) and every build failed: none returns anything (StageReturned), and each step
+    one records (the speed rules, blocked by their builds) is said in its line."""
+    from contextlib import nullcontext
+    from io import StringIO
+    from types import SimpleNamespace
+
+    from harness.common.console import Console
+    from harness.matrix.selection import Selection
+
+    def no_model(name):
+        raise RuntimeError(f"no model {name}")
+
+    run = Run(tmp_path / "results", "fakes")
+    out = StringIO()
+    console = Console(out, interactive=False, github=False, heartbeat_s=0)
+    ctx = SimpleNamespace(matrix=MATRIX, run=run, opts=Options(), console=console, say=console.say,
+                          selection=Selection.of(MATRIX, [CPU]), platforms=lambda step: [], generated={},
+                          doing=lambda *where: nullcontext(), builds=SimpleNamespace(bases={"base": None}),
+                          model_path=no_model, build_variant=lambda p, v: SimpleNamespace(status="failed"))
+    for stage in STAGES:
+        pipeline.run_stage(ctx, stage)
+    assert [s.step for s in run.steps] == ["speed:base-vs-fork:pp", "speed:base-vs-fork:tg"]
+    assert out.getvalue().splitlines() == [f"[{s.platform}] {s.step} {s.config}: {s.status} — {s.detail}"
+                                           for s in run.steps]

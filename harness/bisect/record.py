@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..record.json_files import write_json
 from ..record.layout import RunLayout
+
+if TYPE_CHECKING:  # read for its type only: patch_info reads the patches it is given
+    from ..stages.building.patches import Patch
 
 #: How a row's bisection ended: ``found`` (one first bad patch), ``range`` (every point between the last good and
 #: the first bad one was undecided), ``fails at the base`` (the row fails with no patch applied and at every point
@@ -87,7 +90,7 @@ class BisectRecord:
         return asdict(self)
 
 
-def _md(text: Any) -> str:
+def _md(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
@@ -121,7 +124,7 @@ def write(run_dir: Path, rec: BisectRecord) -> tuple[Path, Path]:
     return layout.bisect_json, layout.bisect_md
 
 
-def patch_info(patches: Sequence[Any], k: int) -> PatchInfo:
+def patch_info(patches: Sequence[Patch], k: int) -> PatchInfo:
     """Patch ``k`` (1-based) of ``patches`` (harness.stages.building.patches.Patch) with the files its diff touches,
     as unidiff reads them (none where it cannot read the diff)."""
     from unidiff import PatchSet

@@ -35,6 +35,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from .win_job import tie_children_to_this_process
@@ -253,7 +254,8 @@ def _tell_guard(line: str) -> None:
 
 
 def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
-          stdin: Any = subprocess.DEVNULL, stdout: Any = None, stderr: Any = None) -> subprocess.Popen:
+          stdin: IO | int | None = subprocess.DEVNULL, stdout: IO | int | None = None,
+          stderr: IO | int | None = None) -> subprocess.Popen:
     """Start ``argv`` (a list, never a shell string) as the leader of a new process group that dies with the
     harness.
 
@@ -332,7 +334,7 @@ def peak_rss_bytes(pid: int) -> int | None:
 
 
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
-        stdin: Any = subprocess.DEVNULL, stdout: IO | int | None = None, stderr: IO | int | None = None,
+        stdin: IO | int | None = subprocess.DEVNULL, stdout: IO | int | None = None, stderr: IO | int | None = None,
         timeout_s: float | None = None) -> Completed:
     """Run ``argv`` to completion in its own process group; see :func:`start` and :func:`finish`.
 
@@ -495,7 +497,7 @@ def handle_signals() -> Iterator[None]:
     """
     fired: list[int] = []
 
-    def handler(signum: int, _frame: Any) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
         if fired:
             return
         fired.append(signum)
@@ -529,7 +531,7 @@ def run_passing_signals(argv: Sequence[str], *, env: Mapping[str, str] | None = 
         tie_children_to_this_process()
     child = subprocess.Popen(list(argv), env={**os.environ, **(env or {})}, preexec_fn=_parent_death_signal())
 
-    def pass_on(signum: int, _frame: Any) -> None:
+    def pass_on(signum: int, _frame: FrameType | None) -> None:
         if os.name == "nt" and signum == signal.SIGINT:  # pragma: no cover - the console sends it to the child too
             return
         if child.poll() is None:

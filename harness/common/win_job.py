@@ -65,7 +65,7 @@ _lock = threading.Lock()
 _state: dict[str, Any] = {}
 
 
-def _kernel32() -> Any:
+def _kernel32() -> Any:  # Any: ctypes' WinDLL exists on Windows only, and its functions are looked up by name
     """kernel32 through ctypes with the last error kept, its handle-returning functions typed as pointers."""
     k = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
     k.CreateJobObjectW.restype = ctypes.c_void_p
@@ -76,7 +76,7 @@ def _kernel32() -> Any:
     return k
 
 
-def make_job(kernel32: Any) -> tuple[Any, str]:
+def make_job(kernel32: Any) -> tuple[int | None, str]:  # Any: kernel32 or a stand-in (_kernel32)
     """Put the calling process into a new job that ends all its processes when its last handle closes.
 
     ``kernel32``: the library (:func:`_kernel32`), or a stand-in with the same four functions.  Returns (the job's

@@ -26,6 +26,7 @@ import yaml
 from ..common.errors import InputError
 from ..common.fs import read_utf8
 from ..common.statuses import IDENTICAL
+from ..common.json_value import JSON
 
 SCHEMA_PATH = Path(__file__).with_name("matrix.schema.json")
 
@@ -418,7 +419,7 @@ class _Locator:
             for i, v in enumerate(node.value):
                 self._find_duplicates(v, keys + (i,))
 
-    def scalar(self, keys: Iterable[Any]) -> str | None:
+    def scalar(self, keys: Iterable[str | int]) -> str | None:
         """The text of the scalar at ``keys`` as written in the file (e.g. ``OFF``), or None."""
         node = self.root
         for key in keys:
@@ -430,7 +431,7 @@ class _Locator:
                 return None
         return node.value if isinstance(node, yaml.ScalarNode) else None
 
-    def line(self, keys: Iterable[Any], *, key_itself: bool = True) -> int:
+    def line(self, keys: Iterable[str | int], *, key_itself: bool = True) -> int:
         """1-based line of the deepest node found along ``keys`` (the key's line when ``key_itself``)."""
         node = self.root
         line = 1 if node is None else node.start_mark.line + 1
@@ -451,7 +452,7 @@ class _Locator:
         return line
 
 
-def _dotted(keys: Iterable[Any]) -> str:
+def _dotted(keys: Iterable[str | int]) -> str:
     parts = [f"[{k}]" if isinstance(k, int) else str(k) for k in keys]
     return ".".join(parts).replace(".[", "[") or "<top>"
 
@@ -493,7 +494,7 @@ def _error_problems(errors: Iterable[jsonschema.ValidationError], base: list[Any
     return problems
 
 
-def _schema_problems(doc: Any, loc: _Locator) -> list[str]:
+def _schema_problems(doc: JSON, loc: _Locator) -> list[str]:
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     validator = jsonschema.Draft202012Validator(schema)
     problems = _error_problems(validator.iter_errors(doc), [], loc, schema["$defs"])
@@ -733,10 +734,10 @@ def _missing_paths(doc: Mapping[str, Any], loc: _Locator) -> list[str]:
             for keys, value in wanted if not _resolve(here, value).exists()]
 
 
-def _cross(c: Mapping[str, Any] | None, rel: Any) -> CrossSpec | None:
+def _cross(c: Mapping[str, Any] | None, here: Path) -> CrossSpec | None:
     if c is None:
         return None
-    return CrossSpec(toolchain=rel(c["toolchain"]), compiler=c["compiler"]["program"],
+    return CrossSpec(toolchain=_resolve(here, c["toolchain"]), compiler=c["compiler"]["program"],
                      compiler_debian=c["compiler"]["debian"], emulator=c["emulator"])
 
 
@@ -766,7 +767,7 @@ def _build(doc: Mapping[str, Any], path: Path) -> Matrix:
             groups=tuple(p.get("groups", ())),
             ci=CiSpec(tuple(ci["runs_on"]), tuple(ci["steps"]), tuple(ci.get("gpu_steps", ())),
                       bool(ci.get("long_paths", False)), tuple(ci.get("hosted_runs_on", ()))) if ci else None,
-            cross=_cross(p.get("cross"), rel),
+            cross=_cross(p.get("cross"), here),
             compile_only_cmake=dict(p.get("compile_only", {}).get("cmake", {})),
             text_check=p.get("text_check", "every-prompt"),
             unoptimised_targets=tuple(p.get("unoptimised_targets", ())),

@@ -45,6 +45,7 @@ from ..common.downloads import Check, archive_check, pip_download, sha256_check
 from ..common.errors import EnvironmentProblem, InputError
 # the harness's one file digest (a module attribute, so tests can count calls)
 from ..common.fs import sha256_file as _file_sha256
+from ..common.json_value import JSON
 
 __all__ = [
     "GEMMA3_270M_Q4_K_M",
@@ -255,14 +256,14 @@ def _sidecar(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
 
 
-def _write_sidecar(path: Path, suffix: str, key: str, value: Any) -> None:
+def _write_sidecar(path: Path, suffix: str, key: str, value: JSON) -> None:
     """Record ``value`` under ``key`` in ``<path><suffix>``, keyed on the size (bytes) and mtime (ns) of ``path``."""
     st = path.stat()
     record = {key: value, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
     _sidecar(path, suffix).write_text(json.dumps(record) + "\n", encoding="utf-8")
 
 
-def _read_sidecar(path: Path, suffix: str, key: str) -> Any:
+def _read_sidecar(path: Path, suffix: str, key: str) -> JSON:
     """The value recorded in ``<path><suffix>`` if the size and mtime of ``path`` still match, else None."""
     try:
         record = json.loads(_sidecar(path, suffix).read_text(encoding="utf-8"))
@@ -590,7 +591,7 @@ SUMMARY_KEYS = frozenset({"path", "architecture", "name", "n_layer", "n_expert",
                           "longest_token_bytes"})
 
 
-def _field_value(reader: gguf.GGUFReader, key: str, default: Any = None) -> Any:
+def _field_value(reader: gguf.GGUFReader, key: str, default: Any = None) -> Any:  # Any: typed by its GGUF field
     field = reader.fields.get(key)
     return default if field is None else field.contents()
 

@@ -60,6 +60,10 @@ _Q8_0_ZMAX = 4.5
 # random stream, so changing this changes the bytes: bump GENERATOR_VERSION.
 _GEN_CHUNK_ELEMS = 1024 * 1024
 
+#: A ``tokenizer.ggml.*`` key's value as the vocabulary copy holds it: strings as raw bytes, arrays as lists,
+#: numbers and flags as gguf reads them (:func:`_read_vocab`).
+VocabValue = bytes | int | float | bool | list[bytes] | list[int] | list[float] | list[bool]
+
 
 def _bytes_per_weight(type_name: str) -> float:
     """Storage bytes per weight of a tensor type: F32 4, F16 2, Q8_0 34/32."""
@@ -317,7 +321,7 @@ def _generated_chunks(plan: Sequence[_TensorPlan], p: MoeParams,
             yield t0, fut.result()
 
 
-def _read_vocab(vocab_gguf: Path) -> tuple[list[tuple[str, Any, gguf.GGUFValueType, gguf.GGUFValueType | None]], int]:
+def _read_vocab(vocab_gguf: Path) -> tuple[list[tuple[str, VocabValue, gguf.GGUFValueType, gguf.GGUFValueType | None]], int]:
     """The ``tokenizer.ggml.*`` keys of a GGUF file with their types, and the token count.
 
     Each key is ``(name, value, type, array element type)``; strings are kept as
@@ -331,7 +335,7 @@ def _read_vocab(vocab_gguf: Path) -> tuple[list[tuple[str, Any, gguf.GGUFValueTy
             continue
         vtype = gguf.GGUFValueType(field.types[0])
         sub: gguf.GGUFValueType | None = None
-        value: Any
+        value: VocabValue
         if vtype == gguf.GGUFValueType.ARRAY:
             sub = gguf.GGUFValueType(field.types[-1])
             if len(field.types) != 2:

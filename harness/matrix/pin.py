@@ -85,7 +85,7 @@ def unpacked_sdist_head(package: str, version: str, subdir: str, cache: Path | N
     return None
 
 
-def pin_problems(matrix: Any, line: Callable[[Sequence[Any]], int]) -> list[str]:
+def pin_problems(matrix: Any, line: Callable[[Sequence[str | int]], int]) -> list[str]:  # Any: config.Matrix: it imports this
     """Every way the pin of ``matrix`` (a harness.matrix.config.Matrix) disagrees with itself (module
     docstring), one ``file:line: key: message`` string each, [] when it agrees.  ``line`` gives the 1-based
     line of a key path of the matrix file."""
@@ -93,7 +93,7 @@ def pin_problems(matrix: Any, line: Callable[[Sequence[Any]], int]) -> list[str]
     where = matrix.path
     problems: list[str] = []
 
-    def problem(keys: Sequence[Any], text: str) -> None:
+    def problem(keys: Sequence[str | int], text: str) -> None:
         name = ".".join(map(str, keys))
         problems.append(f"{where}:{line(keys)}: {name}: the pin disagrees with itself: {text}, "
                         f"base.commit is {commit[:12]} (`roll --onto SOURCE` writes every part of a pin)")
@@ -136,7 +136,7 @@ def pin_problems(matrix: Any, line: Callable[[Sequence[Any]], int]) -> list[str]
             else:
                 for key, path in (("path", src.path), ("sha256_file", src.sha256_file)):
                     named = _NAMED_COMMIT.search(path.name) if path is not None else None
-                    if named and not commit.startswith(named.group(1)):
+                    if path is not None and named and not commit.startswith(named.group(1)):
                         problem((*keys, key), f"{path.name} is named after commit {named.group(1)}")
         if src.kind == "pypi-sdist" and src.package and src.version and src.subdir:
             sdist_head = unpacked_sdist_head(src.package, src.version, src.subdir)
@@ -149,7 +149,7 @@ def pin_problems(matrix: Any, line: Callable[[Sequence[Any]], int]) -> list[str]
 # --------------------------------------------------------------------------- rewriting
 
 
-def _node(root: yaml.Node, keys: Sequence[Any]) -> tuple[yaml.Node | None, yaml.Node | None]:
+def _node(root: yaml.Node, keys: Sequence[str | int]) -> tuple[yaml.Node | None, yaml.Node | None]:
     """(the node at ``keys``, its parent) in the composed document ``root``; (None, parent) when absent."""
     node: yaml.Node | None = root
     parent: yaml.Node | None = None

@@ -38,6 +38,7 @@ from typing import Any
 
 from ..common.fs import replace_whole, sha256_file, write_text_whole
 from ..common.locks import Rank, plain
+from ..common.json_value import JSON
 
 #: Default bound of the store in bytes (2 GiB); ``$HARNESS_RESULT_CACHE_BYTES`` overrides it.  The whole main
 #: job on the defaults stores about 3 MiB (measured, docs/cache.md), so this holds the results of several
@@ -51,11 +52,10 @@ EVENTS = ("hits", "misses", "stored", "corrupt")
 
 def identity_key(identity: Mapping[str, Any]) -> str:
     """The key of ``identity``: hex sha256 of its canonical JSON (sorted keys, no spaces)."""
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":"),
-                                     default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
-def abstract_paths(value: Any, paths: Mapping[str, str]) -> Any:
+def abstract_paths(value: JSON, paths: Mapping[str, str]) -> JSON:
     """``value`` (JSON: strings, lists, dicts) with each occurrence of a path of ``paths`` replaced by its
     placeholder, longest path first, so a key does not depend on where a checkout or build lives."""
     if isinstance(value, str):

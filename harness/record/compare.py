@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from .json_files import read_record_json, write_json
 from .records import RecordError
+from ..common.json_value import JSON
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,11 @@ class CompareEntry:
                 and self.group in ("", group) and self.model in ("", model))
 
 
-def _text(value: Any) -> str | None:
+def _text(value: JSON) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def parse_compare_entries(data: Any, where: str) -> list[CompareEntry]:
+def parse_compare_entries(data: JSON, where: str) -> list[CompareEntry]:
     """The entries of a parsed compare.json; raises :class:`~harness.record.records.RecordError` naming ``where``
     and the entry that is not of the shape above."""
     if not isinstance(data, list):
@@ -61,7 +62,7 @@ def parse_compare_entries(data: Any, where: str) -> list[CompareEntry]:
     return out
 
 
-def _load(path: Path) -> Any:
+def _load(path: Path) -> JSON:
     return read_record_json(path, "no compare.json; the candidate was not compared in this run")
 
 

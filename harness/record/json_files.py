@@ -16,8 +16,9 @@ from ..common.locks import RunLock
 from ..common.statuses import KILLED, STEP, STEP_INTERRUPTED, STEP_PASSED, VERDICT_FAILED, VERDICT_INCOMPLETE
 from .records import RECORD_VERSION, RecordError, StepRecord, ComparisonRecord
 from .layout import RunLayout
+from ..common.json_value import JSON
 
-def read_record_json(path: Path, missing: str) -> Any:
+def read_record_json(path: Path, missing: str) -> JSON:
     """The parsed JSON of the run file at ``path``, for the typed readers of harness.record.  Raises
     FileNotFoundError naming the file followed by ``missing`` (why a run may have none) when there is none, and
     :class:`RecordError` naming it when it cannot be read or is not JSON."""
@@ -115,7 +116,7 @@ def load_records(run_dir: Path) -> tuple[list[StepRecord], list[ComparisonRecord
     return steps, comparisons, data
 
 
-def jsonable(obj: Any) -> Any:
+def jsonable(obj: object) -> JSON:
     """``obj`` as JSON holds it: dataclasses and dicts as objects (keys as strings), lists and tuples as arrays,
     paths as strings, bytes decoded as UTF-8 (undecodable bytes replaced); anything else as it is."""
     if is_dataclass(obj) and not isinstance(obj, type):
@@ -139,7 +140,7 @@ def judged_json(record: StepRecord | ComparisonRecord) -> dict:
     return {**jsonable(record), "verdict": v.verdict, "why": v.why}
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: object) -> None:
     """Write ``data`` (dataclasses, paths and bytes allowed) as indented UTF-8 JSON, atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_whole(path, json.dumps(jsonable(data), indent=2, ensure_ascii=False) + "\n")

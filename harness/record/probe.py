@@ -51,6 +51,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
+from ..common.json_value import JSON
 
 #: The name of a load's probe record beside its ``engine.stderr``.
 PROBE_FILE = "engine.probe.json"
@@ -200,17 +201,17 @@ class Probe:
         return sum(b.page_locked or 0 for b in self.buffers)
 
 
-def _int(value: Any, where: str) -> int:
+def _int(value: JSON, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ProbeError(f"{where}: expected a byte count, got {value!r}")
     return value
 
 
-def _opt_int(value: Any, where: str) -> int | None:
+def _opt_int(value: JSON, where: str) -> int | None:
     return None if value is None else _int(value, where)
 
 
-def _part(value: Any, whole: int, where: str) -> int | None:
+def _part(value: JSON, whole: int, where: str) -> int | None:
     """A count of bytes within a range of ``whole`` bytes (page-locked, file-backed), or None."""
     n = _opt_int(value, where)
     if n is not None and n > whole:
@@ -234,7 +235,7 @@ def _counts(entry: Mapping[str, Any], size: int, at: str) -> list[int | None]:
     return counts
 
 
-def _typed(value: Any, kind: type | tuple[type, ...], what: str, where: str) -> Any:
+def _typed(value: JSON, kind: type | tuple[type, ...], what: str, where: str) -> JSON:
     if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
         raise ProbeError(f"{where}: expected {what}, got {value!r}")
     return value
@@ -275,7 +276,7 @@ def parse_probe(data: Mapping[str, Any], where: str = "probe") -> Probe:
         raise ProbeError(f"{where}: not a probe record ({type(exc).__name__}: {exc})") from None
 
 
-def engine_record(path: Path, error: Callable[[str], Exception], missing: str, what: str) -> Any:
+def engine_record(path: Path, error: Callable[[str], Exception], missing: str, what: str) -> JSON:
     """The parsed JSON an engine request wrote at ``path`` (the probe's, harness.record.reloads'); raises
     ``error(message)`` naming the file where it is ``missing`` (that text follows the name) or cannot be read, and
     where it is neither an object nor an ``{"error": ...}`` (``what`` names the kind of record)."""

@@ -31,6 +31,7 @@ from .expectations import FINDING_FAILED, Finding
 from .probe import engine_record
 from .json_files import read_record_json
 from .records import RecordError
+from ..common.json_value import JSON
 
 #: The name of the reload record beside a load's ``engine.stderr``.
 RELOADS_FILE = "engine.reloads.json"
@@ -101,7 +102,7 @@ class Reloads:
     reload_ms: float
 
 
-def _count(value: Any, where: str) -> int | None:
+def _count(value: JSON, where: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -109,13 +110,13 @@ def _count(value: Any, where: str) -> int | None:
     return value
 
 
-def _memory(data: Any, where: str) -> Memory:
+def _memory(data: JSON, where: str) -> Memory:
     if not isinstance(data, Mapping):
         raise ReloadError(f"{where}: expected the process's memory, got {data!r}")
     return Memory(*(_count(data.get(k), f"{where}.{k}") for k in ("rss", "locked", "pinned")))
 
 
-def _ms(value: Any, where: str) -> float:
+def _ms(value: JSON, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ReloadError(f"{where}: expected milliseconds, got {value!r}")
     return float(value)

@@ -17,11 +17,15 @@ The table reads as a pull-request comment; a dash is a fact the run does not hav
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from .expectations import EXPECTATIONS_STEP, read_expectations
 from .probe import layers_by_type_text
 from .tolerant import read_json_or_none
+
+if TYPE_CHECKING:  # their types only
+    from .layout import RunLayout
+    from .verdict import ComparisonLike, StepLike
 
 
 def _mib(n: int | None) -> str:
@@ -46,10 +50,10 @@ def _speed(bench_json: Path) -> dict[tuple[str, str], tuple[float, float]]:
     return out
 
 
-def review_lines(layout: Any, steps: Iterable[Any], comparisons: Sequence[Any]) -> list[str]:
+def review_lines(layout: RunLayout, steps: Iterable[StepLike], comparisons: Sequence[ComparisonLike]) -> list[str]:
     """The ``Per configuration`` table of summary.md for a run's ``steps`` and ``comparisons`` (records of
-    harness.record.records; harness.record.summary_md renders summary.md with it: typed loosely so that the two modules do not
-    import each other) and ``layout`` (its RunLayout), or [] when no configuration has an expectations record."""
+    harness.record.records, or any of their shape: harness.record.verdict.StepLike and ComparisonLike;
+    harness.record.summary_md renders summary.md with it) and ``layout`` (its RunLayout), or [] when no configuration has an expectations record."""
     rows = []
     speeds: dict[str, dict[tuple[str, str], tuple[float, float]]] = {}
     for step in steps:

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from .json_files import read_record_json
 from .records import RecordError
+from ..common.json_value import JSON
 
 #: The keys of a signature.
 SIGNATURE_KEYS = ("kind", "key", "summary", "evidence")
@@ -45,7 +46,7 @@ class SignatureEntry:
         return out
 
 
-def _signature(data: Any, where: str) -> dict[str, str]:
+def _signature(data: JSON, where: str) -> dict[str, str]:
     if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in SIGNATURE_KEYS):
         raise ValueError(f"{where} is not a signature ({', '.join(SIGNATURE_KEYS)})")
     return {k: data[k] for k in SIGNATURE_KEYS}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..common.fs import write_text_whole
 from .json_files import load_records
@@ -20,6 +19,7 @@ from .records import ComparisonRecord, RecordError, StepRecord
 from ..common.statuses import KILLED, STEP_SKIPPED
 from .summary_md import SummaryView, render_markdown
 from .verdict import unproven_notes
+from ..common.json_value import JSON
 
 #: A step's identity in a run: (platform, config, step).
 StepKey = tuple[str, str, str]
@@ -76,7 +76,7 @@ class RunSummary:
         return {s.platform for s in self.steps if s.status != STEP_SKIPPED}
 
 
-def _text(value: Any) -> str:
+def _text(value: JSON) -> str:
     return "" if value is None else str(value)
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from ..common.json_value import JSON
 
 
-def read_json_or_none(path: Path) -> Any:
+def read_json_or_none(path: Path) -> JSON:
     """The JSON value in the file at ``path`` (UTF-8), or None when it is missing, unreadable or not JSON."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))

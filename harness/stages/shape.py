@@ -13,9 +13,11 @@ A stage (:class:`Stage`) declares, once:
   signs it, :attr:`StepSpec.signs`: the signatures, the logs a report shows and review ask the step's
   declaration, harness.stages.table.step_spec); the run loop
   holds what a stage records to them (harness.stages.table.undeclared);
-* ``run``: a function of the :class:`Context` that does its work and returns the steps it decided
-  (the run loop records each and says it in one line); steps found deep in its work (a build that a
-  comparison asks for) it records through ``ctx.run`` as they finish, so an interrupt keeps them;
+* ``run``: a function of the :class:`Context` that does its work and returns nothing: every stage records
+  each step in ``ctx.run`` as it finishes (``ctx.run.record_step``), so an interrupt keeps it, and shows its
+  work as console steps (``ctx.console.step``: a start line, progress, an end line with the status, detail and
+  time).  The loop cannot be the one recorder: a step may be decided deep in another stage's work (the build
+  a comparison asks for, harness.stages.building.builds.Builds.build_variant);
 * ``beside``: it runs in a thread of its own beside the stages after it in its command, which waits
   for it before the command ends (the CUDA compile step beside the builds).
 
@@ -31,7 +33,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from ..common.console import Console
 from ..common.jobserver import JobBudget
@@ -153,7 +155,7 @@ class Stage:
     reads: tuple[str, ...]
     writes: tuple[str, ...]
     steps: tuple[StepSpec, ...]
-    run: Callable[["Context"], Iterable[StepRecord] | None]
+    run: Callable[["Context"], None]
     beside: bool = False
     statuses: tuple[str, ...] = ()
     #: the option of harness.stages.options.Options that asks for the stage ("" : its command alone does); a

@@ -58,6 +58,7 @@ from ..matrix.platforms import debian_packages
 from ..stages.command_names import STAGE_COMMANDS
 from .path_budget import MAX_PATH, PathBudget, files_added_by, path_budget
 from .windows_check import MINGW_PACKAGE
+from ..common.json_value import JSON
 
 #: GitHub Actions runs at most 256 jobs from one matrix per workflow run.
 MAX_JOBS = 256
@@ -145,7 +146,7 @@ class CiPlan:
     budgets: list[PathBudget]
 
 
-def _canonical(value: Any, base: Path) -> Any:
+def _canonical(value: object, base: Path) -> JSON:
     """``value`` with paths written relative to ``base`` in POSIX form, so a digest is machine independent."""
     if isinstance(value, Path):
         try:
@@ -260,7 +261,7 @@ def ci_plan(matrix: Matrix, platforms: Sequence[str] = (), *, self_hosted: bool 
     return CiPlan({"include": include}, left_out, budgets)
 
 
-def ci_matrix(matrix: Matrix, platforms: Sequence[str] = (), **kwargs: Any) -> dict:
+def ci_matrix(matrix: Matrix, platforms: Sequence[str] = (), **kwargs: Any) -> dict:  # Any: ci_plan's options
     """Only the job matrix of :func:`ci_plan` (same arguments and errors)."""
     return ci_plan(matrix, platforms, **kwargs).matrix
 

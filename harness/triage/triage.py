@@ -50,7 +50,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 from ..common.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_PASSED
 from ..common.locks import RunLock
@@ -302,9 +302,13 @@ def _not_run(before: str, after: str) -> str:
     return f"({before} in A; {'not run' if after == 'absent' else after} in B)"
 
 
-def _changes(records_a: Mapping[tuple, Any], records_b: Mapping[tuple, Any], verdict: Callable[[Any], RowVerdict],
+#: The records :func:`_changes` compares: steps or comparisons, both sides of one kind.
+Record = TypeVar("Record", StepRecord, ComparisonRecord)
+
+
+def _changes(records_a: Mapping[tuple, Record], records_b: Mapping[tuple, Record], verdict: Callable[[Record], RowVerdict],
              what: Callable[[tuple], str], not_compared: list[str] | None,
-             strict: bool) -> Iterator[tuple[tuple, Any, Any, str, str, str | None]]:
+             strict: bool) -> Iterator[tuple[tuple, Record | None, Record | None, str, str, str | None]]:
     """``(key, a, b, before, after, category)`` for each key of either run's records (steps or comparisons, by key),
     in key order: the record of each side (None where absent), its status (``absent`` where absent) and the
     category of the change (:func:`_category` over each side's row ``verdict``, harness.record.verdict; None for
@@ -348,7 +352,8 @@ def _step_transitions(sa: RunSummary, sb: RunSummary, sig_a: dict, sig_b: dict, 
         if category == "regression" and _model_unmade(b):
             category = "other"  # the harness could not make its input: nothing of the fork was run, nor got worse
         failing_side = sig_a.get(key) if category == "fix" else sig_b.get(key)
-        detail = (b or a).detail if (b or a) else ""
+        either = b or a
+        detail = either.detail if either else ""
         sig_known = None
         if failing_side and category != "fix":
             sig_known = (failing_side["kind"], failing_side["key"]) in known

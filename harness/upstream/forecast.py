@@ -357,7 +357,7 @@ def forecast_record(run_dir: Path, *, onto: Onto, new: BaseTree, old: BaseTree, 
         applied_series=tuple(applied_series), bisect=bisect)
 
 
-def _md(text: Any) -> str:
+def _md(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 

@@ -21,7 +21,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import yaml
 
@@ -36,6 +36,9 @@ from ..stages.building.source import (GIT_IDENTITY, BaseTree, cache_dir, export_
 from .forecast import OLD_VARIANT, obtain_onto, parse_onto, with_old_base
 from .roll_state import (INTERRUPTED_MIN, ON_OR_BACK, OUTCOMES, PHASE_PIN, PHASE_VERIFY, RollError, State,
                          platforms_of, project_git, refuse_foreign_patch_files, roll_dir)
+
+if TYPE_CHECKING:  # its type only: the roll's record is imported where it is made
+    from .roll_record import RollRecord
 
 
 def _renamed(text: str, old12: str, new12: str, default: str) -> str:
@@ -253,7 +256,7 @@ def verify_and_record(state: State, args: argparse.Namespace, say: Callable[[str
     return rc
 
 
-def verify(record: Any, args: argparse.Namespace, *, matrix_path: Path, old: BaseTree,
+def verify(record: RollRecord, args: argparse.Namespace, *, matrix_path: Path, old: BaseTree,
            say: Callable[[str], None]) -> tuple[int, Path | None]:
     """The main job on the new pin with the ``old-base-vs-new-base`` groups (harness.upstream.forecast
     .with_old_base), then triage against the newest passed run of the old pin; writes roll.md into the run.

@@ -18,13 +18,17 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..record.forecast import HunkConflict
 from ..record.json_files import write_json
 from ..common.statuses import IDENTICAL, RUN_FORK, STEP, VERDICT_PASSED
 from ..stages.building.source import BaseTree
-from .roll_state import OUTCOMES, SKIPPED_BY_HAND
+from .roll_state import OUTCOMES, SKIPPED_BY_HAND, State
+
+if TYPE_CHECKING:  # their types only: forecast.py imports this module through roll
+    from ..matrix.config import Matrix
+    from .forecast import Onto
 
 #: Most lines of a patch's diff against its old version shown in roll.md (the rest are counted).
 DIFF_MAX_LINES = 120
@@ -36,15 +40,14 @@ def commit_date(repo: Path, commit: str) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
-def commits_between(onto: Any, old: str, new: str) -> tuple[int | None, str]:
+def commits_between(onto: Onto, old: str, new: str) -> tuple[int | None, str]:
     """How many upstream commits ``new`` has that ``old`` has not (``git rev-list --count old..new``), read
     from the history of the roll's source ``onto`` (harness.upstream.forecast.Onto): a local checkout's own,
     a git remote's commits fetched without trees or blobs.  (None, why) where the source has no history (an
     sdist's shallow checkout, a mirror archive) or git cannot count."""
     kind = onto.source.kind
-    if kind == "local":
-        repo = onto.source.path
-        return _count(repo, old, new)
+    if kind == "local" and onto.source.path is not None:  # a local source always names its checkout
+        return _count(onto.source.path, old, new)
     if kind == "git":
         with tempfile.TemporaryDirectory(prefix="roll-history-") as tmp:
             subprocess.run(["git", "init", "--quiet", tmp], capture_output=True)
@@ -65,7 +68,7 @@ def _count(repo: Path, old: str, new: str) -> tuple[int | None, str]:
     return int(proc.stdout.strip()), ""
 
 
-def upstream_facts(onto: Any, old: BaseTree, new: BaseTree) -> dict[str, Any]:
+def upstream_facts(onto: Onto, old: BaseTree, new: BaseTree) -> dict[str, Any]:
     """The dates of both commits and the count of upstream commits between them (:func:`commits_between`), as
     RollRecord's fields ``old_date``, ``new_date``, ``between`` and ``between_why``: read once when the roll
     starts and kept in its state, so that roll.md says the same at a stop as at the end."""
@@ -144,7 +147,7 @@ class RollRecord:
     pin_seconds: float = 0.0
 
 
-    def triage_against_old_pin(self, results_dir: Path, run_dir: Path, matrix: Any) -> None:
+    def triage_against_old_pin(self, results_dir: Path, run_dir: Path, matrix: Matrix) -> None:
         """Read the run in ``run_dir``: its verdict, failing steps, upstream's own output changes (the
         ``old_groups``), speed ratios beside those of the newest passed run of the old pin, triage against that
         run, and what did not run."""
@@ -272,7 +275,7 @@ def write_record(rec: RollRecord, run_dir: Path) -> Path:
     return path
 
 
-def write_stopped(state: Any, path: Path) -> Path:
+def write_stopped(state: State, path: Path) -> Path:
     """The record of a roll stopped at a conflict (harness.upstream.roll.State), written to ``path``: the patches
     done, the one that stopped it with the hunks it met, what next."""
     rec = RollRecord(onto=state["onto"], old=state["old"], new=state["new"], branch=state["branch"], commit="",

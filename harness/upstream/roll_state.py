@@ -13,6 +13,7 @@ from ..args import split_names
 from ..common.errors import InputError
 from ..stages.building.patches import SERIES_FILE
 from ..common.statuses import PATCH_3WAY, PATCH_CLEAN
+from ..common.json_value import JSON
 
 #: The outcome of a patch dropped by hand in a roll (git am --skip).
 SKIPPED_BY_HAND = "skipped"
@@ -86,12 +87,12 @@ def refuse_foreign_patch_files(patches_dir: Path, names: list[str]) -> None:
 # --------------------------------------------------------------------------- state
 
 
-def option_json(value: Any) -> Any:
+def option_json(value: JSON) -> JSON:
     """An option's value as state.json holds it (a path as {"__path__": text})."""
     return {"__path__": str(value)} if isinstance(value, Path) else value
 
 
-def option_value(value: Any) -> Any:
+def option_value(value: JSON) -> JSON:
     """An option's value read back from state.json (:func:`option_json`)."""
     return Path(value["__path__"]) if isinstance(value, dict) and "__path__" in value else value
 
@@ -120,7 +121,7 @@ class State:
         tmp.write_text(json.dumps(self.data, indent=2) + "\n", encoding="utf-8")
         tmp.replace(self.path)
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> JSON:
         return self.data[key]
 
     def args(self, given: argparse.Namespace) -> argparse.Namespace:

@@ -43,12 +43,13 @@ from ..record.environment import read_environment
 from ..record.glance import build_glance, glance_html, glance_markdown
 from ..record.inputs import ConfigRecord, read_run_config
 from ..record.layout import RunLayout
-from ..record.records import ComparisonRecord, RecordError, StepRecord
+from ..record.records import ComparisonRecord, RecordError, StepRecord, describe_divergence_record
 from ..common.statuses import COMPARISON, DIVERGED, IDENTICAL, KILLED, PATCH, STEP, TIMEOUT, VERDICT
 from ..record.summary import read_run, write_summary_md
 from ..record.verdict import FAILS, NOT_RUN, RowVerdict, count_text, failing_names, failures_first, judge, \
     unproven_notes
 from ..triage.signatures import load_signatures, step_logs
+from ..triage.triage import SpeedChange, Transition
 from ..record.compare import CompareEntry, find_compare_entry
 from ..record.forecast import read_forecast
 from ..common.statistics import WITHIN_ROUND
@@ -57,7 +58,6 @@ from ..record.expectations import FINDING_PASSED, read_expectations
 from ..record.probe import layers_by_type_text
 from . import svg
 from .report_figures import checkout_series, kl_figure, machine_text, probe_figures, rule_history_figures, speed_pair_figures
-from ..record.records import describe_divergence_record
 from ..record.summary_md import cache_text, describe_cached, shown_as_reused
 from .pin_chart import ladder_scale, pin_chart_svg, pin_ladders
 from .upstream_suite import upstream_html
@@ -573,14 +573,14 @@ def _forecast_html(run_dir: Path) -> str:
             f'<ul>{upstream or "<li class=muted>none compared</li>"}</ul></section>')
 
 
-def _transition_row(t: Any) -> str:
+def _transition_row(t: Transition) -> str:
     """One triage transition (harness.triage.triage.Transition) as a row of the changes table."""
     cls = "bad" if t.category == "regression" else "ok"
     return (f'<tr class="{cls}"><td>{escape(t.category)}</td><td>{escape(t.platform)}</td><td>{escape(t.what)}</td>'
             f'<td>{_status(t.before)} → {_status(t.after)}</td><td>{_sig_html(t.signature)}</td></tr>')
 
 
-def _suspect_row(c: Any) -> str:
+def _suspect_row(c: SpeedChange) -> str:
     """One speed change triage calls suspect (harness.triage.speed_diff.SpeedChange) as a row."""
     what = f"{c.config} {c.model} {c.metric}" + (f" vs {c.reference}" if c.reference else "")
     ratio = (f"{WITHIN_ROUND}: {c.before_vs_reference:.3g}x → {c.after_vs_reference:.3g}x "

@@ -32,6 +32,7 @@ from typing import Any
 from ...common import proc
 from ...common.words import signal_name
 from ...common.statuses import CRASHED, DIVERGED, GENERATION_FAILURES, IDENTICAL, TIMEOUT
+from ...common.json_value import JSON
 
 #: How one generation ended: ``ok``, or one of harness.common.statuses.GENERATION_FAILURES (a crash, a time
 #: limit), the status its comparison then takes.
@@ -611,7 +612,7 @@ def compare_runs(
     return result(DIVERGED, _describe_divergence(div) + where + suffix, nondet, div, cand=other)
 
 
-def to_json(obj: Any) -> Any:
+def to_json(obj: object) -> JSON:
     """Convert results of this module into JSON-ready values.
 
     Dataclasses become dicts of their fields; ``bytes`` become ``str`` decoded

@@ -33,17 +33,20 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ...common import proc
 from ...common.words import signal_name
 from ...common.statuses import CRASHED, TIMEOUT
 
+if TYPE_CHECKING:  # its type only: the engine's client reads the settings it is given
+    from ...matrix.config import Generation
+
 #: The prefix of every reply line the engine writes to stdout.
 REPLY_PREFIX = b"@@engine "
 
 
-def engine_argv(binary: Path, model: Path, gen: Any, args: Sequence[str] = ()) -> list[str]:
+def engine_argv(binary: Path, model: Path, gen: Generation, args: Sequence[str] = ()) -> list[str]:
     """The engine's command line for one configuration: binary, model and generation settings, then ``args``.
 
     ``gen`` is a ``harness.matrix.config.Generation`` (n_predict tokens, seed, ctx_size

@@ -44,6 +44,7 @@ from ...record.cache import DigestMemo, Hit, ResultCache, identity_key, images_d
 from ..building.binaries import build_labels, emulator_version, inherited_environment, machine_facts, shared_libraries
 from .compare import GenerationResult, GenerationSpec, from_text_mode, prepare_generation, split_completion_stdout
 from .engine import EngineGeneration, parse_generation
+from ...common.json_value import JSON
 
 #: The entry kind of a generation session in the store.
 KIND = "generation"
@@ -155,11 +156,13 @@ class SessionCache:
     model files.
     """
 
-    def __init__(self, store: ResultCache, run_id: str, identity: Callable[[Any], SideIdentity], models: DigestMemo):
+    def __init__(self, store: ResultCache, run_id: str,
+                 identity: Callable[[Any], SideIdentity],  # Any: greedy.Side, unnamed: greedy.py imports this module
+                 models: DigestMemo):
         self.store, self.run_id, self._identity, self.models = store, run_id, identity, models
-        self._sides: dict[Any, SideIdentity] = {}
+        self._sides: dict[Any, SideIdentity] = {}  # Any: greedy.Side (see __init__)
 
-    def side(self, side: Any) -> SideIdentity:
+    def side(self, side: Any) -> SideIdentity:  # Any: greedy.Side (see __init__)
         """The side's identity (computed once per run)."""
         if side not in self._sides:
             self._sides[side] = self._identity(side)
@@ -200,6 +203,6 @@ def generations_identity(identity: Mapping[str, Any]) -> dict[str, Any]:
             "prompts": [{**p, "dumped": False} for p in prompts] if isinstance(prompts, list) else prompts}
 
 
-def read_json_file(data: bytes) -> Any:
+def read_json_file(data: bytes) -> JSON:
     """JSON from stored bytes (raises ValueError for bytes that are not UTF-8 JSON)."""
     return json.loads(data.decode("utf-8"))

@@ -165,10 +165,10 @@ def run_sanitized(ctx: Context) -> None:
                                            ctx.run.layout.relative(log), failures))
 
 
-def rerun_crashes(ctx: Context) -> list[StepRecord]:
+def rerun_crashes(ctx: Context) -> None:
     """Every generation of a GPU platform's configuration that crashed in this run's comparisons, run once more
-    with llama-completion under memcheck; one ``crash-memcheck`` step per configuration with such a crash."""
-    steps = []
+    with llama-completion under memcheck; one ``crash-memcheck`` step per configuration with such a crash, recorded
+    as it finishes and shown as a console step (``[<platform>] crash-memcheck <config>``)."""
     for platform, configs in ctx.generated.items():
         p = ctx.matrix.platform(platform)
         if gpu_of(p).sanitizer is None:
@@ -176,29 +176,39 @@ def rerun_crashes(ctx: Context) -> list[StepRecord]:
         for name in configs:
             generate = ctx.run.step(platform, name, "generate")
             crashed = [f for f in (generate.failures if generate else []) if f.kind == "generation" and f.status == CRASHED]
-            seen = set()
-            found = []
-            for fact in crashed:
-                if (fact.model, fact.prompt) in seen:
-                    continue
-                seen.add((fact.model, fact.prompt))
-                if not shutil.which(gpu_of(p).sanitizer or ""):
-                    found.append((STEP_SKIPPED, f"{gpu_of(p).sanitizer} not found"))
-                    break
-                try:
-                    gen = (first_generation(ctx, p, name) or (None, None, ctx.matrix.generation))[2]
-                    result, log, _ = sanitized_run(ctx, p, name, fact.model, fact.prompt, CRASH_TOOL, gen,
-                                                   CRASH_LABEL)
-                    status, detail, _ = judge_run(result, log, CRASH_TOOL, f"{fact.model}/{fact.prompt}")
-                    write_json(log.with_suffix(".json"), {"crash": fact.text(), "status": status, "detail": detail})
-                except OSError as exc:
-                    status, detail = STEP_ERROR, str(exc)
-                found.append((status, detail))
-            if not found:
+            if not crashed:
                 continue
-            status = STEP_FAILED if any(s == STEP_FAILED for s, _ in found) else found[0][0]
-            steps.append(StepRecord(platform, name, "crash-memcheck", status, 0.0, "; ".join(d for _, d in found)))
-    return steps
+            t0 = time.monotonic()
+            with ctx.doing(platform, name, CRASH_LABEL), ctx.console.step(f"[{platform}] {CRASH_LABEL} {name}") as shown:
+                found = _rerun_crashed(ctx, p, name, crashed)
+                status = STEP_FAILED if any(s == STEP_FAILED for s, _ in found) else found[0][0]
+                detail = "; ".join(d for _, d in found)
+                shown.finish(status, detail)
+            ctx.run.record_step(StepRecord(platform, name, CRASH_LABEL, status, round(time.monotonic() - t0, 1),
+                                           detail))
+
+
+def _rerun_crashed(ctx: Context, p: Platform, name: str, crashed: list[Failure]) -> list[tuple[str, str]]:
+    """(status, detail) of each (model, prompt) of ``crashed`` (generation facts of configuration ``name`` on
+    ``p``) run once more under memcheck, in order, each pair once; one ``skipped`` when the tool is missing."""
+    seen = set()
+    found = []
+    for fact in crashed:
+        if (fact.model, fact.prompt) in seen:
+            continue
+        seen.add((fact.model, fact.prompt))
+        if not shutil.which(gpu_of(p).sanitizer or ""):
+            found.append((STEP_SKIPPED, f"{gpu_of(p).sanitizer} not found"))
+            break
+        try:
+            gen = (first_generation(ctx, p, name) or (None, None, ctx.matrix.generation))[2]
+            result, log, _ = sanitized_run(ctx, p, name, fact.model, fact.prompt, CRASH_TOOL, gen, CRASH_LABEL)
+            status, detail, _ = judge_run(result, log, CRASH_TOOL, f"{fact.model}/{fact.prompt}")
+            write_json(log.with_suffix(".json"), {"crash": fact.text(), "status": status, "detail": detail})
+        except OSError as exc:
+            status, detail = STEP_ERROR, str(exc)
+        found.append((status, detail))
+    return found
 
 
 #: ``--sanitize``: a short generation of each pin configuration under the tool (``test``).

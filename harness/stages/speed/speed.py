@@ -43,13 +43,14 @@ from ...kinds import machine
 from ...record.bench import INSTRUMENT, INSTRUMENT_KEY, METRICS, step_name
 from ...record.llama_bench import write_rows
 from ...record.json_files import write_json
+from ...record.layout import RunLayout
 from ...record.records import Failure, StepRecord
 from ...common.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED
 from ..outputs.engine import EngineError, EngineSession
 from ..outputs.greedy import Side
 from ..shape import Context, Stage, StepSpec
 from .speed_cache import lookup, pair_identity, restored_engine_facts, restored_samples, store_pair
-from .speed_pairs import EngineKind, Pair, Roster, Unit, pair_key, plan_pairs
+from .speed_pairs import EngineKind, Pair, PairKey, Roster, Starter, Unit, pair_key, plan_pairs
 
 #: What the stage runs in, its functions' ``pipe`` (harness.stages.shape.Context: matrix, run, opts, console,
 #: build_variant, model_path, doing, hooks).
@@ -315,7 +316,7 @@ _PERF_TOK_S = {"pp": re.compile(r"prompt eval time =.*?([0-9.]+) tokens per seco
                "tg": re.compile(r"(?<!prompt )eval time =.*?([0-9.]+) tokens per second")}
 
 
-def completion_timings(layout: Any, platform: str, measurements: Iterable[Measurement]) -> dict[str, Any]:
+def completion_timings(layout: RunLayout, platform: str, measurements: Iterable[Measurement]) -> dict[str, Any]:
     """A cross-check of the stage's figures by llama-completion's own: per configuration and model measured, the
     median pp and tg tok/s that ``common_perf_print`` reported in the run's comparisons of that configuration on
     that model (``<platform>/<config>/gen/<model>/*.stderr``; other prompts and token counts than the stage's, so
@@ -413,12 +414,12 @@ def _restore(pipe: Pipeline, pair: Pair, identity: dict[str, Any] | None,
     return found, rec
 
 
-def _store(pipe: Pipeline, pairs: list[Pair], identities: dict[Any, dict[str, Any] | None],
-           records: dict[Any, PairRecord], measured: dict[Any, Measurement], rules: list[Rule],
+def _store(pipe: Pipeline, pairs: list[Pair], identities: dict[PairKey, dict[str, Any] | None],
+           records: dict[PairKey, PairRecord], measured: dict[tuple[PairKey, str], Measurement], rules: list[Rule],
            verdicts: list[dict[str, Any]]) -> None:
     """Store every pair measured in this run whose samples are complete, without an engine error, and whose
     every rule passed (harness.stages.speed.speed_cache.store_pair)."""
-    passed: dict[Any, bool] = {}
+    passed: dict[PairKey, bool] = {}
     for r, v in zip(rules, verdicts):
         key = pair_key(r.unit, r.reference, r.rule.candidate)
         passed[key] = passed.get(key, True) and v["status"] == STEP_PASSED
@@ -435,13 +436,13 @@ def _store(pipe: Pipeline, pairs: list[Pair], identities: dict[Any, dict[str, An
 
 
 def _starter(pipe: Pipeline, p: Platform, command: Callable[[EngineKind, str], tuple], out: Path,
-             problems: dict[str, list[Failure]]) -> Any:
+             problems: dict[str, list[Failure]]) -> Starter:
     """The function that prepares the engine of (kind, config) for :class:`harness.stages.speed.speed_pairs.Roster`
     in the calling thread (the model, the build and its read lock, the command) and returns what starts it;
     it raises RuntimeError where the model, the build or the engine command is missing (also recorded in
     ``problems``, by configuration).  ``command``: :func:`_commands`' function."""
 
-    def prepare(kind: EngineKind, config: str) -> Any:
+    def prepare(kind: EngineKind, config: str) -> Callable[[], EngineSession]:
         model = kind.model
         def fail(failure: Failure, message: str) -> RuntimeError:
             problems.setdefault(config, []).append(failure)
@@ -463,7 +464,7 @@ def _starter(pipe: Pipeline, p: Platform, command: Callable[[EngineKind, str], t
 
 
 def _measure(pipe: Pipeline, roster: Roster, pair: Pair, rec: PairRecord, problems: dict[str, list[Failure]],
-             advance: Any) -> list[Measurement]:
+             advance: Callable[[str], None]) -> list[Measurement]:
     """Measure ``pair`` with ``pair.unit.processes`` engine processes per side, one process pair after the
     other: each pair of processes is loaded (every other engine closed first), times its rounds
     (:func:`interleave`) and, where more follow, is closed, so that the next pair of processes starts
@@ -525,7 +526,8 @@ def process_medians(configs: tuple[str, ...], unit: Unit, per_process: list[list
     return out
 
 
-def interleave(sessions: dict[str, EngineSession], configs: list[str], unit: Unit, advance: Any) -> list[Measurement]:
+def interleave(sessions: dict[str, EngineSession], configs: list[str], unit: Unit,
+               advance: Callable[[str], None]) -> list[Measurement]:
     """Time ``unit.repeats`` rounds of one ``bench`` request per configuration of ``configs`` that has a
     session (the stage passes a pair; triage's ``--confirm`` its two sides), after ``unit.warmup``
     untimed warm-up rounds (the full prompt, :data:`WARMUP_GEN` generated tokens per configuration).

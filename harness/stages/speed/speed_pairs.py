@@ -75,7 +75,11 @@ class Pair:
         return (self.unit, frozenset(self.configs))
 
 
-def pair_key(unit: Unit, a: str, b: str) -> tuple[Unit, frozenset[str]]:
+#: What identifies a pair whichever side is the reference (:attr:`Pair.key`): its unit and its two configurations.
+PairKey = tuple[Unit, frozenset[str]]
+
+
+def pair_key(unit: Unit, a: str, b: str) -> PairKey:
     """The :attr:`Pair.key` of configurations ``a`` and ``b`` on ``unit``."""
     return (unit, frozenset((a, b)))
 
