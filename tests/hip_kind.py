@@ -33,6 +33,7 @@ ROCM = GpuKind(
     env=(EnvVar("HIP_VISIBLE_DEVICES", "visibility", meaning="which GPUs the HIP runtime enumerates"),),
     backend_env=re.compile(r"^(GGML_HIP_|HIP_VISIBLE_DEVICES$)"),
     engine_probe=PROBE,
+    device_language="HIP",
 )
 
 

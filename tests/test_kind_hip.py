@@ -27,6 +27,7 @@ import yaml
 
 from fake_upstream import FakeProject, _git, make_fake_project
 from harness.matrix import config
+from harness.stages.building.build import find_tool
 from harness.stages.building.patches import export_series
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -256,6 +257,12 @@ def test_the_hip_kind_runs_end_to_end_and_its_page_locked_bytes_reach_every_view
     assert load["facts"]["layers"] == {"ROCm_Host": [0, 1]}
     probe = json.loads((run_dir / PLATFORM / "fork" / "gen" / "moe" / "engine.probe.json").read_text())
     assert probe["driver"] == "hip"
+
+    # the build is configured with the kind's CMake: its probe, and ccache launching its device language's compiler
+    cache = (project.work / "fork" / f"build-{PLATFORM}" / "CMakeCache.txt").read_text()
+    assert f"HARNESS_ENGINE_PROBE_HEADER:UNINITIALIZED={ROOT.as_posix()}/tests/data/hip_probe.h" in cache
+    assert "CMAKE_CUDA_COMPILER_LAUNCHER" not in cache
+    assert ("CMAKE_HIP_COMPILER_LAUNCHER" in cache) == bool(find_tool("ccache"))
 
     md = (run_dir / "summary.md").read_text()
     html = (run_dir / "report.html").read_text()

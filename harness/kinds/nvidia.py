@@ -172,4 +172,5 @@ NVIDIA = GpuKind(
     pin_vars={"no-pinned": NO_PINNED, "pin-layers": PIN_LAYERS, "sim-total-max-mb": PIN_SIM_TOTAL_MAX_MB,
               "sim-sticky": PIN_SIM_STICKY},
     engine_probe=PROBE,
+    device_language="CUDA",
 )

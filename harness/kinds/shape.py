@@ -149,6 +149,8 @@ class GpuKind:
     memory and bus are shared by every process).  ``arch_cmake``: the CMake variable of the
     device architectures ``--gpu-arch`` sets, None for none; ``architectures``: those of the devices here, as
     that variable takes them, asked of the kind's tool where the matrix says ``auto`` (None: no device here).
+    ``device_language``: the CMake language of its device code (``CUDA``), whose compiler gets ccache as its
+    launcher as C and C++ do (harness.stages.building.build.compiler_launcher_options); None for none.
     ``engine_probe``: how the engine asks its runtime which host bytes are page-locked (:class:`EngineProbe`;
     None: its builds' probe reports no page-locked count, as on the CPU).
     ``sanitizer_args``: the arguments the :attr:`sanitizer` takes after ``--tool TOOL`` for a native test
@@ -189,6 +191,7 @@ class GpuKind:
     runtime_libraries: Callable[[Path | None], list[Path]] = lambda cmake_cache: []
     pin_vars: Mapping[str, str] = field(default_factory=dict)
     engine_probe: EngineProbe | None = None
+    device_language: str | None = None
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.pin_vars if r not in PIN_ROLES]

@@ -195,7 +195,7 @@ class Probe:
         return out
 
     def page_locked_bytes(self) -> int | None:
-        """Bytes of the weight buffers the driver reports page-locked (None on a build without CUDA)."""
+        """Bytes of the weight buffers the driver reports page-locked (None on a build without its GPU kind's probe)."""
         if self.driver is None:
             return None
         return sum(b.page_locked or 0 for b in self.buffers)

@@ -72,7 +72,7 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
         opts[gpu.arch_cmake] = arch
     elif cuda_arch and gpu.arch_cmake:
         opts[gpu.arch_cmake] = cuda_arch
-    opts.update(compiler_launcher_options())
+    opts.update(compiler_launcher_options(gpu.device_language))
     opts.update(engine_cmake_options(gpu))
     # the build tree's RUNPATH relative to the binaries ($ORIGIN), not the build directory's path: the same code
     # built in another checkout is the same bytes, and the result cache knows it (docs/cache.md)

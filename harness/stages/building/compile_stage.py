@@ -51,7 +51,7 @@ def compile_options(ctx: Context, p: Platform, variant: str) -> dict[str, str]:
     """CMake options of the compile step: the platform's, its ``compile_only`` ones, ccache, the series
     label, --gpu-arch (as the GPU kind's architecture variable) and -D overrides (the toolkit's are added by
     :func:`compile_variant`)."""
-    opts = {**p.cmake, **p.compile_only_cmake, **compiler_launcher_options()}
+    opts = {**p.cmake, **p.compile_only_cmake, **compiler_launcher_options(gpu_of(p).device_language)}
     arch_variable = gpu_of(p).arch_cmake
     if ctx.opts.cuda_arch and arch_variable:
         opts[arch_variable] = ctx.opts.cuda_arch
