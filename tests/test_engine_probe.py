@@ -41,7 +41,8 @@ def test_the_cpu_kind_adds_no_probe_and_the_nvidia_kind_names_its_header_and_run
     assert engine_cmake_options(CPU) == inject
     options = engine_cmake_options(NVIDIA)
     header = Path(options.pop("HARNESS_ENGINE_PROBE_HEADER"))
-    assert options == {**inject, "HARNESS_ENGINE_PROBE_DRIVER": "cuda", "HARNESS_ENGINE_PROBE_BACKEND_OPTION": "GGML_CUDA",
+    assert options == {**inject, "HARNESS_ENGINE_PROBE_DRIVER": "cuda",
+                       "HARNESS_ENGINE_PROBE_BACKEND_OPTION": "GGML_CUDA",
                        "HARNESS_ENGINE_PROBE_PACKAGE": "CUDAToolkit", "HARNESS_ENGINE_PROBE_LIBRARY": "CUDA::cudart",
                        "HARNESS_ENGINE_PROBE_STATIC_LIBRARY": "CUDA::cudart_static"}
     assert header.parent.name == "kinds" and "harness_probe_page_locked" in header.read_text()

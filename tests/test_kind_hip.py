@@ -38,7 +38,8 @@ EXPERT_BYTES = 2**20
 
 #: The fake HIP runtime of the fake llama.cpp: where a load puts each tensor of the model and what the runtime
 #: page-locks.  ``LOCKED_SHARE``: the share of a pinned host buffer the runtime grants page-locked, from its start.
-HIP_RUNTIME_PY = '''"""The fake HIP backend: a load's buffers, as llama logs them and as the engine's probe reports them."""
+HIP_RUNTIME_PY = '''"""The fake HIP backend: a load's buffers, as llama logs them and as the engine's probe reports
+them."""
 import os
 import re
 import sys
@@ -127,7 +128,8 @@ if (HARNESS_ENGINE_PROBE_HEADER AND HARNESS_ENGINE_PROBE_BACKEND_OPTION)
         if (NOT EXISTS "${HARNESS_ENGINE_PROBE_HEADER}")
             message(FATAL_ERROR "no engine probe header ${HARNESS_ENGINE_PROBE_HEADER}")
         endif()
-        target_compile_definitions(llama-harness-engine PRIVATE "FAKE_PROBE_DRIVER=\\"${HARNESS_ENGINE_PROBE_DRIVER}\\"")
+        target_compile_definitions(llama-harness-engine PRIVATE
+            "FAKE_PROBE_DRIVER=\\"${HARNESS_ENGINE_PROBE_DRIVER}\\"")
     endif()
 endif()
 '''
@@ -181,8 +183,8 @@ def make_hip_project(root: Path) -> tuple[FakeProject, Path]:
     (repo / "fake_completion.py").write_text(completion)
     launcher = (repo / "launcher.c").read_text()
     launcher = launcher.replace("#include <unistd.h>\n", "#include <stdlib.h>\n#include <unistd.h>\n")
-    launcher = launcher.replace("    execv(", "#ifdef FAKE_PROBE_DRIVER\n    setenv(\"FAKE_PROBE_DRIVER\", FAKE_PROBE_DRIVER, 1);\n"
-                                "#endif\n    execv(")
+    launcher = launcher.replace("    execv(", "#ifdef FAKE_PROBE_DRIVER\n"
+                                "    setenv(\"FAKE_PROBE_DRIVER\", FAKE_PROBE_DRIVER, 1);\n#endif\n    execv(")
     (repo / "launcher.c").write_text(launcher)
     (repo / "CMakeLists.txt").write_text((repo / "CMakeLists.txt").read_text() + PROBE_CMAKE)
     _git(repo, "add", "-A")
