@@ -37,11 +37,12 @@ endforeach()
 if (HARNESS_ENGINE_PROBE_HEADER AND HARNESS_ENGINE_PROBE_BACKEND_OPTION)
     if (${HARNESS_ENGINE_PROBE_BACKEND_OPTION})  # the backend's option, GGML_CUDA, is on
         find_package(${HARNESS_ENGINE_PROBE_PACKAGE} REQUIRED)
+        set(_harness_runtime ${HARNESS_ENGINE_PROBE_LIBRARY})
+        set(_harness_runtime_static ${HARNESS_ENGINE_PROBE_STATIC_LIBRARY})  # both read: neither is an unused -D
         if (GGML_STATIC)
-            target_link_libraries(llama-harness-engine PRIVATE ${HARNESS_ENGINE_PROBE_STATIC_LIBRARY})
-        else()
-            target_link_libraries(llama-harness-engine PRIVATE ${HARNESS_ENGINE_PROBE_LIBRARY})
+            set(_harness_runtime ${_harness_runtime_static})
         endif()
+        target_link_libraries(llama-harness-engine PRIVATE ${_harness_runtime})
         target_compile_definitions(llama-harness-engine PRIVATE
             "HARNESS_ENGINE_PROBE_HEADER=\"${HARNESS_ENGINE_PROBE_HEADER}\""
             "HARNESS_ENGINE_PROBE_DRIVER=\"${HARNESS_ENGINE_PROBE_DRIVER}\"")
