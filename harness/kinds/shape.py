@@ -90,11 +90,10 @@ class EngineProbe:
     kind's runtime which host bytes are page-locked.  Passed to the engine's CMake as cache variables
     (:meth:`cmake_options`), read by its targets.cmake; nothing of the engine names a backend.
 
-    ``header``: a C++ header, its file name under harness/kinds/ (:data:`KINDS_DIR`; or an absolute path), that
-    defines
-    ``long long harness_probe_page_locked(const char * p, size_t n, size_t step)``: the bytes of ``[p, p + n)``
-    the runtime reports page-locked, asked every ``step`` bytes, each answer standing for the bytes up to the
-    next one.  ``driver``: the name the probe record gives the runtime (its ``driver`` key: ``cuda``), a
+    ``header``: a C++ header, its file name under harness/kinds/ (:data:`KINDS_DIR`; or an absolute path),
+    that defines ``long long harness_probe_page_locked(const char * p, size_t n, size_t step)``: the bytes of
+    ``[p, p + n)`` the runtime reports page-locked, asked every ``step`` bytes, each answer standing for the
+    bytes up to the next one.  ``driver``: the name the probe record gives the runtime (its ``driver`` key: ``cuda``), a
     lower-case identifier.  ``backend_option``: ggml's CMake option of the backend (``GGML_CUDA``): only a build
     that sets it gets the probe.  ``package``: the CMake package that finds the runtime (``CUDAToolkit``);
     ``library``, ``static_library``: its imported targets the engine links, the second where the build sets
