@@ -120,16 +120,17 @@ def memory() -> dict:
     return out
 
 
-def reload(count: int, path: str) -> dict:
-    """The ``reload`` request: ``count`` loads of a 4 MiB host buffer, each written (resident) and freed, with the
-    process's real memory readings.  ``FAKE_RELOAD_DRIVER`` reports driver counts as a CUDA build would (the
-    whole buffer page-locked); ``FAKE_RELOAD_LEAK`` keeps 2 MiB of each freed buffer page-locked, so that every
-    later load is granted 2 MiB less; ``FAKE_RELOAD_KEEP`` keeps each load's buffer resident after its free."""
+def reload(count: int, path: str, buffer_type: str = "CUDA_Host", driver: str | None = None) -> dict:
+    """The ``reload`` request: ``count`` loads of a 4 MiB host buffer of ``buffer_type``, each written (resident)
+    and freed, with the process's real memory readings.  ``driver`` (or ``cuda`` under ``FAKE_RELOAD_DRIVER``)
+    reports driver counts as a build with that runtime would (the whole buffer page-locked); ``FAKE_RELOAD_LEAK``
+    keeps 2 MiB of each freed buffer page-locked, so that every later load is granted 2 MiB less;
+    ``FAKE_RELOAD_KEEP`` keeps each load's buffer resident after its free."""
     size = 4 * 2**20
-    driver = bool(os.environ.get("FAKE_RELOAD_DRIVER"))
+    driver = driver or ("cuda" if os.environ.get("FAKE_RELOAD_DRIVER") else None)
     leak = 2 * 2**20 if os.environ.get("FAKE_RELOAD_LEAK") else 0
     kept = []
-    record = {"count": count, "baseline": memory(), "cycles": [], "driver": "cuda" if driver else None}
+    record = {"count": count, "baseline": memory(), "cycles": [], "driver": driver}
     for k in range(count):
         buffer = bytearray(b"\x01" * size)
         loaded = memory()
@@ -138,7 +139,7 @@ def reload(count: int, path: str) -> dict:
         del buffer
         granted = size - leak * k
         record["cycles"].append({"load_ms": 1.0, "loaded": loaded, "freed": memory(), "buffers": [
-            {"buffer_type": "CUDA_Host", "bytes": size, "host": True, "page_locked": granted if driver else None,
+            {"buffer_type": buffer_type, "bytes": size, "host": True, "page_locked": granted if driver else None,
              "page_locked_after_free": leak if driver else None}]})
     record["reload_ms"] = 1.0 * count
     with open(path, "w", encoding="utf-8") as f:

@@ -68,3 +68,24 @@ def test_a_failed_compile_is_never_reused(tmp_path):
     tree = _tree(tmp_path)
     _step(store, tmp_path, tree, "r1", status="failed")
     assert _step(store, tmp_path, tree, "r2")[2]
+
+
+def test_the_engine_and_its_probe_are_in_the_identity_and_the_checkouts_path_is_not(tmp_path, monkeypatch):
+    """The step links the engine (engine_target.engine_cmake_options): an edit of its source or of the GPU kind's
+    probe header compiles again, while the same options written by the harness of another checkout are the same
+    step."""
+    from harness.kinds.nvidia import NVIDIA
+    from harness.stages.building import compile_cache
+    from harness.stages.building.engine_target import engine_cmake_options, engine_source_digest
+    tree = _tree(tmp_path)
+    here_dir = compile_cache.HARNESS_DIR
+
+    def identity(engine: str, harness: Path) -> dict | None:
+        monkeypatch.setattr(compile_cache, "HARNESS_DIR", harness)
+        options = {k: v.replace(here_dir.as_posix(), harness.as_posix()) for k, v in engine_cmake_options(NVIDIA).items()}
+        return step_identity(tree, tmp_path / "build", tmp_path, options, {}, ["llama-harness-engine"], None,
+                             "true", "true", "true", {}, engine)
+    here = identity(engine_source_digest(NVIDIA), here_dir)
+    assert here is not None and here["options"]["HARNESS_ENGINE_PROBE_HEADER"] == "<harness>/kinds/nvidia_probe.h"
+    assert identity(engine_source_digest(NVIDIA), tmp_path / "clone" / "harness") == here
+    assert identity("another engine", here_dir) != here

@@ -47,6 +47,7 @@ NOT_IN_THE_TREE = {
     ("docs/layout.md", "stages/checks/generate_budget.py"): "the example module of 'adding a check', not in the "
                                                              "package",
     ("docs/layout.md", "kinds/rocm.py"): "the example module of 'adding a platform kind', not in the package",
+    ("docs/layout.md", "kinds/rocm_probe.h"): "the example probe header of 'adding a platform kind', not in the package",
     ("docs/layout.md", "record/results.py"): "history: the module that was split",
     ("docs/layout.md", "speed/bench.json"): "a file a run writes under <platform>/ (the table of run files)",
 }

@@ -63,7 +63,7 @@ def test_the_passing_h100_run_shows_each_purpose_measure_with_its_rule_and_verdi
     locked = {r.subject: r for r in rows[PAGE_LOCKED]}["cuda-pin-all (moe-large)"]
     assert locked.value.startswith("driver 4.") and "claimed 4." in locked.value
     assert [r.verdict.text() for r in rows[SANITIZER] + rows[UPSTREAM_SUITE]] == [  # not run, never a blank
-        "not run: no step ran under compute-sanitizer (--sanitize, GPU platforms only)",
+        "not run: no step ran under a GPU kind's sanitizer (--sanitize, GPU platforms only)",
         "not run: upstream's suite was not asked for (--upstream-tests)"]
     assert all(r.verdict.verdict == PASSES for m in MEASURES[:5] for r in rows[m])
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..common.proc import run_capture
-from .shape import EnvVar, GpuKind, HostTool
+from .shape import EngineProbe, EnvVar, GpuKind, HostTool
 
 #: The variables of its pinning (GpuKind.pin_vars), which the expectation and reload rules read.
 NO_PINNED = "GGML_CUDA_NO_PINNED"
@@ -44,6 +44,12 @@ ENV = (
 )
 
 #: The CUDA compiler CMake finds: $CUDACXX, nvcc on PATH, or the toolkit's default place.
+#: The engine's page-locked query on a CUDA build: cudaPointerGetAttributes, in nvidia_probe.h; ggml-cuda links the
+#: CUDA runtime privately, so the engine finds the toolkit itself and links the same flavour of the runtime as
+#: ggml-cuda (static with GGML_STATIC).
+PROBE = EngineProbe(header="nvidia_probe.h", driver="cuda", backend_option="GGML_CUDA", package="CUDAToolkit",
+                    library="CUDA::cudart", static_library="CUDA::cudart_static")
+
 NVCC = HostTool("the CUDA toolkit", ("nvcc",), "nvidia-cuda-toolkit", ("/usr/local/cuda/bin/nvcc",), ("CUDACXX",))
 
 
@@ -165,4 +171,6 @@ NVIDIA = GpuKind(
     runtime_libraries=lambda cmake_cache: cuda_libraries(cmake_cache),
     pin_vars={"no-pinned": NO_PINNED, "pin-layers": PIN_LAYERS, "sim-total-max-mb": PIN_SIM_TOTAL_MAX_MB,
               "sim-sticky": PIN_SIM_STICKY},
+    engine_probe=PROBE,
+    device_language="CUDA",
 )

@@ -24,6 +24,9 @@ from typing import Callable, Literal, Mapping
 #: off); ``host-unpinned``: the same with the backend's pinned host memory turned off.
 LOAD_MODES = ("device", "host-mmap", "host", "host-unpinned")
 
+#: The directory of the kinds' modules and of the engine probe headers they name (:attr:`EngineProbe.header`).
+KINDS_DIR = Path(__file__).resolve().parent
+
 #: What a backend's pinning variables do, the keys of :attr:`GpuKind.pin_vars` (the expectation and reload
 #: rules read a configuration's environment through them): ``no-pinned``: set at all, the host buffer type
 #: hands out pageable memory; ``pin-layers``: a positive N keeps only the experts of layers 0..N-1 pinned;
@@ -82,6 +85,51 @@ class EnvVar:
 
 
 @dataclass(frozen=True)
+class EngineProbe:
+    """How the harness's engine (harness/stages/outputs/engine: its ``probe`` and ``reload`` requests) asks a GPU
+    kind's runtime which host bytes are page-locked.  Passed to the engine's CMake as cache variables
+    (:meth:`cmake_options`), read by its targets.cmake; nothing of the engine names a backend.
+
+    ``header``: a C++ header, its file name under harness/kinds/ (:data:`KINDS_DIR`; or an absolute path),
+    that defines ``long long harness_probe_page_locked(const char * p, size_t n, size_t step)``: the bytes of
+    ``[p, p + n)`` the runtime reports page-locked, asked every ``step`` bytes, each answer standing for the
+    bytes up to the next one.  ``driver``: the name the probe record gives the runtime (its ``driver`` key: ``cuda``), a
+    lower-case identifier.  ``backend_option``: ggml's CMake option of the backend (``GGML_CUDA``): only a build
+    that sets it gets the probe.  ``package``: the CMake package that finds the runtime (``CUDAToolkit``);
+    ``library``, ``static_library``: its imported targets the engine links, the second where the build sets
+    ``GGML_STATIC`` (the flavour the backend itself links).
+    """
+
+    header: str
+    driver: str
+    backend_option: str
+    package: str
+    library: str
+    static_library: str
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", self.driver):
+            raise ValueError(f"engine probe {self.header}: driver {self.driver!r} is not a lower-case identifier "
+                             "(the engine writes it into JSON as it is)")
+
+    @property
+    def header_path(self) -> Path:
+        """The header's path (under :data:`KINDS_DIR`)."""
+        return KINDS_DIR / self.header
+
+    def cmake_options(self) -> dict[str, str]:
+        """The CMake cache variables the engine's targets.cmake reads: ``HARNESS_ENGINE_PROBE_HEADER`` (the
+        header's absolute path, forward slashes), ``..._DRIVER``, ``..._BACKEND_OPTION``, ``..._PACKAGE``,
+        ``..._LIBRARY``, ``..._STATIC_LIBRARY``."""
+        return {"HARNESS_ENGINE_PROBE_HEADER": self.header_path.as_posix(),
+                "HARNESS_ENGINE_PROBE_DRIVER": self.driver,
+                "HARNESS_ENGINE_PROBE_BACKEND_OPTION": self.backend_option,
+                "HARNESS_ENGINE_PROBE_PACKAGE": self.package,
+                "HARNESS_ENGINE_PROBE_LIBRARY": self.library,
+                "HARNESS_ENGINE_PROBE_STATIC_LIBRARY": self.static_library}
+
+
+@dataclass(frozen=True)
 class GpuKind:
     """A GPU kind of matrix.yaml (``hardware.gpu``), declared once.
 
@@ -100,6 +148,10 @@ class GpuKind:
     memory and bus are shared by every process).  ``arch_cmake``: the CMake variable of the
     device architectures ``--gpu-arch`` sets, None for none; ``architectures``: those of the devices here, as
     that variable takes them, asked of the kind's tool where the matrix says ``auto`` (None: no device here).
+    ``device_language``: the CMake language of its device code (``CUDA``), whose compiler gets ccache as its
+    launcher as C and C++ do (harness.stages.building.build.compiler_launcher_options); None for none.
+    ``engine_probe``: how the engine asks its runtime which host bytes are page-locked (:class:`EngineProbe`;
+    None: its builds' probe reports no page-locked count, as on the CPU).
     ``sanitizer_args``: the arguments the :attr:`sanitizer` takes after ``--tool TOOL`` for a native test
     (``test``) and for a generation (``generation``), in :meth:`sanitizer_argv`.  ``stub_runtime_headers``: a fork
     build of this kind compiles the pin ladder's host test against the CUDA runtime's headers from
@@ -137,6 +189,8 @@ class GpuKind:
     toolkit_version: Callable[[], str | None] = lambda: None
     runtime_libraries: Callable[[Path | None], list[Path]] = lambda cmake_cache: []
     pin_vars: Mapping[str, str] = field(default_factory=dict)
+    engine_probe: EngineProbe | None = None
+    device_language: str | None = None
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.pin_vars if r not in PIN_ROLES]

@@ -57,7 +57,7 @@ ASKED_BY = {PINNED_PREFILL: "no speed rule of a pinned configuration against a p
             EXPERTS: "no expectations step recorded a load (no configuration generated here)",
             PAGE_LOCKED: "no expectations step recorded a load (no configuration generated here)",
             MAPPING: "no expectations step recorded a load (no configuration generated here)",
-            SANITIZER: "no step ran under compute-sanitizer (--sanitize, GPU platforms only)",
+            SANITIZER: "no step ran under a GPU kind's sanitizer (--sanitize, GPU platforms only)",
             UPSTREAM_SUITE: "upstream's suite was not asked for (--upstream-tests)"}
 
 #: A finding's status (harness.record.expectations) as the row verdict it is shown with.

@@ -10,7 +10,8 @@ that read it), and every buffer holding such a weight:
   ``file_pages`` and ``private_pages``;
 - per buffer: ``name`` (the buffer's, from ggml_backend_buffer_name), ``buffer_type``
   (ggml_backend_buft_name of its type), ``bytes``, ``host``, and the same four counts;
-- ``driver``: ``"cuda"`` when the engine was built with the CUDA runtime, else null;
+- ``driver``: the name of the runtime whose page-locked query the engine was built with, the GPU kind's
+  (harness.kinds.shape.EngineProbe.driver: ``"cuda"``), else null;
 - ``file_mappings``: per mapping of the model file, its ``bytes`` and what ``/proc/self/smaps``
   reports of it: ``rss``, ``shared_clean``, ``private_clean``, ``private_dirty``, ``anonymous``
   (null on Windows, absent in records of older engines);
@@ -195,7 +196,7 @@ class Probe:
         return out
 
     def page_locked_bytes(self) -> int | None:
-        """Bytes of the weight buffers the driver reports page-locked (None on a build without CUDA)."""
+        """Bytes of the weight buffers the driver reports page-locked (None on a build without its GPU kind's probe)."""
         if self.driver is None:
             return None
         return sum(b.page_locked or 0 for b in self.buffers)

@@ -715,9 +715,9 @@ def render_html(run_dir: Path, baseline: Path | str | None = PREVIOUS) -> str:
     parts.append('<section id="probe"><h2>Where the expert tensors sit</h2>'
                  + ('<p class="muted">per configuration, from the engine\'s runtime probe (<code>gen/&lt;model&gt;/'
                     'engine.probe.json</code>): each layer\'s expert tensors in their buffer type, in blues and '
-                    'greys by the bytes the driver reports page-locked (cudaPointerGetAttributes), whatever the '
-                    'configuration expects; below, what the expectations check decided of that load, red where it '
-                    'failed</p>' + "".join(probes)
+                    'greys by the bytes the GPU kind\'s runtime reports page-locked (on CUDA '
+                    'cudaPointerGetAttributes), whatever the configuration expects; below, what the expectations '
+                    'check decided of that load, red where it failed</p>' + "".join(probes)
                     if probes else '<p class="muted">no runtime probe in this run</p>') + "</section>")
     parts.append('<section id="pin-ladder"><h2>Pin ladder</h2>')
     ladders = pin_ladders(run_dir)

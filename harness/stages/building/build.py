@@ -101,8 +101,9 @@ def _tool(name: str) -> str:
     return found
 
 
-def compiler_launcher_options() -> dict[str, str]:
-    """CMake options for ccache when it is on PATH (CUDA too), else {}.
+def compiler_launcher_options(device_language: str | None = None) -> dict[str, str]:
+    """CMake options for ccache when it is on PATH, else {}: the launcher of C, C++ and ``device_language``, the
+    CMake language of a GPU kind's device code (harness.kinds.shape.GpuKind.device_language: ``CUDA``; None: none).
 
     Besides the launchers, ``CMAKE_UNITY_BUILD_RELOCATABLE`` (CMake >= 3.31) makes
     the generated unity sources include their members by relative paths, so the
@@ -112,8 +113,8 @@ def compiler_launcher_options() -> dict[str, str]:
     ccache = find_tool("ccache")
     if not ccache:
         return {}
-    return {"CMAKE_C_COMPILER_LAUNCHER": ccache, "CMAKE_CXX_COMPILER_LAUNCHER": ccache,
-            "CMAKE_CUDA_COMPILER_LAUNCHER": ccache, "CMAKE_UNITY_BUILD_RELOCATABLE": "ON"}
+    languages = ("C", "CXX", *((device_language,) if device_language else ()))
+    return {**{f"CMAKE_{lang}_COMPILER_LAUNCHER": ccache for lang in languages}, "CMAKE_UNITY_BUILD_RELOCATABLE": "ON"}
 
 
 def ccache_env(base_dir: Path) -> dict[str, str]:

@@ -72,8 +72,8 @@ def cmake_options(p: Platform, variant: str, patches: Sequence[Patch] = (), cuda
         opts[gpu.arch_cmake] = arch
     elif cuda_arch and gpu.arch_cmake:
         opts[gpu.arch_cmake] = cuda_arch
-    opts.update(compiler_launcher_options())
-    opts.update(engine_cmake_options())
+    opts.update(compiler_launcher_options(gpu.device_language))
+    opts.update(engine_cmake_options(gpu))
     # the build tree's RUNPATH relative to the binaries ($ORIGIN), not the build directory's path: the same code
     # built in another checkout is the same bytes, and the result cache knows it (docs/cache.md)
     opts["CMAKE_BUILD_RPATH_USE_ORIGIN"] = "ON"
@@ -308,9 +308,9 @@ class Builds:
             source = self.prepare_source(base, work, variant, logs)
             if variant == "fork":
                 key_parts = {"base": base.commit, "series": series_digest(self.patches()),
-                             "engine": engine_source_digest()}
+                             "engine": engine_source_digest(gpu_of(p))}
             else:
-                key_parts = {"base": self.bases.get(variant, base).commit, "engine": engine_source_digest()}
+                key_parts = {"base": self.bases.get(variant, base).commit, "engine": engine_source_digest(gpu_of(p))}
             if p.unoptimised_targets:  # the hook's bytes: an edit of it rebuilds
                 key_parts["unoptimised"] = sha256_files([UNOPTIMISED_HOOK])
             targets = (*p.targets, ENGINE_TARGET) + (p.test_targets if variant == "fork" else ())

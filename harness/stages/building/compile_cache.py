@@ -11,7 +11,9 @@ of these are what they were:
   with the tree, build and work directory paths replaced by placeholders;
 * the toolkit (its directory, named by the digest of the wheel versions, and nvcc's version), the
   host compiler (``c++ --version``), CMake and Ninja (``--version``);
-* the harness code of the step (cuda_compile.py, unity.py, unity.cmake, this module).
+* the harness code of the step (cuda_compile.py, unity.py, unity.cmake, this module), and the engine's source
+  with the GPU kind's probe header (harness.stages.building.engine_target.engine_source_digest), the engine
+  being one of the targets it links; the harness checkout's path in the options replaced by a placeholder.
 
 A reused step writes the logs and ``compile.json`` of the run it came from into this run's
 ``compile-<variant>/`` and says ``reused from run <id>``.  Only passed steps are stored.
@@ -34,6 +36,9 @@ from ...common.statuses import STEP_PASSED
 
 #: The entry kind of a compile step in the store.
 KIND = "compile"
+
+#: The harness package, whose files the options name (the engine's inject.cmake, a kind's probe header).
+HARNESS_DIR = Path(__file__).resolve().parents[2]
 
 #: The harness files whose code decides what the step does.
 HARNESS_FILES = ("cuda_compile.py", "unity.py", "unity.cmake", "compile_cache.py")
@@ -68,20 +73,21 @@ def _plan_used(like: Plan | None) -> dict[str, Any] | None:
 
 def step_identity(tree: Path, build_dir: Path, work: Path, options: Mapping[str, str], changed: Mapping[str, str],
                   targets: Sequence[str], like: Plan | None, cmake: str, ninja: str, nvcc: str,
-                  env: Mapping[str, str]) -> dict[str, Any] | None:
-    """The identity of one compile step (see the module docstring), None when the tree is not clean."""
+                  env: Mapping[str, str], engine: str = "") -> dict[str, Any] | None:
+    """The identity of one compile step (see the module docstring), None when the tree is not clean.  ``engine``:
+    the digest of the engine's source and probe header (engine_target.engine_source_digest)."""
     tid = tree_id(tree)
     if tid is None:
         return None
     here = Path(__file__).resolve().parent
     code = sha256_files(here / n for n in HARNESS_FILES)
-    paths = {str(tree): "<tree>", str(build_dir): "<build>", str(work): "<work>"}
+    paths = {str(tree): "<tree>", str(build_dir): "<build>", str(work): "<work>", str(HARNESS_DIR): "<harness>"}
     return {"tree": tid, "options": abstract_paths(dict(options), paths), "changed": dict(changed),
             "targets": list(targets), "like": _plan_used(like), "env": abstract_paths(dict(env), paths),
             "tools": {"cmake": _version([cmake, "--version"]), "ninja": _version([ninja, "--version"]),
                       "nvcc": _version([nvcc, "--version"]), "c++": _version(["c++", "--version"]),
                       "cc": _version(["cc", "--version"])},
-            "harness": code}
+            "harness": code, "engine": engine}
 
 
 def compile_reusing(cache: ResultCache | None, run_id: str, identity: dict[str, Any] | None,

@@ -23,7 +23,7 @@ from ...record.json_files import write_json
 from ...record.layout import BUILD_FILES
 from ...record.records import Failure, StepRecord
 from ...common.statuses import STEP_ERROR, STEP_FAILED, STEP_PASSED, STEP_SKIPPED
-from .engine_target import ENGINE_TARGET
+from .engine_target import ENGINE_TARGET, engine_cmake_options, engine_source_digest
 from ..shape import Context, Stage, StepSpec
 from .build import ccache_env, compiler_launcher_options, find_tool
 from .compile_cache import compile_reusing, step_identity
@@ -48,10 +48,11 @@ def run_compile(ctx: Context) -> None:
 
 
 def compile_options(ctx: Context, p: Platform, variant: str) -> dict[str, str]:
-    """CMake options of the compile step: the platform's, its ``compile_only`` ones, ccache, the series
-    label, --gpu-arch (as the GPU kind's architecture variable) and -D overrides (the toolkit's are added by
-    :func:`compile_variant`)."""
-    opts = {**p.cmake, **p.compile_only_cmake, **compiler_launcher_options()}
+    """CMake options of the compile step: the platform's, its ``compile_only`` ones, ccache, the engine target
+    with the GPU kind's probe (engine_target.engine_cmake_options), the series label, --gpu-arch (as the GPU
+    kind's architecture variable) and -D overrides (the toolkit's are added by :func:`compile_variant`)."""
+    opts = {**p.cmake, **p.compile_only_cmake, **compiler_launcher_options(gpu_of(p).device_language),
+            **engine_cmake_options(gpu_of(p))}
     arch_variable = gpu_of(p).arch_cmake
     if ctx.opts.cuda_arch and arch_variable:
         opts[arch_variable] = ctx.opts.cuda_arch
@@ -101,7 +102,7 @@ def _compile_variant(ctx: Context, p: Platform, variant: str,
         cmake, ninja = find_tool("cmake") or "cmake", find_tool("ninja") or "ninja"
         with exclusive(build_dir, f"the {variant} compile directory of {p.name}", Rank.COMPILE, ctx.say):
             identity = step_identity(tree, build_dir, work, options, changed, targets, like, cmake, ninja,
-                                     str(toolkit.nvcc), ccache_env(work))
+                                     str(toolkit.nvcc), ccache_env(work), engine_source_digest(gpu_of(p)))
             result, reused = compile_reusing(
                 ctx.results_cache, ctx.run.id, identity, lambda: compile_tree(
                     tree, build_dir, options, changed, targets, logs, cmake=cmake, ninja=ninja,

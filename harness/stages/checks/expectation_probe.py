@@ -135,7 +135,8 @@ def pinned_findings(rule: Pinned, probe: Probe, expert_total: int) -> tuple[list
     no driver's count, which is incomplete)."""
     if probe.driver is None:
         return [Finding("pinned", FINDING_INCOMPLETE, "no driver count in the probe",
-                         "the probe has no page-locked counts (the engine was built without the CUDA runtime)")], None
+                         "the probe has no page-locked counts (the engine was built without its GPU kind's "
+                         "probe)")], None
     pinned = sum(w.page_locked or 0 for w in probe.experts)
     fraction = pinned / expert_total
     low = rule.min

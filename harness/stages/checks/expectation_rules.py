@@ -184,7 +184,7 @@ def _placement_defaults(platform: Platform, config: RunConfig, model: Mapping[st
         return Expectations(origin=origin)
     host_experts = "--cpu-moe" in args or "-cmoe" in args
     if not host_experts:
-        origin.update(placement="default: CUDA platform, experts offloaded (no --cpu-moe)",
+        origin.update(placement=f"default: {kind.backend} platform, experts offloaded (no --cpu-moe)",
                       pinned="not checked: no expert tensors in host memory",
                       warnings="not checked: no expert tensors in host memory")
         return Expectations(experts=(LayerRange(0, None, homes["device"]),), origin=origin)

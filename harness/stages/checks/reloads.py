@@ -60,8 +60,10 @@ def judge(record: Reloads, rss_slack_bytes: int) -> list[Finding]:
         return [Finding("freed", FINDING_INCOMPLETE, "no load in the record", "the reload record holds no load")]
     first = record.cycles[0]
     if record.driver is None:
-        out.append(Finding("freed", FINDING_PASSED, "not checked", "not checked: no driver counts (a build without CUDA)"))
-        out.append(Finding("grant", FINDING_PASSED, "not checked", "not checked: no driver counts (a build without CUDA)"))
+        out.append(Finding("freed", FINDING_PASSED, "not checked",
+                           "not checked: no driver counts (a build without its GPU kind's probe)"))
+        out.append(Finding("grant", FINDING_PASSED, "not checked",
+                           "not checked: no driver counts (a build without its GPU kind's probe)"))
     else:
         left = next(((k, c) for k, c in cycles if c.left), None)
         if left:

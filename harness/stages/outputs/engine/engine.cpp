@@ -99,8 +99,9 @@
 #include <unistd.h>
 #endif
 
-#if defined(HARNESS_ENGINE_CUDA)
-#include <cuda_runtime.h>
+#if defined(HARNESS_ENGINE_PROBE_HEADER)
+// the GPU kind's page-locked query, harness_probe_page_locked (harness/kinds/shape.py, EngineProbe; targets.cmake)
+#include HARNESS_ENGINE_PROBE_HEADER
 #endif
 
 namespace {
@@ -279,22 +280,11 @@ int probe_layer(const char * name) {
 
 constexpr size_t PROBE_STEP = 1u << 20;  // page-locked bytes are sampled at most 1 MiB apart
 
-// bytes of [p, p + n) the driver reports page-locked, -1 where the build has no CUDA runtime: the range
+// bytes of [p, p + n) the driver reports page-locked, -1 where the build has no GPU runtime's probe: the range
 // is sampled every PROBE_STEP bytes and each sample stands for the bytes up to the next one
 long long probe_page_locked(const char * p, size_t n) {
-#if defined(HARNESS_ENGINE_CUDA)
-    long long locked = 0;
-    for (size_t off = 0; off < n; off += PROBE_STEP) {
-        cudaPointerAttributes attr = {};
-        if (cudaPointerGetAttributes(&attr, p + off) != cudaSuccess) {
-            (void) cudaGetLastError();  // older runtimes fail on memory they do not know: not page-locked
-            continue;
-        }
-        if (attr.type == cudaMemoryTypeHost) {
-            locked += (long long) std::min(PROBE_STEP, n - off);
-        }
-    }
-    return locked;
+#if defined(HARNESS_ENGINE_PROBE_HEADER)
+    return harness_probe_page_locked(p, n, PROBE_STEP);
 #else
     (void) p;
     (void) n;
@@ -556,10 +546,10 @@ std::string probe_status_json() {
     return "{\"rss\":" + count(rss) + ",\"locked\":" + count(locked) + ",\"pinned\":" + count(pinned) + "}";
 }
 
-// "driver":"cuda" for an engine built with the CUDA runtime, else "driver":null
+// "driver":"<name>" for an engine built with a GPU kind's probe ("cuda": the CUDA runtime), else "driver":null
 std::string probe_driver_json() {
-#if defined(HARNESS_ENGINE_CUDA)
-    return "\"driver\":\"cuda\"";
+#if defined(HARNESS_ENGINE_PROBE_HEADER)
+    return "\"driver\":\"" HARNESS_ENGINE_PROBE_DRIVER "\"";
 #else
     return "\"driver\":null";
 #endif

@@ -28,15 +28,23 @@ foreach(_harness_build_info llama-common-base build_info)
     endif()
 endforeach()
 
-# On a CUDA build the probe asks the CUDA runtime which host bytes are page-locked
-# (cudaPointerGetAttributes). ggml-cuda links the runtime privately, so the engine finds the
-# toolkit itself and links the same flavour of the runtime as ggml-cuda (static with GGML_STATIC).
-if (GGML_CUDA)
-    find_package(CUDAToolkit REQUIRED)
-    if (GGML_STATIC)
-        target_link_libraries(llama-harness-engine PRIVATE CUDA::cudart_static)
-    else()
-        target_link_libraries(llama-harness-engine PRIVATE CUDA::cudart)
+# On a build of a GPU kind's backend the probe asks that kind's runtime which host bytes are page-locked
+# (cudaPointerGetAttributes on CUDA). The kind declares how (harness/kinds/shape.py, EngineProbe) and the
+# harness passes it as cache variables: the header that defines harness_probe_page_locked, the name the probe
+# record gives the runtime, ggml's option of the backend, and the package and imported targets of its runtime.
+# A backend links its runtime privately, so the engine finds it itself and links the same flavour as the
+# backend (static with GGML_STATIC).
+if (HARNESS_ENGINE_PROBE_HEADER AND HARNESS_ENGINE_PROBE_BACKEND_OPTION)
+    if (${HARNESS_ENGINE_PROBE_BACKEND_OPTION})  # the backend's option, GGML_CUDA, is on
+        find_package(${HARNESS_ENGINE_PROBE_PACKAGE} REQUIRED)
+        set(_harness_runtime ${HARNESS_ENGINE_PROBE_LIBRARY})
+        set(_harness_runtime_static ${HARNESS_ENGINE_PROBE_STATIC_LIBRARY})  # both read: neither is an unused -D
+        if (GGML_STATIC)
+            set(_harness_runtime ${_harness_runtime_static})
+        endif()
+        target_link_libraries(llama-harness-engine PRIVATE ${_harness_runtime})
+        target_compile_definitions(llama-harness-engine PRIVATE
+            "HARNESS_ENGINE_PROBE_HEADER=\"${HARNESS_ENGINE_PROBE_HEADER}\""
+            "HARNESS_ENGINE_PROBE_DRIVER=\"${HARNESS_ENGINE_PROBE_DRIVER}\"")
     endif()
-    target_compile_definitions(llama-harness-engine PRIVATE HARNESS_ENGINE_CUDA)
 endif()
