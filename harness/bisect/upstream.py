@@ -145,7 +145,7 @@ def upstream_commits(repo: Path, good: str, bad: str) -> list[UpstreamCommit]:
     """GOOD followed by ``git rev-list --first-parent --reverse GOOD..BAD``, with subjects.
 
     Index 0 is GOOD (must pass), the last is BAD (must fail).  Raises InputError when
-    either rev names no commit of ``repo``, when GOOD is not an ancestor of BAD, or when
+    either rev names no commit of ``repo``, and BisectError when GOOD is BAD or not an ancestor of BAD, or when
     the range holds no commit.
     """
     from ..stages.building.source import git
@@ -156,15 +156,15 @@ def upstream_commits(repo: Path, good: str, bad: str) -> list[UpstreamCommit]:
             raise InputError(f"--upstream: {label} {rev!r} is not a commit in {repo}")
         ids[label] = sha
     if ids["GOOD"] == ids["BAD"]:
-        raise InputError(f"--upstream {good}..{bad}: GOOD and BAD are the same commit {ids['GOOD'][:12]}")
+        raise BisectError(f"--upstream {good}..{bad}: GOOD and BAD are the same commit {ids['GOOD'][:12]}")
     if git(["merge-base", "--is-ancestor", ids["GOOD"], ids["BAD"]], repo, check=False).returncode != 0:
-        raise InputError(f"--upstream {good}..{bad}: GOOD {ids['GOOD'][:12]} is not an ancestor of "
+        raise BisectError(f"--upstream {good}..{bad}: GOOD {ids['GOOD'][:12]} is not an ancestor of "
                                f"BAD {ids['BAD'][:12]} in {repo}")
     listed = git(["rev-list", "--first-parent", "--reverse", "--format=%H%x00%s", f"{ids['GOOD']}..{ids['BAD']}"],
                  repo).stdout
     commits = [UpstreamCommit(*line.split("\0", 1)) for line in listed.splitlines() if "\0" in line]
     if not commits:
-        raise InputError(f"--upstream {good}..{bad}: no commit between GOOD and BAD on BAD's first-parent line")
+        raise BisectError(f"--upstream {good}..{bad}: no commit between GOOD and BAD on BAD's first-parent line")
     subject = git(["log", "-1", "--format=%s", ids["GOOD"]], repo).stdout.strip()
     return [UpstreamCommit(ids["GOOD"], subject), *commits]
 
@@ -225,6 +225,7 @@ class UpstreamPoints:
         if i in self.not_applied:
             return self._skipped(i)
         if i not in self.runs:
+            from ..common.locks import Rank, exclusive
             from ..stages.building.patches import PatchApplyError, prepare_series_tree
             from ..stages.building.source import cache_dir, obtain_base
             commit = self.commits[i]
@@ -233,7 +234,9 @@ class UpstreamPoints:
             log: list[str] = []
             base = obtain_base(matrix, cache_dir(), log)
             try:
-                prepare_series_tree(base, work, "fork", self.patches, log=work / "series-on-commit.log")
+                # under the lock the build stage takes on the same tree (harness.stages.building.builds)
+                with exclusive(work / "fork" / "llama.cpp", "the fork source tree", Rank.SOURCE, self.say):
+                    prepare_series_tree(base, work, "fork", self.patches, log=work / "series-on-commit.log")
             except PatchApplyError as exc:
                 self.not_applied[i] = exc.patch
                 return self._skipped(i)
