@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..record.json_files import write_json
+from ..stages.building.patches import Patch
 from ..record.layout import RunLayout
 
 #: How a row's bisection ended: ``found`` (one first bad patch), ``range`` (every point between the last good and
@@ -101,18 +102,18 @@ class BisectRecord:
     rows: list[RowBisect] = field(default_factory=list)
     #: across upstream commits: ``good``, ``bad``, ``repo``, ``commits`` (id and subject, in order, GOOD first) and
     #: ``not_applied`` (commit id -> the patch that does not apply there); None for a bisection across the series
-    upstream: dict[str, Any] | None = None
-    points: list[dict[str, Any]] = field(default_factory=list)
+    upstream: dict[str, Any] | None = None  # Any: JSON data of several shapes (ids, the commits' pairs, a map)
+    points: list[dict[str, str | int | float]] = field(default_factory=list)
     builds_made: int = 0
     builds_reused: int = 0
     seconds: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:  # Any: JSON data, as asdict gives it
         """The record as JSON data."""
         return asdict(self)
 
 
-def _md(text: Any) -> str:
+def _md(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
@@ -170,7 +171,7 @@ def write(run_dir: Path, rec: BisectRecord) -> tuple[Path, Path]:
     return layout.bisect_json, layout.bisect_md
 
 
-def patch_info(patches: Sequence[Any], k: int) -> PatchInfo:
+def patch_info(patches: Sequence[Patch], k: int) -> PatchInfo:
     """Patch ``k`` (1-based) of ``patches`` (harness.stages.building.patches.Patch) with the files its diff touches,
     as unidiff reads them (none where it cannot read the diff)."""
     from unidiff import PatchSet
