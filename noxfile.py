@@ -112,8 +112,8 @@ def triage(session: nox.Session) -> None:
 @nox.session
 def bisect(session: nox.Session) -> None:
     """The first patch of the series that makes each failing row of a run fail: ``nox -s bisect -- [RUN] [--check ID]``
-    (RUN: the newest run by default); ``-- --upstream GOOD..BAD --platform P --check test:NAME``: the first upstream
-    commit."""
+    (RUN: the newest run by default); ``-- [RUN] --upstream GOOD..BAD [--check ID]``: the first upstream commit,
+    each with the whole series on top."""
     _harness(session, "bisect")
 
 

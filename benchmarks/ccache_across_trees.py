@@ -12,7 +12,7 @@ skewed by other caches), it builds in fresh trees under ``<work>``:
 3. bisect step k = n (the whole series, in its own tree ``bisect/k<n>``), then
    k = n − 1, n − 2, … 0: each step drops one patch (goal: ≤ 30 s on 2 cores).  A bisect
    step builds the targets its check needs (``--check``, as ``python -m harness bisect
-   --check`` takes it; harness.bisect.upstream.check_targets).
+   --check`` takes it).
 
 For each build it prints the wall time of the build step and ccache's hits and misses
 (``ccache --print-stats`` after ``ccache --zero-stats``).  Nothing is asserted: the

@@ -193,10 +193,10 @@ def _analysis_commands(sub: argparse._SubParsersAction) -> None:
                     help="run id or directory whose failing rows to bisect (default: the newest run)")
     ap.add_argument("--check", default=None, metavar="ID",
                     help="the one failing row to bisect, named as the run's records name it (e.g. 'linux-x86_64-cpu "
-                         "fork expectations: mapped moe-small'); with --upstream: test:<ctest-name>")
+                         "fork expectations: mapped moe-small')")
     ap.add_argument("--upstream", metavar="GOOD..BAD", default=None,
-                    help="bisect the upstream commits on BAD's first-parent line after GOOD, each with the "
-                         "patch series applied, for the test --check names (with --platform)")
+                    help="bisect the rows across the upstream commits on BAD's first-parent line after GOOD instead, "
+                         "each with the whole series applied; a commit where it does not apply is skipped")
     ap.add_argument("--repo", type=Path, default=None,
                     help="with --upstream: git repository holding the commits (default: the matrix's first local "
                          "source that has them, else a clone fetched from its git source)")
@@ -211,9 +211,9 @@ def _analysis_commands(sub: argparse._SubParsersAction) -> None:
     ap.add_argument("--onto", required=True, metavar="SOURCE",
                     help="pypi-sdist:PACKAGE==VERSION, URL@COMMIT, ARCHIVE.tar.gz#sha256=HEX or PATH[@REV]")
     ap.add_argument("--patches-only", action="store_true", help="stop after the patch stage (no builds)")
-    ap.add_argument("--bisect", metavar="CHECK", default=None,
-                    help="also bisect the upstream commits between the two bases for this check "
-                         "(test:NAME); needs a local or git source")
+    ap.add_argument("--bisect", metavar="ID", nargs="?", const="", default=None,
+                    help="also bisect the forecast's failing rows (alone: every one; ID: as bisect --check) across "
+                         "the upstream commits between the two bases; needs a local or git source")
 
     ap = _add(sub, "roll", "upstream.roll:run",
               "move the pin and the series to another upstream commit, on a branch, verified (docs/roll.md)",

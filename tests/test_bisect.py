@@ -95,6 +95,14 @@ def test_numerics_control_is_judged_by_its_expect_so_diverged_is_never_bad():
     assert judge_at(target, _summary(comparisons=[_control("diverged")])).outcome == GOOD
     bad = judge_at(target, _summary(comparisons=[_control("identical")]))
     assert (bad.outcome, bad.text) == (BAD, "fails: identical; the group expects diverged")
+    # at every point of a bisection (of the series or of upstream commits alike) where it diverges, it is good
+    from harness.bisect.points import Point
+    from harness.bisect.rows import Seen
+    points = {k: Point(k, Path(f"/points/k{k}"), _summary(comparisons=[_control("diverged")]), 0, 0, 0.0)
+              for k in range(5)}
+    seen = Seen(target, points.__getitem__, lambda line: None)
+    assert [seen.outcome(k) for k in range(5)] == [GOOD] * 5
+    assert search(seen.outcome, 0, 5).last_good == 4  # a search never stops on it before the end
 
 
 def test_each_expectation_of_a_failing_step_is_a_row_of_its_own():

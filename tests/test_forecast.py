@@ -205,14 +205,23 @@ def test_forecast_onto_an_upstream_output_change_blames_upstream_not_the_series(
 
 
 @pytest.mark.slow
-def test_forecast_bisects_upstream_between_the_two_commits(drift: DriftProject):
-    proc, rec, _ = _forecast(drift, "drift", "--bisect", "test:test-fake")
+def test_forecast_bisects_its_failing_rows_and_a_bad_end_where_the_series_does_not_apply_is_not_bad(
+        drift: DriftProject):
+    proc, rec, run_dir = _forecast(drift, "drift", "--bisect")
     assert proc.returncode == EXIT_FAILED
     bisect = rec["bisect"]
-    # the series stops applying at the first drift commit (patch 2 conflicts there), so that commit is named
+    assert bisect == json.loads((run_dir / "bisect.json").read_text())
     first = subprocess.run(["git", "rev-parse", "drift~1"], cwd=drift.project.repo, capture_output=True, text=True,
                            check=True).stdout.strip()
-    assert bisect["first_bad"] == first and bisect["series_applies"] is False
+    # every failing row of the forecast is bisected with the whole series on each commit: it passes on the pinned
+    # base, and on the new one the series does not apply (patch 2 conflicts), which is neither good nor bad
+    rows = {r["id"]: r for r in bisect["rows"]}
+    assert "linux-x86_64-cpu fork build" in rows
+    assert {r["outcome"] for r in rows.values()} == {"not bad at BAD"}
+    assert all(r["points"][0]["outcome"] == "good" and r["points"][-1]["outcome"] == "undecided" for r in rows.values())
+    assert bisect["upstream"]["not_applied"] == {drift.drift: "mark-line-20-of-the-notes.patch"}
+    assert [c for c, _ in bisect["upstream"]["commits"]] == [drift.old, first, drift.drift]
+    assert [p["k"] for p in bisect["points"]] == [0]  # GOOD ran; BAD ran nothing
 
 
 def test_the_old_base_group_judges_the_new_base_against_the_old_by_the_group_s_speed_rules():

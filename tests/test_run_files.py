@@ -33,7 +33,6 @@ NOT_RUN_FILES = {
 #: Modules outside record/ that parse JSON, with how many calls and what they read.  Those marked "run file" read a
 #: file of a run without a typed reader of record/ yet: the count must only go down.
 JSON_READERS = {
-    "upstream/forecast.py": (1, "bisect's --json output, captured in memory"),
     "triage/speed_confirm.py": (1, "a build directory's harness-build.json stamp, not a run"),
     "upstream/roll_state.py": (1, "the roll in progress's state.json in the work directory, not a run"),
     "matrix/config.py": (1, "the matrix's JSON schema"),

@@ -1,7 +1,8 @@
 """Upstream's suite in whole runs on the real CPU build: tests/plants/llama-vocab-falcon-digits-split-in-pairs.patch
 on top of the series breaks one tokenizer test that only upstream's suite runs.  With ``--upstream-tests`` the run
 fails on that test, attributed to the fork (it passes on base); every comparison stays identical and the fork's own
-tests pass, so the same patch without the suite passes; bisect names the plant.
+tests pass, so the same patch without the suite passes; ``bisect`` with no argument names the plant in the run's own
+verdict text, and the series without it (the point with every patch but the plant) passes as a whole run.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fake_upstream import make_fake_project
+from harness.record.summary import read_run
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "plants"))
@@ -92,11 +94,21 @@ def test_a_broken_tokenizer_fails_the_suite_on_its_test_only_and_bisect_names_th
     assert any(e["step"] == "upstream-tests" and "test-tokenizer-0-falcon" in e["signature"]["summary"]
                for e in signatures)
 
+    # bisect with no argument: every failing row of the newest run, here the one test of the suite
     row = "linux-x86_64-cpu fork upstream-tests: test-tokenizer-0-falcon"
-    bisect = _harness("bisect", "--check", row, "--results-dir", str(tmp_path / "results"))
+    bisect = _harness("bisect", "--results-dir", str(tmp_path / "results"))
     n = len([ln for ln in (series / "series").read_text().splitlines() if ln.strip() and not ln.startswith("#")])
     assert bisect.returncode == 0, bisect.stdout[-3000:] + bisect.stderr[-3000:]
     assert f"{row}: first bad patch {n} {PLANT}" in bisect.stdout
+    rec = json.loads((tmp_path / "results" / "latest" / "bisect.json").read_text())
+    [found] = rec["rows"]
+    assert (found["id"], found["outcome"], found["first_bad"]["name"], found["last_good"]) == (row, "found", PLANT, n - 1)
+    # the run's own verdict text at the plant; the series without it judged good, and its whole run passed
+    assert found["at_first_bad"] == found["points"][-1]["text"] == f"fails: {suite['why']}"
+    assert suite["why"].startswith("fork upstream-tests: test-tokenizer-0-falcon")
+    without = next(p for p in found["points"] if p["k"] == n - 1)
+    assert without["outcome"] == "good"
+    assert read_run(Path(without["run"])).overall == "passed"
 
 
 def _add_vocabularies(project) -> str:

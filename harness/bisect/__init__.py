@@ -11,7 +11,8 @@ where a row was not run or a rule could not decide is undecided and stepped arou
 (harness.bisect.search).  The result goes to RUN's folder as ``bisect.json`` and ``bisect.md``
 (harness.bisect.record), and report.html links them.
 
-``--upstream GOOD..BAD --check test:NAME`` bisects upstream commits instead (harness.bisect.upstream).
+``--upstream GOOD..BAD`` bisects the same rows across upstream commits instead, each commit with the whole series
+on top, through the same stages and the same verdict (harness.bisect.upstream).
 """
 
 from __future__ import annotations
@@ -24,15 +25,13 @@ import time
 from typing import Callable, Sequence
 
 from ..common.errors import InputError
-from .points import Point, Points, command_line
+from .points import Points, command_line
 from .record import AT_BASE, FOUND, RANGE, UNDECIDED_BASE, BisectRecord, PointVerdict, RowBisect, patch_info, write
-from .rows import Target, failing_targets, judge_at, pick
+from .rows import Seen, Target, failing_rows, judge_at
 from .search import BAD, GOOD, search
-from .upstream import (BisectError, TestCheck, UpstreamBisector, bisect_first_bad, first_parent,
-                       upstream_commits)
+from .upstream import BisectError, bisect_upstream, first_parent, upstream_commits
 
-__all__ = ["BisectError", "TestCheck", "UpstreamBisector", "bisect_first_bad", "bisect_run", "first_parent", "main",
-           "run", "upstream_commits"]
+__all__ = ["BisectError", "bisect_run", "bisect_upstream", "first_parent", "main", "run", "upstream_commits"]
 
 
 def main(argv: Sequence[str]) -> int:
@@ -71,32 +70,20 @@ def last_good_in_series(at: Callable[[int], str], n: int) -> int | None:
 
 def _bisect_row(target: Target, points: Points, n: int, run_text: str, say: Callable[[str], None]) -> RowBisect:
     """The bisection of ``target`` over k in [0, n]; k = n is the bisected run itself (bad, in ``run_text``)."""
-    seen: dict[int, PointVerdict] = {n: PointVerdict(n, BAD, run_text)}
-    used: set[int] = set()
-
-    def at(k: int) -> str:
-        if k not in seen:
-            point: Point = points.at(k)
-            used.add(k)
-            judged = judge_at(target, point.summary)
-            seen[k] = PointVerdict(k, judged.outcome, judged.text, str(point.run_dir))
-            say(f"bisect: {target.id}: k={k}: {judged.outcome} — {judged.text}")
-        return seen[k].outcome
-
+    seen = Seen(target, points.at, say, verdicts={n: PointVerdict(n, BAD, run_text)})
+    at, verdicts = seen.outcome, seen.verdicts
     good = 0 if at(0) == GOOD else last_good_in_series(at, n)
     if good is not None:
         found = search(at, good, n)
         outcome = FOUND if found.exact else RANGE
         first, last = found.first_bad, found.last_good
-        row = RowBisect(target.id, outcome, patch_info(points.patches, first), last, seen[first].text,
-                        seen[last].text, [])
+        row = RowBisect(target.id, outcome, patch_info(points.patches, first), last, verdicts[first].text,
+                        verdicts[last].text, [])
     else:
-        row = RowBisect(target.id, AT_BASE if seen[0].outcome == BAD else UNDECIDED_BASE, None, None, seen[0].text,
-                        "", [])
-    row.points = [seen[k] for k in sorted(seen)]
-    row.builds_made = sum(points.runs[k].made for k in used)
-    row.builds_reused = sum(points.runs[k].reused for k in used)
-    row.seconds = round(sum(points.runs[k].seconds for k in used), 1)
+        row = RowBisect(target.id, AT_BASE if verdicts[0].outcome == BAD else UNDECIDED_BASE, None, None,
+                        verdicts[0].text, "", [])
+    row.points = [verdicts[k] for k in sorted(verdicts)]
+    row.builds_made, row.builds_reused, row.seconds = seen.cost(points.runs)
     return row
 
 
@@ -108,22 +95,12 @@ def bisect_run(args: argparse.Namespace) -> int:
     InputError (exit 2) for a run that cannot be found, has no failing row, or a ``--check`` naming none of them.
     """
     from ..matrix.config import load_matrix
-    from ..record.summary import read_run
     from ..stages.building.patches import read_series
     from ..views.report import write_report
-    from ..triage.run_choice import resolve_run
     say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else \
         (lambda line: print(line, flush=True))
     started = time.monotonic()
-    run_dir = resolve_run(args.run or "latest", args.results_dir)
-    summary = read_run(run_dir)
-    targets = failing_targets(summary)
-    if not targets:
-        raise InputError(f"run {run_dir.name} has no failing row: nothing to bisect")
-    try:
-        chosen = pick(targets, args.check)
-    except LookupError as exc:
-        raise InputError(str(exc)) from None
+    run_dir, summary, chosen = failing_rows(args.run, args.results_dir, args.check)
     command = command_line(run_dir)
     patches = read_series(command.args.patches_dir)
     if not patches:

@@ -143,31 +143,39 @@ class Points:
         return self.runs[k]
 
     def _run(self, k: int) -> Point:
-        from ..args import stage_options
-        from ..common import proc
-        from ..pipeline import run_stages
-        from ..record.run import Run
-        from ..views.run_views import write_views
-        started = time.monotonic()
         series = write_prefix(self.patches, k, self.root / "series" / f"k{k}")
-        read_series(series)  # what the stages read, checked before they start
         matrix, dropped = matrix_at(self.matrix, self.platforms, self.patches, k)
         for line in dropped:
             self.say(f"bisect: k={k}: {line}")
-        opts = stage_options(self.command.args, platforms=list(self.platforms), work_dir=self.root / "work",
-                             patches_dir=series)
-        runs = self.root / "runs"
-        shutil.rmtree(runs / f"{self.run_id}-k{k}", ignore_errors=True)
         self.say(f"bisect: k={k}: {', '.join(self.command.stages)} with patches 1..{k} of {len(self.patches)}")
-        with proc.handle_signals():
-            run = Run.open(runs, f"{self.run_id}-k{k}", argv=["bisect", f"k={k}", *self.command.stages],
-                           kind=RUN_BISECT)
-            try:
-                run_stages(matrix, run, opts, list(self.command.stages), say=lambda line: None)
-                write_views(run.dir)
-            finally:
-                run.close()
-        summary = read_run(run.dir)
-        made, reused = build_counts(summary)
-        return Point(k, run.dir, summary, made, reused, round(time.monotonic() - started, 1))
+        return run_point(k, f"{self.run_id}-k{k}", self.command, matrix, self.platforms, series, self.root / "work",
+                         self.root / "runs", [f"k={k}"])
 
+
+def run_point(k: int, name: str, command: RunCommandLine, matrix: Matrix, platforms: Sequence[str], series: Path,
+              work: Path, runs: Path, label: Sequence[str]) -> Point:
+    """Run ``command``'s stages (harness.pipeline.run_stages) with its options, on ``platforms``, with ``matrix``
+    (its base commit is the point's upstream) and the series in ``series``, in the work directory ``work``; the
+    run is ``runs/<name>``, of kind ``bisect``, its argv ``bisect LABEL STAGES``.  The one way any bisect point
+    runs (across the series: :class:`Points`; across upstream commits: harness.bisect.upstream).  Returns the
+    point at position ``k``.  Raises harness.stages.building.patches.PatchError for a series that cannot be read.
+    """
+    from ..args import stage_options
+    from ..common import proc
+    from ..pipeline import run_stages
+    from ..record.run import Run
+    from ..views.run_views import write_views
+    started = time.monotonic()
+    read_series(series)  # what the stages read, checked before they start
+    opts = stage_options(command.args, platforms=list(platforms), work_dir=work, patches_dir=series)
+    shutil.rmtree(runs / name, ignore_errors=True)
+    with proc.handle_signals():
+        run = Run.open(runs, name, argv=["bisect", *label, *command.stages], kind=RUN_BISECT)
+        try:
+            run_stages(matrix, run, opts, list(command.stages), say=lambda line: None)
+            write_views(run.dir)
+        finally:
+            run.close()
+    summary = read_run(run.dir)
+    made, reused = build_counts(summary)
+    return Point(k, run.dir, summary, made, reused, round(time.monotonic() - started, 1))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..record.json_files import write_json
+from ..stages.building.patches import Patch
 from ..record.layout import RunLayout
 
 if TYPE_CHECKING:  # read for its type only: patch_info reads the patches it is given
@@ -21,8 +22,12 @@ if TYPE_CHECKING:  # read for its type only: patch_info reads the patches it is 
 #: the first bad one was undecided), ``fails at the base`` (the row fails with no patch applied and at every point
 #: probed below the run: no patch is to blame; a row that fails at the base but passes at a later point is
 #: bisected from there, harness.bisect.last_good_in_series), ``undecided at the base`` (with no patch applied the row could not be judged).
+#: Across upstream commits (harness.bisect.upstream) the ends must bracket the row: ``not good at GOOD`` (the row
+#: fails, or cannot be judged, with the series on GOOD) and ``not bad at BAD`` (it passes, or cannot be judged, with
+#: the series on BAD: a commit where the series does not apply is neither good nor bad).
 FOUND, RANGE, AT_BASE, UNDECIDED_BASE = "found", "range", "fails at the base", "undecided at the base"
-OUTCOMES = (FOUND, RANGE, AT_BASE, UNDECIDED_BASE)
+NOT_GOOD_AT_GOOD, NOT_BAD_AT_BAD = "not good at GOOD", "not bad at BAD"
+OUTCOMES = (FOUND, RANGE, AT_BASE, UNDECIDED_BASE, NOT_GOOD_AT_GOOD, NOT_BAD_AT_BAD)
 
 
 @dataclass(frozen=True)
@@ -36,9 +41,21 @@ class PatchInfo:
 
 
 @dataclass(frozen=True)
+class CommitInfo:
+    """An upstream commit of a bisection across upstream commits: ``position`` on BAD's first-parent line (0 is
+    GOOD), its full id ``sha``, ``subject`` and the ``files`` it changes (``git diff-tree``)."""
+
+    position: int
+    sha: str
+    subject: str
+    files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class PointVerdict:
-    """A row at one point: ``k`` (patches applied, 0 the base), ``outcome`` (good, bad, undecided), ``text`` (the
-    verdict in the run's words) and ``run`` (the point's run directory, "" for the bisected run itself)."""
+    """A row at one point: ``k`` (patches applied, 0 the base; across upstream commits, the commit's position),
+    ``outcome`` (good, bad, undecided), ``text`` (the verdict in the run's words) and ``run`` (the point's run
+    directory, "" for the bisected run itself or a commit where the series does not apply, which runs nothing)."""
 
     k: int
     outcome: str
@@ -53,7 +70,7 @@ class RowBisect:
 
     id: str
     outcome: str
-    first_bad: PatchInfo | None
+    first_bad: PatchInfo | CommitInfo | None
     last_good: int | None
     at_first_bad: str
     at_last_good: str
@@ -64,6 +81,12 @@ class RowBisect:
 
     def line(self) -> str:
         """The result in one line, for the console and the Markdown."""
+        if isinstance(self.first_bad, CommitInfo):
+            c = self.first_bad
+            if self.outcome == FOUND:
+                return f"{self.id}: first bad upstream commit {c.sha} ({c.subject})"
+            return (f"{self.id}: first bad upstream commit between positions {(self.last_good or 0) + 1} and "
+                    f"{c.position} (every commit between was undecided); {c.position} is {c.sha} ({c.subject})")
         if self.outcome == FOUND and self.first_bad is not None:
             return f"{self.id}: first bad patch {self.first_bad.position} {self.first_bad.name} ({self.first_bad.subject})"
         if self.outcome == RANGE and self.first_bad is not None:
@@ -80,12 +103,15 @@ class BisectRecord:
     run: str
     series: list[str]
     rows: list[RowBisect] = field(default_factory=list)
-    points: list[dict[str, Any]] = field(default_factory=list)
+    #: across upstream commits: ``good``, ``bad``, ``repo``, ``commits`` (id and subject, in order, GOOD first) and
+    #: ``not_applied`` (commit id -> the patch that does not apply there); None for a bisection across the series
+    upstream: dict[str, Any] | None = None  # Any: JSON data of several shapes (ids, the commits' pairs, a map)
+    points: list[dict[str, str | int | float]] = field(default_factory=list)
     builds_made: int = 0
     builds_reused: int = 0
     seconds: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:  # Any: JSON data, as asdict gives it
         """The record as JSON data."""
         return asdict(self)
 
@@ -94,24 +120,48 @@ def _md(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _point(rec: BisectRecord, k: int) -> str:
+    """Point ``k`` in bisect.md's table: the patch count, or the commit's position and short id."""
+    return str(k) if rec.upstream is None else f"{k} `{rec.upstream['commits'][k][0][:12]}`"
+
+
+def _no_run(rec: BisectRecord) -> str:
+    """The run cell of a point without a run of its own: the bisected run itself (across the series), or nothing
+    (across upstream commits, where only a commit the series does not apply on runs nothing)."""
+    return "the bisected run" if rec.upstream is None else "none: the series does not apply"
+
+
 def markdown(rec: BisectRecord) -> str:
     """``bisect.md``: one section per row (first bad patch, last good point, the verdict at both, the points and
     the cost), then the cost of the whole bisection."""
-    out = [f"# Bisect of run {rec.run}", "",
+    across = "" if rec.upstream is None else (
+        f"Across the upstream commits {rec.upstream['good']}..{rec.upstream['bad']} of {rec.upstream['repo']}, each "
+        f"with the whole series; the series does not apply at {len(rec.upstream['not_applied'])} commit(s) checked, "
+        "which are neither good nor bad and were stepped around, as git bisect skip does.")
+    out = [f"# Bisect of run {rec.run}", "", *([across, ""] if across else []),
            f"{len(rec.rows)} failing row(s); series of {len(rec.series)} patch(es). Cost: {len(rec.points)} point(s) "
            f"run, {rec.builds_made} build(s) made, {rec.builds_reused} reused, {rec.seconds:.1f} s.", ""]
     for r in rec.rows:
         out += [f"## {_md(r.id)}", "", f"**{_md(r.line())}**", ""]
-        if r.first_bad is not None:
+        if isinstance(r.first_bad, CommitInfo):
+            out.append(f"- first bad: upstream commit `{r.first_bad.sha}` — {_md(r.first_bad.subject)}; "
+                       f"files: {', '.join(f'`{f}`' for f in r.first_bad.files) or 'none'}")
+            out.append(f"- verdict there: {_md(r.at_first_bad)}")
+        elif r.first_bad is not None:
             out.append(f"- first bad: patch {r.first_bad.position} `{r.first_bad.name}` — {_md(r.first_bad.subject)}; "
                        f"files: {', '.join(f'`{f}`' for f in r.first_bad.files) or 'none'}")
             out.append(f"- verdict there: {_md(r.at_first_bad)}")
         if r.last_good is not None:
             where = "the unpatched base (k=0)" if r.last_good == 0 else f"patches 1..{r.last_good}"
+            if rec.upstream is not None:
+                sha, subject = rec.upstream["commits"][r.last_good]
+                where = f"upstream commit `{sha}` ({_md(subject)}) with the whole series"
             out.append(f"- last good: {where}; verdict there: {_md(r.at_last_good)}")
         out.append(f"- cost: {r.builds_made} build(s) made, {r.builds_reused} reused, {r.seconds:.1f} s")
-        out += ["", "| k | outcome | verdict | run |", "|---|---|---|---|"]
-        out += [f"| {p.k} | {p.outcome} | {_md(p.text)[:300]} | {_md(p.run) or 'the bisected run'} |" for p in r.points]
+        out += ["", "| k | outcome | verdict | run |" if rec.upstream is None else "| commit | outcome | verdict | run |",
+                "|---|---|---|---|"]
+        out += [f"| {_point(rec, p.k)} | {p.outcome} | {_md(p.text)[:300]} | {_md(p.run) or _no_run(rec)} |"
+                for p in r.points]
         out.append("")
     return "\n".join(out) + "\n"
 

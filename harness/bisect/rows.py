@@ -15,13 +15,17 @@ that does not build.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
 
+from ..common.errors import InputError
 from ..common.statuses import STEP_ERROR
 from ..record.records import Failure
 from ..record.summary import RunSummary
 from ..record.verdict import FAILS, Row, judge
+from .points import Point
+from .record import PointVerdict
 from .search import BAD, GOOD, UNDECIDED
 
 #: The step names of the speed stage's rules start so (harness.stages.speed.speed: ``speed:<group>:<metric>``).
@@ -121,6 +125,23 @@ def pick(targets: Sequence[Target], check: str | None) -> list[Target]:
     return chosen
 
 
+def failing_rows(run: str | None, results_dir: Path, check: str | None) -> tuple[Path, RunSummary, list[Target]]:
+    """The run ``run`` names (None: the newest under ``results_dir``; harness.triage.run_choice.resolve_run), its
+    summary and the failing rows to bisect (:func:`pick` by ``check``).  Raises InputError (exit 2) for a run that
+    cannot be found, has no failing row, or a ``check`` naming none of them."""
+    from ..record.summary import read_run
+    from ..triage.run_choice import resolve_run
+    run_dir = resolve_run(run or "latest", results_dir)
+    summary = read_run(run_dir)
+    targets = failing_targets(summary)
+    if not targets:
+        raise InputError(f"run {run_dir.name} has no failing row: nothing to bisect")
+    try:
+        return run_dir, summary, pick(targets, check)
+    except LookupError as exc:
+        raise InputError(str(exc)) from None
+
+
 def judge_at(target: Target, summary: RunSummary) -> Judged:
     """``target`` at a point whose run is ``summary``, judged by the verdict that run recorded (module doc)."""
     details = _details(summary)
@@ -141,3 +162,36 @@ def judge_at(target: Target, summary: RunSummary) -> Judged:
         return Judged(BAD, row.verdict.text() if found in row.verdict.why else f"{FAILS}: {mine[0].text()}")
     outcome = BAD if row.verdict.fails else GOOD if row.verdict.passes else UNDECIDED
     return Judged(outcome, row_text(row, detail))
+
+
+@dataclass
+class Seen:
+    """One target's verdicts at the points judged so far, each point judged once: ``point_at(k)`` runs point k (or
+    returns the one run before) and gives its :class:`harness.bisect.points.Point`, or a string saying why nothing
+    ran there (a commit the series does not apply on), which is undecided, as ``git bisect skip`` has it.  ``label(k)``
+    names point k in the progress lines ``say`` prints; ``verdicts`` may be given judged points (the bisected run)."""
+
+    target: Target
+    point_at: Callable[[int], Point | str]
+    say: Callable[[str], None]
+    label: Callable[[int], str] = lambda k: f"k={k}"
+    verdicts: dict[int, PointVerdict] = field(default_factory=dict)
+    used: set[int] = field(default_factory=set)
+
+    def outcome(self, k: int) -> str:
+        """Point ``k``'s outcome for the target (good, bad or undecided), judged now or before."""
+        if k not in self.verdicts:
+            point = self.point_at(k)
+            if isinstance(point, str):
+                self.verdicts[k] = PointVerdict(k, UNDECIDED, point)
+            else:
+                self.used.add(k)
+                judged = judge_at(self.target, point.summary)
+                self.verdicts[k] = PointVerdict(k, judged.outcome, judged.text, str(point.run_dir))
+            self.say(f"bisect: {self.target.id}: {self.label(k)}: {self.verdicts[k].outcome} — {self.verdicts[k].text}")
+        return self.verdicts[k].outcome
+
+    def cost(self, runs: Mapping[int, Point]) -> tuple[int, int, float]:
+        """(builds made, builds reused, seconds) of the points this target used, from ``runs`` (k -> point)."""
+        return (sum(runs[k].made for k in self.used), sum(runs[k].reused for k in self.used),
+                round(sum(runs[k].seconds for k in self.used), 1))

@@ -1,126 +1,50 @@
-"""Bisect across upstream commits: the first upstream commit that makes a test fail with the series on top.
+"""Bisect across upstream commits: the first upstream commit that makes a row of a run fail with the series on top.
 
-``python -m harness bisect --upstream GOOD..BAD --platform P --check test:NAME [--repo PATH]`` finds the first
-commit on BAD's first-parent line that makes the ctest test NAME fail with the whole series applied
-(:class:`UpstreamBisector`); the forecast's ``--bisect`` calls it between the pinned base and the new one.
-Every commit is built with harness.stages.building.build and the test run by
-harness.stages.native_tests.native_tests.run_ctest; :func:`bisect_first_bad` is its search.
+``python -m harness bisect [RUN] --upstream GOOD..BAD [--check ID] [--repo PATH]`` takes the failing rows of RUN
+as the series bisect does (harness.bisect.rows: ``--check`` picks one by the id the run's records give it) and
+finds, for each, the first commit on BAD's first-parent line after GOOD at which it fails.  Each point is a commit
+with the whole series applied on top, run through RUN's own stages on RUN's own selection
+(harness.bisect.points.run_point, the stage table) with the matrix's base moved to that commit
+(harness.matrix.config.onto_matrix); the row is judged there by the verdict that run recorded
+(harness.record.verdict), as at a point of the series.  A commit where the series does not apply runs nothing: it
+is neither good nor bad but undecided, stepped around as ``git bisect skip`` steps around a commit, so a first
+bad commit with such commits just before it ends as a range (harness.bisect.search).  GOOD must be good and BAD
+bad for a row to be searched; a row whose ends do not bracket it says which end.  The forecast's ``--bisect``
+runs the same (:func:`bisect_upstream`) on the forecast's run.
 
-Longer than 400 lines: the commits' repository (a local source or a fetched clone), the commits' builds and the
-check share one record and one command line.
+Every commit has a work directory of its own, ``<work-dir>/bisect-upstream/<commit12>/`` (all at one depth, so
+ccache, based at each, serves one commit's objects to the next), which a later bisect finds up to date; the
+points' runs are ``<work-dir>/bisect-upstream/runs/<run-id>-<commit12>/``, of kind ``bisect``.  The result goes to
+RUN's folder as ``bisect.json`` and ``bisect.md`` (harness.bisect.record; it replaces an earlier bisect's record
+of that run).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import shutil
-import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
-from ..args import parse_defines, split_names
 from ..common.errors import InputError
-from ..record.layout import BUILD_FILES
-from ..common.statuses import STEP_ERROR, STEP_PASSED
-from ..record.native_tests import CASE_PASSED, CASE_SKIPPED
+from ..matrix.config import Matrix, Source, onto_matrix
+from ..record.layout import RunLayout
+from ..record.summary import RunSummary
+from ..stages.building.patches import Patch
+from .points import Point, RunCommandLine, run_point
+from .record import FOUND, NOT_BAD_AT_BAD, NOT_GOOD_AT_GOOD, RANGE, BisectRecord, CommitInfo, RowBisect
+from .rows import Seen, Target
+from .search import BAD, GOOD, search
 
 
 class BisectError(InputError):
-    """The range cannot be bisected: the check fails at the good end or passes at the bad end."""
-
-
-def bisect_first_bad(n: int, check: Callable[[int], bool], *, good: int = 0, bad: int | None = None,
-                     cache: dict[int, bool] | None = None, name: Callable[[int], str] | None = None) -> int:
-    """The first k in (good, bad] with check(k) False, by binary search; k counts applied patches.
-
-    ``n`` is the number of patches; ``check(k)`` builds base + patches 1..k and returns
-    True when the check passes.  ``good`` (default 0, the unpatched base) must pass and
-    ``bad`` (default n, the whole series) must fail; otherwise BisectError, naming the
-    end that is wrong.  Outcomes are memoised in ``cache`` (k -> passed), which callers
-    may share between calls; each k is checked at most once.  Assumes one transition from
-    pass to fail in the range (as git bisect does); with several, one of them is found.
-    ``name(k)`` words position k in those errors when k is not a patch count (the upstream
-    bisection passes commit positions).  Returns k: patch number k (1-based) is the first
-    bad patch.  Raises ValueError for bounds outside 0 <= good < bad <= n.
-    """
-    bad = n if bad is None else bad
-    if not 0 <= good < bad <= n:
-        raise ValueError(f"need 0 <= good < bad <= n; got good={good}, bad={bad}, n={n}")
-    memo = cache if cache is not None else {}
-
-    def passes(k: int) -> bool:
-        if k not in memo:
-            memo[k] = bool(check(k))
-        return memo[k]
-
-    def where(k: int) -> str:
-        if name is not None:
-            return name(k)
-        return "the unpatched base (k=0)" if k == 0 else f"k={k} (patches 1..{k})"
-
-    if not passes(good):
-        raise BisectError(f"the check fails at {where(good)}; it must pass at the good end"
-                          + ("" if name else " (choose another --good)"))
-    if passes(bad):
-        raise BisectError(f"the check passes at {where(bad)}; it must fail at the bad end, "
-                          "so there is nothing to bisect")
-    lo, hi = good, bad
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if passes(mid):
-            lo = mid
-        else:
-            hi = mid
-    return hi
-
-
-@dataclass
-class Bisector:
-    """What both bisectors are given and keep: ``patches`` (the series), the ``platform`` whose
-    ``cmake_options`` and ``targets`` every build uses, the ``check`` run at each position k
-    (``check(bisector, k)`` returns (passed, detail)), the ``work_dir`` all builds sit below
-    (ccache's base_dir), build ``jobs``, ``say`` for progress lines, and ``outcomes``: k -> what the
-    check found there.  Subclasses say what position k is and how its tree is made.
-    """
-
-    patches: Sequence[Any]  # harness.stages.building.patches.Patch
-    platform: str
-    cmake_options: Mapping[str, str]
-    targets: tuple[str, ...]
-    check: Callable[[Any, int], tuple[bool, str]]
-    work_dir: Path
-    jobs: int | None = None
-    say: Callable[[str], None] = print
-    outcomes: dict[int, dict[str, Any]] = field(default_factory=dict)
-
-    def _build(self, name: str, source: Path, here: Path, options: Mapping[str, str],
-               key_parts: Mapping[str, str]) -> Any:
-        """Build ``source`` into ``here/build`` (logs in ``here/logs``) with ccache based at ``work_dir``;
-        returns harness.stages.building.build.BuildResult (its key: the options, targets and ``key_parts``)."""
-        from ..stages.building.build import BuildRequest, build, ccache_env
-        req = BuildRequest(self.platform, name, source, (here / "build").resolve(), dict(options),
-                           tuple(self.targets), dict(key_parts), self.jobs, env=ccache_env(self.work_dir.resolve()))
-        return build(req, here / "logs")
-
-    def _first_bad(self, n: int, label: Callable[[int], str], **bounds: Any) -> int:
-        """:func:`bisect_first_bad` over positions 0..n with :meth:`passes`; a BisectError gets each checked
-        position's detail appended (``label(k)`` names it).  ``bounds``: bisect_first_bad's keywords."""
-        try:
-            return bisect_first_bad(n, self.passes, **bounds)
-        except BisectError as exc:
-            ends = [f"{label(k)}: {o['detail']}" for k, o in sorted(self.outcomes.items())]
-            raise BisectError(f"{exc}\n  " + "\n  ".join(ends)) from None
-
-    def passes(self, k: int) -> bool:
-        """Run the check at k, record it in ``outcomes`` and say it; True when it passed."""
-        raise NotImplementedError
-
-
-# --------------------------------------------------------------------------- upstream bisect
+    """The range cannot be bisected: GOOD and BAD name no commits to search between (exit code 2)."""
 
 
 @dataclass(frozen=True)
@@ -181,7 +105,7 @@ def fetched_clone(url: str, dest: Path, revs: Sequence[str], say: Callable[[str]
     return dest
 
 
-def upstream_repo(matrix: Any, repo: Path | None, revs: Sequence[str], cache: Path,
+def upstream_repo(matrix: Matrix, repo: Path | None, revs: Sequence[str], cache: Path,
                   say: Callable[[str], None] = print) -> Path:
     """The git repository the upstream commits ``revs`` (GOOD and BAD) are taken from.
 
@@ -221,7 +145,7 @@ def upstream_commits(repo: Path, good: str, bad: str) -> list[UpstreamCommit]:
     """GOOD followed by ``git rev-list --first-parent --reverse GOOD..BAD``, with subjects.
 
     Index 0 is GOOD (must pass), the last is BAD (must fail).  Raises InputError when
-    either rev names no commit of ``repo``, when GOOD is not an ancestor of BAD, or when
+    either rev names no commit of ``repo``, and BisectError when GOOD is BAD or not an ancestor of BAD, or when
     the range holds no commit.
     """
     from ..stages.building.source import git
@@ -232,15 +156,15 @@ def upstream_commits(repo: Path, good: str, bad: str) -> list[UpstreamCommit]:
             raise InputError(f"--upstream: {label} {rev!r} is not a commit in {repo}")
         ids[label] = sha
     if ids["GOOD"] == ids["BAD"]:
-        raise InputError(f"--upstream {good}..{bad}: GOOD and BAD are the same commit {ids['GOOD'][:12]}")
+        raise BisectError(f"--upstream {good}..{bad}: GOOD and BAD are the same commit {ids['GOOD'][:12]}")
     if git(["merge-base", "--is-ancestor", ids["GOOD"], ids["BAD"]], repo, check=False).returncode != 0:
-        raise InputError(f"--upstream {good}..{bad}: GOOD {ids['GOOD'][:12]} is not an ancestor of "
+        raise BisectError(f"--upstream {good}..{bad}: GOOD {ids['GOOD'][:12]} is not an ancestor of "
                                f"BAD {ids['BAD'][:12]} in {repo}")
     listed = git(["rev-list", "--first-parent", "--reverse", "--format=%H%x00%s", f"{ids['GOOD']}..{ids['BAD']}"],
                  repo).stdout
     commits = [UpstreamCommit(*line.split("\0", 1)) for line in listed.splitlines() if "\0" in line]
     if not commits:
-        raise InputError(f"--upstream {good}..{bad}: no commit between GOOD and BAD on BAD's first-parent line")
+        raise BisectError(f"--upstream {good}..{bad}: no commit between GOOD and BAD on BAD's first-parent line")
     subject = git(["log", "-1", "--format=%s", ids["GOOD"]], repo).stdout.strip()
     return [UpstreamCommit(ids["GOOD"], subject), *commits]
 
@@ -250,214 +174,141 @@ def first_parent(repo: Path, sha: str) -> str | None:
     return _resolve_commit(repo, f"{sha}^1")
 
 
-@dataclass
-class UpstreamBisectResult:
-    """The first bad upstream commit and every commit checked.
-
-    ``first_bad``/``subject``: the commit; ``index``: its position on the first-parent line
-    (0 is GOOD, ``candidates`` is BAD); ``series_applies``: False when the patch series did
-    not apply there (the commit then counts as failing); ``not_applied``: commit id -> the
-    patch file that did not apply, for every commit checked; ``outcomes``: commit id ->
-    {index, subject, passed, detail, builds}.
-    """
-
-    first_bad: str
-    subject: str
-    index: int
-    candidates: int
-    series_applies: bool
-    not_applied: dict[str, str]
-    outcomes: dict[str, dict[str, Any]]
+def commit_files(repo: Path, sha: str) -> tuple[str, ...]:
+    """The files commit ``sha`` of ``repo`` changes against its first parent (``git diff-tree``); () for a root
+    commit or where git cannot tell."""
+    from ..stages.building.source import git
+    parent = first_parent(repo, sha)
+    if parent is None:
+        return ()
+    done = git(["diff-tree", "--no-commit-id", "--name-only", "-r", parent, sha], repo, check=False)
+    return tuple(done.stdout.split()) if done.returncode == 0 else ()
 
 
 @dataclass
-class UpstreamBisector(Bisector):
-    """Builds upstream ``commits[k]`` with the whole patch series applied and runs ``check`` at k.
+class UpstreamPoints:
+    """The points of one bisection of run ``run_id`` across ``commits`` (:func:`upstream_commits`, GOOD first) of
+    ``repo``: ``command`` how the run was started, ``matrix`` its matrix, ``patches`` its whole series (read from
+    ``series``), ``platforms`` those of the rows bisected, ``root`` the bisection's directory
+    (``<work-dir>/bisect-upstream``), ``say`` for progress lines.  Each commit is run at most once (:meth:`at`);
+    ``not_applied``: position -> the patch that does not apply on that commit."""
 
-    ``commits`` comes from :func:`upstream_commits` (0 = GOOD, last = BAD) in ``repo``.
-    Every commit has ``work_dir/<commit12>/fork/`` (the tree with the series applied by
-    harness.stages.building.patches.apply_series with the commit as base, ``build/``, ``logs/``) and, when
-    a check compares against upstream itself, ``work_dir/<commit12>/base/`` (the commit
-    unpatched).  All sit at the same depth and ccache's base_dir is ``work_dir``; the
-    build key holds the commit and series digest, so a commit built before is not built
-    again.  When the series does not apply at a commit, its fork build is an ``error``
-    whose detail says so, the check fails there, and ``not_applied`` names the patch.
-    The other fields: :class:`Bisector`.
-    """
-
-    repo: Path = field(kw_only=True)
-    commits: Sequence[UpstreamCommit] = field(kw_only=True)
+    run_id: str
+    command: RunCommandLine
+    matrix: Matrix
+    patches: Sequence[Patch]
+    series: Path
+    platforms: Sequence[str]
+    repo: Path
+    commits: Sequence[UpstreamCommit]
+    root: Path
+    say: Callable[[str], None] = print
+    runs: dict[int, Point] = field(default_factory=dict)
     not_applied: dict[int, str] = field(default_factory=dict)
-    _builds: dict[tuple[int, str], Any] = field(default_factory=dict, repr=False)
 
-    def dir_at(self, k: int, variant: str = "fork") -> Path:
-        """``work_dir/<commit12>/<variant>``: tree, build and logs of commit k, patched (fork) or not (base)."""
-        return self.work_dir / self.commits[k].short / variant
+    def label(self, i: int) -> str:
+        """Position ``i`` in progress lines: the commit's short id, its position and which end it is."""
+        end = " GOOD" if i == 0 else " BAD" if i == len(self.commits) - 1 else ""
+        return f"upstream {self.commits[i].short} ({i}/{len(self.commits) - 1}{end})"
 
-    def k_dir(self, k: int) -> Path:
-        """The patched build's directory of commit k (``dir_at(k, "fork")``)."""
-        return self.dir_at(k, "fork")
+    def _skipped(self, i: int) -> str:
+        return (f"the patch series does not apply at upstream {self.commits[i].short} ({self.not_applied[i]} does not "
+                "apply): nothing ran there, neither good nor bad")
 
-    def point(self, k: int) -> str:
-        """Position k in words for check details: the commit's short id."""
-        return f"upstream {self.commits[k].short}"
+    def at(self, i: int) -> Point | str:
+        """The point of commit ``i`` with the whole series on top, run now or earlier in this bisection; where the
+        series does not apply on the commit, why, in words (nothing is run there).
 
-    def tree(self, k: int, variant: str = "fork") -> Path:
-        """The source tree of commit k, with the series applied for ``fork``; raises PatchApplyError."""
-        from ..stages.building.patches import prepare_series_tree
-        from ..stages.building.source import BaseTree, prepare_tree
-        commit = self.commits[k]
-        logs = self.dir_at(k, variant) / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        base = BaseTree(self.repo, commit.sha, commit.sha, f"upstream {self.repo}")
-        if variant == "base":
-            return prepare_tree(base, self.work_dir, f"{commit.short}/base")
-        return prepare_series_tree(base, self.work_dir, f"{commit.short}/fork", list(self.patches),
-                                   log=logs / BUILD_FILES["patches"])
-
-    def build_at(self, k: int, variant: str = "fork") -> Any:
-        """Build commit k (``fork``: with the series; ``base``: without) once per process.
-
-        Returns harness.stages.building.build.BuildResult; status ``error`` with a detail naming the patch
-        when the series does not apply at the commit.
-        """
-        if (k, variant) in self._builds:
-            return self._builds[(k, variant)]
-        from ..stages.building.build import BuildResult
-        from ..stages.building.patches import PatchApplyError, series_digest, series_label
-        commit, here = self.commits[k], self.dir_at(k, variant)
-        try:
-            source = self.tree(k, variant)
-        except PatchApplyError as exc:
-            position = [p.name for p in self.patches].index(exc.patch) + 1
-            self.not_applied[k] = exc.patch
-            result = BuildResult(self.platform, f"bisect-upstream-{variant}", STEP_ERROR, "", (here / "build").resolve(),
-                                 0.0, False, detail=(f"the patch series does not apply at {commit.short}: patch "
-                                                     f"{position} of {len(self.patches)}, {exc.patch}, does not "
-                                                     f"apply (log {here / 'logs' / BUILD_FILES['patches']})"))
-            self._builds[(k, variant)] = result
-            return result
-        options = dict(self.cmake_options)
-        key_parts = {"base": commit.sha}
-        if variant == "fork":
-            options["LLAMA_FORK_SERIES"] = series_label(list(self.patches))
-            key_parts["series"] = series_digest(list(self.patches))
-        result = self._build(f"bisect-upstream-{variant}", source, here, options, key_parts)
-        self._builds[(k, variant)] = result
-        return result
-
-    def build(self, k: int) -> Any:
-        """The patched build of commit k (``build_at(k, "fork")``)."""
-        return self.build_at(k, "fork")
-
-    def _builds_at(self, k: int) -> dict[str, str]:
-        """Per variant built for commit k: ``reused`` (up to date), ``built``, ``series did not apply``
-        or the failed build's status."""
-        out = {}
-        for (at, variant), b in sorted(self._builds.items()):
-            if at != k:
-                continue
-            if variant == "fork" and k in self.not_applied:
-                out[variant] = "series did not apply"
-            else:
-                out[variant] = "reused" if b.up_to_date else ("built" if b.status == STEP_PASSED else b.status)
-        return out
-
-    def passes(self, k: int) -> bool:
-        """Run the check at commit k, record it in ``outcomes`` and say it; True when it passed."""
-        passed, detail = self.check(self, k)
-        commit = self.commits[k]
-        builds = self._builds_at(k)
-        self.outcomes[k] = {"index": k, "subject": commit.subject, "passed": passed, "detail": detail,
-                            "builds": builds}
-        end = " (GOOD)" if k == 0 else " (BAD)" if k == len(self.commits) - 1 else ""
-        shown = ", ".join(f"{v} {s}" for v, s in builds.items())
-        self.say(f"[{k}/{len(self.commits) - 1}] {commit.short} {commit.subject}{end}: "
-                 f"{'pass' if passed else 'FAIL'} — {detail}" + (f" [build: {shown}]" if shown else ""))
-        return passed
-
-    def _name(self, k: int) -> str:
-        commit = self.commits[k]
-        end = "GOOD" if k == 0 else "BAD" if k == len(self.commits) - 1 else "commit"
-        extra = f"; the patch series does not apply there ({self.not_applied[k]})" if k in self.not_applied else ""
-        return f"{end} {commit.short} ({commit.subject}{extra})"
-
-    def run(self) -> UpstreamBisectResult:
-        """Bisect over the commits and return the first bad one.
-
-        Raises BisectError (with each checked end's detail) when GOOD fails or BAD passes.
-        """
-        k = self._first_bad(len(self.commits) - 1, lambda i: self.commits[i].short, name=self._name)
-        commit = self.commits[k]
-        return UpstreamBisectResult(commit.sha, commit.subject, k, len(self.commits) - 1, k not in self.not_applied,
-                                    {self.commits[i].sha: p for i, p in sorted(self.not_applied.items())},
-                                    {self.commits[i].sha: o for i, o in sorted(self.outcomes.items())})
+        The series is applied into the point's fork tree by harness.stages.building.patches.prepare_series_tree, as
+        the build stage applies it (which then finds the tree made); raises harness.stages.building.source.SourceError
+        when the commit's tree cannot be obtained."""
+        if i in self.not_applied:
+            return self._skipped(i)
+        if i not in self.runs:
+            from ..common.locks import Rank, exclusive
+            from ..stages.building.patches import PatchApplyError, prepare_series_tree
+            from ..stages.building.source import cache_dir, obtain_base
+            commit = self.commits[i]
+            matrix = onto_matrix(self.matrix, commit.sha, Source("local", path=self.repo))
+            work = (self.root / commit.short).resolve()
+            log: list[str] = []
+            base = obtain_base(matrix, cache_dir(), log)
+            try:
+                # under the lock the build stage takes on the same tree (harness.stages.building.builds)
+                with exclusive(work / "fork" / "llama.cpp", "the fork source tree", Rank.SOURCE, self.say):
+                    prepare_series_tree(base, work, "fork", self.patches, log=work / "series-on-commit.log")
+            except PatchApplyError as exc:
+                self.not_applied[i] = exc.patch
+                return self._skipped(i)
+            self.say(f"bisect: {self.label(i)}: {', '.join(self.command.stages)} with the {len(self.patches)} "
+                     f"patch(es) on {commit.subject!r}")
+            self.runs[i] = run_point(i, f"{self.run_id}-{commit.short}", self.command, matrix, self.platforms,
+                                     self.series, work, self.root / "runs", [f"upstream={commit.short}"])
+        return self.runs[i]
 
 
-# --------------------------------------------------------------------------- checks
+def bisect_row(target: Target, points: UpstreamPoints, say: Callable[[str], None]) -> RowBisect:
+    """The bisection of ``target`` across ``points``' commits: GOOD judged first (a row not good there is not
+    searched, and BAD is not run for it), then BAD, then the search between (harness.bisect.search)."""
+    n = len(points.commits) - 1
+    seen = Seen(target, points.at, say, points.label)
+    at, verdicts = seen.outcome, seen.verdicts
+    row: RowBisect
+    if at(0) != GOOD:
+        row = RowBisect(target.id, NOT_GOOD_AT_GOOD, None, None, "", verdicts[0].text, [])
+    elif at(n) != BAD:
+        row = RowBisect(target.id, NOT_BAD_AT_BAD, None, 0, verdicts[n].text, verdicts[0].text, [])
+    else:
+        found = search(at, 0, n)
+        first = points.commits[found.first_bad]
+        info = CommitInfo(found.first_bad, first.sha, first.subject, commit_files(points.repo, first.sha))
+        row = RowBisect(target.id, FOUND if found.exact else RANGE, info, found.last_good,
+                        verdicts[found.first_bad].text, verdicts[found.last_good].text, [])
+    row.points = [verdicts[k] for k in sorted(verdicts)]
+    row.builds_made, row.builds_reused, row.seconds = seen.cost(points.runs)
+    return row
 
 
-@dataclass
-class TestCheck:
-    """Check ``test:<name>``: the ctest test ``name`` (with any of ``labels``) passes at k."""
-
-    name: str
-    labels: Sequence[str]
-    timeout_s: float = 900
-
-    __test__ = False  # not a pytest class
-
-    def __call__(self, bisector: Any, k: int) -> tuple[bool, str]:
-        """Build k's fork and run the test; (passed, detail).  A build failure or a missing test is a failure.
-
-        ``bisector`` is a SeriesBisector or UpstreamBisector.
-        """
-        from ..stages.native_tests.native_tests import run_ctest
-        built = bisector.build_at(k, "fork")
-        if built.status != STEP_PASSED:
-            return False, f"build {built.status}: {built.detail}"
-        missing = self.build_test_target(built.build_dir, bisector.dir_at(k, "fork") / "logs")
-        if missing:
-            return False, missing
-        run = run_ctest(built.build_dir, self.labels, [self.name], bisector.dir_at(k, "fork") / f"tests-{self.name}",
-                        timeout_s=self.timeout_s)
-        case = next((c for c in run.cases if c.name == self.name), None)
-        if case is None or case.status == CASE_SKIPPED:
-            return False, (f"test {self.name} is not registered with ctest at {bisector.point(k)} "
-                           f"(labels {', '.join(self.labels)})")
-        if case.status != CASE_PASSED:
-            return False, f"{self.name} failed{': ' + case.message if case.message else ''} (log {run.log})"
-        return True, f"{self.name} passed"
-
-    def build_test_target(self, build_dir: Path, logs: Path) -> str:
-        """Build the executable the test starts, which the bisector's targets may not hold (a test of upstream's suite is named
-        after its vocabulary, ``test-tokenizer-0-falcon``, and starts ``test-tokenizer-0``), as ctest describes it
-        (harness.stages.native_tests.upstream_suite.suite_targets); "" when built, else why not."""
-        from ..stages.building.build import find_tool
-        from ..stages.native_tests.upstream_suite import ctest_commands, suite_targets
-        try:
-            command = ctest_commands(build_dir).get(self.name, [])
-        except OSError as exc:
-            return f"the tests of {build_dir} cannot be read: {exc}"
-        targets = suite_targets([command], build_dir)  # ninja decides whether it is out of date
-        if not targets:
-            return ""
-        from ..common import proc
-        logs.mkdir(parents=True, exist_ok=True)
-        with open(logs / f"build-{self.name}.log", "wb") as fh:
-            done = proc.run([find_tool("cmake") or "cmake", "--build", str(build_dir), "--target", *targets],
-                            stdout=fh, stderr=subprocess.STDOUT)
-        return "" if done.returncode == 0 else (f"building {', '.join(targets)} for {self.name} failed "
-                                                f"(log {logs / f'build-{self.name}.log'})")
-
-
-def _parse_check(spec: str) -> str:
-    """The test name of ``--check test:NAME`` (the upstream bisection's check); InputError for anything else."""
-    kind, _, name = spec.partition(":")
-    if kind != "test" or not name or ":" in name:
-        raise InputError(f"--check {spec!r}: with --upstream, expected test:<ctest-name> (a run's failing rows of "
-                         "every kind are bisected across the series: bisect [RUN] [--check ID])")
-    return name
+def bisect_upstream(run_dir: Path, summary: RunSummary, targets: Sequence[Target], command: RunCommandLine,
+                    good: str, bad: str, repo: Path | None, say: Callable[[str], None]) -> BisectRecord:
+    """Bisect ``targets`` (failing rows of the run in ``run_dir``, whose summary is ``summary`` and whose stages and
+    options are ``command``) across the upstream commits GOOD..BAD of ``repo`` (None: :func:`upstream_repo`), each
+    with the run's whole series on top (module doc); writes ``bisect.json`` and ``bisect.md`` into ``run_dir`` and
+    returns the record.  Raises InputError for commits that cannot be found or bisected, and
+    harness.stages.building.source.SourceError when a commit's tree cannot be obtained."""
+    from ..matrix.config import load_matrix
+    from ..stages.building.patches import read_series
+    from ..stages.building.source import cache_dir
+    from .record import write
+    started = time.monotonic()
+    matrix = load_matrix(command.args.matrix)
+    series = Path(command.args.patches_dir)
+    patches = read_series(series)
+    where = upstream_repo(matrix, repo, (good, bad), cache_dir(), say)
+    commits = upstream_commits(where, good, bad)
+    if first_parent(where, commits[1].sha) != commits[0].sha:
+        say(f"note: GOOD {commits[0].short} is not on BAD's first-parent line; the candidates are the "
+            f"commits of that line GOOD does not reach, from {commits[1].short} on")
+    platforms = list(dict.fromkeys(t.platform for t in targets))
+    points = UpstreamPoints(summary.run_id, command, matrix, patches, series, platforms, where, commits,
+                            (Path(command.args.work_dir) / "bisect-upstream").resolve(), say)
+    say(f"bisect: run {run_dir.name}: {len(targets)} failing row(s) across {len(commits) - 1} upstream commit(s) "
+        f"after {commits[0].short} on the first-parent line of {commits[-1].short} in {where}, each with the "
+        f"{len(patches)} patch(es) of {series}; each point runs {' '.join(command.stages)} on {', '.join(platforms)}")
+    rec = BisectRecord(summary.run_id, [p.name for p in patches])
+    for target in targets:
+        rec.rows.append(bisect_row(target, points, say))
+        say(f"bisect: {rec.rows[-1].line()}")
+    rec.upstream = {"good": commits[0].sha, "bad": commits[-1].sha, "repo": str(where),
+                    "commits": [[c.sha, c.subject] for c in commits],
+                    "not_applied": {commits[i].sha: p for i, p in sorted(points.not_applied.items())}}
+    rec.points = [{"k": p.k, "commit": commits[p.k].sha, "run": str(p.run_dir), "builds_made": p.made,
+                   "builds_reused": p.reused, "seconds": p.seconds} for p in sorted(points.runs.values(), key=lambda p: p.k)]
+    rec.builds_made = sum(p.made for p in points.runs.values())
+    rec.builds_reused = sum(p.reused for p in points.runs.values())
+    rec.seconds = round(time.monotonic() - started, 1)
+    write(run_dir, rec)
+    return rec
 
 
 def _parse_range(spec: str) -> tuple[str, str]:
@@ -467,77 +318,34 @@ def _parse_range(spec: str) -> tuple[str, str]:
     return good, bad
 
 
-def check_targets(name: str, platform: Any = None, build_dir: Path | None = None) -> tuple[str, ...]:
-    """The build targets that the check of test ``name`` needs at each commit: the executable ctest starts for
-    ``name`` in ``build_dir`` (a finished build of ``platform``, read by
-    harness.stages.native_tests.upstream_suite.ctest_commands: a test of upstream's suite is named after its input,
-    ``test-tokenizer-0-falcon`` starts ``test-tokenizer-0``), else the test's own name, as the platform's
-    ``test_targets`` are."""
-    if platform is not None and build_dir is not None and name not in platform.test_targets \
-            and (build_dir / "CTestTestfile.cmake").is_file():
-        from ..stages.native_tests.upstream_suite import ctest_commands, suite_targets
-        try:
-            found = suite_targets([ctest_commands(build_dir).get(name, [])], build_dir)
-        except OSError:
-            found = []
-        if found:
-            return tuple(found)
-    return (name,)
-
-
-def _print_upstream(result: UpstreamBisectResult) -> None:
-    print(f"first bad upstream commit: {result.first_bad} {result.subject}")
-    if not result.series_applies:
-        print(f"  the patch series did not apply at this commit ({result.not_applied[result.first_bad]} does not "
-              "apply); it counts as failing, so the check itself was not run there")
-    others = [f"{sha[:12]} ({patch})" for sha, patch in result.not_applied.items() if sha != result.first_bad]
-    if others:
-        print(f"  the patch series did not apply at {', '.join(others)} either (counted as failing)")
-
-
 def run(args: argparse.Namespace) -> int:
-    """``python -m harness bisect --upstream GOOD..BAD --platform P --check test:NAME [--repo PATH]``.
+    """``python -m harness bisect [RUN] --upstream GOOD..BAD [--check ID] [--repo PATH]`` (module doc).
 
-    Bisects the upstream commits of ``git rev-list --first-parent --reverse GOOD..BAD`` (GOOD must pass, BAD
-    must fail), each built with the whole series applied on top, and prints ``first bad upstream commit: <sha>
-    <subject>``; a commit where the series does not apply counts as failing and the output says so.  Builds are
-    kept under ``<work-dir>/bisect-upstream/<platform>/<commit12>/`` and reused by later runs.  Prints each
-    commit checked; returns 0 when a first bad commit is found.  Raises harness.common.errors.InputError
-    subclasses (exit code 2 through harness.cli) for bad input or a range that cannot be bisected (BisectError:
-    the check fails at GOOD or passes at BAD).
+    Prints each point judged and one line per row; writes bisect.json, bisect.md and RUN's report again.  Returns 0
+    when every row bisected has one first bad commit, 1 when one ended as a range or its ends did not bracket it.
+    Raises harness.common.errors.InputError subclasses (exit code 2 through harness.cli) for bad input: a range
+    that is not GOOD..BAD, commits not found, a run without failing rows or a ``--check`` naming none of them.
     """
-    from ..matrix.config import load_matrix
-    from ..stages.building.patches import read_series
-    from ..stages.building.builds import cmake_options
-    from ..stages.building.source import cache_dir
-    say = (lambda line: print(line, file=sys.stderr)) if args.json else print
-    platforms = split_names(args.platform)
-    if len(platforms) != 1:
-        raise InputError(f"bisect --upstream builds one platform: pass exactly one --platform (got {len(platforms)})")
-    if args.check is None:
-        raise InputError("bisect --upstream needs --check test:<ctest-name>")
-    name = _parse_check(args.check)
-    revs = _parse_range(args.upstream)
-    matrix = load_matrix(args.matrix)
-    platform = matrix.platform(platforms[0])
-    patches = read_series(args.patches_dir)
-    options = cmake_options(platform, "base", cuda_arch=args.cuda_arch, defines=parse_defines(args.defines))
-    labels = (*platform.test_labels, *((matrix.upstream_tests.label,) if platform.upstream_tests else ()))
-    check = TestCheck(name, tuple(dict.fromkeys(labels)))
-    targets = check_targets(name, platform, args.work_dir.resolve() / "fork" / f"build-{platform.name}")
-    repo = upstream_repo(matrix, args.repo, revs, cache_dir(), say)
-    commits = upstream_commits(repo, *revs)
-    if first_parent(repo, commits[1].sha) != commits[0].sha:
-        say(f"note: GOOD {commits[0].short} is not on BAD's first-parent line; the candidates are the "
-            f"commits of that line GOOD does not reach, from {commits[1].short} on")
-    say(f"bisecting {len(commits) - 1} upstream commit(s) after {commits[0].short} on the first-parent line "
-        f"of {commits[-1].short} in {repo}, each with the {len(patches)} patch(es) of {args.patches_dir}")
-    upstream = UpstreamBisector(patches, platform.name, options, targets, check,
-                                args.work_dir.resolve() / "bisect-upstream" / platform.name, args.jobs, say,
-                                repo=repo, commits=commits)
-    found = upstream.run()
+    from ..views.report import write_report
+    from .points import command_line
+    from .rows import failing_rows
+    say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else \
+        (lambda line: print(line, flush=True))
+    good, bad = _parse_range(args.upstream)
+    run_dir, summary, chosen = failing_rows(args.run, args.results_dir, args.check)
+    # with --json, standard output holds the JSON alone: the stages' console lines go to standard error
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        rec = bisect_upstream(run_dir, summary, chosen, command_line(run_dir), good, bad, args.repo, say)
+    write_report(run_dir)
     if args.json:
-        print(json.dumps(asdict(found), indent=2))
+        print(json.dumps(rec.to_json(), indent=2))
     else:
-        _print_upstream(found)
-    return 0
+        for row in rec.rows:
+            print(row.line())
+        skipped = (rec.upstream or {}).get("not_applied", {})
+        if skipped:
+            print("the patch series does not apply at " + ", ".join(f"{sha[:12]} ({p})" for sha, p in skipped.items())
+                  + ": neither good nor bad, stepped around")
+        print(f"bisect: {RunLayout(run_dir).bisect_md} ({len(rec.points)} point(s), {rec.builds_made} build(s) made, "
+              f"{rec.builds_reused} reused, {rec.seconds:.1f} s)")
+    return 0 if all(r.outcome == FOUND for r in rec.rows) else 1

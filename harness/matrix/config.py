@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -394,6 +394,13 @@ class Matrix:
         except KeyError:
             known = ", ".join(sorted(self.platforms))
             raise SelectionError(f"unknown platform {name!r}; {self.path} defines: {known}") from None
+
+
+def onto_matrix(matrix: Matrix, commit: str, source: Source) -> Matrix:
+    """``matrix`` with its base replaced by ``commit`` from ``source`` alone (no pinned file list: the tree is
+    checked against the commit's own git objects, or an archive's sha256 and manifest).  What a forecast and an
+    upstream bisect point run on (harness.upstream.forecast, harness.bisect.upstream)."""
+    return replace(matrix, base_commit=commit, sources=(source,), base_files=None, base_files_sha256=None)
 
 
 class _Locator:

@@ -1,6 +1,6 @@
 """Upstream forecast: what the patch series would hit on another upstream commit, before anyone rebases.
 
-``python -m harness forecast --onto SOURCE [--platform P ...] [--bisect CHECK]`` (``nox -s forecast --``):
+``python -m harness forecast --onto SOURCE [--platform P ...] [--bisect [ID]]`` (``nox -s forecast --``):
 
 1. obtains the other upstream from SOURCE (:func:`parse_onto`) through harness.stages.building.source, by
    content: the commit is recorded and a tree that is not that commit is refused;
@@ -14,8 +14,9 @@
 4. writes ``forecast.json`` and ``forecast.md`` into the run directory, and the run's report.html
    gets a forecast section (harness.views.report), with a one-line verdict:
    ``the series moves cleanly``, ``n patches need work: ...`` or ``builds but outputs change: ...``;
-5. with ``--bisect CHECK`` and a source with git history holding both commits, bisects the
-   upstream commits between the pinned base and the new one (harness.bisect).
+5. with ``--bisect [ID]`` and a source with git history holding both commits, bisects the forecast run's
+   failing rows (the one ID names, else every one) across the upstream commits between the pinned base and the
+   new one, each with the whole series on top, through the same stages and verdict (harness.bisect.upstream).
 
 Exit codes (harness.common.errors): 0 the series moves cleanly; 1 patches need work or outputs
 change; 2 bad input or environment; 3 nothing failed but something asked for did not run.
@@ -28,8 +29,6 @@ forecast_patches.py and the bisection bisect.py already.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import re
 import shutil
@@ -42,7 +41,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..args import split_names
 from ..common.errors import EXIT_FAILED, EXIT_PASSED, InputError
-from ..matrix.config import Matrix, RunConfig, Source, load_matrix
+from ..matrix.config import Matrix, RunConfig, Source, load_matrix, onto_matrix
 from ..record.forecast import ForecastRecord, ForecastStage, UpstreamComparison
 from ..record.json_files import write_json
 from ..record.layout import BUILD_FILES, RunLayout
@@ -128,12 +127,6 @@ def parse_onto(spec: str) -> Onto:
     if found.returncode != 0:
         raise ForecastError(f"--onto {spec!r}: {rev or 'HEAD'} is not a commit of {path}")
     return Onto(spec, Source("local", path=path.resolve()), found.stdout.strip())
-
-
-def onto_matrix(matrix: Matrix, commit: str, source: Source) -> Matrix:
-    """``matrix`` with its base replaced by ``commit`` from ``source`` alone (no pinned file list: the tree is
-    checked against the commit's own git objects, or an archive's sha256 and manifest)."""
-    return replace(matrix, base_commit=commit, sources=(source,), base_files=None, base_files_sha256=None)
 
 
 def obtain_pinned_and_onto(matrix: Matrix, onto: Onto, say: Callable[[str], None]) -> tuple[BaseTree, BaseTree]:
@@ -427,31 +420,31 @@ def exit_code(rec: ForecastRecord, overall: str | None) -> int:
 # --------------------------------------------------------------------------- bisect
 
 
-def upstream_bisect(args: argparse.Namespace, onto: Onto, old: BaseTree, new: BaseTree,
-                    say: Callable[[str], None]) -> dict:
-    """``bisect --upstream OLD..NEW --check CHECK`` (harness.bisect) in the repository holding the
-    history (the local checkout or git remote named by ``--onto``); returns its JSON result, or
-    {error} when the range cannot be bisected there."""
-    from .. import bisect
+def upstream_bisect(args: argparse.Namespace, onto: Onto, old: BaseTree, new: BaseTree, run_dir: Path,
+                    say: Callable[[str], None]) -> dict[str, Any]:
+    """The failing rows of the forecast's run in ``run_dir`` (``--bisect ID``: the one ID names; ``--bisect`` alone:
+    every one) bisected across the upstream commits OLD..NEW, each with the whole series on top, through the
+    forecast's stages (harness.bisect.upstream.bisect_upstream) in the repository holding the history (the local
+    checkout or git remote named by ``--onto``); returns bisect.json's record as JSON data, or {error} when it
+    cannot be bisected there."""
+    from ..bisect.points import RunCommandLine
+    from ..bisect.rows import failing_rows
+    from ..bisect.upstream import bisect_upstream
     if onto.source.kind == "local":
-        repo = ["--repo", str(onto.source.path)]
+        repo = onto.source.path
     elif onto.source.kind == "git":
-        repo = []
+        repo = None
     else:
         return {"error": f"{onto.source.kind} sources carry no upstream history to bisect"}
-    platform = (split_names(args.platform) or ["linux-x86_64-cpu"])[0]
-    argv = ["--matrix", str(args.matrix), "--patches-dir", str(args.patches_dir), "--work-dir", str(args.work_dir),
-            "--platform", platform, "--check", args.bisect, "--upstream", f"{old.commit}..{new.commit}", "--json",
-            *repo, *(["-j", str(args.jobs)] if args.jobs else [])]
-    buf = io.StringIO()
     try:
-        with contextlib.redirect_stdout(buf):
-            bisect.main(argv)
+        _, summary, targets = failing_rows(str(run_dir), args.results_dir, args.bisect or None)
+        rec = bisect_upstream(run_dir, summary, targets, RunCommandLine(tuple(STAGE_COMMANDS), args), old.commit,
+                              new.commit, repo, say)
     except InputError as exc:
         return {"error": str(exc)}
-    result = json.loads(buf.getvalue())
-    say(f"forecast: upstream bisect: first bad commit {result['first_bad'][:12]} {result['subject']}")
-    return result
+    for row in rec.rows:
+        say(f"forecast: upstream bisect: {row.line()}")
+    return rec.to_json()
 
 
 # --------------------------------------------------------------------------- command
@@ -535,7 +528,8 @@ def _forecast(args: argparse.Namespace, matrix: Matrix, platforms: list[str], on
             rec = forecast_record(run.dir, onto=onto, new=new, old=old, outcomes=outcomes, old_groups=old_groups,
                                   seconds=seconds, incomplete=read_run(run.dir).incomplete,
                                   applied_series=[p.name for p in applied], not_built=dropped,
-                                  bisect=upstream_bisect(args, onto, old, new, say) if args.bisect else None)
+                                  bisect=upstream_bisect(args, onto, old, new, run.dir, say)
+                                  if args.bisect is not None else None)
             write_json(RunLayout(run.dir).forecast_json, rec.to_json())
             RunLayout(run.dir).forecast_md.write_text(forecast_markdown(rec), encoding="utf-8")
             write_report(run.dir)  # again: it shows the forecast too
