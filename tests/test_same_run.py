@@ -56,3 +56,18 @@ def test_a_changed_status_detail_or_comparison_is_named(tmp_path):
     assert main([str(tmp_path / "a"), str(tmp_path / "a")]) == 0
     assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 1
     assert main([str(tmp_path / "a"), str(tmp_path / "none")]) == 2
+
+
+def test_a_speed_steps_named_ratio_is_masked_and_its_name_kept():
+    """Since the speed stage names its ratio (median of within-round ratios), the number is masked after the name;
+    a run judged by the other ratio is a difference."""
+    named = copy.deepcopy(RUN)
+    named["configurations"][2]["detail"] = named["configurations"][2]["detail"].replace(
+        "5): 1.16x", "5): median of within-round ratios 1.16x")
+    other = copy.deepcopy(named)
+    other["configurations"][2]["detail"] = other["configurations"][2]["detail"].replace("1.16x", "0.98x")
+    assert differences(named, other) == []
+    other["configurations"][2]["detail"] = other["configurations"][2]["detail"].replace(
+        "median of within-round ratios", "ratio of medians")
+    [found] = differences(named, other)
+    assert "5): median of within-round ratios …x" in found and "5): ratio of medians …x" in found

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..common.errors import EXIT_BAD_INPUT, InputError
+from ..common.statistics import OF_MEDIANS, WITHIN_ROUND
 from ..record.json_files import read_summary
 
 #: A row's verdict and why, written beside its status from the fields compared (harness.record.verdict): left
@@ -37,9 +38,10 @@ _TIMES = re.compile(r"\b\d+(?:\.\d+)?\s*(?:min|ms|s)\b")
 _KEYS = re.compile(r"\bkey [0-9a-f]{8,}\b")
 
 #: What a speed step measured, in its detail (harness.stages.speed.speed): ``158.6 vs 136.6 tok/s``, the ratio
-#: after the medians' count (``(medians of 5 and 5): 1.16x``) and ``Mann-Whitney p = 0.925``.
+#: after the medians' count, named or not (``(medians of 5 and 5): median of within-round ratios 1.16x``; the name
+#: is kept, harness.common.statistics) and ``Mann-Whitney p = 0.925``.
 _MEASURED = ((re.compile(r"\d+(?:\.\d+)? vs \d+(?:\.\d+)? tok/s"), "… vs … tok/s"),
-             (re.compile(r"(\(medians of \d+ and \d+\)): \d+(?:\.\d+)?x"), r"\1: …x"),
+             (re.compile(rf"(\(medians of \d+ and \d+\)): ((?:{WITHIN_ROUND}|{OF_MEDIANS}) )?\d+(?:\.\d+)?x"), r"\1: \2…x"),
              (re.compile(r"Mann-Whitney p = [\d.]+(?:e-?\d+)?"), "Mann-Whitney p = …"))
 
 
