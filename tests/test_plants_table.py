@@ -65,7 +65,7 @@ def table_rows(text: str) -> list[Row]:
     header: list[str] = []
     in_head = False
     for tok in tokens[starts[0] + 2:]:
-        if tok.type == "heading_open" or (tok.type == "table_close"):
+        if tok.type in ("heading_open", "table_close"):
             break
         if tok.type in ("thead_open", "thead_close"):
             in_head = tok.type == "thead_open"
@@ -149,16 +149,19 @@ def table_problems(rows: list[Row], plant_files: list[str], slow: set[str], root
 
 
 def _plant_files() -> list[str]:
+    """The names of the files of tests/plants/ (patches and tools)."""
     return sorted(p.name for p in (ROOT / "tests" / "plants").iterdir() if p.is_file())
 
 
 @pytest.fixture(scope="module")
 def rows() -> list[Row]:
+    """The table's rows as docs/checks.md has them."""
     return table_rows(PAGE.read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
 def slow(rows) -> set[str]:
+    """The tests the table names that pytest puts in the slow tier (one collection, about 1.5 s)."""
     return slow_tests(sorted({t for r in rows for t in r.tests}))
 
 
