@@ -76,8 +76,10 @@ def github_slug(text: str) -> str:
     return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
 
 
-def anchors(text: str) -> set[str]:
-    """Every heading id of a Markdown text; a repeated heading gets ``-1``, ``-2``, … as on GitHub."""
+@cache
+def anchors(text: str) -> frozenset[str]:
+    """Every heading id of a Markdown text; a repeated heading gets ``-1``, ``-2``, … as on GitHub.  Kept per text:
+    a page is linked from many places, and every check of the pages reads the same ones again."""
     seen: dict[str, int] = {}
     ids = set()
     tokens = parse(text)
@@ -88,7 +90,7 @@ def anchors(text: str) -> set[str]:
         n = seen.get(slug, 0)
         seen[slug] = n + 1
         ids.add(slug if n == 0 else f"{slug}-{n}")
-    return ids
+    return frozenset(ids)
 
 
 @cache
@@ -115,6 +117,12 @@ def checkout_entries(root: Path = ROOT) -> tuple[frozenset[str], frozenset[str]]
     files = frozenset(f for f in out.split("\0") if f)
     dirs = frozenset(str(Path(f).parents[i].as_posix()) for f in files for i in range(len(Path(f).parts) - 1))
     return files, dirs
+
+
+@cache
+def top_entries(root: Path = ROOT) -> frozenset[str]:
+    """The first path components of :func:`checkout_entries`' files: the checkout's top-level entries."""
+    return frozenset(f.split("/", 1)[0] for f in checkout_entries(root)[0])
 
 
 def git_ignored(root: Path, paths: list[str]) -> set[str]:
@@ -201,7 +209,7 @@ def path_problems(name: str, tokens: list[Token], pages: dict[str, str], root: P
     entry of the checkout; one git ignores is something a run writes and is not missing.
     """
     files, dirs = checkout_entries(root)
-    top = {Path(f).parts[0] for f in files}
+    top = top_entries(root)
     named = []
     for tok, content, offset, word in code_words(tokens):
         path = word.rstrip(".,;").rstrip("/")

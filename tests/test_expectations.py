@@ -46,6 +46,8 @@ PIN_LINE_PLANT = "plant-cuda-pin-line-claims-an-unheld-grant-20261202T143720Z"
 PARTIAL_PLANT = "plant-cuda-partial-registration-reported-as-full-20261202T143720Z"
 PAGEABLE_PLANT = "plant-cuda-host-buffers-pageable-20261202T144114Z"
 ONE_DEVICE_PLANT = "plant-llama-host-buffer-type-only-with-several-devices-20261202T144114Z"
+#: tests/plants/llama-pin-layers-one-more-than-asked.patch on one H100 (2026-12-06, group cuda-pin-routes)
+ONE_MORE_PLANT = "plant-pinlayers-20261206T112928Z"
 CPU_DATA = ROOT / "tests" / "data" / "probe-cpu-gemma3"
 MATRIX = load_matrix(ROOT / "matrix.yaml")
 CUDA = MATRIX.platforms["linux-x86_64-cuda"]
@@ -220,6 +222,10 @@ def _below(fraction: str) -> tuple[str, str, str]:
     return ("pinned", "failed", f"pinned fraction below {fraction}")
 
 
+def _above(fraction: str) -> tuple[str, str, str]:
+    return ("pinned", "failed", f"pinned fraction above {fraction}")
+
+
 def _in_cpu(layers: str) -> tuple[str, str, str]:
     return ("placement", "failed", f"expert tensors of layers {layers} in CPU, expected CUDA_Host")
 
@@ -245,6 +251,13 @@ PLANTED = [
     (ONE_DEVICE_PLANT, "cuda-pin-layers-2", {_in_cpu("0-1"), _below("0.25")}),
     (ONE_DEVICE_PLANT, "cuda-pin-layers-half", {_in_cpu("0-3"), _below("0.5")}),
     (ONE_DEVICE_PLANT, "cuda-nopin", set()),
+    # one layer more than asked kept in the host buffer type: the boundary layer pinned, the summary unchanged
+    (ONE_MORE_PLANT, "cuda-pin-layers-2", {_above("0.25"), ROUTING_CLAIM,
+                                           ("placement", "failed", "expert tensors of layers 2 in CUDA_Host, expected CPU")}),
+    (ONE_MORE_PLANT, "cuda-pin-layers-half", {_above("0.5"), ROUTING_CLAIM,
+                                              ("placement", "failed", "expert tensors of layers 4 in CUDA_Host, expected CPU")}),
+    (ONE_MORE_PLANT, "cuda-pin-all", set()),
+    (ONE_MORE_PLANT, "cuda-nopin", set()),
 ]
 
 

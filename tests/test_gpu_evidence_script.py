@@ -38,9 +38,11 @@ def scratch(tmp_path):
         f'    exec {sys.executable} "$@"\n'
         "fi\n"
         'echo "$*" >> "$CALLS"\n'
-        "# FAKE_SLEEP_S: a phase that runs that long, and says when SIGINT stopped it\n"
-        'if [ -n "${FAKE_SLEEP_S:-}" ]; then trap \'echo "interrupted by SIGINT" >> "$CALLS"; exit 130\' INT; '
-        'sleep "$FAKE_SLEEP_S" & wait; fi\n', encoding="utf-8")
+        "# FAKE_SLEEP_S: a phase that runs that long, and says when SIGINT stopped it; it ends its child as the\n"
+        "# harness does, else the sleep would hold the phase's pipe to tee open until it ended (30 s a phase)\n"
+        'if [ -n "${FAKE_SLEEP_S:-}" ]; then '
+        'trap \'kill "$child"; echo "interrupted by SIGINT" >> "$CALLS"; exit 130\' INT; '
+        'sleep "$FAKE_SLEEP_S" & child=$!; wait; fi\n', encoding="utf-8")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
            "CALLS": str(calls)}

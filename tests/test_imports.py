@@ -3,6 +3,7 @@ they may (every import statement counts, also those inside functions and under T
 
 import ast
 import shutil
+from functools import cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "harness"
@@ -14,9 +15,11 @@ def module_name(path: Path, package: Path = PACKAGE) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@cache
 def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     """Module name (dotted, below ``harness``) -> the harness modules it imports anywhere in its source, for the
-    package at ``package`` (default: this checkout's ``harness/``).
+    package at ``package`` (default: this checkout's ``harness/``).  Read once per package path in a test process
+    (the checkout's does not change while the tests run; a planted copy is a path of its own); not to be changed.
 
     Relative imports are resolved against the module's package; ``from ..record import gpu`` counts as
     an import of ``record.gpu`` (and of the package ``record`` itself).

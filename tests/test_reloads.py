@@ -186,3 +186,24 @@ def test_a_session_restored_from_the_cache_owes_its_reloads_until_a_record_of_th
     assert runner._reloads_owed(pin, tmp_path)
     (tmp_path / "engine.reloads.json").write_text(json.dumps({"count": 3}))
     assert not runner._reloads_owed(pin, tmp_path)
+
+
+#: The reloads of tests/plants/cuda-pin-large-buffer-kept-registered-after-free.patch (one H200, 2026-12-04) and of
+#: the clean series just after it on the same machine.
+RELOAD_PLANT = ROOT / "results" / "evidence" / "plant-reload-20261204T073318Z" / "linux-x86_64-cuda"
+RELOAD_CLEAN = ROOT / "results" / "evidence" / "gpu1-20261204T073536Z" / "linux-x86_64-cuda"
+FREED = ("freed", "failed", "page-locked bytes left in freed host buffers")
+KEPT = ("memory", "failed", "resident memory not given back after a free")
+
+
+@pytest.mark.parametrize("config, expected", [
+    ("cuda-pin-all", {FREED, KEPT}), ("cuda-pin-layers-2", {FREED, KEPT}), ("cuda-pin-layers-half", {FREED, KEPT}),
+    # granted nothing on their reloads, but the block the plant keeps stays resident
+    ("cuda-sim-partial", {KEPT}), ("cuda-sim-sticky", {KEPT}),
+])
+def test_the_plant_that_keeps_a_freed_buffer_page_locked_fails_the_recorded_reloads(config, expected):
+    slack = MATRIX.reloads.rss_slack_mib * MIB
+    record = RELOAD_PLANT / config / "gen" / "moe-large" / "engine.reloads.json"
+    assert bad(judge(read_reloads(record), slack)) == expected
+    clean = RELOAD_CLEAN / config / "gen" / "moe-large" / "engine.reloads.json"
+    assert not bad(judge(read_reloads(clean), slack))

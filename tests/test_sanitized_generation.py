@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from harness.triage.signatures import classify_step
 from harness.matrix.config import load_matrix
 from harness.record.gpu import first_sanitizer_error
@@ -78,6 +80,31 @@ def test_a_run_is_judged_from_the_sanitizer_s_log(tmp_path):
     assert judge_run(result("crashed"), log, "memcheck", "moe-large/story")[0] == "failed"
     log.write_text("")  # the tool never wrote its summary: not a pass
     assert judge_run(result(), log, "memcheck", "moe-large/story")[0] == "failed"
+
+
+#: The memcheck logs of tests/plants/cuda-pinned-upload-writes-past-its-buffer.patch over real generation (one H200,
+#: 2026-12-04) and of the clean series over the same configurations (one H200, 2026-12-05).
+OOB_PLANT = ROOT / "results" / "evidence" / "plant-oob-20261204T073224Z" / "linux-x86_64-cuda"
+CLEAN_MEMCHECK = ROOT / "results" / "evidence" / "gpu1-20261205T030752Z" / "linux-x86_64-cuda"
+SANITIZED = ["cuda-pin-all", "cuda-pin-layers-2", "cuda-pin-layers-half", "cuda-sim-partial", "cuda-sim-sticky"]
+
+
+def _memcheck_log(platform_dir: Path, config: str) -> Path:
+    return platform_dir / config / "sanitize" / "moe-large" / "long-prefill.memcheck.sanitizer.log"
+
+
+@pytest.mark.parametrize("config", SANITIZED)
+def test_the_out_of_bounds_plant_fails_memcheck_on_every_pinned_upload_naming_its_kernel(config):
+    """The plant's one-byte write after each upload from page-locked memory fails every configuration that pins
+    (cuda-sim-sticky is granted nothing and uploads from pageable memory); the clean series passes them all."""
+    status, detail, failures = judge_run(result(), _memcheck_log(OOB_PLANT, config), "memcheck", "moe-large/long-prefill")
+    if config == "cuda-sim-sticky":
+        assert status == "passed" and not failures, detail
+    else:
+        assert status == "failed" and len(failures) == 1, detail
+        assert "in k_pinned_upload_end_mark(char *) (host: ggml_backend_cuda_set_tensor_async(" in detail
+    clean = judge_run(result(), _memcheck_log(CLEAN_MEMCHECK, config), "memcheck", "moe-large/long-prefill")
+    assert clean[0] == "passed", clean[1]
 
 
 def test_racecheck_is_judged_by_its_own_summary_line(tmp_path):

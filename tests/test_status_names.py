@@ -8,6 +8,7 @@ vocabulary, and only that declaration may spell it (each listed below with its r
 
 import ast
 import io
+from functools import cache
 from pathlib import Path
 from typing import Iterable
 
@@ -94,6 +95,13 @@ def _where(statement: ast.stmt) -> str:
     return ""
 
 
+@cache
+def _tree(source: str) -> ast.Module:
+    """The syntax tree of a module's ``source``, parsed once per text for every rule that reads it; not to be
+    changed."""
+    return ast.parse(source)
+
+
 def status_literals(source: str, names: Iterable[str], *, fields: bool = True) -> list[tuple[int, str, str]]:
     """(line, word, where) of every string constant in ``source`` that is one of ``names``, ``where`` the
     module-level name it is written under (:func:`_where`); docstrings and other longer texts do not count (a
@@ -102,7 +110,7 @@ def status_literals(source: str, names: Iterable[str], *, fields: bool = True) -
     XML element (find, findall, iter, SubElement) does not count either: ``data["error"]`` is a field's name
     and ``<skipped/>`` JUnit's element, not a status."""
     names = set(names)
-    tree = ast.parse(source)
+    tree = _tree(source)
     keys = set() if fields else _keys(tree)
     return [(node.lineno, node.value, _where(statement)) for statement in tree.body for node in ast.walk(statement)
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
@@ -154,7 +162,7 @@ def status_classes(source: str, names: Iterable[str]) -> list[tuple[int, str]]:
     text of an f-string), ``<status>`` one of ``names``: a status badge takes its class from the status and its
     colour from the status's outcome (``st-failure``), never from a status word written by hand."""
     names = set(names)
-    return [(node.lineno, f"st-{word}") for node in ast.walk(ast.parse(source))
+    return [(node.lineno, f"st-{word}") for node in ast.walk(_tree(source))
             if isinstance(node, ast.Constant) and isinstance(node.value, str)
             for word in _CSS_CLASS.findall(node.value) if word in names]
 
