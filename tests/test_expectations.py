@@ -47,7 +47,7 @@ PARTIAL_PLANT = "plant-cuda-partial-registration-reported-as-full-20261202T14372
 PAGEABLE_PLANT = "plant-cuda-host-buffers-pageable-20261202T144114Z"
 ONE_DEVICE_PLANT = "plant-llama-host-buffer-type-only-with-several-devices-20261202T144114Z"
 #: tests/plants/llama-pin-layers-one-more-than-asked.patch on one H100 (2026-12-06, group cuda-pin-routes)
-ONE_MORE_PLANT = "plant-pinlayers-20261206T112928Z"
+ONE_MORE_PLANT = "plant-pinlayers-20261206T132528Z"
 CPU_DATA = ROOT / "tests" / "data" / "probe-cpu-gemma3"
 MATRIX = load_matrix(ROOT / "matrix.yaml")
 CUDA = MATRIX.platforms["linux-x86_64-cuda"]
