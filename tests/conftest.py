@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import Iterator
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,20 @@ def plant_work_dir(tmp_path_factory: pytest.TempPathFactory, llama_cpu_builds: S
 
 
 _POOL_KEY = pytest.StashKey[JobBudget]()
+
+
+@pytest.fixture(autouse=True)
+def _lock_floor_not_left_behind() -> Iterator[None]:
+    """Fail the test that leaves its thread marked by harness.common.locks.joined_by_holder_of (a stage the loop
+    runs beside the builds, run in pytest's own thread): every later test of the worker would have its build locks
+    refused.  The mark is cleared, so only the test that left it fails."""
+    yield
+    from harness.common import locks
+    floor = getattr(locks._thread, "floor", None)
+    if floor is not None:
+        del locks._thread.floor
+        pytest.fail(f"the test left its thread marked joined_by_holder_of({floor!r}): run such a stage in a thread "
+                    "of its own", pytrace=False)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -243,8 +243,23 @@ def test_every_stage_of_the_table_run_by_the_loop_records_its_steps_and_hands_no
                           selection=Selection.of(MATRIX, [CPU]), platforms=lambda step: [], generated={},
                           doing=lambda *where: nullcontext(), builds=SimpleNamespace(bases={"base": None}),
                           model_path=no_model, build_variant=lambda p, v: SimpleNamespace(status="failed"))
-    for stage in STAGES:
-        pipeline.run_stage(ctx, stage)
+    # in a thread of its own, as the loop runs a stage beside the builds: the compile stage marks the thread it
+    # runs in as one a holder of builds may wait for (harness.common.locks.joined_by_holder_of), which would stay
+    # on pytest's own thread for the tests after this one
+    errors: list[BaseException] = []
+
+    def every_stage() -> None:
+        try:
+            for stage in STAGES:
+                pipeline.run_stage(ctx, stage)
+        except BaseException as exc:  # re-raised below, in the test's thread
+            errors.append(exc)
+
+    worker = threading.Thread(target=every_stage)
+    worker.start()
+    worker.join()
+    if errors:
+        raise errors[0]
     assert [s.step for s in run.steps] == ["speed:base-vs-fork:pp", "speed:base-vs-fork:tg"]
     assert out.getvalue().splitlines() == [f"[{s.platform}] {s.step} {s.config}: {s.status} — {s.detail}"
                                            for s in run.steps]
