@@ -147,34 +147,12 @@ def _lock_floor_not_left_behind() -> Iterator[None]:
                     "of its own", pytrace=False)
 
 
-#: The files whose tests take longest on the 2-core machine with every cache empty (`.ci/run`, 2026-12-06: the falcon
-#: plant 552 s, the CUDA compile step's plants 231 s, the main job with the shared builds 690 s, the bisected plants
-#: 323 s, docs/ci.md#where-the-suites-time-goes), handed to the workers first: pytest-xdist's ``--dist loadfile``
-#: hands out files in the order of the collection (``--no-loadscope-reorder`` in pyproject.toml), and a long file
-#: started last leaves the other worker idle until it ends (the falcon plant ran alone for its last 9 minutes).
-LONGEST_FIRST = ("tests/test_upstream_suite_runs.py", "tests/test_cuda_compile.py", "tests/test_e2e.py",
-                 "tests/test_bisect_plants.py", "tests/test_expectations_runs.py", "tests/test_roll.py")
-
-
-def _file_order(items: list[pytest.Item]) -> dict[str, int]:
-    """Each test file's place: :data:`LONGEST_FIRST` in its order, then the others by their number of tests, most
-    first (xdist's own order, which ``--no-loadscope-reorder`` turns off)."""
-    counts: dict[str, int] = {}
-    for item in items:
-        counts[item.nodeid.split("::", 1)[0]] = counts.get(item.nodeid.split("::", 1)[0], 0) + 1
-    rest = sorted((f for f in counts if f not in LONGEST_FIRST), key=lambda f: -counts[f])
-    return {f: i for i, f in enumerate([f for f in LONGEST_FIRST if f in counts] + rest)}
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Add :data:`FIXTURE_MARKERS`' markers to the tests using those fixtures, and order the files as
-    :func:`_file_order` says (a stable sort: the tests of a file keep their order)."""
+    """Add :data:`FIXTURE_MARKERS`' markers to the tests using those fixtures."""
     for item in items:
         for fixture in getattr(item, "fixturenames", ()):
             for name in FIXTURE_MARKERS.get(fixture, ()):
                 item.add_marker(getattr(pytest.mark, name))
-    order = _file_order(items)
-    items.sort(key=lambda item: order[item.nodeid.split("::", 1)[0]])
 
 
 #: The committed evidence (results/evidence/): tests read it, and none may change it.
