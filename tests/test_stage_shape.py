@@ -226,6 +226,7 @@ def test_every_stage_of_the_table_run_by_the_loop_records_its_steps_and_hands_no
     """Each stage of STAGES, run by the loop against a context that selects the CPU platform, where no platform
     runs (ctx.platforms gives none) and every build failed: none returns anything (StageReturned), and each step
     one records (the speed rules, blocked by their builds) is said in its line."""
+    from concurrent.futures import ThreadPoolExecutor
     from contextlib import nullcontext
     from io import StringIO
     from types import SimpleNamespace
@@ -246,20 +247,12 @@ def test_every_stage_of_the_table_run_by_the_loop_records_its_steps_and_hands_no
     # in a thread of its own, as the loop runs a stage beside the builds: the compile stage marks the thread it
     # runs in as one a holder of builds may wait for (harness.common.locks.joined_by_holder_of), which would stay
     # on pytest's own thread for the tests after this one
-    errors: list[BaseException] = []
-
     def every_stage() -> None:
-        try:
-            for stage in STAGES:
-                pipeline.run_stage(ctx, stage)
-        except BaseException as exc:  # re-raised below, in the test's thread
-            errors.append(exc)
+        for stage in STAGES:
+            pipeline.run_stage(ctx, stage)
 
-    worker = threading.Thread(target=every_stage)
-    worker.start()
-    worker.join()
-    if errors:
-        raise errors[0]
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        worker.submit(every_stage).result()  # its exception, if any, raised here
     assert [s.step for s in run.steps] == ["speed:base-vs-fork:pp", "speed:base-vs-fork:tg"]
     assert out.getvalue().splitlines() == [f"[{s.platform}] {s.step} {s.config}: {s.status} — {s.detail}"
                                            for s in run.steps]
