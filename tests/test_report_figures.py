@@ -66,6 +66,26 @@ def _lines(step, candidate, series=None):
             if (line.step, line.candidate) == (step, candidate)}
 
 
+#: The machine of the default-mode pp rule's moe-48l-quant line these tests draw: the H200 of 2026-12-04, where the
+#: planted series ran (an H100's runs of the rule are a line of their own).
+H200 = "NVIDIA H200 "
+
+
+def _h200_quant_points(series):
+    """The points of the pp rule's moe-48l-quant line on the H200 (exactly one such line)."""
+    [points] = [v for k, v in _lines("speed:cuda-base-vs-fork:pp", "fork", series).items()
+                if k.model == "moe-48l-quant" and H200 in k.machine_words]
+    return points
+
+
+def _h200_quant_figure(current, series):
+    """The history figure of that line, with ``current`` as this run (exactly one such figure)."""
+    [figure] = [f for f in rule_history_figures(ROOT / "results", CUDA, current, series)
+                if f.startswith("<figure><figcaption>speed:cuda-base-vs-fork:pp fork: moe-48l-quant")
+                and H200 in f[:f.index("</figcaption>")]]
+    return figure
+
+
 def test_a_rule_history_runs_over_the_evidence_oldest_first():
     lines = _lines("speed:cuda-base-vs-fork:pp", "fork")
     points = max(lines.values(), key=len)
@@ -96,15 +116,10 @@ def test_runs_of_another_patch_series_are_told_by_their_recorded_series_and_draw
     plant = run_dirs_under(ROOT / "results" / "evidence" / "h200-speed-20261204" / "plants")[0]
     recorded = recorded_series(plant, CUDA)
     assert recorded and not series.startswith(recorded)
-    # the plants ran on the H200 of 2026-12-04: that machine's line (an H100's runs are a line of their own)
-    [(line, points)] = [(k, v) for k, v in _lines("speed:cuda-base-vs-fork:pp", "fork", series).items()
-                        if k.model == "moe-48l-quant" and "NVIDIA H200 " in k.machine_words]
+    points = _h200_quant_points(series)
     apart = {p.run for p in points if p.same_series is False}
     assert apart == {"plant-hold-prompt-20261204T072726Z", "plant-hold-token-20261204T073005Z"}
-    figures = [f for f in rule_history_figures(ROOT / "results", CUDA, "x", series)
-               if f.startswith("<figure><figcaption>speed:cuda-base-vs-fork:pp fork: moe-48l-quant")
-               and "NVIDIA H200 " in f[:f.index("</figcaption>")]]
-    [figure] = figures
+    figure = _h200_quant_figure("x", series)
     root = ET.fromstring(figure[figure.index("<svg"):figure.index("</svg>") + 6])
     dots = list(root.iter(f"{SVG}circle"))
     hollow = [d for d in dots if d.get("class") == "apart"]
@@ -229,9 +244,7 @@ def test_a_probe_figure_of_a_failed_load_is_framed_red_and_names_the_failure():
 
 
 def _history(current: str) -> ET.Element:
-    figure = next(f for f in rule_history_figures(ROOT / "results", CUDA, current, checkout_series())
-                  if f.startswith("<figure><figcaption>speed:cuda-base-vs-fork:pp fork: moe-48l-quant")
-                  and "NVIDIA H200 " in f[:f.index("</figcaption>")])
+    figure = _h200_quant_figure(current, checkout_series())
     return ET.fromstring(figure[figure.index("<svg"):figure.index("</svg>") + 6])
 
 
@@ -244,8 +257,7 @@ def _box(t: ET.Element) -> tuple[float, float, float, float]:
 
 def test_this_run_is_marked_as_the_first_last_or_a_middle_point_apart_from_the_dates():
     series = checkout_series()
-    [(_, points)] = [(k, v) for k, v in _lines("speed:cuda-base-vs-fork:pp", "fork", series).items()
-                     if k.model == "moe-48l-quant" and "NVIDIA H200 " in k.machine_words]
+    points = _h200_quant_points(series)
     for current in (points[0].run, points[len(points) // 2].run, points[-1].run):
         root = _history(current)
         texts = list(root.iter(f"{SVG}text"))
