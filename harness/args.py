@@ -229,4 +229,6 @@ def stage_options(args: argparse.Namespace, **overrides: object) -> Options:
             value = parse_defines(value)
         fields[option.field] = value
     fields.update(overrides)
+    if fields.get("upstream_only") and not fields.get("upstream_tests"):
+        raise InputError("--upstream-test picks tests of upstream's suite: it needs --upstream-tests")
     return Options(**fields)  # type: ignore[arg-type]  # each field's type is its StageOption's (test_stage_options)

@@ -48,6 +48,8 @@ FIXTURE_MARKERS = {
     "tree_copy": ("slow", "network", "debian"),
     "llama_cpu_builds": ("slow", "network"),
     "plant_work_dir": ("slow", "network"),
+    "cuda_compile_shared": ("slow", "network"),
+    "fork_tree": ("slow", "network"),
 }
 
 
@@ -98,6 +100,20 @@ def harness_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "HARNESS_RUN_ID"}
 
 
+def _shared_build(platform: str, tmp_path_factory: pytest.TempPathFactory) -> SharedBuilds:
+    """``harness build --platform PLATFORM`` in the checkout's work directory; fails the tests using it, with the
+    harness's output, when the build fails (exit 1 or 2)."""
+    results = tmp_path_factory.mktemp("shared-build")
+    proc = subprocess.run([sys.executable, "-m", "harness", "build", "--platform", platform, "--results-dir",
+                           str(results / "results")], cwd=ROOT, env=harness_env(), capture_output=True, text=True)
+    log = results / "harness-output.txt"
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        pytest.fail(f"the shared build of {platform} failed (exit {proc.returncode}; {log}):\n{proc.stdout[-3000:]}"
+                    f"{proc.stderr[-3000:]}")
+    return SharedBuilds(ROOT / ".harness", log)
+
+
 @pytest.fixture(scope="session")
 def llama_cpu_builds(tmp_path_factory: pytest.TempPathFactory) -> SharedBuilds:
     """The real llama.cpp's base and fork of :data:`CPU`, built once for the test run in the checkout's work
@@ -106,15 +122,27 @@ def llama_cpu_builds(tmp_path_factory: pytest.TempPathFactory) -> SharedBuilds:
     the cache holds them).  In each xdist worker the second call finds them up to date (the build locks make a
     worker wait for the other's build).  Fails the tests using it, with the harness's output, when the build fails
     (exit 1 or 2)."""
-    results = tmp_path_factory.mktemp("shared-build")
-    proc = subprocess.run([sys.executable, "-m", "harness", "build", "--platform", CPU, "--results-dir",
-                           str(results / "results")], cwd=ROOT, env=harness_env(), capture_output=True, text=True)
-    log = results / "harness-output.txt"
-    log.write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        pytest.fail(f"the shared build of {CPU} failed (exit {proc.returncode}; {log}):\n{proc.stdout[-3000:]}"
-                    f"{proc.stderr[-3000:]}")
-    return SharedBuilds(ROOT / ".harness", log)
+    return _shared_build(CPU, tmp_path_factory)
+
+
+#: The CUDA platform whose compile step runs without a GPU (harness.stages.building.compile_stage).
+CUDA = "linux-x86_64-cuda"
+
+
+@pytest.fixture(scope="session")
+def cuda_compile_shared(tmp_path_factory: pytest.TempPathFactory) -> SharedBuilds:
+    """The compile step of :data:`CUDA`, fork and base, once for the test run in the checkout's work directory, as
+    the main job runs it (``harness build --platform linux-x86_64-cuda`` on a machine without a GPU compiles
+    instead of building): up to date after the README's first command, else compiled once, the main job of
+    tests/test_e2e.py waiting on the compile lock and finding it done.  Its unity groups and objects are in ccache
+    for a fork tree laid out like ``.harness`` with the same series (tests/test_cuda_compile.py), which then
+    compiles only the units its planted fault touches.  Skips where the toolkit's wheels are missing."""
+    from harness.stages.building.cuda_compile import ToolkitMissing, wheel_versions
+    try:
+        wheel_versions()
+    except ToolkitMissing as exc:
+        pytest.skip(str(exc))
+    return _shared_build(CUDA, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -126,6 +126,27 @@ def test_each_expectation_of_a_failing_step_is_a_row_of_its_own():
     assert passed.outcome == GOOD
 
 
+def test_a_bisection_of_tests_of_upstream_s_suite_narrows_its_points_to_them_and_of_the_whole_step_does_not():
+    from argparse import Namespace
+    from harness.bisect.points import RunCommandLine, narrowed, narrowing
+    from harness.bisect.rows import suite_tests
+    tests = [Failure("upstream-test", message=f"{n}: Failed (passes on base)") for n in ("test-a", "test-b")]
+    suite = StepRecord(CPU, "fork", "upstream-tests", "failed", failures=tests)
+    gen = StepRecord(CPU, "fork", "generate", "failed", failures=[Failure("generation", model="m", prompt="p")])
+    both = failing_targets(_summary([suite, gen]))
+    assert suite_tests(both) == ["test-a", "test-b"]  # the generation's row is no test of the suite
+    assert suite_tests(pick(both, f"{CPU} fork upstream-tests: test-b")) == ["test-b"]
+    assert suite_tests(failing_targets(_summary([gen]))) == []
+    blocked = StepRecord(CPU, "fork", "upstream-tests", "error", failures=[Failure("blocked", build="fork")])
+    assert suite_tests(failing_targets(_summary([blocked]))) == []  # the step as a whole: the whole suite
+    run = RunCommandLine(("build", "test"), Namespace(upstream_tests=True, upstream_test=[]))
+    cut = narrowed(run, ["test-b"])
+    assert cut.args.upstream_test == ["test-b"] and run.args.upstream_test == []  # the run's own left as it was
+    assert narrowing(cut) == " (upstream's suite: only test-b, the tests bisected)" and narrowing(run) == ""
+    without = RunCommandLine(("build", "test"), Namespace(upstream_tests=False, upstream_test=[]))
+    assert narrowed(without, ["test-b"]) is without and narrowed(run, []) is run
+
+
 def test_a_speed_rule_the_stage_could_not_measure_is_undecided_and_a_row_not_recorded_too():
     failed = StepRecord(CPU, "fork", "speed:base-vs-fork:tg", "failed", detail="tg: slowdown: 0.53x, p 0.004")
     [target] = failing_targets(_summary([failed]))
@@ -268,7 +289,12 @@ def test_bisect_names_the_planted_patch_of_every_failing_row_in_the_run_s_own_wo
     # the run's own verdict text: the check and what the stage measured
     assert vocab_row["at_first_bad"] == "fails: fork upstream-tests: test-fake-vocab: Failed (passes on base)"
     assert vocab_row["first_bad"]["files"] == ["fake_test.py"]
-    assert vocab_row["at_last_good"].startswith("passes")
+    # each point built and ran the one test of upstream's suite it bisects, on base and fork, and says so
+    assert vocab_row["at_last_good"].startswith("passes — only test-fake-vocab (--upstream-test): 1 pass on both")
+    assert "(upstream's suite: only test-fake-vocab, the tests bisected)" in done.stdout
+    for p in vocab_row["points"][:-1]:
+        pairs = json.loads((Path(p["run"]) / CPU / "upstream-tests" / "pairs.json").read_text())["pairs"]
+        assert [t["name"] for t in pairs] == ["test-fake-vocab"], pairs
     # the run's own verdict at its own point is the text of the first bad point when that is the whole series
     assert vocab_row["points"][-1]["run"] == ""
     assert rec["builds_made"] >= 1 and rec["seconds"] > 0 and len(rec["points"]) <= 3

@@ -5,8 +5,10 @@ failing row, in the run's own verdict text; the series without it (the last good
 One model (moe-small; the speed plant: gemma3-270m, the model of base-vs-fork's speed rules), one group, 8 tokens,
 the speed stage only for the speed plant.  The falcon tokenizer plant, which fails upstream's suite, is bisected
 by tests/test_upstream_suite_runs.py on the run it already makes (the suite twice per point costs tens of
-minutes on two cores, so it runs once in the suite).  Each test builds the fork
-once per point (ccache warm after the first): minutes on the 2-core development machine (docs/triage.md#bisect).
+minutes on two cores, so it runs once in the suite).  Each run is made in the work directory of planted runs
+(tests/conftest.py ``plant_work_dir``: the shared base, the planted fork rebuilt incrementally), and its points in
+that directory's ``bisect/work`` (ccache warm after the first): minutes on the 2-core development machine
+(docs/triage.md#bisect).
 """
 
 from __future__ import annotations
@@ -53,14 +55,14 @@ def _harness(*argv: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("plant", list(PLANTS))
-def test_bisect_names_the_plant_for_every_failing_row_of_its_run(tmp_path, plant):
+def test_bisect_names_the_plant_for_every_failing_row_of_its_run(tmp_path, plant, plant_work_dir):
     stages, row = PLANTS[plant]
     path = next(p for p in (ROOT / "tests" / "plants" / plant, ROOT / "tests" / "data" / plant) if p.is_file())
     series = series_with(tmp_path / "series", [path])
     results = tmp_path / "results"
     tokens = [] if "--n-predict" in stages else ["--n-predict", "8"]
     run = _harness(*stages, "--platform", CPU, *tokens, "-j", "2",
-                   "--patches-dir", str(series), "--work-dir", str(tmp_path / "work"), "--results-dir", str(results))
+                   "--patches-dir", str(series), "--work-dir", str(plant_work_dir), "--results-dir", str(results))
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-4000:]
 
     done = _harness("bisect", "--results-dir", str(results))

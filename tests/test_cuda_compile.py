@@ -265,24 +265,28 @@ def test_a_cuda_library_and_a_program_using_it_link_against_the_wheels_and_the_s
 # --------------------------------------------------------------------------- real builds (slow)
 
 @pytest.fixture(scope="module")
-def fork_tree(tmp_path_factory):
-    """A fresh fork tree and the compile step's options, laid out like .harness so ccache hits across them."""
+def fork_tree(tmp_path_factory, cuda_compile_shared):
+    """A fresh fork tree of the series, laid out like ``.harness`` (``<work>/fork/llama.cpp``, the compile directory
+    ``<work>/fork/compile-linux-x86_64-cuda``), the toolkit the main job uses (the harness cache's) and the compile
+    step's options, and the files the series changes: a plant compiled with those as the changed files gets the
+    shared compile step's unity groups (:func:`cuda_compile_shared`), each found in ccache, and compiles only the
+    units its fault touches."""
     from harness.stages.building.patches import prepare_series_tree, read_series
-    from harness.stages.building.source import obtain_base
+    from harness.stages.building.source import cache_dir, obtain_base
     work = tmp_path_factory.mktemp("work")
-    toolkit = _toolkit_or_skip(work)
+    toolkit = _toolkit_or_skip(cache_dir())
     matrix = load_matrix(ROOT / "matrix.yaml")
     base = obtain_base(matrix)
     tree = prepare_series_tree(base, work, "fork", read_series(ROOT / "patches"))
     ctx = open_context(matrix, Run(work, "unused", create=False), Options(work_dir=work, patches_dir=ROOT / "patches"))
     options = {**compile_options(ctx, matrix.platform(PLATFORM), "fork"), **toolkit.cmake_options()}
-    return work, tree, options
+    return work, tree, options, changed_files(tree, base.git_rev)
 
 
 def _compile_with(fork_tree, tmp_path, rel: str, after: str | None, planted: str | None, link: tuple[str, ...] = ()):
     """Compile the units that include ``rel`` with ``planted`` inserted after the first line holding ``after``,
     and link the targets ``link``."""
-    work, tree, options = fork_tree
+    work, tree, options, series_changed = fork_tree
     path = tree / rel
     original = path.read_bytes()
     line_no = None
@@ -295,7 +299,8 @@ def _compile_with(fork_tree, tmp_path, rel: str, after: str | None, planted: str
             path.write_text("\n".join(lines))
         run_dir = tmp_path / "run"
         logs = run_dir / PLATFORM / "compile-fork"
-        result = compile_tree(tree, work / "fork" / f"compile-{PLATFORM}", options, {rel: "M"}, list(link), logs,
+        changed = {**series_changed, rel: series_changed.get(rel, "M")}
+        result = compile_tree(tree, work / "fork" / f"compile-{PLATFORM}", options, changed, list(link), logs,
                               cmake=find_tool("cmake"), ninja=find_tool("ninja"), jobs=2, env=ccache_env(work))
         step = StepRecord(PLATFORM, "fork", "compile", result.status, detail=result.detail)
         return result, classify_step(run_dir, step), line_no
@@ -324,7 +329,7 @@ def test_a_planted_fault_fails_the_compile_step_and_its_removal_passes(fork_tree
     clean, clean_sig, _ = _compile_with(fork_tree, tmp_path / "clean", rel, after, None)
     assert clean.status == "passed", clean.detail
     assert clean_sig is None
-    assert clean.plan.units == result.plan.units
+    assert set(clean.plan.units) == set(result.plan.units)  # the same units, planted and clean
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import pytest
 
 from harness import cli
 from harness.args import build_options, run_options, stage_options
+from harness.common.errors import InputError
 from harness.stages.options import STAGE_OPTIONS, Options, declared, markdown_table, undeclared_fields
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,12 +46,12 @@ def test_the_parsers_defaults_become_the_options_defaults():
 
 def test_every_declared_option_reaches_its_field():
     argv = ["build", "--platform", "a,b", "--platform", "c", "--cuda-arch", "90", "-j", "3", "-D", "A=1",
-            "--sanitize", "racecheck", "--upstream-tests", "--model", "m", "--group", "g", "--n-predict", "4",
+            "--sanitize", "racecheck", "--upstream-tests", "--upstream-test", "t1,t2", "--model", "m", "--group", "g", "--n-predict", "4",
             "--repeats", "2", "--lanes", "1", "--no-bench", "--bench-repeats", "7", "--bench-warmup", "0",
             "--no-cache", "--work-dir", "w", "--patches-dir", "p"]
     assert stage_options(cli.parse(argv)) == Options(
         platforms=["a", "b", "c"], cuda_arch="90", jobs=3, cmake_defines={"A": "1"}, sanitize="racecheck",
-        upstream_tests=True, models=["m"], groups=["g"], n_predict=4, repeats=2, lanes=1, bench=False,
+        upstream_tests=True, upstream_only=["t1", "t2"], models=["m"], groups=["g"], n_predict=4, repeats=2, lanes=1, bench=False,
         bench_repeats=7, bench_warmup=0, no_cache=True, work_dir=Path("w"), patches_dir=Path("p"))
 
 
@@ -65,6 +66,11 @@ def test_a_bad_value_is_refused_as_its_declaration_says():
     for argv in (["-j", "0"], ["--bench-repeats", "4"], ["--bench-warmup", "21"], ["--sanitize", "nope"]):
         with pytest.raises(SystemExit):
             cli.parse(["build", *argv])
+
+
+def test_upstream_test_without_the_suite_is_refused_naming_both_options():
+    with pytest.raises(InputError, match="--upstream-test .* needs --upstream-tests"):
+        stage_options(cli.parse(["test", "--upstream-test", "test-chat"]))
 
 
 def test_docs_layout_holds_the_table_the_declarations_write():

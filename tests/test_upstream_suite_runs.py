@@ -43,6 +43,16 @@ def test_the_fake_suite_pairs_base_and_fork_and_a_test_broken_on_the_fork_fails_
     assert (pairs / "base" / "junit.xml").exists() and (pairs / "fork" / "junit.xml").exists()
     assert "test-fake" in (pairs / "base" / "build-tests.log").read_text()  # the target test-fake-vocab starts
 
+    # a name the suite does not hold is an error naming it, never a suite that passes by running nothing
+    typo = subprocess.run(project.argv("test", extra=("--upstream-tests", "--upstream-test", "test-fake-vocb")),
+                          cwd=ROOT, env=project.env(), capture_output=True, text=True)
+    assert typo.returncode == 1, typo.stdout + typo.stderr
+    step = {(s["config"], s["step"]): s for s in
+            json.loads((project.results / "latest" / "summary.json").read_text())["configurations"]}
+    assert step[("fork", "upstream-tests")]["status"] == "error"
+    assert step[("fork", "upstream-tests")]["detail"] == ("--upstream-test test-fake-vocb: no such test in label main "
+                                                         "of linux-x86_64-cpu, on base or fork")
+
     broken = subprocess.run(project.argv("test", extra=("--upstream-tests",)), cwd=ROOT,
                             env=project.env(FAKE_BREAK_FORK_VOCAB="1"), capture_output=True, text=True)
     assert broken.returncode == 1, broken.stdout + broken.stderr

@@ -25,9 +25,9 @@ import time
 from typing import Callable, Sequence
 
 from ..common.errors import InputError
-from .points import Points, command_line
+from .points import Points, command_line, narrowed, narrowing
 from .record import AT_BASE, FOUND, RANGE, UNDECIDED_BASE, BisectRecord, PointVerdict, RowBisect, patch_info, write
-from .rows import Seen, Target, failing_rows, judge_at
+from .rows import Seen, Target, failing_rows, judge_at, suite_tests
 from .search import BAD, GOOD, search
 from .upstream import BisectError, bisect_upstream, first_parent, upstream_commits
 
@@ -101,7 +101,7 @@ def bisect_run(args: argparse.Namespace) -> int:
         (lambda line: print(line, flush=True))
     started = time.monotonic()
     run_dir, summary, chosen = failing_rows(args.run, args.results_dir, args.check)
-    command = command_line(run_dir)
+    command = narrowed(command_line(run_dir), suite_tests(chosen))
     patches = read_series(command.args.patches_dir)
     if not patches:
         raise InputError(f"run {run_dir.name}: its series ({command.args.patches_dir}) holds no patch to bisect")
@@ -110,7 +110,8 @@ def bisect_run(args: argparse.Namespace) -> int:
     points = Points(summary.run_id, command, matrix, patches, platforms,
                     (command.args.work_dir / "bisect").resolve(), say)
     say(f"bisect: run {run_dir.name}: {len(chosen)} failing row(s) across {len(patches)} patch(es) of "
-        f"{command.args.patches_dir}; each point runs {' '.join(command.stages)} on {', '.join(platforms)}")
+        f"{command.args.patches_dir}; each point runs {' '.join(command.stages)} on {', '.join(platforms)}"
+        + narrowing(command))
     rec = BisectRecord(summary.run_id, [p.name for p in patches])
     # with --json, standard output holds the JSON alone: the stages' console lines go to standard error
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():

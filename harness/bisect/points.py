@@ -64,6 +64,24 @@ def command_line(run_dir: Path) -> RunCommandLine:
     return RunCommandLine(tuple(s for s in STAGES if s in stages), last)
 
 
+def narrowed(command: RunCommandLine, tests: Sequence[str]) -> RunCommandLine:
+    """``command`` with upstream's suite cut to ``tests`` (``--upstream-test``), or ``command`` itself where
+    ``tests`` is empty or the run did not run the suite.  A point of a bisection whose rows are tests of the suite
+    (harness.bisect.rows.suite_tests) builds and runs those tests alone on base and fork: the other tests decide
+    no row bisected, and the whole suite is minutes of CPU at every point."""
+    if not tests or not getattr(command.args, "upstream_tests", False):
+        return command
+    args = argparse.Namespace(**vars(command.args))
+    args.upstream_test = list(tests)
+    return RunCommandLine(command.stages, args)
+
+
+def narrowing(command: RunCommandLine) -> str:
+    """The words bisect's first line adds for a :func:`narrowed` command: "" where the suite is whole."""
+    tests = getattr(command.args, "upstream_test", None) or []
+    return f" (upstream's suite: only {', '.join(tests)}, the tests bisected)" if tests else ""
+
+
 def write_prefix(patches: Sequence[Patch], k: int, out: Path) -> Path:
     """Write the first ``k`` of ``patches`` as a series in ``out`` (emptied first); returns ``out``."""
     shutil.rmtree(out, ignore_errors=True)

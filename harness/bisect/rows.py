@@ -113,6 +113,17 @@ def failing_targets(summary: RunSummary) -> list[Target]:
     return out
 
 
+def suite_tests(targets: Sequence[Target]) -> list[str]:
+    """The tests of upstream's suite that ``targets`` bisect (their items, in order, each once), where every target
+    on the suite's step (``upstream-tests``) is one of its tests; empty (the whole suite) where none is on that step
+    or one is the step as a whole (a suite that could not run)."""
+    from ..record.layout import RunLayout
+    on_suite = [t for t in targets if t.row.kind == "step" and t.row.key.get("step") == RunLayout.UPSTREAM_STEP]
+    if not on_suite or any(not t.item for t in on_suite):
+        return []
+    return list(dict.fromkeys(t.item for t in on_suite))
+
+
 def pick(targets: Sequence[Target], check: str | None) -> list[Target]:
     """``targets`` (``check`` None) or the one whose id is ``check``, or the targets of the row named ``check``;
     raises LookupError listing the ids when none matches."""

@@ -37,9 +37,9 @@ from ..matrix.config import Matrix, Source, onto_matrix
 from ..record.layout import RunLayout
 from ..record.summary import RunSummary
 from ..stages.building.patches import Patch
-from .points import Point, RunCommandLine, run_point
+from .points import Point, RunCommandLine, narrowed, narrowing, run_point
 from .record import FOUND, NOT_BAD_AT_BAD, NOT_GOOD_AT_GOOD, RANGE, BisectRecord, CommitInfo, RowBisect
-from .rows import Seen, Target
+from .rows import Seen, Target, suite_tests
 from .search import BAD, GOOD, search
 
 
@@ -281,6 +281,7 @@ def bisect_upstream(run_dir: Path, summary: RunSummary, targets: Sequence[Target
     from ..stages.building.source import cache_dir
     from .record import write
     started = time.monotonic()
+    command = narrowed(command, suite_tests(targets))
     matrix = load_matrix(command.args.matrix)
     series = Path(command.args.patches_dir)
     patches = read_series(series)
@@ -294,7 +295,8 @@ def bisect_upstream(run_dir: Path, summary: RunSummary, targets: Sequence[Target
                             (Path(command.args.work_dir) / "bisect-upstream").resolve(), say)
     say(f"bisect: run {run_dir.name}: {len(targets)} failing row(s) across {len(commits) - 1} upstream commit(s) "
         f"after {commits[0].short} on the first-parent line of {commits[-1].short} in {where}, each with the "
-        f"{len(patches)} patch(es) of {series}; each point runs {' '.join(command.stages)} on {', '.join(platforms)}")
+        f"{len(patches)} patch(es) of {series}; each point runs {' '.join(command.stages)} on {', '.join(platforms)}"
+        f"{narrowing(command)}")
     rec = BisectRecord(summary.run_id, [p.name for p in patches])
     for target in targets:
         rec.rows.append(bisect_row(target, points, say))

@@ -100,6 +100,10 @@ STAGE_OPTIONS: tuple[StageOption, ...] = (
     StageOption(("--upstream-tests",), "upstream_tests", "run", action="store_true", default=False,
                 help="the test command also runs upstream's own ctest suite (matrix.yaml upstream_tests) on base "
                      "and fork side by side, and test-backend-ops on a GPU (docs/upstream-tests.md)"),
+    StageOption(("--upstream-test",), "upstream_only", "run", action="append", default=[], convert="names",
+                dest="upstream_test", metavar="NAME",
+                help="with --upstream-tests: only these tests of upstream's suite, built and run on base and fork "
+                     "(repeatable; default: the whole label; bisect narrows its points to the tests it bisects)"),
     StageOption(("--model",), "models", "run", action="append", default=[], convert="names", dest="model", completes="models",
                 help="only these models (repeatable)"),
     StageOption(("--group",), "groups", "run", action="append", default=[], convert="names", dest="group", completes="groups",
@@ -155,6 +159,7 @@ class Options:
     no_cache: bool = False
     lanes: int | None = None
     upstream_tests: bool = False
+    upstream_only: list[str] = field(default_factory=list)
 
 
 #: The declared options that choose the run rather than shape it: no :class:`Options` field.

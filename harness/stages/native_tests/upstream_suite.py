@@ -211,6 +211,8 @@ def _side(ctx: Context, p: Platform, variant: str, suite: UpstreamTests, declare
     out.mkdir(parents=True, exist_ok=True)
     try:
         names = list_tests(built.build_dir, [suite.label])
+        if ctx.opts.upstream_only:  # --upstream-test: only those are built and run
+            names = [n for n in names if n in ctx.opts.upstream_only]
         commands = ctest_commands(built.build_dir)
     except OSError as exc:
         return None, [], {}, 0.0, f"{variant}: the tests of label {suite.label} cannot be listed: {exc}"
@@ -261,6 +263,12 @@ def run_suite(ctx: Context, p: Platform) -> StepRecord:
         runs[variant] = run
         record.seconds[variant] = round(run.seconds, 1)
         names += [n for n in listed if n not in names]
+    unknown = [n for n in ctx.opts.upstream_only if n not in names]
+    if unknown:
+        why = (f"--upstream-test {', '.join(unknown)}: no such test in label {suite.label} of {p.name}, on base or "
+               "fork")
+        return StepRecord(p.name, "fork", RunLayout.UPSTREAM_STEP, STEP_ERROR, round(time.monotonic() - start, 1),
+                          why, failures=[Failure("exception", message=why)])
     record.pairs = pair_up(names, outcomes(runs["base"], names, missing["base"]),
                            outcomes(runs["fork"], names, missing["fork"]), declared)
     layout = ctx.run.layout
@@ -268,8 +276,11 @@ def run_suite(ctx: Context, p: Platform) -> StepRecord:
     regressed = record.of(REGRESSED)
     fork_log = layout.relative(layout.upstream_file(p.name, "log", "fork"))
     status = STEP_FAILED if regressed else STEP_PASSED
+    detail = describe(record)
+    if ctx.opts.upstream_only:
+        detail = f"only {', '.join(ctx.opts.upstream_only)} (--upstream-test): {detail}"
     return StepRecord(p.name, "fork", RunLayout.UPSTREAM_STEP, status, round(time.monotonic() - start, 1),
-                      describe(record), layout.relative(layout.upstream_file(p.name, "junit", "fork")),
+                      detail, layout.relative(layout.upstream_file(p.name, "junit", "fork")),
                       [Failure("upstream-test", message=f"{t.name}: {t.fork_message or t.fork} (passes on base)",
                                log=fork_log) for t in regressed],
                       unproven=f"upstream suite on {p.name}: {record.unproven()}" if record.unproven() else "")
