@@ -174,15 +174,20 @@ def test_test_backend_ops_sql_is_read_through_sqlite_and_a_case_the_fork_fails_i
     assert status == "failed" and regressed == ["GET_ROWS(type=f16) on CUDA0"]
 
 
-def _compare_llama_bench() -> Path | None:
-    """upstream's scripts/compare-llama-bench.py in the harness's cached base tree, if there is one."""
-    from harness.stages.building.source import cache_dir, cached_base
-    base = cached_base(load_matrix(ROOT / "matrix.yaml"), cache_dir())
-    script = base / "scripts" / "compare-llama-bench.py" if base else None
-    return script if script and script.exists() else None
+@pytest.fixture(scope="module")
+def compare_llama_bench() -> Path:
+    """upstream's scripts/compare-llama-bench.py in the base tree, obtained as every run obtains it (the harness's
+    download cache, filled from the matrix's sources where it is empty): never skipped for a cache another test
+    happened not to fill yet."""
+    from harness.stages.building.source import obtain_base
+    script = obtain_base(load_matrix(ROOT / "matrix.yaml")).path / "scripts" / "compare-llama-bench.py"
+    assert script.is_file(), f"{script}: upstream's script is missing from the base tree"
+    return script
 
 
-def test_the_perf_pairs_are_written_so_that_upstreams_compare_script_prints_fork_against_base(tmp_path):
+@pytest.mark.network
+def test_the_perf_pairs_are_written_so_that_upstreams_compare_script_prints_fork_against_base(tmp_path,
+                                                                                              compare_llama_bench):
     from harness.stages.native_tests.backend_ops import perf_pairs, sql_statements, write_perf_database
     base_sql = SQL_HEAD + _insert("MUL_MAT_ID", "type_a=q4_K,n_mats=8", "perf", 1, 1, 100.0, 2e12, 0) \
         + _insert("MUL_MAT", "type_a=f16,m=4096", "perf", 1, 1, 50.0, 4e12, 0) + _insert("MUL_MAT", "x", "perf", 0, 0)
@@ -197,9 +202,7 @@ def test_the_perf_pairs_are_written_so_that_upstreams_compare_script_prints_fork
     with sqlite3.connect(database) as db:
         assert sorted(db.execute("SELECT build_commit, COUNT(*) FROM test_backend_ops GROUP BY 1")) == \
             [("base", 3), ("fork", 3)]
-    script = _compare_llama_bench()
-    if script is None:
-        pytest.skip("no cached base tree with upstream's scripts/compare-llama-bench.py (python -m harness source fetch)")
+    script = compare_llama_bench
     done = subprocess.run([sys.executable, str(script), "-t", "test-backend-ops", "-i", str(database), "-b", "base",
                            "-c", "fork"], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -394,7 +397,8 @@ def test_the_perf_mode_takes_the_cases_matrix_yaml_names_by_their_parameters_and
     assert [c for c in calls if c.startswith("test ")] == ["test -o MUL_MAT -b CUDA0 --output sql"] * 2
 
 
-def test_recorded_perf_output_of_upstreams_test_backend_ops_is_read_and_compared(tmp_path):
+@pytest.mark.network
+def test_recorded_perf_output_of_upstreams_test_backend_ops_is_read_and_compared(tmp_path, compare_llama_bench):
     """tests/data/test-backend-ops-perf-cpu-{base,fork}.sql: two runs of test-backend-ops at the pinned commit,
     built for the CPU on the 2-core development machine (2026-12-06), ``perf -o MUL_MAT -b CPU -p
     type_a=f16,type_b=f32,m=4096,n=1,k=14336 --output sql``."""
@@ -406,9 +410,7 @@ def test_recorded_perf_output_of_upstreams_test_backend_ops_is_read_and_compared
     assert rows[0]["base_us"] == 19454.15942 and round(rows[0]["base_flops"] / 1e9, 2) == 6.04
     database = tmp_path / "backend-ops-perf.sqlite"
     write_perf_database(database, {"base": sql_statements(base_sql), "fork": sql_statements(fork_sql)})
-    script = _compare_llama_bench()
-    if script is None:
-        pytest.skip("no cached base tree with upstream's scripts/compare-llama-bench.py (python -m harness source fetch)")
+    script = compare_llama_bench
     done = subprocess.run([sys.executable, str(script), "-t", "test-backend-ops", "-i", str(database), "-b", "base",
                            "-c", "fork"], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
