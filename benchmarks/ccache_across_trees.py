@@ -1,22 +1,19 @@
 """Benchmark: does ccache hit across build trees?  Prints seconds and ccache hit counts.
 
     python benchmarks/ccache_across_trees.py [--platform linux-x86_64-cpu] [-j 2] [--work DIR]
-                                             [--check group:base-vs-fork]
 
 With an empty ccache directory of its own (``<work>/ccache``, so the numbers are not
 skewed by other caches), it builds in fresh trees under ``<work>``:
 
 1. the fork (cold: fills the cache);
-2. the base after the fork — the unity sources of libllama and every file the series
-   does not touch should come from the cache (issue 9's goal: ≤ 15 s on 2 cores);
-3. bisect step k = n (the whole series, in its own tree ``bisect/k<n>``), then
-   k = n − 1, n − 2, … 0: each step drops one patch (goal: ≤ 30 s on 2 cores).  A bisect
-   step builds the targets its check needs (``--check``, as ``python -m harness bisect
-   --check`` takes it).
+2. the base after the fork: every file the series does not touch should come from the cache;
+3. the bisect points of the build stage for k = n (the whole series), n - 1, ... 0, as
+   ``python -m harness bisect`` runs them (harness.bisect.points.run_point: one work directory
+   for every point, the base built once, the fork rebuilt from one prefix to the next).
 
-For each build it prints the wall time of the build step and ccache's hits and misses
-(``ccache --print-stats`` after ``ccache --zero-stats``).  Nothing is asserted: the
-numbers go into docs/benchmarks.md with the machine they came from.
+For each it prints the wall time and ccache's hits and misses (``ccache --print-stats`` after
+``ccache --zero-stats``).  Nothing is asserted: the numbers go into docs/benchmarks.md with the
+machine they came from.
 """
 
 from __future__ import annotations
@@ -28,17 +25,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.bisect import SeriesBisector, check_targets  # noqa: E402
-from harness.stages.building import find_tool  # noqa: E402
-from harness.matrix.config import load_matrix  # noqa: E402
-from harness.stages.patches import read_series  # noqa: E402
-from harness.pipeline import Options, Pipeline  # noqa: E402
-from harness.record.run import Run  # noqa: E402
+from harness import cli  # noqa: E402
+from harness.bisect.points import RunCommandLine, run_point, write_prefix  # noqa: E402
 from harness.common.statuses import STEP_PASSED  # noqa: E402
+from harness.matrix.config import load_matrix  # noqa: E402
+from harness.pipeline import Options, open_context  # noqa: E402
+from harness.record.run import Run  # noqa: E402
+from harness.stages.building.build import find_tool  # noqa: E402
+from harness.stages.building.patches import read_series  # noqa: E402
 
 
 def ccache(*args: str) -> str:
@@ -54,16 +53,18 @@ def stats() -> dict[str, int]:
     return {"hits": hits, "misses": int(values.get("cache_miss", 0))}
 
 
-def measured(label: str, build) -> None:
+def measured(label: str, build: Callable[[], tuple[bool, str]]) -> None:
+    """Run ``build`` (-> passed, detail) between ccache's zeroing and its stats; print the wall time and the
+    hits and misses.  Raises SystemExit naming ``label`` where the build did not pass."""
     ccache("--zero-stats")
     start = time.monotonic()
-    result = build()
+    passed, detail = build()
     wall = time.monotonic() - start
     s = stats()
-    print(f"{label}: {result.status}, build step {result.seconds:.1f} s (wall {wall:.1f} s), "
-          f"ccache {s['hits']} hits / {s['misses']} misses", flush=True)
-    if result.status != STEP_PASSED:
-        raise SystemExit(f"{label}: {result.detail}")
+    print(f"{label}: {'passed' if passed else 'failed'}, {wall:.1f} s, ccache {s['hits']} hits / {s['misses']} misses",
+          flush=True)
+    if not passed:
+        raise SystemExit(f"{label}: {detail}")
 
 
 def cpu_model() -> str:
@@ -77,14 +78,11 @@ def cpu_model() -> str:
 
 def main() -> int:
     """Run the measurements; exit 0 when every build passed."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--platform", default="linux-x86_64-cpu")
     ap.add_argument("-j", "--jobs", type=int, default=2)
     ap.add_argument("--work", type=Path, default=ROOT / ".harness" / "ccache-bench")
-    ap.add_argument("--check", default="group:base-vs-fork",
-                    help="the bisect check whose targets each bisect step builds (default: group:base-vs-fork)")
     args = ap.parse_args()
-    targets = check_targets(args.check)
     work = args.work.resolve()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -94,18 +92,33 @@ def main() -> int:
     matrix = load_matrix(ROOT / "matrix.yaml")
     p = matrix.platform(args.platform)
     run = Run.open(work / "results", "bench")
-    pipe = Pipeline(matrix, run, Options(platforms=[p.name], jobs=args.jobs, work_dir=work / "trees",
-                                         patches_dir=ROOT / "patches"))
-    measured("fork (cold cache)", lambda: pipe.build_variant(p, "fork"))
-    measured("base after the fork", lambda: pipe.build_variant(p, "base"))
+    ctx = open_context(matrix, run, Options(platforms=[p.name], jobs=args.jobs, work_dir=work / "trees",
+                                            patches_dir=ROOT / "patches"), say=lambda line: None)
+
+    def variant(name: str) -> Callable[[], tuple[bool, str]]:
+        def build() -> tuple[bool, str]:
+            result = ctx.build_variant(p, name)
+            return result.status == STEP_PASSED, result.detail
+        return build
+
+    measured("fork (cold cache)", variant("fork"))
+    measured("base after the fork", variant("base"))
+    run.close()
     patches = read_series(ROOT / "patches")
     n = len(patches)
-    print(f"bisect steps build {', '.join(targets)} (--check {args.check})")
-    bisector = SeriesBisector(patches, p.name, pipe.cmake_options(p, "base"), targets,
-                              lambda b, k: (True, ""), work / "bisect", args.jobs, base=pipe.base())
-    measured(f"bisect k={n} (whole series, new tree)", lambda: bisector.build(n))
-    for k in range(n - 1, -1, -1):
-        measured(f"bisect k={k} (without {patches[k].name})", lambda k=k: bisector.build(k))
+    command = RunCommandLine(("build",), cli.parse(["build", "--platform", p.name, "-j", str(args.jobs)]))
+
+    def point(k: int) -> Callable[[], tuple[bool, str]]:
+        def build() -> tuple[bool, str]:
+            series = write_prefix(patches, k, work / "bisect" / "series" / f"k{k}")
+            done = run_point(k, f"bench-k{k}", command, matrix, [p.name], series, work / "bisect" / "work",
+                             work / "bisect" / "runs", [f"k={k}"])
+            return done.summary.overall == "passed", f"{done.run_dir}: {done.summary.overall}"
+        return build
+
+    for k in range(n, -1, -1):
+        measured(f"bisect point k={k}" + (" (the whole series)" if k == n else f" (without {patches[k].name})"),
+                 point(k))
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     return 0
 
