@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness import cli  # noqa: E402
-from harness.bisect.points import RunCommandLine, run_point, write_prefix  # noqa: E402
+from harness.bisect.points import RunCommandLine, matrix_at, run_point, write_prefix  # noqa: E402
 from harness.common.statuses import STEP_PASSED  # noqa: E402
 from harness.matrix.config import load_matrix  # noqa: E402
 from harness.pipeline import Options, open_context  # noqa: E402
@@ -101,9 +101,12 @@ def main() -> int:
             return result.status == STEP_PASSED, result.detail
         return build
 
-    measured("fork (cold cache)", variant("fork"))
-    measured("base after the fork", variant("base"))
-    run.close()
+    try:
+        measured("fork (cold cache)", variant("fork"))
+        measured("base after the fork", variant("base"))
+    finally:
+        ctx.close()  # its build locks: a bisect point takes its own
+        run.close()
     patches = read_series(ROOT / "patches")
     n = len(patches)
     command = RunCommandLine(("build",), cli.parse(["build", "--platform", p.name, "-j", str(args.jobs)]))
@@ -111,14 +114,14 @@ def main() -> int:
     def point(k: int) -> Callable[[], tuple[bool, str]]:
         def build() -> tuple[bool, str]:
             series = write_prefix(patches, k, work / "bisect" / "series" / f"k{k}")
-            done = run_point(k, f"bench-k{k}", command, matrix, [p.name], series, work / "bisect" / "work",
+            at_k, _ = matrix_at(matrix, [p.name], patches, k)  # the test targets a later patch brings left out
+            done = run_point(k, f"bench-k{k}", command, at_k, [p.name], series, work / "bisect" / "work",
                              work / "bisect" / "runs", [f"k={k}"])
             return done.summary.overall == "passed", f"{done.run_dir}: {done.summary.overall}"
         return build
 
     for k in range(n, -1, -1):
-        measured(f"bisect point k={k}" + (" (the whole series)" if k == n else f" (without {patches[k].name})"),
-                 point(k))
+        measured(f"bisect point k={k} (patches 1..{k} of {n})", point(k))
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     return 0
 
