@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness import cli  # noqa: E402
 from harness.bisect.points import RunCommandLine, matrix_at, run_point, write_prefix  # noqa: E402
-from harness.common.statuses import STEP_PASSED  # noqa: E402
+from harness.common.statuses import STEP_FAILED, STEP_PASSED, VERDICT_PASSED  # noqa: E402
 from harness.matrix.config import load_matrix  # noqa: E402
 from harness.pipeline import Options, open_context  # noqa: E402
 from harness.record.run import Run  # noqa: E402
@@ -61,7 +61,7 @@ def measured(label: str, build: Callable[[], tuple[bool, str]]) -> None:
     passed, detail = build()
     wall = time.monotonic() - start
     s = stats()
-    print(f"{label}: {'passed' if passed else 'failed'}, {wall:.1f} s, ccache {s['hits']} hits / {s['misses']} misses",
+    print(f"{label}: {STEP_PASSED if passed else STEP_FAILED}, {wall:.1f} s, ccache {s['hits']} hits / {s['misses']} misses",
           flush=True)
     if not passed:
         raise SystemExit(f"{label}: {detail}")
@@ -117,7 +117,7 @@ def main() -> int:
             at_k, _ = matrix_at(matrix, [p.name], patches, k)  # the test targets a later patch brings left out
             done = run_point(k, f"bench-k{k}", command, at_k, [p.name], series, work / "bisect" / "work",
                              work / "bisect" / "runs", [f"k={k}"])
-            return done.summary.overall == "passed", f"{done.run_dir}: {done.summary.overall}"
+            return done.summary.overall == VERDICT_PASSED, f"{done.run_dir}: {done.summary.overall}"
         return build
 
     for k in range(n, -1, -1):
