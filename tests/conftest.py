@@ -49,7 +49,6 @@ FIXTURE_MARKERS = {
     "llama_cpu_builds": ("slow", "network"),
     "plant_work_dir": ("slow", "network"),
     "cuda_compile_shared": ("slow", "network"),
-    "fork_tree": ("slow", "network"),
 }
 
 

@@ -202,8 +202,7 @@ def test_the_perf_pairs_are_written_so_that_upstreams_compare_script_prints_fork
     with sqlite3.connect(database) as db:
         assert sorted(db.execute("SELECT build_commit, COUNT(*) FROM test_backend_ops GROUP BY 1")) == \
             [("base", 3), ("fork", 3)]
-    script = compare_llama_bench
-    done = subprocess.run([sys.executable, str(script), "-t", "test-backend-ops", "-i", str(database), "-b", "base",
+    done = subprocess.run([sys.executable, str(compare_llama_bench), "-t", "test-backend-ops", "-i", str(database), "-b", "base",
                            "-c", "fork"], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     table = [line for line in done.stdout.splitlines() if "MUL_MAT" in line]
@@ -410,8 +409,7 @@ def test_recorded_perf_output_of_upstreams_test_backend_ops_is_read_and_compared
     assert rows[0]["base_us"] == 19454.15942 and round(rows[0]["base_flops"] / 1e9, 2) == 6.04
     database = tmp_path / "backend-ops-perf.sqlite"
     write_perf_database(database, {"base": sql_statements(base_sql), "fork": sql_statements(fork_sql)})
-    script = compare_llama_bench
-    done = subprocess.run([sys.executable, str(script), "-t", "test-backend-ops", "-i", str(database), "-b", "base",
+    done = subprocess.run([sys.executable, str(compare_llama_bench), "-t", "test-backend-ops", "-i", str(database), "-b", "base",
                            "-c", "fork"], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "| CPU       | MUL_MAT   |          6.04 |          5.84 |      0.97 |" in done.stdout, done.stdout

@@ -21,6 +21,7 @@ from typing import Callable, Mapping, Sequence
 
 from ..common.errors import InputError
 from ..common.statuses import STEP_ERROR
+from ..record.layout import RunLayout
 from ..record.records import Failure
 from ..record.summary import RunSummary
 from ..record.verdict import FAILS, Row, judge
@@ -117,7 +118,6 @@ def suite_tests(targets: Sequence[Target]) -> list[str]:
     """The tests of upstream's suite that ``targets`` bisect (their items, in order, each once), where every target
     on the suite's step (``upstream-tests``) is one of its tests; empty (the whole suite) where none is on that step
     or one is the step as a whole (a suite that could not run)."""
-    from ..record.layout import RunLayout
     on_suite = [t for t in targets if t.row.kind == "step" and t.row.key.get("step") == RunLayout.UPSTREAM_STEP]
     if not on_suite or any(not t.item for t in on_suite):
         return []
